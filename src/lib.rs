@@ -1,0 +1,3 @@
+//! ricochet: a thread-per-core URL shortener and redirect server.
+//!
+//! See ARCHITECTURE.md for the data path and the codemap.

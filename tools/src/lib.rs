@@ -1,0 +1,1 @@
+//! ricochet tools.
