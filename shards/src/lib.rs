@@ -1,1 +1,5 @@
-//! ricochet storage engine.
+//! ricochet's storage engine: what a link is, where it lives (virtual shards), shard tables,
+//! append logs, recovery and compaction. No networking and no glommio types in this API.
+
+pub mod link;
+pub mod placement;
