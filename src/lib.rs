@@ -1,3 +1,12 @@
 //! ricochet: a thread-per-core URL shortener and redirect server.
 //!
 //! See ARCHITECTURE.md for the data path and the codemap.
+
+pub mod conn;
+pub mod core;
+pub mod listener;
+pub mod mesh;
+pub mod ring;
+pub mod router;
+pub mod server;
+pub mod store;

@@ -1,3 +1,129 @@
-fn main() {
-    println!("ricochet");
+//! The `ricochet` command: `serve` and `import`.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use ricochet::core::{Parking, DEFAULT_SPIN_BEFORE_PARK_US};
+use ricochet::server::{serve, ServeOptions, DEFAULT_LRU_CAPACITY};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "ricochet", version, about = "Thread-per-core URL shortener and redirect server")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve redirects (the default when no subcommand is given).
+    Serve(ServeArgs),
+    /// Build shard tables offline from a TSV, CSV or NDJSON file of links.
+    Import(ImportArgs),
+}
+
+#[derive(clap::Args, Clone)]
+struct ServeArgs {
+    /// Data directory (created if missing).
+    #[arg(long, default_value = "./data")]
+    data_dir: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    listen: SocketAddr,
+    /// Cores to run on (default: every CPU this process may use).
+    #[arg(long)]
+    cores: Option<usize>,
+    /// Base of `short_url` in API responses, e.g. https://sho.rt
+    #[arg(long)]
+    public_url: Option<String>,
+    /// How an idle core waits: `adaptive` spins, then sleeps until an event; `busy` never sleeps.
+    #[arg(long, value_enum, default_value_t = ParkArg::Adaptive)]
+    park: ParkArg,
+    /// Adaptive mode: microseconds to spin after the last event before sleeping.
+    #[arg(long, default_value_t = DEFAULT_SPIN_BEFORE_PARK_US)]
+    spin_us: u64,
+    /// Entries in each core's LRU of answers from other cores.
+    #[arg(long, default_value_t = DEFAULT_LRU_CAPACITY)]
+    lru_capacity: usize,
+}
+
+impl Default for ServeArgs {
+    fn default() -> Self {
+        ServeArgs::parse_from(["serve"])
+    }
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ParkArg {
+    Adaptive,
+    Busy,
+}
+
+#[derive(clap::Args)]
+struct ImportArgs {
+    /// Data directory (created if missing).
+    #[arg(long, default_value = "./data")]
+    data_dir: PathBuf,
+    /// Input file: key<TAB>long_url[<TAB>status] (.tsv), key,long_url[,status] (.csv) or
+    /// {"key","long_url","status"?} per line (.ndjson/.jsonl).
+    input: PathBuf,
+    /// Input format when the extension does not say.
+    #[arg(long, value_enum)]
+    format: Option<FormatArg>,
+    /// Stop at the first bad line.
+    #[arg(long)]
+    strict: bool,
+    /// Virtual shards for a new data dir (fixed for its life).
+    #[arg(long, default_value_t = shards::placement::DEFAULT_SHARD_COUNT)]
+    shards: u32,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum FormatArg {
+    Tsv,
+    Csv,
+    Ndjson,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd.unwrap_or_else(|| Cmd::Serve(ServeArgs::default())) {
+        Cmd::Serve(a) => serve(ServeOptions {
+            data_dir: a.data_dir,
+            listen: a.listen,
+            cores: a.cores,
+            public_url: a.public_url,
+            parking: match a.park {
+                ParkArg::Busy => Parking::Busy,
+                ParkArg::Adaptive => Parking::Adaptive { spin_us: a.spin_us },
+            },
+            lru_capacity: a.lru_capacity,
+        }),
+        Cmd::Import(a) => import(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn import(a: ImportArgs) -> anyhow::Result<()> {
+    use shards::import::{run, Format, ImportOptions};
+    let opts = ImportOptions {
+        data_dir: a.data_dir,
+        input: a.input,
+        format: a.format.map(|f| match f {
+            FormatArg::Tsv => Format::Tsv,
+            FormatArg::Csv => Format::Csv,
+            FormatArg::Ndjson => Format::Ndjson,
+        }),
+        strict: a.strict,
+        shard_count_for_new_dir: a.shards,
+    };
+    let summary = run(&opts)?;
+    println!("{summary}");
+    Ok(())
 }

@@ -1,0 +1,782 @@
+//! One core's event loop: accept, read, parse, route to the owner, answer, write; plus the
+//! mesh inbox, timeouts, parking and draining. Runs as a single glommio task on a pinned
+//! executor and owns everything it touches, so nothing here takes a lock.
+//!
+//! A loop turn: reap socket completions (parsing and answering whatever arrived), serve the
+//! mesh inbox (lookups from other cores, answers to our forwards), queue one send per
+//! connection whose batch is complete, submit everything with one `io_uring_enter`, then let
+//! glommio run its tasks (the mesh receivers) before the next turn.
+
+use crate::cache::{InlineKey, Lru};
+use crate::conn::{BufPool, Conn, Pending, MAX_INBUF_BYTES};
+use crate::http::date::DateCache;
+use crate::http::encode;
+use crate::http::limits::{HEADER_TIMEOUT_MS, IDLE_KEEPALIVE_TIMEOUT_MS, MAX_CONNECTIONS_PER_CORE, MAX_PIPELINED_REQUESTS};
+use crate::http::parse::{parse_request, Method, Request};
+use crate::mesh::{Answer, Mesh, MeshMsg, ReplyTo};
+use crate::ring::bufring::RECV_BUF_GROUP;
+use crate::ring::{Op, Ring, Token};
+use crate::router::Router;
+use crate::store::Store;
+use io_uring::{cqueue, opcode, types};
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+/// How often connection deadlines are checked. Timeouts fire at most this late.
+pub const TIMEOUT_SWEEP_INTERVAL_MS: u64 = 100;
+
+/// Longest a draining core waits for in-flight requests before it exits anyway.
+pub const DRAIN_TIMEOUT_MS: u64 = 10_000;
+
+/// Longest a parked core sleeps without any event. Every real event (socket activity, a mesh
+/// message, SIGTERM) wakes it at once; this only bounds how late glommio's own housekeeping runs.
+pub const PARK_MAX_MS: u64 = 100;
+
+/// Default spin before parking in adaptive mode, in microseconds.
+pub const DEFAULT_SPIN_BEFORE_PARK_US: u64 = 200;
+
+/// How an idle core waits for work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parking {
+    /// Never sleep: lowest latency, burns the core at 100% even when idle.
+    Busy,
+    /// Poll for `spin_us` after the last event, then sleep in the ring until a socket event, a
+    /// mesh message (doorbell) or [`PARK_MAX_MS`].
+    Adaptive { spin_us: u64 },
+}
+
+impl Default for Parking {
+    fn default() -> Self {
+        Parking::Adaptive {
+            spin_us: DEFAULT_SPIN_BEFORE_PARK_US,
+        }
+    }
+}
+
+/// State shared by all cores (read-mostly atomics; no locks).
+pub struct Shared {
+    pub cores: usize,
+    /// Cores that have opened their shards, joined the mesh and armed their listener.
+    pub ready_cores: AtomicUsize,
+    /// Set by SIGTERM/SIGINT: stop accepting, finish in-flight requests, exit.
+    pub draining: Arc<AtomicBool>,
+    pub doorbells: Arc<crate::mesh::Doorbells>,
+}
+
+impl Shared {
+    pub fn ready(&self) -> bool {
+        self.ready_cores.load(Ordering::Acquire) == self.cores && !self.draining.load(Ordering::Relaxed)
+    }
+}
+
+/// Everything a core needs to start.
+pub struct CoreSetup {
+    pub router: Router,
+    pub parking: Parking,
+    pub listener_fd: RawFd,
+    pub store: Store,
+    pub lru_capacity: usize,
+    pub shared: Arc<Shared>,
+}
+
+/// One core's loop state.
+pub struct Core {
+    ring: Ring,
+    st: State,
+}
+
+/// Everything but the ring, so request handling can borrow ring buffers while mutating state.
+struct State {
+    me: usize,
+    router: Router,
+    store: Store,
+    lru: Lru<Answer>,
+    mesh: Mesh,
+    conns: Vec<Conn>,
+    free_slots: Vec<u32>,
+    live_conns: usize,
+    pool: BufPool,
+    /// Connections whose batch may be ready to send.
+    dirty: Vec<u32>,
+    /// Connections whose recv ran out of buffers.
+    starved: Vec<u32>,
+    /// Buffers given back this turn (published once per turn).
+    date: DateCache,
+    now_ms: u64,
+    now_s: u64,
+    started: Instant,
+    listener_fd: RawFd,
+    accepting: bool,
+    draining_since_ms: Option<u64>,
+    shared: Arc<Shared>,
+    scratch: Vec<u8>,
+    doorbell_buf: Box<u64>,
+    /// SQEs to push after handling (handlers cannot reach the ring).
+    sqes: Vec<io_uring::squeue::Entry>,
+    /// Buffer ids to recycle.
+    recycle: Vec<u16>,
+}
+
+impl Core {
+    pub fn new(setup: CoreSetup, mesh: Mesh) -> io::Result<Core> {
+        let ring = Ring::new()?;
+        let started = Instant::now();
+        let mut st = State {
+            me: mesh.me(),
+            router: setup.router,
+            store: setup.store,
+            lru: Lru::with_capacity(setup.lru_capacity),
+            mesh,
+            conns: Vec::new(),
+            free_slots: Vec::new(),
+            live_conns: 0,
+            pool: BufPool::new(),
+            dirty: Vec::with_capacity(1024),
+            starved: Vec::new(),
+            date: DateCache::new(),
+            now_ms: 0,
+            now_s: 0,
+            started,
+            listener_fd: setup.listener_fd,
+            accepting: true,
+            draining_since_ms: None,
+            shared: setup.shared,
+            scratch: Vec::with_capacity(4096),
+            doorbell_buf: Box::new(0),
+            sqes: Vec::with_capacity(1024),
+            recycle: Vec::with_capacity(1024),
+        };
+        st.tick();
+        let mut core = Core { ring, st };
+        core.arm_accept()?;
+        core.arm_doorbell()?;
+        Ok(core)
+    }
+
+    fn arm_accept(&mut self) -> io::Result<()> {
+        let sqe = opcode::AcceptMulti::new(types::Fd(self.st.listener_fd))
+            .build()
+            .user_data(Token::new(Op::Accept, 0, 0).encode());
+        self.ring.push(sqe)
+    }
+
+    fn arm_doorbell(&mut self) -> io::Result<()> {
+        let fd = self.st.mesh.my_doorbell().fd;
+        let buf: *mut u64 = &mut *self.st.doorbell_buf;
+        let sqe = opcode::Read::new(types::Fd(fd), buf.cast(), 8)
+            .build()
+            .user_data(Token::new(Op::Doorbell, 0, 0).encode());
+        self.ring.push(sqe)
+    }
+
+    /// Runs until drained. Returns an error only if the ring itself fails.
+    pub async fn run(mut self, parking: Parking) -> io::Result<()> {
+        let mut cqes: Vec<cqueue::Entry> = Vec::with_capacity(crate::ring::RING_CQ_ENTRIES as usize);
+        let mut next_sweep_ms = 0;
+        let mut idle_since: Option<Instant> = None;
+        self.st.shared.ready_cores.fetch_add(1, Ordering::AcqRel);
+        loop {
+            self.st.tick();
+            let mut work = false;
+
+            self.ring.drain_completions(&mut cqes);
+            work |= !cqes.is_empty();
+            for cqe in &cqes {
+                self.on_cqe(cqe);
+            }
+            while let Some(msg) = self.st.mesh.pop() {
+                work = true;
+                self.st.on_mesh(msg);
+            }
+            self.st.mesh.flush_outbox();
+            self.st.flush();
+            self.finish_turn()?;
+
+            if self.st.now_ms >= next_sweep_ms {
+                next_sweep_ms = self.st.now_ms + TIMEOUT_SWEEP_INTERVAL_MS;
+                self.st.sweep();
+                self.finish_turn()?;
+            }
+            if self.st.shared.draining.load(Ordering::Relaxed) {
+                if self.st.draining_since_ms.is_none() {
+                    self.start_drain()?;
+                }
+                let since = self.st.draining_since_ms.unwrap_or(self.st.now_ms);
+                if self.st.live_conns == 0 || self.st.now_ms - since > DRAIN_TIMEOUT_MS {
+                    return Ok(());
+                }
+            }
+
+            self.ring.uring.submit()?;
+
+            if work {
+                idle_since = None;
+            } else if let Parking::Adaptive { spin_us } = parking {
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= Duration::from_micros(spin_us) {
+                    self.park().await?;
+                    idle_since = None;
+                }
+            }
+            // Let glommio run the mesh receiver tasks (and anything else it owns).
+            glommio::executor().yield_task_queue_now().await;
+        }
+    }
+
+    /// Sleeps in the ring until an event, closing the race with mesh senders (see `mesh`).
+    async fn park(&mut self) -> io::Result<()> {
+        let bell = self.st.mesh.my_doorbell();
+        bell.parked.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        // Anything sent before `parked` became visible is in a channel now: let the receiver
+        // tasks move it to the inbox, then look.
+        glommio::executor().yield_task_queue_now().await;
+        let must_stay_awake = !self.st.mesh.inbox_is_empty()
+            || self.st.shared.draining.load(Ordering::Relaxed)
+            || self.ring.uring.completion().len() > 0;
+        if !must_stay_awake {
+            let ts = types::Timespec::new().nsec((PARK_MAX_MS * 1_000_000) as u32);
+            let args = types::SubmitArgs::new().timespec(&ts);
+            match self.ring.uring.submitter().submit_with_args(1, &args) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ETIME) || e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) => {
+                    self.st.mesh.my_doorbell().parked.store(false, Ordering::SeqCst);
+                    return Err(e);
+                }
+            }
+        }
+        self.st.mesh.my_doorbell().parked.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn start_drain(&mut self) -> io::Result<()> {
+        self.st.draining_since_ms = Some(self.st.now_ms);
+        self.st.accepting = false;
+        let cancel = opcode::AsyncCancel::new(Token::new(Op::Accept, 0, 0).encode())
+            .build()
+            .user_data(Token::new(Op::Cancel, 0, 0).encode());
+        self.ring.push(cancel)?;
+        for slot in 0..self.st.conns.len() as u32 {
+            let c = &mut self.st.conns[slot as usize];
+            if !c.live || c.closing {
+                continue;
+            }
+            if c.busy() || !c.out.is_empty() {
+                c.close_after_send = true;
+            } else {
+                self.st.begin_close(slot);
+            }
+        }
+        self.finish_turn()
+    }
+
+    /// Pushes the SQEs handlers queued and gives recycled buffers back to the kernel.
+    fn finish_turn(&mut self) -> io::Result<()> {
+        if !self.st.recycle.is_empty() {
+            for bid in self.st.recycle.drain(..) {
+                self.ring.bufs.push(bid);
+            }
+            self.ring.bufs.publish();
+            // Buffers are back: re-arm recvs that starved.
+            while let Some(slot) = self.st.starved.pop() {
+                self.st.arm_recv(slot);
+            }
+        }
+        for sqe in self.st.sqes.drain(..) {
+            self.ring.push(sqe)?;
+        }
+        Ok(())
+    }
+
+    fn on_cqe(&mut self, cqe: &cqueue::Entry) {
+        let Some(tok) = Token::decode(cqe.user_data()) else {
+            return;
+        };
+        let res = cqe.result();
+        let flags = cqe.flags();
+        match tok.op {
+            Op::Accept => self.on_accept(res, flags),
+            Op::Recv => self.on_recv(tok, res, flags),
+            Op::Send => self.st.on_send(tok, res),
+            Op::Doorbell => {
+                if let Err(e) = self.arm_doorbell() {
+                    eprintln!("core {}: cannot re-arm doorbell: {e}", self.st.me);
+                }
+            }
+            Op::Close | Op::Cancel | Op::Timeout => {}
+        }
+    }
+
+    fn on_accept(&mut self, res: i32, flags: u32) {
+        if res >= 0 {
+            let fd = res;
+            if !self.st.accepting || self.st.live_conns >= MAX_CONNECTIONS_PER_CORE {
+                self.st.sqes.push(close_sqe(fd));
+            } else {
+                let slot = self.st.alloc_slot(fd);
+                self.st.arm_recv(slot);
+            }
+        } else if res != -libc::ECANCELED {
+            // EMFILE, ENFILE, ENOBUFS...: keep serving the connections we have.
+            eprintln!("core {}: accept failed: {}", self.st.me, io::Error::from_raw_os_error(-res));
+        }
+        if !cqueue::more(flags) && self.st.accepting {
+            if let Err(e) = self.arm_accept() {
+                eprintln!("core {}: cannot re-arm accept: {e}", self.st.me);
+            }
+        }
+    }
+
+    fn on_recv(&mut self, tok: Token, res: i32, flags: u32) {
+        let bid = cqueue::buffer_select(flags);
+        let st = &mut self.st;
+        let slot = tok.slot;
+        let stale = st.conns.get(slot as usize).is_none_or(|c| !c.live || c.gen != tok.gen);
+        if stale {
+            if let Some(bid) = bid {
+                st.recycle.push(bid);
+            }
+            return;
+        }
+        let more = cqueue::more(flags);
+        if !more {
+            st.conns[slot as usize].recv_armed = false;
+        }
+        if res > 0 {
+            let bid = bid.expect("a successful buffer-select recv names its buffer");
+            let data = self.ring.bufs.slice(bid, res as usize);
+            st.on_data(slot, data);
+            st.recycle.push(bid);
+            let c = &st.conns[slot as usize];
+            if !more && c.live && !c.closing {
+                st.arm_recv(slot);
+            }
+        } else if res == -libc::ENOBUFS {
+            st.conns[slot as usize].recv_starved = true;
+            st.starved.push(slot);
+        } else {
+            // EOF (0) or an error: answer what we have, then close.
+            if let Some(bid) = bid {
+                st.recycle.push(bid);
+            }
+            let c = &mut st.conns[slot as usize];
+            if c.closing {
+                st.maybe_free(slot);
+            } else if c.busy() || !c.out.is_empty() {
+                c.close_after_send = true;
+            } else {
+                st.begin_close(slot);
+            }
+        }
+    }
+}
+
+fn close_sqe(fd: RawFd) -> io_uring::squeue::Entry {
+    opcode::Close::new(types::Fd(fd))
+        .build()
+        .user_data(Token::new(Op::Close, 0, 0).encode())
+}
+
+/// What one request turned into.
+enum Outcome {
+    /// The response was appended to `out`.
+    Done,
+    /// Forwarded to another core; the response will be inserted later.
+    Forwarded,
+}
+
+impl State {
+    /// Refreshes the clocks. `Instant` and `SystemTime` are vDSO reads, not syscalls.
+    #[inline]
+    fn tick(&mut self) {
+        self.now_ms = self.started.elapsed().as_millis() as u64;
+        let now = SystemTime::now();
+        self.now_s = now
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        self.date.refresh(now);
+    }
+
+    fn alloc_slot(&mut self, fd: RawFd) -> u32 {
+        let slot = match self.free_slots.pop() {
+            Some(s) => s,
+            None => {
+                self.conns.push(Conn::new());
+                (self.conns.len() - 1) as u32
+            }
+        };
+        let c = &mut self.conns[slot as usize];
+        debug_assert!(!c.live);
+        c.fd = fd;
+        c.gen = c.gen.wrapping_add(1) & crate::ring::GEN_MASK;
+        c.live = true;
+        c.recv_armed = false;
+        c.recv_starved = false;
+        c.send_inflight = false;
+        c.closing = false;
+        c.close_after_send = false;
+        c.sent = 0;
+        c.next_seq = 0;
+        c.dirty = false;
+        // A new connection must send a request within the header timeout.
+        c.deadline_ms = self.now_ms + HEADER_TIMEOUT_MS;
+        self.live_conns += 1;
+        slot
+    }
+
+    fn arm_recv(&mut self, slot: u32) {
+        let c = &mut self.conns[slot as usize];
+        if !c.live || c.closing || c.recv_armed {
+            return;
+        }
+        c.recv_armed = true;
+        c.recv_starved = false;
+        let sqe = opcode::RecvMulti::new(types::Fd(c.fd), RECV_BUF_GROUP)
+            .build()
+            .user_data(Token::new(Op::Recv, slot, c.gen).encode());
+        self.sqes.push(sqe);
+    }
+
+    /// Bytes arrived on `slot`.
+    fn on_data(&mut self, slot: u32, data: &[u8]) {
+        let c = &mut self.conns[slot as usize];
+        if c.closing || c.close_after_send {
+            return; // We are done reading from this one.
+        }
+        if c.busy() || !c.inbuf.is_empty() {
+            if c.inbuf.len() + data.len() > MAX_INBUF_BYTES {
+                self.begin_close(slot);
+                return;
+            }
+            if c.inbuf.capacity() == 0 {
+                c.inbuf = self.pool.get();
+                c.deadline_ms = self.now_ms + HEADER_TIMEOUT_MS;
+            }
+            c.inbuf.extend_from_slice(data);
+            if !c.busy() {
+                self.process_inbuf(slot);
+            }
+            return;
+        }
+        let used = self.process(slot, data);
+        let rest = &data[used..];
+        let c = &mut self.conns[slot as usize];
+        if !rest.is_empty() && !c.close_after_send {
+            c.inbuf = self.pool.get();
+            c.inbuf.extend_from_slice(rest);
+            if !c.busy() && c.out.is_empty() {
+                // An incomplete request: the header timeout runs from its first byte.
+                c.deadline_ms = self.now_ms + HEADER_TIMEOUT_MS;
+            }
+        }
+        self.mark_dirty(slot);
+    }
+
+    /// Parses what `inbuf` holds (after a batch was sent, or when more bytes arrived).
+    fn process_inbuf(&mut self, slot: u32) {
+        let mut inbuf = std::mem::take(&mut self.conns[slot as usize].inbuf);
+        let used = self.process(slot, &inbuf);
+        inbuf.drain(..used);
+        if inbuf.is_empty() {
+            self.pool.put(&mut inbuf);
+        }
+        self.conns[slot as usize].inbuf = inbuf;
+        self.mark_dirty(slot);
+    }
+
+    /// Answers the complete requests at the start of `data`; returns the bytes consumed.
+    fn process(&mut self, slot: u32, data: &[u8]) -> usize {
+        let mut pos = 0;
+        let mut answered = 0;
+        let draining = self.draining_since_ms.is_some();
+        while answered < MAX_PIPELINED_REQUESTS && pos < data.len() {
+            match parse_request(&data[pos..]) {
+                Ok(None) => break,
+                Ok(Some(req)) => {
+                    let total = req.head_len + req.content_length;
+                    if data.len() - pos < total {
+                        break; // The body is still on its way.
+                    }
+                    let keep_alive = req.keep_alive && !draining;
+                    self.handle(slot, &req, keep_alive);
+                    pos += total;
+                    answered += 1;
+                    if !keep_alive {
+                        self.conns[slot as usize].close_after_send = true;
+                        break;
+                    }
+                }
+                Err(e) => {
+                    let c = &mut self.conns[slot as usize];
+                    if c.out.capacity() == 0 {
+                        c.out = self.pool.get();
+                    }
+                    encode::encode_error(&mut c.out, e, &self.date);
+                    c.close_after_send = true;
+                    pos = data.len();
+                    break;
+                }
+            }
+        }
+        if answered > 0 {
+            // Something was answered: the idle clock restarts once the batch is sent.
+            self.conns[slot as usize].deadline_ms = 0;
+        }
+        pos
+    }
+
+    /// Routes one request: health endpoints, then keys (local table, LRU, or forward).
+    fn handle(&mut self, slot: u32, req: &Request<'_>, keep_alive: bool) {
+        let c = &mut self.conns[slot as usize];
+        if c.out.capacity() == 0 {
+            c.out = self.pool.get();
+        }
+        let head = req.method == Method::Head;
+        let get_or_head = matches!(req.method, Method::Get | Method::Head);
+        let path = req.path;
+        if path == b"/healthz" || path == b"/readyz" {
+            if !get_or_head {
+                encode::encode_method_not_allowed(&mut c.out, "GET, HEAD", keep_alive, &self.date);
+            } else if path == b"/healthz" || self.shared.ready() {
+                encode::encode_response(&mut c.out, encode::Status::OK, &[], Some("text/plain"), b"ok\n", head, keep_alive, &self.date);
+            } else {
+                encode::encode_response(&mut c.out, encode::Status::SERVICE_UNAVAILABLE, &[], Some("text/plain"), b"not ready\n", head, keep_alive, &self.date);
+            }
+            return;
+        }
+        let key = &path[1..];
+        if shards::link::validate_key(key).is_err() {
+            encode::encode_not_found(&mut c.out, head, keep_alive, &self.date);
+            return;
+        }
+        if !get_or_head {
+            encode::encode_method_not_allowed(&mut c.out, "GET, HEAD", keep_alive, &self.date);
+            return;
+        }
+        match self.lookup(slot, key, keep_alive) {
+            Outcome::Done | Outcome::Forwarded => {}
+        }
+    }
+
+    /// The redirect fast path: a local table hit, or an LRU hit for a foreign key, answer at
+    /// once; anything else foreign goes to its owner.
+    #[inline]
+    fn lookup(&mut self, slot: u32, key: &[u8], keep_alive: bool) -> Outcome {
+        let owner = self.router.owner(key);
+        let c = &mut self.conns[slot as usize];
+        if owner.core == self.me {
+            match self.store.get(owner.shard, key, self.now_s) {
+                Some(a) => encode::encode_redirect(&mut c.out, a.status, a.target.as_bytes(), keep_alive, &self.date),
+                None => encode::encode_not_found(&mut c.out, false, keep_alive, &self.date),
+            }
+            return Outcome::Done;
+        }
+        if let Some(a) = self.lru.get(key) {
+            if !a.expired(self.now_s) {
+                encode::encode_redirect(&mut c.out, a.status, a.target.as_bytes(), keep_alive, &self.date);
+                return Outcome::Done;
+            }
+            self.lru.remove(key);
+            encode::encode_not_found(&mut c.out, false, keep_alive, &self.date);
+            return Outcome::Done;
+        }
+        let seq = c.next_seq;
+        c.next_seq = c.next_seq.wrapping_add(1);
+        c.pending.push(Pending {
+            seq,
+            offset: c.out.len(),
+            keep_alive,
+        });
+        let reply = ReplyTo {
+            core: self.me as u16,
+            slot,
+            gen: c.gen,
+            seq,
+        };
+        let key = InlineKey::new(key).expect("validated keys fit inline");
+        self.mesh.send(owner.core, MeshMsg::Lookup { reply, key });
+        Outcome::Forwarded
+    }
+
+    fn on_mesh(&mut self, msg: MeshMsg) {
+        match msg {
+            MeshMsg::Lookup { reply, key } => {
+                let owner = self.router.owner(key.as_bytes());
+                debug_assert_eq!(owner.core, self.me, "lookups go to the owner");
+                let answer = self.store.get(owner.shard, key.as_bytes(), self.now_s);
+                self.mesh.send(reply.core as usize, MeshMsg::Answer { reply, key, answer });
+            }
+            MeshMsg::Answer { reply, key, answer } => {
+                if let Some(a) = &answer {
+                    self.lru.insert(key.as_bytes(), a.clone());
+                }
+                self.complete_forward(reply, answer);
+            }
+        }
+    }
+
+    /// Inserts a forwarded request's response at its place in the connection's batch.
+    fn complete_forward(&mut self, reply: ReplyTo, answer: Option<Answer>) {
+        let Some(c) = self.conns.get_mut(reply.slot as usize) else {
+            return;
+        };
+        if !c.live || c.gen != reply.gen {
+            return; // The connection went away meanwhile.
+        }
+        let Some(i) = c.pending.iter().position(|p| p.seq == reply.seq) else {
+            return;
+        };
+        let p = c.pending.remove(i);
+        self.scratch.clear();
+        match answer {
+            Some(a) if !a.expired(self.now_s) => {
+                encode::encode_redirect(&mut self.scratch, a.status, a.target.as_bytes(), p.keep_alive, &self.date)
+            }
+            _ => encode::encode_not_found(&mut self.scratch, false, p.keep_alive, &self.date),
+        }
+        let n = self.scratch.len();
+        c.out.splice(p.offset..p.offset, self.scratch.iter().copied());
+        for later in c.pending.iter_mut().filter(|q| q.offset >= p.offset) {
+            later.offset += n;
+        }
+        if c.pending.is_empty() {
+            self.mark_dirty(reply.slot);
+        }
+    }
+
+    #[inline]
+    fn mark_dirty(&mut self, slot: u32) {
+        let c = &mut self.conns[slot as usize];
+        if !c.dirty {
+            c.dirty = true;
+            self.dirty.push(slot);
+        }
+    }
+
+    /// Queues one send per connection whose batch is complete.
+    fn flush(&mut self) {
+        let mut i = 0;
+        while i < self.dirty.len() {
+            let slot = self.dirty[i];
+            i += 1;
+            let c = &mut self.conns[slot as usize];
+            c.dirty = false;
+            if !c.live || c.closing || c.busy() {
+                continue;
+            }
+            if c.out.is_empty() {
+                if c.close_after_send {
+                    self.begin_close(slot);
+                } else if c.inbuf.is_empty() {
+                    self.pool.put(&mut c.out);
+                    c.deadline_ms = self.now_ms + IDLE_KEEPALIVE_TIMEOUT_MS;
+                }
+                continue;
+            }
+            self.push_send(slot);
+        }
+        self.dirty.clear();
+    }
+
+    fn push_send(&mut self, slot: u32) {
+        let c = &mut self.conns[slot as usize];
+        debug_assert!(c.sent < c.out.len());
+        c.send_inflight = true;
+        let rest = &c.out[c.sent..];
+        let sqe = opcode::Send::new(types::Fd(c.fd), rest.as_ptr(), rest.len() as u32)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(Token::new(Op::Send, slot, c.gen).encode());
+        self.sqes.push(sqe);
+    }
+
+    fn on_send(&mut self, tok: Token, res: i32) {
+        let slot = tok.slot;
+        let Some(c) = self.conns.get_mut(slot as usize) else {
+            return;
+        };
+        if !c.live || c.gen != tok.gen {
+            return;
+        }
+        c.send_inflight = false;
+        if c.closing {
+            self.maybe_free(slot);
+            return;
+        }
+        if res < 0 {
+            self.begin_close(slot);
+            return;
+        }
+        c.sent += res as usize;
+        if c.sent < c.out.len() {
+            self.push_send(slot); // Partial send: the rest, from where the kernel stopped.
+            return;
+        }
+        c.out.clear();
+        c.sent = 0;
+        if c.close_after_send {
+            self.begin_close(slot);
+            return;
+        }
+        if !c.inbuf.is_empty() {
+            self.process_inbuf(slot);
+        } else {
+            self.mark_dirty(slot);
+        }
+    }
+
+    /// Shuts the socket down; the slot is freed once its recv and send have completed.
+    fn begin_close(&mut self, slot: u32) {
+        let c = &mut self.conns[slot as usize];
+        if c.closing {
+            return;
+        }
+        c.closing = true;
+        let sqe = opcode::Shutdown::new(types::Fd(c.fd), libc::SHUT_RDWR)
+            .build()
+            .user_data(Token::new(Op::Close, slot, c.gen).encode());
+        self.sqes.push(sqe);
+        if c.recv_starved {
+            // No recv is armed to report the shutdown.
+            c.recv_armed = false;
+            c.recv_starved = false;
+            if let Some(i) = self.starved.iter().position(|&s| s == slot) {
+                self.starved.swap_remove(i);
+            }
+        }
+        self.maybe_free(slot);
+    }
+
+    fn maybe_free(&mut self, slot: u32) {
+        let c = &mut self.conns[slot as usize];
+        if !c.live || !c.closing || c.recv_armed || c.send_inflight {
+            return;
+        }
+        self.sqes.push(close_sqe(c.fd));
+        c.live = false;
+        c.fd = -1;
+        c.pending.clear();
+        c.deadline_ms = 0;
+        self.pool.put(&mut c.inbuf);
+        self.pool.put(&mut c.out);
+        c.gen = c.gen.wrapping_add(1) & crate::ring::GEN_MASK;
+        self.free_slots.push(slot);
+        self.live_conns -= 1;
+    }
+
+    /// Closes connections past their deadline (half-open, slow headers, idle keep-alive).
+    fn sweep(&mut self) {
+        let now = self.now_ms;
+        for slot in 0..self.conns.len() as u32 {
+            let c = &self.conns[slot as usize];
+            if c.live && !c.closing && c.deadline_ms != 0 && now >= c.deadline_ms && !c.busy() {
+                self.begin_close(slot);
+            }
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! Cross-core messages over glommio's channel mesh, and the doorbells that wake a parked core.
+//!
+//! A request for a key another core owns becomes a [`MeshMsg::Lookup`] to the owner, which
+//! answers with [`MeshMsg::Answer`]. Messages are plain values (the key travels inline, targets
+//! are `&'static` table bytes or a shared `Arc<str>`), so forwarding allocates nothing.
+//!
+//! glommio only wakes a receiver whose executor sleeps in glommio's own reactor; ricochet's
+//! cores sleep in their socket ring instead (see `core::Parking`). So each core also has a
+//! doorbell: an eventfd its ring always has a read armed on, plus a `parked` flag. A sender
+//! pushes its message, then (after a SeqCst fence) rings the doorbell only if the peer is
+//! parked; the peer sets `parked`, fences, and checks its inbox once more before sleeping.
+//! One of the two always sees the other (Dekker), so no message waits for a timeout.
+
+use crate::cache::InlineKey;
+use glommio::channels::channel_mesh::{Receivers, Senders};
+use shards::link::RedirectStatus;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Capacity of each core-to-core channel. A full channel is not an error: the sender keeps the
+/// message in its outbox and retries next loop turn.
+pub const MESH_CHANNEL_CAPACITY: usize = 4096;
+
+/// A link's target as an answer carries it: bytes of an immutable, never-unmapped table, or a
+/// shared string for links that live in memory (created through the API).
+#[derive(Clone, Debug)]
+pub enum Target {
+    Static(&'static str),
+    Shared(Arc<str>),
+}
+
+impl Target {
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Target::Static(s) => s.as_bytes(),
+            Target::Shared(s) => s.as_bytes(),
+        }
+    }
+}
+
+/// What a redirect needs to know about a link.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    pub target: Target,
+    pub status: RedirectStatus,
+    /// Unix seconds after which the link answers 404; 0 = never.
+    pub expires_at_s: u64,
+}
+
+impl Answer {
+    /// Whether the link has expired at `now_s`.
+    #[inline]
+    pub fn expired(&self, now_s: u64) -> bool {
+        self.expires_at_s != 0 && now_s >= self.expires_at_s
+    }
+}
+
+/// Where a forwarded request came from, echoed back in the answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplyTo {
+    pub core: u16,
+    pub slot: u32,
+    pub gen: u32,
+    /// The request's sequence number on its connection.
+    pub seq: u32,
+}
+
+/// A message between cores.
+#[derive(Debug)]
+pub enum MeshMsg {
+    /// "Who does `key` redirect to?", sent to the key's owner.
+    Lookup { reply: ReplyTo, key: InlineKey },
+    /// The owner's answer; `None` means no such (live) link.
+    Answer { reply: ReplyTo, answer: Option<Answer> },
+}
+
+/// One core's doorbell: an eventfd and whether that core is (about to be) asleep on it.
+pub struct Doorbell {
+    pub fd: i32,
+    pub parked: AtomicBool,
+}
+
+/// All cores' doorbells, shared by every core.
+pub struct Doorbells(pub Vec<Doorbell>);
+
+impl Doorbells {
+    pub fn new(cores: usize) -> std::io::Result<Doorbells> {
+        let mut v = Vec::with_capacity(cores);
+        for _ in 0..cores {
+            // SAFETY: eventfd has no memory preconditions.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            v.push(Doorbell {
+                fd,
+                parked: AtomicBool::new(false),
+            });
+        }
+        Ok(Doorbells(v))
+    }
+
+    /// Wakes `core` if it is parked. Called after a message to it was pushed.
+    #[inline]
+    pub fn ring(&self, core: usize) {
+        fence(Ordering::SeqCst);
+        let bell = &self.0[core];
+        if bell.parked.load(Ordering::SeqCst) {
+            let one: u64 = 1;
+            // SAFETY: writing 8 bytes from a valid u64 to an eventfd we own. A non-blocking
+            // eventfd write only fails if the counter would overflow, which still leaves the
+            // fd readable, so the wake-up is not lost and the result can be ignored.
+            unsafe { libc::write(bell.fd, (&one as *const u64).cast(), 8) };
+        }
+    }
+}
+
+impl Drop for Doorbells {
+    fn drop(&mut self) {
+        for b in &self.0 {
+            // SAFETY: each fd was created in `new` and is closed once here.
+            unsafe { libc::close(b.fd) };
+        }
+    }
+}
+
+/// A core's end of the mesh.
+pub struct Mesh {
+    me: usize,
+    senders: Senders<MeshMsg>,
+    /// Filled by one glommio task per peer (see [`Mesh::start`]), drained by the core loop.
+    inbox: Rc<RefCell<VecDeque<MeshMsg>>>,
+    /// Messages a full channel refused, retried next turn, in order, per peer.
+    outbox: Vec<VecDeque<MeshMsg>>,
+    doorbells: Arc<Doorbells>,
+}
+
+impl Mesh {
+    /// Wraps this core's joined mesh and spawns the receiver tasks.
+    pub fn start(
+        senders: Senders<MeshMsg>,
+        mut receivers: Receivers<MeshMsg>,
+        doorbells: Arc<Doorbells>,
+    ) -> Mesh {
+        let me = senders.peer_id();
+        let peers = senders.nr_consumers();
+        let inbox = Rc::new(RefCell::new(VecDeque::with_capacity(MESH_CHANNEL_CAPACITY)));
+        for (_peer, rx) in receivers.streams() {
+            let inbox = inbox.clone();
+            glommio::spawn_local(async move {
+                while let Some(msg) = rx.recv().await {
+                    inbox.borrow_mut().push_back(msg);
+                }
+            })
+            .detach();
+        }
+        Mesh {
+            me,
+            senders,
+            inbox,
+            outbox: (0..peers).map(|_| VecDeque::new()).collect(),
+            doorbells,
+        }
+    }
+
+    pub fn me(&self) -> usize {
+        self.me
+    }
+
+    /// Sends `msg` to `core`, queueing it locally if the channel is full.
+    pub fn send(&mut self, core: usize, msg: MeshMsg) {
+        debug_assert_ne!(core, self.me, "a core does not forward to itself");
+        if !self.outbox[core].is_empty() {
+            self.outbox[core].push_back(msg);
+            return;
+        }
+        match self.senders.try_send_to(core, msg) {
+            Ok(()) => self.doorbells.ring(core),
+            Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(msg))) => {
+                self.outbox[core].push_back(msg)
+            }
+            // The peer is gone: only during shutdown, when nobody waits for the answer.
+            Err(_) => {}
+        }
+    }
+
+    /// Retries queued messages. Returns whether any remain.
+    pub fn flush_outbox(&mut self) -> bool {
+        let mut left = false;
+        for core in 0..self.outbox.len() {
+            let mut sent = false;
+            while let Some(msg) = self.outbox[core].pop_front() {
+                match self.senders.try_send_to(core, msg) {
+                    Ok(()) => sent = true,
+                    Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(msg))) => {
+                        self.outbox[core].push_front(msg);
+                        left = true;
+                        break;
+                    }
+                    Err(_) => {}
+                }
+            }
+            if sent {
+                self.doorbells.ring(core);
+            }
+        }
+        left
+    }
+
+    /// Takes the next received message.
+    #[inline]
+    pub fn pop(&self) -> Option<MeshMsg> {
+        self.inbox.borrow_mut().pop_front()
+    }
+
+    pub fn inbox_is_empty(&self) -> bool {
+        self.inbox.borrow().is_empty()
+    }
+
+    /// This core's doorbell.
+    pub fn my_doorbell(&self) -> &Doorbell {
+        &self.doorbells.0[self.me]
+    }
+}

@@ -1,0 +1,274 @@
+//! `ricochet serve`: opens the data dir, validates every shard table, binds one listener per
+//! core, starts one pinned glommio executor per core and waits for them to drain.
+//!
+//! Everything that can fail for a reason the operator must fix (a corrupt table, a taken port,
+//! too many cores) fails here, on the main thread, before any executor starts.
+
+use crate::core::{Core, CoreSetup, Parking, Shared};
+use crate::mesh::{Doorbells, Mesh, MeshMsg, MESH_CHANNEL_CAPACITY};
+use crate::router::Router;
+use crate::store::Store;
+use anyhow::{bail, Context};
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::{LocalExecutorBuilder, Placement};
+use shards::datadir::DataDir;
+use shards::table::Table;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Memory each glommio executor registers for its own I/O buffers. glommio's default is
+/// 10 MiB; ricochet's sockets use their own ring, so 1 MiB is ample, and 8 executors fit the
+/// common 8 MiB `RLIMIT_MEMLOCK` default. When more are needed, the limit is raised at start
+/// (or the size shrunk to fit), and the server says which.
+pub const GLOMMIO_IO_MEMORY_BYTES: usize = 1 << 20;
+
+/// Smallest per-executor I/O memory we shrink to when the locked-memory limit is tight.
+pub const MIN_GLOMMIO_IO_MEMORY_BYTES: usize = 128 << 10;
+
+/// Longest the server waits for every core to report ready before giving up.
+pub const STARTUP_TIMEOUT_MS: u64 = 30_000;
+
+/// Entries in each core's LRU of answers from other cores.
+pub const DEFAULT_LRU_CAPACITY: usize = crate::cache::DEFAULT_LRU_CAPACITY;
+
+/// `ricochet serve` options.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    /// `None`: every CPU this process may run on.
+    pub cores: Option<usize>,
+    pub public_url: Option<String>,
+    pub parking: Parking,
+    pub lru_capacity: usize,
+}
+
+/// Runs the server until SIGTERM/SIGINT has drained it.
+pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
+    let cpus = allowed_cpus().context("reading the CPU affinity mask")?;
+    let cores = opts.cores.unwrap_or(cpus.len());
+    if cores == 0 {
+        bail!("--cores must be at least 1");
+    }
+    if cores > cpus.len() {
+        bail!(
+            "--cores {cores} is more than the {} CPUs this process may use ({:?})",
+            cpus.len(),
+            cpus
+        );
+    }
+
+    let dir = DataDir::open_or_create(&opts.data_dir)
+        .with_context(|| format!("opening data dir {}", opts.data_dir.display()))?;
+    let _lock = dir.lock_exclusive()?;
+    let shard_count = dir.manifest().shard_count;
+    if cores > shard_count as usize {
+        bail!("--cores {cores} is more than the data dir's {shard_count} shards");
+    }
+    let router = Router::new(shard_count, cores);
+
+    let started = Instant::now();
+    let tables = open_tables(&dir, &router)?;
+    let links: usize = tables.iter().flatten().map(|t| t.len()).sum();
+    let open_ms = started.elapsed().as_secs_f64() * 1e3;
+
+    let io_memory = size_io_memory(cores);
+    let (listener_fds, bound) = crate::listener::open(opts.listen, cores)?;
+
+    let doorbells = Arc::new(Doorbells::new(cores).context("creating doorbell eventfds")?);
+    let draining = Arc::new(AtomicBool::new(false));
+    install_signal_handlers(&draining, &doorbells)?;
+    let shared = Arc::new(Shared {
+        cores,
+        ready_cores: AtomicUsize::new(0),
+        draining,
+        doorbells: doorbells.clone(),
+    });
+
+    let mesh = MeshBuilder::<MeshMsg, _>::full(cores, MESH_CHANNEL_CAPACITY);
+    let mut handles = Vec::with_capacity(cores);
+    for (core, &cpu) in cpus.iter().take(cores).enumerate() {
+        let setup = CoreSetup {
+            router,
+            parking: opts.parking,
+            listener_fd: listener_fds[core],
+            store: Store::new(
+                (0..shard_count)
+                    .map(|s| {
+                        if router.core_of_shard(s) == core {
+                            tables[s as usize]
+                        } else {
+                            None
+                        }
+                    })
+                    .collect(),
+            ),
+            lru_capacity: opts.lru_capacity,
+            shared: shared.clone(),
+        };
+        let mesh = mesh.clone();
+        let doorbells = doorbells.clone();
+        let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+            .name(&format!("ricochet-core-{core}"))
+            .io_memory(io_memory)
+            .spawn(move || async move {
+                // glommio's first timer costs ~11 ms; pay it before taking traffic.
+                glommio::timer::sleep(Duration::from_micros(10)).await;
+                let (senders, receivers) = mesh.join().await.expect("joining the core mesh");
+                let mesh = Mesh::start(senders, receivers, doorbells);
+                let parking = setup.parking;
+                let core = Core::new(setup, mesh)?;
+                core.run(parking).await
+            })
+            .with_context(|| format!("starting the executor for core {core} on CPU {cpu}"))?;
+        handles.push(handle);
+    }
+
+    let deadline = Instant::now() + Duration::from_millis(STARTUP_TIMEOUT_MS);
+    while shared.ready_cores.load(Ordering::Acquire) < cores {
+        if Instant::now() > deadline || handles.iter().any(|h| h.is_finished()) {
+            shared.draining.store(true, Ordering::SeqCst);
+            for (i, h) in handles.into_iter().enumerate() {
+                if let Ok(Err(e)) = h.join() {
+                    eprintln!("core {i}: {e}");
+                }
+            }
+            bail!("not every core became ready");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    println!(
+        "ricochet listening on {bound} with {cores} cores, {links} links in {shard_count} shards (tables opened in {open_ms:.1} ms)"
+    );
+    if let Some(url) = &opts.public_url {
+        println!("public URL {url}");
+    }
+
+    let mut failed = false;
+    for (i, h) in handles.into_iter().enumerate() {
+        match h.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                eprintln!("core {i} failed: {e}");
+                failed = true;
+            }
+            Err(_) => {
+                eprintln!("core {i} panicked");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        bail!("a core failed");
+    }
+    eprintln!("ricochet drained and stopped");
+    Ok(())
+}
+
+/// Opens and validates every shard table, one thread per core's share, and leaks them: tables
+/// live as long as the process (see `store`).
+fn open_tables(dir: &DataDir, router: &Router) -> anyhow::Result<Vec<Option<&'static Table>>> {
+    let shard_count = router.shard_count();
+    let cores = router.cores();
+    let results: Vec<anyhow::Result<Vec<(u32, Option<Table>)>>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..cores)
+            .map(|c| {
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    for shard in router.shards_of_core(c) {
+                        let t = dir.open_table(shard)?;
+                        out.push((shard, t));
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("table opener panicked"))
+            .collect()
+    });
+    let mut tables: Vec<Option<&'static Table>> = vec![None; shard_count as usize];
+    for r in results {
+        for (shard, t) in r? {
+            tables[shard as usize] = t.map(|t| &*Box::leak(Box::new(t)));
+        }
+    }
+    Ok(tables)
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> std::io::Result<Vec<usize>> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is the calling thread; the pointer and size describe `set`.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `i` is below CPU_SETSIZE and `set` is initialized.
+        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
+        .collect())
+}
+
+/// Makes `cores` executors fit the locked-memory limit: raise the limit if we may, else
+/// shrink each executor's I/O memory. Says what it did when it had to.
+fn size_io_memory(cores: usize) -> usize {
+    // Room for glommio's three rings per executor besides its buffers.
+    let per_core = GLOMMIO_IO_MEMORY_BYTES + (256 << 10);
+    let needed = (cores * per_core) as u64;
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0 || lim.rlim_cur >= needed {
+        return GLOMMIO_IO_MEMORY_BYTES;
+    }
+    let raised = libc::rlimit {
+        rlim_cur: needed.max(lim.rlim_cur),
+        rlim_max: needed.max(lim.rlim_max),
+    };
+    // SAFETY: setrlimit reads the struct we pass.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &raised) } == 0 {
+        eprintln!(
+            "raised RLIMIT_MEMLOCK from {} to {} bytes for {cores} executors",
+            lim.rlim_cur, raised.rlim_cur
+        );
+        return GLOMMIO_IO_MEMORY_BYTES;
+    }
+    let fit = (lim.rlim_cur as usize / cores).saturating_sub(256 << 10);
+    let size = fit.max(MIN_GLOMMIO_IO_MEMORY_BYTES);
+    eprintln!(
+        "RLIMIT_MEMLOCK is {} bytes and cannot be raised: giving each of {cores} executors {size} bytes of I/O memory",
+        lim.rlim_cur
+    );
+    size
+}
+
+/// SIGTERM/SIGINT: set the draining flag and ring every core's doorbell (both are
+/// async-signal-safe: an atomic store and `write(2)`).
+fn install_signal_handlers(draining: &Arc<AtomicBool>, doorbells: &Arc<Doorbells>) -> anyhow::Result<()> {
+    let fds: Vec<i32> = doorbells.0.iter().map(|d| d.fd).collect();
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        let draining = draining.clone();
+        let fds = fds.clone();
+        // SAFETY: the handler only does an atomic store and write(2) on eventfds, which are
+        // async-signal-safe; it allocates nothing and takes no locks.
+        unsafe {
+            signal_hook::low_level::register(sig, move || {
+                draining.store(true, Ordering::SeqCst);
+                let one: u64 = 1;
+                for &fd in &fds {
+                    libc::write(fd, (&one as *const u64).cast(), 8);
+                }
+            })
+        }
+        .context("installing signal handlers")?;
+    }
+    Ok(())
+}

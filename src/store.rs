@@ -1,0 +1,34 @@
+//! A core's view of the links it owns: the shard tables of its shards.
+//!
+//! Tables are opened (and validated) once at start and leaked to `'static`: they are immutable
+//! and live as long as the process, so an answer can carry a `&'static str` into the mapping
+//! across cores without reference counting.
+
+use crate::mesh::{Answer, Target};
+use shards::table::Table;
+
+/// The shards one core owns, indexed by virtual shard id (`None` for shards it does not own or
+/// that have no table yet).
+pub struct Store {
+    tables: Vec<Option<&'static Table>>,
+}
+
+impl Store {
+    /// `tables[s]` is shard `s`'s table if this core owns `s` and it has one.
+    pub fn new(tables: Vec<Option<&'static Table>>) -> Store {
+        Store { tables }
+    }
+
+    /// The live link for `key` in `shard`, if any. No allocation.
+    #[inline]
+    pub fn get(&self, shard: u32, key: &[u8], now_s: u64) -> Option<Answer> {
+        let table = self.tables.get(shard as usize)?.as_ref()?;
+        let link = table.get(key)?;
+        let answer = Answer {
+            target: Target::Static(link.target),
+            status: link.status,
+            expires_at_s: link.expires_at_s,
+        };
+        (!answer.expired(now_s)).then_some(answer)
+    }
+}
