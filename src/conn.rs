@@ -29,7 +29,9 @@ pub struct Pending {
     pub seq: u32,
     /// Where in `out` its response goes: responses after it were already encoded.
     pub offset: usize,
-    pub keep_alive: bool,
+    /// A HEAD request: a 404 goes without its body.
+    pub head: bool,
+    pub persist: crate::http::encode::Conn,
 }
 
 /// A connection slot.

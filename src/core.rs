@@ -10,8 +10,9 @@
 use crate::cache::{InlineKey, Lru};
 use crate::conn::{BufPool, Conn, Pending, MAX_INBUF_BYTES};
 use crate::http::date::DateCache;
-use crate::http::encode;
-use crate::http::limits::{HEADER_TIMEOUT_MS, IDLE_KEEPALIVE_TIMEOUT_MS, MAX_CONNECTIONS_PER_CORE, MAX_PIPELINED_REQUESTS};
+use crate::http::encode::{self, Conn as Persist};
+use crate::http::status::Status;
+use crate::http::limits::{MAX_CONNECTIONS_PER_CORE, MAX_PIPELINED_REQUESTS};
 use crate::http::parse::{parse_request, Method, Request};
 use crate::mesh::{Answer, Mesh, MeshMsg, ReplyTo};
 use crate::ring::bufring::RECV_BUF_GROUP;
@@ -80,6 +81,26 @@ pub struct CoreSetup {
     pub store: Store,
     pub lru_capacity: usize,
     pub shared: Arc<Shared>,
+    pub timeouts: Timeouts,
+}
+
+/// Connection deadlines (defaults: `http::limits::HEADER_TIMEOUT_MS` and
+/// `IDLE_KEEPALIVE_TIMEOUT_MS`; flags override them, e.g. for tests).
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    /// From a connection's first byte (or its accept) to a complete request head.
+    pub header_ms: u64,
+    /// Between requests on a keep-alive connection.
+    pub idle_ms: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            header_ms: crate::http::limits::HEADER_TIMEOUT_MS,
+            idle_ms: crate::http::limits::IDLE_KEEPALIVE_TIMEOUT_MS,
+        }
+    }
 }
 
 /// One core's loop state.
@@ -112,6 +133,7 @@ struct State {
     accepting: bool,
     draining_since_ms: Option<u64>,
     shared: Arc<Shared>,
+    timeouts: Timeouts,
     scratch: Vec<u8>,
     doorbell_buf: Box<u64>,
     /// SQEs to push after handling (handlers cannot reach the ring).
@@ -136,7 +158,7 @@ impl Core {
             pool: BufPool::new(),
             dirty: Vec::with_capacity(1024),
             starved: Vec::new(),
-            date: DateCache::new(),
+            date: DateCache::new(SystemTime::now()),
             now_ms: 0,
             now_s: 0,
             started,
@@ -144,6 +166,7 @@ impl Core {
             accepting: true,
             draining_since_ms: None,
             shared: setup.shared,
+            timeouts: setup.timeouts,
             scratch: Vec::with_capacity(4096),
             doorbell_buf: Box::new(0),
             sqes: Vec::with_capacity(1024),
@@ -424,7 +447,7 @@ impl State {
         c.next_seq = 0;
         c.dirty = false;
         // A new connection must send a request within the header timeout.
-        c.deadline_ms = self.now_ms + HEADER_TIMEOUT_MS;
+        c.deadline_ms = self.now_ms + self.timeouts.header_ms;
         self.live_conns += 1;
         slot
     }
@@ -455,7 +478,7 @@ impl State {
             }
             if c.inbuf.capacity() == 0 {
                 c.inbuf = self.pool.get();
-                c.deadline_ms = self.now_ms + HEADER_TIMEOUT_MS;
+                c.deadline_ms = self.now_ms + self.timeouts.header_ms;
             }
             c.inbuf.extend_from_slice(data);
             if !c.busy() {
@@ -471,7 +494,7 @@ impl State {
             c.inbuf.extend_from_slice(rest);
             if !c.busy() && c.out.is_empty() {
                 // An incomplete request: the header timeout runs from its first byte.
-                c.deadline_ms = self.now_ms + HEADER_TIMEOUT_MS;
+                c.deadline_ms = self.now_ms + self.timeouts.header_ms;
             }
         }
         self.mark_dirty(slot);
@@ -502,11 +525,11 @@ impl State {
                     if data.len() - pos < total {
                         break; // The body is still on its way.
                     }
-                    let keep_alive = req.keep_alive && !draining;
-                    self.handle(slot, &req, keep_alive);
+                    let persist = if draining { Persist::Close } else { Persist::for_request(&req) };
+                    self.handle(slot, &req, persist);
                     pos += total;
                     answered += 1;
-                    if !keep_alive {
+                    if !persist.keep_alive() {
                         self.conns[slot as usize].close_after_send = true;
                         break;
                     }
@@ -531,7 +554,7 @@ impl State {
     }
 
     /// Routes one request: health endpoints, then keys (local table, LRU, or forward).
-    fn handle(&mut self, slot: u32, req: &Request<'_>, keep_alive: bool) {
+    fn handle(&mut self, slot: u32, req: &Request<'_>, persist: Persist) {
         let c = &mut self.conns[slot as usize];
         if c.out.capacity() == 0 {
             c.out = self.pool.get();
@@ -541,24 +564,24 @@ impl State {
         let path = req.path;
         if path == b"/healthz" || path == b"/readyz" {
             if !get_or_head {
-                encode::encode_method_not_allowed(&mut c.out, "GET, HEAD", keep_alive, &self.date);
+                encode::encode_method_not_allowed(&mut c.out, "GET, HEAD", head, persist, &self.date);
             } else if path == b"/healthz" || self.shared.ready() {
-                encode::encode_response(&mut c.out, encode::Status::OK, &[], Some("text/plain"), b"ok\n", head, keep_alive, &self.date);
+                encode::encode_response(&mut c.out, Status::Ok, &[], Some("text/plain"), b"ok\n", head, persist, &self.date);
             } else {
-                encode::encode_response(&mut c.out, encode::Status::SERVICE_UNAVAILABLE, &[], Some("text/plain"), b"not ready\n", head, keep_alive, &self.date);
+                encode::encode_response(&mut c.out, Status::ServiceUnavailable, &[], Some("text/plain"), b"not ready\n", head, persist, &self.date);
             }
             return;
         }
         let key = &path[1..];
         if shards::link::validate_key(key).is_err() {
-            encode::encode_not_found(&mut c.out, head, keep_alive, &self.date);
+            encode::encode_not_found(&mut c.out, head, persist, &self.date);
             return;
         }
         if !get_or_head {
-            encode::encode_method_not_allowed(&mut c.out, "GET, HEAD", keep_alive, &self.date);
+            encode::encode_method_not_allowed(&mut c.out, "GET, HEAD", head, persist, &self.date);
             return;
         }
-        match self.lookup(slot, key, keep_alive) {
+        match self.lookup(slot, key, head, persist) {
             Outcome::Done | Outcome::Forwarded => {}
         }
     }
@@ -566,23 +589,23 @@ impl State {
     /// The redirect fast path: a local table hit, or an LRU hit for a foreign key, answer at
     /// once; anything else foreign goes to its owner.
     #[inline]
-    fn lookup(&mut self, slot: u32, key: &[u8], keep_alive: bool) -> Outcome {
+    fn lookup(&mut self, slot: u32, key: &[u8], head: bool, persist: Persist) -> Outcome {
         let owner = self.router.owner(key);
         let c = &mut self.conns[slot as usize];
         if owner.core == self.me {
             match self.store.get(owner.shard, key, self.now_s) {
-                Some(a) => encode::encode_redirect(&mut c.out, a.status, a.target.as_bytes(), keep_alive, &self.date),
-                None => encode::encode_not_found(&mut c.out, false, keep_alive, &self.date),
+                Some(a) => encode::encode_redirect(&mut c.out, a.status, a.target.as_bytes(), persist, &self.date),
+                None => encode::encode_not_found(&mut c.out, head, persist, &self.date),
             }
             return Outcome::Done;
         }
         if let Some(a) = self.lru.get(key) {
             if !a.expired(self.now_s) {
-                encode::encode_redirect(&mut c.out, a.status, a.target.as_bytes(), keep_alive, &self.date);
+                encode::encode_redirect(&mut c.out, a.status, a.target.as_bytes(), persist, &self.date);
                 return Outcome::Done;
             }
             self.lru.remove(key);
-            encode::encode_not_found(&mut c.out, false, keep_alive, &self.date);
+            encode::encode_not_found(&mut c.out, head, persist, &self.date);
             return Outcome::Done;
         }
         let seq = c.next_seq;
@@ -590,7 +613,8 @@ impl State {
         c.pending.push(Pending {
             seq,
             offset: c.out.len(),
-            keep_alive,
+            head,
+            persist,
         });
         let reply = ReplyTo {
             core: self.me as u16,
@@ -635,9 +659,9 @@ impl State {
         self.scratch.clear();
         match answer {
             Some(a) if !a.expired(self.now_s) => {
-                encode::encode_redirect(&mut self.scratch, a.status, a.target.as_bytes(), p.keep_alive, &self.date)
+                encode::encode_redirect(&mut self.scratch, a.status, a.target.as_bytes(), p.persist, &self.date)
             }
-            _ => encode::encode_not_found(&mut self.scratch, false, p.keep_alive, &self.date),
+            _ => encode::encode_not_found(&mut self.scratch, p.head, p.persist, &self.date),
         }
         let n = self.scratch.len();
         c.out.splice(p.offset..p.offset, self.scratch.iter().copied());
@@ -674,7 +698,7 @@ impl State {
                     self.begin_close(slot);
                 } else if c.inbuf.is_empty() {
                     self.pool.put(&mut c.out);
-                    c.deadline_ms = self.now_ms + IDLE_KEEPALIVE_TIMEOUT_MS;
+                    c.deadline_ms = self.now_ms + self.timeouts.idle_ms;
                 }
                 continue;
             }

@@ -1,7 +1,7 @@
 //! The `ricochet` command: `serve` and `import`.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use ricochet::core::{Parking, DEFAULT_SPIN_BEFORE_PARK_US};
+use ricochet::core::{Parking, Timeouts, DEFAULT_SPIN_BEFORE_PARK_US};
 use ricochet::server::{serve, ServeOptions, DEFAULT_LRU_CAPACITY};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -45,6 +45,12 @@ struct ServeArgs {
     /// Entries in each core's LRU of answers from other cores.
     #[arg(long, default_value_t = DEFAULT_LRU_CAPACITY)]
     lru_capacity: usize,
+    /// Close a connection whose request head is not complete this long after its first byte.
+    #[arg(long, default_value_t = ricochet::http::limits::HEADER_TIMEOUT_MS)]
+    header_timeout_ms: u64,
+    /// Close a keep-alive connection idle this long between requests.
+    #[arg(long, default_value_t = ricochet::http::limits::IDLE_KEEPALIVE_TIMEOUT_MS)]
+    idle_timeout_ms: u64,
 }
 
 impl Default for ServeArgs {
@@ -98,6 +104,10 @@ fn main() -> ExitCode {
                 ParkArg::Adaptive => Parking::Adaptive { spin_us: a.spin_us },
             },
             lru_capacity: a.lru_capacity,
+            timeouts: Timeouts {
+                header_ms: a.header_timeout_ms,
+                idle_ms: a.idle_timeout_ms,
+            },
         }),
         Cmd::Import(a) => import(a),
     };

@@ -74,8 +74,13 @@ pub struct ReplyTo {
 pub enum MeshMsg {
     /// "Who does `key` redirect to?", sent to the key's owner.
     Lookup { reply: ReplyTo, key: InlineKey },
-    /// The owner's answer; `None` means no such (live) link.
-    Answer { reply: ReplyTo, answer: Option<Answer> },
+    /// The owner's answer; `None` means no such (live) link. The key comes back so the
+    /// asking core can cache the answer.
+    Answer {
+        reply: ReplyTo,
+        key: InlineKey,
+        answer: Option<Answer>,
+    },
 }
 
 /// One core's doorbell: an eventfd and whether that core is (about to be) asleep on it.

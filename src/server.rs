@@ -4,7 +4,7 @@
 //! Everything that can fail for a reason the operator must fix (a corrupt table, a taken port,
 //! too many cores) fails here, on the main thread, before any executor starts.
 
-use crate::core::{Core, CoreSetup, Parking, Shared};
+use crate::core::{Core, CoreSetup, Parking, Shared, Timeouts};
 use crate::mesh::{Doorbells, Mesh, MeshMsg, MESH_CHANNEL_CAPACITY};
 use crate::router::Router;
 use crate::store::Store;
@@ -44,6 +44,7 @@ pub struct ServeOptions {
     pub public_url: Option<String>,
     pub parking: Parking,
     pub lru_capacity: usize,
+    pub timeouts: Timeouts,
 }
 
 /// Runs the server until SIGTERM/SIGINT has drained it.
@@ -108,6 +109,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             ),
             lru_capacity: opts.lru_capacity,
             shared: shared.clone(),
+            timeouts: opts.timeouts,
         };
         let mesh = mesh.clone();
         let doorbells = doorbells.clone();

@@ -1,0 +1,269 @@
+//! Test harness: real `ricochet` processes over raw TCP.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_ricochet");
+
+/// A link in a test dataset.
+#[derive(Clone, Debug)]
+pub struct Link {
+    pub key: String,
+    pub url: String,
+    pub status: u16,
+}
+
+/// `n` links with keys unique (also ignoring case) and varied statuses.
+pub fn dataset(n: usize, seed: u64) -> Vec<Link> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let alphabet = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-";
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let len = rng.gen_range(3..12);
+        let key: String = (0..len)
+            .map(|_| alphabet[rng.gen_range(0..alphabet.len())] as char)
+            .collect();
+        if !seen.insert(key.to_ascii_lowercase()) {
+            continue;
+        }
+        let status = [301, 302, 302, 302, 307, 308][rng.gen_range(0..6)];
+        let url = format!(
+            "https://example-{}.com/path/{}?q={}",
+            rng.gen_range(0..1000),
+            key,
+            rng.gen::<u32>()
+        );
+        out.push(Link { key, url, status });
+    }
+    out
+}
+
+pub fn write_tsv(path: &Path, links: &[Link]) {
+    let mut s = String::new();
+    for l in links {
+        s.push_str(&format!("{}\t{}\t{}\n", l.key, l.url, l.status));
+    }
+    std::fs::write(path, s).unwrap();
+}
+
+/// Runs `ricochet import` and asserts success.
+pub fn import(data_dir: &Path, links: &[Link]) {
+    let tsv = data_dir.with_extension("tsv");
+    write_tsv(&tsv, links);
+    let out = Command::new(BIN)
+        .args(["import", "--data-dir"])
+        .arg(data_dir)
+        .arg(&tsv)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "import failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A running `ricochet serve`, killed on drop.
+pub struct Server {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Server {
+    /// Starts `ricochet serve` on a free port (port 0: the server reports the real one).
+    pub fn start(data_dir: &Path, extra: &[&str]) -> Server {
+        Self::try_start(data_dir, extra).unwrap_or_else(|e| panic!("server did not start: {e}"))
+    }
+
+    pub fn try_start(data_dir: &Path, extra: &[&str]) -> Result<Server, String> {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0", "--cores", "2", "--data-dir"])
+            .arg(data_dir)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (etx, erx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = etx.send(line);
+            }
+        });
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(line) => {
+                    if let Some(rest) = line.strip_prefix("ricochet listening on ") {
+                        let addr = rest.split_whitespace().next().unwrap().parse().unwrap();
+                        return Ok(Server {
+                            child,
+                            addr,
+                            data_dir: data_dir.to_path_buf(),
+                            stderr: erx,
+                        });
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {}
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                let err: Vec<String> = erx.try_iter().collect();
+                return Err(format!("exited with {status}: {}", err.join("\n")));
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return Err("timed out waiting for the listening line".into());
+            }
+        }
+    }
+
+    pub fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.set_nodelay(true).unwrap();
+        s
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        // SAFETY: sending a signal to our own child process.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "server did not exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn stderr_lines(&self) -> Vec<String> {
+        self.stderr.try_iter().collect()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A parsed HTTP response.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads responses from a stream, keeping leftover bytes between calls.
+pub struct Reader {
+    pub stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Reader {
+    pub fn new(stream: TcpStream) -> Reader {
+        Reader {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap();
+    }
+
+    /// Reads one response; `head_request` says the body is absent whatever Content-Length says.
+    pub fn read_response(&mut self, head_request: bool) -> Response {
+        loop {
+            let mut headers = [httparse::EMPTY_HEADER; 64];
+            let mut resp = httparse::Response::new(&mut headers);
+            if let httparse::Status::Complete(n) = resp.parse(&self.buf).unwrap() {
+                let status = resp.code.unwrap();
+                let hs: Vec<(String, String)> = resp
+                    .headers
+                    .iter()
+                    .map(|h| (h.name.to_string(), String::from_utf8_lossy(h.value).into_owned()))
+                    .collect();
+                let len: usize = if head_request {
+                    0
+                } else {
+                    hs.iter()
+                        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                        .map(|(_, v)| v.parse().unwrap())
+                        .unwrap_or(0)
+                };
+                while self.buf.len() < n + len {
+                    self.fill();
+                }
+                let body = self.buf[n..n + len].to_vec();
+                self.buf.drain(..n + len);
+                return Response {
+                    status,
+                    headers: hs,
+                    body,
+                };
+            }
+            self.fill();
+        }
+    }
+
+    fn fill(&mut self) {
+        let mut tmp = [0u8; 65536];
+        let n = self.stream.read(&mut tmp).unwrap();
+        assert!(n > 0, "connection closed before a full response");
+        self.buf.extend_from_slice(&tmp[..n]);
+    }
+
+    /// True if the peer closed the connection (EOF) within the read timeout.
+    pub fn closed(&mut self) -> bool {
+        let mut tmp = [0u8; 1024];
+        match self.stream.read(&mut tmp) {
+            Ok(0) => true,
+            Ok(n) => {
+                self.buf.extend_from_slice(&tmp[..n]);
+                false
+            }
+            Err(e) => matches!(e.kind(), std::io::ErrorKind::ConnectionReset),
+        }
+    }
+}
+
+pub fn get(key: &str) -> Vec<u8> {
+    format!("GET /{key} HTTP/1.1\r\nHost: t\r\n\r\n").into_bytes()
+}
