@@ -1,3 +1,6 @@
 //! ricochet: a thread-per-core URL shortener and redirect server.
 //!
 //! See ARCHITECTURE.md for the data path and the codemap.
+
+pub mod cache;
+pub mod http;
