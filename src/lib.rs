@@ -2,8 +2,10 @@
 //!
 //! See ARCHITECTURE.md for the data path and the codemap.
 
+pub mod cache;
 pub mod conn;
 pub mod core;
+pub mod http;
 pub mod listener;
 pub mod mesh;
 pub mod ring;

@@ -1,0 +1,310 @@
+//! Per-core LRU cache of answers owned by other cores.
+//!
+//! Fixed capacity, and no allocation after construction: entries live in a preallocated slab,
+//! recency is an intrusive doubly-linked list of `u32` slab indices, and lookups go through an
+//! open-addressing index (linear probing, backward-shift deletion so no tombstones) sized at
+//! construction to at most half full, so it never grows or rehashes. Keys are stored inline.
+
+
+use shards::link::MAX_KEY_BYTES;
+
+/// Default entries per core. 65536: at roughly 100 bytes of key and bookkeeping plus the value
+/// per entry, a few MiB per core, enough to hold the hot set of a skewed (Zipf-like) key
+/// distribution so most cross-core lookups are answered locally.
+pub const DEFAULT_LRU_CAPACITY: usize = 65_536;
+
+/// Largest capacity: slab indices are `u32` with one value reserved as "none", and the index is
+/// twice the capacity rounded up to a power of two.
+pub const MAX_LRU_CAPACITY: usize = 1 << 30;
+
+/// A link key stored inline (no heap), up to [`MAX_KEY_BYTES`].
+#[derive(Clone, Copy)]
+pub struct InlineKey {
+    len: u8,
+    bytes: [u8; MAX_KEY_BYTES],
+}
+
+impl InlineKey {
+    /// Copies `key`; `None` if it is longer than [`MAX_KEY_BYTES`].
+    pub fn new(key: &[u8]) -> Option<InlineKey> {
+        if key.len() > MAX_KEY_BYTES {
+            return None;
+        }
+        let mut bytes = [0; MAX_KEY_BYTES];
+        bytes[..key.len()].copy_from_slice(key);
+        Some(InlineKey {
+            len: key.len() as u8,
+            bytes,
+        })
+    }
+
+    /// The key bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl PartialEq for InlineKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for InlineKey {}
+
+impl std::fmt::Debug for InlineKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "InlineKey({:?})", String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
+/// "No entry" in links and index slots.
+const NIL: u32 = u32::MAX;
+
+struct Entry<V> {
+    key: InlineKey,
+    hash: u64,
+    /// Toward the most recently used end; for free entries unused.
+    prev: u32,
+    /// Toward the least recently used end; for free entries, the next free entry.
+    next: u32,
+    /// `Some` exactly when the entry is in use.
+    value: Option<V>,
+}
+
+/// A fixed-capacity least-recently-used map from link keys to `V`.
+pub struct Lru<V> {
+    entries: Vec<Entry<V>>,
+    /// Open-addressing index: slab index per slot, `NIL` when empty. Length is a power of two.
+    slots: Vec<u32>,
+    /// Most recently used entry.
+    head: u32,
+    /// Least recently used entry (next to evict).
+    tail: u32,
+    /// First free entry, chained through `next`.
+    free: u32,
+    len: usize,
+    hasher: ahash::RandomState,
+}
+
+impl<V> Lru<V> {
+    /// A cache holding at most `n` entries, with all its memory allocated now.
+    ///
+    /// Panics if `n` is 0 or above [`MAX_LRU_CAPACITY`] (a configuration bug).
+    pub fn with_capacity(n: usize) -> Self {
+        assert!(
+            (1..=MAX_LRU_CAPACITY).contains(&n),
+            "LRU capacity must be in 1..={MAX_LRU_CAPACITY}, got {n}"
+        );
+        let entries = (0..n)
+            .map(|i| Entry {
+                key: InlineKey {
+                    len: 0,
+                    bytes: [0; MAX_KEY_BYTES],
+                },
+                hash: 0,
+                prev: NIL,
+                next: if i + 1 < n { (i + 1) as u32 } else { NIL },
+                value: None,
+            })
+            .collect();
+        Lru {
+            entries,
+            slots: vec![NIL; (2 * n).next_power_of_two()],
+            head: NIL,
+            tail: NIL,
+            free: 0,
+            len: 0,
+            // Random keys per process: a remote client choosing keys cannot aim for collisions.
+            hasher: ahash::RandomState::new(),
+        }
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the cache holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Most entries held.
+    pub fn capacity(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The value for `key`, marking it most recently used.
+    pub fn get(&mut self, key: &[u8]) -> Option<&V> {
+        let (_, idx) = self.find(key)?;
+        self.unlink(idx);
+        self.push_front(idx);
+        self.entries[idx as usize].value.as_ref()
+    }
+
+    /// The value for `key` without changing recency.
+    pub fn peek(&self, key: &[u8]) -> Option<&V> {
+        let (_, idx) = self.find(key)?;
+        self.entries[idx as usize].value.as_ref()
+    }
+
+    /// Inserts or replaces `key`'s value and marks it most recently used, evicting the least
+    /// recently used entry when full. A key longer than [`MAX_KEY_BYTES`] cannot name a link and
+    /// is not cached.
+    pub fn insert(&mut self, key: &[u8], v: V) {
+        let Some(inline) = InlineKey::new(key) else {
+            return;
+        };
+        let hash = self.hash(key);
+        if let Some((_, idx)) = self.find_hashed(key, hash) {
+            self.entries[idx as usize].value = Some(v);
+            self.unlink(idx);
+            self.push_front(idx);
+            return;
+        }
+        if self.free == NIL {
+            let lru = self.tail;
+            debug_assert_ne!(lru, NIL);
+            let lru_key = self.entries[lru as usize].key;
+            self.remove(lru_key.as_bytes());
+        }
+        let idx = self.free;
+        let e = &mut self.entries[idx as usize];
+        self.free = e.next;
+        e.key = inline;
+        e.hash = hash;
+        e.value = Some(v);
+        self.push_front(idx);
+        let mut slot = self.home(hash);
+        while self.slots[slot] != NIL {
+            slot = (slot + 1) & self.mask();
+        }
+        self.slots[slot] = idx;
+        self.len += 1;
+    }
+
+    /// Removes `key`, returning its value.
+    pub fn remove(&mut self, key: &[u8]) -> Option<V> {
+        let (slot, idx) = self.find(key)?;
+        self.delete_slot(slot);
+        self.unlink(idx);
+        let e = &mut self.entries[idx as usize];
+        let v = e.value.take();
+        e.next = self.free;
+        self.free = idx;
+        self.len -= 1;
+        v
+    }
+
+    /// Removes every entry (dropping the values), keeping the memory.
+    pub fn clear(&mut self) {
+        let n = self.entries.len();
+        for (i, e) in self.entries.iter_mut().enumerate() {
+            e.value = None;
+            e.prev = NIL;
+            e.next = if i + 1 < n { (i + 1) as u32 } else { NIL };
+        }
+        self.slots.fill(NIL);
+        self.head = NIL;
+        self.tail = NIL;
+        self.free = 0;
+        self.len = 0;
+    }
+
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn mask(&self) -> usize {
+        self.slots.len() - 1
+    }
+
+    fn home(&self, hash: u64) -> usize {
+        // The table is at most half full, so the low bits of a good hash are enough.
+        hash as usize & self.mask()
+    }
+
+    fn find(&self, key: &[u8]) -> Option<(usize, u32)> {
+        if key.len() > MAX_KEY_BYTES {
+            return None;
+        }
+        self.find_hashed(key, self.hash(key))
+    }
+
+    /// (slot, slab index) of `key`.
+    fn find_hashed(&self, key: &[u8], hash: u64) -> Option<(usize, u32)> {
+        let mut slot = self.home(hash);
+        loop {
+            let idx = self.slots[slot];
+            if idx == NIL {
+                return None;
+            }
+            let e = &self.entries[idx as usize];
+            if e.hash == hash && e.key.as_bytes() == key {
+                return Some((slot, idx));
+            }
+            slot = (slot + 1) & self.mask();
+        }
+    }
+
+    /// Empties `slot`, shifting later entries of the probe run back so every entry stays
+    /// reachable from its home slot without tombstones.
+    fn delete_slot(&mut self, mut hole: usize) {
+        let mask = self.mask();
+        let mut slot = hole;
+        loop {
+            slot = (slot + 1) & mask;
+            let idx = self.slots[slot];
+            if idx == NIL {
+                break;
+            }
+            let home = self.home(self.entries[idx as usize].hash);
+            // The entry may move into the hole only if its home is not cyclically within
+            // (hole, slot]; otherwise moving it would put it before its home.
+            let dist_home = slot.wrapping_sub(home) & mask;
+            let dist_hole = slot.wrapping_sub(hole) & mask;
+            if dist_home >= dist_hole {
+                self.slots[hole] = idx;
+                hole = slot;
+            }
+        }
+        self.slots[hole] = NIL;
+    }
+
+    fn unlink(&mut self, idx: u32) {
+        let (prev, next) = {
+            let e = &self.entries[idx as usize];
+            (e.prev, e.next)
+        };
+        if prev == NIL {
+            self.head = next;
+        } else {
+            self.entries[prev as usize].next = next;
+        }
+        if next == NIL {
+            self.tail = prev;
+        } else {
+            self.entries[next as usize].prev = prev;
+        }
+    }
+
+    fn push_front(&mut self, idx: u32) {
+        let old = self.head;
+        {
+            let e = &mut self.entries[idx as usize];
+            e.prev = NIL;
+            e.next = old;
+        }
+        if old == NIL {
+            self.tail = idx;
+        } else {
+            self.entries[old as usize].prev = idx;
+        }
+        self.head = idx;
+    }
+}
+
+#[cfg(test)]
+#[path = "cache_tests.rs"]
+mod tests;

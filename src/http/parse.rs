@@ -1,0 +1,456 @@
+//! Request-head parsing: one request at a time from the front of a read buffer.
+//!
+//! `parse_request` is pure: it borrows the buffer, allocates nothing (httparse's header array is
+//! on the stack) and returns `Ok(None)` until a whole head is present. The caller answers the
+//! request, skips `head_len + content_length` bytes and calls it again for the next pipelined
+//! request.
+//!
+//! Policy (stricter than httparse, which is lenient in places; every rule is tested):
+//! - Every framing ambiguity is a 400 and the connection is closed, because two parties reading
+//!   the same bytes differently is how request smuggling starts: `Content-Length` together with
+//!   `Transfer-Encoding`, two `Content-Length` fields (even equal ones — RFC 9112 §6.3 lets a
+//!   recipient accept identical duplicates, we do not), a `Content-Length` that is not plain
+//!   digits or overflows, obs-fold continuation lines, whitespace between a field name and its
+//!   colon.
+//! - A bare LF as line terminator is rejected (400). httparse accepts it (RFC 9112 §2.2 says a
+//!   recipient MAY); no client we serve sends it, and a proxy in front of us that terminates
+//!   lines differently would again be a smuggling vector.
+//! - `Transfer-Encoding` alone gets 501 Not Implemented and close: we never accept chunked
+//!   bodies (API bodies are small and clients send `Content-Length`), and RFC 9112 §6.1 says a
+//!   server receiving a transfer coding it does not implement answers 501. 411 would wrongly
+//!   tell the client a `Content-Length` alone would do for a request that already framed itself.
+//! - HTTP/1.1 requests need exactly one `Host` (RFC 9112 §3.2, 400 otherwise); more than one
+//!   `Host`, `Authorization` or `Idempotency-Key` is ambiguous and rejected (400) in any version.
+//! - The target must be origin-form (start with `/`); absolute-form and `*` get 400.
+//! - A version other than HTTP/1.0 or HTTP/1.1 that is still shaped `HTTP/x.y` gets 505;
+//!   anything else in the version position is 400.
+
+use super::limits::{MAX_BODY_BYTES, MAX_HEADERS, MAX_HEADER_BYTES, MAX_REQUEST_LINE_BYTES};
+use super::status::Status;
+
+/// Request method. Anything ricochet never routes is `Other` (answered 405 or 404 by the caller).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Method {
+    /// `GET`
+    Get,
+    /// `HEAD`
+    Head,
+    /// `POST`
+    Post,
+    /// `PUT`
+    Put,
+    /// `PATCH`
+    Patch,
+    /// `DELETE`
+    Delete,
+    /// `OPTIONS`
+    Options,
+    /// Any other (syntactically valid) method token.
+    Other,
+}
+
+impl Method {
+    /// Methods are case-sensitive (RFC 9110 §9.1): `get` is `Other`.
+    fn from_token(token: &str) -> Method {
+        match token {
+            "GET" => Method::Get,
+            "HEAD" => Method::Head,
+            "POST" => Method::Post,
+            "PUT" => Method::Put,
+            "PATCH" => Method::Patch,
+            "DELETE" => Method::Delete,
+            "OPTIONS" => Method::Options,
+            _ => Method::Other,
+        }
+    }
+}
+
+/// A parsed request head, borrowing from the read buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request<'b> {
+    /// The method.
+    pub method: Method,
+    /// The target up to but excluding the first `?`. Always starts with `/`.
+    pub path: &'b [u8],
+    /// The query after the first `?` (without it), if the target had a `?`.
+    pub query: Option<&'b [u8]>,
+    /// `0` for HTTP/1.0, `1` for HTTP/1.1.
+    pub minor_version: u8,
+    /// Whether the connection persists after this request: HTTP/1.1 unless `Connection: close`;
+    /// HTTP/1.0 only with `Connection: keep-alive` (and no `close`). Connection options are
+    /// comma-separated tokens matched case-insensitively, across all `Connection` fields.
+    pub keep_alive: bool,
+    /// Bytes of the head, including leading empty lines and the final CRLFCRLF. The body (if any)
+    /// starts here.
+    pub head_len: usize,
+    /// The body length from `Content-Length`, `0` without one. At most [`MAX_BODY_BYTES`].
+    pub content_length: usize,
+    /// The `Authorization` field value, if present.
+    pub authorization: Option<&'b [u8]>,
+    /// The `Idempotency-Key` field value, if present.
+    pub idempotency_key: Option<&'b [u8]>,
+    /// The `Content-Type` field value, if present.
+    pub content_type: Option<&'b [u8]>,
+}
+
+/// Why a request is malformed (all answered 400 Bad Request).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BadRequest {
+    /// httparse rejected the syntax (method token, target characters, field syntax, CR usage).
+    Syntax,
+    /// A line ended in a bare LF instead of CRLF.
+    BareLf,
+    /// A header line started with whitespace (obs-fold) or had whitespace before its colon.
+    HeaderWhitespace,
+    /// The target is not origin-form (does not start with `/`).
+    Target,
+    /// The version field is not `HTTP/x.y`.
+    Version,
+    /// Both `Content-Length` and `Transfer-Encoding`.
+    ContentLengthWithTransferEncoding,
+    /// More than one `Content-Length` field.
+    DuplicateContentLength,
+    /// `Content-Length` is not a plain decimal number or overflows.
+    InvalidContentLength,
+    /// An HTTP/1.1 request without `Host`.
+    MissingHost,
+    /// More than one `Host`, `Authorization` or `Idempotency-Key` field.
+    DuplicateHeader,
+}
+
+/// Why a request head cannot be served. [`ParseError::status`] is the one place mapping parse
+/// failures to response statuses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ParseError {
+    /// Malformed or ambiguous: 400.
+    BadRequest(BadRequest),
+    /// Request line longer than [`MAX_REQUEST_LINE_BYTES`]: 414.
+    UriTooLong,
+    /// Head longer than [`MAX_HEADER_BYTES`]: 431.
+    HeadersTooLarge,
+    /// More than [`MAX_HEADERS`] fields: 431.
+    TooManyHeaders,
+    /// `Content-Length` above [`MAX_BODY_BYTES`]: 413.
+    PayloadTooLarge,
+    /// `Transfer-Encoding` without `Content-Length` (we take no chunked bodies): 501.
+    TransferEncodingNotImplemented,
+    /// `HTTP/x.y` other than 1.0 and 1.1: 505.
+    VersionNotSupported,
+}
+
+impl ParseError {
+    /// The response status for this error.
+    pub fn status(self) -> Status {
+        match self {
+            ParseError::BadRequest(_) => Status::BadRequest,
+            ParseError::UriTooLong => Status::UriTooLong,
+            ParseError::HeadersTooLarge | ParseError::TooManyHeaders => {
+                Status::RequestHeaderFieldsTooLarge
+            }
+            ParseError::PayloadTooLarge => Status::PayloadTooLarge,
+            ParseError::TransferEncodingNotImplemented => Status::NotImplemented,
+            ParseError::VersionNotSupported => Status::HttpVersionNotSupported,
+        }
+    }
+
+    /// Whether the connection must be closed after answering. Always true today: after any of
+    /// these the request's framing is unknown or unread (an oversized head has no known end, a
+    /// refused body was never consumed), so the next request cannot be found reliably. Kept as a
+    /// method so the policy lives here, beside the status mapping.
+    pub fn must_close(self) -> bool {
+        match self {
+            ParseError::BadRequest(_)
+            | ParseError::UriTooLong
+            | ParseError::HeadersTooLarge
+            | ParseError::TooManyHeaders
+            | ParseError::PayloadTooLarge
+            | ParseError::TransferEncodingNotImplemented
+            | ParseError::VersionNotSupported => true,
+        }
+    }
+
+    /// A short human-readable explanation, used as the error response body.
+    pub fn reason(self) -> &'static str {
+        match self {
+            ParseError::BadRequest(b) => match b {
+                BadRequest::Syntax => "malformed request",
+                BadRequest::BareLf => "lines must end in CRLF",
+                BadRequest::HeaderWhitespace => {
+                    "whitespace at the start of a header line or before its colon"
+                }
+                BadRequest::Target => "request target must start with '/'",
+                BadRequest::Version => "malformed HTTP version",
+                BadRequest::ContentLengthWithTransferEncoding => {
+                    "both Content-Length and Transfer-Encoding"
+                }
+                BadRequest::DuplicateContentLength => "more than one Content-Length",
+                BadRequest::InvalidContentLength => "invalid Content-Length",
+                BadRequest::MissingHost => "HTTP/1.1 request without Host",
+                BadRequest::DuplicateHeader => {
+                    "more than one Host, Authorization or Idempotency-Key"
+                }
+            },
+            ParseError::UriTooLong => "request line too long",
+            ParseError::HeadersTooLarge => "request head too large",
+            ParseError::TooManyHeaders => "too many header fields",
+            ParseError::PayloadTooLarge => "request body too large",
+            ParseError::TransferEncodingNotImplemented => "Transfer-Encoding is not supported",
+            ParseError::VersionNotSupported => "only HTTP/1.0 and HTTP/1.1 are supported",
+        }
+    }
+}
+
+impl std::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.reason(), self.status().code())
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// Parses the request head at the front of `buf`.
+///
+/// Returns `Ok(None)` while the head is incomplete and within limits; `Ok(Some(req))` once it is
+/// complete (the body, if any, starts at `req.head_len`; later pipelined requests follow it);
+/// `Err` when the head cannot be served (see [`ParseError::status`]). Limits are enforced while
+/// the head is still arriving, so a client cannot make us buffer past them.
+pub fn parse_request(buf: &[u8]) -> Result<Option<Request<'_>>, ParseError> {
+    check_request_line_len(buf)?;
+
+    // Parse at most MAX_HEADER_BYTES: a head that has not ended by then is too large, and this
+    // bounds the work of re-parsing a partial head on every read.
+    let window = &buf[..buf.len().min(MAX_HEADER_BYTES)];
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let head_len = match req.parse(window) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEADER_BYTES => {
+            return Err(ParseError::HeadersTooLarge)
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(map_httparse_error(e, window)),
+    };
+    let head = &buf[..head_len];
+    if has_bare_lf(head) {
+        return Err(ParseError::BadRequest(BadRequest::BareLf));
+    }
+
+    // httparse guarantees these are set on Complete.
+    let (Some(method), Some(target), Some(minor_version)) = (req.method, req.path, req.version)
+    else {
+        return Err(ParseError::BadRequest(BadRequest::Syntax));
+    };
+    let target = target.as_bytes();
+    if target.first() != Some(&b'/') {
+        return Err(ParseError::BadRequest(BadRequest::Target));
+    }
+    let (path, query) = match memchr::memchr(b'?', target) {
+        Some(i) => (&target[..i], Some(&target[i + 1..])),
+        None => (target, None),
+    };
+
+    let fields = scan_fields(req.headers)?;
+    if fields.transfer_encoding {
+        return Err(if fields.content_length.is_some() {
+            ParseError::BadRequest(BadRequest::ContentLengthWithTransferEncoding)
+        } else {
+            ParseError::TransferEncodingNotImplemented
+        });
+    }
+    let content_length = match fields.content_length {
+        Some(v) => parse_content_length(v)?,
+        None => 0,
+    };
+    if minor_version == 1 && fields.hosts == 0 {
+        return Err(ParseError::BadRequest(BadRequest::MissingHost));
+    }
+    let keep_alive = if minor_version == 1 {
+        !fields.conn_close
+    } else {
+        fields.conn_keep_alive && !fields.conn_close
+    };
+
+    Ok(Some(Request {
+        method: Method::from_token(method),
+        path,
+        query,
+        minor_version,
+        keep_alive,
+        head_len,
+        content_length,
+        authorization: fields.authorization,
+        idempotency_key: fields.idempotency_key,
+        content_type: fields.content_type,
+    }))
+}
+
+/// 414 as soon as the first line provably exceeds the limit, complete or not.
+fn check_request_line_len(buf: &[u8]) -> Result<(), ParseError> {
+    // The line may be MAX bytes plus CRLF, so its LF is at index MAX + 1 at the latest.
+    let search = &buf[..buf.len().min(MAX_REQUEST_LINE_BYTES + 2)];
+    let line_len = match memchr::memchr(b'\n', search) {
+        Some(i) => i,
+        None => search.len(),
+    };
+    // A trailing CR belongs to the terminator (or may, if the LF has not arrived yet).
+    let line = &search[..line_len];
+    let content_len = line.strip_suffix(b"\r").unwrap_or(line).len();
+    if content_len > MAX_REQUEST_LINE_BYTES {
+        return Err(ParseError::UriTooLong);
+    }
+    Ok(())
+}
+
+fn map_httparse_error(e: httparse::Error, window: &[u8]) -> ParseError {
+    match e {
+        httparse::Error::TooManyHeaders => ParseError::TooManyHeaders,
+        httparse::Error::Version => {
+            if version_is_http_shaped(window) {
+                ParseError::VersionNotSupported
+            } else {
+                ParseError::BadRequest(BadRequest::Version)
+            }
+        }
+        httparse::Error::HeaderName if header_line_has_whitespace(window) => {
+            ParseError::BadRequest(BadRequest::HeaderWhitespace)
+        }
+        _ => ParseError::BadRequest(BadRequest::Syntax),
+    }
+}
+
+/// Whether the request line's last word looks like `HTTP/<digit>.<digit>` (an unsupported
+/// version rather than garbage). Only called on the error path.
+fn version_is_http_shaped(window: &[u8]) -> bool {
+    let start = window
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(window.len());
+    let rest = &window[start..];
+    let end = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
+    let line = &rest[..end];
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    // Exactly `method SP target SP version`; more words (a space in the target) is malformed.
+    let mut words = line.split(|&b| b == b' ');
+    let (Some(_), Some(_), Some(version), None) =
+        (words.next(), words.next(), words.next(), words.next())
+    else {
+        return false;
+    };
+    matches!(version, [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
+        if major.is_ascii_digit() && minor.is_ascii_digit())
+}
+
+/// Whether some header line starts with whitespace (obs-fold) or has whitespace right before its
+/// colon: the two header-name errors worth naming. Only called on the error path.
+fn header_line_has_whitespace(window: &[u8]) -> bool {
+    let mut lines = window.split(|&b| b == b'\n').skip_while(|l| l.is_empty() || *l == b"\r");
+    lines.next(); // request line
+    for line in lines {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            break;
+        }
+        if matches!(line[0], b' ' | b'\t') {
+            return true;
+        }
+        if let Some(colon) = memchr::memchr(b':', line) {
+            if colon > 0 && matches!(line[colon - 1], b' ' | b'\t') {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+fn has_bare_lf(head: &[u8]) -> bool {
+    memchr::memchr_iter(b'\n', head).any(|i| i == 0 || head[i - 1] != b'\r')
+}
+
+/// The header fields the server acts on, gathered in one pass.
+#[derive(Default)]
+struct Fields<'b> {
+    content_length: Option<&'b [u8]>,
+    transfer_encoding: bool,
+    hosts: u32,
+    conn_close: bool,
+    conn_keep_alive: bool,
+    authorization: Option<&'b [u8]>,
+    idempotency_key: Option<&'b [u8]>,
+    content_type: Option<&'b [u8]>,
+}
+
+fn scan_fields<'b>(headers: &[httparse::Header<'b>]) -> Result<Fields<'b>, ParseError> {
+    let mut f = Fields::default();
+    for h in headers {
+        let name = h.name.as_bytes();
+        let value = h.value;
+        // Dispatch on length first: most fields (User-Agent, Accept...) fail this cheaply.
+        match name.len() {
+            4 if name.eq_ignore_ascii_case(b"host") => {
+                f.hosts += 1;
+                if f.hosts > 1 {
+                    return Err(ParseError::BadRequest(BadRequest::DuplicateHeader));
+                }
+            }
+            10 if name.eq_ignore_ascii_case(b"connection") => {
+                for token in value.split(|&b| b == b',') {
+                    let token = token.trim_ascii();
+                    if token.eq_ignore_ascii_case(b"close") {
+                        f.conn_close = true;
+                    } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                        f.conn_keep_alive = true;
+                    }
+                }
+            }
+            12 if name.eq_ignore_ascii_case(b"content-type") => f.content_type = Some(value),
+            13 if name.eq_ignore_ascii_case(b"authorization") => {
+                set_once(&mut f.authorization, value)?
+            }
+            14 if name.eq_ignore_ascii_case(b"content-length") => {
+                if f.content_length.is_some() {
+                    return Err(ParseError::BadRequest(BadRequest::DuplicateContentLength));
+                }
+                f.content_length = Some(value);
+            }
+            15 if name.eq_ignore_ascii_case(b"idempotency-key") => {
+                set_once(&mut f.idempotency_key, value)?
+            }
+            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => f.transfer_encoding = true,
+            _ => {}
+        }
+    }
+    Ok(f)
+}
+
+fn set_once<'b>(slot: &mut Option<&'b [u8]>, value: &'b [u8]) -> Result<(), ParseError> {
+    if slot.is_some() {
+        return Err(ParseError::BadRequest(BadRequest::DuplicateHeader));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+/// `Content-Length = 1*DIGIT` (httparse already trimmed surrounding whitespace).
+fn parse_content_length(v: &[u8]) -> Result<usize, ParseError> {
+    if v.is_empty() {
+        return Err(ParseError::BadRequest(BadRequest::InvalidContentLength));
+    }
+    let mut n: usize = 0;
+    for &b in v {
+        if !b.is_ascii_digit() {
+            return Err(ParseError::BadRequest(BadRequest::InvalidContentLength));
+        }
+        n = n
+            .checked_mul(10)
+            .and_then(|n| n.checked_add(usize::from(b - b'0')))
+            .ok_or(ParseError::BadRequest(BadRequest::InvalidContentLength))?;
+    }
+    if n > MAX_BODY_BYTES {
+        return Err(ParseError::PayloadTooLarge);
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+#[path = "parse_tests.rs"]
+mod tests;
