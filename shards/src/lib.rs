@@ -3,3 +3,12 @@
 
 pub mod link;
 pub mod placement;
+pub mod datadir;
+pub mod error;
+mod fsutil;
+pub mod import;
+pub mod manifest;
+pub mod table;
+
+pub use datadir::{DataDir, DirLock};
+pub use error::Error;
