@@ -202,7 +202,10 @@ mod tests {
         )
         .unwrap();
         let e = DataDir::open_or_create(t.path()).unwrap_err();
-        assert!(matches!(e, Error::UnsupportedFormat { found: 7, .. }), "{e}");
+        assert!(
+            matches!(e, Error::UnsupportedFormat { found: 7, .. }),
+            "{e}"
+        );
     }
 
     #[test]
@@ -211,9 +214,15 @@ mod tests {
         let d = DataDir::open_or_create(t.path()).unwrap();
         let held = d.lock_exclusive().unwrap();
         // A second open file description conflicts, as another process's would.
-        let e = DataDir::open(t.path()).unwrap().lock_exclusive().unwrap_err();
+        let e = DataDir::open(t.path())
+            .unwrap()
+            .lock_exclusive()
+            .unwrap_err();
         assert!(matches!(e, Error::Locked { .. }));
-        assert!(e.to_string().contains(&t.path().display().to_string()), "{e}");
+        assert!(
+            e.to_string().contains(&t.path().display().to_string()),
+            "{e}"
+        );
         drop(held);
         d.lock_exclusive().unwrap();
     }

@@ -16,7 +16,8 @@ pub(crate) fn temp_path_for(path: &Path) -> PathBuf {
 /// Flushes a directory entry change (create/rename/unlink) to disk.
 pub(crate) fn fsync_dir(dir: &Path) -> Result<(), Error> {
     let d = File::open(dir).map_err(|e| Error::io(dir, "open directory", e))?;
-    d.sync_all().map_err(|e| Error::io(dir, "fsync directory", e))
+    d.sync_all()
+        .map_err(|e| Error::io(dir, "fsync directory", e))
 }
 
 /// The directory holding `path` (`.` for a bare file name).
@@ -38,7 +39,8 @@ pub(crate) fn write_file_durable(path: &Path, bytes: &[u8]) -> Result<(), Error>
     let tmp = temp_path_for(path);
     let result = (|| {
         let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?;
-        f.write_all(bytes).map_err(|e| Error::io(&tmp, "write", e))?;
+        f.write_all(bytes)
+            .map_err(|e| Error::io(&tmp, "write", e))?;
         f.sync_all().map_err(|e| Error::io(&tmp, "fsync", e))?;
         rename_durable(&tmp, path)
     })();

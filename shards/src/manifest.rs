@@ -70,7 +70,10 @@ impl Manifest {
         if check_shard_count(m.shard_count).is_err() {
             return Err(bad(
                 path,
-                format!("shard_count {} out of range (1..={MAX_SHARD_COUNT})", m.shard_count),
+                format!(
+                    "shard_count {} out of range (1..={MAX_SHARD_COUNT})",
+                    m.shard_count
+                ),
             ));
         }
         Ok(m)
@@ -117,14 +120,23 @@ mod tests {
         m.write(&p).unwrap();
         assert_eq!(Manifest::read(&p).unwrap(), m);
 
-        std::fs::write(&p, r#"{"format_version": 99, "shard_count": 16, "created_at_s": 0}"#)
-            .unwrap();
+        std::fs::write(
+            &p,
+            r#"{"format_version": 99, "shard_count": 16, "created_at_s": 0}"#,
+        )
+        .unwrap();
         let e = Manifest::read(&p).unwrap_err();
-        assert!(matches!(e, Error::UnsupportedFormat { found: 99, .. }), "{e}");
+        assert!(
+            matches!(e, Error::UnsupportedFormat { found: 99, .. }),
+            "{e}"
+        );
         assert!(e.to_string().contains("MANIFEST.json"), "{e}");
 
-        std::fs::write(&p, r#"{"format_version": 1, "shard_count": 0, "created_at_s": 0}"#)
-            .unwrap();
+        std::fs::write(
+            &p,
+            r#"{"format_version": 1, "shard_count": 0, "created_at_s": 0}"#,
+        )
+        .unwrap();
         assert!(matches!(Manifest::read(&p), Err(Error::BadManifest { .. })));
         std::fs::write(&p, "not json").unwrap();
         assert!(matches!(Manifest::read(&p), Err(Error::BadManifest { .. })));

@@ -124,10 +124,19 @@ fn large_table_and_long_values() {
     let long = format!("https://example.com/{}", "x".repeat(8000));
     let links: Vec<OwnedLink> = (0..20_000u64)
         .map(|i| {
-            let t = if i % 1000 == 0 { long.clone() } else { format!("https://e.com/{i}") };
+            let t = if i % 1000 == 0 {
+                long.clone()
+            } else {
+                format!("https://e.com/{i}")
+            };
             link(&format!("k{i:x}"), &t, RedirectStatus::Found, i)
         })
-        .chain(std::iter::once(link(&"Z".repeat(64), "http://h", RedirectStatus::PermanentRedirect, 1)))
+        .chain(std::iter::once(link(
+            &"Z".repeat(64),
+            "http://h",
+            RedirectStatus::PermanentRedirect,
+            1,
+        )))
         .collect();
     let tables = build(dir.path(), 1, &links);
     for l in &links {
@@ -154,14 +163,29 @@ fn writer_rejects_bad_entries() {
         link("a", "https://x", RedirectStatus::Found, 0),
         link("a", "https://y", RedirectStatus::Found, 0),
     ];
-    assert!(matches!(write_table(&p, 0, 1, 0, dup), Err(Error::BadEntry { .. })));
+    assert!(matches!(
+        write_table(&p, 0, 1, 0, dup),
+        Err(Error::BadEntry { .. })
+    ));
     let bad_url = vec![link("a", "ftp://x", RedirectStatus::Found, 0)];
-    assert!(matches!(write_table(&p, 0, 1, 0, bad_url), Err(Error::BadEntry { .. })));
+    assert!(matches!(
+        write_table(&p, 0, 1, 0, bad_url),
+        Err(Error::BadEntry { .. })
+    ));
     let bad_key = vec![link("a/b", "https://x", RedirectStatus::Found, 0)];
-    assert!(matches!(write_table(&p, 0, 1, 0, bad_key), Err(Error::BadEntry { .. })));
+    assert!(matches!(
+        write_table(&p, 0, 1, 0, bad_key),
+        Err(Error::BadEntry { .. })
+    ));
     // "a" lives in exactly one of two shards; writing it to the other is refused.
     let wrong = 1 - shard_of(b"a", 2);
-    let e = write_table(&p, wrong, 2, 0, vec![link("a", "https://x", RedirectStatus::Found, 0)]);
+    let e = write_table(
+        &p,
+        wrong,
+        2,
+        0,
+        vec![link("a", "https://x", RedirectStatus::Found, 0)],
+    );
     assert!(matches!(e, Err(Error::BadEntry { .. })));
     assert!(!p.exists(), "no file left behind on error");
     assert!(!dir.path().join("t.tbl.tmp").exists());
@@ -171,7 +195,14 @@ fn writer_rejects_bad_entries() {
 fn good_table(dir: &Path) -> (std::path::PathBuf, Vec<u8>) {
     let p = dir.join("00000.tbl");
     let links: Vec<OwnedLink> = (0..500u64)
-        .map(|i| link(&format!("key{i}"), &format!("https://example.com/{i}"), RedirectStatus::Found, i))
+        .map(|i| {
+            link(
+                &format!("key{i}"),
+                &format!("https://example.com/{i}"),
+                RedirectStatus::Found,
+                i,
+            )
+        })
         .collect();
     write_table(&p, 0, 1, 0, links).unwrap();
     let bytes = std::fs::read(&p).unwrap();
@@ -183,7 +214,10 @@ fn expect_corrupt(p: &Path, bytes: &[u8], what: &str) {
     match Table::open(p) {
         Err(e @ Error::CorruptTable { .. }) => {
             let msg = e.to_string();
-            assert!(msg.contains("00000.tbl"), "{what}: error must name the file: {msg}");
+            assert!(
+                msg.contains("00000.tbl"),
+                "{what}: error must name the file: {msg}"
+            );
         }
         Err(e) => panic!("{what}: wrong error kind: {e}"),
         Ok(_) => panic!("{what}: corrupt table opened"),
@@ -213,7 +247,12 @@ fn corrupt_tables_are_rejected_with_file_name() {
         h[at] ^= 0x01;
         expect_corrupt(&p, &h, &format!("header byte {at} flipped"));
     }
-    for at in [HEADER_BYTES, HEADER_BYTES + 100, good.len() / 2, good.len() - 1] {
+    for at in [
+        HEADER_BYTES,
+        HEADER_BYTES + 100,
+        good.len() / 2,
+        good.len() - 1,
+    ] {
         let mut b = good.clone();
         b[at] ^= 0x40;
         expect_corrupt(&p, &b, &format!("payload byte {at} flipped"));

@@ -76,7 +76,9 @@ impl Header {
         }
         let header_bytes = u32_at(b, 20);
         if header_bytes as usize != HEADER_BYTES {
-            return Err(format!("header size {header_bytes}, expected {HEADER_BYTES}"));
+            return Err(format!(
+                "header size {header_bytes}, expected {HEADER_BYTES}"
+            ));
         }
         Ok(Header {
             shard: u32_at(b, 12),

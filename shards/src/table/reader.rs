@@ -222,11 +222,16 @@ fn validate_payload(p: &ArchivedPayload, entry_count: u64) -> Result<(), String>
     let records = p.records.as_slice();
     let slots = p.slots.as_slice();
     if slots.is_empty() || slots.len() % 2 != 0 {
-        return Err(format!("index has {} words, expected an even number > 0", slots.len()));
+        return Err(format!(
+            "index has {} words, expected an even number > 0",
+            slots.len()
+        ));
     }
     let n_slots = slots.len() / 2;
     if entry_count >= n_slots as u64 {
-        return Err(format!("{entry_count} entries do not fit an index of {n_slots} slots"));
+        return Err(format!(
+            "{entry_count} entries do not fit an index of {n_slots} slots"
+        ));
     }
     // One bit per possible record start (records are RECORD_ALIGN-aligned).
     let mut starts = vec![0u64; (records.len() / RECORD_ALIGN).div_ceil(64) + 1];
@@ -254,7 +259,9 @@ fn validate_payload(p: &ArchivedPayload, entry_count: u64) -> Result<(), String>
         count += 1;
     }
     if count != entry_count {
-        return Err(format!("header says {entry_count} entries, payload has {count}"));
+        return Err(format!(
+            "header says {entry_count} entries, payload has {count}"
+        ));
     }
     let mut used = 0u64;
     for i in 0..n_slots {
@@ -268,12 +275,16 @@ fn validate_payload(p: &ArchivedPayload, entry_count: u64) -> Result<(), String>
             && start < records.len() as u64
             && starts[bit / 64] & (1 << (bit % 64)) != 0;
         if !is_start {
-            return Err(format!("index slot {i} points at offset {start}, not a record"));
+            return Err(format!(
+                "index slot {i} points at offset {start}, not a record"
+            ));
         }
         used += 1;
     }
     if used != entry_count {
-        return Err(format!("index has {used} entries, header says {entry_count}"));
+        return Err(format!(
+            "index has {used} entries, header says {entry_count}"
+        ));
     }
     Ok(())
 }
