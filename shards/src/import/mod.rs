@@ -104,8 +104,6 @@ pub struct ImportSummary {
     pub links: u64,
     /// Input links already present with the same target and status (skipped).
     pub unchanged: u64,
-    /// Input lines read (including blank and comment lines).
-    pub lines: u64,
     /// Shard tables written.
     pub shards_written: u32,
     /// Total size of the tables written, in bytes.
@@ -205,11 +203,9 @@ fn import_locked(
     let outcome = (|| -> Result<ImportSummary, ImportError> {
         // Pass 1: parse, validate, spill.
         let mut spill = SpillWriter::create(&spill_dir, shard_count.min(MAX_SPILL_FILES))?;
-        let mut lines = 0u64;
         let mut storage_err = None;
         parse::for_each(input, format, &mut |item| match item {
             Ok(rec) => {
-                lines = rec.line;
                 let shard = shard_of(rec.key.as_bytes(), shard_count);
                 match spill.push(rec.line, shard, rec.status, &rec.key, &rec.url) {
                     Ok(()) => ControlFlow::Continue(()),
@@ -219,10 +215,7 @@ fn import_locked(
                     }
                 }
             }
-            Err(e) => {
-                lines = e.line;
-                errors.push(e)
-            }
+            Err(e) => errors.push(e),
         })
         .map_err(|source| ImportError::Input {
             path: opts.input.clone(),
@@ -241,7 +234,6 @@ fn import_locked(
         let mut summary = ImportSummary {
             links: 0,
             unchanged: 0,
-            lines,
             shards_written: 0,
             table_bytes: 0,
             seconds: 0.0,
