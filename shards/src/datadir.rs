@@ -1,0 +1,229 @@
+//! A data dir: `MANIFEST.json`, a `LOCK` file, and `tables/NNNNN.tbl`, one immutable table per
+//! virtual shard that has data. See `docs/storage.md` for the layout.
+
+use crate::error::Error;
+use crate::fsutil;
+use crate::manifest::{Manifest, MANIFEST_FILE};
+use crate::placement::DEFAULT_SHARD_COUNT;
+use crate::table::Table;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// Subdirectory holding shard tables.
+pub const TABLES_DIR: &str = "tables";
+
+/// Name of the lock file taken by whoever writes to or serves from the dir.
+pub const LOCK_FILE: &str = "LOCK";
+
+/// An opened data dir (manifest read and checked).
+#[derive(Debug, Clone)]
+pub struct DataDir {
+    path: PathBuf,
+    manifest: Manifest,
+}
+
+impl DataDir {
+    /// Opens `path`, creating it (with [`DEFAULT_SHARD_COUNT`] shards) if it has no manifest.
+    pub fn open_or_create(path: &Path) -> Result<DataDir, Error> {
+        if path.join(MANIFEST_FILE).exists() {
+            DataDir::open(path)
+        } else {
+            DataDir::create(path, DEFAULT_SHARD_COUNT)
+        }
+    }
+
+    /// Creates a data dir at `path` with `shard_count` shards. The directory may exist but must
+    /// not already have a manifest (a dir's shard count can never change).
+    pub fn create(path: &Path, shard_count: u32) -> Result<DataDir, Error> {
+        let manifest = Manifest::new(shard_count)?;
+        std::fs::create_dir_all(path.join(TABLES_DIR))
+            .map_err(|e| Error::io(path, "create directory", e))?;
+        let mpath = path.join(MANIFEST_FILE);
+        if mpath.exists() {
+            return Err(Error::BadManifest {
+                path: mpath,
+                reason: "data dir already exists; refusing to overwrite its manifest".into(),
+            });
+        }
+        // The tables dir entry must be durable before the manifest claims the dir is complete.
+        fsutil::fsync_dir(path)?;
+        manifest.write(&mpath)?;
+        Ok(DataDir {
+            path: path.to_path_buf(),
+            manifest,
+        })
+    }
+
+    /// Opens an existing data dir; fails with [`Error::NotADataDir`] if it has no manifest.
+    pub fn open(path: &Path) -> Result<DataDir, Error> {
+        let mpath = path.join(MANIFEST_FILE);
+        if !mpath.exists() {
+            return Err(Error::NotADataDir {
+                path: path.to_path_buf(),
+            });
+        }
+        let manifest = Manifest::read(&mpath)?;
+        std::fs::create_dir_all(path.join(TABLES_DIR))
+            .map_err(|e| Error::io(path.join(TABLES_DIR), "create directory", e))?;
+        Ok(DataDir {
+            path: path.to_path_buf(),
+            manifest,
+        })
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Number of virtual shards.
+    pub fn shard_count(&self) -> u32 {
+        self.manifest.shard_count
+    }
+
+    /// The dir's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Directory of the shard tables.
+    pub fn tables_dir(&self) -> PathBuf {
+        self.path.join(TABLES_DIR)
+    }
+
+    /// Where shard `shard`'s table lives, e.g. `tables/00007.tbl`.
+    pub fn table_path(&self, shard: u32) -> PathBuf {
+        self.tables_dir().join(format!("{shard:05}.tbl"))
+    }
+
+    /// Opens shard `shard`'s table, or `None` if the shard has no table yet. Also checks that
+    /// the table really belongs to this shard of this dir.
+    pub fn open_table(&self, shard: u32) -> Result<Option<Table>, Error> {
+        if shard >= self.shard_count() {
+            return Err(Error::ShardOutOfRange {
+                shard,
+                shard_count: self.shard_count(),
+            });
+        }
+        let path = self.table_path(shard);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let table = Table::open(&path)?;
+        if table.shard() != shard || table.shard_count() != self.shard_count() {
+            return Err(Error::CorruptTable {
+                path,
+                reason: format!(
+                    "table is shard {} of {}, expected shard {shard} of {}",
+                    table.shard(),
+                    table.shard_count(),
+                    self.shard_count()
+                ),
+            });
+        }
+        Ok(Some(table))
+    }
+
+    /// Takes the dir's exclusive lock (flock on `LOCK`, non-blocking) so a server and an import
+    /// cannot both use the dir. Released when the [`DirLock`] is dropped or the process exits.
+    pub fn lock_exclusive(&self) -> Result<DirLock, Error> {
+        let path = self.path.join(LOCK_FILE);
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io(&path, "open", e))?;
+        // SAFETY: flock is called on a file descriptor owned by `file`, which outlives the call.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                return Err(Error::Locked {
+                    path: self.path.clone(),
+                });
+            }
+            return Err(Error::io(&path, "flock", err));
+        }
+        Ok(DirLock { _file: file, path })
+    }
+}
+
+/// Holds a data dir's exclusive lock; dropping it releases the lock.
+#[derive(Debug)]
+pub struct DirLock {
+    // Closing the descriptor releases the flock.
+    _file: File,
+    path: PathBuf,
+}
+
+impl DirLock {
+    /// Path of the lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_open_and_paths() {
+        let t = tempfile::tempdir().unwrap();
+        let p = t.path().join("data");
+        let d = DataDir::open_or_create(&p).unwrap();
+        assert_eq!(d.shard_count(), DEFAULT_SHARD_COUNT);
+        assert_eq!(d.table_path(7), p.join("tables/00007.tbl"));
+        assert!(d.open_table(7).unwrap().is_none());
+        assert!(matches!(
+            d.open_table(DEFAULT_SHARD_COUNT),
+            Err(Error::ShardOutOfRange { .. })
+        ));
+        let again = DataDir::open_or_create(&p).unwrap();
+        assert_eq!(again.manifest(), d.manifest());
+        assert!(DataDir::create(&p, 8).is_err());
+
+        let q = t.path().join("small");
+        assert_eq!(DataDir::create(&q, 8).unwrap().shard_count(), 8);
+        assert_eq!(DataDir::open(&q).unwrap().shard_count(), 8);
+        let e = DataDir::open(&t.path().join("nope")).unwrap_err();
+        assert!(matches!(e, Error::NotADataDir { .. }));
+        assert!(e.to_string().contains("nope"));
+    }
+
+    #[test]
+    fn unknown_version_refused() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(
+            t.path().join(MANIFEST_FILE),
+            r#"{"format_version": 7, "shard_count": 4, "created_at_s": 1}"#,
+        )
+        .unwrap();
+        let e = DataDir::open_or_create(t.path()).unwrap_err();
+        assert!(
+            matches!(e, Error::UnsupportedFormat { found: 7, .. }),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn lock_is_exclusive() {
+        let t = tempfile::tempdir().unwrap();
+        let d = DataDir::open_or_create(t.path()).unwrap();
+        let held = d.lock_exclusive().unwrap();
+        // A second open file description conflicts, as another process's would.
+        let e = DataDir::open(t.path())
+            .unwrap()
+            .lock_exclusive()
+            .unwrap_err();
+        assert!(matches!(e, Error::Locked { .. }));
+        assert!(
+            e.to_string().contains(&t.path().display().to_string()),
+            "{e}"
+        );
+        drop(held);
+        d.lock_exclusive().unwrap();
+    }
+}

@@ -1,0 +1,361 @@
+//! Offline bulk import of a link list (TSV, CSV or NDJSON) into a data dir.
+//!
+//! Two passes with bounded memory:
+//! 1. parse and validate every line, spilling valid records to per-bucket temp files under
+//!    `<data dir>/import.spill/` (bucket = shard % [`MAX_SPILL_FILES`]);
+//! 2. for each bucket, load it (memory bounded by one bucket), find duplicate keys, check
+//!    against the shard's existing table, and stage the merged table as
+//!    `tables/NNNNN.tbl.import` (written and fsynced).
+//!
+//! Only if no line was bad are the staged tables renamed into place; otherwise they are
+//! deleted and the data dir's tables are untouched.
+//!
+//! A key that already exists in the data dir with the same target and status is skipped
+//! (counted as `unchanged`), so re-running an import is harmless, including after a crash
+//! during the final renames (which can leave some shards published and others not). A key
+//! that exists with a different target or status is an error.
+//!
+//! The import holds the data dir's exclusive lock, so it cannot run beside a server.
+
+mod error;
+mod parse;
+mod spill;
+
+pub use error::{ImportError, LineError};
+pub use parse::MAX_LINE_BYTES;
+pub use spill::{MAX_SPILL_FILES, SPILL_BUFFER_BYTES};
+
+use crate::datadir::DataDir;
+use crate::manifest::MANIFEST_FILE;
+use crate::placement::{shard_of, DEFAULT_SHARD_COUNT};
+use crate::table::{write_table_file, OwnedLink};
+use spill::{read_bucket, SpillWriter};
+use std::fmt;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Most bad lines kept for the report; further errors are only counted. 100 is enough to
+/// see a pattern without burying the terminal.
+pub const MAX_REPORTED_ERRORS: usize = 100;
+
+/// Name of the spill directory inside the data dir.
+pub const SPILL_DIR: &str = "import.spill";
+
+/// Suffix of a staged (not yet published) table.
+pub const STAGED_SUFFIX: &str = "import";
+
+/// Input format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// `key<TAB>long_url[<TAB>status]`; `#` comment lines and blank lines skipped.
+    Tsv,
+    /// `key,long_url[,status]`, RFC 4180 quoting.
+    Csv,
+    /// One JSON object per line: `{"key": .., "long_url": .., "status": ..}` (status optional).
+    Ndjson,
+}
+
+impl Format {
+    /// The format implied by a file extension (`.tsv`, `.csv`, `.ndjson`, `.jsonl`).
+    pub fn from_path(path: &Path) -> Option<Format> {
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        match ext.as_str() {
+            "tsv" => Some(Format::Tsv),
+            "csv" => Some(Format::Csv),
+            "ndjson" | "jsonl" => Some(Format::Ndjson),
+            _ => None,
+        }
+    }
+}
+
+/// What to import, and how.
+#[derive(Clone, Debug)]
+pub struct ImportOptions {
+    /// The data dir; created if it has no manifest.
+    pub data_dir: PathBuf,
+    /// The link list.
+    pub input: PathBuf,
+    /// The input format; `None` = from the extension.
+    pub format: Option<Format>,
+    /// Stop at the first bad line instead of collecting up to [`MAX_REPORTED_ERRORS`].
+    pub strict: bool,
+    /// Shard count if the data dir is created; ignored for an existing dir.
+    pub shard_count_for_new_dir: u32,
+}
+
+impl ImportOptions {
+    /// Options with the defaults: format from extension, not strict, [`DEFAULT_SHARD_COUNT`].
+    pub fn new(data_dir: impl Into<PathBuf>, input: impl Into<PathBuf>) -> ImportOptions {
+        ImportOptions {
+            data_dir: data_dir.into(),
+            input: input.into(),
+            format: None,
+            strict: false,
+            shard_count_for_new_dir: DEFAULT_SHARD_COUNT,
+        }
+    }
+}
+
+/// What an import did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ImportSummary {
+    /// Links added.
+    pub links: u64,
+    /// Input links already present with the same target and status (skipped).
+    pub unchanged: u64,
+    /// Shard tables written.
+    pub shards_written: u32,
+    /// Total size of the tables written, in bytes.
+    pub table_bytes: u64,
+    /// Wall-clock time of the import.
+    pub seconds: f64,
+}
+
+impl fmt::Display for ImportSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "imported {} links into {} shards ({:.1} MiB) in {:.2} s",
+            self.links,
+            self.shards_written,
+            self.table_bytes as f64 / (1024.0 * 1024.0),
+            self.seconds
+        )?;
+        if self.unchanged > 0 {
+            write!(f, "; {} already present", self.unchanged)?;
+        }
+        Ok(())
+    }
+}
+
+/// Collected line errors.
+struct Errors {
+    list: Vec<LineError>,
+    total: u64,
+    strict: bool,
+}
+
+impl Errors {
+    fn push(&mut self, e: LineError) -> ControlFlow<()> {
+        self.total += 1;
+        if self.list.len() < MAX_REPORTED_ERRORS {
+            self.list.push(e);
+        }
+        if self.strict {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+
+    fn stop(&self) -> bool {
+        self.strict && self.total > 0
+    }
+}
+
+/// Imports `opts.input` into `opts.data_dir`. On any error nothing is imported.
+pub fn run(opts: &ImportOptions) -> Result<ImportSummary, ImportError> {
+    let started = Instant::now();
+    let format = match opts.format {
+        Some(f) => f,
+        None => Format::from_path(&opts.input).ok_or_else(|| ImportError::UnknownFormat {
+            path: opts.input.clone(),
+        })?,
+    };
+    let input = std::fs::File::open(&opts.input).map_err(|source| ImportError::Input {
+        path: opts.input.clone(),
+        source,
+    })?;
+    let dir_existed = opts.data_dir.exists();
+    let created = !opts.data_dir.join(MANIFEST_FILE).exists();
+    let dir = if created {
+        DataDir::create(&opts.data_dir, opts.shard_count_for_new_dir)?
+    } else {
+        DataDir::open(&opts.data_dir)?
+    };
+    let lock = dir.lock_exclusive()?;
+    let result = import_locked(&dir, opts, format, input, started);
+    drop(lock);
+    if result.is_err() && !dir_existed {
+        // The dir exists only because of this failed import; leave nothing behind.
+        let _ = std::fs::remove_dir_all(&opts.data_dir);
+    }
+    result
+}
+
+fn import_locked(
+    dir: &DataDir,
+    opts: &ImportOptions,
+    format: Format,
+    input: std::fs::File,
+    started: Instant,
+) -> Result<ImportSummary, ImportError> {
+    let shard_count = dir.shard_count();
+    let spill_dir = dir.path().join(SPILL_DIR);
+    remove_stale_staged(dir)?;
+    let mut errors = Errors {
+        list: Vec::new(),
+        total: 0,
+        strict: opts.strict,
+    };
+    let mut staged: Vec<(u32, PathBuf)> = Vec::new();
+    let outcome = (|| -> Result<ImportSummary, ImportError> {
+        // Pass 1: parse, validate, spill.
+        let mut spill = SpillWriter::create(&spill_dir, shard_count.min(MAX_SPILL_FILES))?;
+        let mut storage_err = None;
+        parse::for_each(input, format, &mut |item| match item {
+            Ok(rec) => {
+                let shard = shard_of(rec.key.as_bytes(), shard_count);
+                match spill.push(rec.line, shard, rec.status, &rec.key, &rec.url) {
+                    Ok(()) => ControlFlow::Continue(()),
+                    Err(e) => {
+                        storage_err = Some(e);
+                        ControlFlow::Break(())
+                    }
+                }
+            }
+            Err(e) => errors.push(e),
+        })
+        .map_err(|source| ImportError::Input {
+            path: opts.input.clone(),
+            source,
+        })?;
+        if let Some(e) = storage_err {
+            return Err(e.into());
+        }
+        let buckets = spill.finish()?;
+
+        // Pass 2: per bucket, check and stage.
+        let created_at_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let mut summary = ImportSummary {
+            links: 0,
+            unchanged: 0,
+            shards_written: 0,
+            table_bytes: 0,
+            seconds: 0.0,
+        };
+        for (bucket, present) in buckets.iter().enumerate() {
+            if !present || errors.stop() {
+                continue;
+            }
+            let path = SpillWriter::bucket_path(&spill_dir, bucket as u32);
+            let mut recs = read_bucket(&path)?;
+            let _ = std::fs::remove_file(&path);
+            recs.sort_unstable_by(|a, b| {
+                (a.shard, a.key.as_bytes(), a.line).cmp(&(b.shard, b.key.as_bytes(), b.line))
+            });
+            for group in recs.chunk_by(|a, b| a.shard == b.shard) {
+                let shard = group[0].shard;
+                let existing = dir.open_table(shard)?;
+                let mut new_links = Vec::with_capacity(group.len());
+                let mut first_line = 0;
+                for (i, r) in group.iter().enumerate() {
+                    if i > 0 && group[i - 1].key == r.key {
+                        let flow = errors.push(LineError {
+                            line: r.line,
+                            message: format!(
+                                "duplicate key {:?}: also on line {first_line}",
+                                r.key
+                            ),
+                        });
+                        if flow.is_break() {
+                            break;
+                        }
+                        continue;
+                    }
+                    first_line = r.line;
+                    if let Some(old) = existing.as_ref().and_then(|t| t.get(r.key.as_bytes())) {
+                        if old.target == r.url && old.status == r.status {
+                            summary.unchanged += 1;
+                            continue;
+                        }
+                        let flow = errors.push(LineError {
+                            line: r.line,
+                            message: format!(
+                                "key {:?} already exists in the data dir with a different target or status",
+                                r.key
+                            ),
+                        });
+                        if flow.is_break() {
+                            break;
+                        }
+                        continue;
+                    }
+                    new_links.push(r);
+                }
+                if errors.total > 0 || new_links.is_empty() {
+                    // Keep checking the rest of the input, but write nothing.
+                    continue;
+                }
+                let merged = existing
+                    .iter()
+                    .flat_map(|t| t.iter().map(OwnedLink::from))
+                    .chain(new_links.iter().map(|r| OwnedLink {
+                        key: r.key.clone(),
+                        target: r.url.clone(),
+                        status: r.status,
+                        expires_at_s: 0,
+                        created_at_s,
+                        flags: 0,
+                    }));
+                let max_log_seq = existing.as_ref().map_or(0, |t| t.max_log_seq());
+                let staged_path = staged_path(dir, shard);
+                staged.push((shard, staged_path.clone()));
+                let stats =
+                    write_table_file(&staged_path, shard, shard_count, max_log_seq, merged)?;
+                summary.links += new_links.len() as u64;
+                summary.shards_written += 1;
+                summary.table_bytes += stats.file_bytes;
+            }
+        }
+        if errors.total > 0 {
+            let mut list = std::mem::take(&mut errors.list);
+            list.sort_by_key(|e| e.line);
+            return Err(ImportError::BadLines {
+                input: opts.input.clone(),
+                errors: list,
+                total: errors.total,
+            });
+        }
+        // Publish: every staged table is complete and fsynced; rename each into place.
+        for (shard, path) in staged.drain(..) {
+            std::fs::rename(&path, dir.table_path(shard))
+                .map_err(|e| crate::Error::io(dir.table_path(shard), "rename into place", e))?;
+        }
+        crate::fsutil::fsync_dir(&dir.tables_dir())?;
+        summary.seconds = started.elapsed().as_secs_f64();
+        Ok(summary)
+    })();
+    for (_, path) in &staged {
+        let _ = std::fs::remove_file(path);
+    }
+    let _ = std::fs::remove_dir_all(&spill_dir);
+    outcome
+}
+
+fn staged_path(dir: &DataDir, shard: u32) -> PathBuf {
+    let mut name = dir.table_path(shard).into_os_string();
+    name.push(".");
+    name.push(STAGED_SUFFIX);
+    PathBuf::from(name)
+}
+
+/// Removes staged tables left by an import that crashed before publishing.
+fn remove_stale_staged(dir: &DataDir) -> Result<(), crate::Error> {
+    let tables = dir.tables_dir();
+    let entries =
+        std::fs::read_dir(&tables).map_err(|e| crate::Error::io(&tables, "read directory", e))?;
+    let suffix = format!(".tbl.{STAGED_SUFFIX}");
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().ends_with(&suffix) {
+            let p = entry.path();
+            std::fs::remove_file(&p)
+                .map_err(|e| crate::Error::io(&p, "remove stale staged table", e))?;
+        }
+    }
+    Ok(())
+}

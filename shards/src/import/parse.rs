@@ -1,0 +1,236 @@
+//! Reading TSV, CSV and NDJSON link lists into validated records, one at a time.
+
+use super::error::LineError;
+use super::Format;
+use crate::link::{
+    validate_key, validate_url, LinkError, RedirectStatus, MAX_KEY_BYTES, MAX_URL_BYTES,
+};
+use std::borrow::Cow;
+use std::io::{BufRead, Read};
+use std::ops::ControlFlow;
+
+/// Longest input line accepted (TSV, NDJSON), in bytes: a maximal key and URL with room for
+/// JSON quoting and escapes. Longer lines are reported and skipped without being buffered.
+pub const MAX_LINE_BYTES: usize = 4 * (MAX_URL_BYTES + MAX_KEY_BYTES) + 1024;
+
+/// A valid input record.
+pub(crate) struct Record<'a> {
+    pub line: u64,
+    pub key: Cow<'a, str>,
+    pub url: Cow<'a, str>,
+    pub status: RedirectStatus,
+}
+
+/// Calls `each` with every record or bad line of `input`, in order, until it breaks.
+pub(crate) fn for_each<R: Read>(
+    input: R,
+    format: Format,
+    each: &mut dyn FnMut(Result<Record<'_>, LineError>) -> ControlFlow<()>,
+) -> std::io::Result<()> {
+    match format {
+        Format::Tsv | Format::Ndjson => for_each_line(input, format, each),
+        Format::Csv => for_each_csv(input, each),
+    }
+}
+
+fn for_each_line<R: Read>(
+    input: R,
+    format: Format,
+    each: &mut dyn FnMut(Result<Record<'_>, LineError>) -> ControlFlow<()>,
+) -> std::io::Result<()> {
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, input);
+    let mut buf = Vec::with_capacity(1024);
+    let mut line_no = 0u64;
+    let mut first_record = true;
+    loop {
+        buf.clear();
+        let n = (&mut reader)
+            .take(MAX_LINE_BYTES as u64 + 1)
+            .read_until(b'\n', &mut buf)?;
+        if n == 0 {
+            return Ok(());
+        }
+        line_no += 1;
+        if buf.len() > MAX_LINE_BYTES && buf.last() != Some(&b'\n') {
+            skip_rest_of_line(&mut reader)?;
+            let msg = format!("line is longer than {MAX_LINE_BYTES} bytes");
+            if each(Err(LineError {
+                line: line_no,
+                message: msg,
+            }))
+            .is_break()
+            {
+                return Ok(());
+            }
+            continue;
+        }
+        let mut line = buf.as_slice();
+        while let Some((&last, rest)) = line.split_last() {
+            if last == b'\n' || last == b'\r' {
+                line = rest;
+            } else {
+                break;
+            }
+        }
+        if line.iter().all(|b| *b == b' ' || *b == b'\t') {
+            continue;
+        }
+        let flow = match format {
+            Format::Tsv => {
+                if line.starts_with(b"#") {
+                    continue;
+                }
+                let fields: Vec<&[u8]> = line.split(|b| *b == b'\t').collect();
+                if std::mem::take(&mut first_record) && is_header(&fields) {
+                    continue;
+                }
+                each(fields_to_record(line_no, &fields, "tab-separated"))
+            }
+            _ => each(json_to_record(line_no, line)),
+        };
+        if flow.is_break() {
+            return Ok(());
+        }
+    }
+}
+
+fn skip_rest_of_line<R: BufRead>(r: &mut R) -> std::io::Result<()> {
+    loop {
+        let chunk = r.fill_buf()?;
+        if chunk.is_empty() {
+            return Ok(());
+        }
+        if let Some(i) = memchr::memchr(b'\n', chunk) {
+            r.consume(i + 1);
+            return Ok(());
+        }
+        let n = chunk.len();
+        r.consume(n);
+    }
+}
+
+fn for_each_csv<R: Read>(
+    input: R,
+    each: &mut dyn FnMut(Result<Record<'_>, LineError>) -> ControlFlow<()>,
+) -> std::io::Result<()> {
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .buffer_capacity(1 << 20)
+        .from_reader(input);
+    let mut rec = csv::ByteRecord::new();
+    let mut first_record = true;
+    loop {
+        let more = match reader.read_byte_record(&mut rec) {
+            Ok(more) => more,
+            Err(e) => {
+                let line = e.position().map(|p| p.line()).unwrap_or(0);
+                if let csv::ErrorKind::Io(_) = e.kind() {
+                    return Err(std::io::Error::other(e.to_string()));
+                }
+                if each(Err(LineError {
+                    line,
+                    message: e.to_string(),
+                }))
+                .is_break()
+                {
+                    return Ok(());
+                }
+                continue;
+            }
+        };
+        if !more {
+            return Ok(());
+        }
+        let line = rec.position().map(|p| p.line()).unwrap_or(0);
+        let fields: Vec<&[u8]> = rec.iter().collect();
+        if fields
+            .iter()
+            .all(|f| f.iter().all(|b| *b == b' ' || *b == b'\t'))
+        {
+            continue;
+        }
+        if std::mem::take(&mut first_record) && is_header(&fields) {
+            continue;
+        }
+        if each(fields_to_record(line, &fields, "comma-separated")).is_break() {
+            return Ok(());
+        }
+    }
+}
+
+/// A first line `key<sep>long_url[<sep>status]` is a header, not a link ("long_url" is not a
+/// valid URL, so no real link is mistaken for one).
+fn is_header(fields: &[&[u8]]) -> bool {
+    fields.len() >= 2 && fields[0] == b"key" && fields[1] == b"long_url"
+}
+
+fn fields_to_record<'a>(
+    line: u64,
+    fields: &[&'a [u8]],
+    kind: &str,
+) -> Result<Record<'a>, LineError> {
+    let err = |message: String| LineError { line, message };
+    if !(2..=3).contains(&fields.len()) {
+        return Err(err(format!(
+            "expected 2 or 3 {kind} fields (key, long_url[, status]), found {}",
+            fields.len()
+        )));
+    }
+    let key = std::str::from_utf8(fields[0]).map_err(|_| err(LinkError::KeyCharset.to_string()))?;
+    let url = std::str::from_utf8(fields[1]).map_err(|_| err("URL is not valid UTF-8".into()))?;
+    let status = match fields.get(2) {
+        None => RedirectStatus::default(),
+        Some(s) if s.is_empty() => RedirectStatus::default(),
+        Some(s) => std::str::from_utf8(s)
+            .ok()
+            .and_then(|s| s.parse::<u16>().ok())
+            .and_then(RedirectStatus::from_code)
+            .ok_or_else(|| err(LinkError::BadStatus.to_string()))?,
+    };
+    validated(line, Cow::Borrowed(key), Cow::Borrowed(url), status)
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonLine<'a> {
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    #[serde(borrow)]
+    long_url: Cow<'a, str>,
+    #[serde(default)]
+    status: Option<u16>,
+}
+
+fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
+    let err = |message: String| LineError { line, message };
+    let j: JsonLine<'_> =
+        serde_json::from_slice(text).map_err(|e| err(format!("invalid JSON: {e}")))?;
+    let status = match j.status {
+        None => RedirectStatus::default(),
+        Some(c) => {
+            RedirectStatus::from_code(c).ok_or_else(|| err(LinkError::BadStatus.to_string()))?
+        }
+    };
+    validated(line, j.key, j.long_url, status)
+}
+
+fn validated<'a>(
+    line: u64,
+    key: Cow<'a, str>,
+    url: Cow<'a, str>,
+    status: RedirectStatus,
+) -> Result<Record<'a>, LineError> {
+    let err = |e: LinkError| LineError {
+        line,
+        message: e.to_string(),
+    };
+    validate_key(key.as_bytes()).map_err(err)?;
+    validate_url(&url).map_err(err)?;
+    Ok(Record {
+        line,
+        key,
+        url,
+        status,
+    })
+}

@@ -1,0 +1,134 @@
+//! The archived payload: an open-addressed hash index over a blob of link records.
+//!
+//! Chosen over rkyv's `ArchivedHashMap` (SwissTable groups, out-of-line strings) because a hit
+//! here touches only two places: the slot (hash + record offset, 16 bytes, four to a cache
+//! line) and the record, whose fixed fields, key and target sit together. A miss usually
+//! touches only the slot's cache line, since the full 64-bit hash is compared first.
+//!
+//! Record (starts 8-aligned within `records`, little-endian):
+//!
+//! ```text
+//! off  size  field
+//!   0     8  expires_at_s (0 = never)
+//!   8     8  created_at_s
+//!  16     4  flags
+//!  20     4  target_len
+//!  24     2  status (301/302/307/308)
+//!  26     1  key_len
+//!  27     k  key bytes
+//! 27+k    t  target bytes (UTF-8)
+//!            zero padding to a multiple of 8
+//! ```
+
+use crate::link::RedirectStatus;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// What the rkyv payload of a table file holds.
+#[derive(rkyv::Archive, rkyv::Serialize)]
+pub(crate) struct Payload {
+    /// `2 * n_slots` words: `[hash, record_offset + 1]` per slot; offset word 0 = empty slot.
+    pub slots: Vec<u64>,
+    /// Link records, see the module docs.
+    pub records: Vec<u8>,
+}
+
+/// Seed of the in-table index hash. Deliberately not placement's seed 0: every key in one
+/// shard shares the top bits of `xxh3(key, 0)`, which would crowd one region of the index.
+pub(crate) const INDEX_HASH_SEED: u64 = 0x7269_636f_6368_6574; // "ricochet"
+
+/// Share of index slots in use, in percent. 60 keeps linear-probe chains short (a miss scans
+/// about 3 slots on average) at 16 bytes × 1.67 ≈ 27 bytes of index per link.
+pub const INDEX_LOAD_PERCENT: u64 = 60;
+
+/// Fixed part of a record before the key.
+pub(crate) const RECORD_FIXED_BYTES: usize = 27;
+
+/// Records start at multiples of this, so one bit per 8 bytes can mark record starts.
+pub(crate) const RECORD_ALIGN: usize = 8;
+
+#[inline]
+pub(crate) fn index_hash(key: &[u8]) -> u64 {
+    xxh3_64_with_seed(key, INDEX_HASH_SEED)
+}
+
+/// Home slot of hash `h` in an index of `n_slots` (multiply-shift, so any slot count works).
+#[inline]
+pub(crate) fn home_slot(h: u64, n_slots: usize) -> usize {
+    ((u128::from(h) * n_slots as u128) >> 64) as usize
+}
+
+/// Index size for `entries` links: always at least one empty slot, so probing terminates.
+pub(crate) fn slot_count_for(entries: usize) -> usize {
+    let sized = (entries as u64 * 100).div_ceil(INDEX_LOAD_PERCENT) as usize;
+    sized.max(entries + 1)
+}
+
+/// Padded size of a record with a `key_len`-byte key and `target_len`-byte target.
+#[inline]
+pub(crate) fn record_len(key_len: usize, target_len: usize) -> usize {
+    (RECORD_FIXED_BYTES + key_len + target_len).next_multiple_of(RECORD_ALIGN)
+}
+
+/// Appends one record to `out` (which must be at a multiple of [`RECORD_ALIGN`]).
+pub(crate) fn push_record(
+    out: &mut Vec<u8>,
+    key: &[u8],
+    target: &[u8],
+    status: RedirectStatus,
+    expires_at_s: u64,
+    created_at_s: u64,
+    flags: u32,
+) {
+    debug_assert_eq!(out.len() % RECORD_ALIGN, 0);
+    let start = out.len();
+    out.extend_from_slice(&expires_at_s.to_le_bytes());
+    out.extend_from_slice(&created_at_s.to_le_bytes());
+    out.extend_from_slice(&flags.to_le_bytes());
+    out.extend_from_slice(&(target.len() as u32).to_le_bytes());
+    out.extend_from_slice(&status.code().to_le_bytes());
+    out.push(key.len() as u8);
+    out.extend_from_slice(key);
+    out.extend_from_slice(target);
+    out.resize(start + record_len(key.len(), target.len()), 0);
+}
+
+/// A record's fields as byte slices, bounds-checked against `records`.
+pub(crate) struct RawRecord<'a> {
+    pub key: &'a [u8],
+    pub target: &'a [u8],
+    pub status: u16,
+    pub expires_at_s: u64,
+    pub created_at_s: u64,
+    pub flags: u32,
+    /// Offset of the next record.
+    pub next: usize,
+}
+
+/// Parses the record at `off`. `None` if it does not fit in `records` (only possible for a
+/// file that was not written by [`super::write_table`]; open-time validation rejects those).
+#[inline]
+pub(crate) fn read_record(records: &[u8], off: usize) -> Option<RawRecord<'_>> {
+    let fixed: &[u8; RECORD_FIXED_BYTES] = records
+        .get(off..off.checked_add(RECORD_FIXED_BYTES)?)?
+        .try_into()
+        .ok()?;
+    let expires_at_s = u64::from_le_bytes(fixed[0..8].try_into().ok()?);
+    let created_at_s = u64::from_le_bytes(fixed[8..16].try_into().ok()?);
+    let flags = u32::from_le_bytes(fixed[16..20].try_into().ok()?);
+    let target_len = u32::from_le_bytes(fixed[20..24].try_into().ok()?) as usize;
+    let status = u16::from_le_bytes(fixed[24..26].try_into().ok()?);
+    let key_len = fixed[26] as usize;
+    let key_at = off + RECORD_FIXED_BYTES;
+    let target_at = key_at + key_len;
+    let key = records.get(key_at..target_at)?;
+    let target = records.get(target_at..target_at.checked_add(target_len)?)?;
+    Some(RawRecord {
+        key,
+        target,
+        status,
+        expires_at_s,
+        created_at_s,
+        flags,
+        next: off + record_len(key_len, target_len),
+    })
+}

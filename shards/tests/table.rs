@@ -1,0 +1,268 @@
+//! Table build + lookup against a HashMap oracle, and corrupt-file handling.
+
+use proptest::prelude::*;
+use shards::link::RedirectStatus;
+use shards::placement::shard_of;
+use shards::table::{write_table, OwnedLink, Table, HEADER_BYTES};
+use shards::Error;
+use std::collections::HashMap;
+use std::path::Path;
+
+fn link(key: &str, target: &str, status: RedirectStatus, n: u64) -> OwnedLink {
+    OwnedLink {
+        key: key.to_owned(),
+        target: target.to_owned(),
+        status,
+        expires_at_s: n * 3,
+        created_at_s: 1_700_000_000 + n,
+        flags: (n % 7) as u32,
+    }
+}
+
+fn status_strategy() -> impl Strategy<Value = RedirectStatus> {
+    prop_oneof![
+        Just(RedirectStatus::MovedPermanently),
+        Just(RedirectStatus::Found),
+        Just(RedirectStatus::TemporaryRedirect),
+        Just(RedirectStatus::PermanentRedirect),
+    ]
+}
+
+/// Writes `links` (unique keys) as one table per shard under `dir`; returns the tables.
+fn build(dir: &Path, shard_count: u32, links: &[OwnedLink]) -> Vec<Table> {
+    let mut by_shard: Vec<Vec<OwnedLink>> = vec![Vec::new(); shard_count as usize];
+    for l in links {
+        by_shard[shard_of(l.key.as_bytes(), shard_count) as usize].push(l.clone());
+    }
+    by_shard
+        .into_iter()
+        .enumerate()
+        .map(|(s, v)| {
+            let p = dir.join(format!("{s}.tbl"));
+            let stats = write_table(&p, s as u32, shard_count, 42, v.clone()).unwrap();
+            let t = Table::open(&p).unwrap();
+            assert_eq!(stats.entries, v.len() as u64);
+            assert_eq!(stats.file_bytes, t.file_bytes());
+            assert_eq!(t.len(), v.len() as u64);
+            assert_eq!(t.shard(), s as u32);
+            assert_eq!(t.max_log_seq(), 42);
+            t
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn lookups_match_hashmap(
+        keys in proptest::collection::hash_set("[A-Za-z0-9_-]{1,12}", 0..300),
+        absent in proptest::collection::vec("[A-Za-z0-9_-]{1,64}", 0..100),
+        shard_count in 1u32..9,
+        status in status_strategy(),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut keys: Vec<String> = keys.into_iter().collect();
+        keys.sort();
+        // Add case-flipped twins so keys differing only in case coexist.
+        let twins: Vec<String> = keys.iter().take(20).map(|k| {
+            k.chars().map(|c| if c.is_ascii_lowercase() { c.to_ascii_uppercase() } else { c.to_ascii_lowercase() }).collect()
+        }).collect();
+        keys.extend(twins);
+        keys.sort();
+        keys.dedup();
+        let links: Vec<OwnedLink> = keys.iter().enumerate()
+            .map(|(i, k)| link(k, &format!("https://example.com/{i}/{k}"), status, i as u64))
+            .collect();
+        let oracle: HashMap<&str, &OwnedLink> = links.iter().map(|l| (l.key.as_str(), l)).collect();
+        let tables = build(dir.path(), shard_count, &links);
+
+        for probe in keys.iter().chain(absent.iter()) {
+            let s = shard_of(probe.as_bytes(), shard_count);
+            prop_assert!(s < shard_count);
+            let got = tables[s as usize].get(probe.as_bytes());
+            match oracle.get(probe.as_str()) {
+                Some(want) => {
+                    let got = got.expect("present key found");
+                    prop_assert_eq!(got.target, want.target.as_str());
+                    prop_assert_eq!(got.status, want.status);
+                    prop_assert_eq!(got.expires_at_s, want.expires_at_s);
+                    prop_assert_eq!(got.created_at_s, want.created_at_s);
+                    prop_assert_eq!(got.flags, want.flags);
+                }
+                None => prop_assert!(got.is_none(), "absent key {} found", probe),
+            }
+            // A key is only ever in its own shard's table.
+            for (other, t) in tables.iter().enumerate() {
+                if other as u32 != s {
+                    prop_assert!(t.get(probe.as_bytes()).is_none());
+                }
+            }
+        }
+        // iter() returns every entry once, in key order.
+        let mut seen = 0;
+        for t in &tables {
+            let entries: Vec<OwnedLink> = t.iter().map(OwnedLink::from).collect();
+            prop_assert!(entries.windows(2).all(|w| w[0].key < w[1].key));
+            for e in &entries {
+                prop_assert_eq!(Some(&e), oracle.get(e.key.as_str()));
+            }
+            seen += entries.len();
+        }
+        prop_assert_eq!(seen, links.len());
+    }
+
+    #[test]
+    fn shard_of_in_range(key in "[A-Za-z0-9_-]{1,64}", n in 1u32..=65_536) {
+        prop_assert!(shard_of(key.as_bytes(), n) < n);
+    }
+}
+
+#[test]
+fn large_table_and_long_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = format!("https://example.com/{}", "x".repeat(8000));
+    let links: Vec<OwnedLink> = (0..20_000u64)
+        .map(|i| {
+            let t = if i % 1000 == 0 {
+                long.clone()
+            } else {
+                format!("https://e.com/{i}")
+            };
+            link(&format!("k{i:x}"), &t, RedirectStatus::Found, i)
+        })
+        .chain(std::iter::once(link(
+            &"Z".repeat(64),
+            "http://h",
+            RedirectStatus::PermanentRedirect,
+            1,
+        )))
+        .collect();
+    let tables = build(dir.path(), 1, &links);
+    for l in &links {
+        assert_eq!(tables[0].get(l.key.as_bytes()).unwrap().target, l.target);
+    }
+    assert!(tables[0].get(b"nope").is_none());
+    assert!(tables[0].get(b"").is_none());
+}
+
+#[test]
+fn empty_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = &build(dir.path(), 1, &[])[0];
+    assert!(t.is_empty());
+    assert!(t.get(b"a").is_none());
+    assert_eq!(t.iter().count(), 0);
+}
+
+#[test]
+fn writer_rejects_bad_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("t.tbl");
+    let dup = vec![
+        link("a", "https://x", RedirectStatus::Found, 0),
+        link("a", "https://y", RedirectStatus::Found, 0),
+    ];
+    assert!(matches!(
+        write_table(&p, 0, 1, 0, dup),
+        Err(Error::BadEntry { .. })
+    ));
+    let bad_url = vec![link("a", "ftp://x", RedirectStatus::Found, 0)];
+    assert!(matches!(
+        write_table(&p, 0, 1, 0, bad_url),
+        Err(Error::BadEntry { .. })
+    ));
+    let bad_key = vec![link("a/b", "https://x", RedirectStatus::Found, 0)];
+    assert!(matches!(
+        write_table(&p, 0, 1, 0, bad_key),
+        Err(Error::BadEntry { .. })
+    ));
+    // "a" lives in exactly one of two shards; writing it to the other is refused.
+    let wrong = 1 - shard_of(b"a", 2);
+    let e = write_table(
+        &p,
+        wrong,
+        2,
+        0,
+        vec![link("a", "https://x", RedirectStatus::Found, 0)],
+    );
+    assert!(matches!(e, Err(Error::BadEntry { .. })));
+    assert!(!p.exists(), "no file left behind on error");
+    assert!(!dir.path().join("t.tbl.tmp").exists());
+}
+
+/// A valid table file's bytes, for corrupting.
+fn good_table(dir: &Path) -> (std::path::PathBuf, Vec<u8>) {
+    let p = dir.join("00000.tbl");
+    let links: Vec<OwnedLink> = (0..500u64)
+        .map(|i| {
+            link(
+                &format!("key{i}"),
+                &format!("https://example.com/{i}"),
+                RedirectStatus::Found,
+                i,
+            )
+        })
+        .collect();
+    write_table(&p, 0, 1, 0, links).unwrap();
+    let bytes = std::fs::read(&p).unwrap();
+    (p, bytes)
+}
+
+fn expect_corrupt(p: &Path, bytes: &[u8], what: &str) {
+    std::fs::write(p, bytes).unwrap();
+    match Table::open(p) {
+        Err(e @ Error::CorruptTable { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("00000.tbl"),
+                "{what}: error must name the file: {msg}"
+            );
+        }
+        Err(e) => panic!("{what}: wrong error kind: {e}"),
+        Ok(_) => panic!("{what}: corrupt table opened"),
+    }
+}
+
+#[test]
+fn corrupt_tables_are_rejected_with_file_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, good) = good_table(dir.path());
+    assert!(Table::open(&p).is_ok());
+
+    expect_corrupt(&p, &[], "zero-length");
+    expect_corrupt(&p, &good[..HEADER_BYTES - 1], "shorter than header");
+    expect_corrupt(&p, &good[..good.len() - 1], "truncated by one byte");
+    expect_corrupt(&p, &good[..good.len() / 2], "truncated by half");
+    let mut longer = good.clone();
+    longer.push(0);
+    expect_corrupt(&p, &longer, "extended");
+
+    let mut magic = good.clone();
+    magic[0..8].copy_from_slice(b"NOTATABL");
+    expect_corrupt(&p, &magic, "wrong magic");
+
+    for at in [8usize, 12, 24, 40, 48, 60] {
+        let mut h = good.clone();
+        h[at] ^= 0x01;
+        expect_corrupt(&p, &h, &format!("header byte {at} flipped"));
+    }
+    for at in [
+        HEADER_BYTES,
+        HEADER_BYTES + 100,
+        good.len() / 2,
+        good.len() - 1,
+    ] {
+        let mut b = good.clone();
+        b[at] ^= 0x40;
+        expect_corrupt(&p, &b, &format!("payload byte {at} flipped"));
+    }
+    let e = Table::open(&dir.path().join("missing.tbl")).unwrap_err();
+    assert!(e.to_string().contains("missing.tbl"), "{e}");
+}
+
+#[test]
+fn table_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Table>();
+}
