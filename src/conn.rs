@@ -9,8 +9,9 @@ use std::os::fd::RawFd;
 /// Largest number of bytes a connection may have buffered but not yet parsed: a full head plus
 /// the largest body plus one receive buffer. More means the client pipelines far beyond what we
 /// answer per batch; the connection is closed.
-pub const MAX_INBUF_BYTES: usize =
-    crate::http::limits::MAX_HEADER_BYTES + crate::http::limits::MAX_BODY_BYTES + crate::ring::bufring::RECV_BUF_BYTES;
+pub const MAX_INBUF_BYTES: usize = crate::http::limits::MAX_HEADER_BYTES
+    + crate::http::limits::MAX_BODY_BYTES
+    + crate::ring::bufring::RECV_BUF_BYTES;
 
 /// Capacity of a pooled buffer: a 16-deep pipeline of redirects with ~100-byte targets fits.
 pub const POOLED_BUF_BYTES: usize = 8192;
@@ -48,6 +49,8 @@ pub struct Conn {
     pub send_inflight: bool,
     /// A shutdown was issued; the slot is freed once the recv and send have completed.
     pub closing: bool,
+    /// Half-closed after a final response, reading and dropping input until the peer closes.
+    pub lingering: bool,
     /// Close once `out` is sent (a `Connection: close` request, an error, EOF, draining).
     pub close_after_send: bool,
     /// Bytes received but not yet parsed (a partial request, or input that arrived while the
@@ -78,6 +81,7 @@ impl Conn {
             recv_starved: false,
             send_inflight: false,
             closing: false,
+            lingering: false,
             close_after_send: false,
             inbuf: Vec::new(),
             out: Vec::new(),

@@ -11,9 +11,9 @@ use crate::cache::{InlineKey, Lru};
 use crate::conn::{BufPool, Conn, Pending, MAX_INBUF_BYTES};
 use crate::http::date::DateCache;
 use crate::http::encode::{self, Conn as Persist};
-use crate::http::status::Status;
 use crate::http::limits::{MAX_CONNECTIONS_PER_CORE, MAX_PIPELINED_REQUESTS};
 use crate::http::parse::{parse_request, Method, Request};
+use crate::http::status::Status;
 use crate::mesh::{Answer, Mesh, MeshMsg, ReplyTo};
 use crate::ring::bufring::RECV_BUF_GROUP;
 use crate::ring::{Op, Ring, Token};
@@ -28,6 +28,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// How often connection deadlines are checked. Timeouts fire at most this late.
 pub const TIMEOUT_SWEEP_INTERVAL_MS: u64 = 100;
+
+/// After a final response, how long a half-closed connection keeps reading (and discarding)
+/// before it is closed hard. Closing with unread input makes the kernel send RST, which can
+/// destroy the response still in flight (an error answer to an oversized request, say);
+/// lingering first lets the client read it (nginx's `lingering_close`).
+pub const LINGER_MS: u64 = 2_000;
 
 /// Longest a draining core waits for in-flight requests before it exits anyway.
 pub const DRAIN_TIMEOUT_MS: u64 = 10_000;
@@ -62,6 +68,8 @@ pub struct Shared {
     pub cores: usize,
     /// Cores that have opened their shards, joined the mesh and armed their listener.
     pub ready_cores: AtomicUsize,
+    /// Cores whose loop failed (startup waits for readiness or the first failure).
+    pub failed_cores: AtomicUsize,
     /// Set by SIGTERM/SIGINT: stop accepting, finish in-flight requests, exit.
     pub draining: Arc<AtomicBool>,
     pub doorbells: Arc<crate::mesh::Doorbells>,
@@ -69,7 +77,8 @@ pub struct Shared {
 
 impl Shared {
     pub fn ready(&self) -> bool {
-        self.ready_cores.load(Ordering::Acquire) == self.cores && !self.draining.load(Ordering::Relaxed)
+        self.ready_cores.load(Ordering::Acquire) == self.cores
+            && !self.draining.load(Ordering::Relaxed)
     }
 }
 
@@ -197,7 +206,8 @@ impl Core {
 
     /// Runs until drained. Returns an error only if the ring itself fails.
     pub async fn run(mut self, parking: Parking) -> io::Result<()> {
-        let mut cqes: Vec<cqueue::Entry> = Vec::with_capacity(crate::ring::RING_CQ_ENTRIES as usize);
+        let mut cqes: Vec<cqueue::Entry> =
+            Vec::with_capacity(crate::ring::RING_CQ_ENTRIES as usize);
         let mut next_sweep_ms = 0;
         let mut idle_since: Option<Instant> = None;
         self.st.shared.ready_cores.fetch_add(1, Ordering::AcqRel);
@@ -244,8 +254,8 @@ impl Core {
                     idle_since = None;
                 }
             }
-            // Let glommio run the mesh receiver tasks (and anything else it owns).
-            glommio::executor().yield_task_queue_now().await;
+            // glommio's own tasks (none on the redirect path) get the core at its preempt timer.
+            glommio::yield_if_needed().await;
         }
     }
 
@@ -254,9 +264,7 @@ impl Core {
         let bell = self.st.mesh.my_doorbell();
         bell.parked.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        // Anything sent before `parked` became visible is in a channel now: let the receiver
-        // tasks move it to the inbox, then look.
-        glommio::executor().yield_task_queue_now().await;
+        // Anything sent before `parked` became visible is in a queue now: look once more.
         let must_stay_awake = !self.st.mesh.inbox_is_empty()
             || self.st.shared.draining.load(Ordering::Relaxed)
             || self.ring.uring.completion().len() > 0;
@@ -265,14 +273,24 @@ impl Core {
             let args = types::SubmitArgs::new().timespec(&ts);
             match self.ring.uring.submitter().submit_with_args(1, &args) {
                 Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(libc::ETIME) || e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e)
+                    if e.raw_os_error() == Some(libc::ETIME)
+                        || e.raw_os_error() == Some(libc::EINTR) => {}
                 Err(e) => {
-                    self.st.mesh.my_doorbell().parked.store(false, Ordering::SeqCst);
+                    self.st
+                        .mesh
+                        .my_doorbell()
+                        .parked
+                        .store(false, Ordering::SeqCst);
                     return Err(e);
                 }
             }
         }
-        self.st.mesh.my_doorbell().parked.store(false, Ordering::SeqCst);
+        self.st
+            .mesh
+            .my_doorbell()
+            .parked
+            .store(false, Ordering::SeqCst);
         Ok(())
     }
 
@@ -291,7 +309,7 @@ impl Core {
             if c.busy() || !c.out.is_empty() {
                 c.close_after_send = true;
             } else {
-                self.st.begin_close(slot);
+                self.st.begin_close(slot, false);
             }
         }
         self.finish_turn()
@@ -345,7 +363,11 @@ impl Core {
             }
         } else if res != -libc::ECANCELED {
             // EMFILE, ENFILE, ENOBUFS...: keep serving the connections we have.
-            eprintln!("core {}: accept failed: {}", self.st.me, io::Error::from_raw_os_error(-res));
+            eprintln!(
+                "core {}: accept failed: {}",
+                self.st.me,
+                io::Error::from_raw_os_error(-res)
+            );
         }
         if !cqueue::more(flags) && self.st.accepting {
             if let Err(e) = self.arm_accept() {
@@ -358,7 +380,10 @@ impl Core {
         let bid = cqueue::buffer_select(flags);
         let st = &mut self.st;
         let slot = tok.slot;
-        let stale = st.conns.get(slot as usize).is_none_or(|c| !c.live || c.gen != tok.gen);
+        let stale = st
+            .conns
+            .get(slot as usize)
+            .is_none_or(|c| !c.live || c.gen != tok.gen);
         if stale {
             if let Some(bid) = bid {
                 st.recycle.push(bid);
@@ -377,6 +402,8 @@ impl Core {
             let c = &st.conns[slot as usize];
             if !more && c.live && !c.closing {
                 st.arm_recv(slot);
+            } else if c.closing {
+                st.maybe_free(slot);
             }
         } else if res == -libc::ENOBUFS {
             st.conns[slot as usize].recv_starved = true;
@@ -392,7 +419,7 @@ impl Core {
             } else if c.busy() || !c.out.is_empty() {
                 c.close_after_send = true;
             } else {
-                st.begin_close(slot);
+                st.begin_close(slot, false);
             }
         }
     }
@@ -443,6 +470,7 @@ impl State {
         c.send_inflight = false;
         c.closing = false;
         c.close_after_send = false;
+        c.lingering = false;
         c.sent = 0;
         c.next_seq = 0;
         c.dirty = false;
@@ -473,7 +501,7 @@ impl State {
         }
         if c.busy() || !c.inbuf.is_empty() {
             if c.inbuf.len() + data.len() > MAX_INBUF_BYTES {
-                self.begin_close(slot);
+                self.begin_close(slot, false);
                 return;
             }
             if c.inbuf.capacity() == 0 {
@@ -525,7 +553,11 @@ impl State {
                     if data.len() - pos < total {
                         break; // The body is still on its way.
                     }
-                    let persist = if draining { Persist::Close } else { Persist::for_request(&req) };
+                    let persist = if draining {
+                        Persist::Close
+                    } else {
+                        Persist::for_request(&req)
+                    };
                     self.handle(slot, &req, persist);
                     pos += total;
                     answered += 1;
@@ -564,11 +596,35 @@ impl State {
         let path = req.path;
         if path == b"/healthz" || path == b"/readyz" {
             if !get_or_head {
-                encode::encode_method_not_allowed(&mut c.out, "GET, HEAD", head, persist, &self.date);
+                encode::encode_method_not_allowed(
+                    &mut c.out,
+                    "GET, HEAD",
+                    head,
+                    persist,
+                    &self.date,
+                );
             } else if path == b"/healthz" || self.shared.ready() {
-                encode::encode_response(&mut c.out, Status::Ok, &[], Some("text/plain"), b"ok\n", head, persist, &self.date);
+                encode::encode_response(
+                    &mut c.out,
+                    Status::Ok,
+                    &[],
+                    Some("text/plain"),
+                    b"ok\n",
+                    head,
+                    persist,
+                    &self.date,
+                );
             } else {
-                encode::encode_response(&mut c.out, Status::ServiceUnavailable, &[], Some("text/plain"), b"not ready\n", head, persist, &self.date);
+                encode::encode_response(
+                    &mut c.out,
+                    Status::ServiceUnavailable,
+                    &[],
+                    Some("text/plain"),
+                    b"not ready\n",
+                    head,
+                    persist,
+                    &self.date,
+                );
             }
             return;
         }
@@ -594,14 +650,26 @@ impl State {
         let c = &mut self.conns[slot as usize];
         if owner.core == self.me {
             match self.store.get(owner.shard, key, self.now_s) {
-                Some(a) => encode::encode_redirect(&mut c.out, a.status, a.target.as_bytes(), persist, &self.date),
+                Some(a) => encode::encode_redirect(
+                    &mut c.out,
+                    a.status,
+                    a.target.as_bytes(),
+                    persist,
+                    &self.date,
+                ),
                 None => encode::encode_not_found(&mut c.out, head, persist, &self.date),
             }
             return Outcome::Done;
         }
         if let Some(a) = self.lru.get(key) {
             if !a.expired(self.now_s) {
-                encode::encode_redirect(&mut c.out, a.status, a.target.as_bytes(), persist, &self.date);
+                encode::encode_redirect(
+                    &mut c.out,
+                    a.status,
+                    a.target.as_bytes(),
+                    persist,
+                    &self.date,
+                );
                 return Outcome::Done;
             }
             self.lru.remove(key);
@@ -633,7 +701,8 @@ impl State {
                 let owner = self.router.owner(key.as_bytes());
                 debug_assert_eq!(owner.core, self.me, "lookups go to the owner");
                 let answer = self.store.get(owner.shard, key.as_bytes(), self.now_s);
-                self.mesh.send(reply.core as usize, MeshMsg::Answer { reply, key, answer });
+                self.mesh
+                    .send(reply.core as usize, MeshMsg::Answer { reply, key, answer });
             }
             MeshMsg::Answer { reply, key, answer } => {
                 if let Some(a) = &answer {
@@ -658,13 +727,18 @@ impl State {
         let p = c.pending.remove(i);
         self.scratch.clear();
         match answer {
-            Some(a) if !a.expired(self.now_s) => {
-                encode::encode_redirect(&mut self.scratch, a.status, a.target.as_bytes(), p.persist, &self.date)
-            }
+            Some(a) if !a.expired(self.now_s) => encode::encode_redirect(
+                &mut self.scratch,
+                a.status,
+                a.target.as_bytes(),
+                p.persist,
+                &self.date,
+            ),
             _ => encode::encode_not_found(&mut self.scratch, p.head, p.persist, &self.date),
         }
         let n = self.scratch.len();
-        c.out.splice(p.offset..p.offset, self.scratch.iter().copied());
+        c.out
+            .splice(p.offset..p.offset, self.scratch.iter().copied());
         for later in c.pending.iter_mut().filter(|q| q.offset >= p.offset) {
             later.offset += n;
         }
@@ -695,7 +769,7 @@ impl State {
             }
             if c.out.is_empty() {
                 if c.close_after_send {
-                    self.begin_close(slot);
+                    self.begin_close(slot, true);
                 } else if c.inbuf.is_empty() {
                     self.pool.put(&mut c.out);
                     c.deadline_ms = self.now_ms + self.timeouts.idle_ms;
@@ -733,7 +807,7 @@ impl State {
             return;
         }
         if res < 0 {
-            self.begin_close(slot);
+            self.begin_close(slot, false);
             return;
         }
         c.sent += res as usize;
@@ -744,7 +818,7 @@ impl State {
         c.out.clear();
         c.sent = 0;
         if c.close_after_send {
-            self.begin_close(slot);
+            self.begin_close(slot, true);
             return;
         }
         if !c.inbuf.is_empty() {
@@ -754,14 +828,33 @@ impl State {
         }
     }
 
-    /// Shuts the socket down; the slot is freed once its recv and send have completed.
-    fn begin_close(&mut self, slot: u32) {
+    /// Shuts the socket down; the slot is freed once its recv and send have completed. With
+    /// `linger`, only our side is shut (FIN after the last response) and input is read and
+    /// dropped until the peer closes or [`LINGER_MS`] pass (see there).
+    fn begin_close(&mut self, slot: u32, linger: bool) {
         let c = &mut self.conns[slot as usize];
         if c.closing {
+            if !linger && c.lingering {
+                // Lingered long enough: now shut the read side too, ending the recv.
+                c.lingering = false;
+                let sqe = opcode::Shutdown::new(types::Fd(c.fd), libc::SHUT_RDWR)
+                    .build()
+                    .user_data(Token::new(Op::Close, slot, c.gen).encode());
+                self.sqes.push(sqe);
+            }
             return;
         }
         c.closing = true;
-        let sqe = opcode::Shutdown::new(types::Fd(c.fd), libc::SHUT_RDWR)
+        c.lingering = linger && c.recv_armed;
+        let how = if c.lingering {
+            libc::SHUT_WR
+        } else {
+            libc::SHUT_RDWR
+        };
+        if c.lingering {
+            c.deadline_ms = self.now_ms + LINGER_MS;
+        }
+        let sqe = opcode::Shutdown::new(types::Fd(c.fd), how)
             .build()
             .user_data(Token::new(Op::Close, slot, c.gen).encode());
         self.sqes.push(sqe);
@@ -798,8 +891,9 @@ impl State {
         let now = self.now_ms;
         for slot in 0..self.conns.len() as u32 {
             let c = &self.conns[slot as usize];
-            if c.live && !c.closing && c.deadline_ms != 0 && now >= c.deadline_ms && !c.busy() {
-                self.begin_close(slot);
+            let due = c.live && c.deadline_ms != 0 && now >= c.deadline_ms;
+            if due && (c.lingering || (!c.closing && !c.busy())) {
+                self.begin_close(slot, false);
             }
         }
     }

@@ -30,7 +30,8 @@ pub fn open(addr: SocketAddr, cores: usize) -> Result<(Vec<RawFd>, SocketAddr), 
     let mut fds = Vec::with_capacity(cores);
     let mut bound = addr;
     for _ in 0..cores {
-        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(io)?;
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
+            .map_err(io)?;
         sock.set_reuse_address(true).map_err(io)?;
         sock.set_reuse_port(true).map_err(io)?;
         // Accepted sockets inherit TCP_NODELAY: we write once per read batch, and Nagle would
@@ -55,7 +56,8 @@ pub fn open(addr: SocketAddr, cores: usize) -> Result<(Vec<RawFd>, SocketAddr), 
 /// SO_REUSEPORT) to `addr`: that fails exactly when some socket is listening there.
 fn probe_free(addr: SocketAddr) -> Result<(), ListenError> {
     let io = |source| ListenError::Io { addr, source };
-    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(io)?;
+    let probe =
+        Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(io)?;
     probe.set_reuse_address(true).map_err(io)?;
     match probe.bind(&addr.into()) {
         Ok(()) => Ok(()),

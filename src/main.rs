@@ -8,7 +8,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "ricochet", version, about = "Thread-per-core URL shortener and redirect server")]
+#[command(
+    name = "ricochet",
+    version,
+    about = "Thread-per-core URL shortener and redirect server"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Option<Cmd>,
@@ -53,12 +57,6 @@ struct ServeArgs {
     idle_timeout_ms: u64,
 }
 
-impl Default for ServeArgs {
-    fn default() -> Self {
-        ServeArgs::parse_from(["serve"])
-    }
-}
-
 #[derive(Clone, Copy, ValueEnum)]
 enum ParkArg {
     Adaptive,
@@ -93,7 +91,11 @@ enum FormatArg {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.cmd.unwrap_or_else(|| Cmd::Serve(ServeArgs::default())) {
+    // No subcommand means `serve` with its defaults.
+    let cmd = cli
+        .cmd
+        .or_else(|| Cli::parse_from(["ricochet", "serve"]).cmd);
+    let result = match cmd.expect("clap parsed a subcommand") {
         Cmd::Serve(a) => serve(ServeOptions {
             data_dir: a.data_dir,
             listen: a.listen,

@@ -1,26 +1,31 @@
-//! Cross-core messages over glommio's channel mesh, and the doorbells that wake a parked core.
+//! Cross-core messages, and the doorbells that wake a parked core.
 //!
 //! A request for a key another core owns becomes a [`MeshMsg::Lookup`] to the owner, which
 //! answers with [`MeshMsg::Answer`]. Messages are plain values (the key travels inline, targets
 //! are `&'static` table bytes or a shared `Arc<str>`), so forwarding allocates nothing.
 //!
-//! glommio only wakes a receiver whose executor sleeps in glommio's own reactor; ricochet's
-//! cores sleep in their socket ring instead (see `core::Parking`). So each core also has a
-//! doorbell: an eventfd its ring always has a read armed on, plus a `parked` flag. A sender
-//! pushes its message, then (after a SeqCst fence) rings the doorbell only if the peer is
-//! parked; the peer sets `parked`, fences, and checks its inbox once more before sleeping.
-//! One of the two always sees the other (Dekker), so no message waits for a timeout.
+//! The mesh is one bounded lock-free queue (crossbeam `ArrayQueue`) per ordered pair of cores,
+//! polled by the receiving core's loop every turn. It was first built on glommio's channel
+//! mesh, and measured: glommio delivers a shared-channel message only when the receiving
+//! executor's reactor runs, and a socket loop that is always runnable lets the reactor run only
+//! at glommio's preempt timer (100 ms by default), so every forwarded request took 100 ms
+//! (200 ms with the answer's hop); shrinking the preempt timer to tens of microseconds starved
+//! the loop instead. Polling our own queues costs a few loads per turn and adds no latency.
+//!
+//! A parked core (sleeping in its socket ring, see `core::Parking`) is woken by its doorbell:
+//! an eventfd its ring always has a read armed on, plus a `parked` flag. A sender pushes its
+//! message, then (after a SeqCst fence) rings the doorbell only if the peer is parked; the
+//! peer sets `parked`, fences, and checks its queues once more before sleeping. One of the two
+//! always sees the other (Dekker), so no message waits for a timeout.
 
 use crate::cache::InlineKey;
-use glommio::channels::channel_mesh::{Receivers, Senders};
+use crossbeam::queue::ArrayQueue;
 use shards::link::RedirectStatus;
-use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::rc::Rc;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// Capacity of each core-to-core channel. A full channel is not an error: the sender keeps the
+/// Capacity of each core-to-core queue. A full queue is not an error: the sender keeps the
 /// message in its outbox and retries next loop turn.
 pub const MESH_CHANNEL_CAPACITY: usize = 4096;
 
@@ -133,42 +138,49 @@ impl Drop for Doorbells {
     }
 }
 
+/// The queues between every ordered pair of cores: `queues[from * cores + to]`.
+pub struct MeshQueues {
+    cores: usize,
+    queues: Vec<ArrayQueue<MeshMsg>>,
+}
+
+impl MeshQueues {
+    pub fn new(cores: usize) -> MeshQueues {
+        MeshQueues {
+            cores,
+            queues: (0..cores * cores)
+                .map(|_| ArrayQueue::new(MESH_CHANNEL_CAPACITY))
+                .collect(),
+        }
+    }
+
+    #[inline]
+    fn queue(&self, from: usize, to: usize) -> &ArrayQueue<MeshMsg> {
+        &self.queues[from * self.cores + to]
+    }
+}
+
 /// A core's end of the mesh.
 pub struct Mesh {
     me: usize,
-    senders: Senders<MeshMsg>,
-    /// Filled by one glommio task per peer (see [`Mesh::start`]), drained by the core loop.
-    inbox: Rc<RefCell<VecDeque<MeshMsg>>>,
-    /// Messages a full channel refused, retried next turn, in order, per peer.
+    queues: Arc<MeshQueues>,
+    /// Messages a full queue refused, retried next turn, in order, per peer.
     outbox: Vec<VecDeque<MeshMsg>>,
     doorbells: Arc<Doorbells>,
+    /// The peer to poll first next time, so no peer's queue is always drained last.
+    next_peer: usize,
 }
 
 impl Mesh {
-    /// Wraps this core's joined mesh and spawns the receiver tasks.
-    pub fn start(
-        senders: Senders<MeshMsg>,
-        mut receivers: Receivers<MeshMsg>,
-        doorbells: Arc<Doorbells>,
-    ) -> Mesh {
-        let me = senders.peer_id();
-        let peers = senders.nr_consumers();
-        let inbox = Rc::new(RefCell::new(VecDeque::with_capacity(MESH_CHANNEL_CAPACITY)));
-        for (_peer, rx) in receivers.streams() {
-            let inbox = inbox.clone();
-            glommio::spawn_local(async move {
-                while let Some(msg) = rx.recv().await {
-                    inbox.borrow_mut().push_back(msg);
-                }
-            })
-            .detach();
-        }
+    pub fn new(me: usize, queues: Arc<MeshQueues>, doorbells: Arc<Doorbells>) -> Mesh {
+        let cores = queues.cores;
+        assert!(me < cores && doorbells.0.len() == cores);
         Mesh {
             me,
-            senders,
-            inbox,
-            outbox: (0..peers).map(|_| VecDeque::new()).collect(),
+            queues,
+            outbox: (0..cores).map(|_| VecDeque::new()).collect(),
             doorbells,
+            next_peer: 0,
         }
     }
 
@@ -176,20 +188,16 @@ impl Mesh {
         self.me
     }
 
-    /// Sends `msg` to `core`, queueing it locally if the channel is full.
+    /// Sends `msg` to `core`, queueing it locally if the queue is full.
     pub fn send(&mut self, core: usize, msg: MeshMsg) {
         debug_assert_ne!(core, self.me, "a core does not forward to itself");
         if !self.outbox[core].is_empty() {
             self.outbox[core].push_back(msg);
             return;
         }
-        match self.senders.try_send_to(core, msg) {
+        match self.queues.queue(self.me, core).push(msg) {
             Ok(()) => self.doorbells.ring(core),
-            Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(msg))) => {
-                self.outbox[core].push_back(msg)
-            }
-            // The peer is gone: only during shutdown, when nobody waits for the answer.
-            Err(_) => {}
+            Err(msg) => self.outbox[core].push_back(msg),
         }
     }
 
@@ -199,14 +207,13 @@ impl Mesh {
         for core in 0..self.outbox.len() {
             let mut sent = false;
             while let Some(msg) = self.outbox[core].pop_front() {
-                match self.senders.try_send_to(core, msg) {
+                match self.queues.queue(self.me, core).push(msg) {
                     Ok(()) => sent = true,
-                    Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(msg))) => {
+                    Err(msg) => {
                         self.outbox[core].push_front(msg);
                         left = true;
                         break;
                     }
-                    Err(_) => {}
                 }
             }
             if sent {
@@ -216,14 +223,28 @@ impl Mesh {
         left
     }
 
-    /// Takes the next received message.
+    /// Takes the next received message, visiting peers round-robin.
     #[inline]
-    pub fn pop(&self) -> Option<MeshMsg> {
-        self.inbox.borrow_mut().pop_front()
+    pub fn pop(&mut self) -> Option<MeshMsg> {
+        let cores = self.queues.cores;
+        for i in 0..cores {
+            let peer = (self.next_peer + i) % cores;
+            if peer == self.me {
+                continue;
+            }
+            if let Some(m) = self.queues.queue(peer, self.me).pop() {
+                self.next_peer = (peer + 1) % cores;
+                return Some(m);
+            }
+        }
+        None
     }
 
+    /// Whether any peer has sent us something not yet popped.
     pub fn inbox_is_empty(&self) -> bool {
-        self.inbox.borrow().is_empty()
+        (0..self.queues.cores)
+            .filter(|&p| p != self.me)
+            .all(|p| self.queues.queue(p, self.me).is_empty())
     }
 
     /// This core's doorbell.

@@ -24,7 +24,10 @@ pub struct Owner {
 impl Router {
     pub fn new(shard_count: u32, cores: usize) -> Router {
         assert!(shard_count > 0, "a data dir has at least one shard");
-        assert!(cores > 0 && cores <= shard_count as usize, "more cores than shards");
+        assert!(
+            cores > 0 && cores <= shard_count as usize,
+            "more cores than shards"
+        );
         Router {
             shard_count,
             cores: cores as u32,
@@ -78,7 +81,10 @@ mod tests {
                 }
             }
             assert!(seen.iter().all(|&n| n == 1));
-            let (min, max) = (per_core.iter().min().unwrap(), per_core.iter().max().unwrap());
+            let (min, max) = (
+                per_core.iter().min().unwrap(),
+                per_core.iter().max().unwrap(),
+            );
             assert!(max - min <= 1, "{per_core:?}");
         }
     }

@@ -5,11 +5,10 @@
 //! too many cores) fails here, on the main thread, before any executor starts.
 
 use crate::core::{Core, CoreSetup, Parking, Shared, Timeouts};
-use crate::mesh::{Doorbells, Mesh, MeshMsg, MESH_CHANNEL_CAPACITY};
+use crate::mesh::{Doorbells, Mesh, MeshQueues};
 use crate::router::Router;
 use crate::store::Store;
 use anyhow::{bail, Context};
-use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::{LocalExecutorBuilder, Placement};
 use shards::datadir::DataDir;
 use shards::table::Table;
@@ -73,7 +72,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
 
     let started = Instant::now();
     let tables = open_tables(&dir, &router)?;
-    let links: usize = tables.iter().flatten().map(|t| t.len()).sum();
+    let links: u64 = tables.iter().flatten().map(|t| t.len()).sum();
     let open_ms = started.elapsed().as_secs_f64() * 1e3;
 
     let io_memory = size_io_memory(cores);
@@ -85,11 +84,12 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let shared = Arc::new(Shared {
         cores,
         ready_cores: AtomicUsize::new(0),
+        failed_cores: AtomicUsize::new(0),
         draining,
         doorbells: doorbells.clone(),
     });
 
-    let mesh = MeshBuilder::<MeshMsg, _>::full(cores, MESH_CHANNEL_CAPACITY);
+    let queues = Arc::new(MeshQueues::new(cores));
     let mut handles = Vec::with_capacity(cores);
     for (core, &cpu) in cpus.iter().take(cores).enumerate() {
         let setup = CoreSetup {
@@ -111,27 +111,35 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             shared: shared.clone(),
             timeouts: opts.timeouts,
         };
-        let mesh = mesh.clone();
+        let queues = queues.clone();
         let doorbells = doorbells.clone();
+        let shared_c = shared.clone();
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("ricochet-core-{core}"))
             .io_memory(io_memory)
             .spawn(move || async move {
                 // glommio's first timer costs ~11 ms; pay it before taking traffic.
                 glommio::timer::sleep(Duration::from_micros(10)).await;
-                let (senders, receivers) = mesh.join().await.expect("joining the core mesh");
-                let mesh = Mesh::start(senders, receivers, doorbells);
+                let mesh = Mesh::new(core, queues, doorbells);
                 let parking = setup.parking;
-                let core = Core::new(setup, mesh)?;
-                core.run(parking).await
+                let result = match Core::new(setup, mesh) {
+                    Ok(core) => core.run(parking).await,
+                    Err(e) => Err(e),
+                };
+                if result.is_err() {
+                    shared_c.failed_cores.fetch_add(1, Ordering::AcqRel);
+                }
+                result
             })
-            .with_context(|| format!("starting the executor for core {core} on CPU {cpu}"))?;
+            .map_err(|e| {
+                anyhow::anyhow!("starting the executor for core {core} on CPU {cpu}: {e}")
+            })?;
         handles.push(handle);
     }
 
     let deadline = Instant::now() + Duration::from_millis(STARTUP_TIMEOUT_MS);
     while shared.ready_cores.load(Ordering::Acquire) < cores {
-        if Instant::now() > deadline || handles.iter().any(|h| h.is_finished()) {
+        if Instant::now() > deadline || shared.failed_cores.load(Ordering::Acquire) > 0 {
             shared.draining.store(true, Ordering::SeqCst);
             for (i, h) in handles.into_iter().enumerate() {
                 if let Ok(Err(e)) = h.join() {
@@ -207,7 +215,8 @@ fn allowed_cpus() -> std::io::Result<Vec<usize>> {
     // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most its size.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: pid 0 is the calling thread; the pointer and size describe `set`.
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -254,7 +263,10 @@ fn size_io_memory(cores: usize) -> usize {
 
 /// SIGTERM/SIGINT: set the draining flag and ring every core's doorbell (both are
 /// async-signal-safe: an atomic store and `write(2)`).
-fn install_signal_handlers(draining: &Arc<AtomicBool>, doorbells: &Arc<Doorbells>) -> anyhow::Result<()> {
+fn install_signal_handlers(
+    draining: &Arc<AtomicBool>,
+    doorbells: &Arc<Doorbells>,
+) -> anyhow::Result<()> {
     let fds: Vec<i32> = doorbells.0.iter().map(|d| d.fd).collect();
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         let draining = draining.clone();

@@ -17,7 +17,12 @@ fn served(n: usize, seed: u64) -> (tempfile::TempDir, Vec<Link>, Server) {
 
 fn check_redirect(r: &Response, l: &Link) {
     assert_eq!(r.status, l.status, "status for {}", l.key);
-    assert_eq!(r.header("location"), Some(l.url.as_str()), "location for {}", l.key);
+    assert_eq!(
+        r.header("location"),
+        Some(l.url.as_str()),
+        "location for {}",
+        l.key
+    );
     assert_eq!(r.header("content-length"), Some("0"));
     let cc = r.header("cache-control").unwrap();
     if l.status == 301 || l.status == 308 {
@@ -83,7 +88,13 @@ fn errors_and_methods() {
     assert_eq!(resp.status, 404);
     assert!(!resp.body.is_empty() && resp.body.len() < 64);
 
-    r.send(format!("POST /{} HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc", l.key).as_bytes());
+    r.send(
+        format!(
+            "POST /{} HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabc",
+            l.key
+        )
+        .as_bytes(),
+    );
     let resp = r.read_response(false);
     assert_eq!(resp.status, 405);
     assert_eq!(resp.header("allow"), Some("GET, HEAD"));
@@ -101,7 +112,13 @@ fn errors_and_methods() {
     let flipped: String = l
         .key
         .chars()
-        .map(|c| if c.is_ascii_lowercase() { c.to_ascii_uppercase() } else { c.to_ascii_lowercase() })
+        .map(|c| {
+            if c.is_ascii_lowercase() {
+                c.to_ascii_uppercase()
+            } else {
+                c.to_ascii_lowercase()
+            }
+        })
         .collect();
     if flipped != l.key {
         r.send(&get(&flipped));
@@ -110,14 +127,14 @@ fn errors_and_methods() {
 
     let cases: Vec<(Vec<u8>, u16)> = vec![
         (b"GARBAGE\r\n\r\n".to_vec(), 400),
-        (format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(20_000)).into_bytes(), 414),
+        (format!("GET /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(20_000)).into_bytes(), 414),
         (
-            format!("GET /x HTTP/1.1\r\nX-Big: {}\r\n\r\n", "b".repeat(40_000)).into_bytes(),
+            format!("GET /x HTTP/1.1\r\nHost: t\r\nX-Big: {}\r\n\r\n", "b".repeat(40_000)).into_bytes(),
             431,
         ),
         (
             {
-                let mut s = String::from("GET /x HTTP/1.1\r\n");
+                let mut s = String::from("GET /x HTTP/1.1\r\nHost: t\r\n");
                 for i in 0..200 {
                     s.push_str(&format!("X-H{i}: v\r\n"));
                 }
@@ -127,22 +144,27 @@ fn errors_and_methods() {
             431,
         ),
         (
-            b"POST /x HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\nabc".to_vec(),
+            b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\nabc".to_vec(),
             400,
         ),
         (
-            b"POST /x HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc".to_vec(),
+            b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nabc".to_vec(),
             400,
         ),
-        (b"POST /x HTTP/1.1\r\nContent-Length: abc\r\n\r\n".to_vec(), 400),
-        (b"GET /x HTTP/1.1\r\nX-A: 1\r\n  folded\r\n\r\n".to_vec(), 400),
-        (b"GET /x HTTP/1.1\r\nX-A : 1\r\n\r\n".to_vec(), 400),
+        (b"POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: abc\r\n\r\n".to_vec(), 400),
+        (b"GET /x HTTP/1.1\r\nHost: t\r\nX-A: 1\r\n  folded\r\n\r\n".to_vec(), 400),
+        (b"GET /x HTTP/1.1\r\nHost: t\r\nX-A : 1\r\n\r\n".to_vec(), 400),
     ];
     for (req, status) in cases {
         let mut r = Reader::new(server.connect());
         r.send(&req);
         let resp = r.read_response(false);
-        assert_eq!(resp.status, status, "for {:?}", String::from_utf8_lossy(&req[..req.len().min(60)]));
+        assert_eq!(
+            resp.status,
+            status,
+            "for {:?}",
+            String::from_utf8_lossy(&req[..req.len().min(60)])
+        );
         if status == 400 {
             assert!(r.closed(), "400 closes the connection");
         }
@@ -165,7 +187,13 @@ fn http10_closes_unless_keep_alive() {
     check_redirect(&r.read_response(false), l);
 
     let mut r = Reader::new(server.connect());
-    r.send(format!("GET /{} HTTP/1.1\r\nConnection: close\r\n\r\n", l.key).as_bytes());
+    r.send(
+        format!(
+            "GET /{} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+            l.key
+        )
+        .as_bytes(),
+    );
     check_redirect(&r.read_response(false), l);
     assert!(r.closed());
 }
@@ -191,13 +219,19 @@ fn half_open_connections_do_not_block_others_and_time_out() {
         r.send(&get(&l.key));
         check_redirect(&r.read_response(false), l);
     }
-    assert!(t.elapsed() < Duration::from_millis(400), "answers must not wait for half-open peers");
+    assert!(
+        t.elapsed() < Duration::from_millis(400),
+        "answers must not wait for half-open peers"
+    );
     // All the half-open ones are closed at the header timeout.
     std::thread::sleep(Duration::from_millis(900));
     for s in idle {
         s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         let mut rd = Reader::new(s);
-        assert!(rd.closed(), "half-open connection still open after the header timeout");
+        assert!(
+            rd.closed(),
+            "half-open connection still open after the header timeout"
+        );
     }
 }
 
@@ -205,9 +239,9 @@ fn half_open_connections_do_not_block_others_and_time_out() {
 fn health_and_graceful_shutdown() {
     let (_tmp, links, server) = served(10, 6);
     let mut r = Reader::new(server.connect());
-    r.send(b"GET /healthz HTTP/1.1\r\n\r\n");
+    r.send(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(r.read_response(false).status, 200);
-    r.send(b"GET /readyz HTTP/1.1\r\n\r\n");
+    r.send(b"GET /readyz HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(r.read_response(false).status, 200);
     r.send(&get(&links[0].key));
     check_redirect(&r.read_response(false), &links[0]);
@@ -231,13 +265,17 @@ fn corrupt_table_refuses_to_start() {
     let mid = bytes.len() - 5;
     bytes[mid] ^= 0xff;
     std::fs::write(victim, &bytes).unwrap();
-    let err = Server::try_start(&dir, &[]).err().expect("a corrupt table must refuse to start");
+    let err = Server::try_start(&dir, &[])
+        .err()
+        .expect("a corrupt table must refuse to start");
     let name = victim.file_name().unwrap().to_string_lossy();
     assert!(err.contains(&*name), "error should name {name}: {err}");
 
     // Truncated: also refused, never a SIGBUS.
     std::fs::write(victim, &bytes[..bytes.len() / 2]).unwrap();
-    let err = Server::try_start(&dir, &[]).err().expect("a truncated table must refuse to start");
+    let err = Server::try_start(&dir, &[])
+        .err()
+        .expect("a truncated table must refuse to start");
     assert!(err.contains(&*name), "error should name {name}: {err}");
 }
 
@@ -246,7 +284,14 @@ fn second_server_on_a_taken_port_refuses() {
     let (tmp, _links, server) = served(10, 8);
     let other = tmp.path().join("other");
     let out = std::process::Command::new(BIN)
-        .args(["serve", "--cores", "1", "--listen", &server.addr.to_string(), "--data-dir"])
+        .args([
+            "serve",
+            "--cores",
+            "1",
+            "--listen",
+            &server.addr.to_string(),
+            "--data-dir",
+        ])
         .arg(&other)
         .output()
         .unwrap();
@@ -256,7 +301,14 @@ fn second_server_on_a_taken_port_refuses() {
     // A stranger holding the port is refused the same way.
     let stranger = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let out = std::process::Command::new(BIN)
-        .args(["serve", "--cores", "1", "--listen", &stranger.local_addr().unwrap().to_string(), "--data-dir"])
+        .args([
+            "serve",
+            "--cores",
+            "1",
+            "--listen",
+            &stranger.local_addr().unwrap().to_string(),
+            "--data-dir",
+        ])
         .arg(&other)
         .output()
         .unwrap();
@@ -267,7 +319,14 @@ fn second_server_on_a_taken_port_refuses() {
 fn too_many_cores_is_an_error() {
     let tmp = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(BIN)
-        .args(["serve", "--cores", "100000", "--listen", "127.0.0.1:0", "--data-dir"])
+        .args([
+            "serve",
+            "--cores",
+            "100000",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
         .arg(tmp.path().join("d"))
         .output()
         .unwrap();

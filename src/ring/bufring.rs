@@ -67,9 +67,12 @@ impl BufRing {
         // long as `self`; `Drop` unmaps only after the ring (and so the registration) is gone,
         // because `Ring` drops its `IoUring` before its `BufRing` (field order).
         unsafe {
-            uring
-                .submitter()
-                .register_buf_ring_with_flags(entries as u64, count, RECV_BUF_GROUP, 0)?;
+            uring.submitter().register_buf_ring_with_flags(
+                entries as u64,
+                count,
+                RECV_BUF_GROUP,
+                0,
+            )?;
         }
         Ok(ring)
     }

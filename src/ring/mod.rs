@@ -54,7 +54,9 @@ impl Token {
     }
 
     pub fn encode(self) -> u64 {
-        (u64::from(self.op as u8) << 56) | (u64::from(self.gen & GEN_MASK) << 32) | u64::from(self.slot)
+        (u64::from(self.op as u8) << 56)
+            | (u64::from(self.gen & GEN_MASK) << 32)
+            | u64::from(self.slot)
     }
 
     pub fn decode(v: u64) -> Option<Token> {
@@ -123,7 +125,15 @@ mod tests {
 
     #[test]
     fn token_roundtrip() {
-        for op in [Op::Accept, Op::Recv, Op::Send, Op::Close, Op::Doorbell, Op::Cancel, Op::Timeout] {
+        for op in [
+            Op::Accept,
+            Op::Recv,
+            Op::Send,
+            Op::Close,
+            Op::Doorbell,
+            Op::Cancel,
+            Op::Timeout,
+        ] {
             for (slot, gen) in [(0, 0), (7, 1), (u32::MAX, GEN_MASK), (12345, 1 << 24 | 5)] {
                 let t = Token::new(op, slot, gen);
                 assert_eq!(Token::decode(t.encode()), Some(t));

@@ -86,7 +86,14 @@ impl Server {
 
     pub fn try_start(data_dir: &Path, extra: &[&str]) -> Result<Server, String> {
         let mut child = Command::new(BIN)
-            .args(["serve", "--listen", "127.0.0.1:0", "--cores", "2", "--data-dir"])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--cores",
+                "2",
+                "--data-dir",
+            ])
             .arg(data_dir)
             .args(extra)
             .stdout(Stdio::piped())
@@ -151,7 +158,10 @@ impl Server {
             if let Some(s) = self.child.try_wait().unwrap() {
                 return s;
             }
-            assert!(Instant::now() < deadline, "server did not exit after SIGTERM");
+            assert!(
+                Instant::now() < deadline,
+                "server did not exit after SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -218,7 +228,12 @@ impl Reader {
                 let hs: Vec<(String, String)> = resp
                     .headers
                     .iter()
-                    .map(|h| (h.name.to_string(), String::from_utf8_lossy(h.value).into_owned()))
+                    .map(|h| {
+                        (
+                            h.name.to_string(),
+                            String::from_utf8_lossy(h.value).into_owned(),
+                        )
+                    })
                     .collect();
                 let len: usize = if head_request {
                     0
