@@ -249,6 +249,9 @@ fn import_locked(
                 (a.shard, a.key.as_bytes(), a.line).cmp(&(b.shard, b.key.as_bytes(), b.line))
             });
             for group in recs.chunk_by(|a, b| a.shard == b.shard) {
+                if errors.stop() {
+                    break;
+                }
                 let shard = group[0].shard;
                 let existing = dir.open_table(shard)?;
                 let mut new_links = Vec::with_capacity(group.len());

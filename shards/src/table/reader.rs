@@ -1,7 +1,10 @@
 //! Reading a table: mmap, validate everything once at open, then zero-copy lookups.
 
 use super::header::{Header, HEADER_BYTES};
-use super::layout::{home_slot, index_hash, read_record, ArchivedPayload, RECORD_ALIGN};
+use super::layout::{
+    home_slot, index_hash, read_record, slot_record_offset, slot_tag, ArchivedPayload,
+    RECORD_ALIGN, SLOT_POS_BITS, SLOT_POS_MASK,
+};
 use crate::error::Error;
 use crate::link::{validate_key, RedirectStatus};
 use crate::placement::MAX_SHARD_COUNT;
@@ -57,7 +60,10 @@ impl Table {
         }
         // SAFETY: table files are immutable once renamed into place (writers never modify or
         // truncate them), so the mapped bytes do not change while this mapping exists.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, "mmap", e))?;
+        // `populate` pre-faults the page tables: every page is read for the CRC below anyway,
+        // and lookups then take no page faults.
+        let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }
+            .map_err(|e| Error::io(path, "mmap", e))?;
         if map.len() as u64 != len {
             return Err(corrupt("file changed size while opening".into()));
         }
@@ -118,17 +124,18 @@ impl Table {
         let p = self.payload();
         let slots = p.slots.as_slice();
         let records = p.records.as_slice();
-        let n_slots = slots.len() / 2;
+        let n_slots = slots.len();
         let h = index_hash(key);
+        let tag = slot_tag(h);
         let mut i = home_slot(h, n_slots);
         // Validation guaranteed an empty slot exists, so this ends; the bound is belt and braces.
         for _ in 0..n_slots {
-            let off = slots[2 * i + 1].to_native();
-            if off == 0 {
+            let word = slots[i].to_native();
+            if word == 0 {
                 return None;
             }
-            if slots[2 * i].to_native() == h {
-                let rec = read_record(records, (off - 1) as usize)?;
+            if word >> SLOT_POS_BITS == tag {
+                let rec = read_record(records, slot_record_offset(word) as usize)?;
                 if rec.key == key {
                     return Some(to_link_ref(&rec));
                 }
@@ -221,13 +228,10 @@ fn to_link_ref<'a>(rec: &super::layout::RawRecord<'a>) -> LinkRef<'a> {
 fn validate_payload(p: &ArchivedPayload, entry_count: u64) -> Result<(), String> {
     let records = p.records.as_slice();
     let slots = p.slots.as_slice();
-    if slots.is_empty() || slots.len() % 2 != 0 {
-        return Err(format!(
-            "index has {} words, expected an even number > 0",
-            slots.len()
-        ));
+    if slots.is_empty() {
+        return Err("index has no slots".into());
     }
-    let n_slots = slots.len() / 2;
+    let n_slots = slots.len();
     if entry_count >= n_slots as u64 {
         return Err(format!(
             "{entry_count} entries do not fit an index of {n_slots} slots"
@@ -265,11 +269,14 @@ fn validate_payload(p: &ArchivedPayload, entry_count: u64) -> Result<(), String>
     }
     let mut used = 0u64;
     for i in 0..n_slots {
-        let off = slots[2 * i + 1].to_native();
-        if off == 0 {
+        let word = slots[i].to_native();
+        if word == 0 {
             continue;
         }
-        let start = off - 1;
+        if word & SLOT_POS_MASK == 0 {
+            return Err(format!("index slot {i} is tagged but points nowhere"));
+        }
+        let start = slot_record_offset(word);
         let bit = (start / RECORD_ALIGN as u64) as usize;
         let is_start = start % RECORD_ALIGN as u64 == 0
             && start < records.len() as u64
