@@ -284,8 +284,8 @@ fn validate_payload(p: &ArchivedPayload, entry_count: u64) -> Result<(), String>
         ));
     }
     let mut used = 0u64;
-    for i in 0..n_slots {
-        let word = slots[i].to_native();
+    for (i, slot) in slots.iter().enumerate() {
+        let word = slot.to_native();
         if word == 0 {
             continue;
         }
