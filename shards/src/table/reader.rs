@@ -6,7 +6,7 @@ use super::layout::{
     RECORD_ALIGN, SLOT_POS_BITS, SLOT_POS_MASK,
 };
 use crate::error::Error;
-use crate::link::{validate_key, RedirectStatus};
+use crate::link::{validate_key, validate_url, RedirectStatus};
 use crate::placement::MAX_SHARD_COUNT;
 use memmap2::Mmap;
 use std::fs::File;
@@ -265,8 +265,10 @@ fn validate_payload(p: &ArchivedPayload, entry_count: u64) -> Result<(), String>
         if count > 0 && rec.key <= prev_key {
             return Err(format!("record at offset {off}: keys out of order"));
         }
-        std::str::from_utf8(rec.target)
+        let target = std::str::from_utf8(rec.target)
             .map_err(|_| format!("record at offset {off}: target is not UTF-8"))?;
+        // Targets go straight into `Location` headers: re-check them (no CR/LF, http(s)).
+        validate_url(target).map_err(|e| format!("record at offset {off}: {e}"))?;
         RedirectStatus::from_code(rec.status)
             .ok_or_else(|| format!("record at offset {off}: bad status {}", rec.status))?;
         if rec.next > records.len() {
