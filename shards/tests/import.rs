@@ -212,6 +212,17 @@ fn strict_stops_at_first_error() {
     o.strict = true;
     let (lines, total) = bad_lines(run(&o).unwrap_err());
     assert_eq!((total, lines[0].0), (1, 1));
+
+    // Duplicates (found in pass 2) also stop at the first in strict mode.
+    let dups: String = (0..50)
+        .map(|i| format!("d{i}\thttps://e.com/\nd{i}\thttps://e.com/\n"))
+        .collect();
+    let mut o = opts(&data, &write_input(t.path(), "d.tsv", &dups));
+    let (_, total) = bad_lines(run(&o).unwrap_err());
+    assert_eq!(total, 50);
+    o.strict = true;
+    let (_, total) = bad_lines(run(&o).unwrap_err());
+    assert_eq!(total, 1);
 }
 
 #[test]

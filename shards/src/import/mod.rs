@@ -168,19 +168,20 @@ pub fn run(opts: &ImportOptions) -> Result<ImportSummary, ImportError> {
         source,
     })?;
     let dir_existed = opts.data_dir.exists();
-    let created = !opts.data_dir.join(MANIFEST_FILE).exists();
-    let dir = if created {
+    let has_manifest = opts.data_dir.join(MANIFEST_FILE).exists();
+    let dir = if !has_manifest {
         DataDir::create(&opts.data_dir, opts.shard_count_for_new_dir)?
     } else {
         DataDir::open(&opts.data_dir)?
     };
     let lock = dir.lock_exclusive()?;
     let result = import_locked(&dir, opts, format, input, started);
-    drop(lock);
     if result.is_err() && !dir_existed {
-        // The dir exists only because of this failed import; leave nothing behind.
+        // The dir exists only because of this failed import; leave nothing behind (while
+        // still holding the lock, so nobody starts using it meanwhile).
         let _ = std::fs::remove_dir_all(&opts.data_dir);
     }
+    drop(lock);
     result
 }
 
@@ -249,6 +250,9 @@ fn import_locked(
                 (a.shard, a.key.as_bytes(), a.line).cmp(&(b.shard, b.key.as_bytes(), b.line))
             });
             for group in recs.chunk_by(|a, b| a.shard == b.shard) {
+                if errors.stop() {
+                    break;
+                }
                 let shard = group[0].shard;
                 let existing = dir.open_table(shard)?;
                 let mut new_links = Vec::with_capacity(group.len());

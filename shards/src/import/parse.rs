@@ -181,7 +181,7 @@ fn fields_to_record<'a>(
     let url = std::str::from_utf8(fields[1]).map_err(|_| err("URL is not valid UTF-8".into()))?;
     let status = match fields.get(2) {
         None => RedirectStatus::default(),
-        Some(s) if s.is_empty() => RedirectStatus::default(),
+        Some([]) => RedirectStatus::default(),
         Some(s) => std::str::from_utf8(s)
             .ok()
             .and_then(|s| s.parse::<u16>().ok())

@@ -1,9 +1,10 @@
 //! The archived payload: an open-addressed hash index over a blob of link records.
 //!
 //! Chosen over rkyv's `ArchivedHashMap` (SwissTable groups, out-of-line strings) because a hit
-//! here touches only two places: the slot (hash + record offset, 16 bytes, four to a cache
-//! line) and the record, whose fixed fields, key and target sit together. A miss usually
-//! touches only the slot's cache line, since the full 64-bit hash is compared first.
+//! here touches only two places: the slot (one u64: 24-bit hash tag + record position, eight
+//! to a cache line) and the record, whose fixed fields, key and target sit together. A miss
+//! usually touches only the slot's cache line, since the tag is compared first (a false tag
+//! match, 1 in 2^24 per probed slot, costs one record read and a key compare).
 //!
 //! Record (starts 8-aligned within `records`, little-endian):
 //!
@@ -26,7 +27,7 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 /// What the rkyv payload of a table file holds.
 #[derive(rkyv::Archive, rkyv::Serialize)]
 pub(crate) struct Payload {
-    /// `2 * n_slots` words: `[hash, record_offset + 1]` per slot; offset word 0 = empty slot.
+    /// One word per slot: `tag << 40 | (record_offset / 8 + 1)`; 0 = empty slot.
     pub slots: Vec<u64>,
     /// Link records, see the module docs.
     pub records: Vec<u8>,
@@ -37,7 +38,8 @@ pub(crate) struct Payload {
 pub(crate) const INDEX_HASH_SEED: u64 = 0x7269_636f_6368_6574; // "ricochet"
 
 /// Share of index slots in use, in percent. 60 keeps linear-probe chains short (a miss scans
-/// about 3 slots on average) at 16 bytes × 1.67 ≈ 27 bytes of index per link.
+/// about 3 slots on average, usually within one cache line) at 8 bytes × 1.67 ≈ 13 bytes of
+/// index per link.
 pub const INDEX_LOAD_PERCENT: u64 = 60;
 
 /// Fixed part of a record before the key.
@@ -49,6 +51,32 @@ pub(crate) const RECORD_ALIGN: usize = 8;
 #[inline]
 pub(crate) fn index_hash(key: &[u8]) -> u64 {
     xxh3_64_with_seed(key, INDEX_HASH_SEED)
+}
+
+/// Bits of a slot word holding the record position (`offset / 8 + 1`): 2^40 × 8 bytes = 8 TiB
+/// of records, far beyond any one shard.
+pub(crate) const SLOT_POS_BITS: u32 = 40;
+
+/// Mask of the record position in a slot word.
+pub(crate) const SLOT_POS_MASK: u64 = (1 << SLOT_POS_BITS) - 1;
+
+/// The 24-bit tag of hash `h` stored in its slot (low bits; the home slot uses the high bits).
+#[inline]
+pub(crate) fn slot_tag(h: u64) -> u64 {
+    h & ((1 << (64 - SLOT_POS_BITS)) - 1)
+}
+
+/// Slot word for a record at byte offset `off` (a multiple of [`RECORD_ALIGN`]).
+#[inline]
+pub(crate) fn slot_word(h: u64, off: usize) -> u64 {
+    debug_assert_eq!(off % RECORD_ALIGN, 0);
+    (slot_tag(h) << SLOT_POS_BITS) | ((off / RECORD_ALIGN) as u64 + 1)
+}
+
+/// The record offset a non-empty slot word points at.
+#[inline]
+pub(crate) fn slot_record_offset(word: u64) -> u64 {
+    ((word & SLOT_POS_MASK) - 1) * RECORD_ALIGN as u64
 }
 
 /// Home slot of hash `h` in an index of `n_slots` (multiply-shift, so any slot count works).

