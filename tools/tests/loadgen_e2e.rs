@@ -59,7 +59,9 @@ fn start_responder(links: HashMap<String, (String, u16)>, faults: Faults) -> Res
                     let links = links.clone();
                     let seen = seen.clone();
                     let stop = stop2.clone();
-                    workers.push(thread::spawn(move || serve(s, &links, faults, &seen, &stop)));
+                    workers.push(thread::spawn(move || {
+                        serve(s, &links, faults, &seen, &stop)
+                    }));
                 }
                 Err(_) => thread::sleep(Duration::from_millis(1)),
             }
@@ -103,7 +105,9 @@ fn serve(
                 .headers
                 .iter()
                 .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                .map_or(0, |h| std::str::from_utf8(h.value).unwrap().parse().unwrap());
+                .map_or(0, |h| {
+                    std::str::from_utf8(h.value).unwrap().parse().unwrap()
+                });
             if buf.len() < head + body_len {
                 break;
             }
@@ -128,7 +132,9 @@ fn serve(
                         b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
                     );
                 } else {
-                    out.extend_from_slice(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n");
+                    out.extend_from_slice(
+                        b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\n\r\n",
+                    );
                 }
             } else {
                 let key = &path[1..];
@@ -214,7 +220,11 @@ fn clean_run_has_no_errors_and_hits_the_rate() {
         "achieved {}",
         r.achieved_rps
     );
-    assert!(r.by_kind.unknown > 50 && r.by_kind.create > 20, "{:?}", r.by_kind);
+    assert!(
+        r.by_kind.unknown > 50 && r.by_kind.create > 20,
+        "{:?}",
+        r.by_kind
+    );
     assert_eq!(r.by_kind.link + r.by_kind.unknown + r.by_kind.create, 1000);
     assert!(r.latency_us.p50 > 0.0 && r.latency_us.p50 <= r.latency_us.max);
     assert_eq!(r.percentiles.len(), 103);
@@ -274,7 +284,10 @@ fn refused_connection_is_an_error() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let (data, _) = dataset(10);
     // Bind then drop: the port is free and nothing listens on it.
-    let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let cfg = config(addr, 100, 100);
     let e = run(&cfg, &data).unwrap_err();
     assert!(e.to_string().contains("cannot connect"), "{e}");

@@ -89,7 +89,11 @@ fn main() -> anyhow::Result<()> {
         pin_to_cpu(cpu)?;
     }
     let data = Dataset::load(&args.links)?;
-    eprintln!("loadgen: {} links from {}", data.len(), args.links.display());
+    eprintln!(
+        "loadgen: {} links from {}",
+        data.len(),
+        args.links.display()
+    );
     let mut cfg = LoadConfig::new(addr);
     cfg.host = args.host.clone().unwrap_or_else(|| args.target.clone());
     cfg.rate = args.rate;
