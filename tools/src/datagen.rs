@@ -506,7 +506,8 @@ pub fn gen_url(rng: &mut Rng, out: &mut String) {
 
     // Query string fills up to the target length; the last value is padded to hit it exactly.
     let mut remaining = target.saturating_sub(out.len());
-    if remaining >= 4 {
+    // `?` plus at least `x=ab`; less room than that goes into the path instead.
+    if remaining >= 5 {
         out.push('?');
         remaining -= 1;
         let mut first = true;
@@ -587,8 +588,12 @@ fn push_token(rng: &mut Rng, out: &mut String, len: usize, alphabet: &[u8]) {
 
 /// Appends one formatted line for `link` to `line`.
 pub fn format_link(line: &mut Vec<u8>, format: OutputFormat, link: &Link<'_>) {
-    let mut status = String::with_capacity(3);
-    push_number(&mut status, link.status as u64);
+    let status = [
+        b'0' + (link.status / 100 % 10) as u8,
+        b'0' + (link.status / 10 % 10) as u8,
+        b'0' + (link.status % 10) as u8,
+    ];
+    debug_assert!((100..1000).contains(&link.status));
     match format {
         OutputFormat::Tsv | OutputFormat::Csv => {
             let sep = if format == OutputFormat::Tsv {
@@ -600,7 +605,7 @@ pub fn format_link(line: &mut Vec<u8>, format: OutputFormat, link: &Link<'_>) {
             line.push(sep);
             line.extend_from_slice(link.url.as_bytes());
             line.push(sep);
-            line.extend_from_slice(status.as_bytes());
+            line.extend_from_slice(&status);
         }
         OutputFormat::Ndjson => {
             // Keys and generated URLs contain nothing JSON must escape.
@@ -610,7 +615,7 @@ pub fn format_link(line: &mut Vec<u8>, format: OutputFormat, link: &Link<'_>) {
             line.extend_from_slice(b"\",\"url\":\"");
             line.extend_from_slice(link.url.as_bytes());
             line.extend_from_slice(b"\",\"status\":");
-            line.extend_from_slice(status.as_bytes());
+            line.extend_from_slice(&status);
             line.push(b'}');
         }
     }
@@ -702,28 +707,36 @@ mod tests {
 
     #[test]
     fn keys_unique_ignoring_case() {
+        assert_eq!(key_hash(b"AbC-1", true), key_hash(b"aBc-1", true));
+        assert_ne!(key_hash(b"AbC-1", false), key_hash(b"aBc-1", false));
+
+        // Take the upper-case twin of the generator's next key: with --unique-ignore-case the
+        // key itself must then be refused; without it, it is still fine.
+        for ignore_case in [true, false] {
+            let cfg = DatagenConfig {
+                seed: 3,
+                unique_ignore_case: ignore_case,
+                ..Default::default()
+            };
+            let mut g = LinkGenerator::new(&cfg, 16);
+            let mut k = String::new();
+            gen_key(&mut g.rng.clone(), &mut k, 0);
+            let twin = k.to_ascii_uppercase();
+            assert_ne!(twin, k, "key {k} has no letters");
+            g.seen.insert(key_hash(twin.as_bytes(), ignore_case));
+            let got = g.next_link().unwrap().key.to_string();
+            assert_eq!(
+                got == k,
+                !ignore_case,
+                "ignore_case={ignore_case} key {k} got {got}"
+            );
+        }
+
         let cfg = DatagenConfig {
             seed: 3,
             unique_ignore_case: true,
             ..Default::default()
         };
-        // Force a tiny keyspace so case-collisions would certainly occur without the option.
-        let mut rng = Rng::new(1);
-        let mut seen = HashOnlySet::default();
-        let mut key = String::new();
-        let mut collisions = 0;
-        for _ in 0..20_000 {
-            gen_key(&mut rng, &mut key, 0);
-            key.truncate(3);
-            if !seen.insert(key_hash(key.as_bytes(), true)) {
-                collisions += 1;
-            }
-        }
-        assert!(
-            collisions > 0,
-            "the check must see case collisions in a small space"
-        );
-
         let links = collect(&cfg, 50_000);
         let mut lower: HashSet<String> = HashSet::new();
         for (k, _, _) in &links {
@@ -760,6 +773,7 @@ mod tests {
                 "unexpected char in {u}"
             );
             assert!(u.starts_with("https://") || u.starts_with("http://"));
+            assert!(!u.ends_with(['?', '&', '=']), "dangling query in {u}");
         }
     }
 
@@ -773,7 +787,7 @@ mod tests {
         let median = lens[n / 2];
         assert!((80.0..110.0).contains(&mean), "mean {mean}");
         assert!((75..105).contains(&median), "median {median}");
-        assert!(lens[0] >= 20, "min {}", lens[0]);
+        assert!(lens[0] >= MIN_GEN_URL_BYTES, "min {}", lens[0]);
         assert!(lens[n - 1] <= MAX_GEN_URL_BYTES, "max {}", lens[n - 1]);
         assert!(lens[n - 1] >= 300, "no long tail: max {}", lens[n - 1]);
         let long = lens.iter().filter(|&&l| l > 200).count() as f64 / n as f64;
