@@ -238,13 +238,10 @@ pub fn run(cfg: &LoadConfig, data: &Dataset) -> Result<RunReport, LoadError> {
         while let Some(t) = sched.next_due(now) {
             let expect = mix.next_request();
             engine.rec.on_dispatch(t, now, expect.kind());
-            engine.dispatch(
-                Pending {
-                    scheduled_ns: t,
-                    expect,
-                },
-                now,
-            );
+            engine.dispatch(Pending {
+                scheduled_ns: t,
+                expect,
+            });
             busy = true;
         }
         engine.flush_dirty(now);
@@ -431,7 +428,7 @@ impl Engine<'_> {
     }
 
     /// Hands a request to the least-loaded usable connection (ties go round-robin).
-    fn dispatch(&mut self, p: Pending, _now: u64) {
+    fn dispatch(&mut self, p: Pending) {
         let n = self.conns.len();
         let mut best: Option<(usize, usize)> = None;
         for k in 0..n {

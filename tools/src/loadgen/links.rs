@@ -8,7 +8,7 @@ use shards::link::{validate_key, validate_url, RedirectStatus, MAX_KEY_BYTES};
 /// Errors loading a links file.
 #[derive(Debug, thiserror::Error)]
 pub enum LinksError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         path: String,
         source: std::io::Error,

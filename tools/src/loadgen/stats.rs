@@ -94,13 +94,21 @@ pub enum Failure {
 /// Latency percentiles in microseconds.
 #[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
 pub struct LatencySummary {
+    /// Fastest response.
     pub min: f64,
+    /// Mean.
     pub mean: f64,
+    /// Median.
     pub p50: f64,
+    /// 90th percentile.
     pub p90: f64,
+    /// 99th percentile.
     pub p99: f64,
+    /// 99.9th percentile.
     pub p999: f64,
+    /// 99.99th percentile.
     pub p9999: f64,
+    /// Slowest response.
     pub max: f64,
 }
 
@@ -116,14 +124,20 @@ pub struct PercentilePoint {
 /// Everything one run measured.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct RunReport {
+    /// Server address.
     pub target: String,
+    /// Scheduled rate, req/s.
     pub target_rps: u64,
     /// Answered requests of the measured window / time from window start to the later of window
     /// end and last answer.
     pub achieved_rps: f64,
+    /// Measured window, s.
     pub duration_s: f64,
+    /// Warm-up before the window, s.
     pub warmup_s: f64,
+    /// Keep-alive connections used.
     pub connections: usize,
+    /// Pipelining depth per connection.
     pub pipeline: usize,
     /// Requests scheduled in the measured window.
     pub scheduled: u64,
@@ -131,11 +145,15 @@ pub struct RunReport {
     pub completed: u64,
     /// Of those, answered correctly.
     pub ok: u64,
+    /// Scheduled requests by kind.
     pub by_kind: KindCounts,
+    /// Latency summary, µs, measured from scheduled send time.
     pub latency_us: LatencySummary,
     /// Every 1% from 1 to 99, then 99.9, 99.99, 99.999 and 100.
     pub percentiles: Vec<PercentilePoint>,
+    /// Failures by kind.
     pub errors: ErrorCounts,
+    /// Sum of `errors`.
     pub error_total: u64,
     /// Errors of requests scheduled during warm-up (not in `errors`).
     pub warmup_errors: u64,
