@@ -215,8 +215,9 @@ fn clean_run_has_no_errors_and_hits_the_rate() {
     assert_eq!(r.scheduled, 1000);
     assert_eq!(r.completed, 1000);
     assert_eq!(r.ok, 1000);
+    // Near target: only a late last answer (a loaded CI machine) can pull it below 1000.
     assert!(
-        (950.0..=1000.0).contains(&r.achieved_rps),
+        (900.0..=1000.0).contains(&r.achieved_rps),
         "achieved {}",
         r.achieved_rps
     );
