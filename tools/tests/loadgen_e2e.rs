@@ -26,6 +26,8 @@ struct Faults {
     unknown_redirects: bool,
     /// Sleep this long before answering the n-th request the server sees (1-based).
     stall_at: Option<(u64, Duration)>,
+    /// Write responses in 7-byte pieces with pauses, so they arrive split across reads.
+    split_writes: bool,
 }
 
 struct Responder {
@@ -163,7 +165,14 @@ fn serve(
             }
             buf.drain(..head + body_len);
         }
-        if !out.is_empty() && s.write_all(&out).is_err() {
+        if faults.split_writes {
+            for piece in out.chunks(7) {
+                if s.write_all(piece).is_err() {
+                    return;
+                }
+                thread::sleep(Duration::from_micros(100));
+            }
+        } else if !out.is_empty() && s.write_all(&out).is_err() {
             return;
         }
     }
@@ -278,6 +287,24 @@ fn server_stall_shows_in_the_tail() {
     assert!(r.latency_us.max >= 150_000.0, "max {}", r.latency_us.max);
     assert!(r.latency_us.p90 >= 20_000.0, "p90 {}", r.latency_us.p90);
     assert!(r.latency_us.p50 < 20_000.0, "p50 {}", r.latency_us.p50);
+}
+
+#[test]
+fn responses_split_across_reads_are_framed() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (data, map) = dataset(50);
+    let faults = Faults {
+        split_writes: true,
+        ..Faults::default()
+    };
+    let server = start_responder(map, faults);
+    let mut cfg = config(server.addr, 200, 500);
+    cfg.unknown_share = 0.3;
+    let r = run(&cfg, &data).unwrap();
+    eprintln!("{}", summary(&r));
+    assert_eq!(r.error_total, 0, "{:?} {:?}", r.errors, r.error_samples);
+    assert_eq!(r.completed, 100);
+    assert!(r.by_kind.unknown > 10);
 }
 
 #[test]
