@@ -217,7 +217,7 @@ impl ApiKeyStore {
                 revoked_at_s: e.revoked_at_s,
             })
             .collect();
-        out.sort_by(|a, b| (a.created_at_s, a.id).cmp(&(b.created_at_s, b.id)));
+        out.sort_by_key(|a| (a.created_at_s, a.id));
         out
     }
 
