@@ -4,5 +4,6 @@
 
 pub mod keys;
 pub mod problem;
+pub mod ratelimit;
 pub mod request;
 pub mod timefmt;
