@@ -147,9 +147,9 @@ pub enum KeyStoreError {
     #[error("no API key with id {0:?}")]
     UnknownId(String),
     #[error("invalid key name: {0}")]
-    BadName(&'static str),
+    BadName(String),
     #[error("invalid {ENV_VAR}: {0}")]
-    BadEnvKey(&'static str),
+    BadEnvKey(String),
 }
 
 #[derive(Clone, Debug)]
@@ -549,27 +549,35 @@ fn lock_exclusive(file: &File) -> io::Result<()> {
 
 fn validate_name(name: &str) -> Result<(), KeyStoreError> {
     if name.trim().is_empty() {
-        return Err(KeyStoreError::BadName("name is empty"));
+        return Err(KeyStoreError::BadName("name is empty".into()));
     }
     if name.len() > MAX_KEY_NAME_BYTES {
-        return Err(KeyStoreError::BadName("name is longer than 64 bytes"));
+        return Err(KeyStoreError::BadName(format!(
+            "name is longer than {MAX_KEY_NAME_BYTES} bytes"
+        )));
     }
     if name.chars().any(char::is_control) {
-        return Err(KeyStoreError::BadName("name contains a control character"));
+        return Err(KeyStoreError::BadName(
+            "name contains a control character".into(),
+        ));
     }
     Ok(())
 }
 
 fn validate_env_key(key: &str) -> Result<(), KeyStoreError> {
     if key.len() < MIN_ENV_KEY_BYTES {
-        return Err(KeyStoreError::BadEnvKey("shorter than 16 characters"));
+        return Err(KeyStoreError::BadEnvKey(format!(
+            "shorter than {MIN_ENV_KEY_BYTES} characters"
+        )));
     }
     if key.len() > MAX_ENV_KEY_BYTES {
-        return Err(KeyStoreError::BadEnvKey("longer than 256 bytes"));
+        return Err(KeyStoreError::BadEnvKey(format!(
+            "longer than {MAX_ENV_KEY_BYTES} bytes"
+        )));
     }
     if !key.bytes().all(|b| b.is_ascii_graphic()) {
         return Err(KeyStoreError::BadEnvKey(
-            "may contain only visible ASCII characters (no spaces)",
+            "may contain only visible ASCII characters (no spaces)".into(),
         ));
     }
     Ok(())
