@@ -1,0 +1,669 @@
+//! Request bodies of the link API, parsed and validated, and the link response body.
+//!
+//! Strictness, so that a typo never silently changes what gets stored:
+//! - A body that is not JSON, not a single object, or repeats a member is 400 `bad-json`
+//!   (repeated members are refused because parsers disagree on which copy wins).
+//! - An unknown member is 422 `invalid-field` with `field` absent (the name is client-chosen,
+//!   not one of ours) and the detail naming it and listing the allowed members.
+//! - A member of the wrong type or value is 422 `invalid-field` naming it in `field`.
+//! - On create, `null` for an optional member means "absent"; on patch, `"expires_at": null`
+//!   clears the expiry and `null` for any other member is refused.
+//!
+//! Expiry: a link with `expires_at_s = Some(t)` resolves while `now < t`. `ttl_days: n` means
+//! `t = now_s + n * 86400`; `expires_at` is an RFC 3339 timestamp with an offset.
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
+use serde::Serialize;
+use serde_json::Value;
+use shards::link::{validate_key, validate_url, RedirectStatus};
+
+use super::problem::Problem;
+use super::timefmt::{format_rfc3339_utc, parse_rfc3339_s};
+
+/// Largest accepted request body, in bytes. 32 KiB holds a URL of
+/// [`shards::link::MAX_URL_BYTES`] (8 KiB) even with every non-ASCII character written as a
+/// `\uXXXX` escape (which at most doubles it), plus the other members, with room to spare.
+pub const MAX_REQUEST_BODY_BYTES: usize = 32 * 1024;
+
+/// Longest `ttl_days`, and the furthest ahead `expires_at` may be: 3650 days (about 10 years).
+/// Links meant to outlive that should have no expiry; the bound keeps expiry arithmetic far
+/// from overflow and from the year-9999 end of RFC 3339.
+pub const MAX_TTL_DAYS: u32 = 3650;
+
+/// Seconds in a day, for `ttl_days`.
+const DAY_S: u64 = 86_400;
+
+/// Custom aliases refused even though they are valid keys, compared ASCII case-insensitively:
+/// names the server routes itself or may route later (`api`, `healthz`, `readyz`, `livez`,
+/// `metrics`, `status`, `static`, `assets`, `robots`, `favicon`, `docs`), and names that make a
+/// short link look like part of the service (`admin`, `login`, `logout`, `signup`, `account`,
+/// `settings`, `www`), a phishing aid. Names with a `.` (`robots.txt`, `favicon.ico`) can never
+/// be keys, so they need no entry.
+pub const RESERVED_ALIASES: &[&str] = &[
+    "api", "healthz", "readyz", "livez", "metrics", "status", "static", "assets", "robots",
+    "favicon", "docs", "admin", "login", "logout", "signup", "account", "settings", "www",
+];
+
+/// Whether `alias` is in [`RESERVED_ALIASES`], ignoring ASCII case.
+pub fn is_reserved_alias(alias: &str) -> bool {
+    RESERVED_ALIASES
+        .iter()
+        .any(|r| r.eq_ignore_ascii_case(alias))
+}
+
+/// A validated `POST /api/v1/urls` body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreateRequest {
+    /// Target URL, as sent; passes `validate_url`.
+    pub long_url: String,
+    /// Requested key; passes `validate_key` and is not reserved. `None`: the server picks one.
+    pub custom_alias: Option<String>,
+    /// Unix second at which the link stops resolving; `None`: never.
+    pub expires_at_s: Option<u64>,
+    /// The `ttl_days` sent, if the expiry was given that way. Kept because the idempotency hash
+    /// covers what the client sent (a retry a second later derives a different `expires_at_s`).
+    pub ttl_days: Option<u32>,
+    /// Redirect status; 302 when not given.
+    pub redirect_status: RedirectStatus,
+}
+
+/// What a patch does to a link's expiry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpiryUpdate {
+    /// Leave the expiry as it is.
+    Keep,
+    /// Remove the expiry: the link lives until deleted.
+    Clear,
+    /// Expire at this Unix second.
+    Set(u64),
+}
+
+/// A validated `PATCH /api/v1/urls/{key}` body; at least one change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PatchRequest {
+    /// New target URL.
+    pub long_url: Option<String>,
+    /// Expiry change, from `expires_at` (a timestamp, or `null` to clear) or `ttl_days`.
+    pub expiry: ExpiryUpdate,
+    /// New redirect status.
+    pub redirect_status: Option<RedirectStatus>,
+}
+
+const CREATE_MEMBERS: &[&str] = &[
+    "long_url",
+    "custom_alias",
+    "ttl_days",
+    "expires_at",
+    "redirect_status",
+];
+const PATCH_MEMBERS: &[&str] = &["long_url", "ttl_days", "expires_at", "redirect_status"];
+
+/// Parses and validates a create body at wall-clock second `now_s`.
+pub fn parse_create(body: &[u8], now_s: u64) -> Result<CreateRequest, Problem> {
+    let members = parse_members(body, CREATE_MEMBERS)?;
+    let mut long_url = None;
+    let mut custom_alias = None;
+    let mut ttl_days = None;
+    let mut expires_at = None;
+    let mut redirect_status = RedirectStatus::default();
+    for (name, value) in &members {
+        if value.is_null() && name != "long_url" {
+            continue;
+        }
+        match name.as_str() {
+            "long_url" => long_url = Some(parse_url(value)?),
+            "custom_alias" => custom_alias = Some(parse_alias(value)?),
+            "ttl_days" => ttl_days = Some(parse_ttl_days(value)?),
+            "expires_at" => expires_at = Some(parse_expires_at(value, now_s)?),
+            "redirect_status" => redirect_status = parse_status(value)?,
+            _ => unreachable!("parse_members admits only CREATE_MEMBERS"),
+        }
+    }
+    let long_url =
+        long_url.ok_or_else(|| Problem::invalid_field(Some("long_url"), "long_url is required"))?;
+    let expires_at_s = expiry_from(ttl_days, expires_at, now_s)?;
+    Ok(CreateRequest {
+        long_url,
+        custom_alias,
+        expires_at_s,
+        ttl_days,
+        redirect_status,
+    })
+}
+
+/// Parses and validates a patch body at wall-clock second `now_s`.
+pub fn parse_patch(body: &[u8], now_s: u64) -> Result<PatchRequest, Problem> {
+    let members = parse_members(body, PATCH_MEMBERS)?;
+    let mut long_url = None;
+    let mut ttl_days = None;
+    let mut expires_at = None;
+    let mut clear_expiry = false;
+    let mut redirect_status = None;
+    for (name, value) in &members {
+        let field = member_field(name, PATCH_MEMBERS);
+        if value.is_null() {
+            if field == "expires_at" {
+                clear_expiry = true;
+                continue;
+            }
+            return Err(Problem::invalid_field(
+                Some(field),
+                format!("{field} cannot be null"),
+            ));
+        }
+        match field {
+            "long_url" => long_url = Some(parse_url(value)?),
+            "ttl_days" => ttl_days = Some(parse_ttl_days(value)?),
+            "expires_at" => expires_at = Some(parse_expires_at(value, now_s)?),
+            "redirect_status" => redirect_status = Some(parse_status(value)?),
+            _ => unreachable!("parse_members admits only PATCH_MEMBERS"),
+        }
+    }
+    if clear_expiry && ttl_days.is_some() {
+        return Err(both_expiries());
+    }
+    let expiry = match expiry_from(ttl_days, expires_at, now_s)? {
+        Some(t) => ExpiryUpdate::Set(t),
+        None if clear_expiry => ExpiryUpdate::Clear,
+        None => ExpiryUpdate::Keep,
+    };
+    if long_url.is_none() && expiry == ExpiryUpdate::Keep && redirect_status.is_none() {
+        return Err(Problem::invalid_field(
+            None,
+            "a patch must change at least one of long_url, expires_at, ttl_days, redirect_status",
+        ));
+    }
+    Ok(PatchRequest {
+        long_url,
+        expiry,
+        redirect_status,
+    })
+}
+
+/// The response body describing one link:
+/// `{"key","short_url","long_url","created_at","expires_at","redirect_status"}`, times in RFC
+/// 3339 UTC, `expires_at` `null` when the link never expires. `short_url` is
+/// `short_url_base` (trailing `/` ignored) + `/` + `key`.
+pub fn link_json(
+    key: &str,
+    short_url_base: &str,
+    long_url: &str,
+    created_at_s: u64,
+    expires_at_s: Option<u64>,
+    status: RedirectStatus,
+) -> Vec<u8> {
+    #[derive(Serialize)]
+    struct LinkBody<'a> {
+        key: &'a str,
+        short_url: String,
+        long_url: &'a str,
+        created_at: String,
+        expires_at: Option<String>,
+        redirect_status: u16,
+    }
+    let body = LinkBody {
+        key,
+        short_url: format!("{}/{key}", short_url_base.trim_end_matches('/')),
+        long_url,
+        created_at: format_rfc3339_utc(created_at_s),
+        expires_at: expires_at_s.map(format_rfc3339_utc),
+        redirect_status: status.code(),
+    };
+    // Serializing strings and integers into a Vec cannot fail.
+    serde_json::to_vec(&body).expect("link body serializes")
+}
+
+/// The top-level members of a JSON object, in order, refusing repeats.
+struct Members(Vec<(String, Value)>);
+
+impl<'de> Deserialize<'de> for Members {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Members, D::Error> {
+        struct MembersVisitor;
+        impl<'de> Visitor<'de> for MembersVisitor {
+            type Value = Members;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+                let mut members: Vec<(String, Value)> = Vec::new();
+                while let Some(name) = map.next_key::<String>()? {
+                    if members.iter().any(|(n, _)| *n == name) {
+                        return Err(de::Error::custom(format_args!(
+                            "member \"{name}\" appears more than once"
+                        )));
+                    }
+                    let value = map.next_value::<Value>()?;
+                    members.push((name, value));
+                }
+                Ok(Members(members))
+            }
+        }
+        d.deserialize_map(MembersVisitor)
+    }
+}
+
+/// Size check, JSON parse, and unknown-member check.
+fn parse_members(body: &[u8], allowed: &[&'static str]) -> Result<Vec<(String, Value)>, Problem> {
+    if body.len() > MAX_REQUEST_BODY_BYTES {
+        return Err(Problem::payload_too_large(MAX_REQUEST_BODY_BYTES));
+    }
+    let Members(members) =
+        serde_json::from_slice(body).map_err(|e| Problem::bad_json(e.to_string()))?;
+    if let Some((name, _)) = members.iter().find(|(n, _)| !allowed.contains(&n.as_str())) {
+        let hint = match name.as_str() {
+            "custom_alias" | "key" => "; the key of a link cannot be changed",
+            _ => "",
+        };
+        return Err(Problem::invalid_field(
+            None,
+            format!(
+                "unknown member {}{hint}; allowed: {}",
+                serde_json::Value::String(name.clone()),
+                allowed.join(", ")
+            ),
+        ));
+    }
+    Ok(members)
+}
+
+/// The `'static` name of an allowed member (for `Problem::field`).
+fn member_field(name: &str, allowed: &[&'static str]) -> &'static str {
+    allowed
+        .iter()
+        .copied()
+        .find(|a| *a == name)
+        .expect("parse_members admits only allowed members")
+}
+
+fn parse_url(value: &Value) -> Result<String, Problem> {
+    let url = value
+        .as_str()
+        .ok_or_else(|| Problem::invalid_field(Some("long_url"), "long_url must be a string"))?;
+    validate_url(url).map_err(|e| Problem::invalid_field(Some("long_url"), e.to_string()))?;
+    Ok(url.to_owned())
+}
+
+fn parse_alias(value: &Value) -> Result<String, Problem> {
+    let field = Some("custom_alias");
+    let alias = value
+        .as_str()
+        .ok_or_else(|| Problem::invalid_field(field, "custom_alias must be a string"))?;
+    validate_key(alias.as_bytes()).map_err(|e| Problem::invalid_field(field, e.to_string()))?;
+    if is_reserved_alias(alias) {
+        return Err(Problem::invalid_field(
+            field,
+            format!("custom_alias \"{alias}\" is reserved"),
+        ));
+    }
+    Ok(alias.to_owned())
+}
+
+fn parse_ttl_days(value: &Value) -> Result<u32, Problem> {
+    value
+        .as_u64()
+        .filter(|d| (1..=u64::from(MAX_TTL_DAYS)).contains(d))
+        .map(|d| d as u32)
+        .ok_or_else(|| {
+            Problem::invalid_field(
+                Some("ttl_days"),
+                format!("ttl_days must be a whole number from 1 to {MAX_TTL_DAYS}"),
+            )
+        })
+}
+
+fn parse_expires_at(value: &Value, now_s: u64) -> Result<u64, Problem> {
+    let field = Some("expires_at");
+    let text = value.as_str().ok_or_else(|| {
+        Problem::invalid_field(field, "expires_at must be an RFC 3339 timestamp string")
+    })?;
+    let t = parse_rfc3339_s(text)
+        .map_err(|e| Problem::invalid_field(field, format!("expires_at: {e}")))?;
+    if t <= now_s {
+        return Err(Problem::invalid_field(field, "expires_at is in the past"));
+    }
+    if t - now_s > u64::from(MAX_TTL_DAYS) * DAY_S {
+        return Err(Problem::invalid_field(
+            field,
+            format!("expires_at is more than {MAX_TTL_DAYS} days ahead"),
+        ));
+    }
+    Ok(t)
+}
+
+fn parse_status(value: &Value) -> Result<RedirectStatus, Problem> {
+    value
+        .as_u64()
+        .and_then(|c| u16::try_from(c).ok())
+        .and_then(RedirectStatus::from_code)
+        .ok_or_else(|| {
+            Problem::invalid_field(
+                Some("redirect_status"),
+                "redirect_status must be 301, 302, 307 or 308",
+            )
+        })
+}
+
+fn both_expiries() -> Problem {
+    Problem::invalid_field(
+        Some("ttl_days"),
+        "give either ttl_days or expires_at, not both",
+    )
+}
+
+fn expiry_from(
+    ttl_days: Option<u32>,
+    expires_at: Option<u64>,
+    now_s: u64,
+) -> Result<Option<u64>, Problem> {
+    match (ttl_days, expires_at) {
+        (Some(_), Some(_)) => Err(both_expiries()),
+        (Some(d), None) => Ok(Some(now_s.saturating_add(u64::from(d) * DAY_S))),
+        (None, t) => Ok(t),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// 2030-03-17T17:46:40Z.
+    const NOW: u64 = 1_900_000_000;
+
+    fn create(v: Value) -> Result<CreateRequest, Problem> {
+        parse_create(v.to_string().as_bytes(), NOW)
+    }
+
+    fn patch(v: Value) -> Result<PatchRequest, Problem> {
+        parse_patch(v.to_string().as_bytes(), NOW)
+    }
+
+    #[track_caller]
+    fn assert_field_err(r: Result<impl std::fmt::Debug, Problem>, field: &str, detail_has: &str) {
+        let p = r.expect_err("expected a problem");
+        assert_eq!(p.status, 422, "{p}");
+        assert_eq!(p.field, Some(field).filter(|f| !f.is_empty()), "{p}");
+        assert!(p.detail.contains(detail_has), "{p}");
+    }
+
+    #[test]
+    fn minimal_create_gets_defaults() {
+        let r = create(json!({"long_url": "https://example.com/a"})).unwrap();
+        assert_eq!(
+            r,
+            CreateRequest {
+                long_url: "https://example.com/a".into(),
+                custom_alias: None,
+                expires_at_s: None,
+                ttl_days: None,
+                redirect_status: RedirectStatus::Found,
+            }
+        );
+    }
+
+    #[test]
+    fn full_create_with_ttl() {
+        let r = create(json!({
+            "long_url": "https://example.com/a",
+            "custom_alias": "promo-2030",
+            "ttl_days": 30,
+            "redirect_status": 308,
+        }))
+        .unwrap();
+        assert_eq!(r.custom_alias.as_deref(), Some("promo-2030"));
+        assert_eq!(r.expires_at_s, Some(NOW + 30 * 86_400));
+        assert_eq!(r.ttl_days, Some(30));
+        assert_eq!(r.redirect_status, RedirectStatus::PermanentRedirect);
+    }
+
+    #[test]
+    fn create_with_expires_at_and_nulls() {
+        let r = create(json!({
+            "long_url": "https://example.com/a",
+            "custom_alias": null,
+            "ttl_days": null,
+            "expires_at": "2030-03-18T19:46:40+02:00",
+            "redirect_status": null,
+        }))
+        .unwrap();
+        assert_eq!(r.expires_at_s, Some(NOW + 86_400));
+        assert_eq!(r.ttl_days, None);
+        assert_eq!(r.custom_alias, None);
+        assert_eq!(r.redirect_status, RedirectStatus::Found);
+    }
+
+    #[test]
+    fn bad_json_is_400() {
+        for body in [
+            &b"{"[..],
+            b"",
+            b"[1]",
+            b"\"x\"",
+            b"{\"long_url\": \"https://a.b\"} x",
+            b"{\"long_url\": \"https://a.b\", \"long_url\": \"https://c.d\"}",
+        ] {
+            let p = parse_create(body, NOW).unwrap_err();
+            assert_eq!(p.status, 400, "{}", String::from_utf8_lossy(body));
+            assert!(p.type_.ends_with("/bad-json"));
+        }
+        let p = parse_create(br#"{"a":1,"a":2}"#, NOW).unwrap_err();
+        assert!(p.detail.contains("more than once"), "{p}");
+    }
+
+    #[test]
+    fn oversized_body_is_413() {
+        let body = vec![b' '; MAX_REQUEST_BODY_BYTES + 1];
+        assert_eq!(parse_create(&body, NOW).unwrap_err().status, 413);
+        assert_eq!(parse_patch(&body, NOW).unwrap_err().status, 413);
+    }
+
+    #[test]
+    fn unknown_member_is_named_in_detail() {
+        let p = create(json!({"long_url": "https://a.b", "ttl_day": 3})).unwrap_err();
+        assert_eq!(p.status, 422);
+        assert_eq!(p.field, None);
+        assert!(p.detail.contains("\"ttl_day\""), "{p}");
+        assert!(p.detail.contains("allowed: long_url"), "{p}");
+    }
+
+    #[test]
+    fn long_url_rules() {
+        assert_field_err(create(json!({})), "long_url", "required");
+        assert_field_err(create(json!({"long_url": null})), "long_url", "string");
+        assert_field_err(create(json!({"long_url": 5})), "long_url", "string");
+        assert_field_err(create(json!({"long_url": "ftp://x"})), "long_url", "scheme");
+        assert_field_err(
+            create(json!({"long_url": "https://a\r\nX: y"})),
+            "long_url",
+            "control",
+        );
+    }
+
+    #[test]
+    fn alias_rules() {
+        let url = "https://a.b";
+        assert_field_err(
+            create(json!({"long_url": url, "custom_alias": 7})),
+            "custom_alias",
+            "string",
+        );
+        assert_field_err(
+            create(json!({"long_url": url, "custom_alias": ""})),
+            "custom_alias",
+            "empty",
+        );
+        assert_field_err(
+            create(json!({"long_url": url, "custom_alias": "a/b"})),
+            "custom_alias",
+            "only",
+        );
+        assert_field_err(
+            create(json!({"long_url": url, "custom_alias": "x".repeat(65)})),
+            "custom_alias",
+            "longer",
+        );
+        for reserved in ["api", "API", "Healthz", "metrics", "admin", "LOGIN"] {
+            assert_field_err(
+                create(json!({"long_url": url, "custom_alias": reserved})),
+                "custom_alias",
+                "reserved",
+            );
+        }
+        assert!(create(json!({"long_url": url, "custom_alias": "apix"})).is_ok());
+        assert!(RESERVED_ALIASES
+            .iter()
+            .all(|r| validate_key(r.as_bytes()).is_ok()));
+    }
+
+    #[test]
+    fn expiry_rules() {
+        let url = "https://a.b";
+        assert_field_err(
+            create(json!({"long_url": url, "ttl_days": 1, "expires_at": "2031-01-01T00:00:00Z"})),
+            "ttl_days",
+            "not both",
+        );
+        for bad in [json!(0), json!(-1), json!(1.5), json!("3"), json!(3651)] {
+            assert_field_err(
+                create(json!({"long_url": url, "ttl_days": bad})),
+                "ttl_days",
+                "1 to 3650",
+            );
+        }
+        let max = create(json!({"long_url": url, "ttl_days": MAX_TTL_DAYS})).unwrap();
+        assert_eq!(
+            max.expires_at_s,
+            Some(NOW + u64::from(MAX_TTL_DAYS) * 86_400)
+        );
+        assert_field_err(
+            create(json!({"long_url": url, "expires_at": "2030-03-17T17:46:40Z"})),
+            "expires_at",
+            "past",
+        );
+        assert_field_err(
+            create(json!({"long_url": url, "expires_at": "2001-01-01T00:00:00Z"})),
+            "expires_at",
+            "past",
+        );
+        assert_field_err(
+            create(json!({"long_url": url, "expires_at": "2050-01-01T00:00:00Z"})),
+            "expires_at",
+            "days ahead",
+        );
+        assert_field_err(
+            create(json!({"long_url": url, "expires_at": "next week"})),
+            "expires_at",
+            "RFC 3339",
+        );
+        assert_field_err(
+            create(json!({"long_url": url, "expires_at": 1_900_000_100})),
+            "expires_at",
+            "string",
+        );
+        let soon = create(json!({"long_url": url, "expires_at": "2030-03-17T17:46:41Z"})).unwrap();
+        assert_eq!(soon.expires_at_s, Some(NOW + 1));
+    }
+
+    #[test]
+    fn status_rules() {
+        let url = "https://a.b";
+        for bad in [
+            json!(303),
+            json!(200),
+            json!("302"),
+            json!(302.0),
+            json!(65_838),
+        ] {
+            assert_field_err(
+                create(json!({"long_url": url, "redirect_status": bad})),
+                "redirect_status",
+                "301, 302",
+            );
+        }
+        for (code, want) in [
+            (301, RedirectStatus::MovedPermanently),
+            (307, RedirectStatus::TemporaryRedirect),
+        ] {
+            let r = create(json!({"long_url": url, "redirect_status": code})).unwrap();
+            assert_eq!(r.redirect_status, want);
+        }
+    }
+
+    #[test]
+    fn patch_changes() {
+        let p = patch(json!({"long_url": "https://n.ew/"})).unwrap();
+        assert_eq!(p.long_url.as_deref(), Some("https://n.ew/"));
+        assert_eq!(p.expiry, ExpiryUpdate::Keep);
+        assert_eq!(p.redirect_status, None);
+
+        let p = patch(json!({"expires_at": null})).unwrap();
+        assert_eq!(p.expiry, ExpiryUpdate::Clear);
+
+        let p =
+            patch(json!({"expires_at": "2030-03-18T17:46:40Z", "redirect_status": 301})).unwrap();
+        assert_eq!(p.expiry, ExpiryUpdate::Set(NOW + 86_400));
+        assert_eq!(p.redirect_status, Some(RedirectStatus::MovedPermanently));
+
+        let p = patch(json!({"ttl_days": 2})).unwrap();
+        assert_eq!(p.expiry, ExpiryUpdate::Set(NOW + 2 * 86_400));
+    }
+
+    #[test]
+    fn patch_rejections() {
+        let empty = patch(json!({})).unwrap_err();
+        assert_eq!((empty.status, empty.field), (422, None));
+        assert!(empty.detail.contains("at least one"));
+        assert_field_err(patch(json!({"long_url": null})), "long_url", "null");
+        assert_field_err(
+            patch(json!({"redirect_status": null})),
+            "redirect_status",
+            "null",
+        );
+        assert_field_err(patch(json!({"ttl_days": null})), "ttl_days", "null");
+        assert_field_err(
+            patch(json!({"expires_at": null, "ttl_days": 3})),
+            "ttl_days",
+            "not both",
+        );
+        assert_field_err(
+            patch(json!({"expires_at": "2030-03-18T17:46:40Z", "ttl_days": 3})),
+            "ttl_days",
+            "not both",
+        );
+        assert_field_err(patch(json!({"long_url": "nope"})), "long_url", "scheme");
+        let p = patch(json!({"custom_alias": "x"})).unwrap_err();
+        assert_eq!((p.status, p.field), (422, None));
+        assert!(p.detail.contains("cannot be changed"), "{p}");
+        assert_eq!(parse_patch(b"nope", NOW).unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn link_json_shape() {
+        let body = link_json(
+            "aB3",
+            "https://sho.rt/",
+            "https://example.com/?q=\"x\"",
+            NOW,
+            Some(NOW + 86_400),
+            RedirectStatus::TemporaryRedirect,
+        );
+        let text = String::from_utf8(body).unwrap();
+        assert_eq!(
+            text,
+            r#"{"key":"aB3","short_url":"https://sho.rt/aB3","long_url":"https://example.com/?q=\"x\"","created_at":"2030-03-17T17:46:40Z","expires_at":"2030-03-18T17:46:40Z","redirect_status":307}"#
+        );
+        let v: Value = serde_json::from_slice(&link_json(
+            "k",
+            "http://h",
+            "http://t",
+            0,
+            None,
+            RedirectStatus::Found,
+        ))
+        .unwrap();
+        assert_eq!(v["expires_at"], Value::Null);
+        assert_eq!(v["short_url"], "http://h/k");
+        assert_eq!(v["created_at"], "1970-01-01T00:00:00Z");
+        assert_eq!(v["redirect_status"], 302);
+    }
+}
