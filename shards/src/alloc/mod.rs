@@ -1,0 +1,3 @@
+//! ID allocation (placeholder while being written).
+
+pub mod durable;
