@@ -16,12 +16,14 @@ use crossbeam::channel::{self, Receiver, RecvTimeoutError, Sender};
 use super::{Authority, AuthorityError, IdRange, NextIdError, SegmentBuffer};
 
 type Reply = Result<IdRange, AuthorityError>;
+type Confirmed = Arc<Mutex<Vec<(usize, IdRange)>>>;
+type Wake = Box<dyn Fn() + Send>;
 
 enum Msg {
     Register {
         requester: usize,
         reply: Sender<Reply>,
-        wake: Box<dyn Fn() + Send>,
+        wake: Wake,
     },
     Request {
         requester: usize,
@@ -34,7 +36,7 @@ enum Msg {
 pub struct AllocatorService {
     tx: Sender<Msg>,
     thread: Option<JoinHandle<Box<dyn Authority>>>,
-    confirmed: Arc<Mutex<Vec<(usize, IdRange)>>>,
+    confirmed: Confirmed,
     high_water: Arc<AtomicU64>,
 }
 
@@ -123,10 +125,10 @@ impl Drop for AllocatorService {
 fn serve(
     mut authority: Box<dyn Authority>,
     rx: Receiver<Msg>,
-    confirmed: Option<Arc<Mutex<Vec<(usize, IdRange)>>>>,
+    confirmed: Option<Confirmed>,
     high_water: Arc<AtomicU64>,
 ) -> Box<dyn Authority> {
-    let mut clients: HashMap<usize, (Sender<Reply>, Box<dyn Fn() + Send>)> = HashMap::new();
+    let mut clients: HashMap<usize, (Sender<Reply>, Wake)> = HashMap::new();
     while let Ok(msg) = rx.recv() {
         match msg {
             Msg::Register {
