@@ -375,3 +375,68 @@ proptest! {
         prop_assert_eq!(fs::metadata(&p).unwrap().len(), rec.valid_len);
     }
 }
+
+#[test]
+fn crc_valid_undecodable_frame_refused_or_salvaged() {
+    let d = tempfile::tempdir().unwrap();
+    let p = log_path(d.path());
+    let (written, ends) = write_log(&p, 3, 1);
+    let mut b = fs::read(&p).unwrap();
+    // Rewrite the second record's op tag to an unknown one and fix up its CRC.
+    let start = ends[0] as usize;
+    b[start + codec::FRAME_HEADER_BYTES + 20] = 99;
+    let end = ends[1] as usize;
+    let crc = crc32c::crc32c(&b[start + codec::FRAME_HEADER_BYTES..end]);
+    b[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
+    fs::write(&p, &b).unwrap();
+    match recover(&p, false) {
+        Err(LogError::InvalidRecord { offset, reason, .. }) => {
+            assert_eq!(offset, ends[0]);
+            assert!(reason.contains("tag"), "{reason}");
+        }
+        other => panic!("expected InvalidRecord, got {other:?}"),
+    }
+    let rec = recover(&p, true).unwrap();
+    assert_eq!(rec.records, vec![written[0].clone(), written[2].clone()]);
+    assert_eq!(rec.salvaged, vec![(ends[0], ends[1])]);
+}
+
+#[test]
+fn failed_first_write_leaves_recoverable_file() {
+    let d = tempfile::tempdir().unwrap();
+    let p = log_path(d.path());
+    // The very first batch (header + record) is cut short by ENOSPC inside the header.
+    let (mut log, _) = BlockingLog::open_with(&p, 3, false, |s| {
+        FaultyStorage::new(s).fail_write(1, libc::ENOSPC, 10)
+    })
+    .unwrap();
+    assert!(log.append_durable(0, &put(1)).is_err());
+    assert_eq!(log.storage().writes(), 1);
+    drop(log);
+    assert_eq!(fs::metadata(&p).unwrap().len(), 10);
+    let (mut log, rec) = BlockingLog::open(&p, 3, false).unwrap();
+    assert_eq!((rec.truncated_from, rec.valid_len), (Some(0), 0));
+    assert_eq!(log.append_durable(0, &put(2)).unwrap(), 1);
+    let rec = recover(&p, false).unwrap();
+    assert_eq!(rec.records.len(), 1);
+    assert_eq!(rec.records[0].op, put(2));
+}
+
+#[test]
+fn streaming_recovery_matches_collected() {
+    let d = tempfile::tempdir().unwrap();
+    let p = log_path(d.path());
+    let (written, _) = write_log(&p, 4, 3);
+    let mut seen = Vec::new();
+    let rep = recover_streaming(&p, false, |r| seen.push(r)).unwrap();
+    assert_eq!(seen, written);
+    assert_eq!((rep.records, rep.max_seq, rep.writer), (12, 12, Some(3)));
+}
+
+#[test]
+fn wal_path_layout() {
+    assert_eq!(
+        wal_path(Path::new("/data"), 7),
+        PathBuf::from("/data/logs/wal-7.log")
+    );
+}
