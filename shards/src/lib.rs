@@ -1,11 +1,14 @@
 //! ricochet's storage engine: what a link is, where it lives (virtual shards), shard tables,
 //! append logs, recovery and compaction. No networking and no glommio types in this API.
 
+pub mod alloc;
 pub mod datadir;
 pub mod error;
 mod fsutil;
 pub mod import;
+pub mod keygen;
 pub mod link;
+pub mod log;
 pub mod manifest;
 pub mod placement;
 pub mod table;

@@ -1,0 +1,347 @@
+//! Byte format of the log: file header, frames, record payloads. All integers little-endian.
+//! `docs/log.md` documents the same layout byte by byte; changing either is a format change.
+
+use crate::link::RedirectStatus;
+
+use super::{LogOp, LogOpRef, LogRecord, MAX_RECORD_BYTES};
+
+/// First 8 bytes of every log file.
+pub const LOG_MAGIC: &[u8; 8] = b"RICOWAL\0";
+/// Current (and only) format version.
+pub const LOG_VERSION: u32 = 1;
+/// File header: magic (8), version u32, writer u32, reserved u32 (0), CRC32C of bytes 0..20.
+pub const HEADER_BYTES: usize = 24;
+/// Frame header: payload length u32, CRC32C of payload u32.
+pub const FRAME_HEADER_BYTES: usize = 8;
+/// Fixed payload prefix: seq u64, batch_start u64, shard u32, op tag u8.
+pub const PAYLOAD_PREFIX_BYTES: usize = 21;
+
+const TAG_PUT: u8 = 1;
+const TAG_DELETE: u8 = 2;
+const TAG_IDEM_PUT: u8 = 3;
+
+/// Encodes the file header for `writer`.
+pub fn encode_header(writer: u32) -> [u8; HEADER_BYTES] {
+    let mut h = [0u8; HEADER_BYTES];
+    h[..8].copy_from_slice(LOG_MAGIC);
+    h[8..12].copy_from_slice(&LOG_VERSION.to_le_bytes());
+    h[12..16].copy_from_slice(&writer.to_le_bytes());
+    let crc = crc32c::crc32c(&h[..20]);
+    h[20..24].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// Why a header was rejected.
+#[derive(Debug, PartialEq, Eq)]
+pub enum HeaderError {
+    Magic,
+    Version(u32),
+    Crc,
+    Reserved,
+}
+
+/// Parses a full header, returning the writer id.
+pub fn decode_header(h: &[u8; HEADER_BYTES]) -> Result<u32, HeaderError> {
+    if &h[..8] != LOG_MAGIC {
+        return Err(HeaderError::Magic);
+    }
+    if crc32c::crc32c(&h[..20]) != u32_at(h, 20) {
+        return Err(HeaderError::Crc);
+    }
+    let version = u32_at(h, 8);
+    if version != LOG_VERSION {
+        return Err(HeaderError::Version(version));
+    }
+    if u32_at(h, 16) != 0 {
+        return Err(HeaderError::Reserved);
+    }
+    Ok(u32_at(h, 12))
+}
+
+/// Payload size of `op`'s record.
+pub fn payload_len(op: &LogOpRef<'_>) -> usize {
+    PAYLOAD_PREFIX_BYTES
+        + match op {
+            LogOpRef::Put { key, target, .. } => {
+                2 + 4 + 8 + 8 + 8 + 2 + 4 + key.len() + target.len()
+            }
+            LogOpRef::Delete { key } => 2 + key.len(),
+            LogOpRef::IdemPut {
+                scope,
+                response_key,
+                ..
+            } => 8 + 32 + 2 + 2 + scope.len() + response_key.len(),
+        }
+}
+
+/// Appends one frame to `out`. The caller has checked `payload_len(op) <= MAX_RECORD_BYTES`
+/// (asserted), which also bounds every `u16` length field.
+pub fn encode_frame(out: &mut Vec<u8>, seq: u64, batch_start: u64, shard: u32, op: &LogOpRef<'_>) {
+    let len = payload_len(op);
+    assert!(len <= MAX_RECORD_BYTES);
+    let frame_start = out.len();
+    out.extend_from_slice(&(len as u32).to_le_bytes());
+    out.extend_from_slice(&[0u8; 4]); // CRC, filled below
+    let payload_start = out.len();
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&batch_start.to_le_bytes());
+    out.extend_from_slice(&shard.to_le_bytes());
+    match op {
+        LogOpRef::Put {
+            key,
+            target,
+            status,
+            expires_at_s,
+            created_at_s,
+            flags,
+            id,
+        } => {
+            out.push(TAG_PUT);
+            out.extend_from_slice(&status.code().to_le_bytes());
+            out.extend_from_slice(&flags.to_le_bytes());
+            out.extend_from_slice(&expires_at_s.to_le_bytes());
+            out.extend_from_slice(&created_at_s.to_le_bytes());
+            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            out.extend_from_slice(&(target.len() as u32).to_le_bytes());
+            out.extend_from_slice(key.as_bytes());
+            out.extend_from_slice(target.as_bytes());
+        }
+        LogOpRef::Delete { key } => {
+            out.push(TAG_DELETE);
+            out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            out.extend_from_slice(key.as_bytes());
+        }
+        LogOpRef::IdemPut {
+            scope,
+            request_hash,
+            response_key,
+            created_at_s,
+        } => {
+            out.push(TAG_IDEM_PUT);
+            out.extend_from_slice(&created_at_s.to_le_bytes());
+            out.extend_from_slice(&request_hash[..]);
+            out.extend_from_slice(&(scope.len() as u16).to_le_bytes());
+            out.extend_from_slice(&(response_key.len() as u16).to_le_bytes());
+            out.extend_from_slice(scope.as_bytes());
+            out.extend_from_slice(response_key.as_bytes());
+        }
+    }
+    debug_assert_eq!(out.len() - payload_start, len);
+    let crc = crc32c::crc32c(&out[payload_start..]);
+    out[frame_start + 4..frame_start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// A frame whose length is plausible and whose CRC matches.
+#[derive(Debug)]
+pub struct RawFrame<'a> {
+    pub payload: &'a [u8],
+    /// Frame header + payload.
+    pub total_len: usize,
+}
+
+/// Checks the frame at `data[pos..]`: `None` if it is short, has an implausible length or a
+/// CRC mismatch.
+pub fn frame_at(data: &[u8], pos: usize) -> Option<RawFrame<'_>> {
+    let hdr = data.get(pos..pos.checked_add(FRAME_HEADER_BYTES)?)?;
+    let len = u32_at(hdr, 0) as usize;
+    if !(PAYLOAD_PREFIX_BYTES..=MAX_RECORD_BYTES).contains(&len) {
+        return None;
+    }
+    let start = pos + FRAME_HEADER_BYTES;
+    let payload = data.get(start..start + len)?;
+    if crc32c::crc32c(payload) != u32_at(hdr, 4) {
+        return None;
+    }
+    Some(RawFrame {
+        payload,
+        total_len: FRAME_HEADER_BYTES + len,
+    })
+}
+
+/// A decoded payload: the record and the offset of the batch it was written in.
+#[derive(Debug)]
+pub struct Decoded {
+    pub record: LogRecord,
+    pub batch_start: u64,
+}
+
+/// Decodes a CRC-checked payload. Errors name what is wrong (a bug or a future format, since
+/// the CRC matched).
+pub fn decode_payload(p: &[u8]) -> Result<Decoded, String> {
+    let mut r = Reader { p, at: 0 };
+    let seq = r.u64()?;
+    let batch_start = r.u64()?;
+    let shard = r.u32()?;
+    let op = match r.u8()? {
+        TAG_PUT => {
+            let code = r.u16()?;
+            let status =
+                RedirectStatus::from_code(code).ok_or_else(|| format!("bad status {code}"))?;
+            let flags = r.u32()?;
+            let expires_at_s = r.u64()?;
+            let created_at_s = r.u64()?;
+            let id = r.u64()?;
+            let key_len = r.u16()? as usize;
+            let target_len = r.u32()? as usize;
+            let key = r.string(key_len, "key")?;
+            let target = r.string(target_len, "target")?;
+            LogOp::Put {
+                key,
+                target,
+                status,
+                expires_at_s,
+                created_at_s,
+                flags,
+                id,
+            }
+        }
+        TAG_DELETE => {
+            let key_len = r.u16()? as usize;
+            LogOp::Delete {
+                key: r.string(key_len, "key")?,
+            }
+        }
+        TAG_IDEM_PUT => {
+            let created_at_s = r.u64()?;
+            let request_hash: [u8; 32] = r
+                .bytes(32)?
+                .try_into()
+                .map_err(|_| "short hash".to_string())?;
+            let scope_len = r.u16()? as usize;
+            let resp_len = r.u16()? as usize;
+            let scope = r.string(scope_len, "scope")?;
+            let response_key = r.string(resp_len, "response key")?;
+            LogOp::IdemPut {
+                scope,
+                request_hash,
+                response_key,
+                created_at_s,
+            }
+        }
+        tag => return Err(format!("unknown op tag {tag}")),
+    };
+    if r.at != p.len() {
+        return Err(format!("{} trailing bytes", p.len() - r.at));
+    }
+    if seq == 0 {
+        return Err("sequence number 0".into());
+    }
+    Ok(Decoded {
+        record: LogRecord { seq, shard, op },
+        batch_start,
+    })
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+struct Reader<'a> {
+    p: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.p.len());
+        let end = end.ok_or_else(|| "record shorter than its fields".to_string())?;
+        let s = &self.p[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.bytes(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, String> {
+        let b = self.bytes(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32_at(self.bytes(4)?, 0))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        let b = self.bytes(8)?;
+        Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    }
+    fn string(&mut self, n: usize, what: &str) -> Result<String, String> {
+        let b = self.bytes(n)?;
+        String::from_utf8(b.to_vec()).map_err(|_| format!("{what} is not UTF-8"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_roundtrip_and_rejects() {
+        let h = encode_header(7);
+        assert_eq!(decode_header(&h), Ok(7));
+        let mut bad = h;
+        bad[0] ^= 1;
+        assert_eq!(decode_header(&bad), Err(HeaderError::Magic));
+        let mut bad = h;
+        bad[13] ^= 1;
+        assert_eq!(decode_header(&bad), Err(HeaderError::Crc));
+        let mut v2 = h;
+        v2[8] = 2;
+        let crc = crc32c::crc32c(&v2[..20]);
+        v2[20..].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode_header(&v2), Err(HeaderError::Version(2)));
+    }
+
+    #[test]
+    fn frame_roundtrip_all_ops() {
+        let ops = [
+            LogOp::Put {
+                key: "aB3xZ9".into(),
+                target: "https://example.com/é".into(),
+                status: RedirectStatus::PermanentRedirect,
+                expires_at_s: 5,
+                created_at_s: 6,
+                flags: 0xdead_beef,
+                id: 42,
+            },
+            LogOp::Delete { key: "k".into() },
+            LogOp::IdemPut {
+                scope: "api1:idem".into(),
+                request_hash: [9; 32],
+                response_key: "zzzzzzz".into(),
+                created_at_s: 77,
+            },
+        ];
+        for (i, op) in ops.iter().enumerate() {
+            let mut buf = Vec::new();
+            encode_frame(&mut buf, 10 + i as u64, 123, 5, &op.as_ref());
+            assert_eq!(buf.len(), FRAME_HEADER_BYTES + payload_len(&op.as_ref()));
+            let f = frame_at(&buf, 0).expect("valid frame");
+            assert_eq!(f.total_len, buf.len());
+            let d = decode_payload(f.payload).unwrap();
+            assert_eq!(d.batch_start, 123);
+            assert_eq!(d.record.seq, 10 + i as u64);
+            assert_eq!(d.record.shard, 5);
+            assert_eq!(&d.record.op, op);
+            // Any single flipped payload bit is caught by the CRC.
+            for at in FRAME_HEADER_BYTES..buf.len() {
+                let mut b = buf.clone();
+                b[at] ^= 0x10;
+                assert!(frame_at(&b, 0).is_none());
+            }
+            assert!(frame_at(&buf[..buf.len() - 1], 0).is_none());
+        }
+    }
+
+    #[test]
+    fn decode_rejects_trailing_and_bad_tag() {
+        let mut p = vec![0u8; PAYLOAD_PREFIX_BYTES];
+        p[0] = 1;
+        p[20] = 9;
+        assert!(decode_payload(&p).unwrap_err().contains("tag"));
+        let mut buf = Vec::new();
+        encode_frame(&mut buf, 1, 0, 0, &LogOpRef::Delete { key: "k" });
+        let mut p = buf[FRAME_HEADER_BYTES..].to_vec();
+        p.push(0);
+        assert!(decode_payload(&p).unwrap_err().contains("trailing"));
+    }
+}

@@ -1,0 +1,197 @@
+//! The per-writer-core append log: CRC-framed records, group commit, crash recovery.
+//!
+//! One log per writer core, `logs/wal-<writer>.log` in the data dir ([`wal_path`]). Records carry
+//! the virtual shard id, so a log can be replayed by any core count. The byte format is
+//! specified in `docs/log.md` and implemented in [`codec`].
+//!
+//! - [`LogWriter`] is sans-IO: it builds batches of bytes; the caller writes them at the given
+//!   offset, `fdatasync`s, and reports the outcome. One batch is in flight at a time; appends
+//!   made meanwhile go into the next batch (group commit). A failed write or sync poisons it.
+//! - [`recover`] / [`recover_streaming`] validate a log at startup, truncate a torn tail and
+//!   refuse (or, with `salvage`, skip) corruption in the middle.
+//! - [`blocking::BlockingLog`] drives a `LogWriter` with blocking std I/O, for tools and tests.
+
+pub mod blocking;
+pub mod codec;
+mod recover;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::link::RedirectStatus;
+
+pub use recover::{recover, recover_streaming, Recovery, RecoveryReport};
+pub use writer::{Batch, LogWriter};
+
+/// Largest record payload, in bytes. A record holds at most a 64-byte key, an 8 KiB URL and
+/// small fixed fields, or an idempotency entry; 32 KiB leaves room for growth while letting
+/// recovery reject an implausible length field (a corrupted length) without reading far ahead.
+/// It also keeps every variable-length field's length within its `u16` length prefix.
+pub const MAX_RECORD_BYTES: usize = 32 * 1024;
+
+/// Directory holding the logs, relative to the data dir.
+pub const LOG_DIR_NAME: &str = "logs";
+
+/// Path of writer `writer`'s log in `data_dir`: `<data_dir>/logs/wal-<writer>.log`.
+pub fn wal_path(data_dir: &Path, writer: u32) -> PathBuf {
+    data_dir
+        .join(LOG_DIR_NAME)
+        .join(format!("wal-{writer}.log"))
+}
+
+/// One logged mutation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LogOp {
+    /// Create or replace a link.
+    Put {
+        key: String,
+        target: String,
+        status: RedirectStatus,
+        /// Unix seconds after which the link is gone; 0 = never.
+        expires_at_s: u64,
+        created_at_s: u64,
+        flags: u32,
+        /// The generated ID behind `key`; 0 for a custom alias.
+        id: u64,
+    },
+    /// Remove a link.
+    Delete { key: String },
+    /// Remember an idempotent creation so a retried request gets the same answer.
+    IdemPut {
+        /// API-key id + idempotency key.
+        scope: String,
+        /// Hash of the normalized request; a retry with a different hash is a conflict.
+        request_hash: [u8; 32],
+        /// The key created by the original request.
+        response_key: String,
+        created_at_s: u64,
+    },
+}
+
+/// A borrowed [`LogOp`], so the writer can encode straight from request buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogOpRef<'a> {
+    /// See [`LogOp::Put`].
+    Put {
+        key: &'a str,
+        target: &'a str,
+        status: RedirectStatus,
+        expires_at_s: u64,
+        created_at_s: u64,
+        flags: u32,
+        id: u64,
+    },
+    /// See [`LogOp::Delete`].
+    Delete { key: &'a str },
+    /// See [`LogOp::IdemPut`].
+    IdemPut {
+        scope: &'a str,
+        request_hash: &'a [u8; 32],
+        response_key: &'a str,
+        created_at_s: u64,
+    },
+}
+
+impl LogOp {
+    /// Borrows this op for encoding.
+    pub fn as_ref(&self) -> LogOpRef<'_> {
+        match self {
+            LogOp::Put {
+                key,
+                target,
+                status,
+                expires_at_s,
+                created_at_s,
+                flags,
+                id,
+            } => LogOpRef::Put {
+                key,
+                target,
+                status: *status,
+                expires_at_s: *expires_at_s,
+                created_at_s: *created_at_s,
+                flags: *flags,
+                id: *id,
+            },
+            LogOp::Delete { key } => LogOpRef::Delete { key },
+            LogOp::IdemPut {
+                scope,
+                request_hash,
+                response_key,
+                created_at_s,
+            } => LogOpRef::IdemPut {
+                scope,
+                request_hash,
+                response_key,
+                created_at_s: *created_at_s,
+            },
+        }
+    }
+}
+
+/// A decoded log record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogRecord {
+    /// Per-log sequence number, strictly increasing within a log file, starting at 1.
+    pub seq: u64,
+    /// Virtual shard of the record's key (or idempotency scope).
+    pub shard: u32,
+    pub op: LogOp,
+}
+
+/// Everything that can go wrong with a log. Cold path: one error type for the module.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error(
+        "log writer is poisoned: {reason}; nothing after seq {durable_seq} is durable; \
+         restart so recovery re-reads the file (a failed fsync is never retried)"
+    )]
+    Poisoned { reason: String, durable_seq: u64 },
+    #[error("log record of {bytes} bytes exceeds the {MAX_RECORD_BYTES}-byte limit")]
+    RecordTooLarge { bytes: usize },
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path} is not a ricochet log (bad magic); refusing to touch it")]
+    NotALog { path: PathBuf },
+    #[error("{path}: log header is corrupt ({reason})")]
+    BadHeader { path: PathBuf, reason: &'static str },
+    #[error("{path}: log format version {version} is not supported (expected {expected})")]
+    UnsupportedVersion {
+        path: PathBuf,
+        version: u32,
+        expected: u32,
+    },
+    #[error("{path}: log belongs to writer {found}, expected writer {expected}")]
+    WriterMismatch {
+        path: PathBuf,
+        found: u32,
+        expected: u32,
+    },
+    #[error(
+        "{path}: corruption in the middle of the log at byte offset {offset} (next valid record \
+         at offset {next_valid}); refusing to start. Restore the file from backup, or rerun \
+         recovery with salvage to skip the damaged bytes and lose the records in them"
+    )]
+    MidLogCorruption {
+        path: PathBuf,
+        offset: u64,
+        next_valid: u64,
+    },
+    #[error(
+        "{path}: record at byte offset {offset} has a valid checksum but is invalid: {reason}"
+    )]
+    InvalidRecord {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+}
