@@ -440,3 +440,19 @@ fn wal_path_layout() {
         PathBuf::from("/data/logs/wal-7.log")
     );
 }
+
+#[test]
+fn damage_before_a_later_whole_batch_is_refused() {
+    // The damaged record ends batch 2; batch 3 after it was reported durable, so this is not
+    // a torn final batch even though everything after the damage is one batch.
+    let d = tempfile::tempdir().unwrap();
+    let p = log_path(d.path());
+    let (_, ends) = write_log(&p, 3, 2);
+    let mut b = fs::read(&p).unwrap();
+    b[ends[2] as usize + 30] ^= 1; // record 4 of 6
+    fs::write(&p, &b).unwrap();
+    assert!(matches!(
+        recover(&p, false),
+        Err(LogError::MidLogCorruption { offset, .. }) if offset == ends[2]
+    ));
+}
