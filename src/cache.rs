@@ -51,6 +51,12 @@ impl PartialEq for InlineKey {
 
 impl Eq for InlineKey {}
 
+impl std::hash::Hash for InlineKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state);
+    }
+}
+
 impl std::fmt::Debug for InlineKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

@@ -23,8 +23,35 @@ pub const MAX_POOLED_BUF_BYTES: usize = 64 * 1024;
 /// Buffers kept in a core's pool. Beyond this, returned buffers are freed.
 pub const MAX_POOLED_BUFS: usize = 4096;
 
+/// What an API request was, so its answer can be encoded (and a create retried).
+#[derive(Debug)]
+pub enum ApiOp {
+    Create {
+        req: Box<crate::api::request::CreateRequest>,
+        created_at_s: u64,
+        tries: u8,
+    },
+    Get,
+    Patch,
+    Delete,
+}
+
+/// An API request waiting for its owner.
+#[derive(Debug)]
+pub struct ApiCtx {
+    pub op: ApiOp,
+}
+
+/// What kind of answer a pending request waits for.
+#[derive(Debug)]
+pub enum PendingKind {
+    /// A redirect lookup forwarded to the key's owner.
+    Redirect,
+    Api(Box<ApiCtx>),
+}
+
 /// A forwarded request waiting for its owner's answer.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub struct Pending {
     /// The request's sequence number on this connection (echoed by the owner).
     pub seq: u32,
@@ -33,6 +60,7 @@ pub struct Pending {
     /// A HEAD request: a 404 goes without its body.
     pub head: bool,
     pub persist: crate::http::encode::Conn,
+    pub kind: PendingKind,
 }
 
 /// A connection slot.

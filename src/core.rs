@@ -8,18 +8,20 @@
 //! glommio run its tasks (the mesh receivers) before the next turn.
 
 use crate::cache::{InlineKey, Lru};
-use crate::conn::{BufPool, Conn, Pending, MAX_INBUF_BYTES};
+use crate::conn::{BufPool, Conn, Pending, PendingKind, MAX_INBUF_BYTES};
 use crate::http::date::DateCache;
 use crate::http::encode::{self, Conn as Persist};
 use crate::http::limits::{MAX_CONNECTIONS_PER_CORE, MAX_PIPELINED_REQUESTS};
 use crate::http::parse::{parse_request, Method, Request};
 use crate::http::status::Status;
-use crate::mesh::{Answer, Mesh, MeshMsg, ReplyTo};
+use crate::mesh::{Answer, Mesh, MeshMsg, ReplyTo, Target, WriteOutcome};
 use crate::ring::bufring::RECV_BUF_GROUP;
 use crate::ring::{Op, Ring, Token};
 use crate::router::Router;
 use crate::store::Store;
+use crate::writes::Writes;
 use io_uring::{cqueue, opcode, types};
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
@@ -91,6 +93,26 @@ pub struct CoreSetup {
     pub lru_capacity: usize,
     pub shared: Arc<Shared>,
     pub timeouts: Timeouts,
+    pub writes: Writes,
+    pub api: ApiState,
+}
+
+/// Everything the API needs on one core.
+pub struct ApiState {
+    pub keys: Arc<crate::api::keys::ApiKeyStore>,
+    pub ratelimit: crate::api::ratelimit::RateLimiter,
+    pub segments: shards::alloc::SegmentBuffer,
+    pub alloc: shards::alloc::AllocClient,
+    pub keygen: Arc<shards::keygen::KeyGen>,
+    pub public_url: String,
+    pub idem: crate::api::idempotency::IdemTable,
+    pub id_waiters: VecDeque<crate::api_flow::IdWaiter>,
+    pub idem_waiters: HashMap<u64, ReplyTo>,
+    pub flights: HashMap<u32, crate::api_flow::Flight>,
+    pub next_flight: u32,
+    pub next_token: u64,
+    /// PATCH/DELETE answers waiting for every other core's LRU invalidation ack.
+    pub invalidations: HashMap<u64, (usize, ReplyTo, WriteOutcome)>,
 }
 
 /// Connection deadlines (defaults: `http::limits::HEADER_TIMEOUT_MS` and
@@ -119,13 +141,17 @@ pub struct Core {
 }
 
 /// Everything but the ring, so request handling can borrow ring buffers while mutating state.
-struct State {
-    me: usize,
-    router: Router,
-    store: Store,
+pub(crate) struct State {
+    pub(crate) me: usize,
+    pub(crate) router: Router,
+    pub(crate) store: Store,
+    pub(crate) writes: Writes,
+    pub(crate) api: ApiState,
     lru: Lru<Answer>,
-    mesh: Mesh,
-    conns: Vec<Conn>,
+    pub(crate) mesh: Mesh,
+    /// Messages this core sends itself (an API request whose owner is this core).
+    pub(crate) self_inbox: VecDeque<MeshMsg>,
+    pub(crate) conns: Vec<Conn>,
     free_slots: Vec<u32>,
     live_conns: usize,
     pool: BufPool,
@@ -134,9 +160,9 @@ struct State {
     /// Connections whose recv ran out of buffers.
     starved: Vec<u32>,
     /// Buffers given back this turn (published once per turn).
-    date: DateCache,
+    pub(crate) date: DateCache,
     now_ms: u64,
-    now_s: u64,
+    pub(crate) now_s: u64,
     started: Instant,
     listener_fd: RawFd,
     accepting: bool,
@@ -159,6 +185,9 @@ impl Core {
             me: mesh.me(),
             router: setup.router,
             store: setup.store,
+            writes: setup.writes,
+            api: setup.api,
+            self_inbox: VecDeque::new(),
             lru: Lru::with_capacity(setup.lru_capacity),
             mesh,
             conns: Vec::new(),
@@ -220,17 +249,29 @@ impl Core {
             for cqe in &cqes {
                 self.on_cqe(cqe);
             }
-            while let Some(msg) = self.st.mesh.pop() {
+            loop {
+                let msg = match self.st.self_inbox.pop_front() {
+                    Some(m) => m,
+                    None => match self.st.mesh.pop() {
+                        Some(m) => m,
+                        None => break,
+                    },
+                };
                 work = true;
                 self.st.on_mesh(msg);
             }
+            if self.st.api.segments.is_loading() || !self.st.api.id_waiters.is_empty() {
+                self.st.poll_allocator();
+            }
             self.st.mesh.flush_outbox();
+            self.submit_log_batch()?;
             self.st.flush();
             self.finish_turn()?;
 
             if self.st.now_ms >= next_sweep_ms {
                 next_sweep_ms = self.st.now_ms + TIMEOUT_SWEEP_INTERVAL_MS;
                 self.st.sweep();
+                self.st.poll_allocator();
                 self.finish_turn()?;
             }
             if self.st.shared.draining.load(Ordering::Relaxed) {
@@ -315,6 +356,73 @@ impl Core {
         self.finish_turn()
     }
 
+    /// Starts writing and syncing the log's pending records, if no batch is in flight.
+    fn submit_log_batch(&mut self) -> io::Result<()> {
+        let w = &mut self.st.writes;
+        if w.batch.is_some() || w.log.is_poisoned() {
+            return Ok(());
+        }
+        let Ok(Some(batch)) = w.log.take_batch() else {
+            return Ok(());
+        };
+        let write = opcode::Write::new(
+            types::Fd(w.log_fd),
+            batch.bytes.as_ptr(),
+            batch.bytes.len() as u32,
+        )
+        .offset(batch.offset)
+        .build()
+        .flags(io_uring::squeue::Flags::IO_LINK)
+        .user_data(Token::new(Op::LogWrite, 0, 0).encode());
+        let sync = opcode::Fsync::new(types::Fd(w.log_fd))
+            .flags(types::FsyncFlags::DATASYNC)
+            .build()
+            .user_data(Token::new(Op::LogSync, 0, 0).encode());
+        w.batch = Some(batch);
+        w.batch_error = None;
+        self.ring.push(write)?;
+        self.ring.push(sync)
+    }
+
+    fn on_log_write(&mut self, res: i32) {
+        let w = &mut self.st.writes;
+        let len = w.batch.as_ref().map_or(0, |b| b.bytes.len());
+        if res < 0 {
+            w.batch_error = Some(io::Error::from_raw_os_error(-res));
+        } else if (res as usize) < len {
+            w.batch_error = Some(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short log write: {res} of {len} bytes"),
+            ));
+        }
+    }
+
+    fn on_log_sync(&mut self, res: i32) {
+        let w = &mut self.st.writes;
+        let Some(batch) = w.batch.take() else {
+            return;
+        };
+        let result = if let Some(e) = w.batch_error.take() {
+            Err(e)
+        } else if res < 0 {
+            Err(io::Error::from_raw_os_error(-res))
+        } else if w.faults.fail_fsync_after.is_some_and(|n| w.fsyncs_ok >= n) {
+            Err(io::Error::other(
+                "injected fsync failure (--fault-fail-fsync-after)",
+            ))
+        } else {
+            w.fsyncs_ok += 1;
+            Ok(())
+        };
+        match w.log.complete(batch, result) {
+            Ok(durable) => self.st.on_durable(durable),
+            Err(e) => {
+                eprintln!("core {}: {e}; creates, updates and deletes on this core now fail until restart; redirects continue", self.st.me);
+                self.st.on_log_failed();
+            }
+        }
+    }
+
     /// Pushes the SQEs handlers queued and gives recycled buffers back to the kernel.
     fn finish_turn(&mut self) -> io::Result<()> {
         if !self.st.recycle.is_empty() {
@@ -348,6 +456,8 @@ impl Core {
                     eprintln!("core {}: cannot re-arm doorbell: {e}", self.st.me);
                 }
             }
+            Op::LogWrite => self.on_log_write(res),
+            Op::LogSync => self.on_log_sync(res),
             Op::Close | Op::Cancel | Op::Timeout => {}
         }
     }
@@ -558,7 +668,8 @@ impl State {
                     } else {
                         Persist::for_request(&req)
                     };
-                    self.handle(slot, &req, persist);
+                    let body = &data[pos + req.head_len..pos + total];
+                    self.handle(slot, &req, persist, body);
                     pos += total;
                     answered += 1;
                     if !persist.keep_alive() {
@@ -586,7 +697,7 @@ impl State {
     }
 
     /// Routes one request: health endpoints, then keys (local table, LRU, or forward).
-    fn handle(&mut self, slot: u32, req: &Request<'_>, persist: Persist) {
+    fn handle(&mut self, slot: u32, req: &Request<'_>, persist: Persist, body: &[u8]) {
         let c = &mut self.conns[slot as usize];
         if c.out.capacity() == 0 {
             c.out = self.pool.get();
@@ -628,6 +739,9 @@ impl State {
             }
             return;
         }
+        if path.starts_with(crate::api_flow::API_PREFIX) {
+            return self.handle_api(slot, req, body, persist);
+        }
         let key = &path[1..];
         if shards::link::validate_key(key).is_err() {
             encode::encode_not_found(&mut c.out, head, persist, &self.date);
@@ -647,9 +761,10 @@ impl State {
     #[inline]
     fn lookup(&mut self, slot: u32, key: &[u8], head: bool, persist: Persist) -> Outcome {
         let owner = self.router.owner(key);
-        let c = &mut self.conns[slot as usize];
         if owner.core == self.me {
-            match self.store.get(owner.shard, key, self.now_s) {
+            let answer = self.local_answer(owner.shard, key);
+            let c = &mut self.conns[slot as usize];
+            match answer {
                 Some(a) => encode::encode_redirect(
                     &mut c.out,
                     a.status,
@@ -661,6 +776,7 @@ impl State {
             }
             return Outcome::Done;
         }
+        let c = &mut self.conns[slot as usize];
         if let Some(a) = self.lru.get(key) {
             if !a.expired(self.now_s) {
                 encode::encode_redirect(
@@ -683,6 +799,7 @@ impl State {
             offset: c.out.len(),
             head,
             persist,
+            kind: PendingKind::Redirect,
         });
         let reply = ReplyTo {
             core: self.me as u16,
@@ -700,7 +817,7 @@ impl State {
             MeshMsg::Lookup { reply, key } => {
                 let owner = self.router.owner(key.as_bytes());
                 debug_assert_eq!(owner.core, self.me, "lookups go to the owner");
-                let answer = self.store.get(owner.shard, key.as_bytes(), self.now_s);
+                let answer = self.local_answer(owner.shard, key.as_bytes());
                 self.mesh
                     .send(reply.core as usize, MeshMsg::Answer { reply, key, answer });
             }
@@ -710,6 +827,98 @@ impl State {
                 }
                 self.complete_forward(reply, answer);
             }
+            MeshMsg::Write { reply, req } => self.on_write(reply, req),
+            MeshMsg::WriteDone { reply, outcome } => {
+                if reply.slot == crate::api_flow::IDEM_SLOT && reply.core as usize == self.me {
+                    self.on_flight_done(reply.seq, outcome);
+                } else {
+                    self.complete_api(reply, outcome);
+                }
+            }
+            MeshMsg::IdemCreate {
+                reply,
+                scope,
+                hash,
+                req,
+                created_at_s,
+            } => self.on_idem_create(reply, scope, hash, req, created_at_s),
+            MeshMsg::Invalidate { from, token, key } => {
+                self.lru.remove(key.as_bytes());
+                self.deliver(from as usize, MeshMsg::InvalidateAck { token });
+            }
+            MeshMsg::InvalidateAck { token } => self.on_invalidate_ack(token),
+        }
+    }
+
+    /// The live link for a key this core owns: the memtable overrides the table.
+    #[inline]
+    fn local_answer(&self, shard: u32, key: &[u8]) -> Option<Answer> {
+        match self.writes.get(key) {
+            None => self.store.get(shard, key, self.now_s),
+            Some(None) => None,
+            Some(Some(info)) => {
+                let a = Answer {
+                    target: Target::Shared(info.target.clone()),
+                    status: info.status,
+                    expires_at_s: info.expires_at_s,
+                };
+                (!a.expired(self.now_s)).then_some(a)
+            }
+        }
+    }
+
+    /// An owner answered an API request: encode the answer at its place in the batch (or, for
+    /// a generated-key create that collided with an alias, retry with the next ID).
+    fn complete_api(&mut self, reply: ReplyTo, outcome: WriteOutcome) {
+        let Some(c) = self.conns.get_mut(reply.slot as usize) else {
+            return;
+        };
+        if !c.live || c.gen != reply.gen {
+            return;
+        }
+        let Some(i) = c.pending.iter().position(|p| p.seq == reply.seq) else {
+            return;
+        };
+        let mut p = c.pending.remove(i);
+        let PendingKind::Api(mut ctx) = std::mem::replace(&mut p.kind, PendingKind::Redirect)
+        else {
+            return;
+        };
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let answered = self.api_answer(&mut ctx, outcome, p.persist, &mut scratch);
+        if answered.is_none() {
+            // Retry a create with the next generated ID; the request stays pending.
+            let retry = match &ctx.op {
+                crate::conn::ApiOp::Create {
+                    req,
+                    created_at_s,
+                    tries,
+                } => Some((req.clone(), *created_at_s, *tries)),
+                _ => None,
+            };
+            p.kind = PendingKind::Api(ctx);
+            self.conns[reply.slot as usize].pending.insert(i, p);
+            self.scratch = scratch;
+            if let Some((req, created, tries)) = retry {
+                self.start_create(reply, req, created, tries);
+            }
+            return;
+        }
+        self.insert_response(reply.slot, p.offset, &scratch);
+        self.scratch = scratch;
+    }
+
+    /// Inserts `bytes` at `offset` of the connection's batch, shifting later pending answers;
+    /// flushes when nothing is pending any more.
+    fn insert_response(&mut self, slot: u32, offset: usize, bytes: &[u8]) {
+        let c = &mut self.conns[slot as usize];
+        c.out.splice(offset..offset, bytes.iter().copied());
+        for later in c.pending.iter_mut().filter(|q| q.offset >= offset) {
+            later.offset += bytes.len();
+        }
+        if c.pending.is_empty() {
+            self.mark_dirty(slot);
         }
     }
 
@@ -736,15 +945,9 @@ impl State {
             ),
             _ => encode::encode_not_found(&mut self.scratch, p.head, p.persist, &self.date),
         }
-        let n = self.scratch.len();
-        c.out
-            .splice(p.offset..p.offset, self.scratch.iter().copied());
-        for later in c.pending.iter_mut().filter(|q| q.offset >= p.offset) {
-            later.offset += n;
-        }
-        if c.pending.is_empty() {
-            self.mark_dirty(reply.slot);
-        }
+        let scratch = std::mem::take(&mut self.scratch);
+        self.insert_response(reply.slot, p.offset, &scratch);
+        self.scratch = scratch;
     }
 
     #[inline]

@@ -3,13 +3,16 @@
 //! See ARCHITECTURE.md for the data path and the codemap.
 
 pub mod api;
+pub mod api_flow;
 pub mod cache;
 pub mod conn;
 pub mod core;
 pub mod http;
 pub mod listener;
 pub mod mesh;
+pub mod recovery;
 pub mod ring;
 pub mod router;
 pub mod server;
 pub mod store;
+pub mod writes;

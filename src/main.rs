@@ -24,6 +24,17 @@ enum Cmd {
     Serve(ServeArgs),
     /// Build shard tables offline from a TSV, CSV or NDJSON file of links.
     Import(ImportArgs),
+    /// Manage API keys (stored hashed in the data dir).
+    Keys(KeysArgs),
+}
+
+#[derive(clap::Args)]
+struct KeysArgs {
+    /// Data directory.
+    #[arg(long, default_value = "./data")]
+    data_dir: PathBuf,
+    #[command(subcommand)]
+    cmd: ricochet::api::keys::KeysCommand,
 }
 
 #[derive(clap::Args, Clone)]
@@ -55,6 +66,22 @@ struct ServeArgs {
     /// Close a keep-alive connection idle this long between requests.
     #[arg(long, default_value_t = ricochet::http::limits::IDLE_KEEPALIVE_TIMEOUT_MS)]
     idle_timeout_ms: u64,
+    /// Start even if an append log is corrupt in the middle, skipping (and reporting) the bad
+    /// bytes. Without it such a log refuses to start.
+    #[arg(long)]
+    salvage: bool,
+    /// IDs per range taken from the allocation authority by each core.
+    #[arg(long, default_value_t = shards::alloc::DEFAULT_SEGMENT_LEN)]
+    segment_len: u64,
+    /// Creates per second per API key (whole server).
+    #[arg(long, default_value_t = ricochet::server::DEFAULT_CREATE_RATE_PER_S)]
+    create_rate: u32,
+    /// Burst of creates per API key (whole server).
+    #[arg(long, default_value_t = ricochet::server::DEFAULT_CREATE_BURST)]
+    create_burst: u32,
+    /// Test only: fail each core's log fsync after this many successful ones.
+    #[arg(long, hide = true)]
+    fault_fail_fsync_after: Option<u64>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -110,7 +137,15 @@ fn main() -> ExitCode {
                 header_ms: a.header_timeout_ms,
                 idle_ms: a.idle_timeout_ms,
             },
+            salvage: a.salvage,
+            segment_len: a.segment_len,
+            create_rate_per_s: a.create_rate,
+            create_burst: a.create_burst,
+            faults: ricochet::writes::Faults {
+                fail_fsync_after: a.fault_fail_fsync_after,
+            },
         }),
+        Cmd::Keys(k) => ricochet::api::keys::run_keys_command(&k.data_dir, k.cmd),
         Cmd::Import(a) => import(a),
     };
     match result {

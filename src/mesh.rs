@@ -74,17 +74,106 @@ pub struct ReplyTo {
     pub seq: u32,
 }
 
+/// A link as the API sees it (owner's answer to reads and writes).
+#[derive(Clone, Debug)]
+pub struct LinkInfo {
+    pub key: InlineKey,
+    pub target: Arc<str>,
+    pub status: RedirectStatus,
+    pub created_at_s: u64,
+    /// 0 = never.
+    pub expires_at_s: u64,
+}
+
+/// A write or API read, executed by the key's owner.
+#[derive(Debug)]
+pub enum WriteReq {
+    /// Insert if absent (the owner's conditional insert is the final judge of uniqueness).
+    Create {
+        key: InlineKey,
+        target: Arc<str>,
+        status: RedirectStatus,
+        expires_at_s: u64,
+        created_at_s: u64,
+        /// The generated ID behind `key`; 0 for a custom alias.
+        id: u64,
+    },
+    Patch {
+        key: InlineKey,
+        target: Option<Arc<str>>,
+        expiry: crate::api::request::ExpiryUpdate,
+        status: Option<RedirectStatus>,
+    },
+    Delete {
+        key: InlineKey,
+    },
+    Get {
+        key: InlineKey,
+    },
+}
+
+/// The owner's verdict on a [`WriteReq`].
+#[derive(Debug)]
+pub enum WriteOutcome {
+    Created(LinkInfo),
+    Updated(LinkInfo),
+    Found(LinkInfo),
+    Deleted,
+    /// Create: the key is taken.
+    Exists,
+    NotFound,
+    /// Another write to this key is not yet durable; retry.
+    WriteInProgress,
+    /// The log cannot be written (failed write or fsync): nothing was acknowledged.
+    StorageFailed,
+    /// Idempotency-Key reused with a different request.
+    IdemMismatch,
+    /// Too many idempotent requests in flight.
+    Busy,
+}
+
 /// A message between cores.
 #[derive(Debug)]
 pub enum MeshMsg {
     /// "Who does `key` redirect to?", sent to the key's owner.
-    Lookup { reply: ReplyTo, key: InlineKey },
+    Lookup {
+        reply: ReplyTo,
+        key: InlineKey,
+    },
     /// The owner's answer; `None` means no such (live) link. The key comes back so the
     /// asking core can cache the answer.
     Answer {
         reply: ReplyTo,
         key: InlineKey,
         answer: Option<Answer>,
+    },
+    /// Execute a write (or API read) on the key's owner.
+    Write {
+        reply: ReplyTo,
+        req: WriteReq,
+    },
+    /// Its result, back to the core that holds the HTTP request.
+    WriteDone {
+        reply: ReplyTo,
+        outcome: WriteOutcome,
+    },
+    /// An idempotent create, sent to the owner of its idempotency scope.
+    IdemCreate {
+        reply: ReplyTo,
+        scope: crate::api::idempotency::IdemScope,
+        hash: crate::api::idempotency::RequestHash,
+        req: Box<crate::api::request::CreateRequest>,
+        created_at_s: u64,
+    },
+    /// Drop `key` from the LRU, then acknowledge: sent by an owner before it answers a PATCH or
+    /// DELETE, so no core serves the old target afterwards.
+    Invalidate {
+        from: u16,
+        token: u64,
+        key: InlineKey,
+    },
+    InvalidateAck {
+        token: u64,
     },
 }
 

@@ -44,7 +44,23 @@ pub struct ServeOptions {
     pub parking: Parking,
     pub lru_capacity: usize,
     pub timeouts: Timeouts,
+    /// Start even if a log is corrupt in the middle, skipping the bad bytes.
+    pub salvage: bool,
+    /// IDs per range requested from the allocation authority.
+    pub segment_len: u64,
+    /// Creates per second per API key, across all cores.
+    pub create_rate_per_s: u32,
+    /// Burst of creates per API key.
+    pub create_burst: u32,
+    pub faults: crate::writes::Faults,
 }
+
+/// Creates per second per API key unless configured (`--create-rate`); with the burst, enough
+/// for interactive and batch clients, low enough that one leaked key cannot fill the disk fast.
+pub const DEFAULT_CREATE_RATE_PER_S: u32 = 1_000;
+
+/// Creates a rested API key may make at once (`--create-burst`).
+pub const DEFAULT_CREATE_BURST: u32 = 2_000;
 
 /// Runs the server until SIGTERM/SIGINT has drained it.
 pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
@@ -69,6 +85,10 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         bail!("--cores {cores} is more than the data dir's {shard_count} shards");
     }
     let router = Router::new(shard_count, cores);
+    let now_s = crate::api::timefmt::now_s();
+
+    // Logged writes first: a core-count change folds them into the tables we open next.
+    let (logs, max_logged_id) = crate::recovery::recover_logs(&dir, &router, opts.salvage, now_s)?;
 
     let started = Instant::now();
     let tables = open_tables(&dir, &router)?;
@@ -79,6 +99,41 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let (listener_fds, bound) = crate::listener::open(opts.listen, cores)?;
 
     let doorbells = Arc::new(Doorbells::new(cores).context("creating doorbell eventfds")?);
+
+    // Write path: allocation authority, key permutation secret, API keys.
+    let authority = shards::alloc::FileAuthority::open(dir.path(), max_logged_id)
+        .context("opening the ID allocation authority")?;
+    let allocator = shards::alloc::AllocatorService::start(Box::new(authority), false)
+        .context("starting the allocator thread")?;
+    let secret = shards::keygen::load_or_create_secret(dir.path())
+        .context("loading the key-permutation secret")?;
+    let keygen = Arc::new(shards::keygen::KeyGen::new(&secret));
+    if let Some(generated) = crate::api::keys::ApiKeyStore::bootstrap(
+        dir.path(),
+        std::env::var(crate::api::keys::ENV_VAR).ok(),
+    )
+    .context("preparing API keys")?
+    {
+        println!("generated API key (shown once, store it now): {generated}");
+    }
+    let api_keys =
+        Arc::new(crate::api::keys::ApiKeyStore::load(dir.path()).context("loading API keys")?);
+    let seg_cfg = shards::alloc::SegmentConfig {
+        segment_len: opts.segment_len,
+        ..Default::default()
+    };
+    seg_cfg
+        .validate()
+        .map_err(|e| anyhow::anyhow!("--segment-len: {e}"))?;
+    let rate_cfg = crate::api::ratelimit::RateLimitConfig {
+        per_second: opts.create_rate_per_s.div_ceil(cores as u32).max(1),
+        burst: opts.create_burst.div_ceil(cores as u32).max(1),
+        ..Default::default()
+    };
+    let public_url = opts
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{}", opts.listen));
     let draining = Arc::new(AtomicBool::new(false));
     install_signal_handlers(&draining, &doorbells)?;
     let shared = Arc::new(Shared {
@@ -91,7 +146,31 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
 
     let queues = Arc::new(MeshQueues::new(cores));
     let mut handles = Vec::with_capacity(cores);
+    let mut logs = logs.into_iter();
     for (core, &cpu) in cpus.iter().take(cores).enumerate() {
+        let log = logs.next().expect("one log per core");
+        let mut idem = crate::api::idempotency::IdemTable::default();
+        for (scope, rec) in log.idem {
+            idem.insert(scope, rec, now_s);
+        }
+        let bell = doorbells.clone();
+        let api = crate::core::ApiState {
+            keys: api_keys.clone(),
+            ratelimit: crate::api::ratelimit::RateLimiter::new(rate_cfg)
+                .map_err(|e| anyhow::anyhow!("rate limit: {e}"))?,
+            segments: shards::alloc::SegmentBuffer::new(seg_cfg),
+            alloc: allocator.client(core, Box::new(move || bell.ring(core))),
+            keygen: keygen.clone(),
+            public_url: public_url.clone(),
+            idem,
+            id_waiters: Default::default(),
+            idem_waiters: Default::default(),
+            flights: Default::default(),
+            next_flight: 0,
+            next_token: 0,
+            invalidations: Default::default(),
+        };
+        let writes = crate::writes::Writes::new(log.writer, log.fd, log.memtable, opts.faults);
         let setup = CoreSetup {
             router,
             parking: opts.parking,
@@ -110,6 +189,8 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             lru_capacity: opts.lru_capacity,
             shared: shared.clone(),
             timeouts: opts.timeouts,
+            writes,
+            api,
         };
         let queues = queues.clone();
         let doorbells = doorbells.clone();
@@ -174,6 +255,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     if failed {
         bail!("a core failed");
     }
+    drop(allocator);
     eprintln!("ricochet drained and stopped");
     Ok(())
 }

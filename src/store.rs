@@ -19,6 +19,12 @@ impl Store {
         Store { tables }
     }
 
+    /// The table's record for `key` in `shard` (live or expired).
+    #[inline]
+    pub fn get_ref(&self, shard: u32, key: &[u8]) -> Option<shards::table::LinkRef<'static>> {
+        self.tables.get(shard as usize)?.as_ref()?.get(key)
+    }
+
     /// The live link for `key` in `shard`, if any. No allocation.
     #[inline]
     pub fn get(&self, shard: u32, key: &[u8], now_s: u64) -> Option<Answer> {

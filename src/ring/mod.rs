@@ -29,6 +29,8 @@ pub enum Op {
     Doorbell = 5,
     Cancel = 6,
     Timeout = 7,
+    LogWrite = 8,
+    LogSync = 9,
 }
 
 /// A completion's `user_data`: the op in the top byte, the connection's generation in the next
@@ -68,6 +70,8 @@ impl Token {
             5 => Op::Doorbell,
             6 => Op::Cancel,
             7 => Op::Timeout,
+            8 => Op::LogWrite,
+            9 => Op::LogSync,
             _ => return None,
         };
         Some(Token {

@@ -1,0 +1,221 @@
+//! Start-up recovery of the write path: replay each core's append log over the tables (into
+//! that core's memtable), open the logs for appending, and bring up the ID allocator.
+//!
+//! Logs are per writer core (`logs/wal-<core>.log`) and record sequence numbers only order
+//! records within one log. Within a run a key has one owner, so its records are all in one log.
+//! If the data dir was last served with a different core count, ownership moved, so the logs
+//! are first folded into the tables (`shards::compact::fold_records`) and removed; `logs/CORES`
+//! records the core count the current logs were written with.
+
+use crate::api::idempotency::{IdemRecord, IdemScope, RequestHash};
+use crate::cache::InlineKey;
+use crate::mesh::LinkInfo;
+use crate::router::Router;
+use crate::writes::MemEntry;
+use anyhow::Context;
+use shards::datadir::DataDir;
+use shards::log::{recover, wal_path, LogOp, LogRecord, LogWriter, LOG_DIR_NAME};
+use std::collections::HashMap;
+use std::os::fd::{IntoRawFd, RawFd};
+use std::path::Path;
+use std::sync::Arc;
+
+/// File in `logs/` naming the core count the logs were written with.
+pub const CORES_FILE: &str = "CORES";
+
+/// One core's recovered write state.
+pub struct CoreLog {
+    pub memtable: HashMap<InlineKey, MemEntry, ahash::RandomState>,
+    pub idem: Vec<(IdemScope, IdemRecord)>,
+    pub writer: LogWriter,
+    pub fd: RawFd,
+}
+
+/// Recovers every core's log; returns them and the highest generated ID the logs mention.
+pub fn recover_logs(
+    dir: &DataDir,
+    router: &Router,
+    salvage: bool,
+    now_s: u64,
+) -> anyhow::Result<(Vec<CoreLog>, u64)> {
+    let cores = router.cores();
+    let logs_dir = dir.path().join(LOG_DIR_NAME);
+    shards::alloc::durable::create_dir_durable(&logs_dir)
+        .with_context(|| format!("creating {}", logs_dir.display()))?;
+    let previous_cores = read_cores(&logs_dir)?;
+    let mut existing: Vec<(u32, std::path::PathBuf)> = Vec::new();
+    for e in
+        std::fs::read_dir(&logs_dir).with_context(|| format!("listing {}", logs_dir.display()))?
+    {
+        let p = e?.path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if let Some(n) = name
+            .strip_prefix("wal-")
+            .and_then(|r| r.strip_suffix(".log"))
+            .and_then(|n| n.parse::<u32>().ok())
+        {
+            existing.push((n, p));
+        }
+    }
+    existing.sort();
+    let mut per_writer: HashMap<u32, shards::log::Recovery> = HashMap::new();
+    let mut max_id = 0;
+    for (n, path) in &existing {
+        let r =
+            recover(path, salvage).with_context(|| format!("recovering log {}", path.display()))?;
+        if let Some(off) = r.truncated_from {
+            eprintln!(
+                "log {}: torn or corrupt tail truncated at offset {off} (valid length {})",
+                path.display(),
+                r.valid_len
+            );
+        }
+        for (a, b) in &r.salvaged {
+            eprintln!(
+                "log {}: --salvage skipped corrupt bytes [{a}, {b})",
+                path.display()
+            );
+        }
+        if let Some(w) = r.writer {
+            anyhow::ensure!(
+                w == *n,
+                "log {} says it was written by core {w}",
+                path.display()
+            );
+        }
+        for rec in &r.records {
+            if let LogOp::Put { id, .. } = rec.op {
+                max_id = max_id.max(id);
+            }
+        }
+        per_writer.insert(*n, r);
+    }
+    let any_records = per_writer.values().any(|r| !r.records.is_empty());
+    let moved = previous_cores.is_some_and(|p| p != cores)
+        || existing.iter().any(|(n, _)| *n as usize >= cores);
+    if any_records && moved {
+        // Ownership moved: fold everything into the tables, oldest writer order is irrelevant
+        // because within one run each key was in exactly one log.
+        let all: Vec<LogRecord> = existing
+            .iter()
+            .flat_map(|(n, _)| per_writer[n].records.iter().cloned())
+            .collect();
+        let stats = shards::compact::fold_records(dir, &all, now_s)
+            .context("folding logs into tables after a core-count change")?;
+        eprintln!(
+            "core count changed ({} -> {cores}): folded {} logged records into {} shard tables",
+            previous_cores.map_or("?".to_string(), |p| p.to_string()),
+            all.len(),
+            stats.shards_written
+        );
+        for (_, p) in &existing {
+            std::fs::remove_file(p)
+                .with_context(|| format!("removing folded log {}", p.display()))?;
+        }
+        per_writer.clear();
+    }
+    if previous_cores != Some(cores) {
+        shards::alloc::durable::write_atomic(
+            &logs_dir,
+            CORES_FILE,
+            format!("{cores}\n").as_bytes(),
+            0o644,
+        )
+        .with_context(|| format!("writing {}/{CORES_FILE}", logs_dir.display()))?;
+    }
+
+    let mut out = Vec::with_capacity(cores);
+    for core in 0..cores {
+        let rec = per_writer.remove(&(core as u32)).unwrap_or_default();
+        let mut memtable: HashMap<InlineKey, MemEntry, ahash::RandomState> = HashMap::default();
+        let mut idem = Vec::new();
+        for r in &rec.records {
+            apply(router, core, r, &mut memtable, &mut idem);
+        }
+        let path = wal_path(dir.path(), core as u32);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("opening log {}", path.display()))?;
+        shards::alloc::durable::sync_dir(&logs_dir)
+            .with_context(|| format!("syncing {}", logs_dir.display()))?;
+        let writer = LogWriter::new(core as u32, rec.valid_len, rec.max_seq + 1);
+        out.push(CoreLog {
+            memtable,
+            idem,
+            writer,
+            fd: file.into_raw_fd(),
+        });
+    }
+    Ok((out, max_id))
+}
+
+fn apply(
+    router: &Router,
+    core: usize,
+    r: &LogRecord,
+    memtable: &mut HashMap<InlineKey, MemEntry, ahash::RandomState>,
+    idem: &mut Vec<(IdemScope, IdemRecord)>,
+) {
+    match &r.op {
+        LogOp::Put {
+            key,
+            target,
+            status,
+            expires_at_s,
+            created_at_s,
+            id,
+            ..
+        } => {
+            let Some(k) = InlineKey::new(key.as_bytes()) else {
+                return;
+            };
+            debug_assert_eq!(router.owner(key.as_bytes()).core, core);
+            let info = LinkInfo {
+                key: k,
+                target: Arc::from(target.as_str()),
+                status: *status,
+                created_at_s: *created_at_s,
+                expires_at_s: *expires_at_s,
+            };
+            memtable.insert(k, MemEntry::Live { info, id: *id });
+        }
+        LogOp::Delete { key } => {
+            if let Some(k) = InlineKey::new(key.as_bytes()) {
+                memtable.insert(k, MemEntry::Deleted);
+            }
+        }
+        LogOp::IdemPut {
+            scope,
+            request_hash,
+            response_key,
+            created_at_s,
+        } => {
+            if let Some(s) = crate::api_flow::parse_scope(scope) {
+                idem.push((
+                    s,
+                    IdemRecord {
+                        request_hash: RequestHash(*request_hash),
+                        key: response_key.clone(),
+                        created_at_s: *created_at_s,
+                    },
+                ));
+            }
+        }
+    }
+}
+
+fn read_cores(logs_dir: &Path) -> anyhow::Result<Option<usize>> {
+    let p = logs_dir.join(CORES_FILE);
+    match std::fs::read_to_string(&p) {
+        Ok(s) => {
+            Ok(Some(s.trim().parse().with_context(|| {
+                format!("{} is not a number", p.display())
+            })?))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", p.display())),
+    }
+}

@@ -1,0 +1,103 @@
+//! The owner side of writes: each core's memtable (links created, changed or deleted through
+//! the API since the tables were built), its append log driven through the core's ring, and the
+//! queue of operations waiting for their batch to become durable.
+//!
+//! Order of a write on its owner: conditional check against the memtable and table (the final
+//! judge of key uniqueness) -> append a CRC-framed record to the log -> the batch is written
+//! and fdatasynced by the ring (group commit: every write of a loop turn, plus those that
+//! arrive while a sync is in flight, share one fsync) -> only then is the memtable changed and
+//! the API answered (after every other core dropped the key from its LRU, for PATCH/DELETE).
+//! A failed write or fsync poisons the log: nothing after it is acknowledged until restart.
+
+use crate::cache::InlineKey;
+use crate::mesh::{LinkInfo, ReplyTo, WriteOutcome};
+use shards::log::{Batch, LogWriter};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::os::fd::RawFd;
+
+/// A key's state in the memtable: it overrides the shard table.
+#[derive(Clone, Debug)]
+pub enum MemEntry {
+    Live { info: LinkInfo, id: u64 },
+    Deleted,
+}
+
+/// What to do once a record is durable.
+#[derive(Debug)]
+pub enum Then {
+    /// Answer `reply`; first make every other core drop `invalidate` from its LRU.
+    Reply {
+        reply: ReplyTo,
+        outcome: WriteOutcome,
+        invalidate: Option<InlineKey>,
+    },
+    /// An idempotency record is durable: finish the flight and answer its waiters.
+    IdemDone { flight: u32, info: LinkInfo },
+}
+
+/// An operation waiting for its log record to be durable.
+#[derive(Debug)]
+pub struct Durable {
+    pub seq: u64,
+    /// The memtable change to make visible (none for idempotency records).
+    pub apply: Option<(InlineKey, MemEntry)>,
+    pub then: Then,
+}
+
+/// Test-only fault injection at the storage seam (hidden CLI flags).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Faults {
+    /// Fail the fsync after this many successful ones (as EIO).
+    pub fail_fsync_after: Option<u64>,
+}
+
+/// One core's write state.
+pub struct Writes {
+    pub memtable: HashMap<InlineKey, MemEntry, ahash::RandomState>,
+    /// Keys with a record appended but not yet durable: a second write waits its turn.
+    pub in_flight_keys: HashSet<InlineKey, ahash::RandomState>,
+    pub log: LogWriter,
+    pub log_fd: RawFd,
+    /// The batch being written and synced; its bytes must not move until the sync completes.
+    pub batch: Option<Batch>,
+    /// The write of `batch` failed (the linked fsync is then cancelled).
+    pub batch_error: Option<std::io::Error>,
+    pub waiting: VecDeque<Durable>,
+    pub faults: Faults,
+    pub fsyncs_ok: u64,
+}
+
+impl Writes {
+    pub fn new(
+        log: LogWriter,
+        log_fd: RawFd,
+        memtable: HashMap<InlineKey, MemEntry, ahash::RandomState>,
+        faults: Faults,
+    ) -> Writes {
+        Writes {
+            memtable,
+            in_flight_keys: HashSet::default(),
+            log,
+            log_fd,
+            batch: None,
+            batch_error: None,
+            waiting: VecDeque::new(),
+            faults,
+            fsyncs_ok: 0,
+        }
+    }
+
+    /// The live link for `key` in the memtable: `Some(Some)` live, `Some(None)` deleted,
+    /// `None` not in the memtable (ask the table).
+    #[inline]
+    pub fn get(&self, key: &[u8]) -> Option<Option<&LinkInfo>> {
+        if self.memtable.is_empty() {
+            return None;
+        }
+        let k = InlineKey::new(key)?;
+        self.memtable.get(&k).map(|e| match e {
+            MemEntry::Live { info, .. } => Some(info),
+            MemEntry::Deleted => None,
+        })
+    }
+}
