@@ -1,6 +1,8 @@
 //! Test harness: real `ricochet` processes over raw TCP.
 #![allow(dead_code)]
 
+pub mod api;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -85,6 +87,21 @@ impl Server {
     }
 
     pub fn try_start(data_dir: &Path, extra: &[&str]) -> Result<Server, String> {
+        Self::try_start_with_env(data_dir, extra, &[])
+    }
+
+    /// [`Server::start`] with extra environment variables for the child.
+    pub fn start_with_env(data_dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        Self::try_start_with_env(data_dir, extra, env)
+            .unwrap_or_else(|e| panic!("server did not start: {e}"))
+    }
+
+    /// [`Server::try_start`] with extra environment variables for the child.
+    pub fn try_start_with_env(
+        data_dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Server, String> {
         let mut child = Command::new(BIN)
             .args([
                 "serve",
@@ -96,6 +113,7 @@ impl Server {
             ])
             .arg(data_dir)
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -132,7 +150,8 @@ impl Server {
                 Err(mpsc::RecvTimeoutError::Disconnected) => {}
             }
             if let Some(status) = child.try_wait().unwrap() {
-                let err: Vec<String> = erx.try_iter().collect();
+                // The child exited, so its stderr reaches EOF: read all of it.
+                let err: Vec<String> = erx.iter().collect();
                 return Err(format!("exited with {status}: {}", err.join("\n")));
             }
             if Instant::now() > deadline {
@@ -173,6 +192,20 @@ impl Server {
 
     pub fn stderr_lines(&self) -> Vec<String> {
         self.stderr.try_iter().collect()
+    }
+
+    /// Waits up to `timeout` for a stderr line containing `needle` and returns it (lines read
+    /// while waiting are consumed).
+    pub fn wait_stderr(&self, needle: &str, timeout: Duration) -> Option<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return Some(line),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
     }
 }
 

@@ -1,0 +1,528 @@
+//! The link API against real `ricochet serve` processes: CRUD, validation and problem bodies,
+//! visibility on every core at once, idempotency, and the `ricochet keys` CLI.
+
+mod common;
+
+use common::api::{assert_redirects, data_dir, start, Client, API_KEY, NO_RATE_LIMIT};
+use common::{Server, BIN};
+use serde_json::json;
+use std::sync::{Arc, Barrier};
+
+#[test]
+fn create_get_patch_delete() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &["--public-url", "https://sho.rt"]);
+    let mut c = Client::new(&s);
+
+    // 201 with every documented member.
+    let r = c.create(&json!({"long_url": "https://example.com/a?b=c", "redirect_status": 301}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let v = r.json();
+    let key = v["key"].as_str().unwrap().to_string();
+    assert_eq!(key.len(), 7, "generated keys are 7 chars: {key}");
+    assert!(key.bytes().all(|b| b.is_ascii_alphanumeric()), "{key}");
+    assert_eq!(v["short_url"], json!(format!("https://sho.rt/{key}")));
+    assert_eq!(v["long_url"], json!("https://example.com/a?b=c"));
+    assert_eq!(v["redirect_status"], json!(301));
+    assert!(v["expires_at"].is_null(), "no expiry given: {v}");
+    let created = v["created_at"].as_str().unwrap();
+    assert!(
+        created.len() == 20 && created.ends_with('Z') && created.as_bytes()[10] == b'T',
+        "created_at is RFC 3339 UTC: {created}"
+    );
+    assert_redirects(&mut c, &key, "https://example.com/a?b=c", Some(301));
+
+    // Custom alias with a TTL: expires_at is set.
+    let r = c.create(&json!({"long_url": "https://example.com/x", "custom_alias": "my_Alias-1", "ttl_days": 2}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["key"], json!("my_Alias-1"));
+    assert!(v["expires_at"].is_string(), "ttl_days sets expires_at: {v}");
+    assert_eq!(v["redirect_status"], json!(302), "302 is the default");
+    assert_redirects(&mut c, "my_Alias-1", "https://example.com/x", Some(302));
+
+    // GET the link: 200 with the same body members.
+    let r = c.get_link(&key);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let g = r.json();
+    assert_eq!(g["key"], json!(key));
+    assert_eq!(g["long_url"], json!("https://example.com/a?b=c"));
+    assert_eq!(g["redirect_status"], json!(301));
+    c.get_link("nosuchkey").assert_problem(404);
+
+    // PATCH changes the target and the status.
+    let r = c.patch(
+        &key,
+        &json!({"long_url": "https://example.org/new", "redirect_status": 307}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["long_url"], json!("https://example.org/new"));
+    assert_eq!(r.json()["redirect_status"], json!(307));
+    assert_redirects(&mut c, &key, "https://example.org/new", Some(307));
+    assert_eq!(c.get_link(&key).json()["long_url"], json!("https://example.org/new"));
+    c.patch("nosuchkey", &json!({"redirect_status": 301}))
+        .assert_problem(404);
+    // A patch that changes nothing, or is not JSON.
+    c.patch(&key, &json!({})).assert_problem(422);
+    let r = c
+        .send("PATCH", &format!("/api/v1/urls/{key}"), true, &[], b"{nope")
+        .unwrap();
+    r.assert_problem(400);
+
+    // DELETE: 204, then the redirect and the API both say 404.
+    let r = c.delete(&key);
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert!(r.body.is_empty());
+    assert_eq!(c.redirect(&key).status, 404);
+    c.get_link(&key).assert_problem(404);
+    c.delete(&key).assert_problem(404);
+
+    // Everything still there after a restart (durable), the delete too.
+    drop(c);
+    let _ = s.terminate();
+    let s = start(&dir, &[]);
+    let mut c = Client::new(&s);
+    assert_eq!(c.redirect(&key).status, 404, "deleted link revived by restart");
+    assert_redirects(&mut c, "my_Alias-1", "https://example.com/x", Some(302));
+}
+
+#[test]
+fn validation_and_problem_bodies() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &[]);
+    let mut c = Client::new(&s);
+    let post = |c: &mut Client, body: &[u8]| c.send("POST", "/api/v1/urls", true, &[], body).unwrap();
+
+    // 400: not JSON, not an object, repeated member.
+    post(&mut c, b"{\"long_url\": ").assert_problem(400);
+    post(&mut c, b"[1,2]").assert_problem(400);
+    post(
+        &mut c,
+        br#"{"long_url":"https://a.example","long_url":"https://b.example"}"#,
+    )
+    .assert_problem(400);
+
+    // 422 with the offending field named.
+    let field = |c: &mut Client, body: serde_json::Value, f: &str| {
+        let v = c.create(&body).assert_problem(422);
+        assert_eq!(v["field"], json!(f), "{body} -> {v}");
+    };
+    field(&mut c, json!({}), "long_url");
+    field(&mut c, json!({"long_url": 7}), "long_url");
+    field(&mut c, json!({"long_url": "ftp://example.com/x"}), "long_url");
+    field(&mut c, json!({"long_url": "javascript:alert(1)"}), "long_url");
+    field(&mut c, json!({"long_url": "https://exa mple.com/"}), "long_url");
+    field(&mut c, json!({"long_url": "https://example.com/\ttab"}), "long_url");
+    field(&mut c, json!({"long_url": "https://example.com/\n"}), "long_url");
+    field(&mut c, json!({"long_url": " https://example.com/"}), "long_url");
+    let long = format!("https://example.com/{}", "a".repeat(9000));
+    field(&mut c, json!({"long_url": long}), "long_url");
+    for bad in ["has space", "a/b", "a.b", "ünï", "", &"x".repeat(65)] {
+        field(
+            &mut c,
+            json!({"long_url": "https://example.com/", "custom_alias": bad}),
+            "custom_alias",
+        );
+    }
+    for reserved in ["api", "healthz", "readyz", "metrics", "API", "Healthz"] {
+        field(
+            &mut c,
+            json!({"long_url": "https://example.com/", "custom_alias": reserved}),
+            "custom_alias",
+        );
+    }
+    field(
+        &mut c,
+        json!({"long_url": "https://example.com/", "redirect_status": 200}),
+        "redirect_status",
+    );
+    field(
+        &mut c,
+        json!({"long_url": "https://example.com/", "ttl_days": -1}),
+        "ttl_days",
+    );
+    // An unknown member is refused (422) without a field.
+    let v = c
+        .create(&json!({"long_url": "https://example.com/", "custum_alias": "x"}))
+        .assert_problem(422);
+    assert!(v["detail"].as_str().unwrap().contains("custum_alias"), "{v}");
+
+    // 401: no key, unknown key, wrong scheme; with WWW-Authenticate.
+    let body = json!({"long_url": "https://example.com/"}).to_string();
+    let r = c
+        .send("POST", "/api/v1/urls", false, &[], body.as_bytes())
+        .unwrap();
+    r.assert_problem(401);
+    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    c.send(
+        "POST",
+        "/api/v1/urls",
+        false,
+        &[("Authorization", "Bearer wrong-key-0123456789abcdef")],
+        body.as_bytes(),
+    )
+    .unwrap()
+    .assert_problem(401);
+    c.send(
+        "POST",
+        "/api/v1/urls",
+        false,
+        &[("Authorization", &format!("Basic {API_KEY}"))],
+        body.as_bytes(),
+    )
+    .unwrap()
+    .assert_problem(401);
+    for (m, p) in [("GET", "/api/v1/urls/abc"), ("DELETE", "/api/v1/urls/abc")] {
+        c.send(m, p, false, &[], b"").unwrap().assert_problem(401);
+    }
+
+    // 409: alias taken (also by a different case? no: keys are case-sensitive).
+    c.create_ok("https://example.com/1", Some("taken"));
+    let v = c
+        .create(&json!({"long_url": "https://example.com/2", "custom_alias": "taken"}))
+        .assert_problem(409);
+    assert_eq!(v["field"], json!("custom_alias"));
+    assert_redirects(&mut c, "taken", "https://example.com/1", None);
+
+    // 413: body above the API limit (but within the HTTP parser's).
+    let big = json!({"long_url": format!("https://example.com/{}", "a".repeat(40 * 1024))});
+    c.create(&big).assert_problem(413);
+    // The connection is still usable after every error above.
+    c.create_ok("https://example.com/after-errors", None);
+
+    // 405 on the collection and the item.
+    let r = c.send("GET", "/api/v1/urls", true, &[], b"").unwrap();
+    r.assert_problem(405);
+    assert_eq!(r.header("allow"), Some("POST"));
+    c.send("POST", "/api/v1/urls/abc", true, &[], b"{}")
+        .unwrap()
+        .assert_problem(405);
+    // Unknown API path.
+    c.send("GET", "/api/v2/whatever", true, &[], b"")
+        .unwrap()
+        .assert_problem(404);
+}
+
+/// A body over the HTTP parser's limit (64 KiB) on an API path is still a problem document.
+#[test]
+fn oversized_body_is_a_problem() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &[]);
+    let mut c = Client::new(&s);
+    let big = json!({"long_url": format!("https://example.com/{}", "a".repeat(100 * 1024))});
+    let r = c.try_create(&big).expect("an answer, not a reset");
+    r.assert_problem(413);
+}
+
+/// Connections spread over both cores by SO_REUSEPORT; each one warms its core's LRU.
+fn conns(s: &Server, n: usize) -> Vec<Client> {
+    (0..n).map(|_| Client::new(s)).collect()
+}
+
+#[test]
+fn changes_are_visible_on_every_core_at_once() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &NO_RATE_LIMIT);
+    // 16 connections: all on one core with probability 2^-15.
+    let mut cs = conns(&s, 16);
+    let mut admin = Client::new(&s);
+
+    for round in 0..12 {
+        // A fresh create is redirectable on every connection right after its 201.
+        let url1 = format!("https://example.com/r{round}/v1");
+        let alias = format!("vis-{round}");
+        let gen_key = admin.create_ok(&url1, None);
+        let alias_key = admin.create_ok(&url1, Some(&alias));
+        for key in [&gen_key, &alias_key] {
+            for c in cs.iter_mut() {
+                assert_redirects(c, key, &url1, Some(302));
+            }
+        }
+        // Every core now has the keys cached (owner table or LRU). PATCH: no connection may
+        // serve the old target or status afterwards.
+        let url2 = format!("https://example.com/r{round}/v2");
+        for key in [&gen_key, &alias_key] {
+            let r = admin.patch(key, &json!({"long_url": url2, "redirect_status": 308}));
+            assert_eq!(r.status, 200, "{}", r.text());
+            for (i, c) in cs.iter_mut().enumerate() {
+                let r = c.redirect(key);
+                assert_eq!(
+                    (r.status, r.location()),
+                    (308, Some(url2.as_str())),
+                    "round {round} conn {i}: stale answer for {key} after PATCH"
+                );
+            }
+        }
+        // DELETE: 404 everywhere at once.
+        for key in [&gen_key, &alias_key] {
+            assert_eq!(admin.delete(key).status, 204);
+            for (i, c) in cs.iter_mut().enumerate() {
+                let r = c.redirect(key);
+                assert_eq!(
+                    r.status, 404,
+                    "round {round} conn {i}: {key} still served after DELETE: {:?}",
+                    r.location()
+                );
+            }
+        }
+    }
+
+    // Negative pre-seed: ask every core for an alias that does not exist yet (a core could
+    // cache the miss), then create it: every connection must redirect at once.
+    for round in 0..8 {
+        let alias = format!("future-{round}");
+        for c in cs.iter_mut() {
+            assert_eq!(c.redirect(&alias).status, 404);
+        }
+        let url = format!("https://example.com/future/{round}");
+        admin.create_ok(&url, Some(&alias));
+        for (i, c) in cs.iter_mut().enumerate() {
+            let r = c.redirect(&alias);
+            assert_eq!(
+                (r.status, r.location()),
+                (302, Some(url.as_str())),
+                "conn {i}: {alias} not visible right after its 201"
+            );
+        }
+        // Re-create after delete: the new target, never the old one.
+        assert_eq!(admin.delete(&alias).status, 204);
+        for c in cs.iter_mut() {
+            assert_eq!(c.redirect(&alias).status, 404);
+        }
+        let url_b = format!("https://example.com/future/{round}/b");
+        admin.create_ok(&url_b, Some(&alias));
+        for (i, c) in cs.iter_mut().enumerate() {
+            let r = c.redirect(&alias);
+            assert_eq!(
+                r.location(),
+                Some(url_b.as_str()),
+                "conn {i}: {alias} re-created but old answer served"
+            );
+        }
+    }
+}
+
+#[test]
+fn idempotency_keys() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &NO_RATE_LIMIT);
+    let mut c = Client::new(&s);
+    let body = json!({"long_url": "https://example.com/idem", "redirect_status": 301});
+
+    // Same key + same body: the same link.
+    let r1 = c.try_create_idem(&body, "idem-1").unwrap();
+    assert_eq!(r1.status, 201, "{}", r1.text());
+    let k1 = r1.key();
+    let r2 = c.try_create_idem(&body, "idem-1").unwrap();
+    assert_eq!(r2.status, 201, "{}", r2.text());
+    assert_eq!(r2.key(), k1, "same Idempotency-Key, same body: same link");
+    assert_eq!(r2.json()["created_at"], r1.json()["created_at"]);
+    // Member order and whitespace do not matter (normalized body).
+    let same = br#"{ "redirect_status": 301, "long_url": "https://example.com/idem" }"#;
+    let r = c
+        .send("POST", "/api/v1/urls", true, &[("Idempotency-Key", "idem-1")], same)
+        .unwrap();
+    assert_eq!((r.status, r.key()), (201, k1.clone()));
+    // Same key + different body: 422.
+    let other = json!({"long_url": "https://example.com/other"});
+    c.try_create_idem(&other, "idem-1")
+        .unwrap()
+        .assert_problem(422);
+    // A different key: a new link.
+    let k3 = c.try_create_idem(&body, "idem-2").unwrap().key();
+    assert_ne!(k3, k1);
+    // Idempotent custom alias: the replay does not 409.
+    let ab = json!({"long_url": "https://example.com/idem-alias", "custom_alias": "idem-alias"});
+    assert_eq!(c.try_create_idem(&ab, "idem-3").unwrap().status, 201);
+    let r = c.try_create_idem(&ab, "idem-3").unwrap();
+    assert_eq!((r.status, r.key()), (201, "idem-alias".to_string()));
+
+    // N concurrent duplicates released together: one link, everyone gets its key.
+    let n = 24;
+    let barrier = Arc::new(Barrier::new(n));
+    let body_c = json!({"long_url": "https://example.com/race"});
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let mut cl = Client::new(&s);
+            let barrier = barrier.clone();
+            let body = body_c.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                let r = cl.try_create_idem(&body, "race-1").unwrap();
+                assert_eq!(r.status, 201, "concurrent duplicate: {}", r.text());
+                r.key()
+            })
+        })
+        .collect();
+    let keys: Vec<String> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(
+        keys.iter().all(|k| *k == keys[0]),
+        "concurrent duplicates got different links: {keys:?}"
+    );
+    let race_key = keys[0].clone();
+    // Exactly one link: the next generated key is not taken by a twin. Record the IDs: a
+    // second link would have consumed one, and the IDs handed out are visible in the keys.
+    assert_redirects(&mut c, &race_key, "https://example.com/race", Some(302));
+
+    // The same race with a custom alias: no 409 for anyone.
+    let barrier = Arc::new(Barrier::new(n));
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let mut cl = Client::new(&s);
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                let b = json!({"long_url": "https://example.com/race-alias", "custom_alias": "race-alias"});
+                let r = cl.try_create_idem(&b, "race-2").unwrap();
+                (r.status, r.text())
+            })
+        })
+        .collect();
+    for h in handles {
+        let (st, text) = h.join().unwrap();
+        assert_eq!(st, 201, "concurrent duplicate with alias: {text}");
+    }
+
+    // After a restart the records still answer with the original links.
+    drop(c);
+    let _ = s.terminate();
+    let s = start(&dir, &[]);
+    let mut c = Client::new(&s);
+    let r = c.try_create_idem(&body, "idem-1").unwrap();
+    assert_eq!((r.status, r.key()), (201, k1.clone()), "replay after restart");
+    let r = c.try_create_idem(&body_c, "race-1").unwrap();
+    assert_eq!((r.status, r.key()), (201, race_key), "race replay after restart");
+    c.try_create_idem(&other, "idem-1")
+        .unwrap()
+        .assert_problem(422);
+}
+
+/// Exactly one link from N concurrent idempotent duplicates, proven through the allocator:
+/// with `--segment-len 1` every generated create takes a fresh range, so duplicates that each
+/// created a link would show up as extra audit ranges.
+#[test]
+fn concurrent_idempotent_duplicates_allocate_once() {
+    let (_t, dir) = data_dir();
+    let mut args = NO_RATE_LIMIT.to_vec();
+    args.extend(["--segment-len", "1"]);
+    let s = start(&dir, &args);
+    let kg = {
+        let mut c = Client::new(&s);
+        c.create_ok("https://example.com/warm", None);
+        common::api::keygen(&dir)
+    };
+    let before = shards::alloc::read_audit(&dir).unwrap();
+    let n = 16;
+    let barrier = Arc::new(Barrier::new(n));
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let mut cl = Client::new(&s);
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                let r = cl
+                    .try_create_idem(&json!({"long_url": "https://example.com/once"}), "once")
+                    .unwrap();
+                assert_eq!(r.status, 201, "{}", r.text());
+                r.key()
+            })
+        })
+        .collect();
+    let keys: Vec<String> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(keys.iter().all(|k| *k == keys[0]), "{keys:?}");
+    let id = common::api::id_of(&kg, &keys[0]);
+    let after = shards::alloc::read_audit(&dir).unwrap();
+    // Prefetch may have reserved a standby range per core, but a link per duplicate would need
+    // n ranges.
+    let new_ranges = after.len() - before.len();
+    assert!(
+        new_ranges <= 4,
+        "{n} idempotent duplicates allocated {new_ranges} one-ID ranges: more than one link was created"
+    );
+    assert!(after.iter().any(|e| e.range.contains(id)));
+}
+
+fn keys_cli(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(BIN)
+        .arg("keys")
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ricochet keys {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn keys_cli_create_list_revoke() {
+    let (_t, dir) = data_dir();
+    // First start creates the data dir (with the env key).
+    let s = start(&dir, &[]);
+    drop(s);
+    let out = keys_cli(&dir, &["create", "ci-bot"]);
+    let token = out
+        .split_whitespace()
+        .find(|w| w.starts_with("rk_"))
+        .unwrap_or_else(|| panic!("no rk_ key printed: {out}"))
+        .to_string();
+    let id = token.trim_start_matches("rk_").split('_').next().unwrap().to_string();
+    assert!(!id.is_empty());
+
+    // The new key authenticates after a restart.
+    let s = start(&dir, &[]);
+    let mut c = Client::new(&s);
+    c.token = token.clone();
+    let key = c.create_ok("https://example.com/cli", None);
+    c.token = "rk_nope_0000000000000000000000".into();
+    c.get_link(&key).assert_problem(401);
+    drop(c);
+    drop(s);
+
+    // list shows the key's id and name, never the secret; nor does any file in the data dir.
+    let list = keys_cli(&dir, &["list"]);
+    assert!(list.contains(&id) && list.contains("ci-bot"), "{list}");
+    assert!(!list.contains(&token), "list printed the plaintext key");
+    let secret_part = token.rsplit('_').next().unwrap();
+    assert!(!list.contains(secret_part), "list printed the secret part");
+    for e in walk(&dir) {
+        let bytes = std::fs::read(&e).unwrap();
+        for needle in [token.as_bytes(), API_KEY.as_bytes()] {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle),
+                "{} holds a plaintext API key",
+                e.display()
+            );
+        }
+    }
+
+    // Revoke: 401 after a restart.
+    keys_cli(&dir, &["revoke", &id]);
+    let list = keys_cli(&dir, &["list"]);
+    assert!(list.contains("revoked"), "{list}");
+    let s = start(&dir, &[]);
+    let mut c = Client::new(&s);
+    c.token = token;
+    c.get_link(&key).assert_problem(401);
+    // The env key still works.
+    c.token = API_KEY.into();
+    assert_eq!(c.get_link(&key).status, 200);
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
