@@ -668,6 +668,7 @@ impl State {
 
     /// Every queued write failed to become durable: answer them all with a storage error.
     pub(crate) fn on_log_failed(&mut self) {
+        self.cut_unacknowledged_log_tail();
         while let Some(d) = self.writes.waiting.pop_front() {
             if let Some((key, _)) = d.apply {
                 self.writes.in_flight_keys.remove(&key);
@@ -684,6 +685,33 @@ impl State {
                     self.finish_flight(flight, Err(WriteOutcome::StorageFailed))
                 }
             }
+        }
+    }
+
+    /// Cuts the log back to its last durable batch. The failed batch's bytes may well be in the
+    /// file (the write succeeded and only the fsync failed, or the page cache still holds them):
+    /// left there, recovery would replay writes that were just answered as failed. Blocking
+    /// syscalls on the core loop are acceptable here: this runs once, when the log is poisoned
+    /// for the rest of the run, and no I/O on the log is in flight (the failed batch completed).
+    fn cut_unacknowledged_log_tail(&mut self) {
+        let len = self.writes.log.durable_len();
+        let fd = self.writes.log_fd;
+        // SAFETY: `fd` is this core's open log file descriptor, owned by `Writes` for the run;
+        // ftruncate and fdatasync take no pointers.
+        let rc = unsafe {
+            if libc::ftruncate(fd, len as libc::off_t) == 0 {
+                libc::fdatasync(fd)
+            } else {
+                -1
+            }
+        };
+        if rc != 0 {
+            eprintln!(
+                "core {}: could not cut the log back to its durable length {len} ({}); a restart may \
+                 replay writes that were answered as failed",
+                self.me,
+                std::io::Error::last_os_error()
+            );
         }
     }
 

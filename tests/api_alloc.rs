@@ -50,7 +50,12 @@ fn assert_ids_confirmed(ids: &[u64], ranges: &[IdRange]) {
 /// `threads` clients released together, each making `per_thread` generated creates. Returns
 /// the created keys and the number of 503s (bounded failures); anything else fails the test, as
 /// does a request that takes longer than the client timeout (a hang).
-fn hammer(s: &common::Server, threads: usize, per_thread: usize, tag: &str) -> (Vec<String>, usize) {
+fn hammer(
+    s: &common::Server,
+    threads: usize,
+    per_thread: usize,
+    tag: &str,
+) -> (Vec<String>, usize) {
     let barrier = Arc::new(Barrier::new(threads));
     let handles: Vec<_> = (0..threads)
         .map(|t| {
@@ -63,7 +68,9 @@ fn hammer(s: &common::Server, threads: usize, per_thread: usize, tag: &str) -> (
                 let mut busy = 0;
                 for i in 0..per_thread {
                     let r = c
-                        .try_create(&json!({"long_url": format!("https://example.com/{tag}/{t}/{i}")}))
+                        .try_create(
+                            &json!({"long_url": format!("https://example.com/{tag}/{t}/{i}")}),
+                        )
                         .expect("create answered within the client timeout");
                     match r.status {
                         201 => keys.push(r.key()),
@@ -142,10 +149,16 @@ fn kill9_with_buffered_ranges_never_reuses_ids() {
     let hw = FileAuthority::open(&dir, 0).unwrap();
     let high_water = shards::alloc::Authority::high_water(&hw);
     drop(hw);
-    assert!(high_water >= audit_hw, "authority {high_water} behind audit {audit_hw}");
+    assert!(
+        high_water >= audit_hw,
+        "authority {high_water} behind audit {audit_hw}"
+    );
     // Ranges were buffered but mostly unused: the waste is visible in the audit.
     let confirmed: u64 = before.iter().map(|r| r.len()).sum();
-    assert!(confirmed > ids1.len() as u64, "expected unused buffered IDs");
+    assert!(
+        confirmed > ids1.len() as u64,
+        "expected unused buffered IDs"
+    );
 
     let s = start(&dir, &NO_RATE_LIMIT);
     let (keys2, busy) = hammer(&s, 8, 10, "after");
@@ -160,7 +173,10 @@ fn kill9_with_buffered_ranges_never_reuses_ids() {
     let after = audit_ranges(&dir);
     assert_eq!(&after[..before.len()], &before[..], "audit history changed");
     for r in &after[before.len()..] {
-        assert!(r.start >= high_water, "new range {r:?} below high-water {high_water}");
+        assert!(
+            r.start >= high_water,
+            "new range {r:?} below high-water {high_water}"
+        );
     }
     let all: Vec<u64> = ids1.iter().chain(&ids2).copied().collect();
     assert_ids_confirmed(&all, &after);
@@ -234,46 +250,53 @@ fn exhaustion_at_the_last_id_is_explicit() {
     drop(auth);
     let args = ["--segment-len", "1"];
     let s = start(&dir, &args);
-    let mut c = Client::new(&s);
+    // Each core buffers its own ranges (an idle core preloads one), so the last IDs may sit
+    // on either core: create through connections on both until every one says "exhausted".
+    let mut conns: Vec<Client> = (0..16).map(|_| Client::new(&s)).collect();
     let kg = keygen(&dir);
     let mut ids = Vec::new();
-    let mut exhausted = None;
-    for i in 0..10 {
-        let r = c.create(&json!({"long_url": format!("https://example.com/last/{i}")}));
-        match r.status {
-            201 => ids.push(id_of(&kg, &r.key())),
-            503 => {
-                exhausted = Some(r);
-                break;
+    let mut all_exhausted = false;
+    for round in 0..10 {
+        let mut exhausted = 0;
+        for (i, c) in conns.iter_mut().enumerate() {
+            let r = c.create(&json!({"long_url": format!("https://example.com/last/{round}/{i}")}));
+            match r.status {
+                201 => ids.push(id_of(&kg, &r.key())),
+                503 => {
+                    let v = r.assert_problem(503);
+                    assert!(
+                        v["detail"].as_str().unwrap().contains("exhausted"),
+                        "503 does not say the key space is exhausted: {v}"
+                    );
+                    exhausted += 1;
+                }
+                other => panic!("create near exhaustion answered {other}: {}", r.text()),
             }
-            other => panic!("create near exhaustion answered {other}: {}", r.text()),
+        }
+        if exhausted == conns.len() {
+            all_exhausted = true;
+            break;
         }
     }
+    assert!(
+        all_exhausted,
+        "creates past the last ID must fail on every core"
+    );
     ids.sort();
     assert_eq!(
         ids,
         vec![KEY_SPACE - 3, KEY_SPACE - 2, KEY_SPACE - 1],
-        "the last IDs, up to KEY_SPACE - 1, must all be usable"
+        "the last IDs, up to KEY_SPACE - 1, must all be usable; audit: {:?}",
+        read_audit(&dir).unwrap()
     );
-    let r = exhausted.expect("creates past the last ID must fail");
-    let v = r.assert_problem(503);
-    assert!(
-        v["detail"].as_str().unwrap().contains("exhausted"),
-        "503 does not say the key space is exhausted: {v}"
-    );
-    // Every core says the same (each connection may land on either core), and aliases work.
-    for i in 0..6 {
-        let mut c2 = Client::new(&s);
-        let r = c2.create(&json!({"long_url": "https://example.com/more"}));
-        let v = r.assert_problem(503);
-        assert!(v["detail"].as_str().unwrap().contains("exhausted"), "conn {i}: {v}");
-        let alias = format!("still-ok-{i}");
-        c2.create_ok("https://example.com/alias", Some(&alias));
+    // Custom aliases still work on every connection.
+    for (i, c) in conns.iter_mut().enumerate() {
+        c.create_ok("https://example.com/alias", Some(&format!("still-ok-{i}")));
     }
     let ranges = audit_ranges(&dir);
     assert_ids_confirmed(&ids, &ranges);
     assert_eq!(ranges.last().unwrap().end, KEY_SPACE);
-    drop(c);
+    drop(conns);
     let _ = s.terminate();
     // Still exhausted after a restart: nothing is reissued.
     let s = start(&dir, &args);

@@ -60,7 +60,8 @@ fn crash_loop_every_acknowledged_link_survives_kill9() {
                     let mut i = 0u64;
                     while !stop.load(Ordering::Relaxed) {
                         i += 1;
-                        let url = format!("https://example.com/c{cycle}/t{t}/{i}?{}", r.gen::<u32>());
+                        let url =
+                            format!("https://example.com/c{cycle}/t{t}/{i}?{}", r.gen::<u32>());
                         let status = [301u16, 302, 307, 308][r.gen_range(0..4)];
                         let alias = r
                             .gen_bool(0.3)
@@ -127,7 +128,12 @@ fn frames(path: &Path) -> Vec<(usize, usize)> {
         out.push((pos, f.total_len));
         pos += f.total_len;
     }
-    assert_eq!(pos, data.len(), "{} has bytes after its frames", path.display());
+    assert_eq!(
+        pos,
+        data.len(),
+        "{} has bytes after its frames",
+        path.display()
+    );
     out
 }
 
@@ -153,7 +159,10 @@ fn torn_tail_is_truncated_and_acknowledged_links_survive() {
     for core in 0..2u32 {
         let p = wal(&dir, core);
         let fr = frames(&p);
-        assert!(!fr.is_empty(), "core {core} logged nothing: test needs records on both");
+        assert!(
+            !fr.is_empty(),
+            "core {core} logged nothing: test needs records on both"
+        );
         let data = std::fs::read(&p).unwrap();
         let tail: Vec<u8> = if core == 0 {
             (0..rng.gen_range(1..200)).map(|_| rng.gen()).collect()
@@ -193,7 +202,12 @@ fn torn_tail_is_truncated_and_acknowledged_links_survive() {
     s.kill9();
     let s = start(&dir, &[]);
     check_all(&s, &acked);
-    assert_redirects(&mut Client::new(&s), &k, "https://example.com/after-torn", None);
+    assert_redirects(
+        &mut Client::new(&s),
+        &k,
+        "https://example.com/after-torn",
+        None,
+    );
 }
 
 #[test]
@@ -216,7 +230,11 @@ fn mid_log_corruption_refuses_to_start_unless_salvaged() {
         .map(|core| (core, frames(&wal(&dir, core))))
         .max_by_key(|(_, f)| f.len())
         .unwrap();
-    assert!(fr.len() >= 5, "need several records in one log, have {}", fr.len());
+    assert!(
+        fr.len() >= 5,
+        "need several records in one log, have {}",
+        fr.len()
+    );
     let path = wal(&dir, core);
     let (at, len) = fr[fr.len() / 2];
     let mut data = std::fs::read(&path).unwrap();
@@ -224,14 +242,20 @@ fn mid_log_corruption_refuses_to_start_unless_salvaged() {
     std::fs::write(&path, &data).unwrap();
 
     let err = match try_start(&dir, &[]) {
-        Ok(_) => panic!("started with a corrupt record in the middle of {}", path.display()),
+        Ok(_) => panic!(
+            "started with a corrupt record in the middle of {}",
+            path.display()
+        ),
         Err(e) => e,
     };
     assert!(
         err.contains(&format!("wal-{core}.log")) && err.contains("corrupt"),
         "refusal does not name the file and the problem: {err}"
     );
-    assert!(err.contains("salvage"), "refusal does not mention --salvage: {err}");
+    assert!(
+        err.contains("salvage"),
+        "refusal does not mention --salvage: {err}"
+    );
     // Refusing changed nothing.
     assert_eq!(std::fs::read(&path).unwrap(), data);
 
@@ -277,7 +301,10 @@ fn failing_fsync_fails_writes_but_not_redirects() {
                 );
                 failed.push(alias);
             }
-            other => panic!("create during fsync failures answered {other}: {}", r.text()),
+            other => panic!(
+                "create during fsync failures answered {other}: {}",
+                r.text()
+            ),
         }
         if failed.len() >= 10 {
             break;
@@ -319,7 +346,8 @@ fn failing_fsync_fails_writes_but_not_redirects() {
     for k in &failed {
         let r = c.redirect(k);
         assert_eq!(
-            r.status, 404,
+            r.status,
+            404,
             "{k} got a storage-failure answer but redirects after restart to {:?}",
             r.location()
         );

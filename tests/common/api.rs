@@ -213,7 +213,13 @@ impl Client {
 
     /// `POST /api/v1/urls` with `body`.
     pub fn try_create(&mut self, body: &Value) -> io::Result<Resp> {
-        self.send("POST", "/api/v1/urls", true, &[], body.to_string().as_bytes())
+        self.send(
+            "POST",
+            "/api/v1/urls",
+            true,
+            &[],
+            body.to_string().as_bytes(),
+        )
     }
 
     pub fn create(&mut self, body: &Value) -> Resp {

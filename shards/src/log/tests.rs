@@ -333,6 +333,25 @@ fn poisoned_writer_reports_nothing_durable_from_failed_batch() {
     assert!(w.take_batch().is_err());
 }
 
+#[test]
+fn durable_len_stops_at_the_last_durable_batch() {
+    let mut w = LogWriter::new(0, 0, 1);
+    assert_eq!(w.durable_len(), 0);
+    w.append(0, &put(1)).unwrap();
+    let b1 = w.take_batch().unwrap().unwrap();
+    let end1 = b1.offset + b1.bytes.len() as u64;
+    w.complete(b1, Ok(())).unwrap();
+    assert_eq!(w.durable_len(), end1);
+    w.append(0, &put(2)).unwrap();
+    let b2 = w.take_batch().unwrap().unwrap();
+    assert_eq!(b2.offset, end1);
+    w.complete(b2, Err(std::io::Error::from_raw_os_error(libc::EIO)))
+        .unwrap_err();
+    assert_eq!(w.durable_len(), end1, "a failed batch is not durable");
+    // A writer opened over an existing valid file starts at its length.
+    assert_eq!(LogWriter::new(0, 4096, 9).durable_len(), 4096);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
     #[test]

@@ -45,6 +45,9 @@ pub struct LogWriter {
     in_flight: Option<InFlight>,
     next_seq: u64,
     durable_seq: u64,
+    /// File length through the last durable batch: what the file must be cut back to when a
+    /// batch fails, so that a restart does not revive records that were answered as failed.
+    durable_len: u64,
     poison: Option<String>,
 }
 
@@ -68,6 +71,7 @@ impl LogWriter {
             in_flight: None,
             next_seq,
             durable_seq: next_seq - 1,
+            durable_len: file_len,
             poison: None,
         }
     }
@@ -141,6 +145,7 @@ impl LogWriter {
         match result {
             Ok(()) => {
                 self.durable_seq = f.last_seq;
+                self.durable_len = f.offset + f.len as u64;
                 let mut bytes = batch.bytes;
                 bytes.clear();
                 if bytes.capacity() > self.spare.capacity() {
@@ -165,6 +170,12 @@ impl LogWriter {
     /// Highest sequence number known durable.
     pub fn durable_seq(&self) -> u64 {
         self.durable_seq
+    }
+
+    /// File length through the last durable batch (the file's valid length at open, before any
+    /// batch completed). After a failed batch, bytes beyond it were never acknowledged.
+    pub fn durable_len(&self) -> u64 {
+        self.durable_len
     }
 
     /// Sequence number the next append gets.
