@@ -3,10 +3,11 @@
 
 mod common;
 
-use common::api::{assert_redirects, data_dir, start, Client, API_KEY, NO_RATE_LIMIT};
+use common::api::{
+    assert_redirects, concurrently, data_dir, start, Client, API_KEY, NO_RATE_LIMIT,
+};
 use common::{Server, BIN};
 use serde_json::json;
-use std::sync::{Arc, Barrier};
 
 #[test]
 fn create_get_patch_delete() {
@@ -386,47 +387,27 @@ fn idempotency_keys() {
 
     // N concurrent duplicates released together: one link, everyone gets its key.
     let n = 24;
-    let barrier = Arc::new(Barrier::new(n));
-    let body_c = json!({"long_url": "https://example.com/race"});
-    let handles: Vec<_> = (0..n)
-        .map(|_| {
-            let mut cl = Client::new(&s);
-            let barrier = barrier.clone();
-            let body = body_c.clone();
-            std::thread::spawn(move || {
-                barrier.wait();
-                let r = cl.try_create_idem(&body, "race-1").unwrap();
-                assert_eq!(r.status, 201, "concurrent duplicate: {}", r.text());
-                r.key()
-            })
-        })
-        .collect();
-    let keys: Vec<String> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let keys = concurrently(&s, n, |_, cl| {
+        let r = cl.try_create_idem(&json!({"long_url": "https://example.com/race"}), "race-1")?;
+        assert_eq!(r.status, 201, "concurrent duplicate: {}", r.text());
+        Ok(r.key())
+    });
     assert!(
         keys.iter().all(|k| *k == keys[0]),
         "concurrent duplicates got different links: {keys:?}"
     );
     let race_key = keys[0].clone();
-    // Exactly one link: the next generated key is not taken by a twin. Record the IDs: a
-    // second link would have consumed one, and the IDs handed out are visible in the keys.
+    // (That exactly one link was created is checked through the allocator in
+    // concurrent_idempotent_duplicates_allocate_once.)
     assert_redirects(&mut c, &race_key, "https://example.com/race", Some(302));
 
     // The same race with a custom alias: no 409 for anyone.
-    let barrier = Arc::new(Barrier::new(n));
-    let handles: Vec<_> = (0..n)
-        .map(|_| {
-            let mut cl = Client::new(&s);
-            let barrier = barrier.clone();
-            std::thread::spawn(move || {
-                barrier.wait();
-                let b = json!({"long_url": "https://example.com/race-alias", "custom_alias": "race-alias"});
-                let r = cl.try_create_idem(&b, "race-2").unwrap();
-                (r.status, r.text())
-            })
-        })
-        .collect();
-    for h in handles {
-        let (st, text) = h.join().unwrap();
+    let answers = concurrently(&s, n, |_, cl| {
+        let b = json!({"long_url": "https://example.com/race-alias", "custom_alias": "race-alias"});
+        let r = cl.try_create_idem(&b, "race-2")?;
+        Ok((r.status, r.text()))
+    });
+    for (st, text) in answers {
         assert_eq!(st, 201, "concurrent duplicate with alias: {text}");
     }
 
@@ -441,7 +422,9 @@ fn idempotency_keys() {
         (201, k1.clone()),
         "replay after restart"
     );
-    let r = c.try_create_idem(&body_c, "race-1").unwrap();
+    let r = c
+        .try_create_idem(&json!({"long_url": "https://example.com/race"}), "race-1")
+        .unwrap();
     assert_eq!(
         (r.status, r.key()),
         (201, race_key),
@@ -468,22 +451,11 @@ fn concurrent_idempotent_duplicates_allocate_once() {
     };
     let before = shards::alloc::read_audit(&dir).unwrap();
     let n = 16;
-    let barrier = Arc::new(Barrier::new(n));
-    let handles: Vec<_> = (0..n)
-        .map(|_| {
-            let mut cl = Client::new(&s);
-            let barrier = barrier.clone();
-            std::thread::spawn(move || {
-                barrier.wait();
-                let r = cl
-                    .try_create_idem(&json!({"long_url": "https://example.com/once"}), "once")
-                    .unwrap();
-                assert_eq!(r.status, 201, "{}", r.text());
-                r.key()
-            })
-        })
-        .collect();
-    let keys: Vec<String> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let keys = concurrently(&s, n, |_, cl| {
+        let r = cl.try_create_idem(&json!({"long_url": "https://example.com/once"}), "once")?;
+        assert_eq!(r.status, 201, "{}", r.text());
+        Ok(r.key())
+    });
     assert!(keys.iter().all(|k| *k == keys[0]), "{keys:?}");
     let id = common::api::id_of(&kg, &keys[0]);
     let after = shards::alloc::read_audit(&dir).unwrap();
@@ -584,4 +556,31 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+/// A connection opened right after another one closed must be served. Regression for an fd
+/// reuse race: closing a connection queued an unlinked io_uring Shutdown and Close of its fd;
+/// when the Close ran first, the next accepted connection could get the same fd number and
+/// the late Shutdown then cut it (EOF before any answer; ~2 in 1000 here).
+#[test]
+#[ignore = "BUG: src/core.rs begin_close: unlinked Shutdown+Close SQEs; a late Shutdown hits \
+            the next connection that reuses the fd number (fix: IO_HARDLINK the shutdown when \
+            maybe_free closes right behind it)"]
+fn fresh_connection_after_a_close_is_served() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &[]);
+    let mut failures = Vec::new();
+    for i in 0..3000 {
+        let mut c = Client::new(&s);
+        match c.try_redirect("nokey") {
+            Ok(r) => assert_eq!(r.status, 404),
+            Err(e) => failures.push(format!("connection {i}: {e}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of 3000 fresh connections closed without an answer: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(3)]
+    );
 }

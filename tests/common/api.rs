@@ -106,6 +106,10 @@ pub struct Client {
     stream: TcpStream,
     buf: Vec<u8>,
     pub token: String,
+    /// Status and `Connection` header of the previous answer, and requests made, to explain
+    /// a connection the server closed.
+    last: Option<(u16, Option<String>)>,
+    requests: u64,
 }
 
 impl Client {
@@ -118,6 +122,8 @@ impl Client {
             stream,
             buf: Vec::new(),
             token: API_KEY.to_string(),
+            last: None,
+            requests: 0,
         })
     }
 
@@ -151,8 +157,25 @@ impl Client {
         req.push_str("\r\n");
         let mut bytes = req.into_bytes();
         bytes.extend_from_slice(body);
-        self.stream.write_all(&bytes)?;
-        self.read_response(method == "HEAD")
+        self.requests += 1;
+        let result = self
+            .stream
+            .write_all(&bytes)
+            .and_then(|()| self.read_response(method == "HEAD"));
+        match result {
+            Ok(r) => {
+                self.last = Some((r.status, r.header("connection").map(str::to_string)));
+                Ok(r)
+            }
+            Err(e) => Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "{e} ({method} {path}, request {} on this connection; previous answer \
+                     (status, Connection): {:?})",
+                    self.requests, self.last
+                ),
+            )),
+        }
     }
 
     fn read_response(&mut self, head: bool) -> io::Result<Resp> {
@@ -332,4 +355,48 @@ pub fn seed(test: &str) -> u64 {
         });
     eprintln!("{test}: seed {s} (replay with RICOCHET_TEST_SEED={s})");
     s
+}
+
+/// Runs `f` on `n` threads, each with its own connection, released together by a barrier.
+/// An I/O error (the server closed a connection without answering, or a request hung past
+/// [`CLIENT_TIMEOUT_S`]) fails the test with the server's stderr, which says whether it crashed.
+pub fn concurrently<T: Send + 'static>(
+    s: &Server,
+    n: usize,
+    f: impl Fn(usize, &mut Client) -> io::Result<T> + Send + Sync + 'static,
+) -> Vec<T> {
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(n));
+    let f = std::sync::Arc::new(f);
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let mut c = Client::new(s);
+            let barrier = barrier.clone();
+            let f = f.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                f(i, &mut c)
+            })
+        })
+        .collect();
+    let results: Vec<io::Result<T>> = handles
+        .into_iter()
+        .map(|h| h.join().expect("client thread panicked"))
+        .collect();
+    let errors: Vec<String> = results
+        .iter()
+        .filter_map(|r| r.as_ref().err().map(|e| e.to_string()))
+        .collect();
+    if !errors.is_empty() {
+        let alive = Client::connect(s.addr)
+            .and_then(|mut c| c.try_redirect("healthz-probe"))
+            .is_ok();
+        std::thread::sleep(Duration::from_millis(200));
+        panic!(
+            "{} of {n} concurrent requests got no answer: {errors:?}; server alive: {alive}; \
+             server stderr: {:?}",
+            errors.len(),
+            s.stderr_lines()
+        );
+    }
+    results.into_iter().map(|r| r.expect("checked")).collect()
 }
