@@ -6,7 +6,7 @@ mod common;
 use common::api::{
     assert_redirects, concurrently, data_dir, start, Client, API_KEY, NO_RATE_LIMIT,
 };
-use common::{Server, BIN};
+use common::Server;
 use serde_json::json;
 
 #[test]
@@ -470,7 +470,7 @@ fn concurrent_idempotent_duplicates_allocate_once() {
 }
 
 fn keys_cli(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = std::process::Command::new(BIN)
+    let out = std::process::Command::new(common::server_bin())
         .arg("keys")
         .arg("--data-dir")
         .arg(dir)
@@ -583,4 +583,70 @@ fn fresh_connection_after_a_close_is_served() {
         failures.len(),
         &failures[..failures.len().min(3)]
     );
+}
+
+#[test]
+fn create_rate_limit_answers_429_with_retry_after() {
+    let (_t, dir) = data_dir();
+    // 1/s with a burst of 2 for the whole server (split over the two cores).
+    let s = start(&dir, &["--create-rate", "1", "--create-burst", "2"]);
+    let mut c = Client::new(&s);
+    let first = c.create(&json!({"long_url": "https://example.com/rl/0"}));
+    assert_eq!(first.status, 201, "{}", first.text());
+    let limited = (1..6)
+        .map(|i| c.create(&json!({"long_url": format!("https://example.com/rl/{i}")})))
+        .find(|r| r.status != 201)
+        .expect("5 immediate creates over a burst of 2 must be limited");
+    limited.assert_problem(429);
+    let ra: u64 = limited
+        .header("retry-after")
+        .expect("429 without Retry-After")
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&ra), "Retry-After {ra}");
+    // Redirects and reads are not rate limited.
+    let key = first.key();
+    for _ in 0..20 {
+        assert_eq!(c.redirect(&key).status, 302);
+    }
+    assert_eq!(c.get_link(&key).status, 200);
+}
+
+#[test]
+fn expired_links_answer_404_on_every_core_from_the_moment_they_expire() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &[]);
+    let mut admin = Client::new(&s);
+    let now = ricochet::api::timefmt::now_s();
+    let at = now + 2;
+    let r = admin.create(&json!({
+        "long_url": "https://example.com/soon-gone",
+        "custom_alias": "soon-gone",
+        "expires_at": ricochet::api::timefmt::format_rfc3339_utc(at),
+    }));
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(
+        r.json()["expires_at"],
+        json!(ricochet::api::timefmt::format_rfc3339_utc(at))
+    );
+    // Warm every core's cache with the live answer.
+    let mut cs: Vec<Client> = (0..12).map(|_| Client::new(&s)).collect();
+    for c in cs.iter_mut() {
+        assert_redirects(c, "soon-gone", "https://example.com/soon-gone", Some(302));
+    }
+    while ricochet::api::timefmt::now_s() < at {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Allow the server's cached clock one second of lag, no more.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    for (i, c) in cs.iter_mut().enumerate() {
+        let r = c.redirect("soon-gone");
+        assert_eq!(r.status, 404, "conn {i}: expired link still redirects");
+    }
+    admin.get_link("soon-gone").assert_problem(404);
+    // An expired alias is free again.
+    admin.create_ok("https://example.com/reborn", Some("soon-gone"));
+    for c in cs.iter_mut() {
+        assert_redirects(c, "soon-gone", "https://example.com/reborn", None);
+    }
 }

@@ -12,6 +12,12 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_ricochet");
 
+/// The server binary the harness starts: `RICOCHET_TEST_BIN` if set (e.g. a release build, or
+/// a build with a patch under test), else the one cargo built for these tests.
+pub fn server_bin() -> String {
+    std::env::var("RICOCHET_TEST_BIN").unwrap_or_else(|_| BIN.to_string())
+}
+
 /// A link in a test dataset.
 #[derive(Clone, Debug)]
 pub struct Link {
@@ -102,7 +108,7 @@ impl Server {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Result<Server, String> {
-        let mut child = Command::new(BIN)
+        let mut child = Command::new(server_bin())
             .args([
                 "serve",
                 "--listen",
