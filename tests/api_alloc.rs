@@ -305,3 +305,80 @@ fn exhaustion_at_the_last_id_is_explicit() {
     r.assert_problem(503);
     assert_eq!(c.redirect("still-ok-0").status, 302);
 }
+
+/// The authority fails (its temp file path is blocked by a directory, so every write fails):
+/// creates go on from the ranges already buffered, then fail fast with 503; aliases and
+/// redirects keep working; after the fault is gone a restart allocates again, above
+/// everything confirmed before.
+#[test]
+fn authority_failure_uses_buffered_ranges_then_fails_fast() {
+    let (_t, dir) = data_dir();
+    let mut args = NO_RATE_LIMIT.to_vec();
+    args.extend(["--segment-len", "20"]);
+    let s = start(&dir, &args);
+    let mut c = Client::new(&s);
+    let kg = keygen(&dir);
+    let first = c.create_ok("https://example.com/auth/0", None);
+    let blocker = dir
+        .join(shards::alloc::ALLOC_DIR_NAME)
+        .join("authority.tmp");
+    std::fs::create_dir(&blocker).unwrap();
+    let mut ok = vec![first];
+    let mut failed = 0;
+    for i in 1..200 {
+        let t0 = std::time::Instant::now();
+        let r = c.create(&json!({"long_url": format!("https://example.com/auth/{i}")}));
+        match r.status {
+            201 => {
+                assert_eq!(failed, 0, "a create succeeded after the buffer ran dry");
+                ok.push(r.key());
+            }
+            503 => {
+                r.assert_problem(503);
+                assert!(r.header("retry-after").is_some());
+                assert!(
+                    t0.elapsed() < std::time::Duration::from_secs(3),
+                    "503 took {:?}: not failing fast",
+                    t0.elapsed()
+                );
+                failed += 1;
+                if failed == 5 {
+                    break;
+                }
+            }
+            other => panic!(
+                "create with a failing authority answered {other}: {}",
+                r.text()
+            ),
+        }
+    }
+    assert_eq!(
+        failed, 5,
+        "creates never failed although the authority cannot allocate"
+    );
+    // At most the two buffered ranges (current + standby) of this core were used.
+    assert!(
+        ok.len() <= 40,
+        "{} creates succeeded: more than the buffered ranges",
+        ok.len()
+    );
+    let before = audit_ranges(&dir);
+    let ids: Vec<u64> = ok.iter().map(|k| id_of(&kg, k)).collect();
+    assert_ids_confirmed(&ids, &before);
+    // Aliases and redirects are unaffected.
+    c.create_ok("https://example.com/auth/alias", Some("auth-alias"));
+    for k in &ok {
+        assert_eq!(c.redirect(k).status, 302);
+    }
+    drop(c);
+    s.kill9();
+    std::fs::remove_dir(&blocker).unwrap();
+    let hw = before.last().unwrap().end;
+    let s = start(&dir, &args);
+    let mut c = Client::new(&s);
+    let k = c.create_ok("https://example.com/auth/after", None);
+    assert!(
+        id_of(&kg, &k) >= hw,
+        "ID reused after the authority came back"
+    );
+}
