@@ -215,7 +215,7 @@ fn validation_and_problem_bodies() {
         c.send(m, p, false, &[], b"").unwrap().assert_problem(401);
     }
 
-    // 409: alias taken (also by a different case? no: keys are case-sensitive).
+    // 409: alias taken.
     c.create_ok("https://example.com/1", Some("taken"));
     let v = c
         .create(&json!({"long_url": "https://example.com/2", "custom_alias": "taken"}))
