@@ -302,7 +302,8 @@ fn exhaustion_at_the_last_id_is_explicit() {
     let s = start(&dir, &args);
     let mut c = Client::new(&s);
     let r = c.create(&json!({"long_url": "https://example.com/after"}));
-    r.assert_problem(503);
+    let v = r.assert_problem(503);
+    assert!(v["detail"].as_str().unwrap().contains("exhausted"), "{v}");
     assert_eq!(c.redirect("still-ok-0").status, 302);
 }
 

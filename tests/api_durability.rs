@@ -1,5 +1,9 @@
 //! Durability of API writes against real processes: kill -9 crash loop, torn tails, mid-log
 //! corruption, and failing fsync.
+//!
+//! The crash loop runs 3 cycles by default; `RICOCHET_CRASH_CYCLES=300 cargo test --test
+//! api_durability crash_loop -- --nocapture` runs a long one (about 1-3 s per cycle in a debug
+//! build). Randomized tests print their seed; `RICOCHET_TEST_SEED=<seed>` replays one.
 
 mod common;
 
