@@ -37,6 +37,9 @@ pub const TIMEOUT_SWEEP_INTERVAL_MS: u64 = 100;
 /// lingering first lets the client read it (nginx's `lingering_close`).
 pub const LINGER_MS: u64 = 2_000;
 
+/// After a failed compaction, wait this long before trying again.
+pub const COMPACTION_RETRY_MS: u64 = 10_000;
+
 /// Longest a draining core waits for in-flight requests before it exits anyway.
 pub const DRAIN_TIMEOUT_MS: u64 = 10_000;
 
@@ -95,6 +98,16 @@ pub struct CoreSetup {
     pub timeouts: Timeouts,
     pub writes: Writes,
     pub api: ApiState,
+    pub compaction: CompactionSetup,
+}
+
+/// When and where this core compacts (see `compaction`).
+pub struct CompactionSetup {
+    pub data_dir: std::path::PathBuf,
+    /// Memtable entries that trigger a compaction.
+    pub entries: usize,
+    /// A log from an interrupted compaction was replayed: compact as soon as possible.
+    pub folding: bool,
 }
 
 /// Everything the API needs on one core.
@@ -147,6 +160,11 @@ pub(crate) struct State {
     pub(crate) store: Store,
     pub(crate) writes: Writes,
     pub(crate) api: ApiState,
+    compaction: CompactionSetup,
+    /// The running compaction's result, when it finishes.
+    compacting: Option<crossbeam::channel::Receiver<crate::compaction::Compacted>>,
+    /// No compaction is started before this (after a failed one).
+    next_compaction_ms: u64,
     lru: Lru<Answer>,
     pub(crate) mesh: Mesh,
     /// Messages this core sends itself (an API request whose owner is this core).
@@ -187,6 +205,9 @@ impl Core {
             store: setup.store,
             writes: setup.writes,
             api: setup.api,
+            compaction: setup.compaction,
+            compacting: None,
+            next_compaction_ms: 0,
             self_inbox: VecDeque::new(),
             lru: Lru::with_capacity(setup.lru_capacity),
             mesh,
@@ -272,6 +293,11 @@ impl Core {
                 next_sweep_ms = self.st.now_ms + TIMEOUT_SWEEP_INTERVAL_MS;
                 self.st.sweep();
                 self.st.poll_allocator();
+                self.st.poll_compaction();
+                if let Err(e) = self.st.maybe_compact() {
+                    eprintln!("core {}: cannot start compaction: {e}", self.st.me);
+                    self.st.next_compaction_ms = self.st.now_ms + COMPACTION_RETRY_MS;
+                }
                 self.finish_turn()?;
             }
             if self.st.shared.draining.load(Ordering::Relaxed) {
@@ -1087,6 +1113,121 @@ impl State {
         c.gen = c.gen.wrapping_add(1) & crate::ring::GEN_MASK;
         self.free_slots.push(slot);
         self.live_conns -= 1;
+    }
+
+    /// Starts a compaction if the memtable is big enough and the log is quiet (see `compaction`).
+    fn maybe_compact(&mut self) -> io::Result<()> {
+        use crate::compaction::{fold_snapshot, folding_path};
+        let due = self.compaction.folding || self.writes.memtable.len() >= self.compaction.entries;
+        if !due || self.compacting.is_some() || self.now_ms < self.next_compaction_ms {
+            return Ok(());
+        }
+        let w = &mut self.writes;
+        if w.batch.is_some()
+            || w.log.pending_bytes() > 0
+            || !w.waiting.is_empty()
+            || w.log.is_poisoned()
+        {
+            return Ok(()); // Wait for a quiet log.
+        }
+        let dir = self.compaction.data_dir.clone();
+        if !self.compaction.folding {
+            // Rotate: the current log becomes the one being folded.
+            let me = self.me as u32;
+            let live = shards::log::wal_path(&dir, me);
+            std::fs::rename(&live, folding_path(&dir, me))?;
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&live)?;
+            shards::alloc::durable::sync_dir(&dir.join(shards::log::LOG_DIR_NAME))?;
+            let next_seq = w.log.next_seq();
+            // SAFETY: the old fd is ours, no batch is in flight on it (checked above), and it
+            // is closed exactly once here.
+            unsafe { libc::close(w.log_fd) };
+            w.log_fd = std::os::fd::IntoRawFd::into_raw_fd(file);
+            w.log = shards::log::LogWriter::new(me, 0, next_seq);
+            // Idempotency records live in the folded log: carry the live ones over.
+            for (scope, rec) in self.api.idem.live_records(self.now_s) {
+                let scope_s = crate::api_flow::scope_string(scope);
+                let shard = self.router.owner(scope_s.as_bytes()).shard;
+                let _ = w.log.append_ref(
+                    shard,
+                    shards::log::LogOpRef::IdemPut {
+                        scope: &scope_s,
+                        request_hash: &rec.request_hash.0,
+                        response_key: &rec.key,
+                        created_at_s: rec.created_at_s,
+                    },
+                );
+            }
+        }
+        self.compaction.folding = true;
+        let snapshot = self.writes.memtable.clone();
+        let (tx, rx) = crossbeam::channel::bounded(1);
+        let router = self.router;
+        let now_s = self.now_s;
+        let bell = self.shared.doorbells.clone();
+        let me = self.me;
+        std::thread::Builder::new()
+            .name(format!("ricochet-compact-{me}"))
+            .spawn(move || {
+                let _ = tx.send(fold_snapshot(&dir, router, snapshot, now_s));
+                bell.ring(me);
+            })?;
+        self.compacting = Some(rx);
+        Ok(())
+    }
+
+    /// Swaps in the tables of a finished compaction and drops the folded log.
+    fn poll_compaction(&mut self) {
+        let Some(rx) = &self.compacting else {
+            return;
+        };
+        let Ok(done) = rx.try_recv() else {
+            return;
+        };
+        self.compacting = None;
+        if let Some(e) = done.error {
+            eprintln!(
+                "core {}: compaction failed (will retry; nothing lost, the log is kept): {e}",
+                self.me
+            );
+            self.next_compaction_ms = self.now_ms + COMPACTION_RETRY_MS;
+            return;
+        }
+        let shards_n = done.tables.len();
+        for (shard, table) in done.tables {
+            self.store.set_table(shard, Box::leak(Box::new(table)));
+        }
+        let folded = done.snapshot.len();
+        for (k, e) in done.snapshot {
+            if self
+                .writes
+                .memtable
+                .get(&k)
+                .is_some_and(|now| crate::compaction::unchanged(now, &e))
+            {
+                self.writes.memtable.remove(&k);
+            }
+        }
+        let path = crate::compaction::folding_path(&self.compaction.data_dir, self.me as u32);
+        if let Err(e) = std::fs::remove_file(&path) {
+            eprintln!(
+                "core {}: cannot remove folded log {}: {e}",
+                self.me,
+                path.display()
+            );
+        }
+        let _ = shards::alloc::durable::sync_dir(
+            &self.compaction.data_dir.join(shards::log::LOG_DIR_NAME),
+        );
+        self.compaction.folding = false;
+        eprintln!(
+            "core {}: compacted {folded} logged links into {shards_n} shard tables",
+            self.me
+        );
     }
 
     /// Closes connections past their deadline (half-open, slow headers, idle keep-alive).

@@ -5,6 +5,7 @@
 pub mod api;
 pub mod api_flow;
 pub mod cache;
+pub mod compaction;
 pub mod conn;
 pub mod core;
 pub mod http;

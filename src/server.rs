@@ -53,6 +53,8 @@ pub struct ServeOptions {
     /// Burst of creates per API key.
     pub create_burst: u32,
     pub faults: crate::writes::Faults,
+    /// Memtable entries per core that trigger a compaction.
+    pub compact_entries: usize,
 }
 
 /// Creates per second per API key unless configured (`--create-rate`); with the burst, enough
@@ -170,6 +172,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             next_token: 0,
             invalidations: Default::default(),
         };
+        let log_folding = log.folding;
         let writes = crate::writes::Writes::new(log.writer, log.fd, log.memtable, opts.faults);
         let setup = CoreSetup {
             router,
@@ -191,6 +194,11 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             timeouts: opts.timeouts,
             writes,
             api,
+            compaction: crate::core::CompactionSetup {
+                data_dir: dir.path().to_path_buf(),
+                entries: opts.compact_entries,
+                folding: log_folding,
+            },
         };
         let queues = queues.clone();
         let doorbells = doorbells.clone();
