@@ -484,6 +484,7 @@ impl Core {
             }
             Op::LogWrite => self.on_log_write(res),
             Op::LogSync => self.on_log_sync(res),
+            Op::Shutdown => self.st.on_shutdown(tok),
             Op::Close | Op::Cancel | Op::Timeout => {}
         }
     }
@@ -607,6 +608,7 @@ impl State {
         c.closing = false;
         c.close_after_send = false;
         c.lingering = false;
+        c.shutdown_pending = false;
         c.sent = 0;
         c.next_seq = 0;
         c.dirty = false;
@@ -1066,14 +1068,16 @@ impl State {
             if !linger && c.lingering {
                 // Lingered long enough: now shut the read side too, ending the recv.
                 c.lingering = false;
+                c.shutdown_pending = true;
                 let sqe = opcode::Shutdown::new(types::Fd(c.fd), libc::SHUT_RDWR)
                     .build()
-                    .user_data(Token::new(Op::Close, slot, c.gen).encode());
+                    .user_data(Token::new(Op::Shutdown, slot, c.gen).encode());
                 self.sqes.push(sqe);
             }
             return;
         }
         c.closing = true;
+        c.shutdown_pending = true;
         c.lingering = linger && c.recv_armed;
         let how = if c.lingering {
             libc::SHUT_WR
@@ -1085,7 +1089,7 @@ impl State {
         }
         let sqe = opcode::Shutdown::new(types::Fd(c.fd), how)
             .build()
-            .user_data(Token::new(Op::Close, slot, c.gen).encode());
+            .user_data(Token::new(Op::Shutdown, slot, c.gen).encode());
         self.sqes.push(sqe);
         if c.recv_starved {
             // No recv is armed to report the shutdown.
@@ -1100,7 +1104,9 @@ impl State {
 
     fn maybe_free(&mut self, slot: u32) {
         let c = &mut self.conns[slot as usize];
-        if !c.live || !c.closing || c.recv_armed || c.send_inflight {
+        // The fd is closed only after its shutdown completed: once closed, its number can be
+        // reused by the next accept, and a late shutdown would hit that new connection.
+        if !c.live || !c.closing || c.recv_armed || c.send_inflight || c.shutdown_pending {
             return;
         }
         self.sqes.push(close_sqe(c.fd));
@@ -1228,6 +1234,16 @@ impl State {
             "core {}: compacted {folded} logged links into {shards_n} shard tables",
             self.me
         );
+    }
+
+    fn on_shutdown(&mut self, tok: Token) {
+        let Some(c) = self.conns.get_mut(tok.slot as usize) else {
+            return;
+        };
+        if c.live && c.gen == tok.gen {
+            c.shutdown_pending = false;
+            self.maybe_free(tok.slot);
+        }
     }
 
     /// Closes connections past their deadline (half-open, slow headers, idle keep-alive).

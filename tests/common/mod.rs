@@ -132,7 +132,11 @@ impl Server {
                 Err(mpsc::RecvTimeoutError::Disconnected) => {}
             }
             if let Some(status) = child.try_wait().unwrap() {
-                let err: Vec<String> = erx.try_iter().collect();
+                // Drain stderr until the reader thread sees EOF, so the message is complete.
+                let mut err: Vec<String> = Vec::new();
+                while let Ok(line) = erx.recv_timeout(Duration::from_secs(2)) {
+                    err.push(line);
+                }
                 return Err(format!("exited with {status}: {}", err.join("\n")));
             }
             if Instant::now() > deadline {
