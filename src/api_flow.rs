@@ -26,6 +26,10 @@ use shards::log::LogOpRef;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// A planned `Put`: the new link, its generated ID, the key to invalidate on other cores, and
+/// how to report it.
+type Planned = (LinkInfo, u64, Option<InlineKey>, fn(LinkInfo) -> WriteOutcome);
+
 /// Prefix of every API path.
 pub const API_PREFIX: &[u8] = b"/api/";
 const URLS: &[u8] = b"/api/v1/urls";
@@ -528,12 +532,7 @@ impl State {
             return done(self, outcome);
         }
         let current = self.link_info(shard, &key);
-        let (info, id, invalidate, outcome_of): (
-            LinkInfo,
-            u64,
-            Option<InlineKey>,
-            fn(LinkInfo) -> WriteOutcome,
-        ) = match req {
+        let (info, id, invalidate, outcome_of): Planned = match req {
             WriteReq::Create {
                 target,
                 status,

@@ -334,7 +334,7 @@ impl Core {
         // Anything sent before `parked` became visible is in a queue now: look once more.
         let must_stay_awake = !self.st.mesh.inbox_is_empty()
             || self.st.shared.draining.load(Ordering::Relaxed)
-            || self.ring.uring.completion().len() > 0;
+            || !self.ring.uring.completion().is_empty();
         if !must_stay_awake {
             let ts = types::Timespec::new().nsec((PARK_MAX_MS * 1_000_000) as u32);
             let args = types::SubmitArgs::new().timespec(&ts);

@@ -273,7 +273,8 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
 fn open_tables(dir: &DataDir, router: &Router) -> anyhow::Result<Vec<Option<&'static Table>>> {
     let shard_count = router.shard_count();
     let cores = router.cores();
-    let results: Vec<anyhow::Result<Vec<(u32, Option<Table>)>>> = std::thread::scope(|s| {
+    type Opened = anyhow::Result<Vec<(u32, Option<Table>)>>;
+    let results: Vec<Opened> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..cores)
             .map(|c| {
                 s.spawn(move || {
