@@ -26,7 +26,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 /// How often connection deadlines are checked. Timeouts fire at most this late.
 pub const TIMEOUT_SWEEP_INTERVAL_MS: u64 = 100;
@@ -179,7 +179,11 @@ pub(crate) struct State {
     starved: Vec<u32>,
     /// Buffers given back this turn (published once per turn).
     pub(crate) date: DateCache,
+    /// Monotonic time since the core started, refreshed once per loop turn.
+    now_us: u64,
     now_ms: u64,
+    /// When to read the wall clock again (`tick`).
+    next_wall_ms: u64,
     pub(crate) now_s: u64,
     started: Instant,
     listener_fd: RawFd,
@@ -218,7 +222,9 @@ impl Core {
             dirty: Vec::with_capacity(1024),
             starved: Vec::new(),
             date: DateCache::new(SystemTime::now()),
+            now_us: 0,
             now_ms: 0,
+            next_wall_ms: 0,
             now_s: 0,
             started,
             listener_fd: setup.listener_fd,
@@ -259,7 +265,8 @@ impl Core {
         let mut cqes: Vec<cqueue::Entry> =
             Vec::with_capacity(crate::ring::RING_CQ_ENTRIES as usize);
         let mut next_sweep_ms = 0;
-        let mut idle_since: Option<Instant> = None;
+        // Monotonic microseconds (from `tick`) at which the loop last found no work.
+        let mut idle_since_us: Option<u64> = None;
         self.st.shared.ready_cores.fetch_add(1, Ordering::AcqRel);
         loop {
             self.st.tick();
@@ -313,12 +320,12 @@ impl Core {
             self.ring.uring.submit()?;
 
             if work {
-                idle_since = None;
+                idle_since_us = None;
             } else if let Parking::Adaptive { spin_us } = parking {
-                let since = *idle_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= Duration::from_micros(spin_us) {
+                let since = *idle_since_us.get_or_insert(self.st.now_us);
+                if self.st.now_us - since >= spin_us {
                     self.park().await?;
-                    idle_since = None;
+                    idle_since_us = None;
                 }
             }
             // glommio's own tasks (none on the redirect path) get the core at its preempt timer.
@@ -579,14 +586,26 @@ enum Outcome {
 impl State {
     /// Refreshes the clocks. `Instant` and `SystemTime` are vDSO reads, not syscalls.
     #[inline]
+    /// One monotonic clock read per turn; the wall clock (for `Date` and expiry) is read again
+    /// only when a new millisecond-second boundary passes, so NTP steps are picked up within 1 s.
     fn tick(&mut self) {
-        self.now_ms = self.started.elapsed().as_millis() as u64;
-        let now = SystemTime::now();
-        self.now_s = now
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        self.date.refresh(now);
+        let now_us = self.started.elapsed().as_micros() as u64;
+        self.now_us = now_us;
+        self.now_ms = now_us / 1000;
+        if self.now_ms >= self.next_wall_ms {
+            let now = SystemTime::now();
+            self.now_s = now
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            self.date.refresh(now);
+            // Re-read at the next wall-clock second (approximately; at most 1 s late).
+            let sub_ms = now
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| u64::from(d.subsec_millis()))
+                .unwrap_or(0);
+            self.next_wall_ms = self.now_ms + (1000 - sub_ms).max(1);
+        }
     }
 
     fn alloc_slot(&mut self, fd: RawFd) -> u32 {
