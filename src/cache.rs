@@ -5,7 +5,6 @@
 //! open-addressing index (linear probing, backward-shift deletion so no tombstones) sized at
 //! construction to at most half full, so it never grows or rehashes. Keys are stored inline.
 
-
 use shards::link::MAX_KEY_BYTES;
 
 /// Default entries per core. 65536: at roughly 100 bytes of key and bookkeeping plus the value
@@ -54,7 +53,11 @@ impl Eq for InlineKey {}
 
 impl std::fmt::Debug for InlineKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "InlineKey({:?})", String::from_utf8_lossy(self.as_bytes()))
+        write!(
+            f,
+            "InlineKey({:?})",
+            String::from_utf8_lossy(self.as_bytes())
+        )
     }
 }
 

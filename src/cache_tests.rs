@@ -167,7 +167,11 @@ fn full_large_cache_finds_everything_after_churn() {
     let last = 3 * cap as u32;
     for i in last - cap as u32 / 2..last {
         let removed = (i..last).any(|j| j % 3 == 0 && j / 2 == i);
-        assert_eq!(lru.peek(format!("key{i}").as_bytes()).is_some(), !removed, "key{i}");
+        assert_eq!(
+            lru.peek(format!("key{i}").as_bytes()).is_some(),
+            !removed,
+            "key{i}"
+        );
     }
     assert!(lru.len() <= cap);
 }

@@ -87,6 +87,9 @@ mod tests {
             b"Thu, 01 Jan 1970 00:00:00 GMT"
         );
         let after = UNIX_EPOCH + Duration::from_secs(MAX_FORMATTABLE_SECS + 1000);
-        assert_eq!(DateCache::new(after).get(), b"Fri, 31 Dec 9999 23:59:59 GMT");
+        assert_eq!(
+            DateCache::new(after).get(),
+            b"Fri, 31 Dec 9999 23:59:59 GMT"
+        );
     }
 }

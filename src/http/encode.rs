@@ -70,7 +70,11 @@ pub fn encode_redirect(
     out.extend_from_slice(b"\r\nContent-Length: 0\r\nCache-Control: ");
     if status.is_permanent() {
         out.extend_from_slice(b"public, max-age=");
-        out.extend_from_slice(itoa::Buffer::new().format(PERMANENT_REDIRECT_MAX_AGE_S).as_bytes());
+        out.extend_from_slice(
+            itoa::Buffer::new()
+                .format(PERMANENT_REDIRECT_MAX_AGE_S)
+                .as_bytes(),
+        );
     } else {
         out.extend_from_slice(CACHE_CONTROL_TEMPORARY);
     }
@@ -174,7 +178,11 @@ pub fn encode_error(out: &mut Vec<u8>, err: ParseError, date: &DateCache) {
     out.extend_from_slice(TEXT_PLAIN.as_bytes());
     out.extend_from_slice(b"\r\nContent-Length: ");
     // reason + '\n'
-    out.extend_from_slice(itoa::Buffer::new().format(err.reason().len() + 1).as_bytes());
+    out.extend_from_slice(
+        itoa::Buffer::new()
+            .format(err.reason().len() + 1)
+            .as_bytes(),
+    );
     out.extend_from_slice(b"\r\n");
     common_tail(out, conn, date);
     out.extend_from_slice(b"\r\n");

@@ -19,7 +19,12 @@ fn parse_response(out: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let headers = r
         .headers
         .iter()
-        .map(|h| (h.name.to_string(), String::from_utf8(h.value.to_vec()).unwrap()))
+        .map(|h| {
+            (
+                h.name.to_string(),
+                String::from_utf8(h.value.to_vec()).unwrap(),
+            )
+        })
         .collect();
     (r.code.unwrap(), headers, out[n..].to_vec())
 }
@@ -34,7 +39,13 @@ fn header<'a>(hs: &'a [(String, String)], name: &str) -> Option<&'a str> {
 #[test]
 fn redirect_302_exact_bytes() {
     let mut out = Vec::new();
-    encode_redirect(&mut out, RedirectStatus::Found, b"https://example.com/x?y=1", Conn::KeepAlive, &date());
+    encode_redirect(
+        &mut out,
+        RedirectStatus::Found,
+        b"https://example.com/x?y=1",
+        Conn::KeepAlive,
+        &date(),
+    );
     assert_eq!(
         out,
         b"HTTP/1.1 302 Found\r\nLocation: https://example.com/x?y=1\r\nContent-Length: 0\r\nCache-Control: private, no-store\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nServer: ricochet\r\n\r\n"
@@ -50,7 +61,13 @@ fn redirect_cache_control_by_status() {
         (RedirectStatus::TemporaryRedirect, "private, no-store"),
     ] {
         let mut out = Vec::new();
-        encode_redirect(&mut out, status, b"https://e.com/", Conn::KeepAlive, &date());
+        encode_redirect(
+            &mut out,
+            status,
+            b"https://e.com/",
+            Conn::KeepAlive,
+            &date(),
+        );
         let (code, hs, body) = parse_response(&out);
         assert_eq!(code, status.code());
         assert_eq!(header(&hs, "Cache-Control"), Some(cc));
@@ -122,7 +139,10 @@ fn head_only_keeps_length_and_drops_body() {
     assert!(body.is_empty());
     let (_, get_hs, get_body) = parse_response(&get);
     assert_eq!(hs, get_hs);
-    assert_eq!(header(&hs, "Content-Length"), Some(get_body.len().to_string().as_str()));
+    assert_eq!(
+        header(&hs, "Content-Length"),
+        Some(get_body.len().to_string().as_str())
+    );
     assert!(get.starts_with(&head));
 }
 
@@ -152,7 +172,10 @@ fn error_responses_close_and_explain() {
         let (code, hs, body) = parse_response(&out);
         assert_eq!(code, e.status().code());
         assert_eq!(header(&hs, "Connection"), Some("close"));
-        assert_eq!(header(&hs, "Content-Length"), Some(body.len().to_string().as_str()));
+        assert_eq!(
+            header(&hs, "Content-Length"),
+            Some(body.len().to_string().as_str())
+        );
         assert_eq!(body, format!("{}\n", e.reason()).as_bytes());
     }
 }
@@ -160,9 +183,21 @@ fn error_responses_close_and_explain() {
 #[test]
 fn encoding_appends() {
     let mut out = b"prefix".to_vec();
-    encode_redirect(&mut out, RedirectStatus::Found, b"/a", Conn::KeepAlive, &date());
+    encode_redirect(
+        &mut out,
+        RedirectStatus::Found,
+        b"/a",
+        Conn::KeepAlive,
+        &date(),
+    );
     let first = out.len();
-    encode_redirect(&mut out, RedirectStatus::Found, b"/b", Conn::KeepAlive, &date());
+    encode_redirect(
+        &mut out,
+        RedirectStatus::Found,
+        b"/b",
+        Conn::KeepAlive,
+        &date(),
+    );
     assert!(out.starts_with(b"prefixHTTP/1.1 302"));
     assert_eq!(parse_response(&out[first..]).0, 302);
     assert_eq!(out.len() - first, first - 6);

@@ -343,7 +343,9 @@ fn version_is_http_shaped(window: &[u8]) -> bool {
 /// Whether some header line starts with whitespace (obs-fold) or has whitespace right before its
 /// colon: the two header-name errors worth naming. Only called on the error path.
 fn header_line_has_whitespace(window: &[u8]) -> bool {
-    let mut lines = window.split(|&b| b == b'\n').skip_while(|l| l.is_empty() || *l == b"\r");
+    let mut lines = window
+        .split(|&b| b == b'\n')
+        .skip_while(|l| l.is_empty() || *l == b"\r");
     lines.next(); // request line
     for line in lines {
         let line = line.strip_suffix(b"\r").unwrap_or(line);

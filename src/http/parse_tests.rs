@@ -18,7 +18,12 @@ fn err(buf: &[u8]) -> ParseError {
 
 fn bad(buf: &[u8], why: BadRequest) {
     let e = err(buf);
-    assert_eq!(e, ParseError::BadRequest(why), "{:?}", String::from_utf8_lossy(buf));
+    assert_eq!(
+        e,
+        ParseError::BadRequest(why),
+        "{:?}",
+        String::from_utf8_lossy(buf)
+    );
     assert_eq!(e.status(), Status::BadRequest);
     assert!(e.must_close());
 }
@@ -117,21 +122,53 @@ fn query_split_on_first_question_mark() {
 fn keep_alive_rules() {
     let cases: &[(&[u8], bool)] = &[
         (b"GET / HTTP/1.1\r\nHost: h\r\n\r\n", true),
-        (b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n", false),
-        (b"GET / HTTP/1.1\r\nHost: h\r\nConnection: CLOSE\r\n\r\n", false),
-        (b"GET / HTTP/1.1\r\nHost: h\r\nConnection: Upgrade, close\r\n\r\n", false),
-        (b"GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n", false),
-        (b"GET / HTTP/1.1\r\nHost: h\r\nConnection: closed\r\n\r\n", true),
+        (
+            b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n",
+            false,
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: h\r\nConnection: CLOSE\r\n\r\n",
+            false,
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: h\r\nConnection: Upgrade, close\r\n\r\n",
+            false,
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n",
+            false,
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: h\r\nConnection: closed\r\n\r\n",
+            true,
+        ),
         (b"GET / HTTP/1.0\r\n\r\n", false),
         (b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", true),
         (b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", true),
-        (b"GET / HTTP/1.0\r\nConnection: keep-alive, Upgrade\r\n\r\n", true),
-        (b"GET / HTTP/1.0\r\nConnection: Upgrade ,\tKEEP-ALIVE\r\n\r\n", true),
-        (b"GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n", false),
-        (b"GET / HTTP/1.0\r\nConnection: keep-alive-ish\r\n\r\n", false),
+        (
+            b"GET / HTTP/1.0\r\nConnection: keep-alive, Upgrade\r\n\r\n",
+            true,
+        ),
+        (
+            b"GET / HTTP/1.0\r\nConnection: Upgrade ,\tKEEP-ALIVE\r\n\r\n",
+            true,
+        ),
+        (
+            b"GET / HTTP/1.0\r\nConnection: keep-alive, close\r\n\r\n",
+            false,
+        ),
+        (
+            b"GET / HTTP/1.0\r\nConnection: keep-alive-ish\r\n\r\n",
+            false,
+        ),
     ];
     for (buf, want) in cases {
-        assert_eq!(ok(buf).keep_alive, *want, "{:?}", String::from_utf8_lossy(buf));
+        assert_eq!(
+            ok(buf).keep_alive,
+            *want,
+            "{:?}",
+            String::from_utf8_lossy(buf)
+        );
     }
     assert_eq!(ok(b"GET / HTTP/1.0\r\n\r\n").minor_version, 0);
 }
@@ -221,7 +258,10 @@ fn header_count_limit() {
     assert_eq!(e, ParseError::TooManyHeaders);
     assert_eq!(e.status(), Status::RequestHeaderFieldsTooLarge);
     // httparse reports it as soon as the extra field line is complete, before the head ends.
-    assert_eq!(err(&build(MAX_HEADERS + 1, false)), ParseError::TooManyHeaders);
+    assert_eq!(
+        err(&build(MAX_HEADERS + 1, false)),
+        ParseError::TooManyHeaders
+    );
 }
 
 #[test]
@@ -250,18 +290,36 @@ fn bare_lf_is_rejected() {
         b"\nGET / HTTP/1.1\r\nHost: h\r\n\r\n",
     ] {
         let mut h = [httparse::EMPTY_HEADER; 4];
-        assert!(httparse::Request::new(&mut h).parse(buf).unwrap().is_complete());
+        assert!(httparse::Request::new(&mut h)
+            .parse(buf)
+            .unwrap()
+            .is_complete());
         bad(buf, BadRequest::BareLf);
     }
 }
 
 #[test]
 fn obs_fold_and_space_before_colon_are_rejected() {
-    bad(b"GET / HTTP/1.1\r\nHost: h\r\nX-A: b\r\n  c\r\n\r\n", BadRequest::HeaderWhitespace);
-    bad(b"GET / HTTP/1.1\r\nHost: h\r\nX-A: b\r\n\tc\r\n\r\n", BadRequest::HeaderWhitespace);
-    bad(b"GET / HTTP/1.1\r\nHost : h\r\n\r\n", BadRequest::HeaderWhitespace);
-    bad(b"GET / HTTP/1.1\r\nContent-Length\t: 1\r\n\r\n", BadRequest::HeaderWhitespace);
-    bad(b"GET / HTTP/1.1\r\n Host: h\r\n\r\n", BadRequest::HeaderWhitespace);
+    bad(
+        b"GET / HTTP/1.1\r\nHost: h\r\nX-A: b\r\n  c\r\n\r\n",
+        BadRequest::HeaderWhitespace,
+    );
+    bad(
+        b"GET / HTTP/1.1\r\nHost: h\r\nX-A: b\r\n\tc\r\n\r\n",
+        BadRequest::HeaderWhitespace,
+    );
+    bad(
+        b"GET / HTTP/1.1\r\nHost : h\r\n\r\n",
+        BadRequest::HeaderWhitespace,
+    );
+    bad(
+        b"GET / HTTP/1.1\r\nContent-Length\t: 1\r\n\r\n",
+        BadRequest::HeaderWhitespace,
+    );
+    bad(
+        b"GET / HTTP/1.1\r\n Host: h\r\n\r\n",
+        BadRequest::HeaderWhitespace,
+    );
 }
 
 #[test]
@@ -273,7 +331,17 @@ fn content_length_rules() {
     assert_eq!(ok(with(" 5 ").as_bytes()).content_length, 5); // OWS is not part of the value
     let max = MAX_BODY_BYTES.to_string();
     assert_eq!(ok(with(&max).as_bytes()).content_length, MAX_BODY_BYTES);
-    for v in ["", "-1", "+1", "1a", "0x10", "1 2", "5, 5", "1.0", "99999999999999999999999999"] {
+    for v in [
+        "",
+        "-1",
+        "+1",
+        "1a",
+        "0x10",
+        "1 2",
+        "5, 5",
+        "1.0",
+        "99999999999999999999999999",
+    ] {
         bad(with(v).as_bytes(), BadRequest::InvalidContentLength);
     }
     let e = err(with(&(MAX_BODY_BYTES + 1).to_string()).as_bytes());
@@ -281,7 +349,10 @@ fn content_length_rules() {
     assert_eq!(e.status(), Status::PayloadTooLarge);
     assert!(e.must_close());
     // A huge but representable length is 413, not 400.
-    assert_eq!(err(with(&u64::MAX.to_string()).as_bytes()), ParseError::PayloadTooLarge);
+    assert_eq!(
+        err(with(&u64::MAX.to_string()).as_bytes()),
+        ParseError::PayloadTooLarge
+    );
 }
 
 #[test]
@@ -322,7 +393,12 @@ fn versions() {
         b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
     ] {
         let e = err(buf);
-        assert_eq!(e, ParseError::VersionNotSupported, "{:?}", String::from_utf8_lossy(buf));
+        assert_eq!(
+            e,
+            ParseError::VersionNotSupported,
+            "{:?}",
+            String::from_utf8_lossy(buf)
+        );
         assert_eq!(e.status(), Status::HttpVersionNotSupported);
     }
     bad(b"GET / FOO/1.1\r\nHost: h\r\n\r\n", BadRequest::Version);
@@ -335,14 +411,23 @@ fn versions() {
 fn target_must_be_origin_form() {
     bad(b"GET * HTTP/1.1\r\nHost: h\r\n\r\n", BadRequest::Target);
     bad(b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n", BadRequest::Target);
-    bad(b"GET http://h/a HTTP/1.1\r\nHost: h\r\n\r\n", BadRequest::Target);
-    bad(b"CONNECT h:443 HTTP/1.1\r\nHost: h\r\n\r\n", BadRequest::Target);
+    bad(
+        b"GET http://h/a HTTP/1.1\r\nHost: h\r\n\r\n",
+        BadRequest::Target,
+    );
+    bad(
+        b"CONNECT h:443 HTTP/1.1\r\nHost: h\r\n\r\n",
+        BadRequest::Target,
+    );
 }
 
 #[test]
 fn host_rules() {
     bad(b"GET / HTTP/1.1\r\n\r\n", BadRequest::MissingHost);
-    bad(b"GET / HTTP/1.1\r\nHost: a\r\nHOST: b\r\n\r\n", BadRequest::DuplicateHeader);
+    bad(
+        b"GET / HTTP/1.1\r\nHost: a\r\nHOST: b\r\n\r\n",
+        BadRequest::DuplicateHeader,
+    );
     assert!(!ok(b"GET / HTTP/1.0\r\n\r\n").keep_alive); // Host optional in 1.0
 }
 

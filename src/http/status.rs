@@ -112,7 +112,10 @@ mod tests {
             let expected = format!("HTTP/1.1 {} {}\r\n", s.code(), s.reason());
             assert_eq!(s.status_line(), expected.as_bytes());
         }
-        assert_eq!(Status::NotFound.status_line(), b"HTTP/1.1 404 Not Found\r\n");
+        assert_eq!(
+            Status::NotFound.status_line(),
+            b"HTTP/1.1 404 Not Found\r\n"
+        );
     }
 
     #[test]
