@@ -91,7 +91,8 @@ pub struct Request<'b> {
     pub authorization: Option<&'b [u8]>,
     /// The `Idempotency-Key` field value, if present.
     pub idempotency_key: Option<&'b [u8]>,
-    /// The `Content-Type` field value, if present.
+    /// The `Content-Type` field value, if present (the last one if repeated; the API rejects
+    /// types it does not accept, so repetition is not a framing or auth ambiguity).
     pub content_type: Option<&'b [u8]>,
 }
 
