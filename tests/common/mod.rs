@@ -132,7 +132,12 @@ impl Server {
                 Err(mpsc::RecvTimeoutError::Disconnected) => {}
             }
             if let Some(status) = child.try_wait().unwrap() {
-                let err: Vec<String> = erx.try_iter().collect();
+                // The child has exited, so its stderr is at EOF; wait until the reader thread has
+                // passed on every line (it may lag behind the exit) and hung up.
+                let mut err = Vec::new();
+                while let Ok(line) = erx.recv_timeout(Duration::from_secs(5)) {
+                    err.push(line);
+                }
                 return Err(format!("exited with {status}: {}", err.join("\n")));
             }
             if Instant::now() > deadline {
