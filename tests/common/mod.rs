@@ -132,9 +132,10 @@ impl Server {
                 Err(mpsc::RecvTimeoutError::Disconnected) => {}
             }
             if let Some(status) = child.try_wait().unwrap() {
-                // Drain stderr until the reader thread sees EOF, so the message is complete.
-                let mut err: Vec<String> = Vec::new();
-                while let Ok(line) = erx.recv_timeout(Duration::from_secs(2)) {
+                // The child has exited, so its stderr is at EOF; wait until the reader thread has
+                // passed on every line (it may lag behind the exit) and hung up.
+                let mut err = Vec::new();
+                while let Ok(line) = erx.recv_timeout(Duration::from_secs(5)) {
                     err.push(line);
                 }
                 return Err(format!("exited with {status}: {}", err.join("\n")));
