@@ -28,7 +28,12 @@ use std::time::Instant;
 
 /// A planned `Put`: the new link, its generated ID, the key to invalidate on other cores, and
 /// how to report it.
-type Planned = (LinkInfo, u64, Option<InlineKey>, fn(LinkInfo) -> WriteOutcome);
+type Planned = (
+    LinkInfo,
+    u64,
+    Option<InlineKey>,
+    fn(LinkInfo) -> WriteOutcome,
+);
 
 /// Prefix of every API path.
 pub const API_PREFIX: &[u8] = b"/api/";

@@ -73,6 +73,8 @@ pub struct Shared {
     pub cores: usize,
     /// Cores that have opened their shards, joined the mesh and armed their listener.
     pub ready_cores: AtomicUsize,
+    /// Every core's counters (each written only by its core).
+    pub counters: Vec<crate::metrics::CoreCounters>,
     /// Cores whose loop failed (startup waits for readiness or the first failure).
     pub failed_cores: AtomicUsize,
     /// Set by SIGTERM/SIGINT: stop accepting, finish in-flight requests, exit.
@@ -179,6 +181,7 @@ pub(crate) struct State {
     starved: Vec<u32>,
     /// Buffers given back this turn (published once per turn).
     pub(crate) date: DateCache,
+    pub(crate) tally: crate::metrics::Tally,
     /// Monotonic time since the core started, refreshed once per loop turn.
     now_us: u64,
     now_ms: u64,
@@ -222,6 +225,7 @@ impl Core {
             dirty: Vec::with_capacity(1024),
             starved: Vec::new(),
             date: DateCache::new(SystemTime::now()),
+            tally: Default::default(),
             now_us: 0,
             now_ms: 0,
             next_wall_ms: 0,
@@ -317,6 +321,9 @@ impl Core {
                 }
             }
 
+            if work {
+                self.st.shared.counters[self.st.me].publish(&self.st.tally, self.st.live_conns);
+            }
             self.ring.uring.submit()?;
 
             if work {
@@ -752,6 +759,25 @@ impl State {
         let head = req.method == Method::Head;
         let get_or_head = matches!(req.method, Method::Get | Method::Head);
         let path = req.path;
+        self.tally.requests += 1;
+        if path == b"/metrics" && get_or_head {
+            // Cold path: formatting allocates; the allocation counter shows it honestly.
+            let mut text = String::with_capacity(4096);
+            self.shared.counters[self.me].publish(&self.tally, self.live_conns);
+            crate::metrics::render(&self.shared.counters, &mut text);
+            let c = &mut self.conns[slot as usize];
+            encode::encode_response(
+                &mut c.out,
+                Status::Ok,
+                &[],
+                Some("text/plain; version=0.0.4"),
+                text.as_bytes(),
+                head,
+                persist,
+                &self.date,
+            );
+            return;
+        }
         if path == b"/healthz" || path == b"/readyz" {
             if !get_or_head {
                 encode::encode_method_not_allowed(
@@ -787,6 +813,7 @@ impl State {
             return;
         }
         if path.starts_with(crate::api_flow::API_PREFIX) {
+            self.tally.api_requests += 1;
             return self.handle_api(slot, req, body, persist);
         }
         let key = &path[1..];
@@ -810,6 +837,11 @@ impl State {
         let owner = self.router.owner(key);
         if owner.core == self.me {
             let answer = self.local_answer(owner.shard, key);
+            if answer.is_some() {
+                self.tally.redirects += 1;
+            } else {
+                self.tally.not_found += 1;
+            }
             let c = &mut self.conns[slot as usize];
             match answer {
                 Some(a) => encode::encode_redirect(
@@ -826,6 +858,8 @@ impl State {
         let c = &mut self.conns[slot as usize];
         if let Some(a) = self.lru.get(key) {
             if !a.expired(self.now_s) {
+                self.tally.lru_hits += 1;
+                self.tally.redirects += 1;
                 encode::encode_redirect(
                     &mut c.out,
                     a.status,
@@ -836,9 +870,11 @@ impl State {
                 return Outcome::Done;
             }
             self.lru.remove(key);
+            self.tally.not_found += 1;
             encode::encode_not_found(&mut c.out, head, persist, &self.date);
             return Outcome::Done;
         }
+        self.tally.forwarded += 1;
         let seq = c.next_seq;
         c.next_seq = c.next_seq.wrapping_add(1);
         c.pending.push(Pending {
@@ -983,14 +1019,20 @@ impl State {
         let p = c.pending.remove(i);
         self.scratch.clear();
         match answer {
-            Some(a) if !a.expired(self.now_s) => encode::encode_redirect(
-                &mut self.scratch,
-                a.status,
-                a.target.as_bytes(),
-                p.persist,
-                &self.date,
-            ),
-            _ => encode::encode_not_found(&mut self.scratch, p.head, p.persist, &self.date),
+            Some(a) if !a.expired(self.now_s) => {
+                self.tally.redirects += 1;
+                encode::encode_redirect(
+                    &mut self.scratch,
+                    a.status,
+                    a.target.as_bytes(),
+                    p.persist,
+                    &self.date,
+                )
+            }
+            _ => {
+                self.tally.not_found += 1;
+                encode::encode_not_found(&mut self.scratch, p.head, p.persist, &self.date)
+            }
         }
         let scratch = std::mem::take(&mut self.scratch);
         self.insert_response(reply.slot, p.offset, &scratch);

@@ -11,6 +11,7 @@ pub mod core;
 pub mod http;
 pub mod listener;
 pub mod mesh;
+pub mod metrics;
 pub mod recovery;
 pub mod ring;
 pub mod router;

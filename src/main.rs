@@ -7,6 +7,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOC: ricochet::metrics::CountingAlloc = ricochet::metrics::CountingAlloc;
+
 #[derive(Parser)]
 #[command(
     name = "ricochet",
