@@ -75,6 +75,8 @@ pub struct Shared {
     pub ready_cores: AtomicUsize,
     /// Every core's counters (each written only by its core).
     pub counters: Vec<crate::metrics::CoreCounters>,
+    /// Cores that finished their own connections while draining.
+    pub drained_cores: AtomicUsize,
     /// Cores whose loop failed (startup waits for readiness or the first failure).
     pub failed_cores: AtomicUsize,
     /// Set by SIGTERM/SIGINT: stop accepting, finish in-flight requests, exit.
@@ -192,6 +194,11 @@ pub(crate) struct State {
     listener_fd: RawFd,
     accepting: bool,
     draining_since_ms: Option<u64>,
+    /// This core counted itself in `Shared::drained_cores`.
+    drained: bool,
+    /// Idempotency records re-logged at the last rotation must be durable before the folded
+    /// log (their previous home) is deleted.
+    relog_seq: u64,
     shared: Arc<Shared>,
     timeouts: Timeouts,
     scratch: Vec<u8>,
@@ -234,6 +241,8 @@ impl Core {
             listener_fd: setup.listener_fd,
             accepting: true,
             draining_since_ms: None,
+            drained: false,
+            relog_seq: 0,
             shared: setup.shared,
             timeouts: setup.timeouts,
             scratch: Vec::with_capacity(4096),
@@ -316,7 +325,15 @@ impl Core {
                     self.start_drain()?;
                 }
                 let since = self.st.draining_since_ms.unwrap_or(self.st.now_ms);
-                if self.st.live_conns == 0 || self.st.now_ms - since > DRAIN_TIMEOUT_MS {
+                if self.st.live_conns == 0 && !self.st.drained {
+                    // Done here, but keep answering other cores' forwards and writes until
+                    // every core is done: their in-flight requests may need this core.
+                    self.st.drained = true;
+                    self.st.shared.drained_cores.fetch_add(1, Ordering::AcqRel);
+                }
+                let all_drained =
+                    self.st.shared.drained_cores.load(Ordering::Acquire) == self.st.shared.cores;
+                if all_drained || self.st.now_ms - since > DRAIN_TIMEOUT_MS {
                     return Ok(());
                 }
             }
@@ -347,6 +364,7 @@ impl Core {
         fence(Ordering::SeqCst);
         // Anything sent before `parked` became visible is in a queue now: look once more.
         let must_stay_awake = !self.st.mesh.inbox_is_empty()
+            || !self.st.self_inbox.is_empty()
             || self.st.shared.draining.load(Ordering::Relaxed)
             || !self.ring.uring.completion().is_empty();
         if !must_stay_awake {
@@ -1216,10 +1234,11 @@ impl State {
             w.log_fd = std::os::fd::IntoRawFd::into_raw_fd(file);
             w.log = shards::log::LogWriter::new(me, 0, next_seq);
             // Idempotency records live in the folded log: carry the live ones over.
+            let mut relog_seq = 0;
             for (scope, rec) in self.api.idem.live_records(self.now_s) {
                 let scope_s = crate::api_flow::scope_string(scope);
                 let shard = self.router.owner(scope_s.as_bytes()).shard;
-                let _ = w.log.append_ref(
+                if let Ok(seq) = w.log.append_ref(
                     shard,
                     shards::log::LogOpRef::IdemPut {
                         scope: &scope_s,
@@ -1227,8 +1246,11 @@ impl State {
                         response_key: &rec.key,
                         created_at_s: rec.created_at_s,
                     },
-                );
+                ) {
+                    relog_seq = seq;
+                }
             }
+            self.relog_seq = relog_seq;
         }
         self.compaction.folding = true;
         let snapshot = self.writes.memtable.clone();
@@ -1252,6 +1274,9 @@ impl State {
         let Some(rx) = &self.compacting else {
             return;
         };
+        if self.writes.log.durable_seq() < self.relog_seq {
+            return; // The re-logged idempotency records are not durable yet.
+        }
         let Ok(done) = rx.try_recv() else {
             return;
         };

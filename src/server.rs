@@ -138,10 +138,15 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         burst: opts.create_burst.div_ceil(cores as u32).max(1),
         ..Default::default()
     };
-    let public_url = opts
-        .public_url
-        .clone()
-        .unwrap_or_else(|| format!("http://{}", opts.listen));
+    // Without --public-url, short URLs use the address actually bound (a wildcard address is
+    // not reachable as such, so it becomes localhost): set --public-url in production.
+    let public_url = opts.public_url.clone().unwrap_or_else(|| {
+        if bound.ip().is_unspecified() {
+            format!("http://localhost:{}", bound.port())
+        } else {
+            format!("http://{bound}")
+        }
+    });
     let draining = Arc::new(AtomicBool::new(false));
     install_signal_handlers(&draining, &doorbells)?;
     let shared = Arc::new(Shared {
@@ -149,6 +154,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         ready_cores: AtomicUsize::new(0),
         counters: (0..cores).map(|_| Default::default()).collect(),
         failed_cores: AtomicUsize::new(0),
+        drained_cores: AtomicUsize::new(0),
         draining,
         doorbells: doorbells.clone(),
     });
