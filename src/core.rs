@@ -754,7 +754,23 @@ impl State {
                     if c.out.capacity() == 0 {
                         c.out = self.pool.get();
                     }
-                    encode::encode_error(&mut c.out, e, &self.date);
+                    if e == crate::http::parse::ParseError::PayloadTooLarge {
+                        // Only bodies are large, and only the API takes bodies: answer in its
+                        // error format.
+                        let p = crate::api::problem::Problem::payload_too_large(crate::http::limits::MAX_BODY_BYTES);
+                        encode::encode_response(
+                            &mut c.out,
+                            Status::PayloadTooLarge,
+                            &[],
+                            Some(crate::api::problem::PROBLEM_CONTENT_TYPE),
+                            &p.to_json(),
+                            false,
+                            Persist::Close,
+                            &self.date,
+                        );
+                    } else {
+                        encode::encode_error(&mut c.out, e, &self.date);
+                    }
                     c.close_after_send = true;
                     pos = data.len();
                     break;
