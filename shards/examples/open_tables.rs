@@ -1,0 +1,91 @@
+//! Measures how long opening every table of a data dir takes, the way the server does it: the
+//! shards are split over `--threads` threads (default 2), each opening its share in turn.
+//!
+//! `cargo run --release -p ricochet-shards --example open_tables -- <data dir> [--threads N]
+//! [--cold] [--rounds N]`
+//!
+//! `--cold` drops the table files from the page cache first (`posix_fadvise(DONTNEED)` on just
+//! those files, so other users of the machine keep their cache), to measure a first boot.
+//! Without it the page cache is warm, which is what a restart sees.
+
+use shards::DataDir;
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::time::Instant;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(dir_arg) = args.first() else {
+        eprintln!("usage: open_tables <data dir> [--threads N] [--cold] [--rounds N]");
+        std::process::exit(2);
+    };
+    let flag_value = |name: &str, default: usize| -> usize {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .map_or(default, |v| v.parse().expect("a number"))
+    };
+    let threads = flag_value("--threads", 2).max(1);
+    let rounds = flag_value("--rounds", 3).max(1);
+    let cold = args.iter().any(|a| a == "--cold");
+    let dir = DataDir::open(Path::new(dir_arg)).unwrap_or_else(|e| {
+        eprintln!("{e}");
+        std::process::exit(1);
+    });
+    let shard_count = dir.shard_count();
+    for round in 0..rounds {
+        if cold {
+            for shard in 0..shard_count {
+                evict(&dir.table_path(shard));
+            }
+        }
+        let started = Instant::now();
+        let per_thread: Vec<(u64, u64)> = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..threads)
+                .map(|t| {
+                    let dir = &dir;
+                    s.spawn(move || {
+                        let mut links = 0u64;
+                        let mut bytes = 0u64;
+                        for shard in (t as u32..shard_count).step_by(threads) {
+                            match dir.open_table(shard) {
+                                Ok(Some(table)) => {
+                                    links += table.len();
+                                    bytes += table.file_bytes();
+                                }
+                                Ok(None) => {}
+                                Err(e) => {
+                                    eprintln!("{e}");
+                                    std::process::exit(1);
+                                }
+                            }
+                        }
+                        (links, bytes)
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("opener panicked"))
+                .collect()
+        });
+        let elapsed = started.elapsed();
+        let links: u64 = per_thread.iter().map(|p| p.0).sum();
+        let bytes: u64 = per_thread.iter().map(|p| p.1).sum();
+        println!(
+            "round {round}: opened {links} links, {:.1} MiB in {:.1} ms on {threads} threads ({})",
+            bytes as f64 / (1024.0 * 1024.0),
+            elapsed.as_secs_f64() * 1e3,
+            if cold { "cold cache" } else { "warm cache" },
+        );
+    }
+}
+
+/// Drops `path`'s pages from the page cache (clean pages only; tables are never dirty here).
+fn evict(path: &Path) {
+    let Ok(f) = std::fs::File::open(path) else {
+        return;
+    };
+    // SAFETY: fadvise on a descriptor owned by `f`, alive for the call; it only affects caching.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+}
