@@ -2,13 +2,19 @@
 //! shards are split over `--threads` threads (default 2), each opening its share in turn.
 //!
 //! `cargo run --release -p ricochet-shards --example open_tables -- <data dir> [--threads N]
-//! [--cold] [--rounds N]`
+//! [--cold] [--rounds N] [--lookups N]`
 //!
 //! `--cold` drops the table files from the page cache first (`posix_fadvise(DONTNEED)` on just
 //! those files, so other users of the machine keep their cache), to measure a first boot.
 //! Without it the page cache is warm, which is what a restart sees. Besides wall time it prints
 //! the busiest opener thread's CPU time, which stays meaningful on a machine shared with others.
+//! `--lookups N` then times N hits on random keys (uniform over all links, reading each
+//! target as a response would) and N misses.
 
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use shards::placement::shard_of;
 use shards::table::Table;
 use shards::DataDir;
 use std::os::fd::AsRawFd;
@@ -30,6 +36,7 @@ fn main() {
     let threads = flag_value("--threads", 2).max(1);
     let rounds = flag_value("--rounds", 3).max(1);
     let cold = args.iter().any(|a| a == "--cold");
+    let lookups = flag_value("--lookups", 0);
     let dir = DataDir::open(Path::new(dir_arg)).unwrap_or_else(|e| {
         eprintln!("{e}");
         std::process::exit(1);
@@ -74,6 +81,10 @@ fn main() {
         let links: u64 = tables.clone().map(Table::len).sum();
         let bytes: u64 = tables.map(Table::file_bytes).sum();
         let max_cpu_s = per_thread.iter().map(|p| p.1).fold(0.0, f64::max);
+        if round + 1 == rounds && lookups > 0 {
+            let all: Vec<&Table> = per_thread.iter().flat_map(|p| &p.0).collect();
+            time_lookups(&all, shard_count, lookups);
+        }
         println!(
             "round {round}: opened {links} links, {:.1} MiB in {:.1} ms on {threads} threads \
              (busiest thread {:.1} ms CPU; {})",
@@ -81,6 +92,42 @@ fn main() {
             elapsed.as_secs_f64() * 1e3,
             max_cpu_s * 1e3,
             if cold { "cold cache" } else { "warm cache" },
+        );
+    }
+}
+
+/// Times `n` hits on keys drawn uniformly from all of `tables`, then `n` misses.
+fn time_lookups(tables: &[&Table], shard_count: u32, n: usize) {
+    let mut by_shard: Vec<Option<&Table>> = vec![None; shard_count as usize];
+    for t in tables {
+        by_shard[t.shard() as usize] = Some(t);
+    }
+    // Keys packed back to back (as a request buffer holds them), in a random order.
+    let mut keys: Vec<String> = tables
+        .iter()
+        .flat_map(|t| t.iter().map(|(k, _)| k.to_owned()))
+        .collect();
+    let mut rng = StdRng::seed_from_u64(7);
+    keys.shuffle(&mut rng);
+    keys.truncate(n);
+    let misses: Vec<String> = keys.iter().map(|k| format!("{k}~")).collect();
+    // Twice: the first pass also pays for whatever open left cold (caches, TLB).
+    let passes = [("hit", &keys, true), ("miss", &misses, false)];
+    for (pass, (what, probes, want_hit)) in passes.iter().chain(passes.iter()).enumerate() {
+        let pass = pass / 2 + 1;
+        let started = Instant::now();
+        let mut found = 0usize;
+        for k in probes.iter() {
+            let shard = shard_of(k.as_bytes(), shard_count) as usize;
+            let got = by_shard[shard].and_then(|t| t.get(std::hint::black_box(k.as_bytes())));
+            // Read the target's last byte, as answering copies the whole target anyway.
+            found += usize::from(got.is_some_and(|l| l.target.as_bytes().last() != Some(&0)));
+        }
+        let ns = started.elapsed().as_secs_f64() * 1e9 / probes.len().max(1) as f64;
+        assert_eq!(found, if *want_hit { probes.len() } else { 0 }, "{what}");
+        println!(
+            "  pass {pass} {what}: {ns:.0} ns per lookup over {} random keys",
+            probes.len()
         );
     }
 }
