@@ -92,3 +92,26 @@ pub(crate) fn write_file_durable(path: &Path, bytes: &[u8]) -> Result<(), Error>
     }
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parallel_fsync_syncs_all_and_names_the_failing_file() {
+        let t = tempfile::tempdir().unwrap();
+        let paths: Vec<PathBuf> = (0..40).map(|i| t.path().join(format!("{i}.f"))).collect();
+        for p in &paths {
+            let f = File::create(p).unwrap();
+            start_writeback(&f);
+        }
+        fsync_all_parallel(&paths, 16).unwrap();
+        fsync_all_parallel(&paths, 0).unwrap();
+        fsync_all_parallel(&[], 16).unwrap();
+
+        let mut with_missing = paths.clone();
+        with_missing.insert(17, t.path().join("missing.f"));
+        let e = fsync_all_parallel(&with_missing, 4).unwrap_err();
+        assert!(e.to_string().contains("missing.f"), "{e}");
+    }
+}
