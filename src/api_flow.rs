@@ -26,6 +26,15 @@ use shards::log::LogOpRef;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// A planned `Put`: the new link, its generated ID, the key to invalidate on other cores, and
+/// how to report it.
+type Planned = (
+    LinkInfo,
+    u64,
+    Option<InlineKey>,
+    fn(LinkInfo) -> WriteOutcome,
+);
+
 /// Prefix of every API path.
 pub const API_PREFIX: &[u8] = b"/api/";
 const URLS: &[u8] = b"/api/v1/urls";
@@ -95,10 +104,11 @@ impl State {
                 persist,
             );
         }
+        // The auth scheme is case-insensitive (RFC 9110 section 11.1).
         let Some(key_id) = req
             .authorization
-            .and_then(|a| a.strip_prefix(b"Bearer "))
-            .and_then(|t| self.api.keys.verify(t))
+            .filter(|a| a.len() > 7 && a[..7].eq_ignore_ascii_case(b"bearer "))
+            .and_then(|a| self.api.keys.verify(a[7..].trim_ascii()))
         else {
             let p = Problem::unauthorized();
             return self.api_respond(
@@ -200,11 +210,8 @@ impl State {
     ) {
         let (key, id) = match &req.custom_alias {
             Some(a) => (InlineKey::new(a.as_bytes()).expect("validated alias"), 0),
-            None => match self.api.segments.next_id(Instant::now()) {
-                Ok(id) => (
-                    InlineKey::new(&self.api.keygen.key_for(id)).expect("7 bytes"),
-                    id,
-                ),
+            None => match self.next_generated_key() {
+                Ok(k) => k,
                 Err(NextIdError::NeedRange { deadline }) => {
                     self.request_range();
                     self.api.id_waiters.push_back(IdWaiter {
@@ -239,14 +246,28 @@ impl State {
         self.deliver(owner, MeshMsg::Write { reply, req: wreq });
     }
 
+    /// The next generated key and its ID, skipping the (astronomically rare) IDs whose key is
+    /// a reserved word such as `healthz`.
+    fn next_generated_key(&mut self) -> Result<(InlineKey, u64), NextIdError> {
+        loop {
+            let id = self.api.segments.next_id(Instant::now())?;
+            let key = self.api.keygen.key_for(id);
+            let reserved =
+                std::str::from_utf8(&key).is_ok_and(crate::api::request::is_reserved_alias);
+            if !reserved {
+                return Ok((InlineKey::new(&key).expect("7 bytes"), id));
+            }
+        }
+    }
+
     /// Asks the allocator for a range if the segment buffer wants one.
     pub(crate) fn request_range(&mut self) {
         let now = Instant::now();
         if self.api.segments.wants_prefetch(now) {
             let len = self.api.segments.request_len();
-            if self.api.alloc.request(len).is_ok() {
-                self.api.segments.loading_started();
-            } else {
+            self.api.segments.loading_started();
+            if self.api.alloc.request(len).is_err() {
+                // The allocator thread is gone: back off like any failed load.
                 self.api.segments.on_load_failed(now);
             }
         }
@@ -528,12 +549,7 @@ impl State {
             return done(self, outcome);
         }
         let current = self.link_info(shard, &key);
-        let (info, id, invalidate, outcome_of): (
-            LinkInfo,
-            u64,
-            Option<InlineKey>,
-            fn(LinkInfo) -> WriteOutcome,
-        ) = match req {
+        let (info, id, invalidate, outcome_of): Planned = match req {
             WriteReq::Create {
                 target,
                 status,

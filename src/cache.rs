@@ -173,10 +173,7 @@ impl<V> Lru<V> {
             return;
         }
         if self.free == NIL {
-            let lru = self.tail;
-            debug_assert_ne!(lru, NIL);
-            let lru_key = self.entries[lru as usize].key;
-            self.remove(lru_key.as_bytes());
+            self.evict_lru();
         }
         let idx = self.free;
         let e = &mut self.entries[idx as usize];
@@ -196,6 +193,23 @@ impl<V> Lru<V> {
     /// Removes `key`, returning its value.
     pub fn remove(&mut self, key: &[u8]) -> Option<V> {
         let (slot, idx) = self.find(key)?;
+        self.remove_at(slot, idx)
+    }
+
+    /// Drops the least recently used entry, reusing its stored hash rather than rehashing.
+    fn evict_lru(&mut self) {
+        let idx = self.tail;
+        debug_assert_ne!(idx, NIL, "evicting from an empty cache");
+        // An entry in use is always reachable from its home slot, so this probe terminates.
+        let mut slot = self.home(self.entries[idx as usize].hash);
+        while self.slots[slot] != idx {
+            debug_assert_ne!(self.slots[slot], NIL, "entry missing from index");
+            slot = (slot + 1) & self.mask();
+        }
+        drop(self.remove_at(slot, idx));
+    }
+
+    fn remove_at(&mut self, slot: usize, idx: u32) -> Option<V> {
         self.delete_slot(slot);
         self.unlink(idx);
         let e = &mut self.entries[idx as usize];

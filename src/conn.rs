@@ -77,6 +77,8 @@ pub struct Conn {
     pub send_inflight: bool,
     /// A shutdown was issued; the slot is freed once the recv and send have completed.
     pub closing: bool,
+    /// A shutdown SQE is in flight; the fd must not be closed before it completes.
+    pub shutdown_pending: bool,
     /// Half-closed after a final response, reading and dropping input until the peer closes.
     pub lingering: bool,
     /// Close once `out` is sent (a `Connection: close` request, an error, EOF, draining).
@@ -110,6 +112,7 @@ impl Conn {
             send_inflight: false,
             closing: false,
             lingering: false,
+            shutdown_pending: false,
             close_after_send: false,
             inbuf: Vec::new(),
             out: Vec::new(),

@@ -26,7 +26,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 /// How often connection deadlines are checked. Timeouts fire at most this late.
 pub const TIMEOUT_SWEEP_INTERVAL_MS: u64 = 100;
@@ -36,6 +36,9 @@ pub const TIMEOUT_SWEEP_INTERVAL_MS: u64 = 100;
 /// destroy the response still in flight (an error answer to an oversized request, say);
 /// lingering first lets the client read it (nginx's `lingering_close`).
 pub const LINGER_MS: u64 = 2_000;
+
+/// After a failed compaction, wait this long before trying again.
+pub const COMPACTION_RETRY_MS: u64 = 10_000;
 
 /// Longest a draining core waits for in-flight requests before it exits anyway.
 pub const DRAIN_TIMEOUT_MS: u64 = 10_000;
@@ -70,6 +73,10 @@ pub struct Shared {
     pub cores: usize,
     /// Cores that have opened their shards, joined the mesh and armed their listener.
     pub ready_cores: AtomicUsize,
+    /// Every core's counters (each written only by its core).
+    pub counters: Vec<crate::metrics::CoreCounters>,
+    /// Cores that finished their own connections while draining.
+    pub drained_cores: AtomicUsize,
     /// Cores whose loop failed (startup waits for readiness or the first failure).
     pub failed_cores: AtomicUsize,
     /// Set by SIGTERM/SIGINT: stop accepting, finish in-flight requests, exit.
@@ -95,6 +102,16 @@ pub struct CoreSetup {
     pub timeouts: Timeouts,
     pub writes: Writes,
     pub api: ApiState,
+    pub compaction: CompactionSetup,
+}
+
+/// When and where this core compacts (see `compaction`).
+pub struct CompactionSetup {
+    pub data_dir: std::path::PathBuf,
+    /// Memtable entries that trigger a compaction.
+    pub entries: usize,
+    /// A log from an interrupted compaction was replayed: compact as soon as possible.
+    pub folding: bool,
 }
 
 /// Everything the API needs on one core.
@@ -147,6 +164,11 @@ pub(crate) struct State {
     pub(crate) store: Store,
     pub(crate) writes: Writes,
     pub(crate) api: ApiState,
+    compaction: CompactionSetup,
+    /// The running compaction's result, when it finishes.
+    compacting: Option<crossbeam::channel::Receiver<crate::compaction::Compacted>>,
+    /// No compaction is started before this (after a failed one).
+    next_compaction_ms: u64,
     lru: Lru<Answer>,
     pub(crate) mesh: Mesh,
     /// Messages this core sends itself (an API request whose owner is this core).
@@ -161,12 +183,22 @@ pub(crate) struct State {
     starved: Vec<u32>,
     /// Buffers given back this turn (published once per turn).
     pub(crate) date: DateCache,
+    pub(crate) tally: crate::metrics::Tally,
+    /// Monotonic time since the core started, refreshed once per loop turn.
+    now_us: u64,
     now_ms: u64,
+    /// When to read the wall clock again (`tick`).
+    next_wall_ms: u64,
     pub(crate) now_s: u64,
     started: Instant,
     listener_fd: RawFd,
     accepting: bool,
     draining_since_ms: Option<u64>,
+    /// This core counted itself in `Shared::drained_cores`.
+    drained: bool,
+    /// Idempotency records re-logged at the last rotation must be durable before the folded
+    /// log (their previous home) is deleted.
+    relog_seq: u64,
     shared: Arc<Shared>,
     timeouts: Timeouts,
     scratch: Vec<u8>,
@@ -187,6 +219,9 @@ impl Core {
             store: setup.store,
             writes: setup.writes,
             api: setup.api,
+            compaction: setup.compaction,
+            compacting: None,
+            next_compaction_ms: 0,
             self_inbox: VecDeque::new(),
             lru: Lru::with_capacity(setup.lru_capacity),
             mesh,
@@ -197,12 +232,17 @@ impl Core {
             dirty: Vec::with_capacity(1024),
             starved: Vec::new(),
             date: DateCache::new(SystemTime::now()),
+            tally: Default::default(),
+            now_us: 0,
             now_ms: 0,
+            next_wall_ms: 0,
             now_s: 0,
             started,
             listener_fd: setup.listener_fd,
             accepting: true,
             draining_since_ms: None,
+            drained: false,
+            relog_seq: 0,
             shared: setup.shared,
             timeouts: setup.timeouts,
             scratch: Vec::with_capacity(4096),
@@ -238,7 +278,8 @@ impl Core {
         let mut cqes: Vec<cqueue::Entry> =
             Vec::with_capacity(crate::ring::RING_CQ_ENTRIES as usize);
         let mut next_sweep_ms = 0;
-        let mut idle_since: Option<Instant> = None;
+        // Monotonic microseconds (from `tick`) at which the loop last found no work.
+        let mut idle_since_us: Option<u64> = None;
         self.st.shared.ready_cores.fetch_add(1, Ordering::AcqRel);
         loop {
             self.st.tick();
@@ -272,6 +313,11 @@ impl Core {
                 next_sweep_ms = self.st.now_ms + TIMEOUT_SWEEP_INTERVAL_MS;
                 self.st.sweep();
                 self.st.poll_allocator();
+                self.st.poll_compaction();
+                if let Err(e) = self.st.maybe_compact() {
+                    eprintln!("core {}: cannot start compaction: {e}", self.st.me);
+                    self.st.next_compaction_ms = self.st.now_ms + COMPACTION_RETRY_MS;
+                }
                 self.finish_turn()?;
             }
             if self.st.shared.draining.load(Ordering::Relaxed) {
@@ -279,20 +325,31 @@ impl Core {
                     self.start_drain()?;
                 }
                 let since = self.st.draining_since_ms.unwrap_or(self.st.now_ms);
-                if self.st.live_conns == 0 || self.st.now_ms - since > DRAIN_TIMEOUT_MS {
+                if self.st.live_conns == 0 && !self.st.drained {
+                    // Done here, but keep answering other cores' forwards and writes until
+                    // every core is done: their in-flight requests may need this core.
+                    self.st.drained = true;
+                    self.st.shared.drained_cores.fetch_add(1, Ordering::AcqRel);
+                }
+                let all_drained =
+                    self.st.shared.drained_cores.load(Ordering::Acquire) == self.st.shared.cores;
+                if all_drained || self.st.now_ms - since > DRAIN_TIMEOUT_MS {
                     return Ok(());
                 }
             }
 
+            if work {
+                self.st.shared.counters[self.st.me].publish(&self.st.tally, self.st.live_conns);
+            }
             self.ring.uring.submit()?;
 
             if work {
-                idle_since = None;
+                idle_since_us = None;
             } else if let Parking::Adaptive { spin_us } = parking {
-                let since = *idle_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= Duration::from_micros(spin_us) {
+                let since = *idle_since_us.get_or_insert(self.st.now_us);
+                if self.st.now_us - since >= spin_us {
                     self.park().await?;
-                    idle_since = None;
+                    idle_since_us = None;
                 }
             }
             // glommio's own tasks (none on the redirect path) get the core at its preempt timer.
@@ -307,8 +364,9 @@ impl Core {
         fence(Ordering::SeqCst);
         // Anything sent before `parked` became visible is in a queue now: look once more.
         let must_stay_awake = !self.st.mesh.inbox_is_empty()
+            || !self.st.self_inbox.is_empty()
             || self.st.shared.draining.load(Ordering::Relaxed)
-            || self.ring.uring.completion().len() > 0;
+            || !self.ring.uring.completion().is_empty();
         if !must_stay_awake {
             let ts = types::Timespec::new().nsec((PARK_MAX_MS * 1_000_000) as u32);
             let args = types::SubmitArgs::new().timespec(&ts);
@@ -458,6 +516,7 @@ impl Core {
             }
             Op::LogWrite => self.on_log_write(res),
             Op::LogSync => self.on_log_sync(res),
+            Op::Shutdown => self.st.on_shutdown(tok),
             Op::Close | Op::Cancel | Op::Timeout => {}
         }
     }
@@ -552,14 +611,26 @@ enum Outcome {
 impl State {
     /// Refreshes the clocks. `Instant` and `SystemTime` are vDSO reads, not syscalls.
     #[inline]
+    /// One monotonic clock read per turn; the wall clock (for `Date` and expiry) is read again
+    /// only when a new millisecond-second boundary passes, so NTP steps are picked up within 1 s.
     fn tick(&mut self) {
-        self.now_ms = self.started.elapsed().as_millis() as u64;
-        let now = SystemTime::now();
-        self.now_s = now
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        self.date.refresh(now);
+        let now_us = self.started.elapsed().as_micros() as u64;
+        self.now_us = now_us;
+        self.now_ms = now_us / 1000;
+        if self.now_ms >= self.next_wall_ms {
+            let now = SystemTime::now();
+            self.now_s = now
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            self.date.refresh(now);
+            // Re-read at the next wall-clock second (approximately; at most 1 s late).
+            let sub_ms = now
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| u64::from(d.subsec_millis()))
+                .unwrap_or(0);
+            self.next_wall_ms = self.now_ms + (1000 - sub_ms).max(1);
+        }
     }
 
     fn alloc_slot(&mut self, fd: RawFd) -> u32 {
@@ -581,6 +652,7 @@ impl State {
         c.closing = false;
         c.close_after_send = false;
         c.lingering = false;
+        c.shutdown_pending = false;
         c.sent = 0;
         c.next_seq = 0;
         c.dirty = false;
@@ -682,7 +754,23 @@ impl State {
                     if c.out.capacity() == 0 {
                         c.out = self.pool.get();
                     }
-                    encode::encode_error(&mut c.out, e, &self.date);
+                    if e == crate::http::parse::ParseError::PayloadTooLarge {
+                        // Only bodies are large, and only the API takes bodies: answer in its
+                        // error format.
+                        let p = crate::api::problem::Problem::payload_too_large(crate::http::limits::MAX_BODY_BYTES);
+                        encode::encode_response(
+                            &mut c.out,
+                            Status::PayloadTooLarge,
+                            &[],
+                            Some(crate::api::problem::PROBLEM_CONTENT_TYPE),
+                            &p.to_json(),
+                            false,
+                            Persist::Close,
+                            &self.date,
+                        );
+                    } else {
+                        encode::encode_error(&mut c.out, e, &self.date);
+                    }
                     c.close_after_send = true;
                     pos = data.len();
                     break;
@@ -705,6 +793,25 @@ impl State {
         let head = req.method == Method::Head;
         let get_or_head = matches!(req.method, Method::Get | Method::Head);
         let path = req.path;
+        self.tally.requests += 1;
+        if path == b"/metrics" && get_or_head {
+            // Cold path: formatting allocates; the allocation counter shows it honestly.
+            let mut text = String::with_capacity(4096);
+            self.shared.counters[self.me].publish(&self.tally, self.live_conns);
+            crate::metrics::render(&self.shared.counters, &mut text);
+            let c = &mut self.conns[slot as usize];
+            encode::encode_response(
+                &mut c.out,
+                Status::Ok,
+                &[],
+                Some("text/plain; version=0.0.4"),
+                text.as_bytes(),
+                head,
+                persist,
+                &self.date,
+            );
+            return;
+        }
         if path == b"/healthz" || path == b"/readyz" {
             if !get_or_head {
                 encode::encode_method_not_allowed(
@@ -740,6 +847,7 @@ impl State {
             return;
         }
         if path.starts_with(crate::api_flow::API_PREFIX) {
+            self.tally.api_requests += 1;
             return self.handle_api(slot, req, body, persist);
         }
         let key = &path[1..];
@@ -763,6 +871,11 @@ impl State {
         let owner = self.router.owner(key);
         if owner.core == self.me {
             let answer = self.local_answer(owner.shard, key);
+            if answer.is_some() {
+                self.tally.redirects += 1;
+            } else {
+                self.tally.not_found += 1;
+            }
             let c = &mut self.conns[slot as usize];
             match answer {
                 Some(a) => encode::encode_redirect(
@@ -779,6 +892,8 @@ impl State {
         let c = &mut self.conns[slot as usize];
         if let Some(a) = self.lru.get(key) {
             if !a.expired(self.now_s) {
+                self.tally.lru_hits += 1;
+                self.tally.redirects += 1;
                 encode::encode_redirect(
                     &mut c.out,
                     a.status,
@@ -789,9 +904,11 @@ impl State {
                 return Outcome::Done;
             }
             self.lru.remove(key);
+            self.tally.not_found += 1;
             encode::encode_not_found(&mut c.out, head, persist, &self.date);
             return Outcome::Done;
         }
+        self.tally.forwarded += 1;
         let seq = c.next_seq;
         c.next_seq = c.next_seq.wrapping_add(1);
         c.pending.push(Pending {
@@ -936,14 +1053,20 @@ impl State {
         let p = c.pending.remove(i);
         self.scratch.clear();
         match answer {
-            Some(a) if !a.expired(self.now_s) => encode::encode_redirect(
-                &mut self.scratch,
-                a.status,
-                a.target.as_bytes(),
-                p.persist,
-                &self.date,
-            ),
-            _ => encode::encode_not_found(&mut self.scratch, p.head, p.persist, &self.date),
+            Some(a) if !a.expired(self.now_s) => {
+                self.tally.redirects += 1;
+                encode::encode_redirect(
+                    &mut self.scratch,
+                    a.status,
+                    a.target.as_bytes(),
+                    p.persist,
+                    &self.date,
+                )
+            }
+            _ => {
+                self.tally.not_found += 1;
+                encode::encode_not_found(&mut self.scratch, p.head, p.persist, &self.date)
+            }
         }
         let scratch = std::mem::take(&mut self.scratch);
         self.insert_response(reply.slot, p.offset, &scratch);
@@ -1040,14 +1163,16 @@ impl State {
             if !linger && c.lingering {
                 // Lingered long enough: now shut the read side too, ending the recv.
                 c.lingering = false;
+                c.shutdown_pending = true;
                 let sqe = opcode::Shutdown::new(types::Fd(c.fd), libc::SHUT_RDWR)
                     .build()
-                    .user_data(Token::new(Op::Close, slot, c.gen).encode());
+                    .user_data(Token::new(Op::Shutdown, slot, c.gen).encode());
                 self.sqes.push(sqe);
             }
             return;
         }
         c.closing = true;
+        c.shutdown_pending = true;
         c.lingering = linger && c.recv_armed;
         let how = if c.lingering {
             libc::SHUT_WR
@@ -1059,7 +1184,7 @@ impl State {
         }
         let sqe = opcode::Shutdown::new(types::Fd(c.fd), how)
             .build()
-            .user_data(Token::new(Op::Close, slot, c.gen).encode());
+            .user_data(Token::new(Op::Shutdown, slot, c.gen).encode());
         self.sqes.push(sqe);
         if c.recv_starved {
             // No recv is armed to report the shutdown.
@@ -1074,7 +1199,9 @@ impl State {
 
     fn maybe_free(&mut self, slot: u32) {
         let c = &mut self.conns[slot as usize];
-        if !c.live || !c.closing || c.recv_armed || c.send_inflight {
+        // The fd is closed only after its shutdown completed: once closed, its number can be
+        // reused by the next accept, and a late shutdown would hit that new connection.
+        if !c.live || !c.closing || c.recv_armed || c.send_inflight || c.shutdown_pending {
             return;
         }
         self.sqes.push(close_sqe(c.fd));
@@ -1087,6 +1214,138 @@ impl State {
         c.gen = c.gen.wrapping_add(1) & crate::ring::GEN_MASK;
         self.free_slots.push(slot);
         self.live_conns -= 1;
+    }
+
+    /// Starts a compaction if the memtable is big enough and the log is quiet (see `compaction`).
+    fn maybe_compact(&mut self) -> io::Result<()> {
+        use crate::compaction::{fold_snapshot, folding_path};
+        let due = self.compaction.folding || self.writes.memtable.len() >= self.compaction.entries;
+        if !due || self.compacting.is_some() || self.now_ms < self.next_compaction_ms {
+            return Ok(());
+        }
+        let w = &mut self.writes;
+        if w.batch.is_some()
+            || w.log.pending_bytes() > 0
+            || !w.waiting.is_empty()
+            || w.log.is_poisoned()
+        {
+            return Ok(()); // Wait for a quiet log.
+        }
+        let dir = self.compaction.data_dir.clone();
+        if !self.compaction.folding {
+            // Rotate: the current log becomes the one being folded.
+            let me = self.me as u32;
+            let live = shards::log::wal_path(&dir, me);
+            std::fs::rename(&live, folding_path(&dir, me))?;
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&live)?;
+            shards::alloc::durable::sync_dir(&dir.join(shards::log::LOG_DIR_NAME))?;
+            let next_seq = w.log.next_seq();
+            // SAFETY: the old fd is ours, no batch is in flight on it (checked above), and it
+            // is closed exactly once here.
+            unsafe { libc::close(w.log_fd) };
+            w.log_fd = std::os::fd::IntoRawFd::into_raw_fd(file);
+            w.log = shards::log::LogWriter::new(me, 0, next_seq);
+            // Idempotency records live in the folded log: carry the live ones over.
+            let mut relog_seq = 0;
+            for (scope, rec) in self.api.idem.live_records(self.now_s) {
+                let scope_s = crate::api_flow::scope_string(scope);
+                let shard = self.router.owner(scope_s.as_bytes()).shard;
+                if let Ok(seq) = w.log.append_ref(
+                    shard,
+                    shards::log::LogOpRef::IdemPut {
+                        scope: &scope_s,
+                        request_hash: &rec.request_hash.0,
+                        response_key: &rec.key,
+                        created_at_s: rec.created_at_s,
+                    },
+                ) {
+                    relog_seq = seq;
+                }
+            }
+            self.relog_seq = relog_seq;
+        }
+        self.compaction.folding = true;
+        let snapshot = self.writes.memtable.clone();
+        let (tx, rx) = crossbeam::channel::bounded(1);
+        let router = self.router;
+        let now_s = self.now_s;
+        let bell = self.shared.doorbells.clone();
+        let me = self.me;
+        std::thread::Builder::new()
+            .name(format!("ricochet-compact-{me}"))
+            .spawn(move || {
+                let _ = tx.send(fold_snapshot(&dir, router, snapshot, now_s));
+                bell.ring(me);
+            })?;
+        self.compacting = Some(rx);
+        Ok(())
+    }
+
+    /// Swaps in the tables of a finished compaction and drops the folded log.
+    fn poll_compaction(&mut self) {
+        let Some(rx) = &self.compacting else {
+            return;
+        };
+        if self.writes.log.durable_seq() < self.relog_seq {
+            return; // The re-logged idempotency records are not durable yet.
+        }
+        let Ok(done) = rx.try_recv() else {
+            return;
+        };
+        self.compacting = None;
+        if let Some(e) = done.error {
+            eprintln!(
+                "core {}: compaction failed (will retry; nothing lost, the log is kept): {e}",
+                self.me
+            );
+            self.next_compaction_ms = self.now_ms + COMPACTION_RETRY_MS;
+            return;
+        }
+        let shards_n = done.tables.len();
+        for (shard, table) in done.tables {
+            self.store.set_table(shard, Box::leak(Box::new(table)));
+        }
+        let folded = done.snapshot.len();
+        for (k, e) in done.snapshot {
+            if self
+                .writes
+                .memtable
+                .get(&k)
+                .is_some_and(|now| crate::compaction::unchanged(now, &e))
+            {
+                self.writes.memtable.remove(&k);
+            }
+        }
+        let path = crate::compaction::folding_path(&self.compaction.data_dir, self.me as u32);
+        if let Err(e) = std::fs::remove_file(&path) {
+            eprintln!(
+                "core {}: cannot remove folded log {}: {e}",
+                self.me,
+                path.display()
+            );
+        }
+        let _ = shards::alloc::durable::sync_dir(
+            &self.compaction.data_dir.join(shards::log::LOG_DIR_NAME),
+        );
+        self.compaction.folding = false;
+        eprintln!(
+            "core {}: compacted {folded} logged links into {shards_n} shard tables",
+            self.me
+        );
+    }
+
+    fn on_shutdown(&mut self, tok: Token) {
+        let Some(c) = self.conns.get_mut(tok.slot as usize) else {
+            return;
+        };
+        if c.live && c.gen == tok.gen {
+            c.shutdown_pending = false;
+            self.maybe_free(tok.slot);
+        }
     }
 
     /// Closes connections past their deadline (half-open, slow headers, idle keep-alive).

@@ -5,11 +5,13 @@
 pub mod api;
 pub mod api_flow;
 pub mod cache;
+pub mod compaction;
 pub mod conn;
 pub mod core;
 pub mod http;
 pub mod listener;
 pub mod mesh;
+pub mod metrics;
 pub mod recovery;
 pub mod ring;
 pub mod router;

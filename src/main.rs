@@ -7,6 +7,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+#[global_allocator]
+static ALLOC: ricochet::metrics::CountingAlloc = ricochet::metrics::CountingAlloc;
+
 #[derive(Parser)]
 #[command(
     name = "ricochet",
@@ -79,6 +82,10 @@ struct ServeArgs {
     /// Burst of creates per API key (whole server).
     #[arg(long, default_value_t = ricochet::server::DEFAULT_CREATE_BURST)]
     create_burst: u32,
+    /// Memtable entries per core (links written through the API) that trigger a background
+    /// compaction into new table generations.
+    #[arg(long, default_value_t = ricochet::compaction::DEFAULT_COMPACT_ENTRIES)]
+    compact_entries: usize,
     /// Test only: fail each core's log fsync after this many successful ones.
     #[arg(long, hide = true)]
     fault_fail_fsync_after: Option<u64>,
@@ -144,6 +151,7 @@ fn main() -> ExitCode {
             faults: ricochet::writes::Faults {
                 fail_fsync_after: a.fault_fail_fsync_after,
             },
+            compact_entries: a.compact_entries.max(1),
         }),
         Cmd::Keys(k) => ricochet::api::keys::run_keys_command(&k.data_dir, k.cmd),
         Cmd::Import(a) => import(a),

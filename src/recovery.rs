@@ -29,6 +29,8 @@ pub struct CoreLog {
     pub idem: Vec<(IdemScope, IdemRecord)>,
     pub writer: LogWriter,
     pub fd: RawFd,
+    /// A `wal-<core>.folding` log from an interrupted compaction was replayed: compact again.
+    pub folding: bool,
 }
 
 /// Recovers every core's log; returns them and the highest generated ID the logs mention.
@@ -43,24 +45,33 @@ pub fn recover_logs(
     shards::alloc::durable::create_dir_durable(&logs_dir)
         .with_context(|| format!("creating {}", logs_dir.display()))?;
     let previous_cores = read_cores(&logs_dir)?;
-    let mut existing: Vec<(u32, std::path::PathBuf)> = Vec::new();
+    // (writer, 0 = folding / 1 = live log, path): a folding log is older than the live one.
+    let mut existing: Vec<(u32, u8, std::path::PathBuf)> = Vec::new();
     for e in
         std::fs::read_dir(&logs_dir).with_context(|| format!("listing {}", logs_dir.display()))?
     {
         let p = e?.path();
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if let Some(n) = name
-            .strip_prefix("wal-")
-            .and_then(|r| r.strip_suffix(".log"))
-            .and_then(|n| n.parse::<u32>().ok())
+        let Some(rest) = name.strip_prefix("wal-") else {
+            continue;
+        };
+        let (n, order) = if let Some(n) = rest.strip_suffix(".log") {
+            (n, 1)
+        } else if let Some(n) =
+            rest.strip_suffix(&format!(".{}", crate::compaction::FOLDING_SUFFIX))
         {
-            existing.push((n, p));
+            (n, 0)
+        } else {
+            continue;
+        };
+        if let Ok(n) = n.parse::<u32>() {
+            existing.push((n, order, p));
         }
     }
     existing.sort();
-    let mut per_writer: HashMap<u32, shards::log::Recovery> = HashMap::new();
+    let mut per_file: HashMap<(u32, u8), shards::log::Recovery> = HashMap::new();
     let mut max_id = 0;
-    for (n, path) in &existing {
+    for (n, order, path) in &existing {
         let r =
             recover(path, salvage).with_context(|| format!("recovering log {}", path.display()))?;
         if let Some(off) = r.truncated_from {
@@ -88,17 +99,17 @@ pub fn recover_logs(
                 max_id = max_id.max(id);
             }
         }
-        per_writer.insert(*n, r);
+        per_file.insert((*n, *order), r);
     }
-    let any_records = per_writer.values().any(|r| !r.records.is_empty());
+    let any_records = per_file.values().any(|r| !r.records.is_empty());
     let moved = previous_cores.is_some_and(|p| p != cores)
-        || existing.iter().any(|(n, _)| *n as usize >= cores);
+        || existing.iter().any(|(n, _, _)| *n as usize >= cores);
     if any_records && moved {
         // Ownership moved: fold everything into the tables, oldest writer order is irrelevant
         // because within one run each key was in exactly one log.
         let all: Vec<LogRecord> = existing
             .iter()
-            .flat_map(|(n, _)| per_writer[n].records.iter().cloned())
+            .flat_map(|(n, o, _)| per_file[&(*n, *o)].records.iter().cloned())
             .collect();
         let stats = shards::compact::fold_records(dir, &all, now_s)
             .context("folding logs into tables after a core-count change")?;
@@ -108,11 +119,12 @@ pub fn recover_logs(
             all.len(),
             stats.shards_written
         );
-        for (_, p) in &existing {
+        for (_, _, p) in &existing {
             std::fs::remove_file(p)
                 .with_context(|| format!("removing folded log {}", p.display()))?;
         }
-        per_writer.clear();
+        shards::alloc::durable::sync_dir(&logs_dir)?;
+        per_file.clear();
     }
     if previous_cores != Some(cores) {
         shards::alloc::durable::write_atomic(
@@ -126,9 +138,17 @@ pub fn recover_logs(
 
     let mut out = Vec::with_capacity(cores);
     for core in 0..cores {
-        let rec = per_writer.remove(&(core as u32)).unwrap_or_default();
+        let folding = per_file.remove(&(core as u32, 0));
+        let rec = per_file.remove(&(core as u32, 1)).unwrap_or_default();
         let mut memtable: HashMap<InlineKey, MemEntry, ahash::RandomState> = HashMap::default();
         let mut idem = Vec::new();
+        let mut max_seq = rec.max_seq;
+        if let Some(f) = &folding {
+            max_seq = max_seq.max(f.max_seq);
+            for r in &f.records {
+                apply(router, core, r, &mut memtable, &mut idem);
+            }
+        }
         for r in &rec.records {
             apply(router, core, r, &mut memtable, &mut idem);
         }
@@ -141,12 +161,13 @@ pub fn recover_logs(
             .with_context(|| format!("opening log {}", path.display()))?;
         shards::alloc::durable::sync_dir(&logs_dir)
             .with_context(|| format!("syncing {}", logs_dir.display()))?;
-        let writer = LogWriter::new(core as u32, rec.valid_len, rec.max_seq + 1);
+        let writer = LogWriter::new(core as u32, rec.valid_len, max_seq + 1);
         out.push(CoreLog {
             memtable,
             idem,
             writer,
             fd: file.into_raw_fd(),
+            folding: folding.is_some(),
         });
     }
     Ok((out, max_id))

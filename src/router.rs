@@ -74,10 +74,10 @@ mod tests {
             let r = Router::new(256, cores);
             let mut seen = vec![0u32; 256];
             let mut per_core = vec![0usize; cores];
-            for c in 0..cores {
+            for (c, count) in per_core.iter_mut().enumerate() {
                 for s in r.shards_of_core(c) {
                     seen[s as usize] += 1;
-                    per_core[c] += 1;
+                    *count += 1;
                 }
             }
             assert!(seen.iter().all(|&n| n == 1));

@@ -24,6 +24,12 @@ use std::time::{Duration, Instant};
 /// (or the size shrunk to fit), and the server says which.
 pub const GLOMMIO_IO_MEMORY_BYTES: usize = 1 << 20;
 
+/// glommio's preempt timer: how often the socket loop yields to glommio's own reactor. No
+/// glommio task serves requests (sockets, mesh, writes and timeouts are all in the loop), so
+/// this is long: each glommio pass re-arms its timer and allocates (measured: with the 100 ms
+/// default, ~10 allocations per core per second under load; tests/noalloc_server.rs).
+pub const GLOMMIO_PREEMPT_MS: u64 = 60_000;
+
 /// Smallest per-executor I/O memory we shrink to when the locked-memory limit is tight.
 pub const MIN_GLOMMIO_IO_MEMORY_BYTES: usize = 128 << 10;
 
@@ -53,6 +59,8 @@ pub struct ServeOptions {
     /// Burst of creates per API key.
     pub create_burst: u32,
     pub faults: crate::writes::Faults,
+    /// Memtable entries per core that trigger a compaction.
+    pub compact_entries: usize,
 }
 
 /// Creates per second per API key unless configured (`--create-rate`); with the burst, enough
@@ -130,16 +138,23 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         burst: opts.create_burst.div_ceil(cores as u32).max(1),
         ..Default::default()
     };
-    let public_url = opts
-        .public_url
-        .clone()
-        .unwrap_or_else(|| format!("http://{}", opts.listen));
+    // Without --public-url, short URLs use the address actually bound (a wildcard address is
+    // not reachable as such, so it becomes localhost): set --public-url in production.
+    let public_url = opts.public_url.clone().unwrap_or_else(|| {
+        if bound.ip().is_unspecified() {
+            format!("http://localhost:{}", bound.port())
+        } else {
+            format!("http://{bound}")
+        }
+    });
     let draining = Arc::new(AtomicBool::new(false));
     install_signal_handlers(&draining, &doorbells)?;
     let shared = Arc::new(Shared {
         cores,
         ready_cores: AtomicUsize::new(0),
+        counters: (0..cores).map(|_| Default::default()).collect(),
         failed_cores: AtomicUsize::new(0),
+        drained_cores: AtomicUsize::new(0),
         draining,
         doorbells: doorbells.clone(),
     });
@@ -170,6 +185,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             next_token: 0,
             invalidations: Default::default(),
         };
+        let log_folding = log.folding;
         let writes = crate::writes::Writes::new(log.writer, log.fd, log.memtable, opts.faults);
         let setup = CoreSetup {
             router,
@@ -191,6 +207,11 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             timeouts: opts.timeouts,
             writes,
             api,
+            compaction: crate::core::CompactionSetup {
+                data_dir: dir.path().to_path_buf(),
+                entries: opts.compact_entries,
+                folding: log_folding,
+            },
         };
         let queues = queues.clone();
         let doorbells = doorbells.clone();
@@ -198,6 +219,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("ricochet-core-{core}"))
             .io_memory(io_memory)
+            .preempt_timer(Duration::from_millis(GLOMMIO_PREEMPT_MS))
             .spawn(move || async move {
                 // glommio's first timer costs ~11 ms; pay it before taking traffic.
                 glommio::timer::sleep(Duration::from_micros(10)).await;
@@ -265,7 +287,8 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
 fn open_tables(dir: &DataDir, router: &Router) -> anyhow::Result<Vec<Option<&'static Table>>> {
     let shard_count = router.shard_count();
     let cores = router.cores();
-    let results: Vec<anyhow::Result<Vec<(u32, Option<Table>)>>> = std::thread::scope(|s| {
+    type Opened = anyhow::Result<Vec<(u32, Option<Table>)>>;
+    let results: Vec<Opened> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..cores)
             .map(|c| {
                 s.spawn(move || {

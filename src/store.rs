@@ -19,6 +19,11 @@ impl Store {
         Store { tables }
     }
 
+    /// Replaces shard `shard`'s table (after a compaction). The old one stays mapped.
+    pub fn set_table(&mut self, shard: u32, table: &'static Table) {
+        self.tables[shard as usize] = Some(table);
+    }
+
     /// The table's record for `key` in `shard` (live or expired).
     #[inline]
     pub fn get_ref(&self, shard: u32, key: &[u8]) -> Option<shards::table::LinkRef<'static>> {

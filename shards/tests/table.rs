@@ -3,7 +3,7 @@
 use proptest::prelude::*;
 use shards::link::RedirectStatus;
 use shards::placement::shard_of;
-use shards::table::{write_table, OwnedLink, Table, HEADER_BYTES};
+use shards::table::{write_table, OwnedLink, Table, HEADER_BYTES, INDEX_LOAD_PERCENT};
 use shards::Error;
 use std::collections::HashMap;
 use std::path::Path;
@@ -303,15 +303,9 @@ fn crafted_tables_with_valid_checksums_never_panic() {
             std::fs::remove_file(&p).unwrap();
             std::fs::write(&p, &b).unwrap();
             match Table::open(&p) {
-                Ok(t) => {
-                    // Accepted only if still self-consistent: lookups and iteration must work.
-                    for k in &probes {
-                        if let Some(l) = t.get(k.as_bytes()) {
-                            assert!(shards::link::validate_url(l.target).is_ok());
-                        }
-                    }
-                    assert_eq!(t.iter().count() as u64, t.len());
-                }
+                // Open checks structure, not every record; lookups and iteration of whatever
+                // it accepted must stay total and hand out only serve-safe targets.
+                Ok(t) => exercise_forged(&t, &probes),
                 Err(e) => {
                     assert!(e.to_string().contains("00000.tbl"), "{e}");
                     rejected += 1;
@@ -319,5 +313,138 @@ fn crafted_tables_with_valid_checksums_never_panic() {
             }
         }
     }
-    assert!(rejected > 0, "structural validation rejected nothing");
+    assert!(rejected > 0, "structural checks rejected nothing");
+}
+
+/// What a lookup may hand out even from a forged table: a target that cannot split or smuggle
+/// a `Location` header.
+fn assert_serve_safe(target: &str) {
+    assert!(
+        !target.chars().any(|c| c.is_whitespace() || c.is_control()),
+        "unsafe target {target:?}"
+    );
+}
+
+/// Looks up every probe and walks the table; must not panic whatever the bytes are.
+fn exercise_forged(t: &Table, probes: &[String]) {
+    for k in probes {
+        if let Some(l) = t.get(k.as_bytes()) {
+            assert_serve_safe(l.target);
+        }
+    }
+    // Records are at least 32 bytes, so iteration is bounded by the file size.
+    let mut n = 0u64;
+    for (key, l) in t.iter() {
+        assert!(shards::link::validate_key(key.as_bytes()).is_ok());
+        assert_serve_safe(l.target);
+        n += 1;
+        assert!(n <= t.file_bytes() / 32, "iteration does not advance");
+    }
+}
+
+/// One forgery applied to a valid table before its checksums are recomputed.
+#[derive(Clone, Debug)]
+enum Forge {
+    /// Keep slot `slot`'s tag, point it at record position `pos` (any 40-bit value).
+    SlotPosition { slot: usize, pos: u64 },
+    /// Replace slot `slot` with an arbitrary word.
+    SlotWord { slot: usize, word: u64 },
+    /// Fill every empty slot, so no probe sequence ends at an empty slot.
+    NoEmptySlot { word: u64 },
+    /// Overwrite 4 record bytes at `at` (hits lengths, status, key and target bytes).
+    RecordU32 { at: usize, value: u32 },
+    /// Overwrite one record byte.
+    RecordByte { at: usize, value: u8 },
+    /// Claim a different entry count in the header.
+    EntryCount { count: u64 },
+}
+
+fn forge_strategy() -> impl Strategy<Value = Forge> {
+    prop_oneof![
+        4 => (any::<usize>(), prop_oneof![Just(0u64), 0u64..4096, any::<u64>()])
+            .prop_map(|(slot, pos)| Forge::SlotPosition { slot, pos }),
+        1 => (any::<usize>(), any::<u64>()).prop_map(|(slot, word)| Forge::SlotWord { slot, word }),
+        1 => any::<u64>().prop_map(|word| Forge::NoEmptySlot { word }),
+        3 => (any::<usize>(), prop_oneof![0u32..300, any::<u32>()])
+            .prop_map(|(at, value)| Forge::RecordU32 { at, value }),
+        3 => (any::<usize>(), any::<u8>()).prop_map(|(at, value)| Forge::RecordByte { at, value }),
+        1 => (0u64..200).prop_map(|count| Forge::EntryCount { count }),
+    ]
+}
+
+/// Bits of a slot word holding the record position (docs/storage.md).
+const SLOT_POS_BITS: u32 = 40;
+/// Size of the payload's rkyv root (two relative pointers + lengths) at its end.
+const ROOT_BYTES: usize = 32;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A forged table (garbage offsets, lengths and bytes, then valid CRCs) either fails to
+    /// open with an error naming the file or answers every lookup without panicking.
+    #[test]
+    fn forged_tables_never_panic(
+        n in 1usize..60,
+        forges in proptest::collection::vec(forge_strategy(), 1..12),
+        absent in proptest::collection::vec("[A-Za-z0-9_-]{1,64}", 0..20),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("00000.tbl");
+        let links: Vec<OwnedLink> = (0..n as u64)
+            .map(|i| link(&format!("key{i}"), &format!("https://e.com/{i}"), RedirectStatus::Found, i))
+            .collect();
+        write_table(&p, 0, 1, 0, links).unwrap();
+        let mut b = std::fs::read(&p).unwrap();
+        // Payload layout: slot words, then record bytes, then the rkyv root.
+        let n_slots = ((n as u64 * 100).div_ceil(INDEX_LOAD_PERCENT) as usize).max(n + 1);
+        let slots_end = HEADER_BYTES + n_slots * 8;
+        let records_end = b.len() - ROOT_BYTES;
+        let word_at = |b: &[u8], s: usize| {
+            u64::from_le_bytes(b[HEADER_BYTES + s * 8..][..8].try_into().unwrap())
+        };
+        let used = (0..n_slots).filter(|&s| word_at(&b, s) != 0).count();
+        prop_assert_eq!(used, n, "slot area located wrongly: layout changed?");
+        let records_len = records_end - slots_end;
+        for f in &forges {
+            match *f {
+                Forge::SlotPosition { slot, pos } => {
+                    let s = slot % n_slots;
+                    let w = word_at(&b, s);
+                    let w = (w >> SLOT_POS_BITS << SLOT_POS_BITS) | (pos & ((1 << SLOT_POS_BITS) - 1));
+                    b[HEADER_BYTES + s * 8..][..8].copy_from_slice(&w.to_le_bytes());
+                }
+                Forge::SlotWord { slot, word } => {
+                    let s = slot % n_slots;
+                    b[HEADER_BYTES + s * 8..][..8].copy_from_slice(&word.to_le_bytes());
+                }
+                Forge::NoEmptySlot { word } => {
+                    for s in 0..n_slots {
+                        if word_at(&b, s) == 0 {
+                            b[HEADER_BYTES + s * 8..][..8].copy_from_slice(&(word | 1).to_le_bytes());
+                        }
+                    }
+                }
+                Forge::RecordU32 { at, value } if records_len >= 4 => {
+                    let at = slots_end + at % (records_len - 3);
+                    b[at..at + 4].copy_from_slice(&value.to_le_bytes());
+                }
+                Forge::RecordU32 { .. } => {}
+                Forge::RecordByte { at, value } => {
+                    b[slots_end + at % records_len] = value;
+                }
+                Forge::EntryCount { count } => b[24..32].copy_from_slice(&count.to_le_bytes()),
+            }
+        }
+        reseal(&mut b);
+        std::fs::remove_file(&p).unwrap();
+        std::fs::write(&p, &b).unwrap();
+        let probes: Vec<String> = (0..n + 10).map(|i| format!("key{i}")).chain(absent).collect();
+        match Table::open(&p) {
+            Ok(t) => exercise_forged(&t, &probes),
+            Err(e) => {
+                prop_assert!(matches!(e, Error::CorruptTable { .. }), "{}", e);
+                prop_assert!(e.to_string().contains("00000.tbl"), "{}", e);
+            }
+        }
+    }
 }

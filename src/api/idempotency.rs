@@ -326,6 +326,19 @@ impl IdemTable {
     }
 
     /// The completed, unexpired record of `scope` at `now_s`.
+    /// Every finished record still within retention (compaction re-logs them so they outlive
+    /// the log file they were first written to).
+    pub fn live_records(&self, now_s: u64) -> impl Iterator<Item = (&IdemScope, &IdemRecord)> {
+        self.slots
+            .iter()
+            .filter_map(move |(scope, slot)| match slot {
+                Slot::Done { record, .. } if is_live(record, now_s, self.retention_s) => {
+                    Some((scope, record))
+                }
+                _ => None,
+            })
+    }
+
     pub fn get(&self, scope: &IdemScope, now_s: u64) -> Option<&IdemRecord> {
         match self.slots.get(scope) {
             Some(Slot::Done { record, .. }) if is_live(record, now_s, self.retention_s) => {

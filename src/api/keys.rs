@@ -382,10 +382,7 @@ fn run_keys_command_to(
                 out,
                 "Store it now: it will not be shown again (only its hash is kept)."
             )?;
-            writeln!(
-                out,
-                "A running server picks up new keys when it restarts or reloads its keys."
-            )?;
+            writeln!(out, "A running server picks up new keys when it restarts.")?;
         }
         KeysCommand::List => {
             let keys = store.list();

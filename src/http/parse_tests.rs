@@ -213,6 +213,13 @@ fn request_line_limit_while_incomplete() {
     assert_eq!(err(&buf), ParseError::UriTooLong);
     buf.extend_from_slice(&[b'a'; 10_000]);
     assert_eq!(err(&buf), ParseError::UriTooLong);
+    // Leading empty lines do not hide a long request line.
+    let mut led = b"\r\n\r\n".to_vec();
+    led.extend_from_slice(&buf);
+    assert_eq!(err(&led), ParseError::UriTooLong);
+    let mut led = b"\r\n".to_vec();
+    led.extend_from_slice(&line);
+    assert_eq!(parse_request(&led), Ok(None));
 }
 
 #[test]

@@ -31,6 +31,7 @@ pub enum Op {
     Timeout = 7,
     LogWrite = 8,
     LogSync = 9,
+    Shutdown = 10,
 }
 
 /// A completion's `user_data`: the op in the top byte, the connection's generation in the next
@@ -72,6 +73,7 @@ impl Token {
             7 => Op::Timeout,
             8 => Op::LogWrite,
             9 => Op::LogSync,
+            10 => Op::Shutdown,
             _ => return None,
         };
         Some(Token {

@@ -156,8 +156,12 @@ impl Server {
                 Err(mpsc::RecvTimeoutError::Disconnected) => {}
             }
             if let Some(status) = child.try_wait().unwrap() {
-                // The child exited, so its stderr reaches EOF: read all of it.
-                let err: Vec<String> = erx.iter().collect();
+                // The child has exited, so its stderr is at EOF; wait until the reader thread has
+                // passed on every line (it may lag behind the exit) and hung up.
+                let mut err = Vec::new();
+                while let Ok(line) = erx.recv_timeout(Duration::from_secs(5)) {
+                    err.push(line);
+                }
                 return Err(format!("exited with {status}: {}", err.join("\n")));
             }
             if Instant::now() > deadline {

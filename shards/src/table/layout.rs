@@ -73,10 +73,13 @@ pub(crate) fn slot_word(h: u64, off: usize) -> u64 {
     (slot_tag(h) << SLOT_POS_BITS) | ((off / RECORD_ALIGN) as u64 + 1)
 }
 
-/// The record offset a non-empty slot word points at.
+/// The record offset a non-empty slot word points at; `None` for a word with a tag but no
+/// position, which the writer never produces (only a forged file can hold one).
 #[inline]
-pub(crate) fn slot_record_offset(word: u64) -> u64 {
-    ((word & SLOT_POS_MASK) - 1) * RECORD_ALIGN as u64
+pub(crate) fn slot_record_offset(word: u64) -> Option<usize> {
+    let pos = (word & SLOT_POS_MASK).checked_sub(1)?;
+    // pos < 2^40, so the product fits in 43 bits.
+    Some(pos as usize * RECORD_ALIGN)
 }
 
 /// Home slot of hash `h` in an index of `n_slots` (multiply-shift, so any slot count works).
@@ -133,7 +136,8 @@ pub(crate) struct RawRecord<'a> {
 }
 
 /// Parses the record at `off`. `None` if it does not fit in `records` (only possible for a
-/// file that was not written by [`super::write_table`]; open-time validation rejects those).
+/// file that was not written by [`super::write_table`]). Total: every offset and length is
+/// checked against `records`, so arbitrary bytes give `None` or some record, never a panic.
 #[inline]
 pub(crate) fn read_record(records: &[u8], off: usize) -> Option<RawRecord<'_>> {
     let fixed: &[u8; RECORD_FIXED_BYTES] = records

@@ -1,5 +1,5 @@
 //! Building a table file from links: validate, sort, index, stream the rkyv payload to disk
-//! behind a placeholder header, then fill the header in and fsync.
+//! behind a placeholder header, then fill the header in (the caller fsyncs).
 
 use super::header::{Header, HEADER_BYTES};
 use super::layout::{
@@ -55,23 +55,28 @@ pub fn write_table(
     entries: impl IntoIterator<Item = OwnedLink>,
 ) -> Result<TableStats, Error> {
     let tmp = fsutil::temp_path_for(path);
-    let result = write_table_file(&tmp, shard, shard_count, max_log_seq, entries)
-        .and_then(|stats| fsutil::rename_durable(&tmp, path).map(|()| stats));
+    let result = write_table_file(&tmp, shard, shard_count, max_log_seq, entries).and_then(
+        |(stats, file)| {
+            file.sync_all().map_err(|e| Error::io(&tmp, "fsync", e))?;
+            fsutil::rename_durable(&tmp, path).map(|()| stats)
+        },
+    );
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     result
 }
 
-/// Writes and fsyncs a complete table at `path` (no rename). Callers that publish several
-/// tables together stage them with this, then rename.
+/// Writes a complete table at `path` (no fsync, no rename) and returns the open file. The
+/// caller must make it durable (fsync) before renaming it anywhere readers look: callers that
+/// publish many tables together fsync them all at once, in parallel, instead of one by one.
 pub(crate) fn write_table_file(
     path: &Path,
     shard: u32,
     shard_count: u32,
     max_log_seq: u64,
     entries: impl IntoIterator<Item = OwnedLink>,
-) -> Result<TableStats, Error> {
+) -> Result<(TableStats, File), Error> {
     let bad = |reason: String| Error::BadEntry {
         path: path.to_path_buf(),
         reason,
@@ -159,11 +164,11 @@ pub(crate) fn write_table_file(
     let file = out
         .into_inner()
         .map_err(|e| Error::io(path, "write", e.into_error()))?;
-    file.sync_all().map_err(io("fsync"))?;
-    Ok(TableStats {
+    let stats = TableStats {
         entries: entry_count,
         file_bytes: HEADER_BYTES as u64 + header.payload_bytes,
-    })
+    };
+    Ok((stats, file))
 }
 
 /// Passes writes through while computing their CRC32C and length.

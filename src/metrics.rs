@@ -1,0 +1,157 @@
+//! Per-core counters, exported at `GET /metrics` in the Prometheus text format.
+//!
+//! Each core is the only writer of its own [`CoreCounters`] (relaxed stores of values it keeps
+//! in plain fields anyway), so counting costs no shared cache-line traffic; whichever core
+//! answers `/metrics` reads all of them.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// One core's counters.
+#[derive(Default)]
+pub struct CoreCounters {
+    pub requests: AtomicU64,
+    pub redirects: AtomicU64,
+    pub not_found: AtomicU64,
+    pub forwarded: AtomicU64,
+    pub lru_hits: AtomicU64,
+    pub api_requests: AtomicU64,
+    pub connections: AtomicU64,
+    /// Heap allocations made on this core's thread since it started (0 unless the binary
+    /// installs [`CountingAlloc`], as `ricochet` does).
+    pub heap_allocations: AtomicU64,
+}
+
+/// A core's private tallies, published to its [`CoreCounters`] once per loop turn.
+#[derive(Default, Clone, Copy)]
+pub struct Tally {
+    pub requests: u64,
+    pub redirects: u64,
+    pub not_found: u64,
+    pub forwarded: u64,
+    pub lru_hits: u64,
+    pub api_requests: u64,
+}
+
+impl CoreCounters {
+    pub fn publish(&self, t: &Tally, connections: usize) {
+        self.requests.store(t.requests, Ordering::Relaxed);
+        self.redirects.store(t.redirects, Ordering::Relaxed);
+        self.not_found.store(t.not_found, Ordering::Relaxed);
+        self.forwarded.store(t.forwarded, Ordering::Relaxed);
+        self.lru_hits.store(t.lru_hits, Ordering::Relaxed);
+        self.api_requests.store(t.api_requests, Ordering::Relaxed);
+        self.connections
+            .store(connections as u64, Ordering::Relaxed);
+        self.heap_allocations
+            .store(thread_allocations(), Ordering::Relaxed);
+    }
+}
+
+/// Renders every core's counters.
+pub fn render(cores: &[CoreCounters], out: &mut String) {
+    type Getter = fn(&CoreCounters) -> &AtomicU64;
+    let series: [(&str, &str, &str, Getter); 8] = [
+        (
+            "ricochet_requests_total",
+            "counter",
+            "HTTP requests answered or routed",
+            |c| &c.requests,
+        ),
+        (
+            "ricochet_redirects_total",
+            "counter",
+            "Redirects answered",
+            |c| &c.redirects,
+        ),
+        (
+            "ricochet_not_found_total",
+            "counter",
+            "404 answers to key lookups",
+            |c| &c.not_found,
+        ),
+        (
+            "ricochet_forwarded_total",
+            "counter",
+            "Lookups forwarded to the owning core",
+            |c| &c.forwarded,
+        ),
+        (
+            "ricochet_lru_hits_total",
+            "counter",
+            "Foreign keys answered from this core's LRU",
+            |c| &c.lru_hits,
+        ),
+        (
+            "ricochet_api_requests_total",
+            "counter",
+            "API requests",
+            |c| &c.api_requests,
+        ),
+        (
+            "ricochet_connections",
+            "gauge",
+            "Open client connections",
+            |c| &c.connections,
+        ),
+        (
+            "ricochet_core_heap_allocations_total",
+            "counter",
+            "Heap allocations on the core thread",
+            |c| &c.heap_allocations,
+        ),
+    ];
+    for (name, kind, help, get) in series {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (i, c) in cores.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "{name}{{core=\"{i}\"}} {}",
+                get(c).load(Ordering::Relaxed)
+            );
+        }
+    }
+}
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Heap allocations made by the calling thread so far.
+pub fn thread_allocations() -> u64 {
+    ALLOCS.with(|a| a.get())
+}
+
+/// The system allocator, counting allocations per thread (a thread-local increment: no atomics,
+/// no locks). Installed by the `ricochet` binary so `/metrics` and the tests can prove the
+/// redirect path allocates nothing once warm.
+pub struct CountingAlloc;
+
+// SAFETY: every method forwards to `System` with the caller's arguments unchanged; the only
+// addition is a thread-local counter update, which does not allocate.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|a| a.set(a.get() + 1));
+        // SAFETY: forwarded unchanged; the caller upholds `alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded unchanged; `ptr` came from `System` via this allocator.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|a| a.set(a.get() + 1));
+        // SAFETY: forwarded unchanged.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCS.try_with(|a| a.set(a.get() + 1));
+        // SAFETY: forwarded unchanged; `ptr` came from `System` via this allocator.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}

@@ -1,0 +1,86 @@
+//! The redirect path of a real `ricochet serve --cores 2` makes no heap allocation once warm:
+//! local hits, foreign keys (forwarded, then LRU hits), 404s, HEAD and pipelined batches,
+//! counted by the binary's counting allocator and read back from `/metrics`.
+
+mod common;
+
+use common::*;
+
+fn core_allocs(r: &mut Reader) -> Vec<u64> {
+    r.send(b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
+    let resp = r.read_response(false);
+    assert_eq!(resp.status, 200);
+    let text = String::from_utf8(resp.body).unwrap();
+    let v: Vec<u64> = text
+        .lines()
+        .filter(|l| l.starts_with("ricochet_core_heap_allocations_total{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(v.len(), 2, "{text}");
+    v
+}
+
+fn round(conns: &mut [Reader], links: &[Link], pipelined: bool) {
+    for (i, r) in conns.iter_mut().enumerate() {
+        let chunk: Vec<&Link> = links.iter().skip(i).step_by(7).take(64).collect();
+        if pipelined {
+            for batch in chunk.chunks(16) {
+                let mut bytes = Vec::new();
+                for l in batch {
+                    bytes.extend_from_slice(&get(&l.key));
+                }
+                bytes.extend_from_slice(b"GET /no-such-key-here HTTP/1.1\r\nHost: t\r\n\r\n");
+                r.send(&bytes);
+                for l in batch {
+                    let resp = r.read_response(false);
+                    assert_eq!(resp.header("location"), Some(l.url.as_str()));
+                }
+                assert_eq!(r.read_response(false).status, 404);
+            }
+        } else {
+            for l in chunk {
+                r.send(format!("HEAD /{} HTTP/1.1\r\nHost: t\r\n\r\n", l.key).as_bytes());
+                assert_eq!(r.read_response(true).status, l.status);
+                r.send(&get(&l.key));
+                assert_eq!(
+                    r.read_response(false).header("location"),
+                    Some(l.url.as_str())
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn redirect_path_allocates_nothing_once_warm() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let links = dataset(3000, 11);
+    import(&dir, &links);
+    let server = Server::start(&dir, &[]);
+    let mut conns: Vec<Reader> = (0..16).map(|_| Reader::new(server.connect())).collect();
+    // One long-lived connection reads /metrics, so reading costs the same every time.
+    let mut metrics = Reader::new(server.connect());
+    core_allocs(&mut metrics);
+    // Warm up: pools, per-connection pending lists, LRU entries for foreign keys.
+    for _ in 0..2 {
+        round(&mut conns, &links, false);
+        round(&mut conns, &links, true);
+    }
+    let a1: u64 = core_allocs(&mut metrics).iter().sum();
+    let a2: u64 = core_allocs(&mut metrics).iter().sum();
+    let per_metrics_request = a2 - a1;
+    for _ in 0..3 {
+        round(&mut conns, &links, false);
+        round(&mut conns, &links, true);
+    }
+    let a3: u64 = core_allocs(&mut metrics).iter().sum();
+    let under_load = a3 - a2;
+    assert_eq!(
+        under_load, per_metrics_request,
+        "{} heap allocations on the core threads during {} warm redirect requests (beyond the /metrics request itself)",
+        under_load - per_metrics_request,
+        3 * 16 * (64 * 2 + 64 + 4)
+    );
+    assert!(a1 > 0, "the counting allocator is installed");
+}
