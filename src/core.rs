@@ -757,7 +757,9 @@ impl State {
                     if e == crate::http::parse::ParseError::PayloadTooLarge {
                         // Only bodies are large, and only the API takes bodies: answer in its
                         // error format.
-                        let p = crate::api::problem::Problem::payload_too_large(crate::http::limits::MAX_BODY_BYTES);
+                        let p = crate::api::problem::Problem::payload_too_large(
+                            crate::http::limits::MAX_BODY_BYTES,
+                        );
                         encode::encode_response(
                             &mut c.out,
                             Status::PayloadTooLarge,

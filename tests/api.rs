@@ -244,8 +244,6 @@ fn validation_and_problem_bodies() {
 
 /// A body over the HTTP parser's limit (64 KiB) on an API path is still a problem document.
 #[test]
-#[ignore = "BUG: POST /api/v1/urls with a 100 KiB body answers 413 text/plain from the HTTP \
-            parser (encode_error), not application/problem+json"]
 fn oversized_body_is_a_problem() {
     let (_t, dir) = data_dir();
     let s = start(&dir, &[]);
@@ -572,14 +570,11 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-/// A connection opened right after another one closed must be served. Regression for an fd
-/// reuse race: closing a connection queued an unlinked io_uring Shutdown and Close of its fd;
-/// when the Close ran first, the next accepted connection could get the same fd number and
-/// the late Shutdown then cut it (EOF before any answer; ~2 in 1000 here).
+/// A connection opened right after another one closed must be served. Regression test for an
+/// fd reuse race: closing a connection queued an unlinked io_uring Shutdown and Close of its
+/// fd; when the Close ran first, the next accepted connection could get the same fd number and
+/// the late Shutdown then cut it (EOF before any answer; about 2 in 1000 connections).
 #[test]
-#[ignore = "BUG: src/core.rs begin_close: unlinked Shutdown+Close SQEs; a late Shutdown hits \
-            the next connection that reuses the fd number (fix: IO_HARDLINK the shutdown when \
-            maybe_free closes right behind it)"]
 fn fresh_connection_after_a_close_is_served() {
     let (_t, dir) = data_dir();
     let s = start(&dir, &[]);
@@ -697,8 +692,6 @@ fn consecutive_creates_do_not_get_neighbouring_keys() {
 /// Without `--public-url`, `short_url` must point at the address the server really listens
 /// on, not at the configured `--listen` with its port 0.
 #[test]
-#[ignore = "BUG: src/server.rs defaults public_url to format!(\"http://{}\", opts.listen): with \
-            --listen 127.0.0.1:0 short_url is http://127.0.0.1:0/<key>; use the bound address"]
 fn default_short_url_uses_the_bound_address() {
     let (_t, dir) = data_dir();
     let s = start(&dir, &[]);
