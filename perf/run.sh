@@ -259,7 +259,7 @@ dataset() {
     log "importing $n links"
     local t0
     t0="$(now_ms)"
-    run "$bin/ricochet" import --data-dir "$data" --input "$tsv" >"$work/import-$n.log"
+    run "$bin/ricochet" import --data-dir "$data" "$tsv" >"$work/import-$n.log"
     import_ms=$(($(now_ms) - t0))
     log "imported $n links in $import_ms ms"
 }
