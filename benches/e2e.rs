@@ -67,7 +67,10 @@ fn bench_size(c: &mut Criterion, links: usize) {
             .map(|k| String::from_utf8(k.to_vec()).expect("ascii")),
     );
     let now = SystemTime::now();
-    let now_s = now.duration_since(UNIX_EPOCH).expect("after 1970").as_secs();
+    let now_s = now
+        .duration_since(UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs();
     let date = DateCache::new(now);
     let mut out = Vec::with_capacity(512);
 
@@ -88,7 +91,11 @@ fn bench_size(c: &mut Criterion, links: usize) {
     // Sanity: the last response is a well-formed 404, and a hit encodes a redirect.
     assert!(out.starts_with(b"HTTP/1.1 404"));
     serve_one(&hits, &router, &store, now_s, &date, &mut out);
-    assert!(out.starts_with(b"HTTP/1.1 302"), "{}", String::from_utf8_lossy(&out));
+    assert!(
+        out.starts_with(b"HTTP/1.1 302"),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
     g.finish();
 }
 

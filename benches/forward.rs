@@ -19,8 +19,14 @@ fn allowed_cpus() -> Vec<usize> {
     // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is this thread.
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    assert_eq!(rc, 0, "sched_getaffinity: {}", std::io::Error::last_os_error());
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    assert_eq!(
+        rc,
+        0,
+        "sched_getaffinity: {}",
+        std::io::Error::last_os_error()
+    );
     (0..libc::CPU_SETSIZE as usize)
         // SAFETY: `cpu` is below CPU_SETSIZE and `set` is initialised.
         .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
@@ -35,7 +41,12 @@ fn pin(cpu: usize) {
     unsafe { libc::CPU_SET(cpu, &mut set) };
     // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is this thread.
     let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    assert_eq!(rc, 0, "sched_setaffinity({cpu}): {}", std::io::Error::last_os_error());
+    assert_eq!(
+        rc,
+        0,
+        "sched_setaffinity({cpu}): {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 /// Core B: answers every lookup until `stop`.
@@ -93,7 +104,9 @@ fn forward(c: &mut Criterion) {
                 a.send(1, MeshMsg::Lookup { reply, key });
                 loop {
                     match a.pop() {
-                        Some(MeshMsg::Answer { reply: r, answer, .. }) => {
+                        Some(MeshMsg::Answer {
+                            reply: r, answer, ..
+                        }) => {
                             assert_eq!(r, reply);
                             assert!(answer.is_some());
                             break;

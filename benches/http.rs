@@ -24,7 +24,9 @@ fn parse(c: &mut Criterion) {
     for (name, req) in [("wrk_get", WRK_GET), ("browser_get", BROWSER_GET)] {
         g.bench_function(name, |b| {
             b.iter(|| {
-                let r = parse_request(black_box(req)).expect("valid").expect("complete");
+                let r = parse_request(black_box(req))
+                    .expect("valid")
+                    .expect("complete");
                 black_box(r.path.len())
             })
         });

@@ -35,7 +35,13 @@ fn bench_size(c: &mut Criterion, links: usize) {
 /// Looks up consecutive `key_len`-byte keys from `keys`, wrapping around.
 fn bench_keys(b: &mut criterion::Bencher<'_>, table: &Table, keys: &[u8], key_len: usize) {
     let mut cycle = KeyCycle::new(keys, key_len);
-    b.iter(|| black_box(table.get(black_box(cycle.next_key())).map(|l| l.target.len())))
+    b.iter(|| {
+        black_box(
+            table
+                .get(black_box(cycle.next_key()))
+                .map(|l| l.target.len()),
+        )
+    })
 }
 
 fn table_get(c: &mut Criterion) {

@@ -24,6 +24,8 @@
 #   PERF_LABEL=             label in the report title (e.g. "smoke")
 #   PERF_WORK=/tmp/ricochet-perf   scratch space (datasets, data dirs, nginx prefix)
 #   PERF_SKIP_INSTALL=1     do not apt-get install (nginx and wrk must be on PATH)
+#   PERF_BENCHES=1          also run the criterion benches the goals cite (e2e local hit,
+#                           cross-core forward round trip); 0 skips them
 #   RICOCHET_API_KEY        API key for the create test (a random one by default)
 set -euo pipefail
 
@@ -398,6 +400,25 @@ for server in ricochet nginx; do
 done
 if [[ "${PERF_10M:-0}" == 1 && "$links" != 10000000 ]]; then
     measure_size 10000000
+fi
+
+# ---------------------------------------------------------------- criterion benches
+if [[ "${PERF_BENCHES:-1}" == 1 ]]; then
+    log "criterion benches: e2e (in-process local hit and miss), forward (cross-core round trip)"
+    rm -rf "$repo/target/criterion/e2e_local" "$repo/target/criterion/mesh_forward"
+    bench_env=()
+    if [[ "${PERF_10M:-0}" == 1 ]]; then bench_env=(RICOCHET_BENCH_10M=1); fi
+    # The in-process path on a server CPU; the forward bench pins its own two threads.
+    run env "${bench_env[@]}" taskset -c "$server_cpus" cargo bench -q --bench e2e -- --noplot \
+        >"$out/bench-e2e.txt" 2>&1 || log "e2e bench failed (see bench-e2e.txt)"
+    run cargo bench -q --bench forward -- --noplot >"$out/bench-forward.txt" 2>&1 ||
+        log "forward bench failed (see bench-forward.txt)"
+    while IFS= read -r f; do
+        rel="${f#"$repo/target/criterion/"}"
+        rel="${rel%/new/estimates.json}"
+        cp "$f" "$out/criterion-${rel//\//--}.json"
+    done < <(find "$repo/target/criterion/e2e_local" "$repo/target/criterion/mesh_forward" \
+        -path '*/new/estimates.json' 2>/dev/null)
 fi
 
 # ---------------------------------------------------------------- metadata and report

@@ -55,7 +55,11 @@ pub fn load_points(fixed: &[Run], max: Option<&MaxSearch>) -> Vec<LoadPoint> {
 }
 
 /// Load points as fractions of `held_rps`, up to `max_fraction`.
-pub fn at_fractions(points: &[LoadPoint], held_rps: u64, max_fraction: f64) -> Vec<(f64, LoadPoint)> {
+pub fn at_fractions(
+    points: &[LoadPoint],
+    held_rps: u64,
+    max_fraction: f64,
+) -> Vec<(f64, LoadPoint)> {
     if held_rps == 0 {
         return Vec::new();
     }

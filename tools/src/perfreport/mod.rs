@@ -35,7 +35,10 @@ pub enum ReportError {
 }
 
 /// File name (without `.svg`) and title of the latency-against-load plot.
-pub const PLOT_LATENCY_VS_LOAD: (&str, &str) = ("latency-vs-load", "Latency percentiles against offered load");
+pub const PLOT_LATENCY_VS_LOAD: (&str, &str) = (
+    "latency-vs-load",
+    "Latency percentiles against offered load",
+);
 
 /// File name (without `.svg`) and title of the latency-by-percentile plot.
 pub const PLOT_SPECTRUM: (&str, &str) = ("latency-spectrum", "Latency by percentile");
@@ -63,7 +66,10 @@ pub fn plots(raw: &Raw) -> Result<Vec<(String, String, String)>, ReportError> {
             lines.push(Line {
                 label: format!("{server} {name}"),
                 colour: si * 3 + pi,
-                points: pts.iter().map(|p| (p.rate as f64, pick(&p.latency))).collect(),
+                points: pts
+                    .iter()
+                    .map(|p| (p.rate as f64, pick(&p.latency)))
+                    .collect(),
             });
         }
     }
@@ -92,7 +98,12 @@ pub fn plots(raw: &Raw) -> Result<Vec<(String, String, String)>, ReportError> {
                 .is_some_and(|v| v.iter().any(|r| r.target_rps == *rate))
         })
         .collect();
-    let mut chosen: Vec<u64> = common.first().into_iter().chain(common.last()).copied().collect();
+    let mut chosen: Vec<u64> = common
+        .first()
+        .into_iter()
+        .chain(common.last())
+        .copied()
+        .collect();
     chosen.dedup();
     let mut lines = Vec::new();
     for (si, server) in SERVERS.iter().enumerate() {
@@ -118,7 +129,13 @@ pub fn plots(raw: &Raw) -> Result<Vec<(String, String, String)>, ReportError> {
     }
     if lines.iter().any(|l| !l.points.is_empty()) {
         let (name, title) = PLOT_SPECTRUM;
-        let svg = line_chart(title, "percentile", "latency from scheduled send", &lines, &nines_label)?;
+        let svg = line_chart(
+            title,
+            "percentile",
+            "latency from scheduled send",
+            &lines,
+            &nines_label,
+        )?;
         out.push((name.to_string(), title.to_string(), svg));
     }
     Ok(out)

@@ -66,7 +66,11 @@ fn raw_dir() -> tempfile::TempDir {
         "config":{"links":1000000,"duration_s":5,"warmup_s":1,"rates":[5000,20000],"slo_p99":"1ms","connections":64,"pipeline_depth":16,"server_cpus":"0","load_cpu":"1","cores":1,"ten_million":true},
         "wall_s":321}"#,
     );
-    write(d, "commands.txt", "cargo build --release\nwrk -t1 -c64 -d5s\n");
+    write(
+        d,
+        "commands.txt",
+        "cargo build --release\nwrk -t1 -c64 -d5s\n",
+    );
     write(d, "wrk-ricochet-p1.json", &wrk_json(130_000.0));
     write(d, "wrk-nginx-p1.json", &wrk_json(100_000.0));
     write(d, "wrk-ricochet-p16.json", &wrk_json(900_000.0));
@@ -99,8 +103,16 @@ fn raw_dir() -> tempfile::TempDir {
             &serde_json::to_string(&max).unwrap(),
         );
     }
-    write(d, "size-1000000.json", &size_json(1_000_000, 12, 60_000, 460_000));
-    write(d, "size-10000000.json", &size_json(10_000_000, 40, 500_000, 4_600_000));
+    write(
+        d,
+        "size-1000000.json",
+        &size_json(1_000_000, 12, 60_000, 460_000),
+    );
+    write(
+        d,
+        "size-10000000.json",
+        &size_json(10_000_000, 40, 500_000, 4_600_000),
+    );
     write(
         d,
         "creates.json",
@@ -162,9 +174,18 @@ fn loads_every_file_kind() {
     let rates: Vec<u64> = raw.fixed["nginx"].iter().map(|r| r.target_rps).collect();
     assert_eq!(rates, [5000, 20000]);
     assert_eq!(raw.max["ricochet"].held_rps, Some(80_000));
-    assert_eq!(raw.sizes.iter().map(|s| s.links).collect::<Vec<_>>(), [1_000_000, 10_000_000]);
-    assert_eq!(raw.sizes[0].servers["nginx"].memory_at_ready.serving_kb(), Some(460_000));
-    assert_eq!(raw.sizes[0].servers["nginx"].memory_at_ready.total_kb(), 920_000);
+    assert_eq!(
+        raw.sizes.iter().map(|s| s.links).collect::<Vec<_>>(),
+        [1_000_000, 10_000_000]
+    );
+    assert_eq!(
+        raw.sizes[0].servers["nginx"].memory_at_ready.serving_kb(),
+        Some(460_000)
+    );
+    assert_eq!(
+        raw.sizes[0].servers["nginx"].memory_at_ready.total_kb(),
+        920_000
+    );
     assert!(matches!(raw.creates, Some(raw::Creates::Skipped(_))));
     assert_eq!(raw.criterion.len(), 2);
 }
@@ -187,10 +208,16 @@ fn report_has_ratios_goals_capacity_and_plots() {
     // 130k / 100k and 900k / 150k.
     assert!(md.contains("| none | 130,000 | 100,000 | 1.30x |"), "{md}");
     assert!(md.contains("| depth 16 | 900,000 | 150,000 | 6.00x |"));
-    assert!(md.contains("| throughput ≥ 8x nginx, pipelined depth 16 (wrk) | 6.00x | **not met** |"));
+    assert!(
+        md.contains("| throughput ≥ 8x nginx, pipelined depth 16 (wrk) | 6.00x | **not met** |")
+    );
     // p99 at 5k: 80 vs 100 → 0.80x, met; at 20k 120 vs 100 → not met; 50k not run.
-    assert!(md.contains("| p99 below nginx's at 5,000 req/s (loadgen) | 80.0 µs vs 100 µs (0.80x) | met |"));
-    assert!(md.contains("| p99 below nginx's at 20,000 req/s (loadgen) | 120 µs vs 100 µs (1.20x) | **not met** |"));
+    assert!(md.contains(
+        "| p99 below nginx's at 5,000 req/s (loadgen) | 80.0 µs vs 100 µs (0.80x) | met |"
+    ));
+    assert!(md.contains(
+        "| p99 below nginx's at 20,000 req/s (loadgen) | 120 µs vs 100 µs (1.20x) | **not met** |"
+    ));
     assert!(md.contains("| p99 below nginx's at 50,000 req/s (loadgen) | - | not measured |"));
     assert!(md.contains("| 10M links open in < 100 ms (until /readyz is 200) | 40 ms | met |"));
     assert!(md.contains("410 ns | met |"));
@@ -201,16 +228,25 @@ fn report_has_ratios_goals_capacity_and_plots() {
     assert!(md.contains("**80,000** redirects/s per core (loadgen)"));
     let cold8 = 8.0 * 1e9 / (12_500.0 + 0.875 * 250.0);
     assert!(
-        md.contains(&format!("| 8 | 87.5% | {} | 640,000 |", render::thousands(cold8))),
+        md.contains(&format!(
+            "| 8 | 87.5% | {} | 640,000 |",
+            render::thousands(cold8)
+        )),
         "{md}"
     );
     // Per million links: 60,000 kB over 1M links.
-    assert!(md.contains("| 1,000,000 | 58.6 MiB | 449.2 MiB | 95.4 MiB | 2.00 s |"), "{md}");
+    assert!(
+        md.contains("| 1,000,000 | 58.6 MiB | 449.2 MiB | 95.4 MiB | 2.00 s |"),
+        "{md}"
+    );
     assert!(md.contains("| ricochet ready time | 3.33x (12 → 40 ms) |"));
     assert!(md.contains("![Latency percentiles against offered load](raw/latency-vs-load.svg)"));
     for plot in ["latency-vs-load.svg", "latency-spectrum.svg"] {
         let svg = std::fs::read_to_string(raw_path.join(plot)).unwrap();
-        assert!(svg.starts_with("<svg") && svg.contains("ricochet"), "{plot}");
+        assert!(
+            svg.starts_with("<svg") && svg.contains("ricochet"),
+            "{plot}"
+        );
     }
     assert!(md.contains("```sh\ncargo build --release\nwrk -t1 -c64 -d5s\n```"));
 }
@@ -222,14 +258,23 @@ fn bad_json_names_the_file() {
     let err = raw::load(dir.path()).unwrap_err().to_string();
     assert!(err.contains("wrk-nginx-p1.json"), "{err}");
     let empty = tempfile::tempdir().unwrap();
-    assert!(matches!(raw::load(empty.path()), Err(ReportError::Io { .. })));
+    assert!(matches!(
+        raw::load(empty.path()),
+        Err(ReportError::Io { .. })
+    ));
 }
 
 #[test]
 fn plot_prefix_is_relative_when_side_by_side() {
     assert_eq!(
-        plot_prefix(Path::new("perf/reports/d-c"), Path::new("perf/reports/d-c.md")),
+        plot_prefix(
+            Path::new("perf/reports/d-c"),
+            Path::new("perf/reports/d-c.md")
+        ),
         "d-c/"
     );
-    assert_eq!(plot_prefix(Path::new("/x/raw"), Path::new("/y/r.md")), "/x/raw/");
+    assert_eq!(
+        plot_prefix(Path::new("/x/raw"), Path::new("/y/r.md")),
+        "/x/raw/"
+    );
 }
