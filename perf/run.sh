@@ -268,7 +268,8 @@ dataset() {
 
 # Startup time, RSS at ready, disk bytes of both servers for dataset size $1 -> size-$1.json.
 measure_size() {
-    local n="$1" f="$out/size-$n.json" first=1
+    local n="$1" f first=1
+    f="$out/size-$n.json"
     dataset "$n"
     printf '{"links":%s,"import_ms":%s,"ricochet_disk_bytes":%s,"links_tsv_bytes":%s,"servers":{' \
         "$n" "$import_ms" "$(du -sb "$data" | cut -f1)" "$(stat -c %s "$tsv")" >"$f"

@@ -279,11 +279,12 @@ fn throughput(md: &mut String, raw: &Raw) {
     for depth in depths {
         let get = |s: &str| raw.wrk.get(&(s.to_string(), depth));
         let (r, n) = (get("ricochet"), get("nginx"));
-        let cell = |w: Option<&super::raw::Wrk>| {
-            w.map_or_else(
-                || "-".to_string(),
-                |w| format!("{} / {}", us(w.latency_us.p50), us(w.latency_us.p99)),
-            )
+        // wrk sometimes reports 0 for high percentiles of pipelined runs (its histogram
+        // counts batches and responses differently); 0 is not a latency, so say so.
+        let cell = |w: Option<&super::raw::Wrk>| match w {
+            None => "-".to_string(),
+            Some(w) if w.latency_us.p99 <= 0.0 => format!("{} / n/a", us(w.latency_us.p50)),
+            Some(w) => format!("{} / {}", us(w.latency_us.p50), us(w.latency_us.p99)),
         };
         let _ = writeln!(
             md,
