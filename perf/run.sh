@@ -242,6 +242,7 @@ start_server() {
             >"$work/nginx.out" 2>"$work/nginx.err" &
     fi
     server_pid=$!
+    if [[ "$server" == nginx ]]; then cp "$prefix/nginx.conf" "$out/nginx-$(basename "$tsv" .tsv).conf"; fi
     ready_ms="$(wait_ready "$t0" "$port" "$server_pid")"
     log "$server ready on :$port after $ready_ms ms"
 }
@@ -328,6 +329,7 @@ function done(summary, latency, requests)
     f:close()
 end
 LUA
+    cp "$work/random.lua" "$out/random.lua"
 }
 
 # wrk against $1 at pipelining depth $2 -> wrk-<server>-p<depth>.json

@@ -46,13 +46,22 @@ pub const PLOT_SPECTRUM: (&str, &str) = ("latency-spectrum", "Latency by percent
 /// The plots of `raw` as `(file name without .svg, title, svg)`. Plots without data are left out.
 pub fn plots(raw: &Raw) -> Result<Vec<(String, String, String)>, ReportError> {
     let mut out = Vec::new();
-    // Latency percentiles against offered load: fixed-rate runs and --max steps together.
+    // Latency percentiles against offered load: fixed-rate runs and the --max steps from the
+    // lowest fixed rate up (the search's bisection far below it only crowds the plot).
+    let lowest_fixed = raw
+        .fixed
+        .values()
+        .flatten()
+        .map(|r| r.target_rps)
+        .min()
+        .unwrap_or(0);
     let mut lines = Vec::new();
     for (si, server) in SERVERS.iter().enumerate() {
-        let pts = load_points(
+        let mut pts = load_points(
             raw.fixed.get(*server).map_or(&[][..], |v| v.as_slice()),
             raw.max.get(*server),
         );
+        pts.retain(|p| p.rate >= lowest_fixed);
         if pts.is_empty() {
             continue;
         }

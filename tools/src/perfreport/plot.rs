@@ -141,8 +141,16 @@ pub fn nines(p: f64) -> f64 {
     -(1.0 - p.min(99.9999) / 100.0).log10()
 }
 
-/// The inverse of [`nines`], as a label: 1 → `90`, 2 → `99`, 3 → `99.9`.
+/// The inverse of [`nines`], as a label: 1 → `90`, 2 → `99`, 3 → `99.9`; empty between whole
+/// nines (labels like `96.8377` say nothing).
 pub fn nines_label(n: &f64) -> String {
+    if (n - n.round()).abs() > 0.01 {
+        return String::new();
+    }
+    let n = &n.round();
+    if *n == 0.0 {
+        return "0".to_string();
+    }
     let p = 100.0 * (1.0 - 10f64.powf(-*n));
     let s = format!("{p:.4}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
@@ -188,5 +196,7 @@ mod tests {
         assert!((nines(99.0) - 2.0).abs() < 1e-9);
         assert_eq!(nines_label(&3.0), "99.9");
         assert_eq!(nines_label(&1.0), "90");
+        assert_eq!(nines_label(&1.5), "");
+        assert_eq!(nines_label(&0.0), "0");
     }
 }

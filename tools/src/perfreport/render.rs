@@ -275,6 +275,7 @@ fn throughput(md: &mut String, raw: &Raw) {
          |---|---|---|---|---|---|---|"
     );
     let mut depths: Vec<u32> = raw.wrk.keys().map(|(_, d)| *d).collect();
+    depths.sort_unstable();
     depths.dedup();
     for depth in depths {
         let get = |s: &str| raw.wrk.get(&(s.to_string(), depth));
@@ -570,7 +571,8 @@ fn capacity(md: &mut String, raw: &Raw) {
     if !raw.sizes.is_empty() {
         let _ = writeln!(
             md,
-            "\nPer million links:\n\n\
+            "\nPer million links (below about 1M links a process's fixed memory dominates these \
+             figures):\n\n\
              | links | ricochet RSS | nginx worker RSS | ricochet disk | import time |\n\
              |---|---|---|---|---|"
         );
