@@ -1,7 +1,8 @@
 //! One request end to end, in process, on the core that owns the key: parse a wrk-style GET
 //! from bytes, `Router::owner`, `Store::get` on the shard tables, encode the response into a
 //! reused `Vec`. No socket: this is the CPU cost per request that the io_uring loop adds its
-//! syscalls to. A local hit (target < 500 ns) and a miss (404), at 1M links (10M with
+//! syscalls to. A local hit (target < 500 ns) with every key in random order (each lookup
+//! misses the CPU caches) and over 10,000 hot keys, and a miss (404), at 1M links (10M with
 //! RICOCHET_BENCH_10M=1).
 
 mod common;
@@ -16,6 +17,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Distinct miss requests cycled through.
 const MISSES: usize = 100_000;
+
+/// Distinct keys of the hot-key case.
+const HOT_KEYS: usize = 10_000;
 
 /// Requests as wrk sends them (`wrk -t1 -c64 http://127.0.0.1:8080/KEY`), back to back in one
 /// buffer, as pipelined requests sit in a read buffer.
@@ -60,6 +64,8 @@ fn bench_size(c: &mut Criterion, links: usize) {
     let router = Router::new(data.shard_count, 1);
     let store = Store::new(data.tables.clone());
     let hits = wrk_requests(data.keys.iter().cloned());
+    // 10,000 hot keys: the cache-resident case skewed (Zipf-like) real traffic mostly is.
+    let hot = wrk_requests(data.keys[..HOT_KEYS].iter().cloned());
     drop(data.keys);
     let misses = wrk_requests(
         common::packed_misses(MISSES, 12)
@@ -76,7 +82,11 @@ fn bench_size(c: &mut Criterion, links: usize) {
 
     let mut g = c.benchmark_group("e2e_local");
     g.throughput(Throughput::Elements(1));
-    for (name, reqs) in [("hit_uniform", &hits), ("miss_404", &misses)] {
+    for (name, reqs) in [
+        ("hit_uniform", &hits),
+        ("hit_hot10k", &hot),
+        ("miss_404", &misses),
+    ] {
         g.bench_with_input(BenchmarkId::new(name, links), reqs, |b, reqs| {
             let mut at = 0usize;
             b.iter(|| {
