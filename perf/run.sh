@@ -64,6 +64,7 @@ if [[ "${PERF_SKIP_INSTALL:-0}" != 1 ]]; then
     command -v wrk >/dev/null || need+=(wrk)
     command -v curl >/dev/null || need+=(curl)
     command -v taskset >/dev/null || need+=(util-linux)
+    command -v pgrep >/dev/null || need+=(procps)
     if ((${#need[@]})); then
         log "installing ${need[*]}"
         $sudo_cmd apt-get update -q
