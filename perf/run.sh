@@ -24,6 +24,8 @@
 #   PERF_LABEL=             label in the report title (e.g. "smoke")
 #   PERF_WORK=/tmp/ricochet-perf   scratch space (datasets, data dirs, nginx prefix)
 #   PERF_SKIP_INSTALL=1     do not apt-get install (nginx and wrk must be on PATH)
+#   PERF_PROFILE=1          also profile both servers' CPUs under wrk (perf record; installs
+#                           linux-perf if missing) and put the hottest symbols in the report
 #   PERF_BENCHES=1          also run the criterion benches the goals cite (e2e local hit,
 #                           cross-core forward round trip); 0 skips them
 #   RICOCHET_API_KEY        API key for the create test (a random one by default)
@@ -65,6 +67,7 @@ if [[ "${PERF_SKIP_INSTALL:-0}" != 1 ]]; then
     command -v curl >/dev/null || need+=(curl)
     command -v taskset >/dev/null || need+=(util-linux)
     command -v pgrep >/dev/null || need+=(procps)
+    if [[ "${PERF_PROFILE:-0}" == 1 ]]; then command -v perf >/dev/null || need+=(linux-perf); fi
     if ((${#need[@]})); then
         log "installing ${need[*]}"
         $sudo_cmd apt-get update -q
@@ -344,6 +347,30 @@ run_wrk() {
         log "wrk against $server failed (see wrk-$server-p$depth.txt)"
 }
 
+# perf profile of the server CPUs while wrk (no pipelining) drives server $1 -> profile-<server>.txt
+run_profile() {
+    local server="$1" perf_pid
+    if ! command -v perf >/dev/null; then
+        log "perf not found: profile of $server skipped"
+        return
+    fi
+    log "profiling $server's CPUs under wrk (${duration_s}s)"
+    # The whole server CPU set, kernel included: on loopback, the network stack is much of the cost.
+    perf record -q -F 999 -g -C "$server_cpus" -o "$work/$server.perf.data" -- sleep "$((duration_s + 1))" \
+        >"$work/perf-record-$server.log" 2>&1 &
+    perf_pid=$!
+    printf '%s\n' "perf record -F 999 -g -C $server_cpus -- sleep $((duration_s + 1))  # during the wrk run below" >>"$commands"
+    printf '%s\n' "WRK_DEPTH=1 WRK_KEYS=$keys taskset -c $load_cpu wrk -t1 -c$conns -d${duration_s}s -s random.lua http://127.0.0.1:$port/" >>"$commands"
+    WRK_DEPTH=1 WRK_KEYS="$keys" WRK_JSON="$work/wrk-profiled-$server.json" \
+        taskset -c "$load_cpu" wrk -t1 -c"$conns" -d"${duration_s}s" -s "$work/random.lua" \
+        "http://127.0.0.1:$port/" >/dev/null 2>&1 || true
+    wait "$perf_pid" || true
+    printf '%s\n' "perf report --no-children --sort dso,symbol -g none --percent-limit 0.5 --stdio" >>"$commands"
+    perf report -i "$work/$server.perf.data" --no-children --sort dso,symbol -g none \
+        --percent-limit 0.5 --stdio 2>/dev/null | grep -v '^#' | grep -v '^$' >"$out/profile-$server.txt" ||
+        log "perf report for $server failed"
+}
+
 # loadgen against $1: fixed rates, then --max -> loadgen-<server>-<rate|max>.json
 run_loadgen() {
     local server="$1" rate
@@ -396,6 +423,7 @@ for server in ricochet nginx; do
     start_server "$server" "$tsv" "$data"
     run_wrk "$server" 1
     run_wrk "$server" "$pipeline_depth"
+    if [[ "${PERF_PROFILE:-0}" == 1 ]]; then run_profile "$server"; fi
     run_loadgen "$server"
     printf '{"server":"%s","links":%s,"memory":%s}\n' "$server" "$links" \
         "$(memory_json "$server" "$server_pid")" >"$out/memory-after-load-$server.json"

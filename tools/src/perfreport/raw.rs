@@ -4,7 +4,8 @@
 //! `meta.json`, `commands.txt`, `wrk-<server>-p<depth>.json` (from the wrk Lua `done` hook),
 //! `loadgen-<server>-<rate>.json` (a loadgen run report), `loadgen-<server>-max.json` (a loadgen
 //! `--max` report), `size-<links>.json`, `memory-after-load-<server>.json`, `creates.json` (+
-//! `loadgen-creates-max.json`), `criterion-<group>-<bench>.json` (criterion `estimates.json`).
+//! `loadgen-creates-max.json`), `criterion-<group>--<bench>.json` (criterion `estimates.json`,
+//! `/` in the bench id written as `--`), `profile-<server>.txt` (`perf report --stdio` lines).
 //!
 //! The loadgen types mirror the subset of `loadgen::stats::RunReport` / `search::MaxReport` the
 //! report uses; unknown fields are ignored so loadgen may add fields freely.
@@ -256,6 +257,8 @@ pub struct Raw {
     pub creates: Option<Creates>,
     /// `group/bench` → estimates.
     pub criterion: BTreeMap<String, Estimates>,
+    /// server → `perf report` lines (hottest symbols first) from `profile-<server>.txt`.
+    pub profiles: BTreeMap<String, Vec<String>>,
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ReportError> {
@@ -345,6 +348,7 @@ pub fn load(dir: &Path) -> Result<Raw, ReportError> {
         after_load: BTreeMap::new(),
         creates: None,
         criterion: BTreeMap::new(),
+        profiles: BTreeMap::new(),
     };
     let entries = std::fs::read_dir(dir).map_err(|source| ReportError::Io {
         path: dir.to_path_buf(),
@@ -357,6 +361,23 @@ pub fn load(dir: &Path) -> Result<Raw, ReportError> {
     names.sort();
     for name in names {
         let path = dir.join(&name);
+        if let Some(server) = name
+            .strip_prefix("profile-")
+            .and_then(|n| n.strip_suffix(".txt"))
+        {
+            let text = std::fs::read_to_string(&path).map_err(|source| ReportError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            let lines = text
+                .lines()
+                .map(str::trim_end)
+                .filter(|l| !l.trim().is_empty())
+                .map(str::to_string)
+                .collect();
+            raw.profiles.insert(server.to_string(), lines);
+            continue;
+        }
         match classify(&name) {
             FileKind::Wrk { server, depth } => {
                 raw.wrk.insert((server, depth), read_json(&path)?);

@@ -27,6 +27,9 @@ pub const GOAL_E2E_HIT_NS: f64 = 500.0;
 /// Goal: ricochet's RSS per million links at most this share of an nginx worker's ("far below").
 pub const GOAL_RSS_SHARE: f64 = 0.25;
 
+/// Lines of each server's profile the report shows (the hottest symbols).
+pub const PROFILE_LINES_SHOWN: usize = 20;
+
 /// Fractions of the held load the capacity section shows latency up to.
 const MAX_FRACTION_SHOWN: f64 = 1.0;
 
@@ -135,7 +138,39 @@ pub fn render(raw: &Raw, plots: &[(String, String)], plot_prefix: &str) -> Strin
     creates(&mut md, raw);
     capacity(&mut md, raw);
     benches(&mut md, raw);
+    profiles(&mut md, raw);
     md
+}
+
+fn profiles(md: &mut String, raw: &Raw) {
+    if raw.profiles.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "## Where the time goes (perf, server CPUs under wrk without pipelining)
+
+         Share of samples by shared object and symbol, kernel included; the hottest {PROFILE_LINES_SHOWN}          of each (full lists in `profile-<server>.txt`).
+"
+    );
+    for server in SERVERS {
+        if let Some(lines) = raw.profiles.get(server) {
+            let _ = writeln!(
+                md,
+                "{server}:
+
+```"
+            );
+            for l in lines.iter().take(PROFILE_LINES_SHOWN) {
+                let _ = writeln!(md, "{l}");
+            }
+            let _ = writeln!(
+                md,
+                "```
+"
+            );
+        }
+    }
 }
 
 fn goals(md: &mut String, raw: &Raw) {

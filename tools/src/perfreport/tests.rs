@@ -133,6 +133,11 @@ fn raw_dir() -> tempfile::TempDir {
         "criterion-mesh_forward--round_trip_2cpu.json",
         r#"{"mean":{"point_estimate":300.0},"median":{"point_estimate":250.0}}"#,
     );
+    let mut profile = String::from("    41.00%  [kernel.kallsyms]  [k] tcp_sendmsg\n\n");
+    for i in 0..30 {
+        profile.push_str(&format!("     1.00%  ricochet  [.] sym{i}\n"));
+    }
+    write(d, "profile-ricochet.txt", &profile);
     dir
 }
 
@@ -193,6 +198,7 @@ fn loads_every_file_kind() {
     );
     assert!(matches!(raw.creates, Some(raw::Creates::Skipped(_))));
     assert_eq!(raw.criterion.len(), 2);
+    assert_eq!(raw.profiles["ricochet"].len(), 31);
 }
 
 #[test]
@@ -261,6 +267,11 @@ fn report_has_ratios_goals_capacity_and_plots() {
         );
     }
     assert!(md.contains("```sh\ncargo build --release\nwrk -t1 -c64 -d5s\n```"));
+    // The profile: its hottest lines, blank lines dropped, cut at PROFILE_LINES_SHOWN.
+    assert!(md.contains("ricochet:\n\n```\n    41.00%  [kernel.kallsyms]  [k] tcp_sendmsg\n     1.00%  ricochet  [.] sym0\n"));
+    assert!(md.contains("[.] sym18\n```"), "{md}");
+    assert!(!md.contains("[.] sym19\n"));
+    assert!(!md.contains("nginx:\n\n```"));
 }
 
 #[test]
