@@ -107,11 +107,17 @@ bin="$repo/target/release"
 
 # ---------------------------------------------------------------- helpers
 port_free() {
-    # A port nothing listens on, picked at run time.
-    local p
+    # A port no socket uses (listening, connected or in TIME_WAIT), picked at run time. Another
+    # process may still take it before the server binds: start_server retries.
+    local p hex
     while :; do
         p=$((20000 + RANDOM % 40000))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
+        hex="$(printf '%04X' "$p")"
+        if ! grep -qi ":$hex " /proc/net/tcp /proc/net/tcp6 2>/dev/null &&
+            ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+            echo "$p"
+            return
+        fi
     done
 }
 
@@ -126,8 +132,14 @@ wait_ready() {
             echo $(($(now_ms) - start))
             return 0
         fi
-        kill -0 "$pid" 2>/dev/null || die "server (pid $pid) exited before it was ready"
-        (($(now_ms) < deadline)) || die "server not ready after 600 s"
+        if ! kill -0 "$pid" 2>/dev/null; then
+        log "server (pid $pid) exited before it was ready"
+        return 1
+    fi
+        if (($(now_ms) >= deadline)); then
+            log "server (pid $pid) not ready after 600 s"
+            return 1
+        fi
     done
 }
 
@@ -209,7 +221,9 @@ http {
     scgi_temp_path $prefix/tmp/scgi;
     # Large enough that $n keys load (nginx refuses to start with a hash that does not fit).
     map_hash_max_size $((n * 2 + 1024));
-    map_hash_bucket_size 128;
+    # 512-byte buckets let nginx find a hash size quickly; with 128 it searches every size up to
+    # the maximum, then warns and ignores the bucket size (slower startup, same lookups).
+    map_hash_bucket_size 512;
     map \$uri \$target {
         default "";
         include $prefix/links.map;
@@ -227,8 +241,21 @@ CONF
 }
 
 # Starts server $1 (ricochet|nginx) on links $2 (tsv) / data dir $3; sets server_pid, port and
-# ready_ms.
+# ready_ms. Retries on another port if the server dies before it is ready (e.g. the port was
+# taken between picking and binding).
 start_server() {
+    local attempt
+    for attempt in 1 2 3 4 5; do
+        if start_server_once "$@"; then return 0; fi
+        kill -TERM "$server_pid" 2>/dev/null || true
+        wait "$server_pid" 2>/dev/null || true
+        server_pid=""
+        log "start of $1 failed (attempt $attempt), see $work/$1.err"
+    done
+    die "$1 did not start"
+}
+
+start_server_once() {
     local server="$1" tsv="$2" data="$3" t0
     port="$(port_free)"
     t0="$(now_ms)"
@@ -247,7 +274,7 @@ start_server() {
     fi
     server_pid=$!
     if [[ "$server" == nginx ]]; then cp "$prefix/nginx.conf" "$out/nginx-$(basename "$tsv" .tsv).conf"; fi
-    ready_ms="$(wait_ready "$t0" "$port" "$server_pid")"
+    ready_ms="$(wait_ready "$t0" "$port" "$server_pid")" || return 1
     log "$server ready on :$port after $ready_ms ms"
 }
 
