@@ -381,20 +381,25 @@ run_profile() {
         log "perf not found: profile of $server skipped"
         return
     fi
-    log "profiling $server's CPUs under wrk (${duration_s}s)"
-    # The whole server CPU set, kernel included: on loopback, the network stack is much of the cost.
-    perf record -q -F 999 -g -C "$server_cpus" -o "$work/$server.perf.data" -- sleep "$((duration_s + 1))" \
+    # The serving processes (ricochet, or nginx's workers), user and kernel side: on loopback
+    # the network stack is much of the cost. Per process, so other work on the CPUs stays out.
+    local pids="$server_pid"
+    if [[ "$server" == nginx ]]; then pids="$(nginx_workers "$server_pid" | xargs | tr ' ' ',')"; fi
+    log "profiling $server (pids $pids) under wrk (${duration_s}s)"
+    perf record -q -F 999 -g -p "$pids" -o "$work/$server.perf.data" -- sleep "$((duration_s + 1))" \
         >"$work/perf-record-$server.log" 2>&1 &
     perf_pid=$!
-    printf '%s\n' "perf record -F 999 -g -C $server_cpus -- sleep $((duration_s + 1))  # during the wrk run below" >>"$commands"
+    printf '%s\n' "perf record -F 999 -g -p <$server pids> -- sleep $((duration_s + 1))  # during the wrk run below" >>"$commands"
     printf '%s\n' "WRK_DEPTH=1 WRK_KEYS=$keys taskset -c $load_cpu wrk -t1 -c$conns -d${duration_s}s -s random.lua http://127.0.0.1:$port/" >>"$commands"
     WRK_DEPTH=1 WRK_KEYS="$keys" WRK_JSON="$work/wrk-profiled-$server.json" \
         taskset -c "$load_cpu" wrk -t1 -c"$conns" -d"${duration_s}s" -s "$work/random.lua" \
         "http://127.0.0.1:$port/" >/dev/null 2>&1 || true
     wait "$perf_pid" || true
     printf '%s\n' "perf report --no-children --sort dso,symbol -g none --percent-limit 0.5 --stdio" >>"$commands"
+    # Padding and the empty IPC columns (" -  -") off each line.
     perf report -i "$work/$server.perf.data" --no-children --sort dso,symbol -g none \
-        --percent-limit 0.5 --stdio 2>/dev/null | grep -v '^#' | grep -v '^$' >"$out/profile-$server.txt" ||
+        --percent-limit 0.5 --stdio 2>/dev/null | grep -v '^#' | grep -v '^$' |
+        sed -E 's/([[:space:]]+-)*[[:space:]]*$//; s/[[:space:]]{3,}/  /g' >"$out/profile-$server.txt" ||
         log "perf report for $server failed"
 }
 

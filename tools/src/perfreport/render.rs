@@ -148,9 +148,9 @@ fn profiles(md: &mut String, raw: &Raw) {
     }
     let _ = writeln!(
         md,
-        "## Where the time goes (perf, server CPUs under wrk without pipelining)
-
-         Share of samples by shared object and symbol, kernel included; the hottest {PROFILE_LINES_SHOWN}          of each (full lists in `profile-<server>.txt`).
+        "## Where the time goes (perf, server processes under wrk without pipelining)\n\n\
+         Share of the server processes' samples (user and kernel) by shared object and symbol; \
+         the hottest {PROFILE_LINES_SHOWN} of each (full lists in `profile-<server>.txt`).
 "
     );
     for server in SERVERS {
