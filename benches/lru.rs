@@ -1,57 +1,44 @@
-//! Per-core LRU: hits on a full default-size cache and inserts that evict.
+//! The per-core LRU of answers from other cores: hit, miss, and insert with eviction, at the
+//! default capacity.
 
-use std::hint::black_box;
+mod common;
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use common::{KeyCycle, HIT_KEY_BYTES, MISS_KEY_BYTES};
+use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
 use ricochet::cache::{Lru, DEFAULT_LRU_CAPACITY};
 
-/// Keys shaped like generated link keys (8 bytes of [A-Za-z0-9]).
-fn key(i: u64) -> [u8; 8] {
-    const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-    let mut k = [0u8; 8];
-    let mut n = i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    for b in &mut k {
-        *b = ALPHABET[(n % 62) as usize];
-        n /= 62;
+fn lru(c: &mut Criterion) {
+    let mut rng = StdRng::seed_from_u64(5);
+    let keys: Vec<String> = (0..DEFAULT_LRU_CAPACITY)
+        .map(|_| common::random_key(&mut rng, HIT_KEY_BYTES))
+        .collect();
+    let hits = common::packed(&keys);
+    let misses = common::packed_misses(DEFAULT_LRU_CAPACITY, 6);
+    let mut cache: Lru<u32> = Lru::with_capacity(DEFAULT_LRU_CAPACITY);
+    for (i, k) in keys.iter().enumerate() {
+        cache.insert(k.as_bytes(), i as u32);
     }
-    k
-}
 
-fn full_cache() -> Lru<u64> {
-    let mut lru = Lru::with_capacity(DEFAULT_LRU_CAPACITY);
-    for i in 0..DEFAULT_LRU_CAPACITY as u64 {
-        lru.insert(&key(i), i);
-    }
-    assert_eq!(lru.len(), DEFAULT_LRU_CAPACITY);
-    lru
-}
-
-fn bench(c: &mut Criterion) {
-    let n = DEFAULT_LRU_CAPACITY as u64;
-    let keys: Vec<[u8; 8]> = (0..n).map(key).collect();
     let mut g = c.benchmark_group("lru");
     g.throughput(Throughput::Elements(1));
-
-    let mut lru = full_cache();
-    let mut i = 0usize;
-    g.bench_function("get_hit_full_64k", |b| {
-        b.iter(|| {
-            // Stride through keys so successive gets touch different entries, as real traffic does.
-            i = (i + 40_503) % keys.len();
-            *lru.get(black_box(&keys[i])).unwrap()
-        })
+    // A full cache, every key present, visited in random order (moves each to the front).
+    g.bench_function("get_hit_full", |b| {
+        let mut cycle = KeyCycle::new(&hits, HIT_KEY_BYTES);
+        b.iter(|| black_box(cache.get(black_box(cycle.next_key())).copied()))
     });
-
-    let mut lru = full_cache();
-    let mut next = n;
-    g.bench_function("insert_evict_full_64k", |b| {
-        b.iter(|| {
-            next += 1;
-            lru.insert(black_box(&key(next)), next);
-        })
+    g.bench_function("get_miss_full", |b| {
+        let mut cycle = KeyCycle::new(&misses, MISS_KEY_BYTES);
+        b.iter(|| black_box(cache.get(black_box(cycle.next_key())).copied()))
+    });
+    // Each insert of a new key evicts the least recently used one.
+    g.bench_function("insert_evict", |b| {
+        let mut cycle = KeyCycle::new(&misses, MISS_KEY_BYTES);
+        b.iter(|| cache.insert(black_box(cycle.next_key()), 7))
     });
     g.finish();
 }
 
-criterion_group!(benches, bench);
+criterion_group!(benches, lru);
 criterion_main!(benches);

@@ -1,0 +1,133 @@
+//! Cross-core forward round trip: core A sends `MeshMsg::Lookup` to core B through the mesh
+//! queues, B answers with `MeshMsg::Answer`, A receives it. Two threads pinned to different
+//! CPUs, both polling (as serving cores do under load). This is the extra latency a request for
+//! a key another core owns pays over a local hit, before the asking core's LRU has the answer.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use ricochet::cache::InlineKey;
+use ricochet::mesh::{Answer, Doorbells, Mesh, MeshMsg, MeshQueues, ReplyTo, Target};
+use shards::link::RedirectStatus;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The target every answer carries (the responder does no table lookup: this is the mesh alone).
+const TARGET: &str = "https://example.com/some/long/path/42?utm_source=bench";
+
+/// The CPUs this process may run on, in order.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is this thread.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    assert_eq!(
+        rc,
+        0,
+        "sched_getaffinity: {}",
+        std::io::Error::last_os_error()
+    );
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `cpu` is below CPU_SETSIZE and `set` is initialised.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect()
+}
+
+/// Pins the calling thread to `cpu`.
+fn pin(cpu: usize) {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is below CPU_SETSIZE (it came from `allowed_cpus`).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is this thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    assert_eq!(
+        rc,
+        0,
+        "sched_setaffinity({cpu}): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// Core B: answers every lookup until `stop`.
+fn responder(mut mesh: Mesh, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::Relaxed) {
+        while let Some(msg) = mesh.pop() {
+            if let MeshMsg::Lookup { reply, key } = msg {
+                let answer = Some(Answer {
+                    target: Target::Static(TARGET),
+                    status: RedirectStatus::Found,
+                    expires_at_s: 0,
+                });
+                mesh.send(reply.core as usize, MeshMsg::Answer { reply, key, answer });
+            }
+        }
+        std::hint::spin_loop();
+    }
+}
+
+fn forward(c: &mut Criterion) {
+    let cpus = allowed_cpus();
+    if cpus.len() < 2 {
+        eprintln!("forward: needs 2 CPUs, this process may use {cpus:?}; skipped");
+        return;
+    }
+    let queues = Arc::new(MeshQueues::new(2));
+    let bells = Arc::new(Doorbells::new(2).expect("eventfd"));
+    let mut a = Mesh::new(0, queues.clone(), bells.clone());
+    let b = Mesh::new(1, queues, bells);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (b_cpu, a_cpu) = (cpus[1], cpus[0]);
+    let responder_thread = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            pin(b_cpu);
+            responder(b, stop)
+        })
+    };
+    // Criterion measures on this thread: it is core A.
+    pin(a_cpu);
+    let key = InlineKey::new(b"aB3xZ9kq").expect("short key");
+
+    let mut g = c.benchmark_group("mesh_forward");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("round_trip_2cpu", |bench| {
+        bench.iter_custom(|iters| {
+            let start = Instant::now();
+            for seq in 0..iters {
+                let reply = ReplyTo {
+                    core: 0,
+                    slot: 1,
+                    gen: 1,
+                    seq: seq as u32,
+                };
+                a.send(1, MeshMsg::Lookup { reply, key });
+                loop {
+                    match a.pop() {
+                        Some(MeshMsg::Answer {
+                            reply: r, answer, ..
+                        }) => {
+                            assert_eq!(r, reply);
+                            assert!(answer.is_some());
+                            break;
+                        }
+                        Some(MeshMsg::Lookup { .. }) => unreachable!("only core 0 asks"),
+                        None => std::hint::spin_loop(),
+                    }
+                }
+            }
+            start.elapsed()
+        })
+    });
+    g.finish();
+    stop.store(true, Ordering::Relaxed);
+    responder_thread.join().expect("responder");
+}
+
+criterion_group! {
+    name = benches;
+    // Each sample is a short burst of round trips; fewer, longer samples smooth scheduler noise.
+    config = Criterion::default().measurement_time(Duration::from_secs(5));
+    targets = forward
+}
+criterion_main!(benches);
