@@ -111,8 +111,8 @@ fn forward(c: &mut Criterion) {
                             assert!(answer.is_some());
                             break;
                         }
-                        Some(MeshMsg::Lookup { .. }) => unreachable!("only core 0 asks"),
                         None => std::hint::spin_loop(),
+                        Some(other) => unreachable!("core 0 only gets answers: {other:?}"),
                     }
                 }
             }
