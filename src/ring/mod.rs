@@ -93,11 +93,17 @@ pub struct Ring {
 
 impl Ring {
     /// Builds a ring for the calling thread (single issuer: only this thread submits).
+    ///
+    /// `DEFER_TASKRUN`: completions are posted only when this thread enters the kernel to
+    /// reap them (once per loop turn), instead of interrupting it with task work. Measured on
+    /// the 2-core machine, 1M links, wrk -c64 with pre-generated random keys: 177k -> 190k
+    /// req/s non-pipelined, 930k -> 1.06M pipelined.
     pub fn new() -> io::Result<Ring> {
         let uring = IoUring::builder()
             .setup_cqsize(RING_CQ_ENTRIES)
             .setup_single_issuer()
-            .setup_coop_taskrun()
+            .setup_defer_taskrun()
+            .setup_taskrun_flag()
             .build(RING_ENTRIES)?;
         let bufs = bufring::BufRing::new(&uring)?;
         Ok(Ring { uring, bufs })
