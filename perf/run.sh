@@ -260,9 +260,10 @@ start_server_once() {
     port="$(port_free)"
     t0="$(now_ms)"
     if [[ "$server" == ricochet ]]; then
-        printf '%s\n' "RICOCHET_API_KEY=<key> taskset -c $server_cpus $bin/ricochet serve --data-dir $data --listen 127.0.0.1:$port --cores $cores" >>"$commands"
+        printf '%s\n' "RICOCHET_API_KEY=<key> taskset -c $server_cpus $bin/ricochet serve --data-dir $data --listen 127.0.0.1:$port --cores $cores --create-rate 100000000 --create-burst 100000000" >>"$commands"
         RICOCHET_API_KEY="$api_key" taskset -c "$server_cpus" "$bin/ricochet" serve \
             --data-dir "$data" --listen "127.0.0.1:$port" --cores "$cores" \
+            --create-rate 100000000 --create-burst 100000000 \
             >"$work/ricochet.out" 2>"$work/ricochet.err" &
     else
         local prefix="$work/nginx-$(basename "$tsv" .tsv)"
