@@ -722,8 +722,57 @@ impl State {
         self.mark_dirty(slot);
     }
 
+    /// For a pipelined batch: finds the keys of the local GET/HEAD requests at the start of
+    /// `data` (a cheap scan, not a parse: a wrong guess only wastes a hint) and prefetches their
+    /// table slots, then the records the slots name, so the batch's cache misses overlap
+    /// instead of being paid one lookup at a time. A single request skips all of this.
+    fn prefetch_batch(&self, data: &[u8]) {
+        let Some(first_end) = memchr::memmem::find(data, b"\r\n\r\n") else {
+            return;
+        };
+        if first_end + 4 >= data.len() {
+            return; // One request: nothing to overlap.
+        }
+        let mut found = [(0u32, 0usize); MAX_PIPELINED_REQUESTS];
+        let mut n = 0;
+        let mut pos = 0;
+        while n < found.len() && pos < data.len() {
+            let rest = &data[pos..];
+            let Some(end) = memchr::memmem::find(rest, b"\r\n\r\n") else {
+                break;
+            };
+            let line = &rest[..end];
+            let start = if line.starts_with(b"GET /") {
+                5
+            } else if line.starts_with(b"HEAD /") {
+                6
+            } else {
+                0
+            };
+            if start > 0 {
+                let path = &line[start..];
+                let key_len = memchr::memchr3(b' ', b'?', b'\r', path).unwrap_or(path.len());
+                let key = &path[..key_len];
+                if (1..=shards::link::MAX_KEY_BYTES).contains(&key.len()) {
+                    let owner = self.router.owner(key);
+                    if owner.core == self.me {
+                        if let Some(s) = self.store.prefetch_slot(owner.shard, key) {
+                            found[n] = (owner.shard, s);
+                            n += 1;
+                        }
+                    }
+                }
+            }
+            pos += end + 4;
+        }
+        for &(shard, s) in &found[..n] {
+            self.store.prefetch_record(shard, s);
+        }
+    }
+
     /// Answers the complete requests at the start of `data`; returns the bytes consumed.
     fn process(&mut self, slot: u32, data: &[u8]) -> usize {
+        self.prefetch_batch(data);
         let mut pos = 0;
         let mut answered = 0;
         let draining = self.draining_since_ms.is_some();

@@ -24,6 +24,25 @@ impl Store {
         self.tables[shard as usize] = Some(table);
     }
 
+    /// Starts loading `key`'s index slot (see `Table::prefetch_slot`); returns the slot.
+    #[inline]
+    pub fn prefetch_slot(&self, shard: u32, key: &[u8]) -> Option<usize> {
+        Some(
+            self.tables
+                .get(shard as usize)?
+                .as_ref()?
+                .prefetch_slot(key),
+        )
+    }
+
+    /// Starts loading the record slot `slot` of `shard` names.
+    #[inline]
+    pub fn prefetch_record(&self, shard: u32, slot: usize) {
+        if let Some(Some(t)) = self.tables.get(shard as usize) {
+            t.prefetch_record(slot);
+        }
+    }
+
     /// The table's record for `key` in `shard` (live or expired).
     #[inline]
     pub fn get_ref(&self, shard: u32, key: &[u8]) -> Option<shards::table::LinkRef<'static>> {

@@ -186,6 +186,30 @@ impl Table {
         None
     }
 
+    /// First step of a batched lookup: starts loading `key`'s home slot into the cache and
+    /// returns its index for [`Table::prefetch_record`]. Hints only; never changes a result.
+    /// A pipelined batch issues this for every key, then the record step, then the `get`s, so
+    /// the batch's memory misses overlap instead of queueing one after another.
+    #[inline]
+    pub fn prefetch_slot(&self, key: &[u8]) -> usize {
+        let i = home_slot(index_hash(key), self.n_slots);
+        if let Some(p) = self.slots().get(i * SLOT_BYTES) {
+            prefetch(p);
+        }
+        i
+    }
+
+    /// Second step: once the slot is (probably) cached, starts loading the record it names.
+    #[inline]
+    pub fn prefetch_record(&self, slot: usize) {
+        let Some(word) = slot_word_at(self.slots(), slot) else {
+            return;
+        };
+        if let Some(p) = slot_record_offset(word).and_then(|off| self.records().get(off)) {
+            prefetch(p);
+        }
+    }
+
     /// All entries, in ascending byte order of key (for compaction and merges). Each record is
     /// checked as it is read (valid key, well-formed target, valid status); iteration ends at
     /// the first record that fails, which only a forged file can hold.
@@ -234,6 +258,21 @@ impl Table {
 
 /// Bytes per index slot word.
 const SLOT_BYTES: usize = 8;
+
+/// A cache-prefetch hint for the line holding `p`.
+#[inline(always)]
+fn prefetch(p: &u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `_mm_prefetch` only hints the cache; it never faults or reads into a register,
+    // and `p` is a valid reference anyway.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            (p as *const u8).cast(),
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
 
 /// Index word `i`; `None` only if `i` is out of range (never for an index built at open).
 #[inline]
