@@ -235,6 +235,11 @@ impl State {
             },
         };
         let owner = self.router.owner(key.as_bytes()).core;
+        // A create on behalf of an idempotency flight carries its scope to the key's owner.
+        let idem = (reply.slot == IDEM_SLOT && reply.core as usize == self.me)
+            .then(|| self.api.flights.get(&reply.seq))
+            .flatten()
+            .map(|f| Box::new((scope_string(&f.scope), f.hash.0)));
         let wreq = WriteReq::Create {
             key,
             target: Arc::from(req.long_url.as_str()),
@@ -242,6 +247,7 @@ impl State {
             expires_at_s: req.expires_at_s.unwrap_or(0),
             created_at_s,
             id,
+            idem,
         };
         self.deliver(owner, MeshMsg::Write { reply, req: wreq });
     }
@@ -549,6 +555,7 @@ impl State {
             return done(self, outcome);
         }
         let current = self.link_info(shard, &key);
+        let mut idem: Option<Box<(String, [u8; 32])>> = None;
         let (info, id, invalidate, outcome_of): Planned = match req {
             WriteReq::Create {
                 target,
@@ -556,8 +563,10 @@ impl State {
                 expires_at_s,
                 created_at_s,
                 id,
+                idem: create_idem,
                 ..
             } => {
+                idem = create_idem;
                 if current.is_some() {
                     return done(self, WriteOutcome::Exists);
                 }
@@ -626,14 +635,27 @@ impl State {
             }
             WriteReq::Get { .. } => unreachable!("handled above"),
         };
-        let op = LogOpRef::Put {
-            key: key_str(&key),
-            target: &info.target,
-            status: info.status,
-            expires_at_s: info.expires_at_s,
-            created_at_s: info.created_at_s,
-            flags: 0,
-            id,
+        let op = match &idem {
+            None => LogOpRef::Put {
+                key: key_str(&key),
+                target: &info.target,
+                status: info.status,
+                expires_at_s: info.expires_at_s,
+                created_at_s: info.created_at_s,
+                flags: 0,
+                id,
+            },
+            Some(i) => LogOpRef::PutIdem {
+                key: key_str(&key),
+                target: &info.target,
+                status: info.status,
+                expires_at_s: info.expires_at_s,
+                created_at_s: info.created_at_s,
+                flags: 0,
+                id,
+                scope: &i.0,
+                request_hash: &i.1,
+            },
         };
         let seq = match self.writes.log.append_ref(shard, op) {
             Ok(seq) => seq,
@@ -677,7 +699,6 @@ impl State {
                         self.deliver(reply.core as usize, MeshMsg::WriteDone { reply, outcome });
                     }
                 }
-                Then::IdemDone { flight, info } => self.finish_flight(flight, Ok(info)),
             }
         }
     }
@@ -697,9 +718,6 @@ impl State {
                         outcome: WriteOutcome::StorageFailed,
                     },
                 ),
-                Then::IdemDone { flight, .. } => {
-                    self.finish_flight(flight, Err(WriteOutcome::StorageFailed))
-                }
             }
         }
     }
@@ -849,24 +867,8 @@ impl State {
             return;
         };
         match outcome {
-            WriteOutcome::Created(info) => {
-                let scope = scope_string(&f.scope);
-                let shard = self.router.owner(scope.as_bytes()).shard;
-                let op = LogOpRef::IdemPut {
-                    scope: &scope,
-                    request_hash: &f.hash.0,
-                    response_key: key_str(&info.key),
-                    created_at_s: info.created_at_s,
-                };
-                match self.writes.log.append_ref(shard, op) {
-                    Ok(seq) => self.writes.waiting.push_back(Durable {
-                        seq,
-                        apply: None,
-                        then: Then::IdemDone { flight, info },
-                    }),
-                    Err(_) => self.finish_flight(flight, Err(WriteOutcome::StorageFailed)),
-                }
-            }
+            // The link and its idempotency record were made durable together (`PutIdem`).
+            WriteOutcome::Created(info) => self.finish_flight(flight, Ok(info)),
             WriteOutcome::Exists if f.req.custom_alias.is_none() => {
                 let (req, created) = (f.req.clone(), f.created_at_s);
                 let fr = ReplyTo {

@@ -95,7 +95,7 @@ pub fn recover_logs(
             );
         }
         for rec in &r.records {
-            if let LogOp::Put { id, .. } = rec.op {
+            if let LogOp::Put { id, .. } | LogOp::PutIdem { id, .. } = rec.op {
                 max_id = max_id.max(id);
             }
         }
@@ -170,6 +170,17 @@ pub fn recover_logs(
             folding: folding.is_some(),
         });
     }
+    // Idempotency records belong to their scope's owner, wherever they were logged.
+    let mut all_idem = Vec::new();
+    for log in &mut out {
+        all_idem.append(&mut log.idem);
+    }
+    for (scope, rec) in all_idem {
+        let owner = router
+            .owner(crate::api_flow::scope_string(&scope).as_bytes())
+            .core;
+        out[owner].idem.push((scope, rec));
+    }
     Ok((out, max_id))
 }
 
@@ -189,10 +200,27 @@ fn apply(
             created_at_s,
             id,
             ..
+        }
+        | LogOp::PutIdem {
+            key,
+            target,
+            status,
+            expires_at_s,
+            created_at_s,
+            id,
+            ..
         } => {
             let Some(k) = InlineKey::new(key.as_bytes()) else {
                 return;
             };
+            if let LogOp::PutIdem {
+                scope,
+                request_hash,
+                ..
+            } = &r.op
+            {
+                push_idem(idem, scope, request_hash, key, *created_at_s);
+            }
             debug_assert_eq!(router.owner(key.as_bytes()).core, core);
             let info = LinkInfo {
                 key: k,
@@ -213,18 +241,28 @@ fn apply(
             request_hash,
             response_key,
             created_at_s,
-        } => {
-            if let Some(s) = crate::api_flow::parse_scope(scope) {
-                idem.push((
-                    s,
-                    IdemRecord {
-                        request_hash: RequestHash(*request_hash),
-                        key: response_key.clone(),
-                        created_at_s: *created_at_s,
-                    },
-                ));
-            }
-        }
+        } => push_idem(idem, scope, request_hash, response_key, *created_at_s),
+    }
+}
+
+/// Collects an idempotency record; `recover_logs` hands it to the scope's owner core, which
+/// may differ from the core whose log held it (a `PutIdem` lives in the key owner's log).
+fn push_idem(
+    idem: &mut Vec<(IdemScope, IdemRecord)>,
+    scope: &str,
+    request_hash: &[u8; 32],
+    key: &str,
+    created_at_s: u64,
+) {
+    if let Some(s) = crate::api_flow::parse_scope(scope) {
+        idem.push((
+            s,
+            IdemRecord {
+                request_hash: RequestHash(*request_hash),
+                key: key.to_string(),
+                created_at_s,
+            },
+        ));
     }
 }
 

@@ -31,8 +31,6 @@ pub enum Then {
         outcome: WriteOutcome,
         invalidate: Option<InlineKey>,
     },
-    /// An idempotency record is durable: finish the flight and answer its waiters.
-    IdemDone { flight: u32, info: LinkInfo },
 }
 
 /// An operation waiting for its log record to be durable.

@@ -704,3 +704,32 @@ fn default_short_url_uses_the_bound_address() {
         json!(format!("http://{}/{key}", s.addr))
     );
 }
+
+/// The link and its idempotency record are one log record (`PutIdem`), made durable before the
+/// 201: a kill -9 right after the answer loses neither, so a retry gets the same link.
+#[test]
+fn idempotency_record_survives_kill9_right_after_201() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let s = start(&dir, &[]);
+    let mut c = Client::new(&s);
+    let mut created = Vec::new();
+    for i in 0..20 {
+        let body = json!({"long_url": format!("https://example.com/kill9/{i}")});
+        let r = c.try_create_idem(&body, &format!("k9-{i}")).unwrap();
+        assert_eq!(r.status, 201, "{}", r.text());
+        created.push((body, format!("k9-{i}"), r.key()));
+    }
+    drop(c);
+    s.kill9();
+    let s = start(&dir, &[]);
+    let mut c = Client::new(&s);
+    for (body, idem, key) in &created {
+        let r = c.try_create_idem(body, idem).unwrap();
+        assert_eq!(
+            (r.status, r.key()),
+            (201, key.clone()),
+            "retry of {idem} after kill -9"
+        );
+    }
+}

@@ -25,7 +25,10 @@ pub struct FoldStats {
 pub fn fold_records(dir: &DataDir, records: &[LogRecord], now_s: u64) -> Result<FoldStats, Error> {
     let mut by_shard: HashMap<u32, Vec<&LogRecord>> = HashMap::new();
     for r in records {
-        if matches!(r.op, LogOp::Put { .. } | LogOp::Delete { .. }) {
+        if matches!(
+            r.op,
+            LogOp::Put { .. } | LogOp::PutIdem { .. } | LogOp::Delete { .. }
+        ) {
             by_shard.entry(r.shard).or_default().push(r);
         }
     }
@@ -42,6 +45,15 @@ pub fn fold_records(dir: &DataDir, records: &[LogRecord], now_s: u64) -> Result<
         for r in &by_shard[&shard] {
             match &r.op {
                 LogOp::Put {
+                    key,
+                    target,
+                    status,
+                    expires_at_s,
+                    created_at_s,
+                    flags,
+                    ..
+                }
+                | LogOp::PutIdem {
                     key,
                     target,
                     status,

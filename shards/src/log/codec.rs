@@ -19,6 +19,7 @@ pub const PAYLOAD_PREFIX_BYTES: usize = 21;
 const TAG_PUT: u8 = 1;
 const TAG_DELETE: u8 = 2;
 const TAG_IDEM_PUT: u8 = 3;
+const TAG_PUT_IDEM: u8 = 4;
 
 /// Encodes the file header for `writer`.
 pub fn encode_header(writer: u32) -> [u8; HEADER_BYTES] {
@@ -66,6 +67,9 @@ pub fn payload_len(op: &LogOpRef<'_>) -> usize {
                 2 + 4 + 8 + 8 + 8 + 2 + 4 + key.len() + target.len()
             }
             LogOpRef::Delete { key } => 2 + key.len(),
+            LogOpRef::PutIdem {
+                key, target, scope, ..
+            } => 2 + 4 + 8 + 8 + 8 + 2 + 4 + key.len() + target.len() + 32 + 2 + scope.len(),
             LogOpRef::IdemPut {
                 scope,
                 response_key,
@@ -106,6 +110,31 @@ pub fn encode_frame(out: &mut Vec<u8>, seq: u64, batch_start: u64, shard: u32, o
             out.extend_from_slice(&(target.len() as u32).to_le_bytes());
             out.extend_from_slice(key.as_bytes());
             out.extend_from_slice(target.as_bytes());
+        }
+        LogOpRef::PutIdem {
+            key,
+            target,
+            status,
+            expires_at_s,
+            created_at_s,
+            flags,
+            id,
+            scope,
+            request_hash,
+        } => {
+            out.push(TAG_PUT_IDEM);
+            out.extend_from_slice(&status.code().to_le_bytes());
+            out.extend_from_slice(&flags.to_le_bytes());
+            out.extend_from_slice(&expires_at_s.to_le_bytes());
+            out.extend_from_slice(&created_at_s.to_le_bytes());
+            out.extend_from_slice(&id.to_le_bytes());
+            out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            out.extend_from_slice(&(target.len() as u32).to_le_bytes());
+            out.extend_from_slice(key.as_bytes());
+            out.extend_from_slice(target.as_bytes());
+            out.extend_from_slice(&request_hash[..]);
+            out.extend_from_slice(&(scope.len() as u16).to_le_bytes());
+            out.extend_from_slice(scope.as_bytes());
         }
         LogOpRef::Delete { key } => {
             out.push(TAG_DELETE);
@@ -194,6 +223,36 @@ pub fn decode_payload(p: &[u8]) -> Result<Decoded, String> {
                 created_at_s,
                 flags,
                 id,
+            }
+        }
+        TAG_PUT_IDEM => {
+            let code = r.u16()?;
+            let status =
+                RedirectStatus::from_code(code).ok_or_else(|| format!("bad status {code}"))?;
+            let flags = r.u32()?;
+            let expires_at_s = r.u64()?;
+            let created_at_s = r.u64()?;
+            let id = r.u64()?;
+            let key_len = r.u16()? as usize;
+            let target_len = r.u32()? as usize;
+            let key = r.string(key_len, "key")?;
+            let target = r.string(target_len, "target")?;
+            let request_hash: [u8; 32] = r
+                .bytes(32)?
+                .try_into()
+                .map_err(|_| "short hash".to_string())?;
+            let scope_len = r.u16()? as usize;
+            let scope = r.string(scope_len, "scope")?;
+            LogOp::PutIdem {
+                key,
+                target,
+                status,
+                expires_at_s,
+                created_at_s,
+                flags,
+                id,
+                scope,
+                request_hash,
             }
         }
         TAG_DELETE => {

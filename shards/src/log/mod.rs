@@ -60,6 +60,20 @@ pub enum LogOp {
     },
     /// Remove a link.
     Delete { key: String },
+    /// A link created under an Idempotency-Key: the link and its idempotency record in one
+    /// CRC-framed record, so a crash can never keep one without the other.
+    PutIdem {
+        key: String,
+        target: String,
+        status: RedirectStatus,
+        expires_at_s: u64,
+        created_at_s: u64,
+        flags: u32,
+        id: u64,
+        /// API-key id + idempotency key.
+        scope: String,
+        request_hash: [u8; 32],
+    },
     /// Remember an idempotent creation so a retried request gets the same answer.
     IdemPut {
         /// API-key id + idempotency key.
@@ -87,6 +101,18 @@ pub enum LogOpRef<'a> {
     },
     /// See [`LogOp::Delete`].
     Delete { key: &'a str },
+    /// See [`LogOp::PutIdem`].
+    PutIdem {
+        key: &'a str,
+        target: &'a str,
+        status: RedirectStatus,
+        expires_at_s: u64,
+        created_at_s: u64,
+        flags: u32,
+        id: u64,
+        scope: &'a str,
+        request_hash: &'a [u8; 32],
+    },
     /// See [`LogOp::IdemPut`].
     IdemPut {
         scope: &'a str,
@@ -118,6 +144,27 @@ impl LogOp {
                 id: *id,
             },
             LogOp::Delete { key } => LogOpRef::Delete { key },
+            LogOp::PutIdem {
+                key,
+                target,
+                status,
+                expires_at_s,
+                created_at_s,
+                flags,
+                id,
+                scope,
+                request_hash,
+            } => LogOpRef::PutIdem {
+                key,
+                target,
+                status: *status,
+                expires_at_s: *expires_at_s,
+                created_at_s: *created_at_s,
+                flags: *flags,
+                id: *id,
+                scope,
+                request_hash,
+            },
             LogOp::IdemPut {
                 scope,
                 request_hash,

@@ -23,10 +23,21 @@ fn put(i: u64) -> LogOp {
 }
 
 fn op(i: u64) -> LogOp {
-    match i % 3 {
+    match i % 4 {
         0 => put(i),
         1 => LogOp::Delete {
             key: format!("k{i}"),
+        },
+        2 => LogOp::PutIdem {
+            key: format!("k{i}"),
+            target: format!("https://example.com/idem/{i}"),
+            status: RedirectStatus::PermanentRedirect,
+            expires_at_s: 0,
+            created_at_s: 1_700_000_000 + i,
+            flags: 0,
+            id: i,
+            scope: format!("api{i}:idem-{i}"),
+            request_hash: [(i * 7) as u8; 32],
         },
         _ => LogOp::IdemPut {
             scope: format!("api{i}:idem"),
