@@ -323,7 +323,21 @@ fn authority_failure_uses_buffered_ranges_then_fails_fast() {
     let blocker = dir
         .join(shards::alloc::ALLOC_DIR_NAME)
         .join("authority.tmp");
-    std::fs::create_dir(&blocker).unwrap();
+    // The allocator may be writing that temp file right now (a prefetch the first create
+    // started): wait for the rename to take it away, then block the path.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match std::fs::create_dir(&blocker) {
+            Ok(()) => break,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AlreadyExists
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(2))
+            }
+            Err(e) => panic!("cannot block {}: {e}", blocker.display()),
+        }
+    }
     let mut ok = vec![first];
     let mut failed = 0;
     for i in 1..200 {
