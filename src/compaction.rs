@@ -13,7 +13,8 @@
 //!    (unless changed since), delete `.folding`. The core's pause is this swap: proportional to
 //!    the snapshot, and other cores never pause.
 //!
-//! Old tables stay mapped until exit: other cores' LRUs may still point into them.
+//! The replaced tables are unmapped once every other core has cleared its LRU (the only place
+//! an answer pointing into them can outlive its message): `core::State::retire_tables`.
 
 use crate::cache::InlineKey;
 use crate::router::Router;

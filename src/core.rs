@@ -21,6 +21,7 @@ use crate::router::Router;
 use crate::store::Store;
 use crate::writes::Writes;
 use io_uring::{cqueue, opcode, types};
+use shards::table::Table;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::RawFd;
@@ -196,6 +197,8 @@ pub(crate) struct State {
     draining_since_ms: Option<u64>,
     /// This core counted itself in `Shared::drained_cores`.
     drained: bool,
+    /// Tables replaced by a compaction, waiting for every other core's `PurgeAck`.
+    retiring: HashMap<u64, (usize, Vec<&'static Table>)>,
     /// Idempotency records re-logged at the last rotation must be durable before the folded
     /// log (their previous home) is deleted.
     relog_seq: u64,
@@ -242,6 +245,7 @@ impl Core {
             accepting: true,
             draining_since_ms: None,
             drained: false,
+            retiring: HashMap::new(),
             relog_seq: 0,
             shared: setup.shared,
             timeouts: setup.timeouts,
@@ -591,6 +595,17 @@ impl Core {
                 st.begin_close(slot, false);
             }
         }
+    }
+}
+
+/// Unmaps tables no answer can point into any more (see `State::retire_tables`).
+fn free_tables(old: Vec<&'static Table>) {
+    for t in old {
+        // SAFETY: every table the store holds was created by `Box::leak(Box::new(..))`
+        // (`server::open_tables`, `State::poll_compaction`) and is freed only here, once: it
+        // was removed from the store, and every core acknowledged clearing its LRU after all
+        // answers sent before the swap (FIFO queues), so no reference into it remains.
+        drop(unsafe { Box::from_raw(t as *const Table as *mut Table) });
     }
 }
 
@@ -1015,6 +1030,11 @@ impl State {
                 self.deliver(from as usize, MeshMsg::InvalidateAck { token });
             }
             MeshMsg::InvalidateAck { token } => self.on_invalidate_ack(token),
+            MeshMsg::PurgeLru { from, token } => {
+                self.lru.clear();
+                self.deliver(from as usize, MeshMsg::PurgeAck { token });
+            }
+            MeshMsg::PurgeAck { token } => self.on_purge_ack(token),
         }
     }
 
@@ -1357,9 +1377,11 @@ impl State {
             return;
         }
         let shards_n = done.tables.len();
+        let mut old = Vec::with_capacity(shards_n);
         for (shard, table) in done.tables {
-            self.store.set_table(shard, Box::leak(Box::new(table)));
+            old.extend(self.store.set_table(shard, Box::leak(Box::new(table))));
         }
+        self.retire_tables(old);
         let folded = done.snapshot.len();
         for (k, e) in done.snapshot {
             if self
@@ -1396,6 +1418,42 @@ impl State {
         if c.live && c.gen == tok.gen {
             c.shutdown_pending = false;
             self.maybe_free(tok.slot);
+        }
+    }
+
+    /// Unmaps tables a compaction replaced, once no core can hold an answer pointing into them:
+    /// at once with one core, else after every other core cleared its LRU (`PurgeLru`).
+    fn retire_tables(&mut self, old: Vec<&'static Table>) {
+        if old.is_empty() {
+            return;
+        }
+        if self.router.cores() == 1 {
+            return free_tables(old);
+        }
+        let token = self.api.next_token;
+        self.api.next_token += 1;
+        self.retiring.insert(token, (self.router.cores() - 1, old));
+        for core in 0..self.router.cores() {
+            if core != self.me {
+                self.mesh.send(
+                    core,
+                    MeshMsg::PurgeLru {
+                        from: self.me as u16,
+                        token,
+                    },
+                );
+            }
+        }
+    }
+
+    fn on_purge_ack(&mut self, token: u64) {
+        let Some(entry) = self.retiring.get_mut(&token) else {
+            return;
+        };
+        entry.0 -= 1;
+        if entry.0 == 0 {
+            let (_, old) = self.retiring.remove(&token).expect("present");
+            free_tables(old);
         }
     }
 

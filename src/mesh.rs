@@ -178,6 +178,16 @@ pub enum MeshMsg {
     InvalidateAck {
         token: u64,
     },
+    /// Clear the whole LRU, then acknowledge: sent after a compaction replaced tables, so the
+    /// old tables (which cached answers may point into) can be unmapped once every core acked.
+    /// Queues are FIFO per pair, so every answer sent before this one is processed first.
+    PurgeLru {
+        from: u16,
+        token: u64,
+    },
+    PurgeAck {
+        token: u64,
+    },
 }
 
 /// One core's doorbell: an eventfd and whether that core is (about to be) asleep on it.

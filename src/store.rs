@@ -1,8 +1,10 @@
 //! A core's view of the links it owns: the shard tables of its shards.
 //!
-//! Tables are opened (and validated) once at start and leaked to `'static`: they are immutable
-//! and live as long as the process, so an answer can carry a `&'static str` into the mapping
-//! across cores without reference counting.
+//! Tables are opened (and validated) once and leaked to `'static`: they are immutable, so an
+//! answer can carry a `&'static str` into the mapping across cores without reference
+//! counting. A table replaced by a compaction is unmapped only after every other core has
+//! cleared its LRU (the only place such a reference outlives the message that carried it); see
+//! `core::State::poll_compaction` and `MeshMsg::PurgeLru`.
 
 use crate::mesh::{Answer, Target};
 use shards::table::Table;
@@ -19,9 +21,11 @@ impl Store {
         Store { tables }
     }
 
-    /// Replaces shard `shard`'s table (after a compaction). The old one stays mapped.
-    pub fn set_table(&mut self, shard: u32, table: &'static Table) {
-        self.tables[shard as usize] = Some(table);
+    /// Replaces shard `shard`'s table (after a compaction) and returns the old one, which the
+    /// caller retires (see `core::State::poll_compaction`): other cores may still hold
+    /// answers pointing into it until they have purged their LRUs.
+    pub fn set_table(&mut self, shard: u32, table: &'static Table) -> Option<&'static Table> {
+        self.tables[shard as usize].replace(table)
     }
 
     /// Starts loading `key`'s index slot (see `Table::prefetch_slot`); returns the slot.
