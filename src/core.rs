@@ -118,6 +118,8 @@ pub struct CompactionSetup {
 /// Everything the API needs on one core.
 pub struct ApiState {
     pub keys: Arc<crate::api::keys::ApiKeyStore>,
+    /// New key stores from `keywatch`, taken at each sweep.
+    pub key_updates: crossbeam::channel::Receiver<Arc<crate::api::keys::ApiKeyStore>>,
     pub ratelimit: crate::api::ratelimit::RateLimiter,
     pub segments: shards::alloc::SegmentBuffer,
     pub alloc: shards::alloc::AllocClient,
@@ -316,6 +318,9 @@ impl Core {
             if self.st.now_ms >= next_sweep_ms {
                 next_sweep_ms = self.st.now_ms + TIMEOUT_SWEEP_INTERVAL_MS;
                 self.st.sweep();
+                if let Ok(keys) = self.st.api.key_updates.try_recv() {
+                    self.st.api.keys = keys;
+                }
                 self.st.poll_allocator();
                 self.st.poll_compaction();
                 if let Err(e) = self.st.maybe_compact() {

@@ -9,6 +9,7 @@ pub mod compaction;
 pub mod conn;
 pub mod core;
 pub mod http;
+pub mod keywatch;
 pub mod listener;
 pub mod mesh;
 pub mod metrics;

@@ -160,6 +160,11 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     });
 
     let queues = Arc::new(MeshQueues::new(cores));
+    let keywatch_stop = Arc::new(AtomicBool::new(false));
+    let mut key_updates =
+        crate::keywatch::start(dir.path().to_path_buf(), cores, keywatch_stop.clone())
+            .context("starting the API key watcher")?
+            .into_iter();
     let mut handles = Vec::with_capacity(cores);
     let mut logs = logs.into_iter();
     for (core, &cpu) in cpus.iter().take(cores).enumerate() {
@@ -171,6 +176,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         let bell = doorbells.clone();
         let api = crate::core::ApiState {
             keys: api_keys.clone(),
+            key_updates: key_updates.next().expect("one receiver per core"),
             ratelimit: crate::api::ratelimit::RateLimiter::new(rate_cfg)
                 .map_err(|e| anyhow::anyhow!("rate limit: {e}"))?,
             segments: shards::alloc::SegmentBuffer::new(seg_cfg),
@@ -277,6 +283,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     if failed {
         bail!("a core failed");
     }
+    keywatch_stop.store(true, Ordering::Relaxed);
     drop(allocator);
     eprintln!("ricochet drained and stopped");
     Ok(())

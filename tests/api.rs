@@ -776,3 +776,52 @@ fn compaction_retires_old_tables_safely() {
         check_all(&mut readers);
     }
 }
+
+/// Keys created or revoked with `ricochet keys` while the server runs take effect within
+/// about a second (`keywatch`), without a restart.
+#[test]
+fn keys_created_and_revoked_while_running_take_effect() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &[]);
+    let out = keys_cli(&dir, &["create", "live"]);
+    let token = out
+        .split_whitespace()
+        .find(|w| w.starts_with("rk_"))
+        .unwrap_or_else(|| panic!("no rk_ key printed: {out}"))
+        .to_string();
+    let id = token
+        .trim_start_matches("rk_")
+        .split('_')
+        .next()
+        .unwrap()
+        .to_string();
+    let mut c = Client::new(&s);
+    c.token = token.clone();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let key = loop {
+        let r = c.create(&json!({"long_url": "https://example.com/live"}));
+        if r.status == 201 {
+            break r.key();
+        }
+        r.assert_problem(401);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "new key not accepted within 5 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    keys_cli(&dir, &["revoke", &id]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let r = c.get_link(&key);
+        if r.status == 401 {
+            break;
+        }
+        assert_eq!(r.status, 200);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "revoked key still accepted after 5 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
