@@ -382,7 +382,10 @@ fn run_keys_command_to(
                 out,
                 "Store it now: it will not be shown again (only its hash is kept)."
             )?;
-            writeln!(out, "A running server picks up the change within about a second.")?;
+            writeln!(
+                out,
+                "A running server picks up the change within about a second."
+            )?;
         }
         KeysCommand::List => {
             let keys = store.list();

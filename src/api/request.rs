@@ -22,7 +22,8 @@ use super::timefmt::{format_rfc3339_utc, parse_rfc3339_s};
 
 /// Largest accepted request body, in bytes. 32 KiB holds a URL of
 /// [`shards::link::MAX_URL_BYTES`] (8 KiB) even with every non-ASCII character written as a
-/// `\uXXXX` escape (which at most doubles it), plus the other members, with room to spare.
+/// six-character `\u` escape (which at most doubles it), plus the other members, with room
+/// to spare.
 pub const MAX_REQUEST_BODY_BYTES: usize = 32 * 1024;
 
 /// Longest `ttl_days`, and the furthest ahead `expires_at` may be: 3650 days (about 10 years).

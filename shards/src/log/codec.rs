@@ -101,15 +101,16 @@ pub fn encode_frame(out: &mut Vec<u8>, seq: u64, batch_start: u64, shard: u32, o
             id,
         } => {
             out.push(TAG_PUT);
-            out.extend_from_slice(&status.code().to_le_bytes());
-            out.extend_from_slice(&flags.to_le_bytes());
-            out.extend_from_slice(&expires_at_s.to_le_bytes());
-            out.extend_from_slice(&created_at_s.to_le_bytes());
-            out.extend_from_slice(&id.to_le_bytes());
-            out.extend_from_slice(&(key.len() as u16).to_le_bytes());
-            out.extend_from_slice(&(target.len() as u32).to_le_bytes());
-            out.extend_from_slice(key.as_bytes());
-            out.extend_from_slice(target.as_bytes());
+            encode_put_fields(
+                out,
+                key,
+                target,
+                *status,
+                *expires_at_s,
+                *created_at_s,
+                *flags,
+                *id,
+            );
         }
         LogOpRef::PutIdem {
             key,
@@ -123,15 +124,16 @@ pub fn encode_frame(out: &mut Vec<u8>, seq: u64, batch_start: u64, shard: u32, o
             request_hash,
         } => {
             out.push(TAG_PUT_IDEM);
-            out.extend_from_slice(&status.code().to_le_bytes());
-            out.extend_from_slice(&flags.to_le_bytes());
-            out.extend_from_slice(&expires_at_s.to_le_bytes());
-            out.extend_from_slice(&created_at_s.to_le_bytes());
-            out.extend_from_slice(&id.to_le_bytes());
-            out.extend_from_slice(&(key.len() as u16).to_le_bytes());
-            out.extend_from_slice(&(target.len() as u32).to_le_bytes());
-            out.extend_from_slice(key.as_bytes());
-            out.extend_from_slice(target.as_bytes());
+            encode_put_fields(
+                out,
+                key,
+                target,
+                *status,
+                *expires_at_s,
+                *created_at_s,
+                *flags,
+                *id,
+            );
             out.extend_from_slice(&request_hash[..]);
             out.extend_from_slice(&(scope.len() as u16).to_le_bytes());
             out.extend_from_slice(scope.as_bytes());
@@ -204,17 +206,8 @@ pub fn decode_payload(p: &[u8]) -> Result<Decoded, String> {
     let shard = r.u32()?;
     let op = match r.u8()? {
         TAG_PUT => {
-            let code = r.u16()?;
-            let status =
-                RedirectStatus::from_code(code).ok_or_else(|| format!("bad status {code}"))?;
-            let flags = r.u32()?;
-            let expires_at_s = r.u64()?;
-            let created_at_s = r.u64()?;
-            let id = r.u64()?;
-            let key_len = r.u16()? as usize;
-            let target_len = r.u32()? as usize;
-            let key = r.string(key_len, "key")?;
-            let target = r.string(target_len, "target")?;
+            let (key, target, status, expires_at_s, created_at_s, flags, id) =
+                decode_put_fields(&mut r)?;
             LogOp::Put {
                 key,
                 target,
@@ -226,17 +219,8 @@ pub fn decode_payload(p: &[u8]) -> Result<Decoded, String> {
             }
         }
         TAG_PUT_IDEM => {
-            let code = r.u16()?;
-            let status =
-                RedirectStatus::from_code(code).ok_or_else(|| format!("bad status {code}"))?;
-            let flags = r.u32()?;
-            let expires_at_s = r.u64()?;
-            let created_at_s = r.u64()?;
-            let id = r.u64()?;
-            let key_len = r.u16()? as usize;
-            let target_len = r.u32()? as usize;
-            let key = r.string(key_len, "key")?;
-            let target = r.string(target_len, "target")?;
+            let (key, target, status, expires_at_s, created_at_s, flags, id) =
+                decode_put_fields(&mut r)?;
             let request_hash: [u8; 32] = r
                 .bytes(32)?
                 .try_into()
@@ -290,6 +274,46 @@ pub fn decode_payload(p: &[u8]) -> Result<Decoded, String> {
         record: LogRecord { seq, shard, op },
         batch_start,
     })
+}
+
+/// The fields `Put` and `PutIdem` share, in their on-disk order.
+#[allow(clippy::too_many_arguments)]
+fn encode_put_fields(
+    out: &mut Vec<u8>,
+    key: &str,
+    target: &str,
+    status: RedirectStatus,
+    expires_at_s: u64,
+    created_at_s: u64,
+    flags: u32,
+    id: u64,
+) {
+    out.extend_from_slice(&status.code().to_le_bytes());
+    out.extend_from_slice(&flags.to_le_bytes());
+    out.extend_from_slice(&expires_at_s.to_le_bytes());
+    out.extend_from_slice(&created_at_s.to_le_bytes());
+    out.extend_from_slice(&id.to_le_bytes());
+    out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(target.len() as u32).to_le_bytes());
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(target.as_bytes());
+}
+
+/// Decodes what [`encode_put_fields`] wrote: key, target, status, expiry, creation, flags, id.
+type PutFields = (String, String, RedirectStatus, u64, u64, u32, u64);
+
+fn decode_put_fields(r: &mut Reader<'_>) -> Result<PutFields, String> {
+    let code = r.u16()?;
+    let status = RedirectStatus::from_code(code).ok_or_else(|| format!("bad status {code}"))?;
+    let flags = r.u32()?;
+    let expires_at_s = r.u64()?;
+    let created_at_s = r.u64()?;
+    let id = r.u64()?;
+    let key_len = r.u16()? as usize;
+    let target_len = r.u32()? as usize;
+    let key = r.string(key_len, "key")?;
+    let target = r.string(target_len, "target")?;
+    Ok((key, target, status, expires_at_s, created_at_s, flags, id))
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
