@@ -413,14 +413,7 @@ impl State {
                     &self.date,
                 )
             }
-            (
-                ApiOp::Create {
-                    req,
-                    created_at_s,
-                    tries,
-                },
-                WriteOutcome::Exists,
-            ) => {
+            (ApiOp::Create { req, tries, .. }, WriteOutcome::Exists) => {
                 if req.custom_alias.is_some() {
                     problem(out, Problem::alias_taken(), &self.date);
                 } else if *tries + 1 < MAX_CREATE_TRIES {
@@ -430,7 +423,6 @@ impl State {
                 } else {
                     problem(out, Problem::unavailable(1), &self.date);
                 }
-                let _ = created_at_s;
             }
             (_, WriteOutcome::Found(info) | WriteOutcome::Updated(info)) => {
                 encode::encode_response(
