@@ -94,14 +94,13 @@ impl State {
             _ => false,
         };
         if !method_ok {
-            let p = Problem::method_not_allowed();
-            return self.api_respond(
-                slot,
-                Status::MethodNotAllowed,
+            let c = &mut self.conns[slot as usize];
+            return encode_problem(
+                &mut c.out,
+                &Problem::method_not_allowed(),
                 &[("Allow", allowed.as_bytes())],
-                Some(PROBLEM_CONTENT_TYPE),
-                &p.to_json(),
                 persist,
+                &self.date,
             );
         }
         // The auth scheme is case-insensitive (RFC 9110 section 11.1).
@@ -110,14 +109,13 @@ impl State {
             .filter(|a| a.len() > 7 && a[..7].eq_ignore_ascii_case(b"bearer "))
             .and_then(|a| self.api.keys.verify(a[7..].trim_ascii()))
         else {
-            let p = Problem::unauthorized();
-            return self.api_respond(
-                slot,
-                Status::Unauthorized,
+            let c = &mut self.conns[slot as usize];
+            return encode_problem(
+                &mut c.out,
+                &Problem::unauthorized(),
                 &[("WWW-Authenticate", b"Bearer")],
-                Some(PROBLEM_CONTENT_TYPE),
-                &p.to_json(),
                 persist,
+                &self.date,
             );
         };
         if body.len() > MAX_REQUEST_BODY_BYTES {
@@ -331,35 +329,8 @@ impl State {
     }
 
     fn api_problem(&mut self, slot: u32, p: Problem, persist: Persist) {
-        let status = Status::from_code(p.status).unwrap_or(Status::InternalServerError);
-        let retry = p.retry_after_s().map(|s| s.to_string());
-        let headers: Vec<(&str, &[u8])> = retry
-            .iter()
-            .map(|r| ("Retry-After", r.as_bytes()))
-            .collect();
-        self.api_respond(
-            slot,
-            status,
-            &headers,
-            Some(PROBLEM_CONTENT_TYPE),
-            &p.to_json(),
-            persist,
-        );
-    }
-
-    fn api_respond(
-        &mut self,
-        slot: u32,
-        status: Status,
-        headers: &[(&str, &[u8])],
-        ct: Option<&str>,
-        body: &[u8],
-        persist: Persist,
-    ) {
         let c = &mut self.conns[slot as usize];
-        encode::encode_response(
-            &mut c.out, status, headers, ct, body, false, persist, &self.date,
-        );
+        encode_problem(&mut c.out, &p, &[], persist, &self.date);
     }
 
     /// Encodes the answer to an API request whose owner replied.
@@ -382,22 +353,7 @@ impl State {
             )
         };
         let problem = |out: &mut Vec<u8>, p: Problem, date: &crate::http::date::DateCache| {
-            let status = Status::from_code(p.status).unwrap_or(Status::InternalServerError);
-            let retry = p.retry_after_s().map(|s| s.to_string());
-            let headers: Vec<(&str, &[u8])> = retry
-                .iter()
-                .map(|r| ("Retry-After", r.as_bytes()))
-                .collect();
-            encode::encode_response(
-                out,
-                status,
-                &headers,
-                Some(PROBLEM_CONTENT_TYPE),
-                &p.to_json(),
-                false,
-                persist,
-                date,
-            );
+            encode_problem(out, &p, &[], persist, date)
         };
         const JSON: Option<&str> = Some("application/json");
         match (&mut ctx.op, outcome) {
@@ -898,6 +854,33 @@ impl State {
             self.deliver(reply.core as usize, MeshMsg::WriteDone { reply, outcome });
         }
     }
+}
+
+/// Appends `p` as an `application/problem+json` response (with `Retry-After` when it has one,
+/// plus `extra` headers). The one place API errors become bytes.
+pub(crate) fn encode_problem(
+    out: &mut Vec<u8>,
+    p: &Problem,
+    extra: &[(&str, &[u8])],
+    persist: Persist,
+    date: &crate::http::date::DateCache,
+) {
+    let status = Status::from_code(p.status).unwrap_or(Status::InternalServerError);
+    let retry = p.retry_after_s().map(|s| s.to_string());
+    let mut headers: Vec<(&str, &[u8])> = extra.to_vec();
+    if let Some(r) = &retry {
+        headers.push(("Retry-After", r.as_bytes()));
+    }
+    encode::encode_response(
+        out,
+        status,
+        &headers,
+        Some(PROBLEM_CONTENT_TYPE),
+        &p.to_json(),
+        false,
+        persist,
+        date,
+    );
 }
 
 fn clone_failure(o: &WriteOutcome) -> WriteOutcome {

@@ -620,14 +620,6 @@ fn close_sqe(fd: RawFd) -> io_uring::squeue::Entry {
         .user_data(Token::new(Op::Close, 0, 0).encode())
 }
 
-/// What one request turned into.
-enum Outcome {
-    /// The response was appended to `out`.
-    Done,
-    /// Forwarded to another core; the response will be inserted later.
-    Forwarded,
-}
-
 impl State {
     /// Refreshes the clocks. `Instant` and `SystemTime` are vDSO reads, not syscalls.
     #[inline]
@@ -829,13 +821,10 @@ impl State {
                         let p = crate::api::problem::Problem::payload_too_large(
                             crate::http::limits::MAX_BODY_BYTES,
                         );
-                        encode::encode_response(
+                        crate::api_flow::encode_problem(
                             &mut c.out,
-                            Status::PayloadTooLarge,
+                            &p,
                             &[],
-                            Some(crate::api::problem::PROBLEM_CONTENT_TYPE),
-                            &p.to_json(),
-                            false,
                             Persist::Close,
                             &self.date,
                         );
@@ -930,15 +919,13 @@ impl State {
             encode::encode_method_not_allowed(&mut c.out, "GET, HEAD", head, persist, &self.date);
             return;
         }
-        match self.lookup(slot, key, head, persist) {
-            Outcome::Done | Outcome::Forwarded => {}
-        }
+        self.lookup(slot, key, head, persist);
     }
 
     /// The redirect fast path: a local table hit, or an LRU hit for a foreign key, answer at
     /// once; anything else foreign goes to its owner.
     #[inline]
-    fn lookup(&mut self, slot: u32, key: &[u8], head: bool, persist: Persist) -> Outcome {
+    fn lookup(&mut self, slot: u32, key: &[u8], head: bool, persist: Persist) {
         let owner = self.router.owner(key);
         if owner.core == self.me {
             let answer = self.local_answer(owner.shard, key);
@@ -958,7 +945,7 @@ impl State {
                 ),
                 None => encode::encode_not_found(&mut c.out, head, persist, &self.date),
             }
-            return Outcome::Done;
+            return;
         }
         let c = &mut self.conns[slot as usize];
         if let Some(a) = self.lru.get(key) {
@@ -972,12 +959,12 @@ impl State {
                     persist,
                     &self.date,
                 );
-                return Outcome::Done;
+                return;
             }
             self.lru.remove(key);
             self.tally.not_found += 1;
             encode::encode_not_found(&mut c.out, head, persist, &self.date);
-            return Outcome::Done;
+            return;
         }
         self.tally.forwarded += 1;
         let seq = c.next_seq;
@@ -997,7 +984,6 @@ impl State {
         };
         let key = InlineKey::new(key).expect("validated keys fit inline");
         self.mesh.send(owner.core, MeshMsg::Lookup { reply, key });
-        Outcome::Forwarded
     }
 
     fn on_mesh(&mut self, msg: MeshMsg) {

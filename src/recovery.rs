@@ -159,8 +159,6 @@ pub fn recover_logs(
             .truncate(false)
             .open(&path)
             .with_context(|| format!("opening log {}", path.display()))?;
-        shards::alloc::durable::sync_dir(&logs_dir)
-            .with_context(|| format!("syncing {}", logs_dir.display()))?;
         let writer = LogWriter::new(core as u32, rec.valid_len, max_seq + 1);
         out.push(CoreLog {
             memtable,
@@ -170,6 +168,9 @@ pub fn recover_logs(
             folding: folding.is_some(),
         });
     }
+    // One directory fsync makes every log file created above durable.
+    shards::alloc::durable::sync_dir(&logs_dir)
+        .with_context(|| format!("syncing {}", logs_dir.display()))?;
     // Idempotency records belong to their scope's owner, wherever they were logged.
     let mut all_idem = Vec::new();
     for log in &mut out {

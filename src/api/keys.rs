@@ -511,25 +511,11 @@ fn write_entries(dir: &Path, entries: &Entries) -> Result<(), KeyStoreError> {
     write_atomically(dir, API_KEYS_FILE, &bytes)
 }
 
-/// Replaces `dir/name` with `bytes` so that a crash leaves either the old or the new file.
+/// Replaces `dir/name` with `bytes` (mode 0600) so that a crash leaves either the old or the
+/// new file: temp file, fsync, rename, directory fsync (`shards::alloc::durable::write_atomic`).
 fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), KeyStoreError> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let dst = dir.join(name);
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| io_err(&tmp, e))?;
-    f.write_all(bytes).map_err(|e| io_err(&tmp, e))?;
-    f.sync_all().map_err(|e| io_err(&tmp, e))?;
-    drop(f);
-    fs::rename(&tmp, &dst).map_err(|e| io_err(&dst, e))?;
-    // The rename is durable only once the directory entry is.
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_err(dir, e))
+    shards::alloc::durable::write_atomic(dir, name, bytes, 0o600)
+        .map_err(|e| io_err(&dir.join(name), e))
 }
 
 fn lock_exclusive(file: &File) -> io::Result<()> {
