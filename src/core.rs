@@ -21,7 +21,7 @@ use crate::router::Router;
 use crate::store::Store;
 use crate::writes::Writes;
 use io_uring::{cqueue, opcode, types};
-use shards::table::Table;
+use shards::table::{SlotHint, Table};
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::os::fd::RawFd;
@@ -212,6 +212,9 @@ pub(crate) struct State {
     sqes: Vec<io_uring::squeue::Entry>,
     /// Buffer ids to recycle.
     recycle: Vec<u16>,
+    /// Finds the end of a request head (`\r\n\r\n`) for `prefetch_batch`; built once, since
+    /// `memmem::find` builds a searcher on every call (~5% of a pipelined batch's CPU).
+    head_end: memchr::memmem::Finder<'static>,
 }
 
 impl Core {
@@ -255,6 +258,7 @@ impl Core {
             doorbell_buf: Box::new(0),
             sqes: Vec::with_capacity(1024),
             recycle: Vec::with_capacity(1024),
+            head_end: memchr::memmem::Finder::new(b"\r\n\r\n"),
         };
         st.tick();
         let mut core = Core { ring, st };
@@ -739,18 +743,18 @@ impl State {
     /// table slots, then the records the slots name, so the batch's cache misses overlap
     /// instead of being paid one lookup at a time. A single request skips all of this.
     fn prefetch_batch(&self, data: &[u8]) {
-        let Some(first_end) = memchr::memmem::find(data, b"\r\n\r\n") else {
+        let Some(first_end) = self.head_end.find(data) else {
             return;
         };
         if first_end + 4 >= data.len() {
             return; // One request: nothing to overlap.
         }
-        let mut found = [(0u32, 0usize); MAX_PIPELINED_REQUESTS];
+        let mut found = [(0u32, SlotHint::default()); MAX_PIPELINED_REQUESTS];
         let mut n = 0;
         let mut pos = 0;
         while n < found.len() && pos < data.len() {
             let rest = &data[pos..];
-            let Some(end) = memchr::memmem::find(rest, b"\r\n\r\n") else {
+            let Some(end) = self.head_end.find(rest) else {
                 break;
             };
             let line = &rest[..end];

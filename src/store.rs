@@ -7,7 +7,7 @@
 //! `core::State::poll_compaction` and `MeshMsg::PurgeLru`.
 
 use crate::mesh::{Answer, Target};
-use shards::table::Table;
+use shards::table::{SlotHint, Table};
 
 /// The shards one core owns, indexed by virtual shard id (`None` for shards it does not own or
 /// that have no table yet).
@@ -30,7 +30,7 @@ impl Store {
 
     /// Starts loading `key`'s index slot (see `Table::prefetch_slot`); returns the slot.
     #[inline]
-    pub fn prefetch_slot(&self, shard: u32, key: &[u8]) -> Option<usize> {
+    pub fn prefetch_slot(&self, shard: u32, key: &[u8]) -> Option<SlotHint> {
         Some(
             self.tables
                 .get(shard as usize)?
@@ -39,11 +39,11 @@ impl Store {
         )
     }
 
-    /// Starts loading the record slot `slot` of `shard` names.
+    /// Starts loading the record of the key `hint` came from (see `Table::prefetch_record`).
     #[inline]
-    pub fn prefetch_record(&self, shard: u32, slot: usize) {
+    pub fn prefetch_record(&self, shard: u32, hint: SlotHint) {
         if let Some(Some(t)) = self.tables.get(shard as usize) {
-            t.prefetch_record(slot);
+            t.prefetch_record(hint);
         }
     }
 
