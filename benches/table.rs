@@ -1,4 +1,7 @@
-//! `Table::get` hit and miss latency on a 1M-link table (and 10M with RICOCHET_BENCH_10M=1).
+//! `Table::get` hit and miss latency on a 1M-link table (and 10M with RICOCHET_BENCH_10M=1),
+//! and a pipelined batch of 16 hits with and without the prefetch hints (`prefetch_slot`,
+//! `prefetch_record`) the server issues for a batch: the hinted batch must stay clearly
+//! cheaper, or the hints load the wrong lines.
 
 mod common;
 
@@ -30,6 +33,16 @@ fn bench_size(c: &mut Criterion, links: usize) {
         bench_keys(b, table, misses, MISS_KEY_BYTES)
     });
     g.finish();
+
+    let mut g = c.benchmark_group("table_batch16");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    for hinted in [false, true] {
+        let name = if hinted { "hinted" } else { "plain" };
+        g.bench_with_input(BenchmarkId::new(name, links), &hits, |b, hits| {
+            bench_batch(b, table, hits, hinted)
+        });
+    }
+    g.finish();
 }
 
 /// Looks up consecutive `key_len`-byte keys from `keys`, wrapping around.
@@ -41,6 +54,29 @@ fn bench_keys(b: &mut criterion::Bencher<'_>, table: &Table, keys: &[u8], key_le
                 .get(black_box(cycle.next_key()))
                 .map(|l| l.target.len()),
         )
+    })
+}
+
+/// Requests in one pipelined batch (wrk's depth in perf/run.sh).
+const BATCH: usize = 16;
+
+/// Looks up `BATCH` uniform-random hits per iteration, as `core::State::process` does for a
+/// pipelined read: with `hinted`, every slot is prefetched, then every record, then the gets.
+fn bench_batch(b: &mut criterion::Bencher<'_>, table: &Table, keys: &[u8], hinted: bool) {
+    let mut cycle = KeyCycle::new(keys, HIT_KEY_BYTES);
+    b.iter(|| {
+        let batch: [&[u8]; BATCH] = std::array::from_fn(|_| cycle.next_key());
+        if hinted {
+            let hints = batch.map(|k| table.prefetch_slot(k));
+            for h in hints {
+                table.prefetch_record(h);
+            }
+        }
+        let mut bytes = 0;
+        for k in batch {
+            bytes += table.get(black_box(k)).map_or(0, |l| l.target.len());
+        }
+        black_box(bytes)
     })
 }
 
