@@ -21,6 +21,9 @@
 #   PERF_10M=1              also measure RSS/startup/disk/import with 10M links
 #   PERF_SERVER_CPUS=0      CPUs both servers get (taskset list); cores = how many
 #   PERF_LOAD_CPU=1         CPU of wrk and loadgen
+#   PERF_WRK_ROUNDS=3       wrk rounds per server and depth, servers alternating, each started
+#                           afresh (one 5 s run swings ±10% on a shared VM; the report gives
+#                           the median and the per-round ratios)
 #   PERF_LABEL=             label in the report title (e.g. "smoke")
 #   PERF_WORK=/tmp/ricochet-perf   scratch space (datasets, data dirs, nginx prefix)
 #   PERF_SKIP_INSTALL=1     do not apt-get install (nginx and wrk must be on PATH)
@@ -46,6 +49,7 @@ label="${PERF_LABEL:-}"
 work="${PERF_WORK:-/tmp/ricochet-perf}"
 api_key="${RICOCHET_API_KEY:-perf-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}"
 pipeline_depth=16
+wrk_rounds="${PERF_WRK_ROUNDS:-3}"
 
 # Cores = CPUs in the server list (e.g. "0", "0-3", "0,2").
 cores=0
@@ -364,15 +368,16 @@ LUA
     cp "$work/random.lua" "$out/random.lua"
 }
 
-# wrk against $1 at pipelining depth $2 -> wrk-<server>-p<depth>.json
+# wrk against $1 at pipelining depth $2, round $3 -> wrk-<server>-p<depth>-r<round>.json
 run_wrk() {
-    local server="$1" depth="$2"
-    log "wrk $server depth $depth (${duration_s}s)"
+    local server="$1" depth="$2" round="$3" name
+    name="wrk-$server-p$depth-r$round"
+    log "wrk $server depth $depth round $round (${duration_s}s)"
     printf '%s\n' "WRK_DEPTH=$depth WRK_KEYS=$keys taskset -c $load_cpu wrk -t1 -c$conns -d${duration_s}s -s random.lua http://127.0.0.1:$port/" >>"$commands"
-    WRK_DEPTH="$depth" WRK_KEYS="$keys" WRK_JSON="$out/wrk-$server-p$depth.json" \
+    WRK_DEPTH="$depth" WRK_KEYS="$keys" WRK_JSON="$out/$name.json" \
         taskset -c "$load_cpu" wrk -t1 -c"$conns" -d"${duration_s}s" -s "$work/random.lua" \
-        "http://127.0.0.1:$port/" >"$out/wrk-$server-p$depth.txt" 2>&1 ||
-        log "wrk against $server failed (see wrk-$server-p$depth.txt)"
+        "http://127.0.0.1:$port/" >"$out/$name.txt" 2>&1 ||
+        log "wrk against $server failed (see $name.txt)"
 }
 
 # perf profile of the server CPUs while wrk (no pipelining) drives server $1 -> profile-<server>.txt
@@ -454,14 +459,24 @@ measure_size "$links"   # leaves tsv/keys/data of the main dataset
 wrk_lua
 for server in ricochet nginx; do
     start_server "$server" "$tsv" "$data"
-    run_wrk "$server" 1
-    run_wrk "$server" "$pipeline_depth"
+    run_wrk "$server" 1 1
+    run_wrk "$server" "$pipeline_depth" 1
     if [[ "${PERF_PROFILE:-0}" == 1 ]]; then run_profile "$server"; fi
     run_loadgen "$server"
     printf '{"server":"%s","links":%s,"memory":%s}\n' "$server" "$links" \
         "$(memory_json "$server" "$server_pid")" >"$out/memory-after-load-$server.json"
     if [[ "$server" == ricochet ]]; then run_creates; fi
     stop_server
+done
+# More wrk rounds, servers alternating, each started afresh, so one unlucky 5 s window on a
+# shared machine does not decide a ratio.
+for ((round = 2; round <= wrk_rounds; round++)); do
+    for server in ricochet nginx; do
+        start_server "$server" "$tsv" "$data"
+        run_wrk "$server" 1 "$round"
+        run_wrk "$server" "$pipeline_depth" "$round"
+        stop_server
+    done
 done
 if [[ "${PERF_10M:-0}" == 1 && "$links" != 10000000 ]]; then
     measure_size 10000000
@@ -495,9 +510,9 @@ cpu_model="$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)"
         "$(json_str "$cpu_model")" "$(nproc --all)" "$((mem_kb * 1024))" "$(json_str "$(uname -sr)")" \
         "$(json_str "$("$nginx_bin" -v 2>&1 | sed 's/^nginx version: //')")" \
         "$(json_str "$(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2)")"
-    printf '"config":{"links":%s,"duration_s":%s,"warmup_s":%s,"rates":[%s],"slo_p99":%s,"connections":%s,"pipeline_depth":%s,"server_cpus":%s,"load_cpu":%s,"cores":%s,"ten_million":%s},' \
+    printf '"config":{"links":%s,"duration_s":%s,"warmup_s":%s,"rates":[%s],"slo_p99":%s,"connections":%s,"pipeline_depth":%s,"wrk_rounds":%s,"server_cpus":%s,"load_cpu":%s,"cores":%s,"ten_million":%s},' \
         "$links" "$duration_s" "$warmup_s" "$(echo $rates | tr ' ' ',')" "$(json_str "$slo")" "$conns" \
-        "$pipeline_depth" "$(json_str "$server_cpus")" "$(json_str "$load_cpu")" "$cores" \
+        "$pipeline_depth" "$wrk_rounds" "$(json_str "$server_cpus")" "$(json_str "$load_cpu")" "$cores" \
         "$([[ "${PERF_10M:-0}" == 1 ]] && echo true || echo false)"
     printf '"wall_s":%s}\n' "$(($(date +%s) - started_s))"
 } >"$out/meta.json"

@@ -58,12 +58,19 @@ pub struct Config {
     pub slo_p99: String,
     pub connections: u32,
     pub pipeline_depth: u32,
+    /// wrk rounds per server and depth (servers alternate, each on a fresh start).
+    #[serde(default = "one_round")]
+    pub wrk_rounds: u32,
     pub server_cpus: String,
     pub load_cpu: String,
     /// Server cores (ricochet `--cores`, nginx `worker_processes`).
     pub cores: u32,
     #[serde(default)]
     pub ten_million: bool,
+}
+
+fn one_round() -> u32 {
+    1
 }
 
 /// wrk's summary, written by the Lua `done` hook.
@@ -245,8 +252,8 @@ pub struct Raw {
     pub dir: PathBuf,
     pub meta: Meta,
     pub commands: Vec<String>,
-    /// `(server, depth)` → wrk result.
-    pub wrk: BTreeMap<(String, u32), Wrk>,
+    /// `(server, depth)` → wrk results, one per round, in round order.
+    pub wrk: BTreeMap<(String, u32), Vec<Wrk>>,
     /// server → fixed-rate runs, by rate.
     pub fixed: BTreeMap<String, Vec<Run>>,
     /// server → `--max` search.
@@ -275,13 +282,24 @@ fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ReportErr
 /// What a raw file's name says it holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FileKind {
-    Wrk { server: String, depth: u32 },
-    Fixed { server: String, rate: u64 },
-    Max { server: String },
+    Wrk {
+        server: String,
+        depth: u32,
+        round: u32,
+    },
+    Fixed {
+        server: String,
+        rate: u64,
+    },
+    Max {
+        server: String,
+    },
     Size,
     AfterLoad,
     Creates,
-    Criterion { bench: String },
+    Criterion {
+        bench: String,
+    },
     Other,
 }
 
@@ -291,11 +309,17 @@ pub fn classify(name: &str) -> FileKind {
         return FileKind::Other;
     };
     if let Some(rest) = stem.strip_prefix("wrk-") {
+        // `wrk-<server>-p<depth>-r<round>`; reports from before rounds have no `-r<round>`.
+        let (rest, round) = match rest.rsplit_once("-r").map(|(a, r)| (a, r.parse::<u32>())) {
+            Some((a, Ok(round))) => (a, round),
+            _ => (rest, 1),
+        };
         if let Some((server, depth)) = rest.rsplit_once("-p") {
             if let Ok(depth) = depth.parse() {
                 return FileKind::Wrk {
                     server: server.to_string(),
                     depth,
+                    round,
                 };
             }
         }
@@ -359,6 +383,7 @@ pub fn load(dir: &Path) -> Result<Raw, ReportError> {
         .filter_map(|e| e.file_name().into_string().ok())
         .collect();
     names.sort();
+    let mut wrk_rounds: BTreeMap<(String, u32), Vec<(u32, Wrk)>> = BTreeMap::new();
     for name in names {
         let path = dir.join(&name);
         if let Some(server) = name
@@ -379,8 +404,15 @@ pub fn load(dir: &Path) -> Result<Raw, ReportError> {
             continue;
         }
         match classify(&name) {
-            FileKind::Wrk { server, depth } => {
-                raw.wrk.insert((server, depth), read_json(&path)?);
+            FileKind::Wrk {
+                server,
+                depth,
+                round,
+            } => {
+                wrk_rounds
+                    .entry((server, depth))
+                    .or_insert_with(Vec::new)
+                    .push((round, read_json(&path)?));
             }
             FileKind::Fixed { server, .. } => {
                 raw.fixed.entry(server).or_default().push(read_json(&path)?);
@@ -406,6 +438,11 @@ pub fn load(dir: &Path) -> Result<Raw, ReportError> {
             }
             FileKind::Other => {}
         }
+    }
+    for (key, mut rounds) in wrk_rounds {
+        rounds.sort_by_key(|(round, _)| *round);
+        raw.wrk
+            .insert(key, rounds.into_iter().map(|(_, w)| w).collect());
     }
     for runs in raw.fixed.values_mut() {
         runs.sort_by_key(|r| r.target_rps);

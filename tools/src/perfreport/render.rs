@@ -88,8 +88,51 @@ fn fixed_at<'a>(raw: &'a Raw, server: &str, rate: u64) -> Option<&'a Run> {
     raw.fixed.get(server)?.iter().find(|r| r.target_rps == rate)
 }
 
+/// The round with the median req/s of `server` at `depth` (the upper one of an even count).
+fn wrk_median<'a>(raw: &'a Raw, server: &str, depth: u32) -> Option<&'a super::raw::Wrk> {
+    let mut rounds: Vec<&super::raw::Wrk> =
+        raw.wrk.get(&(server.to_string(), depth))?.iter().collect();
+    rounds.sort_by(|a, b| a.rps.total_cmp(&b.rps));
+    rounds.get(rounds.len() / 2).copied()
+}
+
 fn wrk_rps(raw: &Raw, server: &str, depth: u32) -> Option<f64> {
-    raw.wrk.get(&(server.to_string(), depth)).map(|w| w.rps)
+    wrk_median(raw, server, depth).map(|w| w.rps)
+}
+
+/// ricochet/nginx per round (rounds run back to back, so each pair shares the machine's
+/// state), as `min-max`; empty with fewer than two paired rounds.
+fn round_ratio_range(raw: &Raw, depth: u32) -> String {
+    let get = |s: &str| raw.wrk.get(&(s.to_string(), depth));
+    let (Some(r), Some(n)) = (get("ricochet"), get("nginx")) else {
+        return String::new();
+    };
+    let ratios: Vec<f64> = r
+        .iter()
+        .zip(n)
+        .filter_map(|(r, n)| ratio(r.rps, n.rps))
+        .collect();
+    if ratios.len() < 2 {
+        return String::new();
+    }
+    let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{:.2}-{:.2}x", lo, hi)
+}
+
+/// The goal cell of a wrk ratio: the ratio of medians and, with rounds, their spread.
+fn wrk_goal_cell(raw: &Raw, depth: u32, r: Option<f64>) -> String {
+    let rounds = raw
+        .wrk
+        .get(&("ricochet".to_string(), depth))
+        .map_or(0, Vec::len);
+    match round_ratio_range(raw, depth) {
+        range if range.is_empty() => times(r),
+        range => format!(
+            "{} (median of {rounds} rounds; per round {range})",
+            times(r)
+        ),
+    }
 }
 
 fn criterion_ns(raw: &Raw, bench: &str) -> Option<f64> {
@@ -185,7 +228,7 @@ fn goals(md: &mut String, raw: &Raw) {
     let _ = writeln!(
         md,
         "| throughput ≥ {GOAL_THROUGHPUT_RATIO}x nginx, no pipelining (wrk) | {} | {} |",
-        times(r1),
+        wrk_goal_cell(raw, 1, r1),
         verdict(r1.map(|r| r >= GOAL_THROUGHPUT_RATIO))
     );
     let depth = raw.meta.config.pipeline_depth;
@@ -196,7 +239,7 @@ fn goals(md: &mut String, raw: &Raw) {
     let _ = writeln!(
         md,
         "| throughput ≥ {GOAL_PIPELINED_RATIO}x nginx, pipelined depth {depth} (wrk) | {} | {} |",
-        times(rp),
+        wrk_goal_cell(raw, depth, rp),
         verdict(rp.map(|r| r >= GOAL_PIPELINED_RATIO))
     );
     for rate in GOAL_P99_RATES {
@@ -303,18 +346,30 @@ fn throughput(md: &mut String, raw: &Raw) {
     if raw.wrk.is_empty() {
         return;
     }
+    let rounds = raw.wrk.values().map(Vec::len).max().unwrap_or(0);
     let _ = writeln!(
         md,
         "## Throughput (wrk, closed loop, random keys)\n\n\
-         | pipelining | ricochet req/s | nginx req/s | ricochet/nginx | ricochet p50 / p99 | nginx p50 / p99 | errors (ricochet / nginx) |\n\
-         |---|---|---|---|---|---|---|"
+         {rounds} round(s) per server and depth; servers alternate, each started afresh. \
+         req/s and latencies are the median round's; the ratio is of the medians, and the \
+         per-round column pairs each ricochet round with the nginx round right after it.\n\n\
+         | pipelining | ricochet req/s | nginx req/s | ricochet/nginx | per round | ricochet p50 / p99 | nginx p50 / p99 | errors (ricochet / nginx) |\n\
+         |---|---|---|---|---|---|---|---|"
     );
     let mut depths: Vec<u32> = raw.wrk.keys().map(|(_, d)| *d).collect();
     depths.sort_unstable();
     depths.dedup();
     for depth in depths {
-        let get = |s: &str| raw.wrk.get(&(s.to_string(), depth));
-        let (r, n) = (get("ricochet"), get("nginx"));
+        let (r, n) = (
+            wrk_median(raw, "ricochet", depth),
+            wrk_median(raw, "nginx", depth),
+        );
+        let errors = |s: &str| {
+            raw.wrk.get(&(s.to_string(), depth)).map_or_else(
+                || "-".into(),
+                |w| w.iter().map(|w| w.errors.total()).sum::<u64>().to_string(),
+            )
+        };
         // wrk sometimes reports 0 for high percentiles of pipelined runs (its histogram
         // counts batches and responses differently); 0 is not a latency, so say so.
         let cell = |w: Option<&super::raw::Wrk>| match w {
@@ -324,7 +379,7 @@ fn throughput(md: &mut String, raw: &Raw) {
         };
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} / {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} / {} |",
             if depth == 1 {
                 "none".to_string()
             } else {
@@ -336,10 +391,14 @@ fn throughput(md: &mut String, raw: &Raw) {
                 r.map_or(f64::NAN, |w| w.rps),
                 n.map_or(f64::NAN, |w| w.rps)
             )),
+            match round_ratio_range(raw, depth) {
+                range if range.is_empty() => "-".to_string(),
+                range => range,
+            },
             cell(r),
             cell(n),
-            r.map_or_else(|| "-".into(), |w| w.errors.total().to_string()),
-            n.map_or_else(|| "-".into(), |w| w.errors.total().to_string()),
+            errors("ricochet"),
+            errors("nginx"),
         );
     }
     let _ = writeln!(
