@@ -411,7 +411,7 @@ pub fn load(dir: &Path) -> Result<Raw, ReportError> {
             } => {
                 wrk_rounds
                     .entry((server, depth))
-                    .or_insert_with(Vec::new)
+                    .or_default()
                     .push((round, read_json(&path)?));
             }
             FileKind::Fixed { server, .. } => {
