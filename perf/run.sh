@@ -368,13 +368,14 @@ LUA
     cp "$work/random.lua" "$out/random.lua"
 }
 
-# wrk against $1 at pipelining depth $2, round $3 -> wrk-<server>-p<depth>-r<round>.json
+# wrk against $1 at pipelining depth $2, round $3 -> wrk-<server>-p<depth>-r<round>.json;
+# $4 = the keys file (default: the dataset's keys).
 run_wrk() {
-    local server="$1" depth="$2" round="$3" name
+    local server="$1" depth="$2" round="$3" key_file="${4:-$keys}" name
     name="wrk-$server-p$depth-r$round"
     log "wrk $server depth $depth round $round (${duration_s}s)"
-    printf '%s\n' "WRK_DEPTH=$depth WRK_KEYS=$keys taskset -c $load_cpu wrk -t1 -c$conns -d${duration_s}s -s random.lua http://127.0.0.1:$port/" >>"$commands"
-    WRK_DEPTH="$depth" WRK_KEYS="$keys" WRK_JSON="$out/$name.json" \
+    printf '%s\n' "WRK_DEPTH=$depth WRK_KEYS=$key_file taskset -c $load_cpu wrk -t1 -c$conns -d${duration_s}s -s random.lua http://127.0.0.1:$port/" >>"$commands"
+    WRK_DEPTH="$depth" WRK_KEYS="$key_file" WRK_JSON="$out/$name.json" \
         taskset -c "$load_cpu" wrk -t1 -c"$conns" -d"${duration_s}s" -s "$work/random.lua" \
         "http://127.0.0.1:$port/" >"$out/$name.txt" 2>&1 ||
         log "wrk against $server failed (see $name.txt)"
@@ -460,11 +461,18 @@ wrk_lua
 # wrk in rounds, servers alternating, each started afresh, so one unlucky 5 s window on a
 # shared machine does not decide a ratio. All rounds come before the create test: its links
 # would make the next ricochet start replay them and compact in the background, on the core.
+# Each ricochet round also measures wrk's own ceiling without pipelining: the same script
+# asking ricochet for /healthz (no lookup, a shorter answer). No server can show more than
+# ceiling / nginx here, since wrk (Lua per request) runs out of CPU first.
+echo healthz >"$work/ceiling-keys.txt"
 for ((round = 1; round <= wrk_rounds; round++)); do
     for server in ricochet nginx; do
         start_server "$server" "$tsv" "$data"
         run_wrk "$server" 1 "$round"
         run_wrk "$server" "$pipeline_depth" "$round"
+        if [[ "$server" == ricochet ]]; then
+            run_wrk ceiling 1 "$round" "$work/ceiling-keys.txt"
+        fi
         stop_server
     done
 done
