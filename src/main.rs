@@ -40,7 +40,10 @@ struct KeysArgs {
     cmd: ricochet::api::keys::KeysCommand,
 }
 
+/// A flag given twice takes its last value (`serve --cores 2 ... --cores 1`), so wrappers can
+/// append overrides to a base command line.
 #[derive(clap::Args, Clone)]
+#[command(args_override_self = true)]
 struct ServeArgs {
     /// Data directory (created if missing).
     #[arg(long, default_value = "./data")]

@@ -113,18 +113,34 @@ pub fn recover_logs(
             .collect();
         let stats = shards::compact::fold_records(dir, &all, now_s)
             .context("folding logs into tables after a core-count change")?;
+        // Idempotency records exist only in these logs: carry the ones still within retention
+        // to their scope's new owner before the logs go.
+        let (carried, replaced) = carry_idempotency(dir, router, &all, now_s)?;
         eprintln!(
-            "core count changed ({} -> {cores}): folded {} logged records into {} shard tables",
+            "core count changed ({} -> {cores}): folded {} logged records into {} shard tables, \
+             carried {carried} idempotency records",
             previous_cores.map_or("?".to_string(), |p| p.to_string()),
             all.len(),
             stats.shards_written
         );
+        // Logs the carried records were renamed over are new; every other old log goes.
         for (_, _, p) in &existing {
-            std::fs::remove_file(p)
-                .with_context(|| format!("removing folded log {}", p.display()))?;
+            if !replaced.contains(p) {
+                std::fs::remove_file(p)
+                    .with_context(|| format!("removing folded log {}", p.display()))?;
+            }
         }
         shards::alloc::durable::sync_dir(&logs_dir)?;
         per_file.clear();
+        // The new logs hold only the carried records; read them like any log below.
+        for core in 0..cores as u32 {
+            let path = wal_path(dir.path(), core);
+            if path.exists() {
+                let r = recover(&path, false)
+                    .with_context(|| format!("recovering log {}", path.display()))?;
+                per_file.insert((core, 1), r);
+            }
+        }
     }
     if previous_cores != Some(cores) {
         shards::alloc::durable::write_atomic(
@@ -265,6 +281,90 @@ fn push_idem(
             },
         ));
     }
+}
+
+/// Suffix of a log being written with carried idempotency records (see `carry_idempotency`).
+const CARRY_SUFFIX: &str = "carry";
+
+/// Writes the idempotency records of `records` that are still within retention, the latest
+/// per scope, as `IdemPut`s into a fresh log per owner core (under the current core count),
+/// made durable, then renamed over `wal-<core>.log` (whose links are already folded into the
+/// tables). A crash part way leaves old logs beside new ones and the old core count on disk,
+/// so the next start folds and carries again: the new logs' records are part of its input.
+/// Returns how many records were carried and the live log paths they now occupy.
+fn carry_idempotency(
+    dir: &DataDir,
+    router: &Router,
+    records: &[LogRecord],
+    now_s: u64,
+) -> anyhow::Result<(usize, Vec<std::path::PathBuf>)> {
+    use crate::api::idempotency::IDEMPOTENCY_RETENTION_S;
+    let mut latest: HashMap<&str, (&[u8; 32], &str, u64)> = HashMap::new();
+    for r in records {
+        let (scope, hash, key, at) = match &r.op {
+            LogOp::PutIdem {
+                scope,
+                request_hash,
+                key,
+                created_at_s,
+                ..
+            } => (scope, request_hash, key, *created_at_s),
+            LogOp::IdemPut {
+                scope,
+                request_hash,
+                response_key,
+                created_at_s,
+            } => (scope, request_hash, response_key, *created_at_s),
+            _ => continue,
+        };
+        if at.saturating_add(IDEMPOTENCY_RETENTION_S) <= now_s {
+            continue;
+        }
+        let e = latest.entry(scope.as_str()).or_insert((hash, key, at));
+        if at >= e.2 {
+            *e = (hash, key, at);
+        }
+    }
+    let mut per_core: Vec<Vec<(&str, &[u8; 32], &str, u64)>> = vec![Vec::new(); router.cores()];
+    for (scope, (hash, key, at)) in &latest {
+        per_core[router.owner(scope.as_bytes()).core].push((scope, hash, key, *at));
+    }
+    let logs_dir = dir.path().join(LOG_DIR_NAME);
+    let mut written = Vec::new();
+    for (core, recs) in per_core.iter().enumerate() {
+        if recs.is_empty() {
+            continue;
+        }
+        let live = wal_path(dir.path(), core as u32);
+        let tmp = live.with_extension(CARRY_SUFFIX);
+        // A leftover from a crash mid-carry: its records are re-derived from the logs.
+        let _ = std::fs::remove_file(&tmp);
+        let (mut log, _) = shards::log::blocking::BlockingLog::open(&tmp, core as u32, false)
+            .with_context(|| format!("creating {}", tmp.display()))?;
+        for &(scope, hash, key, at) in recs {
+            let op = LogOp::IdemPut {
+                scope: scope.to_string(),
+                request_hash: *hash,
+                response_key: key.to_string(),
+                created_at_s: at,
+            };
+            log.append(router.owner(scope.as_bytes()).shard, &op)
+                .with_context(|| format!("writing {}", tmp.display()))?;
+        }
+        log.commit()
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        written.push((tmp, live));
+    }
+    shards::alloc::durable::sync_dir(&logs_dir)?;
+    for (tmp, live) in &written {
+        std::fs::rename(tmp, live)
+            .with_context(|| format!("renaming {} to {}", tmp.display(), live.display()))?;
+    }
+    shards::alloc::durable::sync_dir(&logs_dir)?;
+    Ok((
+        latest.len(),
+        written.into_iter().map(|(_, live)| live).collect(),
+    ))
 }
 
 fn read_cores(logs_dir: &Path) -> anyhow::Result<Option<usize>> {

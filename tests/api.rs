@@ -734,6 +734,41 @@ fn idempotency_record_survives_kill9_right_after_201() {
     }
 }
 
+/// A core-count change folds every log into the tables, and idempotency records live only in
+/// the logs: they are carried to their scope's new owner, so a retry still gets the original
+/// link after `--cores 2` -> `1` -> `2` (each start after a kill -9).
+#[test]
+fn idempotency_records_survive_core_count_changes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let s = start(&dir, &[]);
+    let mut c = Client::new(&s);
+    let mut created = Vec::new();
+    for i in 0..20 {
+        let body = json!({"long_url": format!("https://example.com/cores/{i}")});
+        let r = c.try_create_idem(&body, &format!("cc-{i}")).unwrap();
+        assert_eq!(r.status, 201, "{}", r.text());
+        created.push((body, format!("cc-{i}"), r.key()));
+    }
+    drop(c);
+    s.kill9();
+    for cores in ["1", "2"] {
+        let s = start(&dir, &["--cores", cores]);
+        let mut c = Client::new(&s);
+        for (body, idem, key) in &created {
+            let r = c.try_create_idem(body, idem).unwrap();
+            assert_eq!(
+                (r.status, r.key()),
+                (201, key.clone()),
+                "retry of {idem} after restarting with --cores {cores}"
+            );
+            assert_redirects(&mut c, key, body["long_url"].as_str().unwrap(), None);
+        }
+        drop(c);
+        s.kill9();
+    }
+}
+
 /// A compaction replaces tables that other cores' LRUs point into: they are unmapped only after
 /// every core cleared its LRU, and every redirect stays correct before, during and after.
 #[test]
