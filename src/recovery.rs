@@ -283,6 +283,9 @@ fn push_idem(
     }
 }
 
+/// An idempotency record being carried: request hash, the key it created, when.
+type Carried<'a> = (&'a [u8; 32], &'a str, u64);
+
 /// Suffix of a log being written with carried idempotency records (see `carry_idempotency`).
 const CARRY_SUFFIX: &str = "carry";
 
@@ -299,7 +302,7 @@ fn carry_idempotency(
     now_s: u64,
 ) -> anyhow::Result<(usize, Vec<std::path::PathBuf>)> {
     use crate::api::idempotency::IDEMPOTENCY_RETENTION_S;
-    let mut latest: HashMap<&str, (&[u8; 32], &str, u64)> = HashMap::new();
+    let mut latest: HashMap<&str, Carried<'_>> = HashMap::new();
     for r in records {
         let (scope, hash, key, at) = match &r.op {
             LogOp::PutIdem {
@@ -325,9 +328,9 @@ fn carry_idempotency(
             *e = (hash, key, at);
         }
     }
-    let mut per_core: Vec<Vec<(&str, &[u8; 32], &str, u64)>> = vec![Vec::new(); router.cores()];
-    for (scope, (hash, key, at)) in &latest {
-        per_core[router.owner(scope.as_bytes()).core].push((scope, hash, key, *at));
+    let mut per_core: Vec<Vec<(&str, Carried<'_>)>> = vec![Vec::new(); router.cores()];
+    for (&scope, &rec) in &latest {
+        per_core[router.owner(scope.as_bytes()).core].push((scope, rec));
     }
     let logs_dir = dir.path().join(LOG_DIR_NAME);
     let mut written = Vec::new();
@@ -341,7 +344,7 @@ fn carry_idempotency(
         let _ = std::fs::remove_file(&tmp);
         let (mut log, _) = shards::log::blocking::BlockingLog::open(&tmp, core as u32, false)
             .with_context(|| format!("creating {}", tmp.display()))?;
-        for &(scope, hash, key, at) in recs {
+        for &(scope, (hash, key, at)) in recs {
             let op = LogOp::IdemPut {
                 scope: scope.to_string(),
                 request_hash: *hash,
