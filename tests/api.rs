@@ -712,25 +712,38 @@ fn idempotency_record_survives_kill9_right_after_201() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let s = start(&dir, &[]);
-    let mut c = Client::new(&s);
-    let mut created = Vec::new();
-    for i in 0..20 {
-        let body = json!({"long_url": format!("https://example.com/kill9/{i}")});
-        let r = c.try_create_idem(&body, &format!("k9-{i}")).unwrap();
-        assert_eq!(r.status, 201, "{}", r.text());
-        created.push((body, format!("k9-{i}"), r.key()));
-    }
-    drop(c);
+    let created = create_idempotent(&mut Client::new(&s), "k9", 20);
     s.kill9();
     let s = start(&dir, &[]);
-    let mut c = Client::new(&s);
-    for (body, idem, key) in &created {
+    assert_retries_replay(&mut Client::new(&s), &created, "after kill -9");
+}
+
+/// `(body, idempotency key, created key)` of each idempotent create.
+type IdemCreated = Vec<(serde_json::Value, String, String)>;
+
+/// Creates `n` links with idempotency keys `<prefix>-<i>`.
+fn create_idempotent(c: &mut Client, prefix: &str, n: usize) -> IdemCreated {
+    (0..n)
+        .map(|i| {
+            let body = json!({"long_url": format!("https://example.com/{prefix}/{i}")});
+            let idem = format!("{prefix}-{i}");
+            let r = c.try_create_idem(&body, &idem).unwrap();
+            assert_eq!(r.status, 201, "{}", r.text());
+            (body, idem, r.key())
+        })
+        .collect()
+}
+
+/// Every retry of `created` gets its original link, which still redirects.
+fn assert_retries_replay(c: &mut Client, created: &IdemCreated, when: &str) {
+    for (body, idem, key) in created {
         let r = c.try_create_idem(body, idem).unwrap();
         assert_eq!(
             (r.status, r.key()),
             (201, key.clone()),
-            "retry of {idem} after kill -9"
+            "retry of {idem} {when}"
         );
+        assert_redirects(c, key, body["long_url"].as_str().unwrap(), None);
     }
 }
 
@@ -742,29 +755,12 @@ fn idempotency_records_survive_core_count_changes() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let s = start(&dir, &[]);
-    let mut c = Client::new(&s);
-    let mut created = Vec::new();
-    for i in 0..20 {
-        let body = json!({"long_url": format!("https://example.com/cores/{i}")});
-        let r = c.try_create_idem(&body, &format!("cc-{i}")).unwrap();
-        assert_eq!(r.status, 201, "{}", r.text());
-        created.push((body, format!("cc-{i}"), r.key()));
-    }
-    drop(c);
+    let created = create_idempotent(&mut Client::new(&s), "cc", 20);
     s.kill9();
     for cores in ["1", "2"] {
         let s = start(&dir, &["--cores", cores]);
-        let mut c = Client::new(&s);
-        for (body, idem, key) in &created {
-            let r = c.try_create_idem(body, idem).unwrap();
-            assert_eq!(
-                (r.status, r.key()),
-                (201, key.clone()),
-                "retry of {idem} after restarting with --cores {cores}"
-            );
-            assert_redirects(&mut c, key, body["long_url"].as_str().unwrap(), None);
-        }
-        drop(c);
+        let when = format!("after restarting with --cores {cores}");
+        assert_retries_replay(&mut Client::new(&s), &created, &when);
         s.kill9();
     }
 }
