@@ -495,12 +495,14 @@ impl State {
             return done(self, WriteOutcome::StorageFailed);
         }
         if self.writes.in_flight_keys.contains(&key) {
-            let outcome = if matches!(req, WriteReq::Create { .. }) {
-                WriteOutcome::Exists
-            } else {
-                WriteOutcome::WriteInProgress
-            };
-            return done(self, outcome);
+            // Wait for the in-flight write: judged against the state it leaves, this one
+            // then gets the answer it would have got had it come a moment later.
+            let queue = self.writes.queued.entry(key).or_default();
+            if queue.len() < crate::writes::MAX_QUEUED_WRITES_PER_KEY {
+                queue.push_back((reply, req));
+                return;
+            }
+            return done(self, WriteOutcome::WriteInProgress);
         }
         let current = self.link_info(shard, &key);
         let mut idem: Option<Box<(String, [u8; 32])>> = None;
@@ -627,13 +629,16 @@ impl State {
         });
     }
 
-    /// The log is durable through `seq`: make those writes visible and answer them.
+    /// The log is durable through `seq`: make those writes visible and answer them, then start
+    /// the next queued write of each key that is free now.
     pub(crate) fn on_durable(&mut self, seq: u64) {
+        let mut freed = Vec::new();
         while self.writes.waiting.front().is_some_and(|d| d.seq <= seq) {
             let d = self.writes.waiting.pop_front().expect("checked");
             if let Some((key, entry)) = d.apply {
                 self.writes.in_flight_keys.remove(&key);
                 self.writes.memtable.insert(key, entry);
+                freed.push(key);
             }
             match d.then {
                 Then::Reply {
@@ -649,11 +654,46 @@ impl State {
                 }
             }
         }
+        for key in freed {
+            self.run_queued(key);
+        }
+    }
+
+    /// Starts the oldest write queued behind `key`, if `key` is free (`on_write` queues again
+    /// or answers at once when it is not).
+    fn run_queued(&mut self, key: InlineKey) {
+        if self.writes.in_flight_keys.contains(&key) {
+            return;
+        }
+        let Some(queue) = self.writes.queued.get_mut(&key) else {
+            return;
+        };
+        let next = queue.pop_front();
+        if queue.is_empty() {
+            self.writes.queued.remove(&key);
+        }
+        if let Some((reply, req)) = next {
+            self.on_write(reply, req);
+            // A write answered without logging (404, 409) leaves the key free: go on.
+            self.run_queued(key);
+        }
     }
 
     /// Every queued write failed to become durable: answer them all with a storage error.
     pub(crate) fn on_log_failed(&mut self) {
         self.cut_unacknowledged_log_tail();
+        // Queued writes would meet the poisoned log: answer them the same way.
+        for (_, queue) in std::mem::take(&mut self.writes.queued) {
+            for (reply, _) in queue {
+                self.deliver(
+                    reply.core as usize,
+                    MeshMsg::WriteDone {
+                        reply,
+                        outcome: WriteOutcome::StorageFailed,
+                    },
+                );
+            }
+        }
         while let Some(d) = self.writes.waiting.pop_front() {
             if let Some((key, _)) = d.apply {
                 self.writes.in_flight_keys.remove(&key);

@@ -10,7 +10,7 @@
 //! A failed write or fsync poisons the log: nothing after it is acknowledged until restart.
 
 use crate::cache::InlineKey;
-use crate::mesh::{LinkInfo, ReplyTo, WriteOutcome};
+use crate::mesh::{LinkInfo, ReplyTo, WriteOutcome, WriteReq};
 use shards::log::{Batch, LogWriter};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::RawFd;
@@ -42,6 +42,11 @@ pub struct Durable {
     pub then: Then,
 }
 
+/// Writes to one key that may wait behind the one being made durable; a write beyond them is
+/// answered 503 with `Retry-After: 1`. 16: a burst of concurrent edits to one link is queued
+/// and applied in order, while a client hammering one key cannot grow a core's memory.
+pub const MAX_QUEUED_WRITES_PER_KEY: usize = 16;
+
 /// Test-only fault injection at the storage seam (hidden CLI flags).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Faults {
@@ -54,6 +59,9 @@ pub struct Writes {
     pub memtable: HashMap<InlineKey, MemEntry, ahash::RandomState>,
     /// Keys with a record appended but not yet durable: a second write waits its turn.
     pub in_flight_keys: HashSet<InlineKey, ahash::RandomState>,
+    /// Writes to an in-flight key, in arrival order, run when its record is durable (at most
+    /// [`MAX_QUEUED_WRITES_PER_KEY`] per key).
+    pub queued: HashMap<InlineKey, VecDeque<(ReplyTo, WriteReq)>, ahash::RandomState>,
     pub log: LogWriter,
     pub log_fd: RawFd,
     /// The batch being written and synced; its bytes must not move until the sync completes.
@@ -75,6 +83,7 @@ impl Writes {
         Writes {
             memtable,
             in_flight_keys: HashSet::default(),
+            queued: HashMap::default(),
             log,
             log_fd,
             batch: None,
