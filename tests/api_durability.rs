@@ -1,7 +1,8 @@
 //! Durability of API writes against real processes: kill -9 crash loop, torn tails, mid-log
 //! corruption, and failing fsync.
 //!
-//! The crash loop runs 3 cycles by default; `RICOCHET_CRASH_CYCLES=300 cargo test --test
+//! The crash loop alternates `--cores 2` and `--cores 1` between starts, so every other start
+//! folds the logs for a core-count change. It runs 3 cycles by default; `RICOCHET_CRASH_CYCLES=300 cargo test --test
 //! api_durability crash_loop -- --nocapture` runs a long one (about 1-3 s per cycle in a debug
 //! build). Randomized tests print their seed; `RICOCHET_TEST_SEED=<seed>` replays one.
 
@@ -184,7 +185,11 @@ fn crash_loop_every_acknowledged_write_survives_kill9() {
     let clients = 8;
     let (mut creates, mut writes_checked) = (0usize, 0usize);
     for cycle in 0..cycles {
-        let s = start(&dir, &NO_RATE_LIMIT);
+        // Every other start runs on one core: the start-up fold of a core-count change must
+        // keep every acknowledged write too.
+        let mut args = NO_RATE_LIMIT.to_vec();
+        args.extend(["--cores", if cycle % 2 == 1 { "1" } else { "2" }]);
+        let s = start(&dir, &args);
         if cycles <= 10 {
             check_book(&s, &mut book);
         } else {
