@@ -92,6 +92,10 @@ struct ServeArgs {
     /// Test only: fail each core's log fsync after this many successful ones.
     #[arg(long, hide = true)]
     fault_fail_fsync_after: Option<u64>,
+    /// Test only: abort the start-up fold of a core-count change right after the carried
+    /// idempotency logs are renamed into place, before the old logs are removed.
+    #[arg(long, hide = true)]
+    fault_abort_after_carry: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -153,6 +157,7 @@ fn main() -> ExitCode {
             create_burst: a.create_burst,
             faults: ricochet::writes::Faults {
                 fail_fsync_after: a.fault_fail_fsync_after,
+                abort_after_carry: a.fault_abort_after_carry,
             },
             compact_entries: a.compact_entries.max(1),
         }),

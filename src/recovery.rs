@@ -39,6 +39,7 @@ pub fn recover_logs(
     router: &Router,
     salvage: bool,
     now_s: u64,
+    faults: crate::writes::Faults,
 ) -> anyhow::Result<(Vec<CoreLog>, u64)> {
     let cores = router.cores();
     let logs_dir = dir.path().join(LOG_DIR_NAME);
@@ -116,6 +117,10 @@ pub fn recover_logs(
         // Idempotency records exist only in these logs: carry the ones still within retention
         // to their scope's new owner before the logs go.
         let (carried, replaced) = carry_idempotency(dir, router, &all, now_s)?;
+        if faults.abort_after_carry {
+            eprintln!("fault injection: aborting after carrying {carried} idempotency records");
+            std::process::abort();
+        }
         eprintln!(
             "core count changed ({} -> {cores}): folded {} logged records into {} shard tables, \
              carried {carried} idempotency records",

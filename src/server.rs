@@ -96,7 +96,8 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let now_s = crate::api::timefmt::now_s();
 
     // Logged writes first: a core-count change folds them into the tables we open next.
-    let (logs, max_logged_id) = crate::recovery::recover_logs(&dir, &router, opts.salvage, now_s)?;
+    let (logs, max_logged_id) =
+        crate::recovery::recover_logs(&dir, &router, opts.salvage, now_s, opts.faults)?;
 
     let started = Instant::now();
     let tables = open_tables(&dir, &router)?;

@@ -52,6 +52,10 @@ pub const MAX_QUEUED_WRITES_PER_KEY: usize = 16;
 pub struct Faults {
     /// Fail the fsync after this many successful ones (as EIO).
     pub fail_fsync_after: Option<u64>,
+    /// Abort the process in the start-up fold of a core-count change, after the carried
+    /// idempotency logs are in place and before the old logs are removed (the crash window
+    /// `recovery::carry_idempotency` must survive).
+    pub abort_after_carry: bool,
 }
 
 /// One core's write state.

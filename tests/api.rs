@@ -747,6 +747,46 @@ fn assert_retries_replay(c: &mut Client, created: &IdemCreated, when: &str) {
     }
 }
 
+/// A crash inside that fold, after the carried records replaced the live logs and before the
+/// other old logs are gone, loses nothing: the next start folds and carries again.
+#[test]
+fn core_count_fold_survives_a_crash_after_carrying() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let s = start(&dir, &[]);
+    let mut c = Client::new(&s);
+    let created = create_idempotent(&mut c, "crash", 20);
+    let aliases: Vec<String> = (0..20)
+        .map(|i| {
+            c.create_ok(
+                &format!("https://example.com/alias/{i}"),
+                Some(&format!("al{i}")),
+            )
+        })
+        .collect();
+    drop(c);
+    s.kill9();
+    let Err(err) = common::api::try_start(&dir, &["--cores", "1", "--fault-abort-after-carry"])
+    else {
+        panic!("the start must abort inside the fold");
+    };
+    assert!(
+        err.contains("fault injection: aborting after carrying 20"),
+        "{err}"
+    );
+    for cores in ["1", "2"] {
+        let s = start(&dir, &["--cores", cores]);
+        let when = format!("after a crash mid-fold, then --cores {cores}");
+        let mut c = Client::new(&s);
+        assert_retries_replay(&mut c, &created, &when);
+        for (i, key) in aliases.iter().enumerate() {
+            assert_redirects(&mut c, key, &format!("https://example.com/alias/{i}"), None);
+        }
+        drop(c);
+        s.kill9();
+    }
+}
+
 /// Concurrent writes to one key wait for the one being made durable and are judged against
 /// the state it leaves: no 503 for a burst within `MAX_QUEUED_WRITES_PER_KEY`.
 #[test]
