@@ -56,6 +56,13 @@ pub fn recover_logs(
         let Some(rest) = name.strip_prefix("wal-") else {
             continue;
         };
+        if rest.ends_with(&format!(".{CARRY_SUFFIX}")) {
+            // Left by a crash inside a fold before its rename: never read, always re-derived
+            // from the logs (see `carry_idempotency`).
+            std::fs::remove_file(&p)
+                .with_context(|| format!("removing unfinished {}", p.display()))?;
+            continue;
+        }
         let (n, order) = if let Some(n) = rest.strip_suffix(".log") {
             (n, 1)
         } else if let Some(n) =
@@ -345,8 +352,6 @@ fn carry_idempotency(
         }
         let live = wal_path(dir.path(), core as u32);
         let tmp = live.with_extension(CARRY_SUFFIX);
-        // A leftover from a crash mid-carry: its records are re-derived from the logs.
-        let _ = std::fs::remove_file(&tmp);
         let (mut log, _) = shards::log::blocking::BlockingLog::open(&tmp, core as u32, false)
             .with_context(|| format!("creating {}", tmp.display()))?;
         for &(scope, (hash, key, at)) in recs {
