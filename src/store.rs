@@ -28,7 +28,8 @@ impl Store {
         self.tables[shard as usize].replace(table)
     }
 
-    /// Starts loading `key`'s index slot (see `Table::prefetch_slot`); returns the slot.
+    /// Starts loading `key`'s index slot (see `Table::prefetch_slot`); returns the hint for
+    /// [`Store::prefetch_record`].
     #[inline]
     pub fn prefetch_slot(&self, shard: u32, key: &[u8]) -> Option<SlotHint> {
         Some(
