@@ -14,7 +14,7 @@ use crate::api::request::{
     link_json, parse_create, parse_patch, CreateRequest, ExpiryUpdate, MAX_REQUEST_BODY_BYTES,
 };
 use crate::cache::InlineKey;
-use crate::conn::{ApiCtx, ApiOp, PendingKind};
+use crate::conns::{ApiOp, PendingKind};
 use crate::core::State;
 use crate::http::encode::{self, Conn as Persist};
 use crate::http::parse::{Method, Request};
@@ -81,7 +81,16 @@ impl State {
         } else if let Some(k) = path.strip_prefix(URLS).and_then(|r| r.strip_prefix(b"/")) {
             (false, Some(k))
         } else {
-            return self.api_problem(slot, Problem::not_found(), persist);
+            let c = &mut self.conns[slot as usize];
+            let head = req.method == Method::Head;
+            return encode_problem(
+                &mut c.out,
+                &Problem::not_found(),
+                &[],
+                head,
+                persist,
+                &self.date,
+            );
         };
         let allowed = if collection {
             "POST"
@@ -99,6 +108,7 @@ impl State {
                 &mut c.out,
                 &Problem::method_not_allowed(),
                 &[("Allow", allowed.as_bytes())],
+                req.method == Method::Head,
                 persist,
                 &self.date,
             );
@@ -114,6 +124,7 @@ impl State {
                 &mut c.out,
                 &Problem::unauthorized(),
                 &[("WWW-Authenticate", b"Bearer")],
+                false,
                 persist,
                 &self.date,
             );
@@ -311,15 +322,9 @@ impl State {
     /// Registers a pending API answer on the connection and returns its reply address.
     fn push_api_pending(&mut self, slot: u32, persist: Persist, op: ApiOp) -> ReplyTo {
         let c = &mut self.conns[slot as usize];
-        let seq = c.next_seq;
-        c.next_seq = c.next_seq.wrapping_add(1);
-        c.pending.push(crate::conn::Pending {
-            seq,
-            offset: c.out.len(),
-            head: false,
-            persist,
-            kind: PendingKind::Api(Box::new(ApiCtx { op })),
-        });
+        let seq = c
+            .answers
+            .defer(&c.out, false, persist, PendingKind::Api(Box::new(op)));
         ReplyTo {
             core: self.me as u16,
             slot,
@@ -330,13 +335,13 @@ impl State {
 
     fn api_problem(&mut self, slot: u32, p: Problem, persist: Persist) {
         let c = &mut self.conns[slot as usize];
-        encode_problem(&mut c.out, &p, &[], persist, &self.date);
+        encode_problem(&mut c.out, &p, &[], false, persist, &self.date);
     }
 
     /// Encodes the answer to an API request whose owner replied.
     pub(crate) fn api_answer(
         &mut self,
-        ctx: &mut ApiCtx,
+        op: &mut ApiOp,
         outcome: WriteOutcome,
         persist: Persist,
         out: &mut Vec<u8>,
@@ -353,10 +358,10 @@ impl State {
             )
         };
         let problem = |out: &mut Vec<u8>, p: Problem, date: &crate::http::date::DateCache| {
-            encode_problem(out, &p, &[], persist, date)
+            encode_problem(out, &p, &[], false, persist, date)
         };
         const JSON: Option<&str> = Some("application/json");
-        match (&mut ctx.op, outcome) {
+        match (op, outcome) {
             (ApiOp::Create { .. }, WriteOutcome::Created(info) | WriteOutcome::Found(info)) => {
                 encode::encode_response(
                     out,
@@ -897,11 +902,13 @@ impl State {
 }
 
 /// Appends `p` as an `application/problem+json` response (with `Retry-After` when it has one,
-/// plus `extra` headers). The one place API errors become bytes.
+/// plus `extra` headers; without the body for a HEAD request). The one place API errors
+/// become bytes.
 pub(crate) fn encode_problem(
     out: &mut Vec<u8>,
     p: &Problem,
     extra: &[(&str, &[u8])],
+    head: bool,
     persist: Persist,
     date: &crate::http::date::DateCache,
 ) {
@@ -917,7 +924,7 @@ pub(crate) fn encode_problem(
         &headers,
         Some(PROBLEM_CONTENT_TYPE),
         &p.to_json(),
-        false,
+        head,
         persist,
         date,
     );

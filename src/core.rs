@@ -8,7 +8,9 @@
 //! glommio run its tasks (the mesh receivers) before the next turn.
 
 use crate::cache::{InlineKey, Lru};
-use crate::conn::{BufPool, Conn, Pending, PendingKind, MAX_INBUF_BYTES};
+use crate::conns::{
+    ApiOp, BufPool, Conn, PendingKind, Recv, INBUF_PAUSE_BYTES, INBUF_RESUME_BYTES, MAX_INBUF_BYTES,
+};
 use crate::http::date::DateCache;
 use crate::http::encode::{self, Conn as Persist};
 use crate::http::limits::{MAX_CONNECTIONS_PER_CORE, MAX_PIPELINED_REQUESTS};
@@ -574,35 +576,52 @@ impl Core {
         }
         let more = cqueue::more(flags);
         if !more {
-            st.conns[slot as usize].recv_armed = false;
+            // The multishot recv ended (or this was its cancel's completion).
+            let c = &mut st.conns[slot as usize];
+            c.recv = match c.recv {
+                Recv::Pausing => Recv::Paused,
+                Recv::Armed => Recv::Idle,
+                other => other,
+            };
         }
         if res > 0 {
             let bid = bid.expect("a successful buffer-select recv names its buffer");
             let data = self.ring.bufs.slice(bid, res as usize);
             st.on_data(slot, data);
             st.recycle.push(bid);
-            let c = &st.conns[slot as usize];
-            if !more && c.live && !c.closing {
-                st.arm_recv(slot);
-            } else if c.closing {
-                st.maybe_free(slot);
-            }
         } else if res == -libc::ENOBUFS {
-            st.conns[slot as usize].recv_starved = true;
-            st.starved.push(slot);
+            let c = &mut st.conns[slot as usize];
+            if c.recv == Recv::Idle {
+                c.recv = Recv::Starved;
+                st.starved.push(slot);
+            }
+        } else if res == -libc::ECANCELED {
+            // Our own backpressure cancel: nothing to do but maybe resume (below).
         } else {
-            // EOF (0) or an error: answer what we have, then close.
+            // EOF (0) or an error: no more input. Answer everything already received, then
+            // close (`flush` closes once nothing is left to answer).
             if let Some(bid) = bid {
                 st.recycle.push(bid);
             }
             let c = &mut st.conns[slot as usize];
+            c.recv = Recv::Done;
             if c.closing {
                 st.maybe_free(slot);
-            } else if c.busy() || !c.out.is_empty() {
-                c.close_after_send = true;
-            } else {
-                st.begin_close(slot, false);
+                return;
             }
+            if !c.busy() && !c.inbuf.is_empty() {
+                st.process_inbuf(slot);
+            }
+            st.mark_dirty(slot);
+            return;
+        }
+        let c = &st.conns[slot as usize];
+        if c.closing {
+            st.maybe_free(slot);
+        } else if c.recv == Recv::Idle
+            || (c.recv == Recv::Paused && c.inbuf.len() < INBUF_RESUME_BYTES)
+        {
+            st.arm_recv(slot);
         }
     }
 }
@@ -662,15 +681,14 @@ impl State {
         c.fd = fd;
         c.gen = c.gen.wrapping_add(1) & crate::ring::GEN_MASK;
         c.live = true;
-        c.recv_armed = false;
-        c.recv_starved = false;
+        c.recv = Recv::Idle;
         c.send_inflight = false;
         c.closing = false;
         c.close_after_send = false;
         c.lingering = false;
         c.shutdown_pending = false;
         c.sent = 0;
-        c.next_seq = 0;
+        c.answers.clear();
         c.dirty = false;
         // A new connection must send a request within the header timeout.
         c.deadline_ms = self.now_ms + self.timeouts.header_ms;
@@ -678,13 +696,18 @@ impl State {
         slot
     }
 
+    /// Arms a multishot recv, unless one is armed or input must not be read now.
     fn arm_recv(&mut self, slot: u32) {
         let c = &mut self.conns[slot as usize];
-        if !c.live || c.closing || c.recv_armed {
+        let may = match c.recv {
+            Recv::Idle | Recv::Starved => true,
+            Recv::Paused => c.inbuf.len() < INBUF_RESUME_BYTES,
+            Recv::Armed | Recv::Pausing | Recv::Done => false,
+        };
+        if !c.live || c.closing || !may {
             return;
         }
-        c.recv_armed = true;
-        c.recv_starved = false;
+        c.recv = Recv::Armed;
         let sqe = opcode::RecvMulti::new(types::Fd(c.fd), RECV_BUF_GROUP)
             .build()
             .user_data(Token::new(Op::Recv, slot, c.gen).encode());
@@ -699,6 +722,11 @@ impl State {
         }
         if c.busy() || !c.inbuf.is_empty() {
             if c.inbuf.len() + data.len() > MAX_INBUF_BYTES {
+                // Cannot happen while the pause works (see `MAX_INBUF_BYTES`).
+                eprintln!(
+                    "core {}: connection input passed {MAX_INBUF_BYTES} bytes despite the pause; closing it",
+                    self.me
+                );
                 self.begin_close(slot, false);
                 return;
             }
@@ -710,6 +738,7 @@ impl State {
             if !c.busy() {
                 self.process_inbuf(slot);
             }
+            self.maybe_pause(slot);
             return;
         }
         let used = self.process(slot, data);
@@ -726,7 +755,35 @@ impl State {
         self.mark_dirty(slot);
     }
 
-    /// Parses what `inbuf` holds (after a batch was sent, or when more bytes arrived).
+    /// Backpressure: stops reading from a connection whose unparsed input passed
+    /// [`INBUF_PAUSE_BYTES`] (the kernel's receive window then slows the client down).
+    fn maybe_pause(&mut self, slot: u32) {
+        let c = &mut self.conns[slot as usize];
+        if c.inbuf.len() < INBUF_PAUSE_BYTES {
+            return;
+        }
+        match c.recv {
+            Recv::Armed => {
+                c.recv = Recv::Pausing;
+                let target = Token::new(Op::Recv, slot, c.gen).encode();
+                let sqe = opcode::AsyncCancel::new(target)
+                    .build()
+                    .user_data(Token::new(Op::Cancel, 0, 0).encode());
+                self.sqes.push(sqe);
+            }
+            Recv::Idle => c.recv = Recv::Paused,
+            Recv::Starved => {
+                c.recv = Recv::Paused;
+                if let Some(i) = self.starved.iter().position(|&s| s == slot) {
+                    self.starved.swap_remove(i);
+                }
+            }
+            Recv::Pausing | Recv::Paused | Recv::Done => {}
+        }
+    }
+
+    /// Parses what `inbuf` holds (after a batch was sent, or when more bytes arrived), and
+    /// resumes reading if backpressure had paused it and the input is small again.
     fn process_inbuf(&mut self, slot: u32) {
         let mut inbuf = std::mem::take(&mut self.conns[slot as usize].inbuf);
         let used = self.process(slot, &inbuf);
@@ -735,6 +792,9 @@ impl State {
             self.pool.put(&mut inbuf);
         }
         self.conns[slot as usize].inbuf = inbuf;
+        if self.conns[slot as usize].recv == Recv::Paused {
+            self.arm_recv(slot);
+        }
         self.mark_dirty(slot);
     }
 
@@ -806,11 +866,20 @@ impl State {
                         Persist::for_request(&req)
                     };
                     let body = &data[pos + req.head_len..pos + total];
+                    let deferred_before = self.conns[slot as usize].answers.len();
                     self.handle(slot, &req, persist, body);
                     pos += total;
                     answered += 1;
                     if !persist.keep_alive() {
                         self.conns[slot as usize].close_after_send = true;
+                        break;
+                    }
+                    // RFC 9112 section 9.3.2: only a run of safe requests may be processed in
+                    // parallel. Requests after an unsafe one that is still being carried out
+                    // wait in `inbuf` until its answer has been sent, so they see its effect.
+                    if !req.method.is_safe()
+                        && self.conns[slot as usize].answers.len() > deferred_before
+                    {
                         break;
                     }
                 }
@@ -829,11 +898,15 @@ impl State {
                             &mut c.out,
                             &p,
                             &[],
+                            data[pos..].starts_with(b"HEAD "),
                             Persist::Close,
                             &self.date,
                         );
                     } else {
-                        encode::encode_error(&mut c.out, e, &self.date);
+                        // The method is known when the request line got that far; a HEAD
+                        // request's answer has no body whatever went wrong after it.
+                        let head = data[pos..].starts_with(b"HEAD ");
+                        encode::encode_error(&mut c.out, e, head, &self.date);
                     }
                     c.close_after_send = true;
                     pos = data.len();
@@ -971,15 +1044,9 @@ impl State {
             return;
         }
         self.tally.forwarded += 1;
-        let seq = c.next_seq;
-        c.next_seq = c.next_seq.wrapping_add(1);
-        c.pending.push(Pending {
-            seq,
-            offset: c.out.len(),
-            head,
-            persist,
-            kind: PendingKind::Redirect,
-        });
+        let seq = c
+            .answers
+            .defer(&c.out, head, persist, PendingKind::Redirect);
         let reply = ReplyTo {
             core: self.me as u16,
             slot,
@@ -1059,48 +1126,47 @@ impl State {
         if !c.live || c.gen != reply.gen {
             return;
         }
-        let Some(i) = c.pending.iter().position(|p| p.seq == reply.seq) else {
+        let Some(p) = c.answers.get_mut(reply.seq) else {
             return;
         };
-        let mut p = c.pending.remove(i);
-        let PendingKind::Api(mut ctx) = std::mem::replace(&mut p.kind, PendingKind::Redirect)
-        else {
+        let persist = p.persist;
+        let PendingKind::Api(mut op) = std::mem::replace(&mut p.kind, PendingKind::Redirect) else {
+            debug_assert!(false, "an API answer for a redirect");
             return;
         };
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        let answered = self.api_answer(&mut ctx, outcome, p.persist, &mut scratch);
+        let answered = self.api_answer(&mut op, outcome, persist, &mut scratch);
         if answered.is_none() {
-            // Retry a create with the next generated ID; the request stays pending.
-            let retry = match &ctx.op {
-                crate::conn::ApiOp::Create {
+            // Retry a create with the next generated ID; the request stays deferred.
+            let retry = match &*op {
+                ApiOp::Create {
                     req,
                     created_at_s,
                     tries,
                 } => Some((req.clone(), *created_at_s, *tries)),
                 _ => None,
             };
-            p.kind = PendingKind::Api(ctx);
-            self.conns[reply.slot as usize].pending.insert(i, p);
+            if let Some(p) = self.conns[reply.slot as usize].answers.get_mut(reply.seq) {
+                p.kind = PendingKind::Api(op);
+            }
             self.scratch = scratch;
             if let Some((req, created, tries)) = retry {
                 self.start_create(reply, req, created, tries);
             }
             return;
         }
-        self.insert_response(reply.slot, p.offset, &scratch);
+        self.fill_answer(reply.slot, reply.seq, &scratch);
         self.scratch = scratch;
     }
 
-    /// Inserts `bytes` at `offset` of the connection's batch, shifting later pending answers;
-    /// flushes when nothing is pending any more.
-    fn insert_response(&mut self, slot: u32, offset: usize, bytes: &[u8]) {
+    /// Writes the answer of deferred request `seq` at its place in the connection's batch;
+    /// flushes when nothing is deferred any more.
+    fn fill_answer(&mut self, slot: u32, seq: u32, bytes: &[u8]) {
         let c = &mut self.conns[slot as usize];
-        c.out.splice(offset..offset, bytes.iter().copied());
-        for later in c.pending.iter_mut().filter(|q| q.offset >= offset) {
-            later.offset += bytes.len();
-        }
-        if c.pending.is_empty() {
+        let filled = c.answers.fill(&mut c.out, seq, bytes);
+        debug_assert!(filled.is_some(), "the caller found it waiting");
+        if c.answers.is_empty() {
             self.mark_dirty(slot);
         }
     }
@@ -1113,10 +1179,10 @@ impl State {
         if !c.live || c.gen != reply.gen {
             return; // The connection went away meanwhile.
         }
-        let Some(i) = c.pending.iter().position(|p| p.seq == reply.seq) else {
+        let Some(p) = c.answers.get(reply.seq) else {
             return;
         };
-        let p = c.pending.remove(i);
+        let (head, persist) = (p.head, p.persist);
         self.scratch.clear();
         match answer {
             Some(a) if !a.expired(self.now_s) => {
@@ -1125,17 +1191,17 @@ impl State {
                     &mut self.scratch,
                     a.status,
                     a.target.as_bytes(),
-                    p.persist,
+                    persist,
                     &self.date,
                 )
             }
             _ => {
                 self.tally.not_found += 1;
-                encode::encode_not_found(&mut self.scratch, p.head, p.persist, &self.date)
+                encode::encode_not_found(&mut self.scratch, head, persist, &self.date)
             }
         }
         let scratch = std::mem::take(&mut self.scratch);
-        self.insert_response(reply.slot, p.offset, &scratch);
+        self.fill_answer(reply.slot, reply.seq, &scratch);
         self.scratch = scratch;
     }
 
@@ -1162,9 +1228,16 @@ impl State {
             if c.out.is_empty() {
                 if c.close_after_send {
                     self.begin_close(slot, true);
+                } else if c.recv == Recv::Done {
+                    // The peer sent its last byte and everything complete was answered (what
+                    // is left in `inbuf`, if anything, is a request that can never finish).
+                    self.begin_close(slot, false);
                 } else if c.inbuf.is_empty() {
                     self.pool.put(&mut c.out);
                     c.deadline_ms = self.now_ms + self.timeouts.idle_ms;
+                } else if c.deadline_ms == 0 {
+                    // A partial request is left after the batch: it must complete in time.
+                    c.deadline_ms = self.now_ms + self.timeouts.header_ms;
                 }
                 continue;
             }
@@ -1177,6 +1250,9 @@ impl State {
         let c = &mut self.conns[slot as usize];
         debug_assert!(c.sent < c.out.len());
         c.send_inflight = true;
+        // A client that stops reading cannot hold the connection (and its answers) forever:
+        // no progress for the idle timeout closes it (nginx's `send_timeout`).
+        c.deadline_ms = self.now_ms + self.timeouts.idle_ms;
         let rest = &c.out[c.sent..];
         let sqe = opcode::Send::new(types::Fd(c.fd), rest.as_ptr(), rest.len() as u32)
             .flags(libc::MSG_NOSIGNAL)
@@ -1209,6 +1285,7 @@ impl State {
         }
         c.out.clear();
         c.sent = 0;
+        c.deadline_ms = 0;
         if c.close_after_send {
             self.begin_close(slot, true);
             return;
@@ -1239,7 +1316,7 @@ impl State {
         }
         c.closing = true;
         c.shutdown_pending = true;
-        c.lingering = linger && c.recv_armed;
+        c.lingering = linger && c.recv.in_flight();
         let how = if c.lingering {
             libc::SHUT_WR
         } else {
@@ -1252,10 +1329,9 @@ impl State {
             .build()
             .user_data(Token::new(Op::Shutdown, slot, c.gen).encode());
         self.sqes.push(sqe);
-        if c.recv_starved {
+        if matches!(c.recv, Recv::Starved | Recv::Paused) {
             // No recv is armed to report the shutdown.
-            c.recv_armed = false;
-            c.recv_starved = false;
+            c.recv = Recv::Idle;
             if let Some(i) = self.starved.iter().position(|&s| s == slot) {
                 self.starved.swap_remove(i);
             }
@@ -1267,13 +1343,13 @@ impl State {
         let c = &mut self.conns[slot as usize];
         // The fd is closed only after its shutdown completed: once closed, its number can be
         // reused by the next accept, and a late shutdown would hit that new connection.
-        if !c.live || !c.closing || c.recv_armed || c.send_inflight || c.shutdown_pending {
+        if !c.live || !c.closing || c.recv.in_flight() || c.send_inflight || c.shutdown_pending {
             return;
         }
         self.sqes.push(close_sqe(c.fd));
         c.live = false;
         c.fd = -1;
-        c.pending.clear();
+        c.answers.clear();
         c.deadline_ms = 0;
         self.pool.put(&mut c.inbuf);
         self.pool.put(&mut c.out);
@@ -1458,7 +1534,9 @@ impl State {
         for slot in 0..self.conns.len() as u32 {
             let c = &self.conns[slot as usize];
             let due = c.live && c.deadline_ms != 0 && now >= c.deadline_ms;
-            if due && (c.lingering || (!c.closing && !c.busy())) {
+            // A send stuck past its deadline closes too; a batch still being computed by
+            // other cores does not (its deadline is 0 until it is sent).
+            if due && (c.lingering || (!c.closing && (!c.busy() || c.send_inflight))) {
                 self.begin_close(slot, false);
             }
         }

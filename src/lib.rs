@@ -6,7 +6,7 @@ pub mod api;
 pub mod api_flow;
 pub mod cache;
 pub mod compaction;
-pub mod conn;
+pub mod conns;
 pub mod core;
 pub mod http;
 pub mod keywatch;

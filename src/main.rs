@@ -96,6 +96,10 @@ struct ServeArgs {
     /// idempotency logs are renamed into place, before the old logs are removed.
     #[arg(long, hide = true)]
     fault_abort_after_carry: bool,
+    /// Test only: allow `--cores` above the CPU count (executors share CPUs), so tests on a
+    /// small machine reach the paths of 3+ cores.
+    #[arg(long, hide = true)]
+    test_oversubscribe: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -160,6 +164,7 @@ fn main() -> ExitCode {
                 abort_after_carry: a.fault_abort_after_carry,
             },
             compact_entries: a.compact_entries.max(1),
+            oversubscribe: a.test_oversubscribe,
         }),
         Cmd::Keys(k) => ricochet::api::keys::run_keys_command(&k.data_dir, k.cmd),
         Cmd::Import(a) => import(a),

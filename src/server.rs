@@ -61,6 +61,10 @@ pub struct ServeOptions {
     pub faults: crate::writes::Faults,
     /// Memtable entries per core that trigger a compaction.
     pub compact_entries: usize,
+    /// Test only (`--test-oversubscribe`): allow more cores than CPUs, several executors
+    /// sharing a CPU, so paths that need 3+ cores are tested on small machines. Production
+    /// refuses such a `--cores`: executors that share a CPU spin against each other.
+    pub oversubscribe: bool,
 }
 
 /// Creates per second per API key unless configured (`--create-rate`); with the burst, enough
@@ -77,7 +81,12 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     if cores == 0 {
         bail!("--cores must be at least 1");
     }
-    if cores > cpus.len() {
+    if cores > cpus.len() && opts.oversubscribe {
+        eprintln!(
+            "warning: --test-oversubscribe: {cores} cores on {} CPUs (for tests only)",
+            cpus.len()
+        );
+    } else if cores > cpus.len() {
         bail!(
             "--cores {cores} is more than the {} CPUs this process may use ({:?})",
             cpus.len(),
@@ -168,7 +177,8 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             .into_iter();
     let mut handles = Vec::with_capacity(cores);
     let mut logs = logs.into_iter();
-    for (core, &cpu) in cpus.iter().take(cores).enumerate() {
+    // More cores than CPUs only with `oversubscribe` (checked above): they share CPUs in turn.
+    for (core, &cpu) in cpus.iter().cycle().take(cores).enumerate() {
         let log = logs.next().expect("one log per core");
         let mut idem = crate::api::idempotency::IdemTable::default();
         for (scope, rec) in log.idem {

@@ -116,9 +116,13 @@ pub fn encode_response(
         out.extend_from_slice(ct.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    out.extend_from_slice(b"Content-Length: ");
-    out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
-    out.extend_from_slice(b"\r\n");
+    // RFC 9110 section 8.6: no Content-Length in a 204 (it has no content by definition).
+    if status != Status::NoContent {
+        out.extend_from_slice(b"Content-Length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    debug_assert!(status != Status::NoContent || body.is_empty());
     common_tail(out, conn, date);
     out.extend_from_slice(b"\r\n");
     if !head_only {
@@ -165,9 +169,9 @@ pub fn encode_method_not_allowed(
 }
 
 /// Appends the response to a request that failed to parse: `err.status()`, the reason as a
-/// text body, and `Connection: close` when `err.must_close()` (always, today). The body is
-/// always sent: the method of an unparsable request is unknown.
-pub fn encode_error(out: &mut Vec<u8>, err: ParseError, date: &DateCache) {
+/// text body (omitted when the request line says `HEAD`: `head_only`), and
+/// `Connection: close` when `err.must_close()` (always, today).
+pub fn encode_error(out: &mut Vec<u8>, err: ParseError, head_only: bool, date: &DateCache) {
     let conn = if err.must_close() {
         Conn::Close
     } else {
@@ -186,8 +190,10 @@ pub fn encode_error(out: &mut Vec<u8>, err: ParseError, date: &DateCache) {
     out.extend_from_slice(b"\r\n");
     common_tail(out, conn, date);
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(err.reason().as_bytes());
-    out.push(b'\n');
+    if !head_only {
+        out.extend_from_slice(err.reason().as_bytes());
+        out.push(b'\n');
+    }
 }
 
 /// `Date`, `Server` and `Connection` lines, shared by every response.

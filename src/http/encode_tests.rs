@@ -168,7 +168,7 @@ fn error_responses_close_and_explain() {
         ParseError::VersionNotSupported,
     ] {
         let mut out = Vec::new();
-        encode_error(&mut out, e, &date());
+        encode_error(&mut out, e, false, &date());
         let (code, hs, body) = parse_response(&out);
         assert_eq!(code, e.status().code());
         assert_eq!(header(&hs, "Connection"), Some("close"));
@@ -201,4 +201,20 @@ fn encoding_appends() {
     assert!(out.starts_with(b"prefixHTTP/1.1 302"));
     assert_eq!(parse_response(&out[first..]).0, 302);
     assert_eq!(out.len() - first, first - 6);
+}
+
+#[test]
+fn error_responses_to_head_have_no_body() {
+    for e in [ParseError::UriTooLong, ParseError::TooManyHeaders] {
+        let mut out = Vec::new();
+        encode_error(&mut out, e, true, &date());
+        let text = String::from_utf8(out).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(
+            body.is_empty(),
+            "HEAD error answer carried a body: {body:?}"
+        );
+        // Content-Length still says what a GET would have got (RFC 9110 section 9.3.2).
+        assert!(head.contains(&format!("Content-Length: {}", e.reason().len() + 1)));
+    }
 }

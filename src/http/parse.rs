@@ -52,6 +52,12 @@ pub enum Method {
 }
 
 impl Method {
+    /// Safe methods (RFC 9110 section 9.2.1) do not change the server's state, so a run of
+    /// them may be processed in parallel; anything else is a barrier on its connection.
+    pub fn is_safe(self) -> bool {
+        matches!(self, Method::Get | Method::Head | Method::Options)
+    }
+
     /// Methods are case-sensitive (RFC 9110 §9.1): `get` is `Other`.
     fn from_token(token: &str) -> Method {
         match token {

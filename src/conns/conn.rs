@@ -1,0 +1,117 @@
+//! One client connection's state, as the core loop's state machine sees it.
+//!
+//! An idle connection owns no buffers: `inbuf` and `out` are empty `Vec`s (no allocation) until
+//! bytes arrive that cannot be answered at once, and go back to the pool when drained.
+
+use super::answers::Answers;
+use std::os::fd::RawFd;
+
+/// Unparsed input above which a connection stops reading (its recv is cancelled) until the
+/// input is answered: one largest request (head plus body). A client that pipelines far ahead
+/// of what it reads is slowed by TCP flow control instead of being reset, so answers already
+/// computed and writes already committed are still delivered.
+pub const INBUF_PAUSE_BYTES: usize =
+    crate::http::limits::MAX_HEADER_BYTES + crate::http::limits::MAX_BODY_BYTES;
+
+/// Reading resumes once the unparsed input is below this (half the pause mark, so a client
+/// that keeps sending ahead is not paused and resumed on every turn).
+pub const INBUF_RESUME_BYTES: usize = INBUF_PAUSE_BYTES / 2;
+
+/// Unparsed input a connection can reach at all: the pause mark plus what the kernel may still
+/// deliver before the cancel takes effect (at most every provided receive buffer). Reaching it
+/// means the pause did not work; the connection is closed rather than grow without bound.
+pub const MAX_INBUF_BYTES: usize = INBUF_PAUSE_BYTES
+    + crate::ring::bufring::RECV_BUF_COUNT as usize * crate::ring::bufring::RECV_BUF_BYTES;
+
+/// Where a connection's receive side stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recv {
+    /// No recv armed: before the first, or between a multishot recv's end and its re-arm.
+    Idle,
+    /// A multishot recv is armed.
+    Armed,
+    /// The recv ran out of provided buffers; it is re-armed when buffers come back.
+    Starved,
+    /// Backpressure: a cancel of the armed recv was issued; its last completion is still due.
+    Pausing,
+    /// Backpressure: no recv armed until the buffered input has been answered.
+    Paused,
+    /// The peer shut its sending side (EOF) or the read failed: no more input will come.
+    /// Everything already received is still answered before the connection closes.
+    Done,
+}
+
+impl Recv {
+    /// A recv operation may still complete (the fd must stay open).
+    #[inline]
+    pub fn in_flight(self) -> bool {
+        matches!(self, Recv::Armed | Recv::Pausing)
+    }
+}
+
+/// A connection slot.
+pub struct Conn {
+    pub fd: RawFd,
+    /// Bumped when the slot is reused, so late completions for the old connection are ignored.
+    pub gen: u32,
+    pub live: bool,
+    pub recv: Recv,
+    /// A send of `out[sent..]` is in flight: `out` must not move or change.
+    pub send_inflight: bool,
+    /// A shutdown was issued; the slot is freed once the recv and send have completed.
+    pub closing: bool,
+    /// A shutdown SQE is in flight; the fd must not be closed before it completes.
+    pub shutdown_pending: bool,
+    /// Half-closed after a final response, reading and dropping input until the peer closes.
+    pub lingering: bool,
+    /// Close once `out` is sent (a `Connection: close` request, an error, draining).
+    pub close_after_send: bool,
+    /// Bytes received but not yet parsed (a partial request, input that arrived while the
+    /// previous batch was still being answered, or requests after an unsafe one).
+    pub inbuf: Vec<u8>,
+    /// Responses of the current batch, in request order.
+    pub out: Vec<u8>,
+    /// Bytes of `out` already accepted by the kernel.
+    pub sent: usize,
+    /// Requests of this batch whose answers come from other cores.
+    pub answers: Answers,
+    /// Monotonic ms at which the connection is closed if still idle, still incomplete, or
+    /// still unable to send; 0 = no deadline (a batch is being computed).
+    pub deadline_ms: u64,
+    /// Queued in the core's flush list.
+    pub dirty: bool,
+}
+
+impl Conn {
+    pub fn new() -> Conn {
+        Conn {
+            fd: -1,
+            gen: 0,
+            live: false,
+            recv: Recv::Idle,
+            send_inflight: false,
+            closing: false,
+            lingering: false,
+            shutdown_pending: false,
+            close_after_send: false,
+            inbuf: Vec::new(),
+            out: Vec::new(),
+            sent: 0,
+            answers: Answers::new(),
+            deadline_ms: 0,
+            dirty: false,
+        }
+    }
+
+    /// Answering a batch: new input must wait so that responses stay in order.
+    #[inline]
+    pub fn busy(&self) -> bool {
+        self.send_inflight || !self.answers.is_empty()
+    }
+}
+
+impl Default for Conn {
+    fn default() -> Self {
+        Conn::new()
+    }
+}
