@@ -10,8 +10,8 @@ mod common;
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ricochet::http::encode::{encode_not_found, encode_redirect, Conn};
 use ricochet::http::{parse_request, DateCache, Method};
+use ricochet::owner::store::Store;
 use ricochet::router::Router;
-use ricochet::store::Store;
 use shards::placement::DEFAULT_SHARD_COUNT;
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -4,7 +4,7 @@
 //! a key another core owns pays over a local hit, before the asking core's LRU has the answer.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use ricochet::cache::InlineKey;
+use ricochet::key::InlineKey;
 use ricochet::mesh::{Answer, Doorbells, Mesh, MeshMsg, MeshQueues, ReplyTo, Target};
 use shards::link::RedirectStatus;
 use std::sync::atomic::{AtomicBool, Ordering};

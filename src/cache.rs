@@ -5,6 +5,7 @@
 //! open-addressing index (linear probing, backward-shift deletion so no tombstones) sized at
 //! construction to at most half full, so it never grows or rehashes. Keys are stored inline.
 
+use crate::key::InlineKey;
 use shards::link::MAX_KEY_BYTES;
 
 /// Default entries per core. 65536: at roughly 100 bytes of key and bookkeeping plus the value
@@ -15,57 +16,6 @@ pub const DEFAULT_LRU_CAPACITY: usize = 65_536;
 /// Largest capacity: slab indices are `u32` with one value reserved as "none", and the index is
 /// twice the capacity rounded up to a power of two.
 pub const MAX_LRU_CAPACITY: usize = 1 << 30;
-
-/// A link key stored inline (no heap), up to [`MAX_KEY_BYTES`].
-#[derive(Clone, Copy)]
-pub struct InlineKey {
-    len: u8,
-    bytes: [u8; MAX_KEY_BYTES],
-}
-
-impl InlineKey {
-    /// Copies `key`; `None` if it is longer than [`MAX_KEY_BYTES`].
-    pub fn new(key: &[u8]) -> Option<InlineKey> {
-        if key.len() > MAX_KEY_BYTES {
-            return None;
-        }
-        let mut bytes = [0; MAX_KEY_BYTES];
-        bytes[..key.len()].copy_from_slice(key);
-        Some(InlineKey {
-            len: key.len() as u8,
-            bytes,
-        })
-    }
-
-    /// The key bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..usize::from(self.len)]
-    }
-}
-
-impl PartialEq for InlineKey {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_bytes() == other.as_bytes()
-    }
-}
-
-impl Eq for InlineKey {}
-
-impl std::hash::Hash for InlineKey {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.as_bytes().hash(state);
-    }
-}
-
-impl std::fmt::Debug for InlineKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "InlineKey({:?})",
-            String::from_utf8_lossy(self.as_bytes())
-        )
-    }
-}
 
 /// "No entry" in links and index slots.
 const NIL: u32 = u32::MAX;
@@ -107,10 +57,7 @@ impl<V> Lru<V> {
         );
         let entries = (0..n)
             .map(|i| Entry {
-                key: InlineKey {
-                    len: 0,
-                    bytes: [0; MAX_KEY_BYTES],
-                },
+                key: InlineKey::EMPTY,
                 hash: 0,
                 prev: NIL,
                 next: if i + 1 < n { (i + 1) as u32 } else { NIL },

@@ -3,19 +3,21 @@
 //! See ARCHITECTURE.md for the data path and the codemap.
 
 pub mod api;
-pub mod api_flow;
 pub mod cache;
-pub mod compaction;
+pub mod client;
+pub mod clock;
 pub mod conns;
 pub mod core;
+pub mod flights;
 pub mod http;
+pub mod key;
 pub mod keywatch;
 pub mod listener;
 pub mod mesh;
 pub mod metrics;
+pub mod owner;
 pub mod recovery;
 pub mod ring;
 pub mod router;
 pub mod server;
-pub mod store;
-pub mod writes;
+pub mod shared;

@@ -87,7 +87,7 @@ struct ServeArgs {
     create_burst: u32,
     /// Memtable entries per core (links written through the API) that trigger a background
     /// compaction into new table generations.
-    #[arg(long, default_value_t = ricochet::compaction::DEFAULT_COMPACT_ENTRIES)]
+    #[arg(long, default_value_t = ricochet::owner::fold::DEFAULT_COMPACT_ENTRIES)]
     compact_entries: usize,
     /// Test only: fail each core's log fsync after this many successful ones.
     #[arg(long, hide = true)]
@@ -159,7 +159,7 @@ fn main() -> ExitCode {
             segment_len: a.segment_len,
             create_rate_per_s: a.create_rate,
             create_burst: a.create_burst,
-            faults: ricochet::writes::Faults {
+            faults: ricochet::owner::writes::Faults {
                 fail_fsync_after: a.fault_fail_fsync_after,
                 abort_after_carry: a.fault_abort_after_carry,
             },

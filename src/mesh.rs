@@ -18,7 +18,7 @@
 //! peer sets `parked`, fences, and checks its queues once more before sleeping. One of the two
 //! always sees the other (Dekker), so no message waits for a timeout.
 
-use crate::cache::InlineKey;
+use crate::key::InlineKey;
 use crossbeam::queue::ArrayQueue;
 use shards::link::RedirectStatus;
 use std::collections::VecDeque;
@@ -113,6 +113,18 @@ pub enum WriteReq {
     Get {
         key: InlineKey,
     },
+}
+
+impl WriteReq {
+    /// The key the request is about (its owner executes it).
+    pub fn key(&self) -> InlineKey {
+        match self {
+            WriteReq::Create { key, .. }
+            | WriteReq::Patch { key, .. }
+            | WriteReq::Delete { key }
+            | WriteReq::Get { key } => *key,
+        }
+    }
 }
 
 /// The owner's verdict on a [`WriteReq`].
@@ -271,6 +283,14 @@ pub struct Mesh {
     doorbells: Arc<Doorbells>,
     /// The peer to poll first next time, so no peer's queue is always drained last.
     next_peer: usize,
+    /// Messages this core sends itself (an API request whose owner is this core), popped
+    /// before the peers' queues.
+    local: VecDeque<MeshMsg>,
+    /// Messages that found their peer's queue full and waited in `outbox` (a gauge of mesh
+    /// congestion for `/metrics`).
+    pub deferred_sends: u64,
+    /// The deepest any per-peer outbox has been.
+    pub outbox_peak: usize,
 }
 
 impl Mesh {
@@ -283,6 +303,19 @@ impl Mesh {
             outbox: (0..cores).map(|_| VecDeque::new()).collect(),
             doorbells,
             next_peer: 0,
+            local: VecDeque::new(),
+            deferred_sends: 0,
+            outbox_peak: 0,
+        }
+    }
+
+    /// Sends `msg` to `core`, which may be this one (it is then popped by this core's next
+    /// [`Mesh::pop`], never handled re-entrantly).
+    pub fn deliver(&mut self, core: usize, msg: MeshMsg) {
+        if core == self.me {
+            self.local.push_back(msg);
+        } else {
+            self.send(core, msg);
         }
     }
 
@@ -294,13 +327,18 @@ impl Mesh {
     pub fn send(&mut self, core: usize, msg: MeshMsg) {
         debug_assert_ne!(core, self.me, "a core does not forward to itself");
         if !self.outbox[core].is_empty() {
-            self.outbox[core].push_back(msg);
-            return;
+            return self.defer(core, msg);
         }
         match self.queues.queue(self.me, core).push(msg) {
             Ok(()) => self.doorbells.ring(core),
-            Err(msg) => self.outbox[core].push_back(msg),
+            Err(msg) => self.defer(core, msg),
         }
+    }
+
+    fn defer(&mut self, core: usize, msg: MeshMsg) {
+        self.outbox[core].push_back(msg);
+        self.deferred_sends += 1;
+        self.outbox_peak = self.outbox_peak.max(self.outbox[core].len());
     }
 
     /// Retries queued messages. Returns whether any remain.
@@ -328,6 +366,9 @@ impl Mesh {
     /// Takes the next received message, visiting peers round-robin.
     #[inline]
     pub fn pop(&mut self) -> Option<MeshMsg> {
+        if let Some(m) = self.local.pop_front() {
+            return Some(m);
+        }
         let cores = self.queues.cores;
         for i in 0..cores {
             let peer = (self.next_peer + i) % cores;
@@ -342,11 +383,12 @@ impl Mesh {
         None
     }
 
-    /// Whether any peer has sent us something not yet popped.
+    /// Whether any peer (or this core) has sent us something not yet popped.
     pub fn inbox_is_empty(&self) -> bool {
-        (0..self.queues.cores)
-            .filter(|&p| p != self.me)
-            .all(|p| self.queues.queue(p, self.me).is_empty())
+        self.local.is_empty()
+            && (0..self.queues.cores)
+                .filter(|&p| p != self.me)
+                .all(|p| self.queues.queue(p, self.me).is_empty())
     }
 
     /// This core's doorbell.

@@ -8,10 +8,10 @@
 //! records the core count the current logs were written with.
 
 use crate::api::idempotency::{IdemRecord, IdemScope, RequestHash};
-use crate::cache::InlineKey;
+use crate::key::InlineKey;
 use crate::mesh::LinkInfo;
+use crate::owner::writes::MemEntry;
 use crate::router::Router;
-use crate::writes::MemEntry;
 use anyhow::Context;
 use shards::datadir::DataDir;
 use shards::log::{recover, wal_path, LogOp, LogRecord, LogWriter, LOG_DIR_NAME};
@@ -39,11 +39,11 @@ pub fn recover_logs(
     router: &Router,
     salvage: bool,
     now_s: u64,
-    faults: crate::writes::Faults,
+    faults: crate::owner::writes::Faults,
 ) -> anyhow::Result<(Vec<CoreLog>, u64)> {
     let cores = router.cores();
     let logs_dir = dir.path().join(LOG_DIR_NAME);
-    shards::alloc::durable::create_dir_durable(&logs_dir)
+    shards::durable::create_dir_durable(&logs_dir)
         .with_context(|| format!("creating {}", logs_dir.display()))?;
     let previous_cores = read_cores(&logs_dir)?;
     // (writer, 0 = folding / 1 = live log, path): a folding log is older than the live one.
@@ -66,7 +66,7 @@ pub fn recover_logs(
         let (n, order) = if let Some(n) = rest.strip_suffix(".log") {
             (n, 1)
         } else if let Some(n) =
-            rest.strip_suffix(&format!(".{}", crate::compaction::FOLDING_SUFFIX))
+            rest.strip_suffix(&format!(".{}", crate::owner::fold::FOLDING_SUFFIX))
         {
             (n, 0)
         } else {
@@ -142,7 +142,7 @@ pub fn recover_logs(
                     .with_context(|| format!("removing folded log {}", p.display()))?;
             }
         }
-        shards::alloc::durable::sync_dir(&logs_dir)?;
+        shards::durable::sync_dir(&logs_dir)?;
         per_file.clear();
         // The new logs hold only the carried records; read them like any log below.
         for core in 0..cores as u32 {
@@ -155,7 +155,7 @@ pub fn recover_logs(
         }
     }
     if previous_cores != Some(cores) {
-        shards::alloc::durable::write_atomic(
+        shards::durable::write_atomic(
             &logs_dir,
             CORES_FILE,
             format!("{cores}\n").as_bytes(),
@@ -197,7 +197,7 @@ pub fn recover_logs(
         });
     }
     // One directory fsync makes every log file created above durable.
-    shards::alloc::durable::sync_dir(&logs_dir)
+    shards::durable::sync_dir(&logs_dir)
         .with_context(|| format!("syncing {}", logs_dir.display()))?;
     // Idempotency records belong to their scope's owner, wherever they were logged.
     let mut all_idem = Vec::new();
@@ -206,7 +206,7 @@ pub fn recover_logs(
     }
     for (scope, rec) in all_idem {
         let owner = router
-            .owner(crate::api_flow::scope_string(&scope).as_bytes())
+            .owner(crate::api::idempotency::scope_string(&scope).as_bytes())
             .core;
         out[owner].idem.push((scope, rec));
     }
@@ -283,7 +283,7 @@ fn push_idem(
     key: &str,
     created_at_s: u64,
 ) {
-    if let Some(s) = crate::api_flow::parse_scope(scope) {
+    if let Some(s) = crate::api::idempotency::parse_scope(scope) {
         idem.push((
             s,
             IdemRecord {
@@ -368,12 +368,12 @@ fn carry_idempotency(
             .with_context(|| format!("writing {}", tmp.display()))?;
         written.push((tmp, live));
     }
-    shards::alloc::durable::sync_dir(&logs_dir)?;
+    shards::durable::sync_dir(&logs_dir)?;
     for (tmp, live) in &written {
         std::fs::rename(tmp, live)
             .with_context(|| format!("renaming {} to {}", tmp.display(), live.display()))?;
     }
-    shards::alloc::durable::sync_dir(&logs_dir)?;
+    shards::durable::sync_dir(&logs_dir)?;
     Ok((
         latest.len(),
         written.into_iter().map(|(_, live)| live).collect(),

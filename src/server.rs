@@ -4,10 +4,14 @@
 //! Everything that can fail for a reason the operator must fix (a corrupt table, a taken port,
 //! too many cores) fails here, on the main thread, before any executor starts.
 
-use crate::core::{Core, CoreSetup, Parking, Shared, Timeouts};
+use crate::conns::Conns;
+use crate::core::{Core, CoreSetup, Parking, Timeouts};
+use crate::flights::Flights;
 use crate::mesh::{Doorbells, Mesh, MeshQueues};
+use crate::owner::store::Store;
+use crate::owner::Owner;
 use crate::router::Router;
-use crate::store::Store;
+use crate::shared::Shared;
 use anyhow::{bail, Context};
 use glommio::{LocalExecutorBuilder, Placement};
 use shards::datadir::DataDir;
@@ -58,7 +62,7 @@ pub struct ServeOptions {
     pub create_rate_per_s: u32,
     /// Burst of creates per API key.
     pub create_burst: u32,
-    pub faults: crate::writes::Faults,
+    pub faults: crate::owner::writes::Faults,
     /// Memtable entries per core that trigger a compaction.
     pub compact_entries: usize,
     /// Test only (`--test-oversubscribe`): allow more cores than CPUs, several executors
@@ -185,50 +189,55 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             idem.insert(scope, rec, now_s);
         }
         let bell = doorbells.clone();
-        let api = crate::core::ApiState {
-            keys: api_keys.clone(),
-            key_updates: key_updates.next().expect("one receiver per core"),
-            ratelimit: crate::api::ratelimit::RateLimiter::new(rate_cfg)
-                .map_err(|e| anyhow::anyhow!("rate limit: {e}"))?,
-            segments: shards::alloc::SegmentBuffer::new(seg_cfg),
-            alloc: allocator.client(core, Box::new(move || bell.ring(core))),
-            keygen: keygen.clone(),
-            public_url: public_url.clone(),
-            idem,
-            id_waiters: Default::default(),
-            idem_waiters: Default::default(),
-            flights: Default::default(),
-            next_flight: 0,
-            next_token: 0,
-            invalidations: Default::default(),
-        };
-        let log_folding = log.folding;
-        let writes = crate::writes::Writes::new(log.writer, log.fd, log.memtable, opts.faults);
-        let setup = CoreSetup {
+        let creates = crate::client::creates::Creates::new(
+            core,
             router,
+            shards::alloc::SegmentBuffer::new(seg_cfg),
+            allocator.client(core, Box::new(move || bell.ring(core))),
+            keygen.clone(),
+        );
+        let api = crate::client::ApiClient::new(
+            core,
+            router,
+            api_keys.clone(),
+            key_updates.next().expect("one receiver per core"),
+            crate::api::ratelimit::RateLimiter::new(rate_cfg)
+                .map_err(|e| anyhow::anyhow!("rate limit: {e}"))?,
+            public_url.clone(),
+            creates,
+        );
+        let writes =
+            crate::owner::writes::Writes::new(log.writer, log.fd, log.memtable, opts.faults);
+        let store = Store::new(
+            (0..shard_count)
+                .map(|s| {
+                    (router.core_of_shard(s) == core)
+                        .then_some(tables[s as usize])
+                        .flatten()
+                })
+                .collect(),
+        );
+        let compaction = crate::owner::CompactionSetup {
+            data_dir: dir.path().to_path_buf(),
+            entries: opts.compact_entries,
+            folding: log.folding,
+        };
+        let owner = Owner::new(core, router, store, writes, compaction, doorbells.clone());
+        let conns = Conns::new(
+            core,
+            router,
+            opts.lru_capacity,
+            opts.timeouts,
+            shared.clone(),
+        );
+        let setup = CoreSetup {
             parking: opts.parking,
             listener_fd: listener_fds[core],
-            store: Store::new(
-                (0..shard_count)
-                    .map(|s| {
-                        if router.core_of_shard(s) == core {
-                            tables[s as usize]
-                        } else {
-                            None
-                        }
-                    })
-                    .collect(),
-            ),
-            lru_capacity: opts.lru_capacity,
-            shared: shared.clone(),
-            timeouts: opts.timeouts,
-            writes,
+            conns,
+            owner,
             api,
-            compaction: crate::core::CompactionSetup {
-                data_dir: dir.path().to_path_buf(),
-                entries: opts.compact_entries,
-                folding: log_folding,
-            },
+            flights: Flights::new(core, router, idem),
+            shared: shared.clone(),
         };
         let queues = queues.clone();
         let doorbells = doorbells.clone();

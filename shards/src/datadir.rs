@@ -1,8 +1,8 @@
 //! A data dir: `MANIFEST.json`, a `LOCK` file, and `tables/NNNNN.tbl`, one immutable table per
 //! virtual shard that has data. See `docs/storage.md` for the layout.
 
+use crate::durable;
 use crate::error::Error;
-use crate::fsutil;
 use crate::manifest::{Manifest, MANIFEST_FILE};
 use crate::placement::DEFAULT_SHARD_COUNT;
 use crate::table::Table;
@@ -47,7 +47,7 @@ impl DataDir {
             });
         }
         // The tables dir entry must be durable before the manifest claims the dir is complete.
-        fsutil::fsync_dir(path)?;
+        durable::fsync_dir(path)?;
         manifest.write(&mpath)?;
         Ok(DataDir {
             path: path.to_path_buf(),

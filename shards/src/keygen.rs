@@ -20,7 +20,7 @@ use std::path::Path;
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use crate::alloc::durable;
+use crate::durable;
 
 /// Width of a generated key in characters. 7 base62 chars hold 62^7 ≈ 3.5 × 10^12 keys: room for
 /// 5,000 creations/s for 22 years.

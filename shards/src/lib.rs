@@ -4,8 +4,8 @@
 pub mod alloc;
 pub mod compact;
 pub mod datadir;
+pub mod durable;
 pub mod error;
-mod fsutil;
 pub mod import;
 pub mod keygen;
 pub mod link;

@@ -1,8 +1,8 @@
 //! `MANIFEST.json`: what a data dir is (format version, shard count). Written once at creation,
 //! crash-safely; the shard count is fixed for the life of the dir because placement depends on it.
 
+use crate::durable;
 use crate::error::Error;
-use crate::fsutil;
 use crate::placement::MAX_SHARD_COUNT;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -83,7 +83,7 @@ impl Manifest {
     pub fn write(&self, path: &Path) -> Result<(), Error> {
         let mut text = serde_json::to_string_pretty(self).expect("manifest serializes");
         text.push('\n');
-        fsutil::write_file_durable(path, text.as_bytes())
+        durable::write_file_durable(path, text.as_bytes())
     }
 }
 

@@ -438,6 +438,18 @@ fn is_live(record: &IdemRecord, now_s: u64, retention_s: u64) -> bool {
     now_s < record.created_at_s.saturating_add(retention_s)
 }
 
+/// The idempotency scope as stored in the log, and placed on its owner core like a key:
+/// `<api key id>:<Idempotency-Key>`.
+pub fn scope_string(scope: &IdemScope) -> String {
+    format!("{}:{}", scope.key_id, scope.idempotency_key)
+}
+
+/// Parses [`scope_string`] back.
+pub fn parse_scope(s: &str) -> Option<IdemScope> {
+    let (id, k) = s.split_once(':')?;
+    IdemScope::new(crate::api::keys::KeyId::parse(id)?, k.as_bytes()).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

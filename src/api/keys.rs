@@ -512,10 +512,9 @@ fn write_entries(dir: &Path, entries: &Entries) -> Result<(), KeyStoreError> {
 }
 
 /// Replaces `dir/name` with `bytes` (mode 0600) so that a crash leaves either the old or the
-/// new file: temp file, fsync, rename, directory fsync (`shards::alloc::durable::write_atomic`).
+/// new file: temp file, fsync, rename, directory fsync (`shards::durable::write_atomic`).
 fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), KeyStoreError> {
-    shards::alloc::durable::write_atomic(dir, name, bytes, 0o600)
-        .map_err(|e| io_err(&dir.join(name), e))
+    shards::durable::write_atomic(dir, name, bytes, 0o600).map_err(|e| io_err(&dir.join(name), e))
 }
 
 fn lock_exclusive(file: &File) -> io::Result<()> {

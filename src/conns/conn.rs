@@ -23,6 +23,9 @@ pub const INBUF_RESUME_BYTES: usize = INBUF_PAUSE_BYTES / 2;
 pub const MAX_INBUF_BYTES: usize = INBUF_PAUSE_BYTES
     + crate::ring::bufring::RECV_BUF_COUNT as usize * crate::ring::bufring::RECV_BUF_BYTES;
 
+const _: () =
+    assert!(INBUF_RESUME_BYTES < INBUF_PAUSE_BYTES && INBUF_PAUSE_BYTES < MAX_INBUF_BYTES);
+
 /// Where a connection's receive side stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Recv {

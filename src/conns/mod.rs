@@ -1,11 +1,470 @@
-//! The connection role: connection slots, their pipelined answers, and the buffer pool.
+//! The connection role: connection slots driven as state machines by ring completions, their
+//! pipelined answers, the LRU of answers from other cores, and the buffer pool.
+//!
+//! [`Conns`] owns every connection of one core. It turns completions (accept, recv, send,
+//! shutdown) into parsing, answering and sending; `requests.rs` holds what happens between
+//! bytes in and bytes out (parse, route, answer at once or defer to an owner, fill deferred
+//! answers). It never touches the ring: socket operations are queued in `sqes` for the core
+//! loop to push, and buffers to give back in `recycle`.
 
 pub mod answers;
 pub mod conn;
 pub mod pool;
+mod requests;
 
 pub use answers::{Answers, ApiOp, Pending, PendingKind};
 pub use conn::{Conn, Recv, INBUF_PAUSE_BYTES, INBUF_RESUME_BYTES, MAX_INBUF_BYTES};
 pub use pool::{
     BufPool, MAX_POOLED_BUFS, MAX_POOLED_BUF_BYTES, POOLED_BUF_BYTES, PREALLOCATED_BUFS,
 };
+pub use requests::Env;
+
+use crate::cache::Lru;
+use crate::http::limits::MAX_CONNECTIONS_PER_CORE;
+use crate::mesh::Answer;
+use crate::ring::bufring::{BufRing, RECV_BUF_GROUP};
+use crate::ring::{Op, Token};
+use crate::router::Router;
+use crate::shared::Shared;
+use io_uring::{cqueue, opcode, squeue, types};
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+/// After a final response, how long a half-closed connection keeps reading (and discarding)
+/// before it is closed hard. Closing with unread input makes the kernel send RST, which can
+/// destroy the response still in flight (an error answer to an oversized request, say);
+/// lingering first lets the client read it (nginx's `lingering_close`).
+pub const LINGER_MS: u64 = 2_000;
+
+/// Connection deadlines (defaults: `http::limits::HEADER_TIMEOUT_MS` and
+/// `IDLE_KEEPALIVE_TIMEOUT_MS`; flags override them, e.g. for tests).
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    /// From a connection's first byte (or its accept) to a complete request head.
+    pub header_ms: u64,
+    /// Between requests on a keep-alive connection; also the longest a send may make no
+    /// progress (a client that stops reading).
+    pub idle_ms: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            header_ms: crate::http::limits::HEADER_TIMEOUT_MS,
+            idle_ms: crate::http::limits::IDLE_KEEPALIVE_TIMEOUT_MS,
+        }
+    }
+}
+
+/// Every connection of one core.
+pub struct Conns {
+    me: usize,
+    router: Router,
+    slots: Vec<Conn>,
+    free_slots: Vec<u32>,
+    live: usize,
+    pool: BufPool,
+    /// Connections whose batch may be ready to send.
+    dirty: Vec<u32>,
+    /// Connections whose recv ran out of buffers.
+    starved: Vec<u32>,
+    /// Socket operations for the core loop to push into the ring.
+    pub sqes: Vec<squeue::Entry>,
+    /// Receive buffers to give back to the kernel at the end of the turn.
+    pub recycle: Vec<u16>,
+    /// Answers this core received from other cores' owners.
+    lru: Lru<Answer>,
+    pub tally: crate::metrics::Tally,
+    timeouts: Timeouts,
+    shared: Arc<Shared>,
+    /// New requests are answered with `Connection: close` (SIGTERM).
+    draining: bool,
+    scratch: Vec<u8>,
+    /// Finds the end of a request head (`\r\n\r\n`) for `prefetch_batch`; built once, since
+    /// `memmem::find` builds a searcher on every call (~5% of a pipelined batch's CPU).
+    head_end: memchr::memmem::Finder<'static>,
+}
+
+impl Conns {
+    pub fn new(
+        me: usize,
+        router: Router,
+        lru_capacity: usize,
+        timeouts: Timeouts,
+        shared: Arc<Shared>,
+    ) -> Conns {
+        Conns {
+            me,
+            router,
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            live: 0,
+            pool: BufPool::new(),
+            dirty: Vec::with_capacity(1024),
+            starved: Vec::new(),
+            sqes: Vec::with_capacity(1024),
+            recycle: Vec::with_capacity(1024),
+            lru: Lru::with_capacity(lru_capacity),
+            tally: Default::default(),
+            timeouts,
+            shared,
+            draining: false,
+            scratch: Vec::with_capacity(4096),
+            head_end: memchr::memmem::Finder::new(b"\r\n\r\n"),
+        }
+    }
+
+    /// Open connections.
+    pub fn live(&self) -> usize {
+        self.live
+    }
+
+    /// Publishes this core's counters for `/metrics`.
+    pub fn publish_counters(&self) {
+        self.shared.counters[self.me].publish(&self.tally, self.live);
+    }
+
+    /// A connection arrived (`res` is the accept's result). Refused while draining or past
+    /// [`MAX_CONNECTIONS_PER_CORE`].
+    pub fn on_accept(&mut self, res: i32, now_ms: u64) {
+        if res >= 0 {
+            let fd = res;
+            if self.draining || self.live >= MAX_CONNECTIONS_PER_CORE {
+                self.sqes.push(close_sqe(fd));
+            } else {
+                let slot = self.alloc_slot(fd, now_ms);
+                self.arm_recv(slot);
+            }
+        } else if res != -libc::ECANCELED {
+            // EMFILE, ENFILE, ENOBUFS...: keep serving the connections we have.
+            let e = std::io::Error::from_raw_os_error(-res);
+            eprintln!("core {}: accept failed: {e}", self.me);
+        }
+    }
+
+    fn alloc_slot(&mut self, fd: RawFd, now_ms: u64) -> u32 {
+        let slot = match self.free_slots.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(Conn::new());
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let c = &mut self.slots[slot as usize];
+        debug_assert!(!c.live);
+        c.fd = fd;
+        c.gen = c.gen.wrapping_add(1) & crate::ring::GEN_MASK;
+        c.live = true;
+        c.recv = Recv::Idle;
+        c.send_inflight = false;
+        c.closing = false;
+        c.close_after_send = false;
+        c.lingering = false;
+        c.shutdown_pending = false;
+        c.sent = 0;
+        c.answers.clear();
+        c.dirty = false;
+        // A new connection must send a request within the header timeout.
+        c.deadline_ms = now_ms + self.timeouts.header_ms;
+        self.live += 1;
+        slot
+    }
+
+    /// Arms a multishot recv, unless one is armed or input must not be read now.
+    fn arm_recv(&mut self, slot: u32) {
+        let c = &mut self.slots[slot as usize];
+        let may = match c.recv {
+            Recv::Idle | Recv::Starved => true,
+            Recv::Paused => c.inbuf.len() < INBUF_RESUME_BYTES,
+            Recv::Armed | Recv::Pausing | Recv::Done => false,
+        };
+        if !c.live || c.closing || !may {
+            return;
+        }
+        c.recv = Recv::Armed;
+        let sqe = opcode::RecvMulti::new(types::Fd(c.fd), RECV_BUF_GROUP)
+            .build()
+            .user_data(Token::new(Op::Recv, slot, c.gen).encode());
+        self.sqes.push(sqe);
+    }
+
+    /// Receive buffers came back to the kernel: re-arm the recvs that starved.
+    pub fn buffers_returned(&mut self) {
+        while let Some(slot) = self.starved.pop() {
+            self.arm_recv(slot);
+        }
+    }
+
+    /// A recv completion for `tok`'s connection.
+    pub fn on_recv(&mut self, tok: Token, res: i32, flags: u32, bufs: &BufRing, env: &mut Env) {
+        let bid = cqueue::buffer_select(flags);
+        let slot = tok.slot;
+        let stale = self
+            .slots
+            .get(slot as usize)
+            .is_none_or(|c| !c.live || c.gen != tok.gen);
+        if stale {
+            self.recycle.extend(bid);
+            return;
+        }
+        if !cqueue::more(flags) {
+            // The multishot recv ended (or this was its cancel's completion).
+            let c = &mut self.slots[slot as usize];
+            c.recv = match c.recv {
+                Recv::Pausing => Recv::Paused,
+                Recv::Armed => Recv::Idle,
+                other => other,
+            };
+        }
+        if res > 0 {
+            let bid = bid.expect("a successful buffer-select recv names its buffer");
+            self.on_data(slot, bufs.slice(bid, res as usize), env);
+            self.recycle.push(bid);
+        } else if res == -libc::ENOBUFS {
+            let c = &mut self.slots[slot as usize];
+            if c.recv == Recv::Idle {
+                c.recv = Recv::Starved;
+                self.starved.push(slot);
+            }
+        } else if res == -libc::ECANCELED {
+            // Our own backpressure cancel: nothing to do but maybe resume (below).
+        } else {
+            // EOF (0) or an error: no more input. Answer everything already received, then
+            // close (`flush` closes once nothing is left to answer).
+            self.recycle.extend(bid);
+            let c = &mut self.slots[slot as usize];
+            c.recv = Recv::Done;
+            if c.closing {
+                return self.maybe_free(slot);
+            }
+            if !c.busy() && !c.inbuf.is_empty() {
+                self.process_inbuf(slot, env);
+            }
+            return self.mark_dirty(slot);
+        }
+        let c = &self.slots[slot as usize];
+        if c.closing {
+            self.maybe_free(slot);
+        } else if matches!(c.recv, Recv::Idle | Recv::Paused) {
+            self.arm_recv(slot);
+        }
+    }
+
+    /// Backpressure: stops reading from a connection whose unparsed input passed
+    /// [`INBUF_PAUSE_BYTES`] (the kernel's receive window then slows the client down).
+    fn maybe_pause(&mut self, slot: u32) {
+        let c = &mut self.slots[slot as usize];
+        if c.inbuf.len() < INBUF_PAUSE_BYTES {
+            return;
+        }
+        match c.recv {
+            Recv::Armed => {
+                c.recv = Recv::Pausing;
+                let target = Token::new(Op::Recv, slot, c.gen).encode();
+                let sqe = opcode::AsyncCancel::new(target)
+                    .build()
+                    .user_data(Token::new(Op::Cancel, 0, 0).encode());
+                self.sqes.push(sqe);
+            }
+            Recv::Idle => c.recv = Recv::Paused,
+            Recv::Starved => {
+                c.recv = Recv::Paused;
+                self.starved.retain(|&s| s != slot);
+            }
+            Recv::Pausing | Recv::Paused | Recv::Done => {}
+        }
+    }
+
+    #[inline]
+    fn mark_dirty(&mut self, slot: u32) {
+        let c = &mut self.slots[slot as usize];
+        if !c.dirty {
+            c.dirty = true;
+            self.dirty.push(slot);
+        }
+    }
+
+    /// Queues one send per connection whose batch is complete; closes those that are done.
+    pub fn flush(&mut self, now_ms: u64) {
+        let mut i = 0;
+        while i < self.dirty.len() {
+            let slot = self.dirty[i];
+            i += 1;
+            let c = &mut self.slots[slot as usize];
+            c.dirty = false;
+            if !c.live || c.closing || c.busy() {
+                continue;
+            }
+            if !c.out.is_empty() {
+                self.push_send(slot, now_ms);
+            } else if c.close_after_send {
+                self.begin_close(slot, true, now_ms);
+            } else if c.recv == Recv::Done {
+                // The peer sent its last byte and everything complete was answered (what
+                // is left in `inbuf`, if anything, is a request that can never finish).
+                self.begin_close(slot, false, now_ms);
+            } else if c.inbuf.is_empty() {
+                self.pool.put(&mut c.out);
+                c.deadline_ms = now_ms + self.timeouts.idle_ms;
+            } else if c.deadline_ms == 0 {
+                // A partial request is left after the batch: it must complete in time.
+                c.deadline_ms = now_ms + self.timeouts.header_ms;
+            }
+        }
+        self.dirty.clear();
+    }
+
+    fn push_send(&mut self, slot: u32, now_ms: u64) {
+        let c = &mut self.slots[slot as usize];
+        debug_assert!(c.sent < c.out.len());
+        c.send_inflight = true;
+        // A client that stops reading cannot hold the connection (and its answers) forever:
+        // no progress for the idle timeout closes it (nginx's `send_timeout`).
+        c.deadline_ms = now_ms + self.timeouts.idle_ms;
+        let rest = &c.out[c.sent..];
+        let sqe = opcode::Send::new(types::Fd(c.fd), rest.as_ptr(), rest.len() as u32)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(Token::new(Op::Send, slot, c.gen).encode());
+        self.sqes.push(sqe);
+    }
+
+    /// A send completed: send the rest, or start on input that arrived meanwhile, or close.
+    pub fn on_send(&mut self, tok: Token, res: i32, env: &mut Env) {
+        let slot = tok.slot;
+        let now_ms = env.clock.now_ms;
+        let Some(c) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        if !c.live || c.gen != tok.gen {
+            return;
+        }
+        c.send_inflight = false;
+        if c.closing {
+            return self.maybe_free(slot);
+        }
+        if res < 0 {
+            return self.begin_close(slot, false, now_ms);
+        }
+        c.sent += res as usize;
+        if c.sent < c.out.len() {
+            return self.push_send(slot, now_ms); // Partial: the rest, from where it stopped.
+        }
+        c.out.clear();
+        c.sent = 0;
+        c.deadline_ms = 0;
+        if c.close_after_send {
+            return self.begin_close(slot, true, now_ms);
+        }
+        if !c.inbuf.is_empty() {
+            self.process_inbuf(slot, env);
+        } else {
+            self.mark_dirty(slot);
+        }
+    }
+
+    /// Shuts the socket down; the slot is freed once its recv and send have completed. With
+    /// `linger`, only our side is shut (FIN after the last response) and input is read and
+    /// dropped until the peer closes or [`LINGER_MS`] pass (see there).
+    fn begin_close(&mut self, slot: u32, linger: bool, now_ms: u64) {
+        let c = &mut self.slots[slot as usize];
+        if c.closing {
+            if !linger && c.lingering {
+                // Lingered long enough: now shut the read side too, ending the recv.
+                c.lingering = false;
+                c.shutdown_pending = true;
+                self.sqes.push(shutdown_sqe(c, slot, libc::SHUT_RDWR));
+            }
+            return;
+        }
+        c.closing = true;
+        c.shutdown_pending = true;
+        c.lingering = linger && c.recv.in_flight();
+        let how = if c.lingering {
+            c.deadline_ms = now_ms + LINGER_MS;
+            libc::SHUT_WR
+        } else {
+            libc::SHUT_RDWR
+        };
+        self.sqes.push(shutdown_sqe(c, slot, how));
+        if matches!(c.recv, Recv::Starved | Recv::Paused) {
+            // No recv is armed to report the shutdown.
+            c.recv = Recv::Idle;
+            self.starved.retain(|&s| s != slot);
+        }
+        self.maybe_free(slot);
+    }
+
+    fn maybe_free(&mut self, slot: u32) {
+        let c = &mut self.slots[slot as usize];
+        // The fd is closed only after its shutdown completed: once closed, its number can be
+        // reused by the next accept, and a late shutdown would hit that new connection.
+        if !c.live || !c.closing || c.recv.in_flight() || c.send_inflight || c.shutdown_pending {
+            return;
+        }
+        self.sqes.push(close_sqe(c.fd));
+        c.live = false;
+        c.fd = -1;
+        c.answers.clear();
+        c.deadline_ms = 0;
+        self.pool.put(&mut c.inbuf);
+        self.pool.put(&mut c.out);
+        c.gen = c.gen.wrapping_add(1) & crate::ring::GEN_MASK;
+        self.free_slots.push(slot);
+        self.live -= 1;
+    }
+
+    /// A shutdown completed.
+    pub fn on_shutdown(&mut self, tok: Token) {
+        let Some(c) = self.slots.get_mut(tok.slot as usize) else {
+            return;
+        };
+        if c.live && c.gen == tok.gen {
+            c.shutdown_pending = false;
+            self.maybe_free(tok.slot);
+        }
+    }
+
+    /// Closes connections past their deadline (half-open, slow headers, idle keep-alive,
+    /// a send that makes no progress, lingering).
+    pub fn sweep(&mut self, now_ms: u64) {
+        for slot in 0..self.slots.len() as u32 {
+            let c = &self.slots[slot as usize];
+            let due = c.live && c.deadline_ms != 0 && now_ms >= c.deadline_ms;
+            // A batch still being computed by other cores is not closed (its deadline is 0
+            // until it is sent).
+            if due && (c.lingering || (!c.closing && (!c.busy() || c.send_inflight))) {
+                self.begin_close(slot, false, now_ms);
+            }
+        }
+    }
+
+    /// SIGTERM: refuse new connections, close idle ones, let busy ones finish their batch
+    /// with `Connection: close`.
+    pub fn start_drain(&mut self, now_ms: u64) {
+        self.draining = true;
+        for slot in 0..self.slots.len() as u32 {
+            let c = &mut self.slots[slot as usize];
+            if !c.live || c.closing {
+                continue;
+            }
+            if c.busy() || !c.out.is_empty() {
+                c.close_after_send = true;
+            } else {
+                self.begin_close(slot, false, now_ms);
+            }
+        }
+    }
+}
+
+fn shutdown_sqe(c: &Conn, slot: u32, how: i32) -> squeue::Entry {
+    opcode::Shutdown::new(types::Fd(c.fd), how)
+        .build()
+        .user_data(Token::new(Op::Shutdown, slot, c.gen).encode())
+}
+
+fn close_sqe(fd: RawFd) -> squeue::Entry {
+    opcode::Close::new(types::Fd(fd))
+        .build()
+        .user_data(Token::new(Op::Close, 0, 0).encode())
+}

@@ -18,8 +18,8 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::durable;
 use super::{carve, Authority, AuthorityError, IdRange, FIRST_ID};
+use crate::durable;
 use crate::keygen::KEY_SPACE;
 
 /// Allocation directory inside the data dir.

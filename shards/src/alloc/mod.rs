@@ -9,7 +9,6 @@
 //! serves range requests from cores; each core runs a sans-IO [`SegmentBuffer`] (current +
 //! standby range, rate-driven prefetch, bounded backoff).
 
-pub mod durable;
 mod file_authority;
 mod memory;
 mod segment;

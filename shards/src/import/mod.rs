@@ -318,7 +318,7 @@ fn import_locked(
                 let (stats, file) =
                     write_table_file(&staged_path, shard, shard_count, max_log_seq, merged)?;
                 // Writeback overlaps with building the next tables; the fsyncs below wait.
-                crate::fsutil::start_writeback(&file);
+                crate::durable::start_writeback(&file);
                 summary.links += new_links.len() as u64;
                 summary.shards_written += 1;
                 summary.table_bytes += stats.file_bytes;
@@ -336,13 +336,13 @@ fn import_locked(
         // Make every staged table durable, all at once (one by one cost 4-12 ms per shard),
         // before any of them is published.
         let staged_paths: Vec<PathBuf> = staged.iter().map(|(_, p)| p.clone()).collect();
-        crate::fsutil::fsync_all_parallel(&staged_paths, MAX_PARALLEL_FSYNCS)?;
+        crate::durable::fsync_all_parallel(&staged_paths, MAX_PARALLEL_FSYNCS)?;
         // Publish: every staged table is complete and durable; rename each into place.
         for (shard, path) in staged.drain(..) {
             std::fs::rename(&path, dir.table_path(shard))
                 .map_err(|e| crate::Error::io(dir.table_path(shard), "rename into place", e))?;
         }
-        crate::fsutil::fsync_dir(&dir.tables_dir())?;
+        crate::durable::fsync_dir(&dir.tables_dir())?;
         summary.seconds = started.elapsed().as_secs_f64();
         Ok(summary)
     })();

@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::{recover, LogError, LogOp, LogWriter, Recovery};
-use crate::alloc::durable;
+use crate::durable;
 
 /// Where log bytes go: positional writes and data syncs. The seam for fault injection.
 pub trait LogStorage {

@@ -6,8 +6,8 @@ use super::layout::{
     home_slot, index_hash, push_record, record_len, slot_count_for, slot_word, Payload,
     RECORD_ALIGN, SLOT_POS_MASK,
 };
+use crate::durable;
 use crate::error::Error;
-use crate::fsutil;
 use crate::link::{validate_key, validate_url, RedirectStatus};
 use crate::placement::{shard_of, MAX_SHARD_COUNT};
 use std::fs::File;
@@ -54,11 +54,11 @@ pub fn write_table(
     max_log_seq: u64,
     entries: impl IntoIterator<Item = OwnedLink>,
 ) -> Result<TableStats, Error> {
-    let tmp = fsutil::temp_path_for(path);
+    let tmp = durable::temp_path_for(path);
     let result = write_table_file(&tmp, shard, shard_count, max_log_seq, entries).and_then(
         |(stats, file)| {
             file.sync_all().map_err(|e| Error::io(&tmp, "fsync", e))?;
-            fsutil::rename_durable(&tmp, path).map(|()| stats)
+            durable::rename_durable(&tmp, path).map(|()| stats)
         },
     );
     if result.is_err() {

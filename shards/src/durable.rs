@@ -1,13 +1,76 @@
-//! Crash-safe file replacement: write a temp file, fsync it, rename it over the target, fsync
-//! the directory. After a crash a reader sees either the old file or the complete new one.
+//! Crash-safe file operations, the one place the write-temp, fsync, rename, fsync-directory
+//! dance lives: after a crash a reader sees either the old file or the complete new one, and
+//! once a call returns `Ok` its effect survives a crash. Used by tables, the manifest, the
+//! allocation authority, the key-generation secret, API keys and the logs' directory.
+//!
+//! The public functions return `io::Result` (callers add the file to the message); the
+//! crate-private ones return [`Error`] naming the file.
 
 use crate::error::Error;
-use std::fs::File;
-use std::io::Write;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
+
+/// Fsyncs a directory so that entries created, renamed or removed in it survive a crash.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Replaces `dir/name` with `bytes` atomically and durably: after a crash the file holds either
+/// the old contents or the new, never a mix, and once this returns `Ok` the new contents survive
+/// a crash. The file is created with permission bits `mode` (e.g. `0o600`).
+///
+/// Steps: write `dir/name.tmp` (truncating any leftover from an earlier crash: it was never
+/// renamed, so nothing ever read it), fsync it, rename over `dir/name`, fsync `dir`. On error
+/// the temp file is removed.
+pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let dst = dir.join(name);
+    let tmp = temp_path_for(&dst);
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, &dst)?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Creates `dir` (and parents) if missing and makes its directory entry durable by fsyncing
+/// its parent.
+pub fn create_dir_durable(dir: &Path) -> io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    fs::create_dir_all(dir)?;
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+/// Replaces `path` with `bytes` crash-safely ([`write_atomic`], mode 0o644), naming `path` in
+/// the error.
+pub(crate) fn write_file_durable(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    write_atomic(parent_dir(path), name, bytes, 0o644)
+        .map_err(|e| Error::io(path, "replace (write temp, fsync, rename)", e))
+}
 
 /// The temp-file name used while `path` is being written (same directory, so rename is atomic).
 pub(crate) fn temp_path_for(path: &Path) -> PathBuf {
@@ -77,25 +140,10 @@ pub(crate) fn rename_durable(from: &Path, to: &Path) -> Result<(), Error> {
     fsync_dir(parent_dir(to))
 }
 
-/// Replaces `path` with `bytes` crash-safely.
-pub(crate) fn write_file_durable(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let tmp = temp_path_for(path);
-    let result = (|| {
-        let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, "create", e))?;
-        f.write_all(bytes)
-            .map_err(|e| Error::io(&tmp, "write", e))?;
-        f.sync_all().map_err(|e| Error::io(&tmp, "fsync", e))?;
-        rename_durable(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn parallel_fsync_syncs_all_and_names_the_failing_file() {
@@ -113,5 +161,28 @@ mod tests {
         with_missing.insert(17, t.path().join("missing.f"));
         let e = fsync_all_parallel(&with_missing, 4).unwrap_err();
         assert!(e.to_string().contains("missing.f"), "{e}");
+    }
+
+    #[test]
+    fn replaces_and_sets_mode() {
+        let d = tempfile::tempdir().unwrap();
+        write_atomic(d.path(), "f", b"one", 0o600).unwrap();
+        write_atomic(d.path(), "f", b"two", 0o600).unwrap();
+        assert_eq!(fs::read(d.path().join("f")).unwrap(), b"two");
+        assert!(!d.path().join("f.tmp").exists());
+        let mode = fs::metadata(d.path().join("f"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn creates_nested_dir() {
+        let d = tempfile::tempdir().unwrap();
+        let sub = d.path().join("a/b");
+        create_dir_durable(&sub).unwrap();
+        assert!(sub.is_dir());
+        create_dir_durable(&sub).unwrap();
     }
 }

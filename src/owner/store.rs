@@ -4,7 +4,7 @@
 //! answer can carry a `&'static str` into the mapping across cores without reference
 //! counting. A table replaced by a compaction is unmapped only after every other core has
 //! cleared its LRU (the only place such a reference outlives the message that carried it); see
-//! `core::State::poll_compaction` and `MeshMsg::PurgeLru`.
+//! `Owner::poll_compaction` and `MeshMsg::PurgeLru`.
 
 use crate::mesh::{Answer, Target};
 use shards::table::{SlotHint, Table};
@@ -22,7 +22,7 @@ impl Store {
     }
 
     /// Replaces shard `shard`'s table (after a compaction) and returns the old one, which the
-    /// caller retires (see `core::State::poll_compaction`): other cores may still hold
+    /// caller retires (see `Owner::poll_compaction`): other cores may still hold
     /// answers pointing into it until they have purged their LRUs.
     pub fn set_table(&mut self, shard: u32, table: &'static Table) -> Option<&'static Table> {
         self.tables[shard as usize].replace(table)

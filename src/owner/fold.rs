@@ -14,11 +14,11 @@
 //!    the snapshot, and other cores never pause.
 //!
 //! The replaced tables are unmapped once every other core has cleared its LRU (the only place
-//! an answer pointing into them can outlive its message): `core::State::retire_tables`.
+//! an answer pointing into them can outlive its message): `Owner::retire_tables` (`owner/compaction.rs`).
 
-use crate::cache::InlineKey;
+use crate::key::InlineKey;
+use crate::owner::writes::MemEntry;
 use crate::router::Router;
-use crate::writes::MemEntry;
 use shards::datadir::DataDir;
 use shards::table::{write_table, OwnedLink, Table};
 use std::collections::{BTreeMap, HashMap};

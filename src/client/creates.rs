@@ -1,0 +1,166 @@
+//! Key choice for creates on one core: a custom alias is the key; otherwise the next ID of the
+//! core's ID ranges ([`SegmentBuffer`]) mapped through the keyed Feistel permutation. Creates
+//! that find no ID on hand wait here for the allocator thread's next range.
+
+use crate::api::request::CreateRequest;
+use crate::key::InlineKey;
+use crate::mesh::{Mesh, MeshMsg, ReplyTo, WriteOutcome, WriteReq};
+use crate::router::Router;
+use shards::alloc::{AllocClient, NextIdError, SegmentBuffer};
+use shards::keygen::KeyGen;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The idempotency scope and request hash a flight's create carries to the key's owner, which
+/// logs them in the link's own record (`LogOp::PutIdem`).
+pub type IdemTag = Box<(String, [u8; 32])>;
+
+/// A create waiting for an ID range (the segment buffer was empty).
+struct IdWaiter {
+    reply: ReplyTo,
+    req: Box<CreateRequest>,
+    created_at_s: u64,
+    deadline: Instant,
+    tries: u8,
+    idem: Option<IdemTag>,
+}
+
+/// One core's key choice.
+pub struct Creates {
+    me: usize,
+    router: Router,
+    segments: SegmentBuffer,
+    alloc: AllocClient,
+    keygen: Arc<KeyGen>,
+    waiters: VecDeque<IdWaiter>,
+}
+
+impl Creates {
+    pub fn new(
+        me: usize,
+        router: Router,
+        segments: SegmentBuffer,
+        alloc: AllocClient,
+        keygen: Arc<KeyGen>,
+    ) -> Creates {
+        Creates {
+            me,
+            router,
+            segments,
+            alloc,
+            keygen,
+            waiters: VecDeque::new(),
+        }
+    }
+
+    /// The key space is used up: no generated key can be made any more.
+    pub fn is_exhausted(&self) -> bool {
+        self.segments.is_exhausted()
+    }
+
+    /// A range load is in flight or creates wait for one: poll the allocator every turn.
+    pub fn needs_poll(&self) -> bool {
+        self.segments.is_loading() || !self.waiters.is_empty()
+    }
+
+    /// Picks the key (alias, or the next generated ID's key) and sends the create to its owner.
+    pub fn start(
+        &mut self,
+        reply: ReplyTo,
+        req: Box<CreateRequest>,
+        created_at_s: u64,
+        tries: u8,
+        idem: Option<IdemTag>,
+        mesh: &mut Mesh,
+    ) {
+        let (key, id) = match &req.custom_alias {
+            Some(a) => (InlineKey::new(a.as_bytes()).expect("validated alias"), 0),
+            None => match self.next_generated_key() {
+                Ok(k) => k,
+                Err(NextIdError::NeedRange { deadline }) => {
+                    self.request_range();
+                    self.waiters.push_back(IdWaiter {
+                        reply,
+                        req,
+                        created_at_s,
+                        deadline,
+                        tries,
+                        idem,
+                    });
+                    return;
+                }
+                Err(NextIdError::Exhausted) => return busy(reply, mesh),
+            },
+        };
+        let owner = self.router.owner(key.as_bytes()).core;
+        let wreq = WriteReq::Create {
+            key,
+            target: Arc::from(req.long_url.as_str()),
+            status: req.redirect_status,
+            expires_at_s: req.expires_at_s.unwrap_or(0),
+            created_at_s,
+            id,
+            idem,
+        };
+        mesh.deliver(owner, MeshMsg::Write { reply, req: wreq });
+    }
+
+    /// The next generated key and its ID, skipping the (astronomically rare) IDs whose key is
+    /// a reserved word such as `healthz`.
+    fn next_generated_key(&mut self) -> Result<(InlineKey, u64), NextIdError> {
+        loop {
+            let id = self.segments.next_id(Instant::now())?;
+            let key = self.keygen.key_for(id);
+            let reserved =
+                std::str::from_utf8(&key).is_ok_and(crate::api::request::is_reserved_alias);
+            if !reserved {
+                return Ok((InlineKey::new(&key).expect("7 bytes"), id));
+            }
+        }
+    }
+
+    /// Asks the allocator for a range if the segment buffer wants one.
+    fn request_range(&mut self) {
+        let now = Instant::now();
+        if self.segments.wants_prefetch(now) {
+            let len = self.segments.request_len();
+            self.segments.loading_started();
+            if self.alloc.request(len).is_err() {
+                // The allocator thread is gone: back off like any failed load.
+                self.segments.on_load_failed(now);
+            }
+        }
+    }
+
+    /// Takes allocator replies and serves creates that waited for an ID (or answers them 503
+    /// past their deadline).
+    pub fn poll(&mut self, mesh: &mut Mesh) {
+        let now = Instant::now();
+        while let Some(r) = self.alloc.try_recv() {
+            if let Err(e) = &r {
+                eprintln!("core {}: ID range allocation failed: {e}", self.me);
+            }
+            self.segments.on_reply(now, r);
+        }
+        self.request_range();
+        for _ in 0..self.waiters.len() {
+            let Some(w) = self.waiters.pop_front() else {
+                break;
+            };
+            if self.segments.remaining() > 0 {
+                self.start(w.reply, w.req, w.created_at_s, w.tries, w.idem, mesh);
+            } else if now >= w.deadline || self.segments.is_exhausted() {
+                busy(w.reply, mesh);
+            } else {
+                self.waiters.push_back(w);
+            }
+        }
+    }
+}
+
+/// No key could be chosen: 503 to whoever asked.
+fn busy(reply: ReplyTo, mesh: &mut Mesh) {
+    let outcome = WriteOutcome::Busy;
+    mesh.deliver(reply.core as usize, MeshMsg::WriteDone { reply, outcome });
+}

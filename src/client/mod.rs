@@ -1,0 +1,305 @@
+//! The API's requesting side, on the core that holds the HTTP connection: routing under
+//! `/api/v1/urls`, authentication, rate limit, validation, key choice (`creates.rs`), sending
+//! the request to its owner, and encoding the owner's answer.
+//!
+//! Every cross-core step is a mesh message, so nothing here takes a lock. This is not the
+//! redirect hot path: allocation is fine here.
+
+pub mod creates;
+
+use crate::api::idempotency::{request_hash, scope_string, IdemScope};
+use crate::api::problem::{Problem, PROBLEM_CONTENT_TYPE};
+use crate::api::request::{link_json, parse_create, parse_patch, MAX_REQUEST_BODY_BYTES};
+use crate::clock::Clock;
+use crate::conns::{ApiOp, Conn, PendingKind};
+use crate::http::date::DateCache;
+use crate::http::encode::{self, Conn as Persist};
+use crate::http::parse::{Method, Request};
+use crate::http::status::Status;
+use crate::key::InlineKey;
+use crate::mesh::{LinkInfo, Mesh, MeshMsg, ReplyTo, WriteOutcome, WriteReq};
+use crate::router::Router;
+use creates::Creates;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Prefix of every API path.
+pub const API_PREFIX: &[u8] = b"/api/";
+const URLS: &[u8] = b"/api/v1/urls";
+
+/// Generated-key creates that hit an existing key (a custom alias took it) retry with the next
+/// ID this many times before giving up with 503.
+pub const MAX_CREATE_TRIES: u8 = 8;
+
+/// The requesting side of the API on one core.
+pub struct ApiClient {
+    me: usize,
+    router: Router,
+    keys: Arc<crate::api::keys::ApiKeyStore>,
+    /// New key stores from `keywatch`, taken at each sweep.
+    key_updates: crossbeam::channel::Receiver<Arc<crate::api::keys::ApiKeyStore>>,
+    ratelimit: crate::api::ratelimit::RateLimiter,
+    public_url: String,
+    /// Key choice for creates: this core's ID ranges and the key generator.
+    pub creates: Creates,
+}
+
+impl ApiClient {
+    pub fn new(
+        me: usize,
+        router: Router,
+        keys: Arc<crate::api::keys::ApiKeyStore>,
+        key_updates: crossbeam::channel::Receiver<Arc<crate::api::keys::ApiKeyStore>>,
+        ratelimit: crate::api::ratelimit::RateLimiter,
+        public_url: String,
+        creates: Creates,
+    ) -> ApiClient {
+        ApiClient {
+            me,
+            router,
+            keys,
+            key_updates,
+            ratelimit,
+            public_url,
+            creates,
+        }
+    }
+
+    /// Takes a reloaded API key store, if `keywatch` offered one.
+    pub fn take_key_updates(&mut self) {
+        if let Ok(keys) = self.key_updates.try_recv() {
+            self.keys = keys;
+        }
+    }
+
+    /// Answers or routes an API request on connection `slot`. `body` is the complete body.
+    #[allow(clippy::too_many_arguments)]
+    pub fn handle(
+        &mut self,
+        c: &mut Conn,
+        slot: u32,
+        req: &Request<'_>,
+        body: &[u8],
+        persist: Persist,
+        clock: &Clock,
+        mesh: &mut Mesh,
+    ) {
+        let date = &clock.date;
+        let head = req.method == Method::Head;
+        let problem = |c: &mut Conn, p: Problem| {
+            encode_problem(&mut c.out, &p, &[], head, persist, date);
+        };
+        let path = req.path;
+        let (collection, key) = if path == URLS {
+            (true, None)
+        } else if let Some(k) = path.strip_prefix(URLS).and_then(|r| r.strip_prefix(b"/")) {
+            (false, Some(k))
+        } else {
+            return problem(c, Problem::not_found());
+        };
+        let method_ok = match req.method {
+            Method::Post => collection,
+            Method::Get | Method::Patch | Method::Delete => !collection,
+            _ => false,
+        };
+        if !method_ok {
+            let allowed: &[u8] = if collection {
+                b"POST"
+            } else {
+                b"GET, PATCH, DELETE"
+            };
+            let p = Problem::method_not_allowed();
+            return encode_problem(&mut c.out, &p, &[("Allow", allowed)], head, persist, date);
+        }
+        // The auth scheme is case-insensitive (RFC 9110 section 11.1).
+        let Some(key_id) = req
+            .authorization
+            .filter(|a| a.len() > 7 && a[..7].eq_ignore_ascii_case(b"bearer "))
+            .and_then(|a| self.keys.verify(a[7..].trim_ascii()))
+        else {
+            let p = Problem::unauthorized();
+            let h: &[(&str, &[u8])] = &[("WWW-Authenticate", b"Bearer")];
+            return encode_problem(&mut c.out, &p, h, false, persist, date);
+        };
+        if body.len() > MAX_REQUEST_BODY_BYTES {
+            return problem(c, Problem::payload_too_large(MAX_REQUEST_BODY_BYTES));
+        }
+        let now_s = clock.now_s;
+        if collection {
+            if let Err(ra) = self.ratelimit.check(key_id, Instant::now()) {
+                return problem(c, ra.into());
+            }
+            let cr = match parse_create(body, now_s) {
+                Ok(cr) => cr,
+                Err(p) => return problem(c, p),
+            };
+            let idem = match req.idempotency_key {
+                Some(h) => match IdemScope::new(key_id, h) {
+                    Ok(s) => Some(s),
+                    Err(p) => return problem(c, p),
+                },
+                None => None,
+            };
+            let op = ApiOp::Create {
+                req: Box::new(cr.clone()),
+                created_at_s: now_s,
+                tries: 0,
+            };
+            let reply = self.defer(c, slot, persist, op);
+            match idem {
+                Some(scope) => {
+                    let hash = request_hash(&cr);
+                    let owner = self.router.owner(scope_string(&scope).as_bytes()).core;
+                    let req = Box::new(cr);
+                    let msg = MeshMsg::IdemCreate {
+                        reply,
+                        scope,
+                        hash,
+                        req,
+                        created_at_s: now_s,
+                    };
+                    mesh.deliver(owner, msg);
+                }
+                None => self
+                    .creates
+                    .start(reply, Box::new(cr), now_s, 0, None, mesh),
+            }
+            return;
+        }
+        let key = key.expect("item path has a key");
+        if shards::link::validate_key(key).is_err() {
+            return problem(c, Problem::not_found());
+        }
+        let ikey = InlineKey::new(key).expect("validated keys fit inline");
+        let (op, wreq) = match req.method {
+            Method::Get => (ApiOp::Get, WriteReq::Get { key: ikey }),
+            Method::Delete => (ApiOp::Delete, WriteReq::Delete { key: ikey }),
+            _ => {
+                let p = match parse_patch(body, now_s) {
+                    Ok(p) => p,
+                    Err(p) => return problem(c, p),
+                };
+                let wreq = WriteReq::Patch {
+                    key: ikey,
+                    target: p.long_url.map(Arc::from),
+                    expiry: p.expiry,
+                    status: p.redirect_status,
+                };
+                (ApiOp::Patch, wreq)
+            }
+        };
+        let reply = self.defer(c, slot, persist, op);
+        let owner = self.router.owner(key).core;
+        mesh.deliver(owner, MeshMsg::Write { reply, req: wreq });
+    }
+
+    /// Registers the request as deferred on its connection and returns its reply address.
+    fn defer(&self, c: &mut Conn, slot: u32, persist: Persist, op: ApiOp) -> ReplyTo {
+        let kind = PendingKind::Api(Box::new(op));
+        let seq = c.answers.defer(&c.out, false, persist, kind);
+        ReplyTo {
+            core: self.me as u16,
+            slot,
+            gen: c.gen,
+            seq,
+        }
+    }
+
+    /// Encodes the answer to an API request whose owner replied; `None` means "not an answer
+    /// yet": a generated-key create hit a taken key and must retry with the next ID.
+    pub fn answer(
+        &self,
+        op: &mut ApiOp,
+        outcome: WriteOutcome,
+        persist: Persist,
+        out: &mut Vec<u8>,
+        date: &DateCache,
+    ) -> Option<()> {
+        let json = |info: &LinkInfo| {
+            link_json(
+                info.key.as_str(),
+                &self.public_url,
+                &info.target,
+                info.created_at_s,
+                (info.expires_at_s != 0).then_some(info.expires_at_s),
+                info.status,
+            )
+        };
+        let problem =
+            |out: &mut Vec<u8>, p: Problem| encode_problem(out, &p, &[], false, persist, date);
+        let link = |out: &mut Vec<u8>, status, info: &LinkInfo| {
+            let body = json(info);
+            let ct = Some("application/json");
+            encode::encode_response(out, status, &[], ct, &body, false, persist, date)
+        };
+        match (op, outcome) {
+            (_, WriteOutcome::Created(info))
+            | (ApiOp::Create { .. }, WriteOutcome::Found(info)) => {
+                link(out, Status::Created, &info)
+            }
+            (ApiOp::Create { req, tries, .. }, WriteOutcome::Exists) => {
+                if req.custom_alias.is_some() {
+                    problem(out, Problem::alias_taken());
+                } else if *tries + 1 < MAX_CREATE_TRIES {
+                    // A custom alias holds this generated key: take the next ID.
+                    *tries += 1;
+                    return None;
+                } else {
+                    problem(out, Problem::unavailable(1));
+                }
+            }
+            (_, WriteOutcome::Found(info) | WriteOutcome::Updated(info)) => {
+                link(out, Status::Ok, &info)
+            }
+            (_, WriteOutcome::Deleted) => {
+                encode::encode_response(out, Status::NoContent, &[], None, b"", true, persist, date)
+            }
+            (_, WriteOutcome::NotFound | WriteOutcome::Exists) => {
+                problem(out, Problem::not_found())
+            }
+            (_, WriteOutcome::WriteInProgress) => {
+                let mut p = Problem::unavailable(1);
+                p.detail = "another change to this link is being made durable; retry".into();
+                problem(out, p)
+            }
+            (_, WriteOutcome::StorageFailed) => {
+                let mut p = Problem::insufficient_storage();
+                p.detail = "the write could not be made durable (log write or fsync failed); nothing was saved. Redirects keep working; creates resume after a restart.".into();
+                problem(out, p)
+            }
+            (_, WriteOutcome::IdemMismatch) => problem(out, Problem::idempotency_mismatch()),
+            (_, WriteOutcome::Busy) => {
+                let mut p = Problem::unavailable(1);
+                p.detail = if self.creates.is_exhausted() {
+                    "the key space is exhausted: no more generated keys can be allocated".into()
+                } else {
+                    "no key could be allocated in time (allocation authority unavailable or too many requests in flight); retry".into()
+                };
+                problem(out, p)
+            }
+        }
+        Some(())
+    }
+}
+
+/// Appends `p` as an `application/problem+json` response (with `Retry-After` when it has one,
+/// plus `extra` headers; without the body for a HEAD request). The one place API errors
+/// become bytes.
+pub(crate) fn encode_problem(
+    out: &mut Vec<u8>,
+    p: &Problem,
+    extra: &[(&str, &[u8])],
+    head: bool,
+    persist: Persist,
+    date: &DateCache,
+) {
+    let status = Status::from_code(p.status).unwrap_or(Status::InternalServerError);
+    let retry = p.retry_after_s().map(|s| s.to_string());
+    let mut headers: Vec<(&str, &[u8])> = extra.to_vec();
+    if let Some(r) = &retry {
+        headers.push(("Retry-After", r.as_bytes()));
+    }
+    let body = p.to_json();
+    let ct = Some(PROBLEM_CONTENT_TYPE);
+    encode::encode_response(out, status, &headers, ct, &body, head, persist, date);
+}

@@ -1,0 +1,430 @@
+//! Between bytes in and bytes out: parse the complete requests of a connection's input,
+//! answer each at once (health, metrics, a local hit, an LRU hit, a 404) or defer it to its
+//! owner (a forwarded lookup, an API request), and fill deferred answers when owners reply.
+
+use super::{ApiOp, Conns, PendingKind, Recv, MAX_INBUF_BYTES};
+use crate::client::{ApiClient, API_PREFIX};
+use crate::clock::Clock;
+use crate::http::encode::{self, Conn as Persist};
+use crate::http::limits::MAX_PIPELINED_REQUESTS;
+use crate::http::parse::{parse_request, Method, ParseError, Request};
+use crate::http::status::Status;
+use crate::key::InlineKey;
+use crate::mesh::{Answer, Mesh, MeshMsg, ReplyTo, WriteOutcome};
+use crate::owner::Owner;
+use shards::table::SlotHint;
+
+/// What answering requests may use besides the connections: the owner's links (read only),
+/// the API's requesting side, the mesh and the clock.
+pub struct Env<'a> {
+    pub owner: &'a Owner,
+    pub api: &'a mut ApiClient,
+    pub mesh: &'a mut Mesh,
+    pub clock: &'a Clock,
+}
+
+impl Conns {
+    /// Bytes arrived on `slot`.
+    pub(super) fn on_data(&mut self, slot: u32, data: &[u8], env: &mut Env) {
+        let now_ms = env.clock.now_ms;
+        let c = &mut self.slots[slot as usize];
+        if c.closing || c.close_after_send {
+            return; // We are done reading from this one.
+        }
+        if c.busy() || !c.inbuf.is_empty() {
+            if c.inbuf.len() + data.len() > MAX_INBUF_BYTES {
+                // Cannot happen while the pause works (see `MAX_INBUF_BYTES`).
+                eprintln!(
+                    "core {}: connection input passed {MAX_INBUF_BYTES} bytes despite the pause; closing it",
+                    self.me
+                );
+                return self.begin_close(slot, false, now_ms);
+            }
+            if c.inbuf.capacity() == 0 {
+                c.inbuf = self.pool.get();
+                c.deadline_ms = now_ms + self.timeouts.header_ms;
+            }
+            c.inbuf.extend_from_slice(data);
+            if !c.busy() {
+                self.process_inbuf(slot, env);
+            }
+            return self.maybe_pause(slot);
+        }
+        let used = self.process(slot, data, env);
+        let rest = &data[used..];
+        let c = &mut self.slots[slot as usize];
+        if !rest.is_empty() && !c.close_after_send {
+            c.inbuf = self.pool.get();
+            c.inbuf.extend_from_slice(rest);
+            if !c.busy() && c.out.is_empty() {
+                // An incomplete request: the header timeout runs from its first byte.
+                c.deadline_ms = now_ms + self.timeouts.header_ms;
+            }
+        }
+        self.mark_dirty(slot);
+    }
+
+    /// Parses what `inbuf` holds (after a batch was sent, or when more bytes arrived), and
+    /// resumes reading if backpressure had paused it and the input is small again.
+    pub(super) fn process_inbuf(&mut self, slot: u32, env: &mut Env) {
+        let mut inbuf = std::mem::take(&mut self.slots[slot as usize].inbuf);
+        let used = self.process(slot, &inbuf, env);
+        inbuf.drain(..used);
+        if inbuf.is_empty() {
+            self.pool.put(&mut inbuf);
+        }
+        self.slots[slot as usize].inbuf = inbuf;
+        if self.slots[slot as usize].recv == Recv::Paused {
+            self.arm_recv(slot);
+        }
+        self.mark_dirty(slot);
+    }
+
+    /// For a pipelined batch: finds the keys of the local GET/HEAD requests at the start of
+    /// `data` (a cheap scan, not a parse: a wrong guess only wastes a hint) and prefetches their
+    /// table slots, then the records the slots name, so the batch's cache misses overlap
+    /// instead of being paid one lookup at a time. A single request skips all of this.
+    fn prefetch_batch(&self, data: &[u8], owner: &Owner) {
+        let Some(first_end) = self.head_end.find(data) else {
+            return;
+        };
+        if first_end + 4 >= data.len() {
+            return; // One request: nothing to overlap.
+        }
+        let store = owner.store();
+        let mut found = [(0u32, SlotHint::default()); MAX_PIPELINED_REQUESTS];
+        let mut n = 0;
+        let mut pos = 0;
+        while n < found.len() && pos < data.len() {
+            let rest = &data[pos..];
+            let Some(end) = self.head_end.find(rest) else {
+                break;
+            };
+            let line = &rest[..end];
+            let start = if line.starts_with(b"GET /") {
+                5
+            } else if line.starts_with(b"HEAD /") {
+                6
+            } else {
+                0
+            };
+            if start > 0 {
+                let path = &line[start..];
+                let key_len = memchr::memchr3(b' ', b'?', b'\r', path).unwrap_or(path.len());
+                let key = &path[..key_len];
+                if (1..=shards::link::MAX_KEY_BYTES).contains(&key.len()) {
+                    let o = self.router.owner(key);
+                    if o.core == self.me {
+                        if let Some(s) = store.prefetch_slot(o.shard, key) {
+                            found[n] = (o.shard, s);
+                            n += 1;
+                        }
+                    }
+                }
+            }
+            pos += end + 4;
+        }
+        for &(shard, s) in &found[..n] {
+            store.prefetch_record(shard, s);
+        }
+    }
+
+    /// Answers the complete requests at the start of `data`; returns the bytes consumed.
+    fn process(&mut self, slot: u32, data: &[u8], env: &mut Env) -> usize {
+        self.prefetch_batch(data, env.owner);
+        let mut pos = 0;
+        let mut answered = 0;
+        while answered < MAX_PIPELINED_REQUESTS && pos < data.len() {
+            let req = match parse_request(&data[pos..]) {
+                Ok(None) => break,
+                Ok(Some(req)) => req,
+                Err(e) => {
+                    self.parse_error(slot, e, data[pos..].starts_with(b"HEAD "), env.clock);
+                    pos = data.len();
+                    break;
+                }
+            };
+            let total = req.head_len + req.content_length;
+            if data.len() - pos < total {
+                break; // The body is still on its way.
+            }
+            let persist = if self.draining {
+                Persist::Close
+            } else {
+                Persist::for_request(&req)
+            };
+            let body = &data[pos + req.head_len..pos + total];
+            let deferred_before = self.slots[slot as usize].answers.len();
+            self.handle(slot, &req, persist, body, env);
+            pos += total;
+            answered += 1;
+            if !persist.keep_alive() {
+                self.slots[slot as usize].close_after_send = true;
+                break;
+            }
+            // RFC 9112 section 9.3.2: only a run of safe requests may be processed in
+            // parallel. Requests after an unsafe one that is still being carried out wait in
+            // `inbuf` until its answer has been sent, so they see its effect.
+            if !req.method.is_safe() && self.slots[slot as usize].answers.len() > deferred_before {
+                break;
+            }
+        }
+        if answered > 0 {
+            // Something was answered: the idle clock restarts once the batch is sent.
+            self.slots[slot as usize].deadline_ms = 0;
+        }
+        pos
+    }
+
+    /// A request that cannot be parsed: its error answer, then close. The method is known
+    /// when the request line got that far (`head`): a HEAD request's answer has no body.
+    fn parse_error(&mut self, slot: u32, e: ParseError, head: bool, clock: &Clock) {
+        let c = &mut self.slots[slot as usize];
+        if c.out.capacity() == 0 {
+            c.out = self.pool.get();
+        }
+        if e == ParseError::PayloadTooLarge {
+            // Only bodies are large, and only the API takes bodies: answer in its format.
+            let p = crate::api::problem::Problem::payload_too_large(
+                crate::http::limits::MAX_BODY_BYTES,
+            );
+            crate::client::encode_problem(&mut c.out, &p, &[], head, Persist::Close, &clock.date);
+        } else {
+            encode::encode_error(&mut c.out, e, head, &clock.date);
+        }
+        c.close_after_send = true;
+    }
+
+    /// Routes one request: health endpoints, then the API, then keys.
+    fn handle(
+        &mut self,
+        slot: u32,
+        req: &Request<'_>,
+        persist: Persist,
+        body: &[u8],
+        env: &mut Env,
+    ) {
+        let date = &env.clock.date;
+        let c = &mut self.slots[slot as usize];
+        if c.out.capacity() == 0 {
+            c.out = self.pool.get();
+        }
+        let head = req.method == Method::Head;
+        let get_or_head = matches!(req.method, Method::Get | Method::Head);
+        let path = req.path;
+        self.tally.requests += 1;
+        if path == b"/metrics" && get_or_head {
+            // Cold path: formatting allocates; the allocation counter shows it honestly.
+            let mut text = String::with_capacity(4096);
+            self.shared.counters[self.me].publish(&self.tally, self.live);
+            crate::metrics::render(&self.shared.counters, &mut text);
+            let ct = Some("text/plain; version=0.0.4");
+            let c = &mut self.slots[slot as usize];
+            let body = text.as_bytes();
+            encode::encode_response(&mut c.out, Status::Ok, &[], ct, body, head, persist, date);
+            return;
+        }
+        if path == b"/healthz" || path == b"/readyz" {
+            if !get_or_head {
+                encode::encode_method_not_allowed(&mut c.out, "GET, HEAD", head, persist, date);
+            } else if path == b"/healthz" || self.shared.ready() {
+                let ct = Some("text/plain");
+                encode::encode_response(
+                    &mut c.out,
+                    Status::Ok,
+                    &[],
+                    ct,
+                    b"ok\n",
+                    head,
+                    persist,
+                    date,
+                );
+            } else {
+                let (st, ct) = (Status::ServiceUnavailable, Some("text/plain"));
+                encode::encode_response(
+                    &mut c.out,
+                    st,
+                    &[],
+                    ct,
+                    b"not ready\n",
+                    head,
+                    persist,
+                    date,
+                );
+            }
+            return;
+        }
+        if path.starts_with(API_PREFIX) {
+            self.tally.api_requests += 1;
+            return env
+                .api
+                .handle(c, slot, req, body, persist, env.clock, env.mesh);
+        }
+        let key = &path[1..];
+        if shards::link::validate_key(key).is_err() {
+            return encode::encode_not_found(&mut c.out, head, persist, date);
+        }
+        if !get_or_head {
+            return encode::encode_method_not_allowed(&mut c.out, "GET, HEAD", head, persist, date);
+        }
+        self.lookup(slot, key, head, persist, env);
+    }
+
+    /// The redirect fast path: a local table hit, or an LRU hit for a foreign key, answer at
+    /// once; anything else foreign goes to its owner.
+    #[inline]
+    fn lookup(&mut self, slot: u32, key: &[u8], head: bool, persist: Persist, env: &mut Env) {
+        let (now_s, date) = (env.clock.now_s, &env.clock.date);
+        let owner = self.router.owner(key);
+        let c = &mut self.slots[slot as usize];
+        if owner.core == self.me {
+            match env.owner.local_answer(owner.shard, key, now_s) {
+                Some(a) => {
+                    self.tally.redirects += 1;
+                    let target = a.target.as_bytes();
+                    encode::encode_redirect(&mut c.out, a.status, target, persist, date)
+                }
+                None => {
+                    self.tally.not_found += 1;
+                    encode::encode_not_found(&mut c.out, head, persist, date)
+                }
+            }
+            return;
+        }
+        if let Some(a) = self.lru.get(key) {
+            if !a.expired(now_s) {
+                self.tally.lru_hits += 1;
+                self.tally.redirects += 1;
+                let target = a.target.as_bytes();
+                encode::encode_redirect(&mut c.out, a.status, target, persist, date);
+                return;
+            }
+            self.lru.remove(key);
+            self.tally.not_found += 1;
+            return encode::encode_not_found(&mut c.out, head, persist, date);
+        }
+        self.tally.forwarded += 1;
+        let seq = c
+            .answers
+            .defer(&c.out, head, persist, PendingKind::Redirect);
+        let reply = ReplyTo {
+            core: self.me as u16,
+            slot,
+            gen: c.gen,
+            seq,
+        };
+        let key = InlineKey::new(key).expect("validated keys fit inline");
+        env.mesh.send(owner.core, MeshMsg::Lookup { reply, key });
+    }
+
+    /// An owner answered a forwarded lookup: cache a live answer, and fill the request's
+    /// place in its batch.
+    pub fn on_answer(
+        &mut self,
+        reply: ReplyTo,
+        key: InlineKey,
+        answer: Option<Answer>,
+        clock: &Clock,
+    ) {
+        if let Some(a) = &answer {
+            self.lru.insert(key.as_bytes(), a.clone());
+        }
+        let Some(c) = self.slots.get_mut(reply.slot as usize) else {
+            return;
+        };
+        if !c.live || c.gen != reply.gen {
+            return; // The connection went away meanwhile.
+        }
+        let Some(p) = c.answers.get(reply.seq) else {
+            return;
+        };
+        let (head, persist) = (p.head, p.persist);
+        self.scratch.clear();
+        match answer {
+            Some(a) if !a.expired(clock.now_s) => {
+                self.tally.redirects += 1;
+                let target = a.target.as_bytes();
+                encode::encode_redirect(&mut self.scratch, a.status, target, persist, &clock.date)
+            }
+            _ => {
+                self.tally.not_found += 1;
+                encode::encode_not_found(&mut self.scratch, head, persist, &clock.date)
+            }
+        }
+        let scratch = std::mem::take(&mut self.scratch);
+        self.fill_answer(reply.slot, reply.seq, &scratch);
+        self.scratch = scratch;
+    }
+
+    /// An owner answered an API request: encode the answer at its place in the batch (or, for
+    /// a generated-key create that collided with an alias, retry with the next ID).
+    pub fn on_api_answer(
+        &mut self,
+        reply: ReplyTo,
+        outcome: WriteOutcome,
+        api: &mut ApiClient,
+        clock: &Clock,
+        mesh: &mut Mesh,
+    ) {
+        let Some(c) = self.slots.get_mut(reply.slot as usize) else {
+            return;
+        };
+        if !c.live || c.gen != reply.gen {
+            return;
+        }
+        let Some(p) = c.answers.get_mut(reply.seq) else {
+            return;
+        };
+        let persist = p.persist;
+        let PendingKind::Api(mut op) = std::mem::replace(&mut p.kind, PendingKind::Redirect) else {
+            debug_assert!(false, "an API answer for a redirect");
+            return;
+        };
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        if api
+            .answer(&mut op, outcome, persist, &mut scratch, &clock.date)
+            .is_some()
+        {
+            self.fill_answer(reply.slot, reply.seq, &scratch);
+            self.scratch = scratch;
+            return;
+        }
+        self.scratch = scratch;
+        // Retry a create with the next generated ID; the request stays deferred.
+        let ApiOp::Create {
+            req,
+            created_at_s,
+            tries,
+        } = &*op
+        else {
+            unreachable!("only creates retry");
+        };
+        let (req, created, tries) = (req.clone(), *created_at_s, *tries);
+        if let Some(p) = self.slots[reply.slot as usize].answers.get_mut(reply.seq) {
+            p.kind = PendingKind::Api(op);
+        }
+        api.creates.start(reply, req, created, tries, None, mesh);
+    }
+
+    /// Writes the answer of deferred request `seq` at its place in the connection's batch;
+    /// the batch is flushed once nothing is deferred any more.
+    fn fill_answer(&mut self, slot: u32, seq: u32, bytes: &[u8]) {
+        let c = &mut self.slots[slot as usize];
+        let filled = c.answers.fill(&mut c.out, seq, bytes);
+        debug_assert!(filled.is_some(), "the caller found it waiting");
+        if c.answers.is_empty() {
+            self.mark_dirty(slot);
+        }
+    }
+
+    /// An owner changed `key`: drop any answer for it this core cached.
+    pub fn invalidate(&mut self, key: &InlineKey) {
+        self.lru.remove(key.as_bytes());
+    }
+
+    /// An owner replaced tables: drop every cached answer (they may point into them).
+    pub fn purge_lru(&mut self) {
+        self.lru.clear();
+    }
+}

@@ -1,0 +1,197 @@
+//! Compaction as the owner drives it: rotate the log, fold a memtable snapshot on a thread
+//! (`fold.rs`), swap the new tables in, and unmap the replaced ones once no core can hold an
+//! answer pointing into them. The crash-safety argument is in `fold.rs`.
+
+use super::fold::{fold_snapshot, folding_path, unchanged};
+use super::Owner;
+use crate::api::idempotency::{scope_string, IdemTable};
+use crate::mesh::{Mesh, MeshMsg};
+use shards::table::Table;
+use std::io;
+
+/// After a failed compaction, wait this long before trying again.
+pub const COMPACTION_RETRY_MS: u64 = 10_000;
+
+/// When and where a core compacts.
+pub struct CompactionSetup {
+    pub data_dir: std::path::PathBuf,
+    /// Memtable entries that trigger a compaction.
+    pub entries: usize,
+    /// A log from an interrupted compaction was replayed: compact as soon as possible.
+    pub folding: bool,
+}
+
+impl Owner {
+    /// Starts a compaction if the memtable is big enough and the log is quiet. A failure to
+    /// start is reported and retried after [`COMPACTION_RETRY_MS`].
+    pub fn maybe_compact(&mut self, now_ms: u64, now_s: u64, idem: &IdemTable) {
+        if let Err(e) = self.try_compact(now_ms, now_s, idem) {
+            eprintln!("core {}: cannot start compaction: {e}", self.me);
+            self.next_compaction_ms = now_ms + COMPACTION_RETRY_MS;
+        }
+    }
+
+    fn try_compact(&mut self, now_ms: u64, now_s: u64, idem: &IdemTable) -> io::Result<()> {
+        let due = self.compaction.folding || self.writes.memtable.len() >= self.compaction.entries;
+        if !due || self.compacting.is_some() || now_ms < self.next_compaction_ms {
+            return Ok(());
+        }
+        let w = &self.writes;
+        if w.batch.is_some()
+            || w.log.pending_bytes() > 0
+            || !w.waiting.is_empty()
+            || w.log.is_poisoned()
+        {
+            return Ok(()); // Wait for a quiet log.
+        }
+        if !self.compaction.folding {
+            self.rotate_log(now_s, idem)?;
+        }
+        self.compaction.folding = true;
+        let snapshot = self.writes.memtable.clone();
+        let (tx, rx) = crossbeam::channel::bounded(1);
+        let (dir, router, bell, me) = (
+            self.compaction.data_dir.clone(),
+            self.router,
+            self.doorbells.clone(),
+            self.me,
+        );
+        std::thread::Builder::new()
+            .name(format!("ricochet-compact-{me}"))
+            .spawn(move || {
+                let _ = tx.send(fold_snapshot(&dir, router, snapshot, now_s));
+                bell.ring(me);
+            })?;
+        self.compacting = Some(rx);
+        Ok(())
+    }
+
+    /// The current log becomes the one being folded; a fresh log continues the sequence and
+    /// carries the live idempotency records (they live only in logs). Blocking file syscalls
+    /// on the core: a bounded pause, once per compaction.
+    fn rotate_log(&mut self, now_s: u64, idem: &IdemTable) -> io::Result<()> {
+        let dir = &self.compaction.data_dir;
+        let me = self.me as u32;
+        let live = shards::log::wal_path(dir, me);
+        std::fs::rename(&live, folding_path(dir, me))?;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&live)?;
+        shards::durable::sync_dir(&dir.join(shards::log::LOG_DIR_NAME))?;
+        let w = &mut self.writes;
+        let next_seq = w.log.next_seq();
+        // SAFETY: the old fd is ours, no batch is in flight on it (checked by the caller), and
+        // it is closed exactly once here.
+        unsafe { libc::close(w.log_fd) };
+        w.log_fd = std::os::fd::IntoRawFd::into_raw_fd(file);
+        w.log = shards::log::LogWriter::new(me, 0, next_seq);
+        let mut relog_seq = 0;
+        for (scope, rec) in idem.live_records(now_s) {
+            let scope_s = scope_string(scope);
+            let shard = self.router.owner(scope_s.as_bytes()).shard;
+            let op = shards::log::LogOpRef::IdemPut {
+                scope: &scope_s,
+                request_hash: &rec.request_hash.0,
+                response_key: &rec.key,
+                created_at_s: rec.created_at_s,
+            };
+            if let Ok(seq) = w.log.append_ref(shard, op) {
+                relog_seq = seq;
+            }
+        }
+        self.relog_seq = relog_seq;
+        Ok(())
+    }
+
+    /// Swaps in the tables of a finished compaction and drops the folded log.
+    pub fn poll_compaction(&mut self, now_ms: u64, mesh: &mut Mesh) {
+        let Some(rx) = &self.compacting else {
+            return;
+        };
+        if self.writes.log.durable_seq() < self.relog_seq {
+            return; // The re-logged idempotency records are not durable yet.
+        }
+        let Ok(done) = rx.try_recv() else {
+            return;
+        };
+        self.compacting = None;
+        if let Some(e) = done.error {
+            eprintln!(
+                "core {}: compaction failed (will retry; nothing lost, the log is kept): {e}",
+                self.me
+            );
+            self.next_compaction_ms = now_ms + COMPACTION_RETRY_MS;
+            return;
+        }
+        let shards_n = done.tables.len();
+        let mut old = Vec::with_capacity(shards_n);
+        for (shard, table) in done.tables {
+            old.extend(self.store.set_table(shard, Box::leak(Box::new(table))));
+        }
+        self.retire_tables(old, mesh);
+        let folded = done.snapshot.len();
+        for (k, e) in done.snapshot {
+            let now = self.writes.memtable.get(&k);
+            if now.is_some_and(|now| unchanged(now, &e)) {
+                self.writes.memtable.remove(&k);
+            }
+        }
+        let dir = &self.compaction.data_dir;
+        let path = folding_path(dir, self.me as u32);
+        if let Err(e) = std::fs::remove_file(&path) {
+            eprintln!(
+                "core {}: cannot remove folded log {}: {e}",
+                self.me,
+                path.display()
+            );
+        }
+        let _ = shards::durable::sync_dir(&dir.join(shards::log::LOG_DIR_NAME));
+        self.compaction.folding = false;
+        eprintln!(
+            "core {}: compacted {folded} logged links into {shards_n} shard tables",
+            self.me
+        );
+    }
+
+    /// Unmaps tables a compaction replaced, once no core can hold an answer pointing into them:
+    /// at once with one core, else after every other core cleared its LRU (`PurgeLru`).
+    fn retire_tables(&mut self, old: Vec<&'static Table>, mesh: &mut Mesh) {
+        if old.is_empty() {
+            return;
+        }
+        if self.router.cores() == 1 {
+            return free_tables(old);
+        }
+        let token = self.token();
+        self.retiring.insert(token, (self.router.cores() - 1, old));
+        let from = self.me as u16;
+        for core in (0..self.router.cores()).filter(|&c| c != self.me) {
+            mesh.send(core, MeshMsg::PurgeLru { from, token });
+        }
+    }
+
+    /// A core cleared its LRU for retirement `token`; the last ack frees the tables.
+    pub fn on_purge_ack(&mut self, token: u64) {
+        let Some(entry) = self.retiring.get_mut(&token) else {
+            return;
+        };
+        entry.0 -= 1;
+        if entry.0 == 0 {
+            let (_, old) = self.retiring.remove(&token).expect("present");
+            free_tables(old);
+        }
+    }
+}
+
+/// Unmaps tables no answer can point into any more (see `Owner::retire_tables`).
+fn free_tables(old: Vec<&'static Table>) {
+    for t in old {
+        // SAFETY: every table the store holds was created by `Box::leak(Box::new(..))`
+        // (`server::open_tables`, `Owner::poll_compaction`) and is freed only here, once: it
+        // was removed from the store, and every core acknowledged clearing its LRU after all
+        // answers sent before the swap (FIFO queues), so no reference into it remains.
+        drop(unsafe { Box::from_raw(t as *const Table as *mut Table) });
+    }
+}

@@ -1,0 +1,135 @@
+//! The key-owner role: the links of the shards this core owns and every change to them.
+//!
+//! [`Owner`] holds the shard tables ([`store::Store`]), the memtable and append log
+//! ([`writes::Writes`]), the log batch in flight, compaction and the retirement of replaced
+//! tables, and the LRU invalidations a PATCH or DELETE waits for. It answers lookups and API
+//! requests that arrive as [`MeshMsg`]s (from other cores or from this one) and answers them
+//! the same way, so its logic runs without sockets: messages in, log appends and messages out.
+//!
+//! - `write_path.rs`: conditional insert, patch, delete, read; durability; invalidation.
+//! - `compaction.rs`: log rotation, the fold thread, table swap and retirement.
+//! - `fold.rs`: the fold itself (runs on a compaction thread).
+
+pub mod compaction;
+pub mod fold;
+pub mod store;
+mod write_path;
+pub mod writes;
+
+use crate::key::InlineKey;
+use crate::mesh::{Answer, Doorbells, LinkInfo, Mesh, MeshMsg, ReplyTo, Target, WriteOutcome};
+use crate::router::Router;
+use shards::table::Table;
+use std::collections::HashMap;
+use std::sync::Arc;
+use store::Store;
+use writes::Writes;
+
+pub use compaction::{CompactionSetup, COMPACTION_RETRY_MS};
+
+/// One core's owned links and their write path.
+pub struct Owner {
+    me: usize,
+    router: Router,
+    pub(crate) store: Store,
+    pub(crate) writes: Writes,
+    compaction: CompactionSetup,
+    /// The running compaction's result, when it finishes.
+    compacting: Option<crossbeam::channel::Receiver<fold::Compacted>>,
+    /// No compaction is started before this (after a failed one).
+    next_compaction_ms: u64,
+    /// Tables replaced by a compaction, waiting for every other core's `PurgeAck`.
+    retiring: HashMap<u64, (usize, Vec<&'static Table>)>,
+    /// Idempotency records re-logged at the last rotation must be durable before the folded
+    /// log (their previous home) is deleted.
+    relog_seq: u64,
+    /// PATCH/DELETE answers waiting for every other core's LRU invalidation ack.
+    invalidations: HashMap<u64, (usize, ReplyTo, WriteOutcome)>,
+    next_token: u64,
+    /// Rung by the compaction thread when its fold is done.
+    doorbells: Arc<Doorbells>,
+}
+
+impl Owner {
+    pub fn new(
+        me: usize,
+        router: Router,
+        store: Store,
+        writes: Writes,
+        compaction: CompactionSetup,
+        doorbells: Arc<Doorbells>,
+    ) -> Owner {
+        Owner {
+            me,
+            router,
+            store,
+            writes,
+            compaction,
+            compacting: None,
+            next_compaction_ms: 0,
+            retiring: HashMap::new(),
+            relog_seq: 0,
+            invalidations: HashMap::new(),
+            next_token: 0,
+            doorbells,
+        }
+    }
+
+    /// The shard tables (for the connection role's prefetch hints).
+    #[inline]
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The live link for a key this core owns, as a redirect needs it: the memtable overrides
+    /// the table. No allocation.
+    #[inline]
+    pub fn local_answer(&self, shard: u32, key: &[u8], now_s: u64) -> Option<Answer> {
+        match self.writes.get(key) {
+            None => self.store.get(shard, key, now_s),
+            Some(None) => None,
+            Some(Some(info)) => {
+                let a = Answer {
+                    target: Target::Shared(info.target.clone()),
+                    status: info.status,
+                    expires_at_s: info.expires_at_s,
+                };
+                (!a.expired(now_s)).then_some(a)
+            }
+        }
+    }
+
+    /// Another core asks where `key` redirects.
+    pub fn on_lookup(&self, reply: ReplyTo, key: InlineKey, now_s: u64, mesh: &mut Mesh) {
+        let owner = self.router.owner(key.as_bytes());
+        debug_assert_eq!(owner.core, self.me, "lookups go to the owner");
+        let answer = self.local_answer(owner.shard, key.as_bytes(), now_s);
+        mesh.send(reply.core as usize, MeshMsg::Answer { reply, key, answer });
+    }
+
+    /// The link `key` as the API sees it, if live.
+    fn link_info(&self, shard: u32, key: &InlineKey, now_s: u64) -> Option<LinkInfo> {
+        if let Some(m) = self.writes.get(key.as_bytes()) {
+            return m
+                .filter(|i| i.expires_at_s == 0 || now_s < i.expires_at_s)
+                .cloned();
+        }
+        let l = self.store.get_ref(shard, key.as_bytes())?;
+        if l.expires_at_s != 0 && now_s >= l.expires_at_s {
+            return None;
+        }
+        Some(LinkInfo {
+            key: *key,
+            target: Arc::from(l.target),
+            status: l.status,
+            created_at_s: l.created_at_s,
+            expires_at_s: l.expires_at_s,
+        })
+    }
+
+    fn token(&mut self) -> u64 {
+        let t = self.next_token;
+        self.next_token += 1;
+        t
+    }
+}

@@ -1,0 +1,350 @@
+//! The owner's write path: conditional insert, patch, delete and read of the keys this core
+//! owns; the log record each write appends; what happens when its batch is durable (memtable
+//! apply, LRU invalidation on every other core, the answer) or fails.
+//!
+//! Not the redirect hot path: allocation is fine here.
+
+use super::writes::{Durable, MemEntry, Then, MAX_QUEUED_WRITES_PER_KEY};
+use super::Owner;
+use crate::api::request::ExpiryUpdate;
+use crate::key::InlineKey;
+use crate::mesh::{LinkInfo, Mesh, MeshMsg, ReplyTo, WriteOutcome, WriteReq};
+use shards::log::{Batch, LogOpRef};
+use std::io;
+use std::os::fd::RawFd;
+
+/// A planned `Put`: the new link, its generated ID, the key to invalidate on other cores, and
+/// how to report it.
+type Planned = (
+    LinkInfo,
+    u64,
+    Option<InlineKey>,
+    fn(LinkInfo) -> WriteOutcome,
+);
+
+impl Owner {
+    /// Executes a write (or an API read) on this core, which owns its key.
+    pub fn on_write(&mut self, reply: ReplyTo, req: WriteReq, now_s: u64, mesh: &mut Mesh) {
+        let key = req.key();
+        let shard = self.router.owner(key.as_bytes()).shard;
+        let done = |mesh: &mut Mesh, outcome| {
+            mesh.deliver(reply.core as usize, MeshMsg::WriteDone { reply, outcome })
+        };
+        if let WriteReq::Get { .. } = req {
+            let outcome = match self.link_info(shard, &key, now_s) {
+                Some(i) => WriteOutcome::Found(i),
+                None => WriteOutcome::NotFound,
+            };
+            return done(mesh, outcome);
+        }
+        if self.writes.log.is_poisoned() {
+            return done(mesh, WriteOutcome::StorageFailed);
+        }
+        if self.writes.in_flight_keys.contains(&key) {
+            // Wait for the in-flight write: judged against the state it leaves, this one
+            // then gets the answer it would have got had it come a moment later.
+            let queue = self.writes.queued.entry(key).or_default();
+            if queue.len() < MAX_QUEUED_WRITES_PER_KEY {
+                queue.push_back((reply, req));
+                return;
+            }
+            return done(mesh, WriteOutcome::WriteInProgress);
+        }
+        let current = self.link_info(shard, &key, now_s);
+        let mut idem: Option<Box<(String, [u8; 32])>> = None;
+        let (info, id, invalidate, outcome_of): Planned = match req {
+            WriteReq::Create {
+                target,
+                status,
+                expires_at_s,
+                created_at_s,
+                id,
+                idem: create_idem,
+                ..
+            } => {
+                idem = create_idem;
+                if current.is_some() {
+                    return done(mesh, WriteOutcome::Exists);
+                }
+                let info = LinkInfo {
+                    key,
+                    target,
+                    status,
+                    created_at_s,
+                    expires_at_s,
+                };
+                (info, id, None, WriteOutcome::Created)
+            }
+            WriteReq::Patch {
+                target,
+                expiry,
+                status,
+                ..
+            } => {
+                let Some(mut info) = current else {
+                    return done(mesh, WriteOutcome::NotFound);
+                };
+                if let Some(t) = target {
+                    info.target = t;
+                }
+                if let Some(s) = status {
+                    info.status = s;
+                }
+                match expiry {
+                    ExpiryUpdate::Keep => {}
+                    ExpiryUpdate::Clear => info.expires_at_s = 0,
+                    ExpiryUpdate::Set(t) => info.expires_at_s = t,
+                }
+                let id = match self.writes.memtable.get(&key) {
+                    Some(MemEntry::Live { id, .. }) => *id,
+                    _ => 0,
+                };
+                (info, id, Some(key), WriteOutcome::Updated)
+            }
+            WriteReq::Delete { .. } => {
+                if current.is_none() {
+                    return done(mesh, WriteOutcome::NotFound);
+                }
+                let op = LogOpRef::Delete { key: key.as_str() };
+                let Ok(seq) = self.writes.log.append_ref(shard, op) else {
+                    return done(mesh, WriteOutcome::StorageFailed);
+                };
+                self.writes.in_flight_keys.insert(key);
+                self.writes.waiting.push_back(Durable {
+                    seq,
+                    apply: Some((key, MemEntry::Deleted)),
+                    then: Then::Reply {
+                        reply,
+                        outcome: WriteOutcome::Deleted,
+                        invalidate: Some(key),
+                    },
+                });
+                return;
+            }
+            WriteReq::Get { .. } => unreachable!("handled above"),
+        };
+        let op = match &idem {
+            None => LogOpRef::Put {
+                key: key.as_str(),
+                target: &info.target,
+                status: info.status,
+                expires_at_s: info.expires_at_s,
+                created_at_s: info.created_at_s,
+                flags: 0,
+                id,
+            },
+            Some(i) => LogOpRef::PutIdem {
+                key: key.as_str(),
+                target: &info.target,
+                status: info.status,
+                expires_at_s: info.expires_at_s,
+                created_at_s: info.created_at_s,
+                flags: 0,
+                id,
+                scope: &i.0,
+                request_hash: &i.1,
+            },
+        };
+        let Ok(seq) = self.writes.log.append_ref(shard, op) else {
+            return done(mesh, WriteOutcome::StorageFailed);
+        };
+        self.writes.in_flight_keys.insert(key);
+        self.writes.waiting.push_back(Durable {
+            seq,
+            apply: Some((
+                key,
+                MemEntry::Live {
+                    info: info.clone(),
+                    id,
+                },
+            )),
+            then: Then::Reply {
+                reply,
+                outcome: outcome_of(info),
+                invalidate,
+            },
+        });
+    }
+
+    /// The log is durable through `seq`: make those writes visible and answer them, then start
+    /// the next queued write of each key that is free now.
+    pub fn on_durable(&mut self, seq: u64, now_s: u64, mesh: &mut Mesh) {
+        let mut freed = Vec::new();
+        while self.writes.waiting.front().is_some_and(|d| d.seq <= seq) {
+            let d = self.writes.waiting.pop_front().expect("checked");
+            if let Some((key, entry)) = d.apply {
+                self.writes.in_flight_keys.remove(&key);
+                self.writes.memtable.insert(key, entry);
+                freed.push(key);
+            }
+            let Then::Reply {
+                reply,
+                outcome,
+                invalidate,
+            } = d.then;
+            match invalidate {
+                Some(key) if self.router.cores() > 1 => {
+                    self.broadcast_invalidate(key, reply, outcome, mesh)
+                }
+                _ => mesh.deliver(reply.core as usize, MeshMsg::WriteDone { reply, outcome }),
+            }
+        }
+        for key in freed {
+            self.run_queued(key, now_s, mesh);
+        }
+    }
+
+    /// Starts the oldest write queued behind `key`, if `key` is free (`on_write` queues again
+    /// or answers at once when it is not).
+    fn run_queued(&mut self, key: InlineKey, now_s: u64, mesh: &mut Mesh) {
+        if self.writes.in_flight_keys.contains(&key) {
+            return;
+        }
+        let Some(queue) = self.writes.queued.get_mut(&key) else {
+            return;
+        };
+        let next = queue.pop_front();
+        if queue.is_empty() {
+            self.writes.queued.remove(&key);
+        }
+        if let Some((reply, req)) = next {
+            self.on_write(reply, req, now_s, mesh);
+            // A write answered without logging (404, 409) leaves the key free: go on.
+            self.run_queued(key, now_s, mesh);
+        }
+    }
+
+    /// Every queued write failed to become durable: answer them all with a storage error.
+    pub fn on_log_failed(&mut self, mesh: &mut Mesh) {
+        self.cut_unacknowledged_log_tail();
+        let failed = |mesh: &mut Mesh, reply: ReplyTo| {
+            let outcome = WriteOutcome::StorageFailed;
+            mesh.deliver(reply.core as usize, MeshMsg::WriteDone { reply, outcome });
+        };
+        // Queued writes would meet the poisoned log: answer them the same way.
+        for (_, queue) in std::mem::take(&mut self.writes.queued) {
+            for (reply, _) in queue {
+                failed(mesh, reply);
+            }
+        }
+        while let Some(d) = self.writes.waiting.pop_front() {
+            if let Some((key, _)) = d.apply {
+                self.writes.in_flight_keys.remove(&key);
+            }
+            let Then::Reply { reply, .. } = d.then;
+            failed(mesh, reply);
+        }
+    }
+
+    /// Cuts the log back to its last durable batch. The failed batch's bytes may well be in the
+    /// file (the write succeeded and only the fsync failed, or the page cache still holds them):
+    /// left there, recovery would replay writes that were just answered as failed. Blocking
+    /// syscalls on the core loop are acceptable here: this runs once, when the log is poisoned
+    /// for the rest of the run, and no I/O on the log is in flight (the failed batch completed).
+    fn cut_unacknowledged_log_tail(&mut self) {
+        let len = self.writes.log.durable_len();
+        let fd = self.writes.log_fd;
+        // SAFETY: `fd` is this core's open log file descriptor, owned by `Writes` for the run;
+        // ftruncate and fdatasync take no pointers.
+        let rc = unsafe {
+            if libc::ftruncate(fd, len as libc::off_t) == 0 {
+                libc::fdatasync(fd)
+            } else {
+                -1
+            }
+        };
+        if rc != 0 {
+            eprintln!(
+                "core {}: could not cut the log back to its durable length {len} ({}); a restart may \
+                 replay writes that were answered as failed",
+                self.me,
+                io::Error::last_os_error()
+            );
+        }
+    }
+
+    /// Holds a PATCH/DELETE answer until every other core dropped `key` from its LRU.
+    fn broadcast_invalidate(
+        &mut self,
+        key: InlineKey,
+        reply: ReplyTo,
+        outcome: WriteOutcome,
+        mesh: &mut Mesh,
+    ) {
+        let token = self.token();
+        let peers = self.router.cores() - 1;
+        self.invalidations.insert(token, (peers, reply, outcome));
+        let from = self.me as u16;
+        for core in (0..self.router.cores()).filter(|&c| c != self.me) {
+            mesh.send(core, MeshMsg::Invalidate { from, token, key });
+        }
+    }
+
+    /// A core dropped the key of invalidation `token`; the last ack releases the answer.
+    pub fn on_invalidate_ack(&mut self, token: u64, mesh: &mut Mesh) {
+        let Some(entry) = self.invalidations.get_mut(&token) else {
+            return;
+        };
+        entry.0 -= 1;
+        if entry.0 == 0 {
+            let (_, reply, outcome) = self.invalidations.remove(&token).expect("present");
+            mesh.deliver(reply.core as usize, MeshMsg::WriteDone { reply, outcome });
+        }
+    }
+
+    // ----- the log batch, driven by the core's ring ----------------------------------------
+
+    /// Takes the next batch to write and sync, if none is in flight: the log's fd and the
+    /// batch, whose bytes stay put until [`Owner::on_log_sync`].
+    pub fn start_log_batch(&mut self) -> Option<(RawFd, &Batch)> {
+        let w = &mut self.writes;
+        if w.batch.is_some() || w.log.is_poisoned() {
+            return None;
+        }
+        let batch = w.log.take_batch().ok()??;
+        w.batch = Some(batch);
+        w.batch_error = None;
+        Some((w.log_fd, w.batch.as_ref().expect("just set")))
+    }
+
+    /// The batch's write completed (`res` as io_uring reports it).
+    pub fn on_log_write(&mut self, res: i32) {
+        let w = &mut self.writes;
+        let len = w.batch.as_ref().map_or(0, |b| b.bytes.len());
+        if res < 0 {
+            w.batch_error = Some(io::Error::from_raw_os_error(-res));
+        } else if (res as usize) < len {
+            w.batch_error = Some(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short log write: {res} of {len} bytes"),
+            ));
+        }
+    }
+
+    /// The batch's fdatasync completed: its writes are durable (or the log is poisoned).
+    pub fn on_log_sync(&mut self, res: i32, now_s: u64, mesh: &mut Mesh) {
+        let w = &mut self.writes;
+        let Some(batch) = w.batch.take() else {
+            return;
+        };
+        let result = if let Some(e) = w.batch_error.take() {
+            Err(e)
+        } else if res < 0 {
+            Err(io::Error::from_raw_os_error(-res))
+        } else if w.faults.fail_fsync_after.is_some_and(|n| w.fsyncs_ok >= n) {
+            Err(io::Error::other(
+                "injected fsync failure (--fault-fail-fsync-after)",
+            ))
+        } else {
+            w.fsyncs_ok += 1;
+            Ok(())
+        };
+        match w.log.complete(batch, result) {
+            Ok(durable) => self.on_durable(durable, now_s, mesh),
+            Err(e) => {
+                eprintln!("core {}: {e}; creates, updates and deletes on this core now fail until restart; redirects continue", self.me);
+                self.on_log_failed(mesh);
+            }
+        }
+    }
+}

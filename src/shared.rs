@@ -1,0 +1,28 @@
+//! State every core reads: readiness, draining, counters, doorbells (atomics only; no locks).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// State shared by all cores.
+pub struct Shared {
+    pub cores: usize,
+    /// Cores that have opened their shards, joined the mesh and armed their listener.
+    pub ready_cores: AtomicUsize,
+    /// Every core's counters (each written only by its core).
+    pub counters: Vec<crate::metrics::CoreCounters>,
+    /// Cores that finished their own connections while draining.
+    pub drained_cores: AtomicUsize,
+    /// Cores whose loop failed (startup waits for readiness or the first failure).
+    pub failed_cores: AtomicUsize,
+    /// Set by SIGTERM/SIGINT: stop accepting, finish in-flight requests, exit.
+    pub draining: Arc<AtomicBool>,
+    pub doorbells: Arc<crate::mesh::Doorbells>,
+}
+
+impl Shared {
+    /// Every core is serving and the server is not draining (`/readyz`).
+    pub fn ready(&self) -> bool {
+        self.ready_cores.load(Ordering::Acquire) == self.cores
+            && !self.draining.load(Ordering::Relaxed)
+    }
+}
