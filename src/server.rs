@@ -197,7 +197,6 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             keygen.clone(),
         );
         let api = crate::client::ApiClient::new(
-            core,
             router,
             api_keys.clone(),
             key_updates.next().expect("one receiver per core"),

@@ -11,7 +11,6 @@ use crate::api::idempotency::{request_hash, scope_string, IdemScope};
 use crate::api::problem::{Problem, PROBLEM_CONTENT_TYPE};
 use crate::api::request::{link_json, parse_create, parse_patch, MAX_REQUEST_BODY_BYTES};
 use crate::clock::Clock;
-use crate::conns::{ApiOp, Conn, PendingKind};
 use crate::http::date::DateCache;
 use crate::http::encode::{self, Conn as Persist};
 use crate::http::parse::{Method, Request};
@@ -31,9 +30,25 @@ const URLS: &[u8] = b"/api/v1/urls";
 /// ID this many times before giving up with 503.
 pub const MAX_CREATE_TRIES: u8 = 8;
 
+/// What an API request was, so its answer can be encoded (and a create retried).
+#[derive(Debug)]
+pub enum ApiOp {
+    Create {
+        req: Box<crate::api::request::CreateRequest>,
+        created_at_s: u64,
+        tries: u8,
+    },
+    Get,
+    Patch,
+    Delete,
+}
+
+/// Registers an API request as deferred on its connection (its answer goes where the output
+/// ends now) and returns the address the owner answers to.
+pub type Defer<'a> = dyn FnMut(&[u8], ApiOp) -> ReplyTo + 'a;
+
 /// The requesting side of the API on one core.
 pub struct ApiClient {
-    me: usize,
     router: Router,
     keys: Arc<crate::api::keys::ApiKeyStore>,
     /// New key stores from `keywatch`, taken at each sweep.
@@ -46,7 +61,6 @@ pub struct ApiClient {
 
 impl ApiClient {
     pub fn new(
-        me: usize,
         router: Router,
         keys: Arc<crate::api::keys::ApiKeyStore>,
         key_updates: crossbeam::channel::Receiver<Arc<crate::api::keys::ApiKeyStore>>,
@@ -55,7 +69,6 @@ impl ApiClient {
         creates: Creates,
     ) -> ApiClient {
         ApiClient {
-            me,
             router,
             keys,
             key_updates,
@@ -72,12 +85,13 @@ impl ApiClient {
         }
     }
 
-    /// Answers or routes an API request on connection `slot`. `body` is the complete body.
+    /// Answers an API request into `out`, or routes it to its owner after registering it
+    /// with `defer`. `body` is the complete body.
     #[allow(clippy::too_many_arguments)]
     pub fn handle(
         &mut self,
-        c: &mut Conn,
-        slot: u32,
+        out: &mut Vec<u8>,
+        defer: &mut Defer<'_>,
         req: &Request<'_>,
         body: &[u8],
         persist: Persist,
@@ -86,8 +100,8 @@ impl ApiClient {
     ) {
         let date = &clock.date;
         let head = req.method == Method::Head;
-        let problem = |c: &mut Conn, p: Problem| {
-            encode_problem(&mut c.out, &p, &[], head, persist, date);
+        let problem = |out: &mut Vec<u8>, p: Problem| {
+            encode_problem(out, &p, &[], head, persist, date);
         };
         let path = req.path;
         let (collection, key) = if path == URLS {
@@ -95,7 +109,7 @@ impl ApiClient {
         } else if let Some(k) = path.strip_prefix(URLS).and_then(|r| r.strip_prefix(b"/")) {
             (false, Some(k))
         } else {
-            return problem(c, Problem::not_found());
+            return problem(out, Problem::not_found());
         };
         let method_ok = match req.method {
             Method::Post => collection,
@@ -109,7 +123,7 @@ impl ApiClient {
                 b"GET, PATCH, DELETE"
             };
             let p = Problem::method_not_allowed();
-            return encode_problem(&mut c.out, &p, &[("Allow", allowed)], head, persist, date);
+            return encode_problem(out, &p, &[("Allow", allowed)], head, persist, date);
         }
         // The auth scheme is case-insensitive (RFC 9110 section 11.1).
         let Some(key_id) = req
@@ -119,24 +133,24 @@ impl ApiClient {
         else {
             let p = Problem::unauthorized();
             let h: &[(&str, &[u8])] = &[("WWW-Authenticate", b"Bearer")];
-            return encode_problem(&mut c.out, &p, h, false, persist, date);
+            return encode_problem(out, &p, h, false, persist, date);
         };
         if body.len() > MAX_REQUEST_BODY_BYTES {
-            return problem(c, Problem::payload_too_large(MAX_REQUEST_BODY_BYTES));
+            return problem(out, Problem::payload_too_large(MAX_REQUEST_BODY_BYTES));
         }
         let now_s = clock.now_s;
         if collection {
             if let Err(ra) = self.ratelimit.check(key_id, Instant::now()) {
-                return problem(c, ra.into());
+                return problem(out, ra.into());
             }
             let cr = match parse_create(body, now_s) {
                 Ok(cr) => cr,
-                Err(p) => return problem(c, p),
+                Err(p) => return problem(out, p),
             };
             let idem = match req.idempotency_key {
                 Some(h) => match IdemScope::new(key_id, h) {
                     Ok(s) => Some(s),
-                    Err(p) => return problem(c, p),
+                    Err(p) => return problem(out, p),
                 },
                 None => None,
             };
@@ -145,7 +159,7 @@ impl ApiClient {
                 created_at_s: now_s,
                 tries: 0,
             };
-            let reply = self.defer(c, slot, persist, op);
+            let reply = defer(out, op);
             match idem {
                 Some(scope) => {
                     let hash = request_hash(&cr);
@@ -168,7 +182,7 @@ impl ApiClient {
         }
         let key = key.expect("item path has a key");
         if shards::link::validate_key(key).is_err() {
-            return problem(c, Problem::not_found());
+            return problem(out, Problem::not_found());
         }
         let ikey = InlineKey::new(key).expect("validated keys fit inline");
         let (op, wreq) = match req.method {
@@ -177,7 +191,7 @@ impl ApiClient {
             _ => {
                 let p = match parse_patch(body, now_s) {
                     Ok(p) => p,
-                    Err(p) => return problem(c, p),
+                    Err(p) => return problem(out, p),
                 };
                 let wreq = WriteReq::Patch {
                     key: ikey,
@@ -188,21 +202,9 @@ impl ApiClient {
                 (ApiOp::Patch, wreq)
             }
         };
-        let reply = self.defer(c, slot, persist, op);
+        let reply = defer(out, op);
         let owner = self.router.owner(key).core;
         mesh.deliver(owner, MeshMsg::Write { reply, req: wreq });
-    }
-
-    /// Registers the request as deferred on its connection and returns its reply address.
-    fn defer(&self, c: &mut Conn, slot: u32, persist: Persist, op: ApiOp) -> ReplyTo {
-        let kind = PendingKind::Api(Box::new(op));
-        let seq = c.answers.defer(&c.out, false, persist, kind);
-        ReplyTo {
-            core: self.me as u16,
-            slot,
-            gen: c.gen,
-            seq,
-        }
     }
 
     /// Encodes the answer to an API request whose owner replied; `None` means "not an answer

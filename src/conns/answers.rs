@@ -24,20 +24,8 @@
 //!
 //! Sans-IO: no sockets, no core state; `core` drives it.
 
+use crate::client::ApiOp;
 use crate::http::encode::Conn as Persist;
-
-/// What an API request was, so its answer can be encoded (and a create retried).
-#[derive(Debug)]
-pub enum ApiOp {
-    Create {
-        req: Box<crate::api::request::CreateRequest>,
-        created_at_s: u64,
-        tries: u8,
-    },
-    Get,
-    Patch,
-    Delete,
-}
 
 /// What kind of answer a deferred request waits for.
 #[derive(Debug)]

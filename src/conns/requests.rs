@@ -2,8 +2,8 @@
 //! answer each at once (health, metrics, a local hit, an LRU hit, a 404) or defer it to its
 //! owner (a forwarded lookup, an API request), and fill deferred answers when owners reply.
 
-use super::{ApiOp, Conns, PendingKind, Recv, MAX_INBUF_BYTES};
-use crate::client::{ApiClient, API_PREFIX};
+use super::{Conns, PendingKind, Recv, MAX_INBUF_BYTES};
+use crate::client::{ApiClient, ApiOp, API_PREFIX};
 use crate::clock::Clock;
 use crate::http::encode::{self, Conn as Persist};
 use crate::http::limits::MAX_PIPELINED_REQUESTS;
@@ -256,9 +256,20 @@ impl Conns {
         }
         if path.starts_with(API_PREFIX) {
             self.tally.api_requests += 1;
+            let (out, answers, gen, me) = (&mut c.out, &mut c.answers, c.gen, self.me as u16);
+            let mut defer = |out: &[u8], op: ApiOp| {
+                let seq = answers.defer(out, false, persist, PendingKind::Api(Box::new(op)));
+                ReplyTo {
+                    core: me,
+                    slot,
+                    gen,
+                    seq,
+                }
+            };
+            let (clock, mesh) = (env.clock, &mut *env.mesh);
             return env
                 .api
-                .handle(c, slot, req, body, persist, env.clock, env.mesh);
+                .handle(out, &mut defer, req, body, persist, clock, mesh);
         }
         let key = &path[1..];
         if shards::link::validate_key(key).is_err() {
