@@ -1,11 +1,11 @@
-//! Cross-core forward round trip: core A sends `MeshMsg::Lookup` to core B through the mesh
-//! queues, B answers with `MeshMsg::Answer`, A receives it. Two threads pinned to different
+//! Cross-core forward round trip: core A sends `RedirectMsg::Lookup` to core B through the mesh
+//! queues, B answers with `RedirectMsg::Answer`, A receives it. Two threads pinned to different
 //! CPUs, both polling (as serving cores do under load). This is the extra latency a request for
 //! a key another core owns pays over a local hit, before the asking core's LRU has the answer.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ricochet::key::InlineKey;
-use ricochet::mesh::{Answer, Doorbells, Mesh, MeshMsg, MeshQueues, ReplyTo, Target};
+use ricochet::mesh::{Answer, Doorbells, Mesh, MeshMsg, MeshQueues, RedirectMsg, ReplyTo, Target};
 use shards::link::RedirectStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -53,13 +53,16 @@ fn pin(cpu: usize) {
 fn responder(mut mesh: Mesh, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Relaxed) {
         while let Some(msg) = mesh.pop() {
-            if let MeshMsg::Lookup { reply, key } = msg {
+            if let MeshMsg::Redirect(RedirectMsg::Lookup { reply, key }) = msg {
                 let answer = Some(Answer {
                     target: Target::Static(TARGET),
                     status: RedirectStatus::Found,
                     expires_at_s: 0,
                 });
-                mesh.send(reply.core as usize, MeshMsg::Answer { reply, key, answer });
+                mesh.send(
+                    reply.core as usize,
+                    RedirectMsg::Answer { reply, key, answer },
+                );
             }
         }
         std::hint::spin_loop();
@@ -101,12 +104,12 @@ fn forward(c: &mut Criterion) {
                     gen: 1,
                     seq: seq as u32,
                 };
-                a.send(1, MeshMsg::Lookup { reply, key });
+                a.send(1, RedirectMsg::Lookup { reply, key });
                 loop {
                     match a.pop() {
-                        Some(MeshMsg::Answer {
+                        Some(MeshMsg::Redirect(RedirectMsg::Answer {
                             reply: r, answer, ..
-                        }) => {
+                        })) => {
                             assert_eq!(r, reply);
                             assert!(answer.is_some());
                             break;

@@ -12,7 +12,7 @@ use crate::client::ApiClient;
 use crate::clock::Clock;
 use crate::conns::{Conns, Env};
 use crate::flights::Flights;
-use crate::mesh::{Mesh, MeshMsg};
+use crate::mesh::{ApiMsg, CacheMsg, Mesh, MeshMsg, RedirectMsg};
 use crate::owner::Owner;
 use crate::ring::{Op, Ring, Token};
 use crate::shared::Shared;
@@ -147,6 +147,9 @@ impl Core {
                 self.api.creates.poll(&mut self.mesh);
             }
             self.mesh.flush_outbox();
+            let congested = self.mesh.congested();
+            let (conns, _, mut env) = self.env();
+            conns.set_congested(congested, &mut env);
             self.submit_log_batch()?;
             self.conns.flush(self.clock.now_ms);
             self.finish_turn()?;
@@ -160,6 +163,7 @@ impl Core {
                 return Ok(());
             }
             if work {
+                self.conns.tally.mesh_deferred = self.mesh.deferred_sends;
                 self.conns.publish_counters();
             }
             self.ring.uring.submit()?;
@@ -322,23 +326,40 @@ impl Core {
     }
 
     fn on_mesh(&mut self, msg: MeshMsg) {
-        let (now_s, mesh) = (self.clock.now_s, &mut self.mesh);
         match msg {
-            MeshMsg::Lookup { reply, key } => self.owner.on_lookup(reply, key, now_s, mesh),
-            MeshMsg::Answer { reply, key, answer } => {
+            MeshMsg::Redirect(m) => self.on_redirect_msg(m),
+            MeshMsg::Api(m) => self.on_api_msg(m),
+            MeshMsg::Cache(m) => self.on_cache_msg(m),
+        }
+    }
+
+    #[inline]
+    fn on_redirect_msg(&mut self, msg: RedirectMsg) {
+        match msg {
+            RedirectMsg::Lookup { reply, key } => {
+                self.owner
+                    .on_lookup(reply, key, self.clock.now_s, &mut self.mesh)
+            }
+            RedirectMsg::Answer { reply, key, answer } => {
                 self.conns.on_answer(reply, key, answer, &self.clock)
             }
-            MeshMsg::Write { reply, req } => self.owner.on_write(reply, req, now_s, mesh),
-            MeshMsg::WriteDone { reply, outcome } if self.flights.is_flight(&reply) => {
+        }
+    }
+
+    fn on_api_msg(&mut self, msg: ApiMsg) {
+        let (now_s, mesh) = (self.clock.now_s, &mut self.mesh);
+        match msg {
+            ApiMsg::Write { reply, req } => self.owner.on_write(reply, req, now_s, mesh),
+            ApiMsg::WriteDone { reply, outcome } if self.flights.is_flight(&reply) => {
                 let creates = &mut self.api.creates;
                 self.flights
                     .on_flight_done(reply.seq, outcome, now_s, creates, mesh)
             }
-            MeshMsg::WriteDone { reply, outcome } => {
+            ApiMsg::WriteDone { reply, outcome } => {
                 self.conns
                     .on_api_answer(reply, outcome, &mut self.api, &self.clock, mesh)
             }
-            MeshMsg::IdemCreate {
+            ApiMsg::IdemCreate {
                 reply,
                 scope,
                 hash,
@@ -357,16 +378,22 @@ impl Core {
                     mesh,
                 )
             }
-            MeshMsg::Invalidate { from, token, key } => {
+        }
+    }
+
+    fn on_cache_msg(&mut self, msg: CacheMsg) {
+        let mesh = &mut self.mesh;
+        match msg {
+            CacheMsg::Invalidate { from, token, key } => {
                 self.conns.invalidate(&key);
-                mesh.deliver(from as usize, MeshMsg::InvalidateAck { token });
+                mesh.deliver(from as usize, CacheMsg::InvalidateAck { token });
             }
-            MeshMsg::InvalidateAck { token } => self.owner.on_invalidate_ack(token, mesh),
-            MeshMsg::PurgeLru { from, token } => {
+            CacheMsg::InvalidateAck { token } => self.owner.on_invalidate_ack(token, mesh),
+            CacheMsg::PurgeLru { from, token } => {
                 self.conns.purge_lru();
-                mesh.deliver(from as usize, MeshMsg::PurgeAck { token });
+                mesh.deliver(from as usize, CacheMsg::PurgeAck { token });
             }
-            MeshMsg::PurgeAck { token } => self.owner.on_purge_ack(token),
+            CacheMsg::PurgeAck { token } => self.owner.on_purge_ack(token),
         }
     }
 }

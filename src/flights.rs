@@ -9,7 +9,7 @@ use crate::api::idempotency::{
 use crate::api::request::CreateRequest;
 use crate::client::creates::{Creates, IdemTag};
 use crate::key::InlineKey;
-use crate::mesh::{LinkInfo, Mesh, MeshMsg, ReplyTo, WriteOutcome, WriteReq};
+use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReplyTo, WriteOutcome, WriteReq};
 use crate::router::Router;
 use std::collections::HashMap;
 
@@ -84,7 +84,7 @@ impl Flights {
         let token = self.next_token;
         self.next_token += 1;
         let answer = |mesh: &mut Mesh, outcome| {
-            mesh.deliver(reply.core as usize, MeshMsg::WriteDone { reply, outcome })
+            mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome })
         };
         match self
             .table
@@ -113,7 +113,7 @@ impl Flights {
                 Some(k) => {
                     let owner = self.router.owner(k.as_bytes()).core;
                     let req = WriteReq::Get { key: k };
-                    mesh.deliver(owner, MeshMsg::Write { reply, req });
+                    mesh.deliver(owner, ApiMsg::Write { reply, req });
                 }
                 None => answer(mesh, WriteOutcome::NotFound),
             },
@@ -168,7 +168,7 @@ impl Flights {
                 Ok(info) => WriteOutcome::Created(info.clone()),
                 Err(o) => clone_failure(o),
             };
-            mesh.deliver(reply.core as usize, MeshMsg::WriteDone { reply, outcome });
+            mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
         }
     }
 }

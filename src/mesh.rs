@@ -29,6 +29,11 @@ use std::sync::Arc;
 /// message in its outbox and retries next loop turn.
 pub const MESH_CHANNEL_CAPACITY: usize = 4096;
 
+/// Messages one core may have waiting for one peer's full queue before it stops taking new
+/// requests from its connections (they wait, unread, until the outbox drains). Answers to
+/// other cores' requests still go out: their number is bounded by those cores' own requests.
+pub const MAX_OUTBOX_MSGS: usize = MESH_CHANNEL_CAPACITY;
+
 /// A link's target as an answer carries it: bytes of an immutable, never-unmapped table, or a
 /// shared string for links that live in memory (created through the API).
 #[derive(Clone, Debug)]
@@ -147,14 +152,28 @@ pub enum WriteOutcome {
     Busy,
 }
 
-/// A message between cores.
+/// Largest a mesh message may be. The queues hold messages by value (no allocation per
+/// forward), so every slot is this big: 136 bytes is a `Lookup`/`Answer` with its inline key,
+/// about two cache lines. A variant that grows past it must box its payload; the build fails
+/// otherwise.
+pub const MAX_MESH_MSG_BYTES: usize = 136;
+
+const _: () = assert!(std::mem::size_of::<MeshMsg>() <= MAX_MESH_MSG_BYTES);
+
+/// A message between cores, in three families: the redirect path, the API, and the LRU
+/// upkeep that keeps cached answers honest.
 #[derive(Debug)]
 pub enum MeshMsg {
+    Redirect(RedirectMsg),
+    Api(ApiMsg),
+    Cache(CacheMsg),
+}
+
+/// The redirect path: a lookup forwarded to a key's owner and its answer.
+#[derive(Debug)]
+pub enum RedirectMsg {
     /// "Who does `key` redirect to?", sent to the key's owner.
-    Lookup {
-        reply: ReplyTo,
-        key: InlineKey,
-    },
+    Lookup { reply: ReplyTo, key: InlineKey },
     /// The owner's answer; `None` means no such (live) link. The key comes back so the
     /// asking core can cache the answer.
     Answer {
@@ -162,12 +181,15 @@ pub enum MeshMsg {
         key: InlineKey,
         answer: Option<Answer>,
     },
+}
+
+/// The API: writes and reads executed by a key's owner, and idempotent creates decided by a
+/// scope's owner.
+#[derive(Debug)]
+pub enum ApiMsg {
     /// Execute a write (or API read) on the key's owner.
-    Write {
-        reply: ReplyTo,
-        req: WriteReq,
-    },
-    /// Its result, back to the core that holds the HTTP request.
+    Write { reply: ReplyTo, req: WriteReq },
+    /// Its result, back to the core that holds the HTTP request (or the flight).
     WriteDone {
         reply: ReplyTo,
         outcome: WriteOutcome,
@@ -180,6 +202,11 @@ pub enum MeshMsg {
         req: Box<crate::api::request::CreateRequest>,
         created_at_s: u64,
     },
+}
+
+/// LRU upkeep: no core may serve an answer its owner has replaced.
+#[derive(Debug)]
+pub enum CacheMsg {
     /// Drop `key` from the LRU, then acknowledge: sent by an owner before it answers a PATCH or
     /// DELETE, so no core serves the old target afterwards.
     Invalidate {
@@ -200,6 +227,24 @@ pub enum MeshMsg {
     PurgeAck {
         token: u64,
     },
+}
+
+impl From<RedirectMsg> for MeshMsg {
+    fn from(m: RedirectMsg) -> MeshMsg {
+        MeshMsg::Redirect(m)
+    }
+}
+
+impl From<ApiMsg> for MeshMsg {
+    fn from(m: ApiMsg) -> MeshMsg {
+        MeshMsg::Api(m)
+    }
+}
+
+impl From<CacheMsg> for MeshMsg {
+    fn from(m: CacheMsg) -> MeshMsg {
+        MeshMsg::Cache(m)
+    }
 }
 
 /// One core's doorbell: an eventfd and whether that core is (about to be) asleep on it.
@@ -311,7 +356,8 @@ impl Mesh {
 
     /// Sends `msg` to `core`, which may be this one (it is then popped by this core's next
     /// [`Mesh::pop`], never handled re-entrantly).
-    pub fn deliver(&mut self, core: usize, msg: MeshMsg) {
+    pub fn deliver(&mut self, core: usize, msg: impl Into<MeshMsg>) {
+        let msg = msg.into();
         if core == self.me {
             self.local.push_back(msg);
         } else {
@@ -324,7 +370,8 @@ impl Mesh {
     }
 
     /// Sends `msg` to `core`, queueing it locally if the queue is full.
-    pub fn send(&mut self, core: usize, msg: MeshMsg) {
+    pub fn send(&mut self, core: usize, msg: impl Into<MeshMsg>) {
+        let msg = msg.into();
         debug_assert_ne!(core, self.me, "a core does not forward to itself");
         if !self.outbox[core].is_empty() {
             return self.defer(core, msg);
@@ -363,6 +410,11 @@ impl Mesh {
         left
     }
 
+    /// Some peer's outbox holds [`MAX_OUTBOX_MSGS`] or more: take no new requests.
+    pub fn congested(&self) -> bool {
+        self.outbox.iter().any(|q| q.len() >= MAX_OUTBOX_MSGS)
+    }
+
     /// Takes the next received message, visiting peers round-robin.
     #[inline]
     pub fn pop(&mut self) -> Option<MeshMsg> {
@@ -394,5 +446,68 @@ impl Mesh {
     /// This core's doorbell.
     pub fn my_doorbell(&self) -> &Doorbell {
         &self.doorbells.0[self.me]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup(seq: u32) -> RedirectMsg {
+        let reply = ReplyTo {
+            core: 0,
+            slot: 0,
+            gen: 0,
+            seq,
+        };
+        let key = InlineKey::new(b"k").unwrap();
+        RedirectMsg::Lookup { reply, key }
+    }
+
+    #[test]
+    fn a_full_queue_spills_into_the_outbox_in_order_and_congests_past_its_bound() {
+        let queues = Arc::new(MeshQueues::new(2));
+        let bells = Arc::new(Doorbells::new(2).unwrap());
+        let mut a = Mesh::new(0, queues.clone(), bells.clone());
+        let mut b = Mesh::new(1, queues, bells);
+        let n = MESH_CHANNEL_CAPACITY + MAX_OUTBOX_MSGS;
+        for i in 0..n as u32 {
+            assert!(!a.congested(), "congested after {i} of {n}");
+            a.send(1, lookup(i));
+        }
+        assert!(a.congested());
+        assert_eq!(a.deferred_sends, MAX_OUTBOX_MSGS as u64);
+        let mut next = 0u32;
+        while (next as usize) < n {
+            while let Some(m) = b.pop() {
+                let MeshMsg::Redirect(RedirectMsg::Lookup { reply, .. }) = m else {
+                    panic!("only lookups were sent");
+                };
+                assert_eq!(reply.seq, next, "FIFO through queue and outbox");
+                next += 1;
+            }
+            a.flush_outbox();
+        }
+        assert!(!a.congested());
+    }
+
+    #[test]
+    fn a_core_delivers_to_itself_before_its_peers() {
+        let queues = Arc::new(MeshQueues::new(2));
+        let bells = Arc::new(Doorbells::new(2).unwrap());
+        let mut a = Mesh::new(0, queues.clone(), bells.clone());
+        let mut b = Mesh::new(1, queues, bells);
+        b.send(0, lookup(1));
+        a.deliver(0, lookup(0));
+        assert!(!a.inbox_is_empty());
+        for want in [0, 1] {
+            match a.pop() {
+                Some(MeshMsg::Redirect(RedirectMsg::Lookup { reply, .. })) => {
+                    assert_eq!(reply.seq, want)
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(a.inbox_is_empty());
     }
 }

@@ -18,6 +18,8 @@ pub struct CoreCounters {
     pub forwarded: AtomicU64,
     pub lru_hits: AtomicU64,
     pub api_requests: AtomicU64,
+    pub mesh_deferred: AtomicU64,
+    pub held_batches: AtomicU64,
     pub connections: AtomicU64,
     /// Heap allocations made on this core's thread since it started (0 unless the binary
     /// installs [`CountingAlloc`], as `ricochet` does).
@@ -33,6 +35,10 @@ pub struct Tally {
     pub forwarded: u64,
     pub lru_hits: u64,
     pub api_requests: u64,
+    /// Messages that waited in the mesh outbox because a peer's queue was full.
+    pub mesh_deferred: u64,
+    /// Times a connection's input was held back because the mesh outbox was congested.
+    pub held_batches: u64,
 }
 
 impl CoreCounters {
@@ -43,6 +49,8 @@ impl CoreCounters {
         self.forwarded.store(t.forwarded, Ordering::Relaxed);
         self.lru_hits.store(t.lru_hits, Ordering::Relaxed);
         self.api_requests.store(t.api_requests, Ordering::Relaxed);
+        self.mesh_deferred.store(t.mesh_deferred, Ordering::Relaxed);
+        self.held_batches.store(t.held_batches, Ordering::Relaxed);
         self.connections
             .store(connections as u64, Ordering::Relaxed);
         self.heap_allocations
@@ -53,7 +61,7 @@ impl CoreCounters {
 /// Renders every core's counters.
 pub fn render(cores: &[CoreCounters], out: &mut String) {
     type Getter = fn(&CoreCounters) -> &AtomicU64;
-    let series: [(&str, &str, &str, Getter); 8] = [
+    let series: [(&str, &str, &str, Getter); 10] = [
         (
             "ricochet_requests_total",
             "counter",
@@ -89,6 +97,18 @@ pub fn render(cores: &[CoreCounters], out: &mut String) {
             "counter",
             "API requests",
             |c| &c.api_requests,
+        ),
+        (
+            "ricochet_mesh_deferred_sends_total",
+            "counter",
+            "Cross-core messages that waited because the peer's queue was full",
+            |c| &c.mesh_deferred,
+        ),
+        (
+            "ricochet_held_batches_total",
+            "counter",
+            "Connection inputs held back while the mesh outbox was congested",
+            |c| &c.held_batches,
         ),
         (
             "ricochet_connections",

@@ -4,7 +4,7 @@
 
 use crate::api::request::CreateRequest;
 use crate::key::InlineKey;
-use crate::mesh::{Mesh, MeshMsg, ReplyTo, WriteOutcome, WriteReq};
+use crate::mesh::{ApiMsg, Mesh, ReplyTo, WriteOutcome, WriteReq};
 use crate::router::Router;
 use shards::alloc::{AllocClient, NextIdError, SegmentBuffer};
 use shards::keygen::KeyGen;
@@ -103,7 +103,7 @@ impl Creates {
             id,
             idem,
         };
-        mesh.deliver(owner, MeshMsg::Write { reply, req: wreq });
+        mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
     }
 
     /// The next generated key and its ID, skipping the (astronomically rare) IDs whose key is
@@ -162,5 +162,5 @@ impl Creates {
 /// No key could be chosen: 503 to whoever asked.
 fn busy(reply: ReplyTo, mesh: &mut Mesh) {
     let outcome = WriteOutcome::Busy;
-    mesh.deliver(reply.core as usize, MeshMsg::WriteDone { reply, outcome });
+    mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
 }

@@ -16,7 +16,7 @@ use crate::http::encode::{self, Conn as Persist};
 use crate::http::parse::{Method, Request};
 use crate::http::status::Status;
 use crate::key::InlineKey;
-use crate::mesh::{LinkInfo, Mesh, MeshMsg, ReplyTo, WriteOutcome, WriteReq};
+use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReplyTo, WriteOutcome, WriteReq};
 use crate::router::Router;
 use creates::Creates;
 use std::sync::Arc;
@@ -165,7 +165,7 @@ impl ApiClient {
                     let hash = request_hash(&cr);
                     let owner = self.router.owner(scope_string(&scope).as_bytes()).core;
                     let req = Box::new(cr);
-                    let msg = MeshMsg::IdemCreate {
+                    let msg = ApiMsg::IdemCreate {
                         reply,
                         scope,
                         hash,
@@ -204,7 +204,7 @@ impl ApiClient {
         };
         let reply = defer(out, op);
         let owner = self.router.owner(key).core;
-        mesh.deliver(owner, MeshMsg::Write { reply, req: wreq });
+        mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
     }
 
     /// Encodes the answer to an API request whose owner replied; `None` means "not an answer

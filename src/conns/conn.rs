@@ -83,6 +83,8 @@ pub struct Conn {
     pub deadline_ms: u64,
     /// Queued in the core's flush list.
     pub dirty: bool,
+    /// Input waits in `inbuf` because the mesh was congested; queued in `Conns::held`.
+    pub held: bool,
 }
 
 impl Conn {
@@ -103,6 +105,7 @@ impl Conn {
             answers: Answers::new(),
             deadline_ms: 0,
             dirty: false,
+            held: false,
         }
     }
 

@@ -68,6 +68,10 @@ pub struct Conns {
     dirty: Vec<u32>,
     /// Connections whose recv ran out of buffers.
     starved: Vec<u32>,
+    /// Connections whose input waits for the mesh outbox to drain.
+    held: Vec<u32>,
+    /// The mesh outbox is congested (`Mesh::congested`): parse no new requests.
+    congested: bool,
     /// Socket operations for the core loop to push into the ring.
     pub sqes: Vec<squeue::Entry>,
     /// Receive buffers to give back to the kernel at the end of the turn.
@@ -102,6 +106,8 @@ impl Conns {
             pool: BufPool::new(),
             dirty: Vec::with_capacity(1024),
             starved: Vec::new(),
+            held: Vec::new(),
+            congested: false,
             sqes: Vec::with_capacity(1024),
             recycle: Vec::with_capacity(1024),
             lru: Lru::with_capacity(lru_capacity),
@@ -111,6 +117,21 @@ impl Conns {
             draining: false,
             scratch: Vec::with_capacity(4096),
             head_end: memchr::memmem::Finder::new(b"\r\n\r\n"),
+        }
+    }
+
+    /// Whether the mesh outbox is congested; when it no longer is, held input is parsed.
+    pub fn set_congested(&mut self, congested: bool, env: &mut Env) {
+        self.congested = congested;
+        if congested {
+            return;
+        }
+        while let Some(slot) = self.held.pop() {
+            let c = &mut self.slots[slot as usize];
+            c.held = false;
+            if c.live && !c.closing && !c.busy() && !c.inbuf.is_empty() {
+                self.process_inbuf(slot, env);
+            }
         }
     }
 
@@ -164,6 +185,7 @@ impl Conns {
         c.sent = 0;
         c.answers.clear();
         c.dirty = false;
+        c.held = false;
         // A new connection must send a request within the header timeout.
         c.deadline_ms = now_ms + self.timeouts.header_ms;
         self.live += 1;

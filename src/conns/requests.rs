@@ -10,7 +10,7 @@ use crate::http::limits::MAX_PIPELINED_REQUESTS;
 use crate::http::parse::{parse_request, Method, ParseError, Request};
 use crate::http::status::Status;
 use crate::key::InlineKey;
-use crate::mesh::{Answer, Mesh, MeshMsg, ReplyTo, WriteOutcome};
+use crate::mesh::{Answer, Mesh, RedirectMsg, ReplyTo, WriteOutcome};
 use crate::owner::Owner;
 use shards::table::SlotHint;
 
@@ -131,6 +131,16 @@ impl Conns {
 
     /// Answers the complete requests at the start of `data`; returns the bytes consumed.
     fn process(&mut self, slot: u32, data: &[u8], env: &mut Env) -> usize {
+        if self.congested {
+            // Bounded mesh outbox: new requests wait, unparsed, until it drains.
+            let c = &mut self.slots[slot as usize];
+            if !c.held {
+                c.held = true;
+                self.held.push(slot);
+                self.tally.held_batches += 1;
+            }
+            return 0;
+        }
         self.prefetch_batch(data, env.owner);
         let mut pos = 0;
         let mut answered = 0;
@@ -325,7 +335,8 @@ impl Conns {
             seq,
         };
         let key = InlineKey::new(key).expect("validated keys fit inline");
-        env.mesh.send(owner.core, MeshMsg::Lookup { reply, key });
+        env.mesh
+            .send(owner.core, RedirectMsg::Lookup { reply, key });
     }
 
     /// An owner answered a forwarded lookup: cache a live answer, and fill the request's

@@ -5,7 +5,7 @@
 use super::fold::{fold_snapshot, folding_path, unchanged};
 use super::Owner;
 use crate::api::idempotency::{scope_string, IdemTable};
-use crate::mesh::{Mesh, MeshMsg};
+use crate::mesh::{CacheMsg, Mesh};
 use shards::table::Table;
 use std::io;
 
@@ -168,7 +168,7 @@ impl Owner {
         self.retiring.insert(token, (self.router.cores() - 1, old));
         let from = self.me as u16;
         for core in (0..self.router.cores()).filter(|&c| c != self.me) {
-            mesh.send(core, MeshMsg::PurgeLru { from, token });
+            mesh.send(core, CacheMsg::PurgeLru { from, token });
         }
     }
 

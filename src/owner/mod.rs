@@ -17,7 +17,7 @@ mod write_path;
 pub mod writes;
 
 use crate::key::InlineKey;
-use crate::mesh::{Answer, Doorbells, LinkInfo, Mesh, MeshMsg, ReplyTo, Target, WriteOutcome};
+use crate::mesh::{Answer, Doorbells, LinkInfo, Mesh, RedirectMsg, ReplyTo, Target, WriteOutcome};
 use crate::router::Router;
 use shards::table::Table;
 use std::collections::HashMap;
@@ -104,7 +104,10 @@ impl Owner {
         let owner = self.router.owner(key.as_bytes());
         debug_assert_eq!(owner.core, self.me, "lookups go to the owner");
         let answer = self.local_answer(owner.shard, key.as_bytes(), now_s);
-        mesh.send(reply.core as usize, MeshMsg::Answer { reply, key, answer });
+        mesh.send(
+            reply.core as usize,
+            RedirectMsg::Answer { reply, key, answer },
+        );
     }
 
     /// The link `key` as the API sees it, if live.

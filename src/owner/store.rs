@@ -4,7 +4,7 @@
 //! answer can carry a `&'static str` into the mapping across cores without reference
 //! counting. A table replaced by a compaction is unmapped only after every other core has
 //! cleared its LRU (the only place such a reference outlives the message that carried it); see
-//! `Owner::poll_compaction` and `MeshMsg::PurgeLru`.
+//! `Owner::poll_compaction` and `CacheMsg::PurgeLru`.
 
 use crate::mesh::{Answer, Target};
 use shards::table::{SlotHint, Table};

@@ -8,7 +8,7 @@ use super::writes::{Durable, MemEntry, Then, MAX_QUEUED_WRITES_PER_KEY};
 use super::Owner;
 use crate::api::request::ExpiryUpdate;
 use crate::key::InlineKey;
-use crate::mesh::{LinkInfo, Mesh, MeshMsg, ReplyTo, WriteOutcome, WriteReq};
+use crate::mesh::{ApiMsg, CacheMsg, LinkInfo, Mesh, ReplyTo, WriteOutcome, WriteReq};
 use shards::log::{Batch, LogOpRef};
 use std::io;
 use std::os::fd::RawFd;
@@ -28,7 +28,7 @@ impl Owner {
         let key = req.key();
         let shard = self.router.owner(key.as_bytes()).shard;
         let done = |mesh: &mut Mesh, outcome| {
-            mesh.deliver(reply.core as usize, MeshMsg::WriteDone { reply, outcome })
+            mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome })
         };
         if let WriteReq::Get { .. } = req {
             let outcome = match self.link_info(shard, &key, now_s) {
@@ -186,7 +186,7 @@ impl Owner {
                 Some(key) if self.router.cores() > 1 => {
                     self.broadcast_invalidate(key, reply, outcome, mesh)
                 }
-                _ => mesh.deliver(reply.core as usize, MeshMsg::WriteDone { reply, outcome }),
+                _ => mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome }),
             }
         }
         for key in freed {
@@ -219,7 +219,7 @@ impl Owner {
         self.cut_unacknowledged_log_tail();
         let failed = |mesh: &mut Mesh, reply: ReplyTo| {
             let outcome = WriteOutcome::StorageFailed;
-            mesh.deliver(reply.core as usize, MeshMsg::WriteDone { reply, outcome });
+            mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
         };
         // Queued writes would meet the poisoned log: answer them the same way.
         for (_, queue) in std::mem::take(&mut self.writes.queued) {
@@ -276,7 +276,7 @@ impl Owner {
         self.invalidations.insert(token, (peers, reply, outcome));
         let from = self.me as u16;
         for core in (0..self.router.cores()).filter(|&c| c != self.me) {
-            mesh.send(core, MeshMsg::Invalidate { from, token, key });
+            mesh.send(core, CacheMsg::Invalidate { from, token, key });
         }
     }
 
@@ -288,7 +288,7 @@ impl Owner {
         entry.0 -= 1;
         if entry.0 == 0 {
             let (_, reply, outcome) = self.invalidations.remove(&token).expect("present");
-            mesh.deliver(reply.core as usize, MeshMsg::WriteDone { reply, outcome });
+            mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
         }
     }
 
