@@ -5,13 +5,13 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use shards::link::RedirectStatus;
-use shards::log::{LogOpRef, LogWriter};
+use shards::log::{LinkFields, LogOpRef, LogWriter};
 
 fn put(i: u64, key: &str, target: &str) -> LogOpRef<'static> {
     // Leaked once per bench setup, so the op can be reused by value.
     let key: &'static str = Box::leak(key.to_string().into_boxed_str());
     let target: &'static str = Box::leak(target.to_string().into_boxed_str());
-    LogOpRef::Put {
+    LogOpRef::Put(LinkFields {
         key,
         target,
         status: RedirectStatus::Found,
@@ -19,7 +19,7 @@ fn put(i: u64, key: &str, target: &str) -> LogOpRef<'static> {
         created_at_s: 1_700_000_000 + i,
         flags: 0,
         id: i,
-    }
+    })
 }
 
 fn bench(c: &mut Criterion) {

@@ -135,7 +135,7 @@ impl Flights {
             return;
         };
         match outcome {
-            // The link and its idempotency record were made durable together (`PutIdem`).
+            // The link and its idempotency record were made durable together (`PutWithIdem`).
             WriteOutcome::Created(info) => self.finish(flight, Ok(info), now_s, mesh),
             WriteOutcome::Exists if f.req.custom_alias.is_none() => {
                 let (req, created, tag) = (f.req.clone(), f.created_at_s, Self::tag(f));

@@ -103,7 +103,7 @@ pub enum WriteReq {
         /// The generated ID behind `key`; 0 for a custom alias.
         id: u64,
         /// For a create under an Idempotency-Key: the scope (`api_flow::scope_string`) and
-        /// request hash, logged in the same record as the link (`LogOp::PutIdem`).
+        /// request hash, logged in the same record as the link (`LogOp::PutWithIdem`).
         idem: Option<Box<(String, [u8; 32])>>,
     },
     Patch {

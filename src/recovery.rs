@@ -103,8 +103,8 @@ pub fn recover_logs(
             );
         }
         for rec in &r.records {
-            if let LogOp::Put { id, .. } | LogOp::PutIdem { id, .. } = rec.op {
-                max_id = max_id.max(id);
+            if let Some(l) = rec.op.link() {
+                max_id = max_id.max(l.id);
             }
         }
         per_file.insert((*n, *order), r);
@@ -221,51 +221,34 @@ fn apply(
     idem: &mut Vec<(IdemScope, IdemRecord)>,
 ) {
     match &r.op {
-        LogOp::Put {
-            key,
-            target,
-            status,
-            expires_at_s,
-            created_at_s,
-            id,
-            ..
-        }
-        | LogOp::PutIdem {
-            key,
-            target,
-            status,
-            expires_at_s,
-            created_at_s,
-            id,
-            ..
-        } => {
-            let Some(k) = InlineKey::new(key.as_bytes()) else {
+        LogOp::Put(l) | LogOp::PutWithIdem { link: l, .. } => {
+            let Some(k) = InlineKey::new(l.key.as_bytes()) else {
                 return;
             };
-            if let LogOp::PutIdem {
+            if let LogOp::PutWithIdem {
                 scope,
                 request_hash,
                 ..
             } = &r.op
             {
-                push_idem(idem, scope, request_hash, key, *created_at_s);
+                push_idem(idem, scope, request_hash, &l.key, l.created_at_s);
             }
-            debug_assert_eq!(router.owner(key.as_bytes()).core, core);
+            debug_assert_eq!(router.owner(l.key.as_bytes()).core, core);
             let info = LinkInfo {
                 key: k,
-                target: Arc::from(target.as_str()),
-                status: *status,
-                created_at_s: *created_at_s,
-                expires_at_s: *expires_at_s,
+                target: Arc::from(l.target.as_str()),
+                status: l.status,
+                created_at_s: l.created_at_s,
+                expires_at_s: l.expires_at_s,
             };
-            memtable.insert(k, MemEntry::Live { info, id: *id });
+            memtable.insert(k, MemEntry::Live { info, id: l.id });
         }
         LogOp::Delete { key } => {
             if let Some(k) = InlineKey::new(key.as_bytes()) {
                 memtable.insert(k, MemEntry::Deleted);
             }
         }
-        LogOp::IdemPut {
+        LogOp::IdemRecord {
             scope,
             request_hash,
             response_key,
@@ -275,7 +258,7 @@ fn apply(
 }
 
 /// Collects an idempotency record; `recover_logs` hands it to the scope's owner core, which
-/// may differ from the core whose log held it (a `PutIdem` lives in the key owner's log).
+/// may differ from the core whose log held it (a `PutWithIdem` lives in the key owner's log).
 fn push_idem(
     idem: &mut Vec<(IdemScope, IdemRecord)>,
     scope: &str,
@@ -302,7 +285,7 @@ type Carried<'a> = (&'a [u8; 32], &'a str, u64);
 const CARRY_SUFFIX: &str = "carry";
 
 /// Writes the idempotency records of `records` that are still within retention, the latest
-/// per scope, as `IdemPut`s into a fresh log per owner core (under the current core count),
+/// per scope, as `IdemRecord`s into a fresh log per owner core (under the current core count),
 /// made durable, then renamed over `wal-<core>.log` (whose links are already folded into the
 /// tables). A crash part way leaves old logs beside new ones and the old core count on disk,
 /// so the next start folds and carries again: the new logs' records are part of its input.
@@ -317,14 +300,12 @@ fn carry_idempotency(
     let mut latest: HashMap<&str, Carried<'_>> = HashMap::new();
     for r in records {
         let (scope, hash, key, at) = match &r.op {
-            LogOp::PutIdem {
+            LogOp::PutWithIdem {
+                link,
                 scope,
                 request_hash,
-                key,
-                created_at_s,
-                ..
-            } => (scope, request_hash, key, *created_at_s),
-            LogOp::IdemPut {
+            } => (scope, request_hash, &link.key, link.created_at_s),
+            LogOp::IdemRecord {
                 scope,
                 request_hash,
                 response_key,
@@ -355,7 +336,7 @@ fn carry_idempotency(
         let (mut log, _) = shards::log::blocking::BlockingLog::open(&tmp, core as u32, false)
             .with_context(|| format!("creating {}", tmp.display()))?;
         for &(scope, (hash, key, at)) in recs {
-            let op = LogOp::IdemPut {
+            let op = LogOp::IdemRecord {
                 scope: scope.to_string(),
                 request_hash: *hash,
                 response_key: key.to_string(),

@@ -705,7 +705,7 @@ fn default_short_url_uses_the_bound_address() {
     );
 }
 
-/// The link and its idempotency record are one log record (`PutIdem`), made durable before the
+/// The link and its idempotency record are one log record (`PutWithIdem`), made durable before the
 /// 201: a kill -9 right after the answer loses neither, so a retry gets the same link.
 #[test]
 fn idempotency_record_survives_kill9_right_after_201() {

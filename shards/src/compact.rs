@@ -25,10 +25,7 @@ pub struct FoldStats {
 pub fn fold_records(dir: &DataDir, records: &[LogRecord], now_s: u64) -> Result<FoldStats, Error> {
     let mut by_shard: HashMap<u32, Vec<&LogRecord>> = HashMap::new();
     for r in records {
-        if matches!(
-            r.op,
-            LogOp::Put { .. } | LogOp::PutIdem { .. } | LogOp::Delete { .. }
-        ) {
+        if r.op.link().is_some() || matches!(r.op, LogOp::Delete { .. }) {
             by_shard.entry(r.shard).or_default().push(r);
         }
     }
@@ -44,40 +41,13 @@ pub fn fold_records(dir: &DataDir, records: &[LogRecord], now_s: u64) -> Result<
         }
         for r in &by_shard[&shard] {
             match &r.op {
-                LogOp::Put {
-                    key,
-                    target,
-                    status,
-                    expires_at_s,
-                    created_at_s,
-                    flags,
-                    ..
-                }
-                | LogOp::PutIdem {
-                    key,
-                    target,
-                    status,
-                    expires_at_s,
-                    created_at_s,
-                    flags,
-                    ..
-                } => {
-                    links.insert(
-                        key.clone(),
-                        Some(OwnedLink {
-                            key: key.clone(),
-                            target: target.clone(),
-                            status: *status,
-                            expires_at_s: *expires_at_s,
-                            created_at_s: *created_at_s,
-                            flags: *flags,
-                        }),
-                    );
+                LogOp::Put(l) | LogOp::PutWithIdem { link: l, .. } => {
+                    links.insert(l.key.clone(), Some(OwnedLink::from(l)));
                 }
                 LogOp::Delete { key } => {
                     links.insert(key.clone(), None);
                 }
-                LogOp::IdemPut { .. } => {}
+                LogOp::IdemRecord { .. } => {}
             }
         }
         let before = links.len() as u64;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// The idempotency scope and request hash a flight's create carries to the key's owner, which
-/// logs them in the link's own record (`LogOp::PutIdem`).
+/// logs them in the link's own record (`LogOp::PutWithIdem`).
 pub type IdemTag = Box<(String, [u8; 32])>;
 
 /// A create waiting for an ID range (the segment buffer was empty).

@@ -91,7 +91,7 @@ impl Owner {
         for (scope, rec) in idem.live_records(now_s) {
             let scope_s = scope_string(scope);
             let shard = self.router.owner(scope_s.as_bytes()).shard;
-            let op = shards::log::LogOpRef::IdemPut {
+            let op = shards::log::LogOpRef::IdemRecord {
                 scope: &scope_s,
                 request_hash: &rec.request_hash.0,
                 response_key: &rec.key,

@@ -9,7 +9,7 @@ use super::Owner;
 use crate::api::request::ExpiryUpdate;
 use crate::key::InlineKey;
 use crate::mesh::{ApiMsg, CacheMsg, LinkInfo, Mesh, ReplyTo, WriteOutcome, WriteReq};
-use shards::log::{Batch, LogOpRef};
+use shards::log::{Batch, LinkFields, LogOpRef};
 use std::io;
 use std::os::fd::RawFd;
 
@@ -123,24 +123,19 @@ impl Owner {
             }
             WriteReq::Get { .. } => unreachable!("handled above"),
         };
+        let link = LinkFields {
+            key: key.as_str(),
+            target: &info.target,
+            status: info.status,
+            expires_at_s: info.expires_at_s,
+            created_at_s: info.created_at_s,
+            flags: 0,
+            id,
+        };
         let op = match &idem {
-            None => LogOpRef::Put {
-                key: key.as_str(),
-                target: &info.target,
-                status: info.status,
-                expires_at_s: info.expires_at_s,
-                created_at_s: info.created_at_s,
-                flags: 0,
-                id,
-            },
-            Some(i) => LogOpRef::PutIdem {
-                key: key.as_str(),
-                target: &info.target,
-                status: info.status,
-                expires_at_s: info.expires_at_s,
-                created_at_s: info.created_at_s,
-                flags: 0,
-                id,
+            None => LogOpRef::Put(link),
+            Some(i) => LogOpRef::PutWithIdem {
+                link,
                 scope: &i.0,
                 request_hash: &i.1,
             },

@@ -3,7 +3,7 @@
 
 use crate::link::RedirectStatus;
 
-use super::{LogOp, LogOpRef, LogRecord, MAX_RECORD_BYTES};
+use super::{LinkFields, LogOp, LogOpRef, LogRecord, MAX_RECORD_BYTES};
 
 /// First 8 bytes of every log file.
 pub const LOG_MAGIC: &[u8; 8] = b"RICOWAL\0";
@@ -18,8 +18,8 @@ pub const PAYLOAD_PREFIX_BYTES: usize = 21;
 
 const TAG_PUT: u8 = 1;
 const TAG_DELETE: u8 = 2;
-const TAG_IDEM_PUT: u8 = 3;
-const TAG_PUT_IDEM: u8 = 4;
+const TAG_IDEM_RECORD: u8 = 3;
+const TAG_PUT_WITH_IDEM: u8 = 4;
 
 /// Encodes the file header for `writer`.
 pub fn encode_header(writer: u32) -> [u8; HEADER_BYTES] {
@@ -63,14 +63,12 @@ pub fn decode_header(h: &[u8; HEADER_BYTES]) -> Result<u32, HeaderError> {
 pub fn payload_len(op: &LogOpRef<'_>) -> usize {
     PAYLOAD_PREFIX_BYTES
         + match op {
-            LogOpRef::Put { key, target, .. } => {
-                2 + 4 + 8 + 8 + 8 + 2 + 4 + key.len() + target.len()
-            }
+            LogOpRef::Put(link) => LINK_FIXED_BYTES + link.key.len() + link.target.len(),
             LogOpRef::Delete { key } => 2 + key.len(),
-            LogOpRef::PutIdem {
-                key, target, scope, ..
-            } => 2 + 4 + 8 + 8 + 8 + 2 + 4 + key.len() + target.len() + 32 + 2 + scope.len(),
-            LogOpRef::IdemPut {
+            LogOpRef::PutWithIdem { link, scope, .. } => {
+                LINK_FIXED_BYTES + link.key.len() + link.target.len() + 32 + 2 + scope.len()
+            }
+            LogOpRef::IdemRecord {
                 scope,
                 response_key,
                 ..
@@ -91,49 +89,17 @@ pub fn encode_frame(out: &mut Vec<u8>, seq: u64, batch_start: u64, shard: u32, o
     out.extend_from_slice(&batch_start.to_le_bytes());
     out.extend_from_slice(&shard.to_le_bytes());
     match op {
-        LogOpRef::Put {
-            key,
-            target,
-            status,
-            expires_at_s,
-            created_at_s,
-            flags,
-            id,
-        } => {
+        LogOpRef::Put(link) => {
             out.push(TAG_PUT);
-            encode_put_fields(
-                out,
-                key,
-                target,
-                *status,
-                *expires_at_s,
-                *created_at_s,
-                *flags,
-                *id,
-            );
+            encode_link(out, link);
         }
-        LogOpRef::PutIdem {
-            key,
-            target,
-            status,
-            expires_at_s,
-            created_at_s,
-            flags,
-            id,
+        LogOpRef::PutWithIdem {
+            link,
             scope,
             request_hash,
         } => {
-            out.push(TAG_PUT_IDEM);
-            encode_put_fields(
-                out,
-                key,
-                target,
-                *status,
-                *expires_at_s,
-                *created_at_s,
-                *flags,
-                *id,
-            );
+            out.push(TAG_PUT_WITH_IDEM);
+            encode_link(out, link);
             out.extend_from_slice(&request_hash[..]);
             out.extend_from_slice(&(scope.len() as u16).to_le_bytes());
             out.extend_from_slice(scope.as_bytes());
@@ -143,13 +109,13 @@ pub fn encode_frame(out: &mut Vec<u8>, seq: u64, batch_start: u64, shard: u32, o
             out.extend_from_slice(&(key.len() as u16).to_le_bytes());
             out.extend_from_slice(key.as_bytes());
         }
-        LogOpRef::IdemPut {
+        LogOpRef::IdemRecord {
             scope,
             request_hash,
             response_key,
             created_at_s,
         } => {
-            out.push(TAG_IDEM_PUT);
+            out.push(TAG_IDEM_RECORD);
             out.extend_from_slice(&created_at_s.to_le_bytes());
             out.extend_from_slice(&request_hash[..]);
             out.extend_from_slice(&(scope.len() as u16).to_le_bytes());
@@ -205,36 +171,17 @@ pub fn decode_payload(p: &[u8]) -> Result<Decoded, String> {
     let batch_start = r.u64()?;
     let shard = r.u32()?;
     let op = match r.u8()? {
-        TAG_PUT => {
-            let (key, target, status, expires_at_s, created_at_s, flags, id) =
-                decode_put_fields(&mut r)?;
-            LogOp::Put {
-                key,
-                target,
-                status,
-                expires_at_s,
-                created_at_s,
-                flags,
-                id,
-            }
-        }
-        TAG_PUT_IDEM => {
-            let (key, target, status, expires_at_s, created_at_s, flags, id) =
-                decode_put_fields(&mut r)?;
+        TAG_PUT => LogOp::Put(decode_link(&mut r)?),
+        TAG_PUT_WITH_IDEM => {
+            let link = decode_link(&mut r)?;
             let request_hash: [u8; 32] = r
                 .bytes(32)?
                 .try_into()
                 .map_err(|_| "short hash".to_string())?;
             let scope_len = r.u16()? as usize;
             let scope = r.string(scope_len, "scope")?;
-            LogOp::PutIdem {
-                key,
-                target,
-                status,
-                expires_at_s,
-                created_at_s,
-                flags,
-                id,
+            LogOp::PutWithIdem {
+                link,
                 scope,
                 request_hash,
             }
@@ -245,7 +192,7 @@ pub fn decode_payload(p: &[u8]) -> Result<Decoded, String> {
                 key: r.string(key_len, "key")?,
             }
         }
-        TAG_IDEM_PUT => {
+        TAG_IDEM_RECORD => {
             let created_at_s = r.u64()?;
             let request_hash: [u8; 32] = r
                 .bytes(32)?
@@ -255,7 +202,7 @@ pub fn decode_payload(p: &[u8]) -> Result<Decoded, String> {
             let resp_len = r.u16()? as usize;
             let scope = r.string(scope_len, "scope")?;
             let response_key = r.string(resp_len, "response key")?;
-            LogOp::IdemPut {
+            LogOp::IdemRecord {
                 scope,
                 request_hash,
                 response_key,
@@ -276,33 +223,25 @@ pub fn decode_payload(p: &[u8]) -> Result<Decoded, String> {
     })
 }
 
-/// The fields `Put` and `PutIdem` share, in their on-disk order.
-#[allow(clippy::too_many_arguments)]
-fn encode_put_fields(
-    out: &mut Vec<u8>,
-    key: &str,
-    target: &str,
-    status: RedirectStatus,
-    expires_at_s: u64,
-    created_at_s: u64,
-    flags: u32,
-    id: u64,
-) {
-    out.extend_from_slice(&status.code().to_le_bytes());
-    out.extend_from_slice(&flags.to_le_bytes());
-    out.extend_from_slice(&expires_at_s.to_le_bytes());
-    out.extend_from_slice(&created_at_s.to_le_bytes());
-    out.extend_from_slice(&id.to_le_bytes());
-    out.extend_from_slice(&(key.len() as u16).to_le_bytes());
-    out.extend_from_slice(&(target.len() as u32).to_le_bytes());
-    out.extend_from_slice(key.as_bytes());
-    out.extend_from_slice(target.as_bytes());
+/// Fixed bytes of a link's fields: status (2), flags (4), expiry, creation, ID (8 each), key
+/// length (2), target length (4).
+const LINK_FIXED_BYTES: usize = 2 + 4 + 8 + 8 + 8 + 2 + 4;
+
+/// A link's fields (shared by `Put` and `PutWithIdem`), in their on-disk order.
+fn encode_link(out: &mut Vec<u8>, l: &LinkFields<&str>) {
+    out.extend_from_slice(&l.status.code().to_le_bytes());
+    out.extend_from_slice(&l.flags.to_le_bytes());
+    out.extend_from_slice(&l.expires_at_s.to_le_bytes());
+    out.extend_from_slice(&l.created_at_s.to_le_bytes());
+    out.extend_from_slice(&l.id.to_le_bytes());
+    out.extend_from_slice(&(l.key.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(l.target.len() as u32).to_le_bytes());
+    out.extend_from_slice(l.key.as_bytes());
+    out.extend_from_slice(l.target.as_bytes());
 }
 
-/// Decodes what [`encode_put_fields`] wrote: key, target, status, expiry, creation, flags, id.
-type PutFields = (String, String, RedirectStatus, u64, u64, u32, u64);
-
-fn decode_put_fields(r: &mut Reader<'_>) -> Result<PutFields, String> {
+/// Reads what [`encode_link`] wrote.
+fn decode_link(r: &mut Reader<'_>) -> Result<LinkFields, String> {
     let code = r.u16()?;
     let status = RedirectStatus::from_code(code).ok_or_else(|| format!("bad status {code}"))?;
     let flags = r.u32()?;
@@ -313,7 +252,15 @@ fn decode_put_fields(r: &mut Reader<'_>) -> Result<PutFields, String> {
     let target_len = r.u32()? as usize;
     let key = r.string(key_len, "key")?;
     let target = r.string(target_len, "target")?;
-    Ok((key, target, status, expires_at_s, created_at_s, flags, id))
+    Ok(LinkFields {
+        key,
+        target,
+        status,
+        expires_at_s,
+        created_at_s,
+        flags,
+        id,
+    })
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -377,7 +324,7 @@ mod tests {
     #[test]
     fn frame_roundtrip_all_ops() {
         let ops = [
-            LogOp::Put {
+            LogOp::Put(LinkFields {
                 key: "aB3xZ9".into(),
                 target: "https://example.com/é".into(),
                 status: RedirectStatus::PermanentRedirect,
@@ -385,9 +332,9 @@ mod tests {
                 created_at_s: 6,
                 flags: 0xdead_beef,
                 id: 42,
-            },
+            }),
             LogOp::Delete { key: "k".into() },
-            LogOp::IdemPut {
+            LogOp::IdemRecord {
                 scope: "api1:idem".into(),
                 request_hash: [9; 32],
                 response_key: "zzzzzzz".into(),

@@ -43,39 +43,57 @@ pub fn wal_path(data_dir: &Path, writer: u32) -> PathBuf {
         .join(format!("wal-{writer}.log"))
 }
 
-/// One logged mutation.
+/// A link's fields as a log record holds them: the one definition that `Put`, `PutWithIdem`,
+/// the codec, compaction and recovery share. `S` is `String` in decoded records and `&str`
+/// when encoding straight from request buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkFields<S = String> {
+    pub key: S,
+    pub target: S,
+    pub status: RedirectStatus,
+    /// Unix seconds after which the link is gone; 0 = never.
+    pub expires_at_s: u64,
+    pub created_at_s: u64,
+    pub flags: u32,
+    /// The generated ID behind `key`; 0 for a custom alias.
+    pub id: u64,
+}
+
+impl LinkFields<String> {
+    /// Borrows the fields for encoding.
+    pub fn as_ref(&self) -> LinkFields<&str> {
+        LinkFields {
+            key: &self.key,
+            target: &self.target,
+            status: self.status,
+            expires_at_s: self.expires_at_s,
+            created_at_s: self.created_at_s,
+            flags: self.flags,
+            id: self.id,
+        }
+    }
+}
+
+/// One logged mutation. The names say what a replay does with it: `Put` and `PutWithIdem`
+/// write a link (the second also its idempotency record), `Delete` removes one, and
+/// `IdemRecord` is an idempotency record alone (carried into a new log at rotation or on a
+/// core-count change).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LogOp {
     /// Create or replace a link.
-    Put {
-        key: String,
-        target: String,
-        status: RedirectStatus,
-        /// Unix seconds after which the link is gone; 0 = never.
-        expires_at_s: u64,
-        created_at_s: u64,
-        flags: u32,
-        /// The generated ID behind `key`; 0 for a custom alias.
-        id: u64,
-    },
+    Put(LinkFields),
     /// Remove a link.
     Delete { key: String },
     /// A link created under an Idempotency-Key: the link and its idempotency record in one
     /// CRC-framed record, so a crash can never keep one without the other.
-    PutIdem {
-        key: String,
-        target: String,
-        status: RedirectStatus,
-        expires_at_s: u64,
-        created_at_s: u64,
-        flags: u32,
-        id: u64,
+    PutWithIdem {
+        link: LinkFields,
         /// API-key id + idempotency key.
         scope: String,
         request_hash: [u8; 32],
     },
     /// Remember an idempotent creation so a retried request gets the same answer.
-    IdemPut {
+    IdemRecord {
         /// API-key id + idempotency key.
         scope: String,
         /// Hash of the normalized request; a retry with a different hash is a conflict.
@@ -90,31 +108,17 @@ pub enum LogOp {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogOpRef<'a> {
     /// See [`LogOp::Put`].
-    Put {
-        key: &'a str,
-        target: &'a str,
-        status: RedirectStatus,
-        expires_at_s: u64,
-        created_at_s: u64,
-        flags: u32,
-        id: u64,
-    },
+    Put(LinkFields<&'a str>),
     /// See [`LogOp::Delete`].
     Delete { key: &'a str },
-    /// See [`LogOp::PutIdem`].
-    PutIdem {
-        key: &'a str,
-        target: &'a str,
-        status: RedirectStatus,
-        expires_at_s: u64,
-        created_at_s: u64,
-        flags: u32,
-        id: u64,
+    /// See [`LogOp::PutWithIdem`].
+    PutWithIdem {
+        link: LinkFields<&'a str>,
         scope: &'a str,
         request_hash: &'a [u8; 32],
     },
-    /// See [`LogOp::IdemPut`].
-    IdemPut {
+    /// See [`LogOp::IdemRecord`].
+    IdemRecord {
         scope: &'a str,
         request_hash: &'a [u8; 32],
         response_key: &'a str,
@@ -126,56 +130,36 @@ impl LogOp {
     /// Borrows this op for encoding.
     pub fn as_ref(&self) -> LogOpRef<'_> {
         match self {
-            LogOp::Put {
-                key,
-                target,
-                status,
-                expires_at_s,
-                created_at_s,
-                flags,
-                id,
-            } => LogOpRef::Put {
-                key,
-                target,
-                status: *status,
-                expires_at_s: *expires_at_s,
-                created_at_s: *created_at_s,
-                flags: *flags,
-                id: *id,
-            },
+            LogOp::Put(link) => LogOpRef::Put(link.as_ref()),
             LogOp::Delete { key } => LogOpRef::Delete { key },
-            LogOp::PutIdem {
-                key,
-                target,
-                status,
-                expires_at_s,
-                created_at_s,
-                flags,
-                id,
+            LogOp::PutWithIdem {
+                link,
                 scope,
                 request_hash,
-            } => LogOpRef::PutIdem {
-                key,
-                target,
-                status: *status,
-                expires_at_s: *expires_at_s,
-                created_at_s: *created_at_s,
-                flags: *flags,
-                id: *id,
+            } => LogOpRef::PutWithIdem {
+                link: link.as_ref(),
                 scope,
                 request_hash,
             },
-            LogOp::IdemPut {
+            LogOp::IdemRecord {
                 scope,
                 request_hash,
                 response_key,
                 created_at_s,
-            } => LogOpRef::IdemPut {
+            } => LogOpRef::IdemRecord {
                 scope,
                 request_hash,
                 response_key,
                 created_at_s: *created_at_s,
             },
+        }
+    }
+
+    /// The link this op writes (`Put`, `PutWithIdem`), if any.
+    pub fn link(&self) -> Option<&LinkFields> {
+        match self {
+            LogOp::Put(link) | LogOp::PutWithIdem { link, .. } => Some(link),
+            LogOp::Delete { .. } | LogOp::IdemRecord { .. } => None,
         }
     }
 }

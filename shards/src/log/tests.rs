@@ -11,7 +11,7 @@ use super::*;
 use crate::link::RedirectStatus;
 
 fn put(i: u64) -> LogOp {
-    LogOp::Put {
+    LogOp::Put(LinkFields {
         key: format!("k{i}"),
         target: format!("https://example.com/{}", "x".repeat((i % 50) as usize)),
         status: RedirectStatus::Found,
@@ -19,7 +19,7 @@ fn put(i: u64) -> LogOp {
         created_at_s: 1_700_000_000 + i,
         flags: i as u32,
         id: i,
-    }
+    })
 }
 
 fn op(i: u64) -> LogOp {
@@ -28,18 +28,20 @@ fn op(i: u64) -> LogOp {
         1 => LogOp::Delete {
             key: format!("k{i}"),
         },
-        2 => LogOp::PutIdem {
-            key: format!("k{i}"),
-            target: format!("https://example.com/idem/{i}"),
-            status: RedirectStatus::PermanentRedirect,
-            expires_at_s: 0,
-            created_at_s: 1_700_000_000 + i,
-            flags: 0,
-            id: i,
+        2 => LogOp::PutWithIdem {
+            link: LinkFields {
+                key: format!("k{i}"),
+                target: format!("https://example.com/idem/{i}"),
+                status: RedirectStatus::PermanentRedirect,
+                expires_at_s: 0,
+                created_at_s: 1_700_000_000 + i,
+                flags: 0,
+                id: i,
+            },
             scope: format!("api{i}:idem-{i}"),
             request_hash: [(i * 7) as u8; 32],
         },
-        _ => LogOp::IdemPut {
+        _ => LogOp::IdemRecord {
             scope: format!("api{i}:idem"),
             request_hash: [i as u8; 32],
             response_key: format!("r{i}"),

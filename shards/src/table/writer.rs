@@ -34,6 +34,20 @@ pub struct OwnedLink {
     pub flags: u32,
 }
 
+impl From<&crate::log::LinkFields> for OwnedLink {
+    /// A logged link as a table stores it (tables do not keep the generated ID).
+    fn from(l: &crate::log::LinkFields) -> OwnedLink {
+        OwnedLink {
+            key: l.key.clone(),
+            target: l.target.clone(),
+            status: l.status,
+            expires_at_s: l.expires_at_s,
+            created_at_s: l.created_at_s,
+            flags: l.flags,
+        }
+    }
+}
+
 /// What [`write_table`] wrote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TableStats {
