@@ -12,6 +12,7 @@ use ricochet::http::encode::{encode_not_found, encode_redirect, Conn};
 use ricochet::http::{parse_request, DateCache, Method};
 use ricochet::owner::store::Store;
 use ricochet::router::Router;
+use ricochet::target::TableView;
 use shards::placement::DEFAULT_SHARD_COUNT;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -39,6 +40,7 @@ fn serve_one(
     buf: &[u8],
     router: &Router,
     store: &Store,
+    view: &TableView,
     now_s: u64,
     date: &DateCache,
     out: &mut Vec<u8>,
@@ -52,17 +54,21 @@ fn serve_one(
     let conn = Conn::for_request(&req);
     out.clear();
     match store.get(owner.shard, key, now_s) {
-        Some(answer) => encode_redirect(out, answer.status, answer.target.as_bytes(), conn, date),
+        Some(answer) => {
+            let target = answer.target.resolve(view).expect("a current table");
+            encode_redirect(out, answer.status, target, conn, date)
+        }
         None => encode_not_found(out, false, conn, date),
     }
     req.head_len
 }
 
 fn bench_size(c: &mut Criterion, links: usize) {
-    let data = common::dataset(links, DEFAULT_SHARD_COUNT, 11);
+    let mut data = common::dataset(links, DEFAULT_SHARD_COUNT, 11);
     // One core owns every shard: every key is local (the forward bench prices the other case).
     let router = Router::new(data.shard_count, 1);
-    let store = Store::new(data.tables.clone());
+    let store = Store::new(std::mem::take(&mut data.tables));
+    let view = TableView::new(data.shard_count);
     let hits = wrk_requests(data.keys.iter().cloned());
     // 10,000 hot keys: the cache-resident case skewed (Zipf-like) real traffic mostly is.
     let hot = wrk_requests(data.keys[..HOT_KEYS].iter().cloned());
@@ -90,7 +96,7 @@ fn bench_size(c: &mut Criterion, links: usize) {
         g.bench_with_input(BenchmarkId::new(name, links), reqs, |b, reqs| {
             let mut at = 0usize;
             b.iter(|| {
-                at += serve_one(&reqs[at..], &router, &store, now_s, &date, &mut out);
+                at += serve_one(&reqs[at..], &router, &store, &view, now_s, &date, &mut out);
                 if at == reqs.len() {
                     at = 0;
                 }
@@ -100,7 +106,7 @@ fn bench_size(c: &mut Criterion, links: usize) {
     }
     // Sanity: the last response is a well-formed 404, and a hit encodes a redirect.
     assert!(out.starts_with(b"HTTP/1.1 404"));
-    serve_one(&hits, &router, &store, now_s, &date, &mut out);
+    serve_one(&hits, &router, &store, &view, now_s, &date, &mut out);
     assert!(
         out.starts_with(b"HTTP/1.1 302"),
         "{}",

@@ -5,14 +5,34 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use ricochet::key::InlineKey;
-use ricochet::mesh::{Answer, Doorbells, Mesh, MeshMsg, MeshQueues, RedirectMsg, ReplyTo, Target};
+use ricochet::mesh::{Answer, Doorbells, Mesh, MeshMsg, MeshQueues, RedirectMsg, ReplyTo};
+use ricochet::owner::store::Store;
 use shards::link::RedirectStatus;
+use shards::table::{write_table, OwnedLink, Table};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The target every answer carries (the responder does no table lookup: this is the mesh alone).
+/// The target every answer carries: read once from a one-link table, then copied into every
+/// answer (the responder does no lookup: this is the mesh alone).
 const TARGET: &str = "https://example.com/some/long/path/42?utm_source=bench";
+
+/// An answer pointing into a real table, as an owner sends it; the store must outlive it.
+fn table_answer(dir: &std::path::Path) -> (Store, Answer) {
+    let path = dir.join("00000.tbl");
+    let link = OwnedLink {
+        key: "aB3xZ9kq".into(),
+        target: TARGET.into(),
+        status: RedirectStatus::Found,
+        expires_at_s: 0,
+        created_at_s: 1_700_000_000,
+        flags: 0,
+    };
+    write_table(&path, 0, 1, 0, [link]).expect("write table");
+    let store = Store::new(vec![Some(Table::open(&path).expect("open table"))]);
+    let answer = store.get(0, b"aB3xZ9kq", 0).expect("the link");
+    (store, answer)
+}
 
 /// The CPUs this process may run on, in order.
 fn allowed_cpus() -> Vec<usize> {
@@ -50,15 +70,11 @@ fn pin(cpu: usize) {
 }
 
 /// Core B: answers every lookup until `stop`.
-fn responder(mut mesh: Mesh, stop: Arc<AtomicBool>) {
+fn responder(mut mesh: Mesh, stop: Arc<AtomicBool>, answer: Answer) {
     while !stop.load(Ordering::Relaxed) {
         while let Some(msg) = mesh.pop() {
             if let MeshMsg::Redirect(RedirectMsg::Lookup { reply, key }) = msg {
-                let answer = Some(Answer {
-                    target: Target::Static(TARGET),
-                    status: RedirectStatus::Found,
-                    expires_at_s: 0,
-                });
+                let answer = Some(answer.clone());
                 mesh.send(
                     reply.core as usize,
                     RedirectMsg::Answer { reply, key, answer },
@@ -81,11 +97,13 @@ fn forward(c: &mut Criterion) {
     let b = Mesh::new(1, queues, bells);
     let stop = Arc::new(AtomicBool::new(false));
     let (b_cpu, a_cpu) = (cpus[1], cpus[0]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_store, answer) = table_answer(dir.path());
     let responder_thread = {
         let stop = stop.clone();
         std::thread::spawn(move || {
             pin(b_cpu);
-            responder(b, stop)
+            responder(b, stop, answer)
         })
     };
     // Criterion measures on this thread: it is core A.

@@ -12,7 +12,7 @@ use shards::table::Table;
 fn bench_size(c: &mut Criterion, links: usize) {
     // One shard holding every link: the worst case for one table.
     let data = common::dataset(links, 1, 7);
-    let table = data.tables[0].expect("one shard holds every key");
+    let table = data.tables[0].as_ref().expect("one shard holds every key");
     let hits = common::packed(&data.keys);
     drop(data.keys);
     let misses = common::packed_misses(100_000, 8);

@@ -389,11 +389,15 @@ impl Core {
                 mesh.deliver(from as usize, CacheMsg::InvalidateAck { token });
             }
             CacheMsg::InvalidateAck { token } => self.owner.on_invalidate_ack(token, mesh),
-            CacheMsg::PurgeLru { from, token } => {
-                self.conns.purge_lru();
-                mesh.deliver(from as usize, CacheMsg::PurgeAck { token });
+            CacheMsg::RetireTables {
+                from,
+                token,
+                retired,
+            } => {
+                self.conns.retire_tables(&retired);
+                mesh.deliver(from as usize, CacheMsg::RetireAck { token });
             }
-            CacheMsg::PurgeAck { token } => self.owner.on_purge_ack(token),
+            CacheMsg::RetireAck { token } => self.owner.on_retire_ack(token),
         }
     }
 }

@@ -21,3 +21,4 @@ pub mod ring;
 pub mod router;
 pub mod server;
 pub mod shared;
+pub mod target;

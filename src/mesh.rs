@@ -1,8 +1,9 @@
 //! Cross-core messages, and the doorbells that wake a parked core.
 //!
-//! A request for a key another core owns becomes a [`MeshMsg::Lookup`] to the owner, which
-//! answers with [`MeshMsg::Answer`]. Messages are plain values (the key travels inline, targets
-//! are `&'static` table bytes or a shared `Arc<str>`), so forwarding allocates nothing.
+//! A request for a key another core owns becomes a [`RedirectMsg::Lookup`] to the owner, which
+//! answers with [`RedirectMsg::Answer`]. Messages are plain values (the key travels inline,
+//! targets are table text checked by generation or a shared `Arc<str>`, see `crate::target`),
+//! so forwarding allocates nothing.
 //!
 //! The mesh is one bounded lock-free queue (crossbeam `ArrayQueue`) per ordered pair of cores,
 //! polled by the receiving core's loop every turn. It was first built on glommio's channel
@@ -34,23 +35,7 @@ pub const MESH_CHANNEL_CAPACITY: usize = 4096;
 /// other cores' requests still go out: their number is bounded by those cores' own requests.
 pub const MAX_OUTBOX_MSGS: usize = MESH_CHANNEL_CAPACITY;
 
-/// A link's target as an answer carries it: bytes of an immutable, never-unmapped table, or a
-/// shared string for links that live in memory (created through the API).
-#[derive(Clone, Debug)]
-pub enum Target {
-    Static(&'static str),
-    Shared(Arc<str>),
-}
-
-impl Target {
-    #[inline]
-    pub fn as_bytes(&self) -> &[u8] {
-        match self {
-            Target::Static(s) => s.as_bytes(),
-            Target::Shared(s) => s.as_bytes(),
-        }
-    }
-}
+pub use crate::target::Target;
 
 /// What a redirect needs to know about a link.
 #[derive(Clone, Debug)]
@@ -217,14 +202,16 @@ pub enum CacheMsg {
     InvalidateAck {
         token: u64,
     },
-    /// Clear the whole LRU, then acknowledge: sent after a compaction replaced tables, so the
-    /// old tables (which cached answers may point into) can be unmapped once every core acked.
+    /// These tables are replaced (per shard: every generation up to the one given): raise
+    /// the view past them, then acknowledge. Sent by an owner to every core, itself included,
+    /// after a compaction; the old tables are freed after the last ack (`crate::target`).
     /// Queues are FIFO per pair, so every answer sent before this one is processed first.
-    PurgeLru {
+    RetireTables {
         from: u16,
         token: u64,
+        retired: Box<[(u32, u32)]>,
     },
-    PurgeAck {
+    RetireAck {
         token: u64,
     },
 }

@@ -113,7 +113,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         crate::recovery::recover_logs(&dir, &router, opts.salvage, now_s, opts.faults)?;
 
     let started = Instant::now();
-    let tables = open_tables(&dir, &router)?;
+    let mut tables = open_tables(&dir, &router)?;
     let links: u64 = tables.iter().flatten().map(|t| t.len()).sum();
     let open_ms = started.elapsed().as_secs_f64() * 1e3;
 
@@ -210,9 +210,12 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         let store = Store::new(
             (0..shard_count)
                 .map(|s| {
-                    (router.core_of_shard(s) == core)
-                        .then_some(tables[s as usize])
-                        .flatten()
+                    let mine = router.core_of_shard(s) == core;
+                    if mine {
+                        tables[s as usize].take()
+                    } else {
+                        None
+                    }
                 })
                 .collect(),
         );
@@ -308,9 +311,8 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Opens and validates every shard table, one thread per core's share, and leaks them: tables
-/// live as long as the process (see `store`).
-fn open_tables(dir: &DataDir, router: &Router) -> anyhow::Result<Vec<Option<&'static Table>>> {
+/// Opens and validates every shard table, one thread per core's share.
+fn open_tables(dir: &DataDir, router: &Router) -> anyhow::Result<Vec<Option<Table>>> {
     let shard_count = router.shard_count();
     let cores = router.cores();
     type Opened = anyhow::Result<Vec<(u32, Option<Table>)>>;
@@ -332,10 +334,10 @@ fn open_tables(dir: &DataDir, router: &Router) -> anyhow::Result<Vec<Option<&'st
             .map(|w| w.join().expect("table opener panicked"))
             .collect()
     });
-    let mut tables: Vec<Option<&'static Table>> = vec![None; shard_count as usize];
+    let mut tables: Vec<Option<Table>> = (0..shard_count).map(|_| None).collect();
     for r in results {
         for (shard, t) in r? {
-            tables[shard as usize] = t.map(|t| &*Box::leak(Box::new(t)));
+            tables[shard as usize] = t;
         }
     }
     Ok(tables)

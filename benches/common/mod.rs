@@ -39,13 +39,12 @@ pub fn sizes() -> Vec<usize> {
     v
 }
 
-/// Links written as shard tables in a temporary directory, opened and leaked to `'static` (as
-/// the server holds them).
+/// Links written as shard tables in a temporary directory, opened.
 pub struct Dataset {
     /// Keeps the table files alive for the bench's duration.
     _dir: TempDir,
     /// `tables[s]`: shard `s`'s table, `None` if no key landed in it.
-    pub tables: Vec<Option<&'static Table>>,
+    pub tables: Vec<Option<Table>>,
     /// Every key, shuffled (random lookup order).
     pub keys: Vec<String>,
     pub shard_count: u32,
@@ -81,8 +80,7 @@ pub fn dataset(links: usize, shard_count: u32, seed: u64) -> Dataset {
             flags: 0,
         });
         write_table(&path, shard as u32, shard_count, 0, entries).expect("write table");
-        let table: &'static Table = Box::leak(Box::new(Table::open(&path).expect("open table")));
-        tables.push(Some(table));
+        tables.push(Some(Table::open(&path).expect("open table")));
     }
     keys.shuffle(&mut rng);
     Dataset {

@@ -26,6 +26,7 @@ use crate::ring::bufring::{BufRing, RECV_BUF_GROUP};
 use crate::ring::{Op, Token};
 use crate::router::Router;
 use crate::shared::Shared;
+use crate::target::TableView;
 use io_uring::{cqueue, opcode, squeue, types};
 use std::os::fd::RawFd;
 use std::sync::Arc;
@@ -78,6 +79,8 @@ pub struct Conns {
     pub recycle: Vec<u16>,
     /// Answers this core received from other cores' owners.
     lru: Lru<Answer>,
+    /// Which table generations this core may still read (`crate::target`).
+    view: TableView,
     pub tally: crate::metrics::Tally,
     timeouts: Timeouts,
     shared: Arc<Shared>,
@@ -111,6 +114,7 @@ impl Conns {
             sqes: Vec::with_capacity(1024),
             recycle: Vec::with_capacity(1024),
             lru: Lru::with_capacity(lru_capacity),
+            view: TableView::new(router.shard_count()),
             tally: Default::default(),
             timeouts,
             shared,

@@ -299,13 +299,18 @@ impl Conns {
         let owner = self.router.owner(key);
         let c = &mut self.slots[slot as usize];
         if owner.core == self.me {
-            match env.owner.local_answer(owner.shard, key, now_s) {
-                Some(a) => {
+            let answer = env.owner.local_answer(owner.shard, key, now_s);
+            // The owner's current tables are always readable here.
+            match answer
+                .as_ref()
+                .and_then(|a| Some((a, a.target.resolve(&self.view)?)))
+            {
+                Some((a, target)) => {
                     self.tally.redirects += 1;
-                    let target = a.target.as_bytes();
                     encode::encode_redirect(&mut c.out, a.status, target, persist, date)
                 }
                 None => {
+                    debug_assert!(answer.is_none(), "a current table was retired");
                     self.tally.not_found += 1;
                     encode::encode_not_found(&mut c.out, head, persist, date)
                 }
@@ -313,16 +318,21 @@ impl Conns {
             return;
         }
         if let Some(a) = self.lru.get(key) {
-            if !a.expired(now_s) {
-                self.tally.lru_hits += 1;
-                self.tally.redirects += 1;
-                let target = a.target.as_bytes();
-                encode::encode_redirect(&mut c.out, a.status, target, persist, date);
-                return;
+            match a.target.resolve(&self.view) {
+                Some(target) if !a.expired(now_s) => {
+                    self.tally.lru_hits += 1;
+                    self.tally.redirects += 1;
+                    encode::encode_redirect(&mut c.out, a.status, target, persist, date);
+                    return;
+                }
+                Some(_) => {
+                    self.lru.remove(key);
+                    self.tally.not_found += 1;
+                    return encode::encode_not_found(&mut c.out, head, persist, date);
+                }
+                // Its table was replaced since: ask the owner again.
+                None => drop(self.lru.remove(key)),
             }
-            self.lru.remove(key);
-            self.tally.not_found += 1;
-            return encode::encode_not_found(&mut c.out, head, persist, date);
         }
         self.tally.forwarded += 1;
         let seq = c
@@ -362,10 +372,11 @@ impl Conns {
         };
         let (head, persist) = (p.head, p.persist);
         self.scratch.clear();
-        match answer {
-            Some(a) if !a.expired(clock.now_s) => {
+        // Answers come in FIFO before any retirement of their table, so they resolve.
+        let live = answer.as_ref().filter(|a| !a.expired(clock.now_s));
+        match live.and_then(|a| Some((a, a.target.resolve(&self.view)?))) {
+            Some((a, target)) => {
                 self.tally.redirects += 1;
-                let target = a.target.as_bytes();
                 encode::encode_redirect(&mut self.scratch, a.status, target, persist, &clock.date)
             }
             _ => {
@@ -445,8 +456,11 @@ impl Conns {
         self.lru.remove(key.as_bytes());
     }
 
-    /// An owner replaced tables: drop every cached answer (they may point into them).
-    pub fn purge_lru(&mut self) {
-        self.lru.clear();
+    /// An owner replaced tables: no answer into them is read here again (cached ones resolve
+    /// to `None` and are asked for anew).
+    pub fn retire_tables(&mut self, retired: &[(u32, u32)]) {
+        for &(shard, gen) in retired {
+            self.view.retire(shard, gen);
+        }
     }
 }

@@ -128,7 +128,11 @@ impl Owner {
         let shards_n = done.tables.len();
         let mut old = Vec::with_capacity(shards_n);
         for (shard, table) in done.tables {
-            old.extend(self.store.set_table(shard, Box::leak(Box::new(table))));
+            old.extend(
+                self.store
+                    .set_table(shard, table)
+                    .map(|(t, gen)| (shard, t, gen)),
+            );
         }
         self.retire_tables(old, mesh);
         let folded = done.snapshot.len();
@@ -155,43 +159,40 @@ impl Owner {
         );
     }
 
-    /// Unmaps tables a compaction replaced, once no core can hold an answer pointing into them:
-    /// at once with one core, else after every other core cleared its LRU (`PurgeLru`).
-    fn retire_tables(&mut self, old: Vec<&'static Table>, mesh: &mut Mesh) {
+    /// Frees tables a compaction replaced once no core can read them: every core, this one
+    /// included, raises its `TableView` past their generations and acknowledges
+    /// (`CacheMsg::RetireTables`); the last ack drops them (`crate::target`).
+    fn retire_tables(&mut self, old: Vec<(u32, Table, u32)>, mesh: &mut Mesh) {
         if old.is_empty() {
             return;
         }
-        if self.router.cores() == 1 {
-            return free_tables(old);
-        }
         let token = self.token();
-        self.retiring.insert(token, (self.router.cores() - 1, old));
+        let retired: Box<[(u32, u32)]> = old.iter().map(|&(shard, _, gen)| (shard, gen)).collect();
+        let tables = old.into_iter().map(|(_, t, _)| t).collect();
+        self.retiring.insert(token, (self.router.cores(), tables));
         let from = self.me as u16;
-        for core in (0..self.router.cores()).filter(|&c| c != self.me) {
-            mesh.send(core, CacheMsg::PurgeLru { from, token });
+        for core in 0..self.router.cores() {
+            let retired = retired.clone();
+            mesh.deliver(
+                core,
+                CacheMsg::RetireTables {
+                    from,
+                    token,
+                    retired,
+                },
+            );
         }
     }
 
-    /// A core cleared its LRU for retirement `token`; the last ack frees the tables.
-    pub fn on_purge_ack(&mut self, token: u64) {
+    /// A core retired the tables of `token`; the last ack frees them.
+    pub fn on_retire_ack(&mut self, token: u64) {
         let Some(entry) = self.retiring.get_mut(&token) else {
             return;
         };
         entry.0 -= 1;
         if entry.0 == 0 {
-            let (_, old) = self.retiring.remove(&token).expect("present");
-            free_tables(old);
+            // Unmapped here: no core can resolve an answer into them any more.
+            drop(self.retiring.remove(&token));
         }
-    }
-}
-
-/// Unmaps tables no answer can point into any more (see `Owner::retire_tables`).
-fn free_tables(old: Vec<&'static Table>) {
-    for t in old {
-        // SAFETY: every table the store holds was created by `Box::leak(Box::new(..))`
-        // (`server::open_tables`, `Owner::poll_compaction`) and is freed only here, once: it
-        // was removed from the store, and every core acknowledged clearing its LRU after all
-        // answers sent before the swap (FIFO queues), so no reference into it remains.
-        drop(unsafe { Box::from_raw(t as *const Table as *mut Table) });
     }
 }

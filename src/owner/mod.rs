@@ -38,8 +38,9 @@ pub struct Owner {
     compacting: Option<crossbeam::channel::Receiver<fold::Compacted>>,
     /// No compaction is started before this (after a failed one).
     next_compaction_ms: u64,
-    /// Tables replaced by a compaction, waiting for every other core's `PurgeAck`.
-    retiring: HashMap<u64, (usize, Vec<&'static Table>)>,
+    /// Tables replaced by a compaction, with the acks still due, until every core has
+    /// retired them (`CacheMsg::RetireAck`).
+    retiring: HashMap<u64, (usize, Vec<Table>)>,
     /// Idempotency records re-logged at the last rotation must be durable before the folded
     /// log (their previous home) is deleted.
     relog_seq: u64,

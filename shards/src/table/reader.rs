@@ -56,6 +56,14 @@ pub struct Table {
 }
 
 impl Table {
+    /// Whether `bytes` lie inside this table's mapping (answers that point into a table are
+    /// checked against it in debug builds).
+    pub fn contains(&self, bytes: &[u8]) -> bool {
+        let map = self.map.as_ptr_range();
+        let b = bytes.as_ptr_range();
+        map.start <= b.start && b.end <= map.end
+    }
+
     /// Opens the table at `path` and checks it: header CRC, magic and version, shard range,
     /// exact file length, payload CRC32C, and the payload's rkyv root (so the index and record
     /// areas lie inside the file). Any failure is an [`Error::CorruptTable`] naming the file.
@@ -382,6 +390,9 @@ fn to_link_ref<'a>(rec: &RawRecord<'a>) -> Option<LinkRef<'a>> {
 /// and the response. The common case (printable ASCII) costs a few vector compares.
 #[inline]
 fn serve_safe_target(target: &[u8]) -> Option<&str> {
+    if target.len() > crate::link::MAX_URL_BYTES {
+        return None; // Longer than any writer could have stored (answers carry a `u16` length).
+    }
     if all_printable_ascii(target) {
         // SAFETY: every byte is in 0x21..=0x7e (checked just above), and ASCII is UTF-8.
         return Some(unsafe { std::str::from_utf8_unchecked(target) });
