@@ -20,5 +20,6 @@ pub mod recovery;
 pub mod ring;
 pub mod router;
 pub mod server;
+pub mod service;
 pub mod shared;
 pub mod target;

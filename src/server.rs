@@ -175,10 +175,13 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
 
     let queues = Arc::new(MeshQueues::new(cores));
     let keywatch_stop = Arc::new(AtomicBool::new(false));
-    let mut key_updates =
-        crate::keywatch::start(dir.path().to_path_buf(), cores, keywatch_stop.clone())
-            .context("starting the API key watcher")?
-            .into_iter();
+    let mut key_updates = crate::keywatch::start(
+        dir.path().to_path_buf(),
+        doorbells.clone(),
+        keywatch_stop.clone(),
+    )
+    .context("starting the API key watcher")?
+    .into_iter();
     let mut handles = Vec::with_capacity(cores);
     let mut logs = logs.into_iter();
     // More cores than CPUs only with `oversubscribe` (checked above): they share CPUs in turn.
@@ -188,12 +191,11 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         for (scope, rec) in log.idem {
             idem.insert(scope, rec, now_s);
         }
-        let bell = doorbells.clone();
         let creates = crate::client::creates::Creates::new(
             core,
             router,
             shards::alloc::SegmentBuffer::new(seg_cfg),
-            allocator.client(core, Box::new(move || bell.ring(core))),
+            allocator.client(core, crate::service::waker(&doorbells, core)),
             keygen.clone(),
         );
         let api = crate::client::ApiClient::new(

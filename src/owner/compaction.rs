@@ -49,19 +49,13 @@ impl Owner {
         }
         self.compaction.folding = true;
         let snapshot = self.writes.memtable.clone();
-        let (tx, rx) = crossbeam::channel::bounded(1);
-        let (dir, router, bell, me) = (
-            self.compaction.data_dir.clone(),
-            self.router,
+        let (dir, router) = (self.compaction.data_dir.clone(), self.router);
+        let rx = crate::service::run_once(
+            format!("ricochet-compact-{}", self.me),
             self.doorbells.clone(),
             self.me,
-        );
-        std::thread::Builder::new()
-            .name(format!("ricochet-compact-{me}"))
-            .spawn(move || {
-                let _ = tx.send(fold_snapshot(&dir, router, snapshot, now_s));
-                bell.ring(me);
-            })?;
+            move || fold_snapshot(&dir, router, snapshot, now_s),
+        )?;
         self.compacting = Some(rx);
         Ok(())
     }

@@ -16,6 +16,15 @@ use crossbeam::channel::{self, Receiver, RecvTimeoutError, Sender};
 use super::{Authority, AuthorityError, IdRange, NextIdError, SegmentBuffer};
 
 type Reply = Result<IdRange, AuthorityError>;
+
+/// Requests (and registrations) the allocator thread's queue holds. A core has at most one
+/// range request in flight (`SegmentBuffer::loading_started`), so this is far above what any
+/// core count sends; a full queue fails the request (the core backs off) instead of blocking.
+pub const ALLOC_QUEUE_CAPACITY: usize = 4096;
+
+/// Replies one client's queue holds. One is in flight per request; a reply to a requester that
+/// does not take it is dropped (its IDs are never handed out again, only wasted).
+pub const ALLOC_REPLIES_PER_CLIENT: usize = 4;
 type Confirmed = Arc<Mutex<Vec<(usize, IdRange)>>>;
 type Wake = Box<dyn Fn() + Send>;
 
@@ -56,7 +65,7 @@ impl AllocatorService {
         authority: Box<dyn Authority>,
         record_confirmed: bool,
     ) -> io::Result<AllocatorService> {
-        let (tx, rx) = channel::unbounded();
+        let (tx, rx) = channel::bounded(ALLOC_QUEUE_CAPACITY);
         let confirmed = Arc::new(Mutex::new(Vec::new()));
         let high_water = Arc::new(AtomicU64::new(authority.high_water()));
         let thread = {
@@ -78,7 +87,7 @@ impl AllocatorService {
     /// thread after each reply to this client. Registering the same id again replaces the
     /// earlier registration.
     pub fn client(&self, requester: usize, wake: Box<dyn Fn() + Send>) -> AllocClient {
-        let (reply, rx) = channel::unbounded();
+        let (reply, rx) = channel::bounded(ALLOC_REPLIES_PER_CLIENT);
         // If the thread is gone, requests will fail with `Unavailable`; nothing to do here.
         let _ = self.tx.send(Msg::Register {
             requester,
@@ -146,8 +155,9 @@ fn serve(
                 }
                 // Requests are only sent by registered clients (registration is queued first).
                 if let Some((reply, wake)) = clients.get(&requester) {
-                    // A requester that went away just wastes the range.
-                    if reply.send(result).is_ok() {
+                    // A requester that went away, or does not take its replies, just wastes the
+                    // range; the allocator never blocks on a core.
+                    if reply.try_send(result).is_ok() {
                         wake();
                     }
                 }
@@ -182,15 +192,20 @@ impl AllocClient {
         self.requester
     }
 
-    /// Asks for a range of `len` IDs; the reply arrives on this client. Fails only if the
-    /// allocator thread has stopped.
+    /// Asks for a range of `len` IDs; the reply arrives on this client. Never blocks: fails if
+    /// the allocator thread has stopped or its queue is full.
     pub fn request(&self, len: u64) -> Result<(), AuthorityError> {
-        self.tx
-            .send(Msg::Request {
-                requester: self.requester,
-                len,
-            })
-            .map_err(|_| AuthorityError::Unavailable("allocator thread has stopped".into()))
+        let msg = Msg::Request {
+            requester: self.requester,
+            len,
+        };
+        self.tx.try_send(msg).map_err(|e| {
+            let why = match e {
+                channel::TrySendError::Full(_) => "allocator queue is full",
+                channel::TrySendError::Disconnected(_) => "allocator thread has stopped",
+            };
+            AuthorityError::Unavailable(why.into())
+        })
     }
 
     /// A reply, if one has arrived. Never blocks.
