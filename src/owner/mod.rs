@@ -16,6 +16,9 @@ pub mod store;
 mod write_path;
 pub mod writes;
 
+#[cfg(test)]
+mod tests;
+
 use crate::key::InlineKey;
 use crate::mesh::{Answer, Doorbells, LinkInfo, Mesh, RedirectMsg, ReplyTo, Target, WriteOutcome};
 use crate::router::Router;
