@@ -52,23 +52,34 @@ impl Recv {
     }
 }
 
+/// Where a connection slot stands in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Life {
+    /// No connection (the slot is on the free list).
+    Free,
+    /// Serving requests.
+    Open,
+    /// Finish the batch being answered, then close (`Connection: close`, a parse error,
+    /// draining).
+    CloseAfterSend,
+    /// A shutdown was issued; the slot is freed once the recv, the send and the shutdown
+    /// itself have completed. With `linger`, only our side is shut after a final response and
+    /// input is read and dropped until the peer closes (see `conns::LINGER_MS`).
+    Closing {
+        linger: bool,
+        shutdown_pending: bool,
+    },
+}
+
 /// A connection slot.
 pub struct Conn {
     pub fd: RawFd,
     /// Bumped when the slot is reused, so late completions for the old connection are ignored.
     pub gen: u32,
-    pub live: bool,
+    pub life: Life,
     pub recv: Recv,
     /// A send of `out[sent..]` is in flight: `out` must not move or change.
     pub send_inflight: bool,
-    /// A shutdown was issued; the slot is freed once the recv and send have completed.
-    pub closing: bool,
-    /// A shutdown SQE is in flight; the fd must not be closed before it completes.
-    pub shutdown_pending: bool,
-    /// Half-closed after a final response, reading and dropping input until the peer closes.
-    pub lingering: bool,
-    /// Close once `out` is sent (a `Connection: close` request, an error, draining).
-    pub close_after_send: bool,
     /// Bytes received but not yet parsed (a partial request, input that arrived while the
     /// previous batch was still being answered, or requests after an unsafe one).
     pub inbuf: Vec<u8>,
@@ -92,13 +103,9 @@ impl Conn {
         Conn {
             fd: -1,
             gen: 0,
-            live: false,
+            life: Life::Free,
             recv: Recv::Idle,
             send_inflight: false,
-            closing: false,
-            lingering: false,
-            shutdown_pending: false,
-            close_after_send: false,
             inbuf: Vec::new(),
             out: Vec::new(),
             sent: 0,
@@ -106,6 +113,38 @@ impl Conn {
             deadline_ms: 0,
             dirty: false,
             held: false,
+        }
+    }
+
+    /// A connection occupies the slot.
+    #[inline]
+    pub fn is_live(&self) -> bool {
+        self.life != Life::Free
+    }
+
+    /// Shut down (or shutting down): nothing more is read or answered.
+    #[inline]
+    pub fn is_closing(&self) -> bool {
+        matches!(self.life, Life::Closing { .. })
+    }
+
+    /// Half-closed after a final response, dropping input.
+    #[inline]
+    pub fn is_lingering(&self) -> bool {
+        matches!(self.life, Life::Closing { linger: true, .. })
+    }
+
+    /// The batch being answered is the last.
+    #[inline]
+    pub fn closes_after_send(&self) -> bool {
+        self.life == Life::CloseAfterSend
+    }
+
+    /// Makes the batch being answered the last one (no-op once closing).
+    #[inline]
+    pub fn close_after_send(&mut self) {
+        if self.life == Life::Open {
+            self.life = Life::CloseAfterSend;
         }
     }
 

@@ -13,7 +13,7 @@ pub mod pool;
 mod requests;
 
 pub use answers::{Answers, Pending, PendingKind};
-pub use conn::{Conn, Recv, INBUF_PAUSE_BYTES, INBUF_RESUME_BYTES, MAX_INBUF_BYTES};
+pub use conn::{Conn, Life, Recv, INBUF_PAUSE_BYTES, INBUF_RESUME_BYTES, MAX_INBUF_BYTES};
 pub use pool::{
     BufPool, MAX_POOLED_BUFS, MAX_POOLED_BUF_BYTES, POOLED_BUF_BYTES, PREALLOCATED_BUFS,
 };
@@ -133,7 +133,7 @@ impl Conns {
         while let Some(slot) = self.held.pop() {
             let c = &mut self.slots[slot as usize];
             c.held = false;
-            if c.live && !c.closing && !c.busy() && !c.inbuf.is_empty() {
+            if c.is_live() && !c.is_closing() && !c.busy() && !c.inbuf.is_empty() {
                 self.process_inbuf(slot, env);
             }
         }
@@ -176,16 +176,12 @@ impl Conns {
             }
         };
         let c = &mut self.slots[slot as usize];
-        debug_assert!(!c.live);
+        debug_assert!(!c.is_live());
         c.fd = fd;
         c.gen = c.gen.wrapping_add(1) & crate::ring::GEN_MASK;
-        c.live = true;
+        c.life = Life::Open;
         c.recv = Recv::Idle;
         c.send_inflight = false;
-        c.closing = false;
-        c.close_after_send = false;
-        c.lingering = false;
-        c.shutdown_pending = false;
         c.sent = 0;
         c.answers.clear();
         c.dirty = false;
@@ -204,7 +200,7 @@ impl Conns {
             Recv::Paused => c.inbuf.len() < INBUF_RESUME_BYTES,
             Recv::Armed | Recv::Pausing | Recv::Done => false,
         };
-        if !c.live || c.closing || !may {
+        if !c.is_live() || c.is_closing() || !may {
             return;
         }
         c.recv = Recv::Armed;
@@ -228,7 +224,7 @@ impl Conns {
         let stale = self
             .slots
             .get(slot as usize)
-            .is_none_or(|c| !c.live || c.gen != tok.gen);
+            .is_none_or(|c| !c.is_live() || c.gen != tok.gen);
         if stale {
             self.recycle.extend(bid);
             return;
@@ -260,7 +256,7 @@ impl Conns {
             self.recycle.extend(bid);
             let c = &mut self.slots[slot as usize];
             c.recv = Recv::Done;
-            if c.closing {
+            if c.is_closing() {
                 return self.maybe_free(slot);
             }
             if !c.busy() && !c.inbuf.is_empty() {
@@ -269,7 +265,7 @@ impl Conns {
             return self.mark_dirty(slot);
         }
         let c = &self.slots[slot as usize];
-        if c.closing {
+        if c.is_closing() {
             self.maybe_free(slot);
         } else if matches!(c.recv, Recv::Idle | Recv::Paused) {
             self.arm_recv(slot);
@@ -318,12 +314,12 @@ impl Conns {
             i += 1;
             let c = &mut self.slots[slot as usize];
             c.dirty = false;
-            if !c.live || c.closing || c.busy() {
+            if !c.is_live() || c.is_closing() || c.busy() {
                 continue;
             }
             if !c.out.is_empty() {
                 self.push_send(slot, now_ms);
-            } else if c.close_after_send {
+            } else if c.closes_after_send() {
                 self.begin_close(slot, true, now_ms);
             } else if c.recv == Recv::Done {
                 // The peer sent its last byte and everything complete was answered (what
@@ -362,11 +358,11 @@ impl Conns {
         let Some(c) = self.slots.get_mut(slot as usize) else {
             return;
         };
-        if !c.live || c.gen != tok.gen {
+        if !c.is_live() || c.gen != tok.gen {
             return;
         }
         c.send_inflight = false;
-        if c.closing {
+        if c.is_closing() {
             return self.maybe_free(slot);
         }
         if res < 0 {
@@ -379,7 +375,7 @@ impl Conns {
         c.out.clear();
         c.sent = 0;
         c.deadline_ms = 0;
-        if c.close_after_send {
+        if c.closes_after_send() {
             return self.begin_close(slot, true, now_ms);
         }
         if !c.inbuf.is_empty() {
@@ -394,19 +390,25 @@ impl Conns {
     /// dropped until the peer closes or [`LINGER_MS`] pass (see there).
     fn begin_close(&mut self, slot: u32, linger: bool, now_ms: u64) {
         let c = &mut self.slots[slot as usize];
-        if c.closing {
-            if !linger && c.lingering {
+        match c.life {
+            Life::Closing { linger: true, .. } if !linger => {
                 // Lingered long enough: now shut the read side too, ending the recv.
-                c.lingering = false;
-                c.shutdown_pending = true;
+                c.life = Life::Closing {
+                    linger: false,
+                    shutdown_pending: true,
+                };
                 self.sqes.push(shutdown_sqe(c, slot, libc::SHUT_RDWR));
+                return;
             }
-            return;
+            Life::Closing { .. } | Life::Free => return,
+            Life::Open | Life::CloseAfterSend => {}
         }
-        c.closing = true;
-        c.shutdown_pending = true;
-        c.lingering = linger && c.recv.in_flight();
-        let how = if c.lingering {
+        let linger = linger && c.recv.in_flight();
+        c.life = Life::Closing {
+            linger,
+            shutdown_pending: true,
+        };
+        let how = if linger {
             c.deadline_ms = now_ms + LINGER_MS;
             libc::SHUT_WR
         } else {
@@ -425,11 +427,18 @@ impl Conns {
         let c = &mut self.slots[slot as usize];
         // The fd is closed only after its shutdown completed: once closed, its number can be
         // reused by the next accept, and a late shutdown would hit that new connection.
-        if !c.live || !c.closing || c.recv.in_flight() || c.send_inflight || c.shutdown_pending {
+        let done = matches!(
+            c.life,
+            Life::Closing {
+                shutdown_pending: false,
+                ..
+            }
+        );
+        if !done || c.recv.in_flight() || c.send_inflight {
             return;
         }
         self.sqes.push(close_sqe(c.fd));
-        c.live = false;
+        c.life = Life::Free;
         c.fd = -1;
         c.answers.clear();
         c.deadline_ms = 0;
@@ -445,8 +454,14 @@ impl Conns {
         let Some(c) = self.slots.get_mut(tok.slot as usize) else {
             return;
         };
-        if c.live && c.gen == tok.gen {
-            c.shutdown_pending = false;
+        if c.gen != tok.gen {
+            return;
+        }
+        if let Life::Closing {
+            shutdown_pending, ..
+        } = &mut c.life
+        {
+            *shutdown_pending = false;
             self.maybe_free(tok.slot);
         }
     }
@@ -456,10 +471,10 @@ impl Conns {
     pub fn sweep(&mut self, now_ms: u64) {
         for slot in 0..self.slots.len() as u32 {
             let c = &self.slots[slot as usize];
-            let due = c.live && c.deadline_ms != 0 && now_ms >= c.deadline_ms;
+            let due = c.is_live() && c.deadline_ms != 0 && now_ms >= c.deadline_ms;
             // A batch still being computed by other cores is not closed (its deadline is 0
             // until it is sent).
-            if due && (c.lingering || (!c.closing && (!c.busy() || c.send_inflight))) {
+            if due && (c.is_lingering() || (!c.is_closing() && (!c.busy() || c.send_inflight))) {
                 self.begin_close(slot, false, now_ms);
             }
         }
@@ -471,11 +486,11 @@ impl Conns {
         self.draining = true;
         for slot in 0..self.slots.len() as u32 {
             let c = &mut self.slots[slot as usize];
-            if !c.live || c.closing {
+            if !c.is_live() || c.is_closing() {
                 continue;
             }
             if c.busy() || !c.out.is_empty() {
-                c.close_after_send = true;
+                c.close_after_send();
             } else {
                 self.begin_close(slot, false, now_ms);
             }

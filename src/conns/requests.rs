@@ -28,7 +28,7 @@ impl Conns {
     pub(super) fn on_data(&mut self, slot: u32, data: &[u8], env: &mut Env) {
         let now_ms = env.clock.now_ms;
         let c = &mut self.slots[slot as usize];
-        if c.closing || c.close_after_send {
+        if c.is_closing() || c.closes_after_send() {
             return; // We are done reading from this one.
         }
         if c.busy() || !c.inbuf.is_empty() {
@@ -53,7 +53,7 @@ impl Conns {
         let used = self.process(slot, data, env);
         let rest = &data[used..];
         let c = &mut self.slots[slot as usize];
-        if !rest.is_empty() && !c.close_after_send {
+        if !rest.is_empty() && !c.closes_after_send() {
             c.inbuf = self.pool.get();
             c.inbuf.extend_from_slice(rest);
             if !c.busy() && c.out.is_empty() {
@@ -169,7 +169,7 @@ impl Conns {
             pos += total;
             answered += 1;
             if !persist.keep_alive() {
-                self.slots[slot as usize].close_after_send = true;
+                self.slots[slot as usize].close_after_send();
                 break;
             }
             // RFC 9112 section 9.3.2: only a run of safe requests may be processed in
@@ -202,7 +202,7 @@ impl Conns {
         } else {
             encode::encode_error(&mut c.out, e, head, &clock.date);
         }
-        c.close_after_send = true;
+        c.close_after_send();
     }
 
     /// Routes one request: health endpoints, then the API, then keys.
@@ -364,7 +364,7 @@ impl Conns {
         let Some(c) = self.slots.get_mut(reply.slot as usize) else {
             return;
         };
-        if !c.live || c.gen != reply.gen {
+        if !c.is_live() || c.gen != reply.gen {
             return; // The connection went away meanwhile.
         }
         let Some(p) = c.answers.get(reply.seq) else {
@@ -402,7 +402,7 @@ impl Conns {
         let Some(c) = self.slots.get_mut(reply.slot as usize) else {
             return;
         };
-        if !c.live || c.gen != reply.gen {
+        if !c.is_live() || c.gen != reply.gen {
             return;
         }
         let Some(p) = c.answers.get_mut(reply.seq) else {
