@@ -40,7 +40,16 @@ pub fn start(
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(KEY_RELOAD_INTERVAL_MS));
                 let now = stamp(&path);
-                if now != last {
+                if now.is_none() && last.is_some() {
+                    // Deleted (or unreadable): like a corrupt file, keep the keys we have,
+                    // `RICOCHET_API_KEY`'s included, rather than lock every client out.
+                    eprintln!(
+                        "API key file {} is gone; keeping the current keys (restore it, or run \
+                         `ricochet keys` to write a new one)",
+                        path.display()
+                    );
+                    last = None;
+                } else if now.is_some() && now != last {
                     match ApiKeyStore::load(&data_dir) {
                         Ok(store) => {
                             last = now;

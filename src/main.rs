@@ -96,6 +96,10 @@ struct ServeArgs {
     /// idempotency logs are renamed into place, before the old logs are removed.
     #[arg(long, hide = true)]
     fault_abort_after_carry: bool,
+    /// Start even if tables or logs the data dir recorded are missing, serving without the
+    /// links they held (each missing file is reported). Without it such a dir is refused.
+    #[arg(long)]
+    accept_data_loss: bool,
     /// Test only: allow `--cores` above the CPU count (executors share CPUs), so tests on a
     /// small machine reach the paths of 3+ cores.
     #[arg(long, hide = true)]
@@ -165,6 +169,7 @@ fn main() -> ExitCode {
             },
             compact_entries: a.compact_entries.max(1),
             oversubscribe: a.test_oversubscribe,
+            accept_data_loss: a.accept_data_loss,
         }),
         Cmd::Keys(k) => ricochet::api::keys::run_keys_command(&k.data_dir, k.cmd),
         Cmd::Import(a) => import(a),

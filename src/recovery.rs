@@ -38,6 +38,7 @@ pub fn recover_logs(
     dir: &DataDir,
     router: &Router,
     salvage: bool,
+    accept_data_loss: bool,
     now_s: u64,
     faults: crate::owner::writes::Faults,
 ) -> anyhow::Result<(Vec<CoreLog>, u64)> {
@@ -77,6 +78,7 @@ pub fn recover_logs(
         }
     }
     existing.sort();
+    check_logs_present(&logs_dir, previous_cores, &existing, accept_data_loss)?;
     let mut per_file: HashMap<(u32, u8), shards::log::Recovery> = HashMap::new();
     let mut max_id = 0;
     for (n, order, path) in &existing {
@@ -110,7 +112,9 @@ pub fn recover_logs(
         per_file.insert((*n, *order), r);
     }
     let any_records = per_file.values().any(|r| !r.records.is_empty());
-    let moved = previous_cores.is_some_and(|p| p != cores)
+    // Without `CORES` the core count the logs were written with is unknown: fold, which is
+    // idempotent, rather than guess (a wrong guess puts keys on cores that do not own them).
+    let moved = previous_cores.is_none_or(|p| p != cores)
         || existing.iter().any(|(n, _, _)| *n as usize >= cores);
     if any_records && moved {
         // Ownership moved: fold everything into the tables, oldest writer order is irrelevant
@@ -154,16 +158,6 @@ pub fn recover_logs(
             }
         }
     }
-    if previous_cores != Some(cores) {
-        shards::durable::write_atomic(
-            &logs_dir,
-            CORES_FILE,
-            format!("{cores}\n").as_bytes(),
-            0o644,
-        )
-        .with_context(|| format!("writing {}/{CORES_FILE}", logs_dir.display()))?;
-    }
-
     let mut out = Vec::with_capacity(cores);
     for core in 0..cores {
         let folding = per_file.remove(&(core as u32, 0));
@@ -199,6 +193,16 @@ pub fn recover_logs(
     // One directory fsync makes every log file created above durable.
     shards::durable::sync_dir(&logs_dir)
         .with_context(|| format!("syncing {}", logs_dir.display()))?;
+    // Only now, with every core's log on disk: `CORES` promises those logs exist.
+    if previous_cores != Some(cores) {
+        shards::durable::write_atomic(
+            &logs_dir,
+            CORES_FILE,
+            format!("{cores}\n").as_bytes(),
+            0o644,
+        )
+        .with_context(|| format!("writing {}/{CORES_FILE}", logs_dir.display()))?;
+    }
     // Idempotency records belong to their scope's owner, wherever they were logged.
     let mut all_idem = Vec::new();
     for log in &mut out {
@@ -255,6 +259,40 @@ fn apply(
             created_at_s,
         } => push_idem(idem, scope, request_hash, response_key, *created_at_s),
     }
+}
+
+/// Every core `CORES` names wrote a log (`wal-<n>.log`, or `wal-<n>.folding` mid-compaction):
+/// one that is gone took acknowledged writes with it. Refused, naming the file, unless the
+/// operator accepts the loss.
+fn check_logs_present(
+    logs_dir: &std::path::Path,
+    previous_cores: Option<usize>,
+    existing: &[(u32, u8, std::path::PathBuf)],
+    accept_data_loss: bool,
+) -> anyhow::Result<()> {
+    let Some(n) = previous_cores else {
+        return Ok(());
+    };
+    let missing: Vec<String> = (0..n as u32)
+        .filter(|c| !existing.iter().any(|(w, _, _)| w == c))
+        .map(|c| format!("{}/wal-{c}.log", LOG_DIR_NAME))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if accept_data_loss {
+        eprintln!(
+            "--accept-data-loss: {} missing; the writes logged there are lost",
+            missing.join(", ")
+        );
+        return Ok(());
+    }
+    anyhow::bail!(
+        "{}: {} missing ({}/{CORES_FILE} says {n} cores wrote logs); refusing to start without the writes logged there. Restore from a backup, or start with --accept-data-loss",
+        logs_dir.parent().unwrap_or(logs_dir).display(),
+        missing.join(", "),
+        LOG_DIR_NAME
+    )
 }
 
 /// Collects an idempotency record; `recover_logs` hands it to the scope's owner core, which

@@ -69,6 +69,9 @@ pub struct ServeOptions {
     /// sharing a CPU, so paths that need 3+ cores are tested on small machines. Production
     /// refuses such a `--cores`: executors that share a CPU spin against each other.
     pub oversubscribe: bool,
+    /// `--accept-data-loss`: start even though tables or logs the data dir recorded are gone,
+    /// serving without the links they held (each missing file is reported).
+    pub accept_data_loss: bool,
 }
 
 /// Creates per second per API key unless configured (`--create-rate`); with the burst, enough
@@ -108,9 +111,30 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let router = Router::new(shard_count, cores);
     let now_s = crate::api::timefmt::now_s();
 
+    // Files the dir recorded must all be there: a missing table or log is silent loss.
+    let missing = dir.missing_tables()?;
+    if !missing.is_empty() {
+        if !opts.accept_data_loss {
+            return Err(shards::Error::MissingTables {
+                dir: dir.path().to_path_buf(),
+                missing,
+            }
+            .into());
+        }
+        eprintln!(
+            "--accept-data-loss: serving without {} (the links in them answer 404)",
+            missing.join(", ")
+        );
+    }
     // Logged writes first: a core-count change folds them into the tables we open next.
-    let (logs, max_logged_id) =
-        crate::recovery::recover_logs(&dir, &router, opts.salvage, now_s, opts.faults)?;
+    let (logs, max_logged_id) = crate::recovery::recover_logs(
+        &dir,
+        &router,
+        opts.salvage,
+        opts.accept_data_loss,
+        now_s,
+        opts.faults,
+    )?;
 
     let started = Instant::now();
     let mut tables = open_tables(&dir, &router)?;
@@ -127,6 +151,18 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         .context("opening the ID allocation authority")?;
     let allocator = shards::alloc::AllocatorService::start(Box::new(authority), false)
         .context("starting the allocator thread")?;
+    // A new secret maps new IDs onto keys already issued under the lost one: with IDs handed
+    // out (the authority's high-water, or IDs in the logs), a missing secret is refused.
+    let secret_path = dir.path().join(shards::keygen::SECRET_FILE_NAME);
+    if !secret_path.exists()
+        && (allocator.high_water() > shards::alloc::FIRST_ID || max_logged_id > 0)
+    {
+        bail!(
+            "{} is missing but {} generated IDs were already handed out; a new secret would map new IDs onto keys already issued. Restore it from a backup",
+            secret_path.display(),
+            allocator.high_water().saturating_sub(shards::alloc::FIRST_ID)
+        );
+    }
     let secret = shards::keygen::load_or_create_secret(dir.path())
         .context("loading the key-permutation secret")?;
     let keygen = Arc::new(shards::keygen::KeyGen::new(&secret));

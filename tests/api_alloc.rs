@@ -244,8 +244,11 @@ fn copy_dir(from: &Path, to: &Path) {
 #[test]
 fn exhaustion_at_the_last_id_is_explicit() {
     let (_t, dir) = data_dir();
-    std::fs::create_dir_all(&dir).unwrap();
+    // A real data dir first: allocator state without a manifest is refused as damage.
+    shards::DataDir::create(&dir, shards::placement::DEFAULT_SHARD_COUNT).unwrap();
     let auth = FileAuthority::initialize(&dir, KEY_SPACE - 3).unwrap();
+    // IDs "were handed out" before: the secret they were issued under exists too.
+    shards::keygen::load_or_create_secret(&dir).unwrap();
     assert_eq!(shards::alloc::Authority::high_water(&auth), KEY_SPACE - 3);
     drop(auth);
     let args = ["--segment-len", "1"];

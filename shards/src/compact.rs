@@ -32,6 +32,7 @@ pub fn fold_records(dir: &DataDir, records: &[LogRecord], now_s: u64) -> Result<
     let mut stats = FoldStats::default();
     let mut shards: Vec<u32> = by_shard.keys().copied().collect();
     shards.sort_unstable();
+    let mut written = Vec::with_capacity(shards.len());
     for shard in shards {
         let mut links: BTreeMap<String, Option<OwnedLink>> = BTreeMap::new();
         if let Some(t) = dir.open_table(shard)? {
@@ -60,6 +61,8 @@ pub fn fold_records(dir: &DataDir, records: &[LogRecord], now_s: u64) -> Result<
         stats.links += live.len() as u64;
         write_table(&dir.table_path(shard), shard, dir.shard_count(), 0, live)?;
         stats.shards_written += 1;
+        written.push(shard);
     }
+    dir.record_tables(written)?;
     Ok(stats)
 }

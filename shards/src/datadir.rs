@@ -16,6 +16,14 @@ pub const TABLES_DIR: &str = "tables";
 /// Name of the lock file taken by whoever writes to or serves from the dir.
 pub const LOCK_FILE: &str = "LOCK";
 
+/// The table inventory, relative to the dir: one shard id per line, every shard that has
+/// had a table written. Tables are only ever replaced, never removed, so a listed shard whose
+/// file is gone is lost data, refused at start (`DataDir::missing_tables`).
+pub const TABLE_INVENTORY_FILE: &str = "tables/INVENTORY";
+
+/// Entries whose presence means a directory holds ricochet data (besides the manifest).
+const DATA_MARKERS: &[&str] = &["logs", "alloc", "keygen.secret", "api_keys.json"];
+
 /// An opened data dir (manifest read and checked).
 #[derive(Debug, Clone)]
 pub struct DataDir {
@@ -37,6 +45,12 @@ impl DataDir {
     /// not already have a manifest (a dir's shard count can never change).
     pub fn create(path: &Path, shard_count: u32) -> Result<DataDir, Error> {
         let manifest = Manifest::new(shard_count)?;
+        if let Some(found) = data_without_manifest(path) {
+            return Err(Error::MissingManifest {
+                path: path.to_path_buf(),
+                found,
+            });
+        }
         std::fs::create_dir_all(path.join(TABLES_DIR))
             .map_err(|e| Error::io(path, "create directory", e))?;
         let mpath = path.join(MANIFEST_FILE);
@@ -125,6 +139,62 @@ impl DataDir {
         Ok(Some(table))
     }
 
+    /// The shards the inventory lists, or `None` for a dir written before inventories existed.
+    pub fn inventory(&self) -> Result<Option<std::collections::BTreeSet<u32>>, Error> {
+        let path = self.path.join(TABLE_INVENTORY_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(&path, "read", e)),
+        };
+        let mut set = std::collections::BTreeSet::new();
+        for (i, line) in text.lines().enumerate() {
+            let shard: u32 = line.trim().parse().map_err(|_| Error::CorruptTable {
+                path: path.clone(),
+                reason: format!("line {}: {line:?} is not a shard id", i + 1),
+            })?;
+            if shard >= self.shard_count() {
+                return Err(Error::ShardOutOfRange {
+                    shard,
+                    shard_count: self.shard_count(),
+                });
+            }
+            set.insert(shard);
+        }
+        Ok(Some(set))
+    }
+
+    /// Adds `shards` to the inventory (crash-safe replace). Called after their tables are
+    /// durable: a crash in between leaves a table the inventory does not list yet, which is
+    /// harmless, never the reverse.
+    pub fn record_tables(&self, shards: impl IntoIterator<Item = u32>) -> Result<(), Error> {
+        let mut set = self.inventory()?.unwrap_or_default();
+        let before = set.len();
+        set.extend(shards);
+        if set.len() == before && self.path.join(TABLE_INVENTORY_FILE).exists() {
+            return Ok(());
+        }
+        let text: String = set.iter().map(|s| format!("{s}\n")).collect();
+        durable::write_file_durable(&self.path.join(TABLE_INVENTORY_FILE), text.as_bytes())
+    }
+
+    /// Table files the inventory lists that are gone (relative paths). A dir without an
+    /// inventory (written by an older version) gets one from the tables it has now.
+    pub fn missing_tables(&self) -> Result<Vec<String>, Error> {
+        let Some(listed) = self.inventory()? else {
+            let present: Vec<u32> = (0..self.shard_count())
+                .filter(|&s| self.table_path(s).exists())
+                .collect();
+            self.record_tables(present)?;
+            return Ok(Vec::new());
+        };
+        Ok(listed
+            .into_iter()
+            .filter(|&s| !self.table_path(s).exists())
+            .map(|s| format!("{TABLES_DIR}/{s:05}.tbl"))
+            .collect())
+    }
+
     /// Takes the dir's exclusive lock (flock on `LOCK`, non-blocking) so a server and an import
     /// cannot both use the dir. Released when the [`DirLock`] is dropped or the process exits.
     pub fn lock_exclusive(&self) -> Result<DirLock, Error> {
@@ -148,6 +218,27 @@ impl DataDir {
         }
         Ok(DirLock { _file: file, path })
     }
+}
+
+/// The first sign that `path` holds data although it has no manifest: a table, a log, the
+/// allocator's state, the key secret or API keys.
+fn data_without_manifest(path: &Path) -> Option<String> {
+    if path.join(crate::manifest::MANIFEST_FILE).exists() {
+        return None;
+    }
+    let tables = path.join(TABLES_DIR);
+    if let Ok(entries) = std::fs::read_dir(&tables) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".tbl") || name == "INVENTORY" {
+                return Some(format!("{TABLES_DIR}/{name}"));
+            }
+        }
+    }
+    DATA_MARKERS
+        .iter()
+        .find(|m| path.join(m).exists())
+        .map(|m| m.to_string())
 }
 
 /// Holds a data dir's exclusive lock; dropping it releases the lock.
@@ -191,6 +282,40 @@ mod tests {
         let e = DataDir::open(&t.path().join("nope")).unwrap_err();
         assert!(matches!(e, Error::NotADataDir { .. }));
         assert!(e.to_string().contains("nope"));
+    }
+
+    #[test]
+    fn a_dir_with_data_but_no_manifest_is_refused_and_left_alone() {
+        let t = tempfile::tempdir().unwrap();
+        let d = DataDir::create(t.path(), 64).unwrap();
+        std::fs::write(d.table_path(3), b"table bytes").unwrap();
+        std::fs::remove_file(t.path().join(MANIFEST_FILE)).unwrap();
+        let e = DataDir::open_or_create(t.path()).unwrap_err();
+        assert!(matches!(e, Error::MissingManifest { .. }), "{e}");
+        assert!(e.to_string().contains("tables/00003.tbl"), "{e}");
+        assert!(
+            !t.path().join(MANIFEST_FILE).exists(),
+            "no manifest written"
+        );
+        let u = tempfile::tempdir().unwrap();
+        std::fs::create_dir(u.path().join("logs")).unwrap();
+        let e = DataDir::open_or_create(u.path()).unwrap_err();
+        assert!(e.to_string().contains("logs"), "{e}");
+    }
+
+    #[test]
+    fn the_inventory_names_tables_that_went_missing() {
+        let t = tempfile::tempdir().unwrap();
+        let d = DataDir::create(t.path(), 64).unwrap();
+        std::fs::write(d.table_path(3), b"x").unwrap();
+        // No inventory yet (an older dir): made from what is there.
+        assert!(d.missing_tables().unwrap().is_empty());
+        assert_eq!(d.inventory().unwrap().unwrap().len(), 1);
+        d.record_tables([9]).unwrap();
+        std::fs::write(d.table_path(9), b"x").unwrap();
+        assert!(d.missing_tables().unwrap().is_empty());
+        std::fs::remove_file(d.table_path(9)).unwrap();
+        assert_eq!(d.missing_tables().unwrap(), vec!["tables/00009.tbl"]);
     }
 
     #[test]

@@ -49,6 +49,32 @@ pub enum Error {
         /// The directory.
         path: PathBuf,
     },
+    /// A directory holds ricochet data but its manifest is gone: writing a fresh one could
+    /// give it the wrong shard count and hide the data.
+    #[error(
+        "{}: MANIFEST.json is missing but the dir holds data ({found}); refusing to create a new manifest over it. Restore MANIFEST.json from a backup",
+        path.display()
+    )]
+    MissingManifest {
+        /// The directory.
+        path: PathBuf,
+        /// A file that shows the dir is not empty.
+        found: String,
+    },
+    /// Tables the inventory lists are gone: the links in them would silently 404.
+    #[error(
+        "{}: {} listed in {} {} missing; refusing to start without the links in them. Restore from a backup, or start with --accept-data-loss to serve without them",
+        dir.display(),
+        missing.join(", "),
+        crate::datadir::TABLE_INVENTORY_FILE,
+        if missing.len() == 1 { "is" } else { "are" }
+    )]
+    MissingTables {
+        /// The data dir.
+        dir: PathBuf,
+        /// The missing table files, relative to the dir.
+        missing: Vec<String>,
+    },
     /// Another process (a server or an import) holds the data dir's lock.
     #[error("{}: data dir is in use by another process (LOCK is held)", path.display())]
     Locked {

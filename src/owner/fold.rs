@@ -98,6 +98,7 @@ pub fn fold_snapshot(
             write_table(&path, *shard, dir.shard_count(), 0, live)?;
             tables.push((*shard, Table::open(&path)?));
         }
+        dir.record_tables(tables.iter().map(|(s, _)| *s))?;
         Ok(tables)
     })();
     match result {

@@ -338,11 +338,13 @@ fn import_locked(
         let staged_paths: Vec<PathBuf> = staged.iter().map(|(_, p)| p.clone()).collect();
         crate::durable::fsync_all_parallel(&staged_paths, MAX_PARALLEL_FSYNCS)?;
         // Publish: every staged table is complete and durable; rename each into place.
+        let published: Vec<u32> = staged.iter().map(|(s, _)| *s).collect();
         for (shard, path) in staged.drain(..) {
             std::fs::rename(&path, dir.table_path(shard))
                 .map_err(|e| crate::Error::io(dir.table_path(shard), "rename into place", e))?;
         }
         crate::durable::fsync_dir(&dir.tables_dir())?;
+        dir.record_tables(published)?;
         summary.seconds = started.elapsed().as_secs_f64();
         Ok(summary)
     })();
