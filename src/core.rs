@@ -10,7 +10,7 @@
 
 use crate::client::ApiClient;
 use crate::clock::Clock;
-use crate::conns::{Conns, Env};
+use crate::conns::{Conns, Env, ACCEPT_BACKOFF_MS};
 use crate::flights::Flights;
 use crate::mesh::{ApiMsg, CacheMsg, Mesh, MeshMsg, RedirectMsg};
 use crate::owner::Owner;
@@ -79,6 +79,8 @@ pub struct Core {
     shared: Arc<Shared>,
     listener_fd: RawFd,
     accepting: bool,
+    /// Accepting backs off after running out of descriptors: re-armed at this time.
+    accept_again_ms: Option<u64>,
     draining_since_ms: Option<u64>,
     /// This core counted itself in `Shared::drained_cores`.
     drained: bool,
@@ -99,6 +101,7 @@ impl Core {
             shared: setup.shared,
             listener_fd: setup.listener_fd,
             accepting: true,
+            accept_again_ms: None,
             draining_since_ms: None,
             drained: false,
             doorbell_buf: Box::new(0),
@@ -113,6 +116,13 @@ impl Core {
             .build()
             .user_data(Token::new(Op::Accept, 0, 0).encode());
         self.ring.push(sqe)
+    }
+
+    fn rearm_accept(&mut self) {
+        self.accept_again_ms = None;
+        if let Err(e) = self.arm_accept() {
+            eprintln!("core {}: cannot re-arm accept: {e}", self.me);
+        }
     }
 
     fn arm_doorbell(&mut self) -> io::Result<()> {
@@ -142,6 +152,12 @@ impl Core {
             while let Some(msg) = self.mesh.pop() {
                 work = true;
                 self.on_mesh(msg);
+            }
+            if self
+                .accept_again_ms
+                .is_some_and(|t| self.clock.now_ms >= t && self.accepting)
+            {
+                self.rearm_accept();
             }
             if self.api.creates.needs_poll() {
                 self.api.creates.poll(&mut self.mesh);
@@ -296,10 +312,12 @@ impl Core {
         let (res, flags) = (cqe.result(), cqe.flags());
         match tok.op {
             Op::Accept => {
-                self.conns.on_accept(res, self.clock.now_ms);
+                let back_off = self.conns.on_accept(res, self.clock.now_ms);
                 if !cqueue::more(flags) && self.accepting {
-                    if let Err(e) = self.arm_accept() {
-                        eprintln!("core {}: cannot re-arm accept: {e}", self.me);
+                    if back_off {
+                        self.accept_again_ms = Some(self.clock.now_ms + ACCEPT_BACKOFF_MS);
+                    } else {
+                        self.rearm_accept();
                     }
                 }
             }

@@ -55,22 +55,25 @@ struct ServeArgs {
     #[arg(long)]
     cores: Option<usize>,
     /// Base of `short_url` in API responses, e.g. https://sho.rt
-    #[arg(long)]
+    #[arg(long, value_parser = parse_public_url)]
     public_url: Option<String>,
     /// How an idle core waits: `adaptive` spins, then sleeps until an event; `busy` never sleeps.
     #[arg(long, value_enum, default_value_t = ParkArg::Adaptive)]
     park: ParkArg,
     /// Adaptive mode: microseconds to spin after the last event before sleeping.
-    #[arg(long, default_value_t = DEFAULT_SPIN_BEFORE_PARK_US)]
+    #[arg(long, default_value_t = DEFAULT_SPIN_BEFORE_PARK_US,
+          value_parser = clap::value_parser!(u64).range(0..=MAX_SPIN_US))]
     spin_us: u64,
     /// Entries in each core's LRU of answers from other cores.
-    #[arg(long, default_value_t = DEFAULT_LRU_CAPACITY)]
+    #[arg(long, default_value_t = DEFAULT_LRU_CAPACITY, value_parser = parse_lru_capacity)]
     lru_capacity: usize,
     /// Close a connection whose request head is not complete this long after its first byte.
-    #[arg(long, default_value_t = ricochet::http::limits::HEADER_TIMEOUT_MS)]
+    #[arg(long, default_value_t = ricochet::http::limits::HEADER_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(MIN_TIMEOUT_MS..=MAX_TIMEOUT_MS))]
     header_timeout_ms: u64,
     /// Close a keep-alive connection idle this long between requests.
-    #[arg(long, default_value_t = ricochet::http::limits::IDLE_KEEPALIVE_TIMEOUT_MS)]
+    #[arg(long, default_value_t = ricochet::http::limits::IDLE_KEEPALIVE_TIMEOUT_MS,
+          value_parser = clap::value_parser!(u64).range(MIN_TIMEOUT_MS..=MAX_TIMEOUT_MS))]
     idle_timeout_ms: u64,
     /// Start even if an append log is corrupt in the middle, skipping (and reporting) the bad
     /// bytes. Without it such a log refuses to start.
@@ -80,14 +83,17 @@ struct ServeArgs {
     #[arg(long, default_value_t = shards::alloc::DEFAULT_SEGMENT_LEN)]
     segment_len: u64,
     /// Creates per second per API key (whole server).
-    #[arg(long, default_value_t = ricochet::server::DEFAULT_CREATE_RATE_PER_S)]
+    #[arg(long, default_value_t = ricochet::server::DEFAULT_CREATE_RATE_PER_S,
+          value_parser = clap::value_parser!(u32).range(1..))]
     create_rate: u32,
     /// Burst of creates per API key (whole server).
-    #[arg(long, default_value_t = ricochet::server::DEFAULT_CREATE_BURST)]
+    #[arg(long, default_value_t = ricochet::server::DEFAULT_CREATE_BURST,
+          value_parser = clap::value_parser!(u32).range(1..))]
     create_burst: u32,
     /// Memtable entries per core (links written through the API) that trigger a background
     /// compaction into new table generations.
-    #[arg(long, default_value_t = ricochet::owner::fold::DEFAULT_COMPACT_ENTRIES)]
+    #[arg(long, default_value_t = ricochet::owner::fold::DEFAULT_COMPACT_ENTRIES,
+          value_parser = parse_compact_entries)]
     compact_entries: usize,
     /// Test only: fail each core's log fsync after this many successful ones.
     #[arg(long, hide = true)]
@@ -104,6 +110,40 @@ struct ServeArgs {
     /// small machine reach the paths of 3+ cores.
     #[arg(long, hide = true)]
     test_oversubscribe: bool,
+}
+
+/// Shortest `--header-timeout-ms` / `--idle-timeout-ms`: below this a connection could be
+/// closed before a client on a normal network sends its first request.
+const MIN_TIMEOUT_MS: u64 = 100;
+
+/// Longest `--header-timeout-ms` / `--idle-timeout-ms`: one hour.
+const MAX_TIMEOUT_MS: u64 = 3_600_000;
+
+/// Longest `--spin-us`: one second (spinning longer only burns the core).
+const MAX_SPIN_US: u64 = 1_000_000;
+
+fn parse_lru_capacity(s: &str) -> Result<usize, String> {
+    let max = ricochet::cache::MAX_LRU_CAPACITY;
+    match s.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("must be an entry count from 1 to {max}")),
+    }
+}
+
+fn parse_compact_entries(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("must be at least 1 (memtable entries per core)".into()),
+    }
+}
+
+/// `--public-url`: an `http(s)://` base with a host, nothing a `short_url` could not extend.
+fn parse_public_url(s: &str) -> Result<String, String> {
+    shards::link::validate_url(s).map_err(|e| format!("not a usable base URL: {e}"))?;
+    if s.contains(['?', '#']) {
+        return Err("a base URL takes no query or fragment".into());
+    }
+    Ok(s.to_string())
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -167,7 +207,7 @@ fn main() -> ExitCode {
                 fail_fsync_after: a.fault_fail_fsync_after,
                 abort_after_carry: a.fault_abort_after_carry,
             },
-            compact_entries: a.compact_entries.max(1),
+            compact_entries: a.compact_entries,
             oversubscribe: a.test_oversubscribe,
             accept_data_loss: a.accept_data_loss,
         }),

@@ -287,6 +287,9 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             .io_memory(io_memory)
             .preempt_timer(Duration::from_millis(GLOMMIO_PREEMPT_MS))
             .spawn(move || async move {
+                // A core that panics counts as failed at once, so start-up (and a running
+                // server) stops instead of waiting out a timeout with a dead core.
+                let _failed_on_panic = FailOnPanic(shared_c.clone());
                 // glommio's first timer costs ~11 ms; pay it before taking traffic.
                 glommio::timer::sleep(Duration::from_micros(10)).await;
                 let mesh = Mesh::new(core, queues, doorbells);
@@ -347,6 +350,22 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     drop(allocator);
     eprintln!("ricochet drained and stopped");
     Ok(())
+}
+
+/// Counts its core in `Shared::failed_cores` if dropped while the thread unwinds from a panic.
+struct FailOnPanic(Arc<Shared>);
+
+impl Drop for FailOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.failed_cores.fetch_add(1, Ordering::AcqRel);
+            // Every other core drains and exits rather than serve beside a dead one.
+            self.0.draining.store(true, Ordering::SeqCst);
+            for core in 0..self.0.cores {
+                self.0.doorbells.ring(core);
+            }
+        }
+    }
 }
 
 /// Opens and validates every shard table, one thread per core's share.

@@ -37,6 +37,14 @@ use std::sync::Arc;
 /// lingering first lets the client read it (nginx's `lingering_close`).
 pub const LINGER_MS: u64 = 2_000;
 
+/// After an accept fails for lack of descriptors or memory, how long before accepting again.
+/// Tens of ms: long enough not to spin (a retry at once fails the same way), short enough
+/// that new clients wait little once descriptors free up.
+pub const ACCEPT_BACKOFF_MS: u64 = 50;
+
+/// Accept failures are reported at most once per this interval (with a count).
+pub const ACCEPT_REPORT_INTERVAL_MS: u64 = 1_000;
+
 /// Connection deadlines (defaults: `http::limits::HEADER_TIMEOUT_MS` and
 /// `IDLE_KEEPALIVE_TIMEOUT_MS`; flags override them, e.g. for tests).
 #[derive(Clone, Copy, Debug)]
@@ -86,6 +94,9 @@ pub struct Conns {
     shared: Arc<Shared>,
     /// New requests are answered with `Connection: close` (SIGTERM).
     draining: bool,
+    /// Accept failures since the last report, and when the next report may be printed.
+    accept_errors: u64,
+    next_accept_report_ms: u64,
     scratch: Vec<u8>,
     /// Finds the end of a request head (`\r\n\r\n`) for `prefetch_batch`; built once, since
     /// `memmem::find` builds a searcher on every call (~5% of a pipelined batch's CPU).
@@ -119,6 +130,8 @@ impl Conns {
             timeouts,
             shared,
             draining: false,
+            accept_errors: 0,
+            next_accept_report_ms: 0,
             scratch: Vec::with_capacity(4096),
             head_end: memchr::memmem::Finder::new(b"\r\n\r\n"),
         }
@@ -150,8 +163,10 @@ impl Conns {
     }
 
     /// A connection arrived (`res` is the accept's result). Refused while draining or past
-    /// [`MAX_CONNECTIONS_PER_CORE`].
-    pub fn on_accept(&mut self, res: i32, now_ms: u64) {
+    /// [`MAX_CONNECTIONS_PER_CORE`]. Returns whether accepting should back off for
+    /// [`ACCEPT_BACKOFF_MS`]: the process or system is out of descriptors or memory, and
+    /// retrying at once would only spin (the connections already open keep being served).
+    pub fn on_accept(&mut self, res: i32, now_ms: u64) -> bool {
         if res >= 0 {
             let fd = res;
             if self.draining || self.live >= MAX_CONNECTIONS_PER_CORE {
@@ -160,11 +175,27 @@ impl Conns {
                 let slot = self.alloc_slot(fd, now_ms);
                 self.arm_recv(slot);
             }
-        } else if res != -libc::ECANCELED {
-            // EMFILE, ENFILE, ENOBUFS...: keep serving the connections we have.
-            let e = std::io::Error::from_raw_os_error(-res);
-            eprintln!("core {}: accept failed: {e}", self.me);
+            return false;
         }
+        if res == -libc::ECANCELED {
+            return false;
+        }
+        self.accept_errors += 1;
+        if now_ms >= self.next_accept_report_ms {
+            // At most one line per ACCEPT_REPORT_INTERVAL_MS, with the count since the last.
+            let e = std::io::Error::from_raw_os_error(-res);
+            eprintln!(
+                "core {}: accept failed {} time(s) in the last {} ms, last: {e}; backing off {} ms \
+                 and still serving the {} open connections",
+                self.me, self.accept_errors, ACCEPT_REPORT_INTERVAL_MS, ACCEPT_BACKOFF_MS, self.live
+            );
+            self.accept_errors = 0;
+            self.next_accept_report_ms = now_ms + ACCEPT_REPORT_INTERVAL_MS;
+        }
+        matches!(
+            -res,
+            libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM
+        )
     }
 
     fn alloc_slot(&mut self, fd: RawFd, now_ms: u64) -> u32 {
