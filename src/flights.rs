@@ -108,11 +108,15 @@ impl Flights {
             Begin::Wait => {
                 self.waiters.insert(token, reply);
             }
-            // The original response, rebuilt from the link as it is now.
-            Begin::Replay(key) => match InlineKey::new(key.as_bytes()) {
+            // The original response, rebuilt from the link as it is now, if it is still the
+            // link that request created (not one made under the same alias since a DELETE).
+            Begin::Replay(key, created_at_s) => match InlineKey::new(key.as_bytes()) {
                 Some(k) => {
                     let owner = self.router.owner(k.as_bytes()).core;
-                    let req = WriteReq::Get { key: k };
+                    let req = WriteReq::Replay {
+                        key: k,
+                        created_at_s,
+                    };
                     mesh.deliver(owner, ApiMsg::Write { reply, req });
                 }
                 None => answer(mesh, WriteOutcome::NotFound),
@@ -160,7 +164,10 @@ impl Flights {
             Ok(info) => IdemOutcome::Created(info.key.as_str().to_string()),
             Err(_) => IdemOutcome::Failed,
         };
-        let tokens = self.table.finish(&f.scope, outcome, now_s);
+        // The record is stamped with the link's creation time, as recovery stamps it from the
+        // log, so a replay can tell this link from a later one under the same key.
+        let at = result.as_ref().map_or(now_s, |info| info.created_at_s);
+        let tokens = self.table.finish(&f.scope, outcome, at);
         let mut replies = vec![f.origin];
         replies.extend(tokens.iter().filter_map(|t| self.waiters.remove(&t.0)));
         for reply in replies {

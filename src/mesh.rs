@@ -103,6 +103,12 @@ pub enum WriteReq {
     Get {
         key: InlineKey,
     },
+    /// An idempotent create's replay: the link, if it is the one created at `created_at_s`
+    /// (else `NotFound`: it was deleted, and the key may now be someone else's).
+    Replay {
+        key: InlineKey,
+        created_at_s: u64,
+    },
 }
 
 impl WriteReq {
@@ -112,7 +118,8 @@ impl WriteReq {
             WriteReq::Create { key, .. }
             | WriteReq::Patch { key, .. }
             | WriteReq::Delete { key }
-            | WriteReq::Get { key } => *key,
+            | WriteReq::Get { key }
+            | WriteReq::Replay { key, .. } => *key,
         }
     }
 }

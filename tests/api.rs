@@ -957,3 +957,32 @@ fn keys_created_and_revoked_while_running_take_effect() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// A retried idempotent create after its link was deleted and the alias created again by
+/// another request: 404 (README), never the other request's link.
+#[test]
+fn idempotent_replay_after_delete_and_recreate_is_not_the_new_link() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &NO_RATE_LIMIT);
+    let mut c = Client::new(&s);
+    let mine = json!({"long_url": "https://mine.example/", "custom_alias": "taken-over"});
+    let r = c.try_create_idem(&mine, "idem-replay-1").unwrap();
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = c.try_create_idem(&mine, "idem-replay-1").unwrap();
+    assert_eq!(
+        r.status, 201,
+        "a replay before the DELETE answers with the link"
+    );
+    assert_eq!(c.delete("taken-over").status, 204);
+    // Someone else takes the alias (a later second, as any real re-creation is).
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    c.create_ok("https://theirs.example/", Some("taken-over"));
+    let r = c.try_create_idem(&mine, "idem-replay-1").unwrap();
+    assert_eq!(
+        r.status,
+        404,
+        "the replay answered with another request's link: {}",
+        r.text()
+    );
+    assert_redirects(&mut c, "taken-over", "https://theirs.example/", Some(302));
+}

@@ -138,8 +138,9 @@ pub struct IdemRecord {
 pub enum IdemDecision {
     /// No record: create.
     Fresh,
-    /// Same request seen: answer with link `key`.
-    Replay { key: String },
+    /// Same request seen: answer with link `key`, if it is still the link that request
+    /// created (created at `created_at_s`).
+    Replay { key: String, created_at_s: u64 },
     /// Different request under the same idempotency key: refuse.
     Mismatch,
 }
@@ -148,7 +149,10 @@ pub enum IdemDecision {
 pub fn decide(existing: Option<&IdemRecord>, request_hash: &RequestHash) -> IdemDecision {
     match existing {
         None => IdemDecision::Fresh,
-        Some(r) if r.request_hash == *request_hash => IdemDecision::Replay { key: r.key.clone() },
+        Some(r) if r.request_hash == *request_hash => IdemDecision::Replay {
+            key: r.key.clone(),
+            created_at_s: r.created_at_s,
+        },
         Some(_) => IdemDecision::Mismatch,
     }
 }
@@ -164,8 +168,9 @@ pub enum Begin {
     Proceed,
     /// The same request is in flight: park this one under its token until `finish` returns it.
     Wait,
-    /// The same request already completed: answer with link `key`.
-    Replay(String),
+    /// The same request already completed: answer with link `key`, created at the second
+    /// given (a link under that key created at another time is someone else's: 404).
+    Replay(String, u64),
     /// A different request used this idempotency key: answer 422.
     Mismatch,
     /// The table is full of in-flight creates: answer 503.
@@ -265,7 +270,9 @@ impl IdemTable {
                 }
                 Slot::Done { record, .. } if is_live(record, now_s, retention_s) => {
                     match decide(Some(record), &request_hash) {
-                        IdemDecision::Replay { key } => Begin::Replay(key),
+                        IdemDecision::Replay { key, created_at_s } => {
+                            Begin::Replay(key, created_at_s)
+                        }
                         IdemDecision::Mismatch => Begin::Mismatch,
                         IdemDecision::Fresh => unreachable!("decide(Some) is never Fresh"),
                     }
@@ -571,7 +578,10 @@ mod tests {
         assert_eq!(decide(None, &h(1)), IdemDecision::Fresh);
         assert_eq!(
             decide(Some(&rec), &h(1)),
-            IdemDecision::Replay { key: "abc".into() }
+            IdemDecision::Replay {
+                key: "abc".into(),
+                created_at_s: rec.created_at_s
+            }
         );
         assert_eq!(decide(Some(&rec), &h(2)), IdemDecision::Mismatch);
     }
@@ -604,7 +614,7 @@ mod tests {
         assert_eq!(waiters, vec![WaiterToken(11)]);
         assert_eq!(
             t.begin(s.clone(), h(1), NOW + 2, WaiterToken(14)),
-            Begin::Replay("aB3".into())
+            Begin::Replay("aB3".into(), NOW + 1)
         );
         assert_eq!(
             t.begin(s.clone(), h(2), NOW + 2, WaiterToken(15)),
@@ -635,7 +645,7 @@ mod tests {
         assert!(t.finish(&s, Outcome::Created("k".into()), NOW).is_empty());
         assert_eq!(
             t.begin(s, h(3), NOW, WaiterToken(4)),
-            Begin::Replay("k".into())
+            Begin::Replay("k".into(), NOW)
         );
     }
 
@@ -714,7 +724,7 @@ mod tests {
         assert!(t.insert(s.clone(), rec("k1", NOW - 10), NOW));
         assert_eq!(
             t.begin(s.clone(), h(1), NOW, WaiterToken(0)),
-            Begin::Replay("k1".into())
+            Begin::Replay("k1".into(), NOW - 10)
         );
         assert!(t.insert(s.clone(), rec("k2", NOW), NOW));
         assert_eq!(t.get(&s, NOW).unwrap().key, "k2");
@@ -791,7 +801,7 @@ mod tests {
                     match t.begin(scopes[si].clone(), h(body), NOW, WaiterToken(i as u64)) {
                         Begin::Proceed => assert!(owners.insert(si, i).is_none(), "seed {seed}"),
                         Begin::Wait => {}
-                        Begin::Replay(key) => answers[i] = Some(Ok(key)),
+                        Begin::Replay(key, _) => answers[i] = Some(Ok(key)),
                         Begin::Mismatch => answers[i] = Some(Err("mismatch")),
                         Begin::Busy => panic!("seed {seed}: table of 64 cannot fill"),
                     }

@@ -30,12 +30,21 @@ impl Owner {
         let done = |mesh: &mut Mesh, outcome| {
             mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome })
         };
-        if let WriteReq::Get { .. } = req {
-            let outcome = match self.link_info(shard, &key, now_s) {
-                Some(i) => WriteOutcome::Found(i),
-                None => WriteOutcome::NotFound,
-            };
-            return done(mesh, outcome);
+        match req {
+            WriteReq::Get { .. } | WriteReq::Replay { .. } => {
+                let link = self.link_info(shard, &key, now_s);
+                let outcome = match (link, &req) {
+                    (Some(i), WriteReq::Replay { created_at_s, .. })
+                        if i.created_at_s != *created_at_s =>
+                    {
+                        WriteOutcome::NotFound
+                    }
+                    (Some(i), _) => WriteOutcome::Found(i),
+                    (None, _) => WriteOutcome::NotFound,
+                };
+                return done(mesh, outcome);
+            }
+            _ => {}
         }
         if self.writes.log.is_poisoned() {
             return done(mesh, WriteOutcome::StorageFailed);
@@ -121,7 +130,7 @@ impl Owner {
                 });
                 return;
             }
-            WriteReq::Get { .. } => unreachable!("handled above"),
+            WriteReq::Get { .. } | WriteReq::Replay { .. } => unreachable!("handled above"),
         };
         let link = LinkFields {
             key: key.as_str(),
