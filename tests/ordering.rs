@@ -589,3 +589,59 @@ fn client_far_ahead_is_slowed_not_reset() {
     let mut a = api::Client::new(&server);
     assert_eq!(a.get_link("far17").status, 200);
 }
+
+/// Request forms RFC 9110/9112 asks a server to handle, each followed by a pipelined request
+/// whose answer must be intact: unknown methods 501, `OPTIONS *` and `OPTIONS /{key}` 204 with
+/// `Allow`, absolute-form targets served by their path; an invalid `Host` is 400 and closes.
+#[test]
+fn protocol_forms_are_answered_and_the_pipeline_survives() {
+    let (_tmp, links, server) = served(2);
+    let l = &links[3];
+    let mut c = Conn::new(&server);
+    let cases: Vec<(String, u16, Option<&str>)> = vec![
+        (
+            format!("BREW /{} HTTP/1.1\r\nHost: t\r\n\r\n", l.key),
+            501,
+            None,
+        ),
+        (
+            "OPTIONS * HTTP/1.1\r\nHost: t\r\n\r\n".into(),
+            204,
+            Some("GET, HEAD, POST, PATCH, DELETE, OPTIONS"),
+        ),
+        (
+            format!("OPTIONS /{} HTTP/1.1\r\nHost: t\r\n\r\n", l.key),
+            204,
+            Some("GET, HEAD, OPTIONS"),
+        ),
+        (
+            format!("GET http://sho.rt/{} HTTP/1.1\r\nHost: t\r\n\r\n", l.key),
+            l.status,
+            None,
+        ),
+    ];
+    for (req, status, allow) in &cases {
+        let mut bytes = req.clone().into_bytes();
+        bytes.extend(request("GET", "/healthz", false, None));
+        c.s.write_all(&bytes).unwrap();
+        let r = c.read(false);
+        assert_eq!(r.status, *status, "{req:?}");
+        if let Some(a) = allow {
+            assert_eq!(r.header("allow"), Some(*a), "{req:?}");
+        }
+        if r.status == l.status {
+            assert_eq!(r.header("location"), Some(l.url.as_str()), "{req:?}");
+        }
+        check(
+            &c.read(false),
+            false,
+            &Expect::Health,
+            &format!("after {req:?}"),
+        );
+    }
+    let mut c = Conn::new(&server);
+    c.s.write_all(b"GET /healthz HTTP/1.1\r\nHost: bad host\r\n\r\n")
+        .unwrap();
+    assert_eq!(c.read(false).status, 400);
+    c.expect_eof();
+}

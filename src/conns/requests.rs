@@ -223,6 +223,35 @@ impl Conns {
         let get_or_head = matches!(req.method, Method::Get | Method::Head);
         let path = req.path;
         self.tally.requests += 1;
+        if req.method == Method::Other {
+            // RFC 9110 section 9.1: a method the server does not recognize is 501.
+            let (st, ct) = (Status::NotImplemented, Some("text/plain"));
+            let body = b"method not implemented\n";
+            encode::encode_response(&mut c.out, st, &[], ct, body, false, persist, date);
+            return;
+        }
+        if req.method == Method::Options
+            && (path == b"*" || shards::link::validate_key(&path[1..]).is_ok())
+        {
+            // `OPTIONS *` (the server) or `OPTIONS /{key}`: what may be asked.
+            let allow: &[u8] = if path == b"*" {
+                b"GET, HEAD, POST, PATCH, DELETE, OPTIONS"
+            } else {
+                b"GET, HEAD, OPTIONS"
+            };
+            let h: &[(&str, &[u8])] = &[("Allow", allow)];
+            encode::encode_response(
+                &mut c.out,
+                Status::NoContent,
+                h,
+                None,
+                b"",
+                true,
+                persist,
+                date,
+            );
+            return;
+        }
         if path == b"/metrics" && get_or_head {
             // Cold path: formatting allocates; the allocation counter shows it honestly.
             let mut text = String::with_capacity(4096);

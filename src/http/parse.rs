@@ -21,7 +21,10 @@
 //!   tell the client a `Content-Length` alone would do for a request that already framed itself.
 //! - HTTP/1.1 requests need exactly one `Host` (RFC 9112 §3.2, 400 otherwise); more than one
 //!   `Host`, `Authorization` or `Idempotency-Key` is ambiguous and rejected (400) in any version.
-//! - The target must be origin-form (start with `/`); absolute-form and `*` get 400.
+//! - The target is origin-form (`/path`), absolute-form (`http://host/path`, RFC 9112 §3.2.2:
+//!   the path is used, as a proxy-aware server must accept it), or `*` for `OPTIONS` only;
+//!   anything else (authority-form, `*` with another method) gets 400.
+//! - A `Host` value must be a valid `uri-host [":" port]` (RFC 9112 §3.2: 400 otherwise).
 //! - A version other than HTTP/1.0 or HTTP/1.1 that is still shaped `HTTP/x.y` gets 505;
 //!   anything else in the version position is 400.
 
@@ -111,8 +114,10 @@ pub enum BadRequest {
     BareLf,
     /// A header line started with whitespace (obs-fold) or had whitespace before its colon.
     HeaderWhitespace,
-    /// The target is not origin-form (does not start with `/`).
+    /// The target is not origin-form, absolute-form, or `*` with `OPTIONS`.
     Target,
+    /// A `Host` value that is not `uri-host [":" port]`.
+    BadHost,
     /// The version field is not `HTTP/x.y`.
     Version,
     /// Both `Content-Length` and `Transfer-Encoding`.
@@ -187,7 +192,10 @@ impl ParseError {
                 BadRequest::HeaderWhitespace => {
                     "whitespace at the start of a header line or before its colon"
                 }
-                BadRequest::Target => "request target must start with '/'",
+                BadRequest::Target => {
+                    "request target must be a path, an http(s) URL, or * with OPTIONS"
+                }
+                BadRequest::BadHost => "invalid Host",
                 BadRequest::Version => "malformed HTTP version",
                 BadRequest::ContentLengthWithTransferEncoding => {
                     "both Content-Length and Transfer-Encoding"
@@ -250,10 +258,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request<'_>>, ParseError> {
     else {
         return Err(ParseError::BadRequest(BadRequest::Syntax));
     };
-    let target = target.as_bytes();
-    if target.first() != Some(&b'/') {
-        return Err(ParseError::BadRequest(BadRequest::Target));
-    }
+    let target = request_path(method, target.as_bytes())?;
     let (path, query) = match memchr::memchr(b'?', target) {
         Some(i) => (&target[..i], Some(&target[i + 1..])),
         None => (target, None),
@@ -292,6 +297,69 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request<'_>>, ParseError> {
         idempotency_key: fields.idempotency_key,
         content_type: fields.content_type,
     }))
+}
+
+/// The path and query part of a request target: origin-form as is, absolute-form
+/// (`http://host/p?q`) from its path (`/` when it has none), `*` for `OPTIONS`.
+fn request_path<'b>(method: &str, target: &'b [u8]) -> Result<&'b [u8], ParseError> {
+    if target.first() == Some(&b'/') {
+        return Ok(target);
+    }
+    if target == b"*" && method == "OPTIONS" {
+        return Ok(target);
+    }
+    let lower = |n: usize| target.get(..n).map(|p| p.to_ascii_lowercase());
+    let rest = if lower(7).as_deref() == Some(b"http://") {
+        &target[7..]
+    } else if lower(8).as_deref() == Some(b"https://") {
+        &target[8..]
+    } else {
+        return Err(ParseError::BadRequest(BadRequest::Target));
+    };
+    let end = memchr::memchr2(b'/', b'?', rest).unwrap_or(rest.len());
+    if end == 0 || !valid_host(&rest[..end]) {
+        return Err(ParseError::BadRequest(BadRequest::Target));
+    }
+    match rest[end..].first() {
+        Some(b'/') => Ok(&rest[end..]),
+        // `http://host` or `http://host?q`: the path is `/` (RFC 9110 §4.2.3); a query
+        // on the root is not a key, so it is dropped with it.
+        _ => Ok(b"/"),
+    }
+}
+
+/// `uri-host [":" port]` (RFC 3986 §3.2.2): an IP-literal in brackets, or a reg-name /
+/// IPv4 address of unreserved, percent-encoded or sub-delim characters; then up to 5 port
+/// digits. Empty is allowed (a target URI without authority).
+fn valid_host(v: &[u8]) -> bool {
+    let (host, port) = if v.first() == Some(&b'[') {
+        let Some(close) = memchr::memchr(b']', v) else {
+            return false;
+        };
+        let inside = &v[1..close];
+        if inside.is_empty()
+            || !inside
+                .iter()
+                .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+        {
+            return false;
+        }
+        (&v[..0], &v[close + 1..])
+    } else {
+        match memchr::memchr(b':', v) {
+            Some(i) => (&v[..i], &v[i..]),
+            None => (v, &v[v.len()..]),
+        }
+    };
+    let reg_name = host
+        .iter()
+        .all(|&b| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(&b));
+    let port_ok = match port {
+        [] => true,
+        [b':', digits @ ..] => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    reg_name && port_ok
 }
 
 /// 414 as soon as the first line provably exceeds the limit, complete or not.
@@ -409,6 +477,9 @@ fn scan_fields<'b>(headers: &[httparse::Header<'b>]) -> Result<Fields<'b>, Parse
                 f.hosts += 1;
                 if f.hosts > 1 {
                     return Err(ParseError::BadRequest(BadRequest::DuplicateHeader));
+                }
+                if !valid_host(value) {
+                    return Err(ParseError::BadRequest(BadRequest::BadHost));
                 }
             }
             10 if name.eq_ignore_ascii_case(b"connection") => {

@@ -415,17 +415,65 @@ fn versions() {
 }
 
 #[test]
-fn target_must_be_origin_form() {
+fn target_forms() {
     bad(b"GET * HTTP/1.1\r\nHost: h\r\n\r\n", BadRequest::Target);
-    bad(b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n", BadRequest::Target);
+    assert_eq!(ok(b"OPTIONS * HTTP/1.1\r\nHost: h\r\n\r\n").path, b"*");
+    // Absolute-form: the path (and query) of the URL.
+    let r = ok(b"GET http://h/aB3?x=1 HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!((r.path, r.query), (&b"/aB3"[..], Some(&b"x=1"[..])));
+    assert_eq!(
+        ok(b"GET HTTPS://h:8443/k HTTP/1.1\r\nHost: h\r\n\r\n").path,
+        b"/k"
+    );
+    assert_eq!(ok(b"GET http://h HTTP/1.1\r\nHost: h\r\n\r\n").path, b"/");
     bad(
-        b"GET http://h/a HTTP/1.1\r\nHost: h\r\n\r\n",
+        b"GET http:///k HTTP/1.1\r\nHost: h\r\n\r\n",
+        BadRequest::Target,
+    );
+    bad(
+        b"GET ftp://h/k HTTP/1.1\r\nHost: h\r\n\r\n",
         BadRequest::Target,
     );
     bad(
         b"CONNECT h:443 HTTP/1.1\r\nHost: h\r\n\r\n",
         BadRequest::Target,
     );
+}
+
+#[test]
+fn host_values_are_checked() {
+    for good in [
+        &b"h"[..],
+        b"sho.rt:8080",
+        b"[::1]:80",
+        b"127.0.0.1",
+        b"",
+        b"a-b_c~d",
+    ] {
+        let req = [&b"GET / HTTP/1.1\r\nHost: "[..], good, b"\r\n\r\n"].concat();
+        assert!(
+            parse_request(&req).unwrap().is_some(),
+            "{:?}",
+            String::from_utf8_lossy(good)
+        );
+    }
+    for evil in [
+        &b"h h"[..],
+        b"h:99999999",
+        b"[zzz]",
+        b"[",
+        b"h:80:81",
+        b"h/x",
+        b"a@b",
+    ] {
+        let req = [&b"GET / HTTP/1.1\r\nHost: "[..], evil, b"\r\n\r\n"].concat();
+        assert_eq!(
+            parse_request(&req),
+            Err(ParseError::BadRequest(BadRequest::BadHost)),
+            "{:?}",
+            String::from_utf8_lossy(evil)
+        );
+    }
 }
 
 #[test]
