@@ -315,6 +315,49 @@ fn second_server_on_a_taken_port_refuses() {
     assert!(!out.status.success());
 }
 
+/// Two servers started at the same moment on one port: never both serving (SO_REUSEPORT would
+/// split traffic between two data dirs). The one that finds a stranger after binding exits.
+#[test]
+fn two_servers_racing_for_a_port_never_both_listen() {
+    let tmp = tempfile::tempdir().unwrap();
+    for i in 0..20 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let spawn = |n: usize| {
+            std::process::Command::new(common::server_bin())
+                .args(["serve", "--cores", "1", "--listen", &addr, "--data-dir"])
+                .arg(tmp.path().join(format!("d{i}-{n}")))
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        };
+        let mut pair = [spawn(0), spawn(1)];
+        let listening: Vec<bool> = pair
+            .iter_mut()
+            .map(|c| {
+                use std::io::BufRead;
+                let out = std::io::BufReader::new(c.stdout.take().unwrap());
+                out.lines()
+                    .map_while(Result::ok)
+                    .any(|l| l.starts_with("ricochet listening on"))
+            })
+            .collect::<Vec<_>>();
+        for c in &mut pair {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        assert!(
+            !(listening[0] && listening[1]),
+            "try {i}: both servers listened on {addr}"
+        );
+    }
+}
+
 #[test]
 fn too_many_cores_is_an_error() {
     let tmp = tempfile::tempdir().unwrap();
