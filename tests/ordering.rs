@@ -78,8 +78,8 @@ impl Conn {
                         .map(|(_, v)| v.as_str())
                         .collect();
                     let bodiless = head || status == 204 || status == 304;
-                    let len = if status == 204 {
-                        assert!(cls.is_empty(), "204 with Content-Length");
+                    let len = if status == 204 || (100..200).contains(&status) {
+                        assert!(cls.is_empty(), "{status} with Content-Length");
                         0
                     } else {
                         assert_eq!(cls.len(), 1, "exactly one Content-Length: {headers:?}");
@@ -643,5 +643,52 @@ fn protocol_forms_are_answered_and_the_pipeline_survives() {
     c.s.write_all(b"GET /healthz HTTP/1.1\r\nHost: bad host\r\n\r\n")
         .unwrap();
     assert_eq!(c.read(false).status, 400);
+    c.expect_eof();
+}
+
+/// `Expect: 100-continue` (RFC 9110 section 10.1.1): the client hears `100 Continue` before it
+/// sends the body, or the final refusal at once when the head decides it; other expectations
+/// get 417.
+#[test]
+fn expect_100_continue_is_answered_before_the_body() {
+    let (_tmp, _links, server) = served(2);
+    let body = serde_json::json!({"long_url": "https://ex.example/", "custom_alias": "expect1"})
+        .to_string();
+    let head = |key: &str| {
+        format!(
+            "POST /api/v1/urls HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {key}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+            body.len()
+        )
+    };
+    let mut c = Conn::new(&server);
+    c.s.write_all(head(API_KEY).as_bytes()).unwrap();
+    assert_eq!(c.read(false).status, 100, "no 100 Continue before the body");
+    c.s.write_all(body.as_bytes()).unwrap();
+    let r = c.read(false);
+    assert_eq!(r.status, 201);
+    // The connection goes on as usual.
+    c.s.write_all(&request("GET", "/expect1", false, None))
+        .unwrap();
+    check(
+        &c.read(false),
+        false,
+        &Expect::Redirect("https://ex.example/".into(), 302),
+        "after",
+    );
+
+    // A wrong key is refused from the head, without waiting for the body.
+    let mut c = Conn::new(&server);
+    c.s.write_all(head("wrong-key-0123456789").as_bytes())
+        .unwrap();
+    assert_eq!(c.read(false).status, 401);
+    c.expect_eof();
+
+    let mut c = Conn::new(&server);
+    c.s.write_all(
+        b"POST /api/v1/urls HTTP/1.1\r\nHost: t\r\nExpect: 200-ok\r\nContent-Length: 2\r\n\r\n{}",
+    )
+    .unwrap();
+    assert_eq!(c.read(false).status, 417);
     c.expect_eof();
 }

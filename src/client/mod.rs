@@ -103,37 +103,13 @@ impl ApiClient {
         let problem = |out: &mut Vec<u8>, p: Problem| {
             encode_problem(out, &p, &[], head, persist, date);
         };
-        let path = req.path;
-        let (collection, key) = if path == URLS {
-            (true, None)
-        } else if let Some(k) = path.strip_prefix(URLS).and_then(|r| r.strip_prefix(b"/")) {
-            (false, Some(k))
-        } else {
-            return problem(out, Problem::not_found());
-        };
-        let method_ok = match req.method {
-            Method::Post => collection,
-            Method::Get | Method::Patch | Method::Delete => !collection,
-            _ => false,
-        };
-        if !method_ok {
-            let allowed: &[u8] = if collection {
-                b"POST"
-            } else {
-                b"GET, PATCH, DELETE"
-            };
-            let p = Problem::method_not_allowed();
-            return encode_problem(out, &p, &[("Allow", allowed)], head, persist, date);
-        }
-        // The auth scheme is case-insensitive (RFC 9110 section 11.1).
-        let Some(key_id) = req
-            .authorization
-            .filter(|a| a.len() > 7 && a[..7].eq_ignore_ascii_case(b"bearer "))
-            .and_then(|a| self.keys.verify(a[7..].trim_ascii()))
-        else {
-            let p = Problem::unauthorized();
-            let h: &[(&str, &[u8])] = &[("WWW-Authenticate", b"Bearer")];
-            return encode_problem(out, &p, h, false, persist, date);
+        let Admitted {
+            collection,
+            key,
+            key_id,
+        } = match self.check_head(req) {
+            Ok(ok) => ok,
+            Err(refusal) => return refusal.encode(out, head, persist, date),
         };
         if body.len() > MAX_REQUEST_BODY_BYTES {
             return problem(out, Problem::payload_too_large(MAX_REQUEST_BODY_BYTES));
@@ -205,6 +181,56 @@ impl ApiClient {
         let reply = defer(out, op);
         let owner = self.router.owner(key).core;
         mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
+    }
+
+    /// What the request head alone decides: the route (collection or item key) and the API key,
+    /// or the refusal (404 path, 405 method, 401 key, 413 declared body). Used before a body
+    /// is read, so an `Expect: 100-continue` client hears the refusal without sending it.
+    pub fn check_head<'r>(&self, req: &Request<'r>) -> Result<Admitted<'r>, Box<Refusal>> {
+        let path = req.path;
+        let (collection, key) = if path == URLS {
+            (true, None)
+        } else if let Some(k) = path.strip_prefix(URLS).and_then(|r| r.strip_prefix(b"/")) {
+            (false, Some(k))
+        } else {
+            return Err(Refusal::plain(Problem::not_found()));
+        };
+        let method_ok = match req.method {
+            Method::Post => collection,
+            Method::Get | Method::Patch | Method::Delete => !collection,
+            _ => false,
+        };
+        if !method_ok {
+            let allow: &'static [u8] = if collection {
+                b"POST"
+            } else {
+                b"GET, PATCH, DELETE"
+            };
+            return Err(Box::new(Refusal {
+                problem: Problem::method_not_allowed(),
+                header: Some(("Allow", allow)),
+            }));
+        }
+        // The auth scheme is case-insensitive (RFC 9110 section 11.1).
+        let Some(key_id) = req
+            .authorization
+            .filter(|a| a.len() > 7 && a[..7].eq_ignore_ascii_case(b"bearer "))
+            .and_then(|a| self.keys.verify(a[7..].trim_ascii()))
+        else {
+            return Err(Box::new(Refusal {
+                problem: Problem::unauthorized(),
+                header: Some(("WWW-Authenticate", b"Bearer")),
+            }));
+        };
+        if req.content_length > MAX_REQUEST_BODY_BYTES {
+            let p = Problem::payload_too_large(MAX_REQUEST_BODY_BYTES);
+            return Err(Refusal::plain(p));
+        }
+        Ok(Admitted {
+            collection,
+            key,
+            key_id,
+        })
     }
 
     /// Encodes the answer to an API request whose owner replied; `None` means "not an answer
@@ -281,6 +307,34 @@ impl ApiClient {
             }
         }
         Some(())
+    }
+}
+
+/// A request its head admits: to the collection (`POST`) or an item `key`, by API key `key_id`.
+pub struct Admitted<'r> {
+    pub collection: bool,
+    pub key: Option<&'r [u8]>,
+    pub key_id: crate::api::keys::KeyId,
+}
+
+/// A request refused from its head: the problem and the one header it needs, if any.
+pub struct Refusal {
+    pub problem: Problem,
+    pub header: Option<(&'static str, &'static [u8])>,
+}
+
+impl Refusal {
+    fn plain(problem: Problem) -> Box<Refusal> {
+        Box::new(Refusal {
+            problem,
+            header: None,
+        })
+    }
+
+    /// Appends the refusal (without its body for a HEAD request, `head`).
+    pub fn encode(&self, out: &mut Vec<u8>, head: bool, persist: Persist, date: &DateCache) {
+        let extra: Vec<(&str, &[u8])> = self.header.into_iter().collect();
+        encode_problem(out, &self.problem, &extra, head, persist, date);
     }
 }
 

@@ -94,6 +94,8 @@ pub struct Conn {
     pub deadline_ms: u64,
     /// Queued in the core's flush list.
     pub dirty: bool,
+    /// `100 Continue` was sent for the request whose body is arriving (sent once).
+    pub continue_sent: bool,
     /// Input waits in `inbuf` because the mesh was congested; queued in `Conns::held`.
     pub held: bool,
 }
@@ -112,6 +114,7 @@ impl Conn {
             answers: Answers::new(),
             deadline_ms: 0,
             dirty: false,
+            continue_sent: false,
             held: false,
         }
     }

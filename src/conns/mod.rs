@@ -217,6 +217,7 @@ impl Conns {
         c.answers.clear();
         c.dirty = false;
         c.held = false;
+        c.continue_sent = false;
         // A new connection must send a request within the header timeout.
         c.deadline_ms = now_ms + self.timeouts.header_ms;
         self.live += 1;

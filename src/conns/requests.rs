@@ -7,7 +7,7 @@ use crate::client::{ApiClient, ApiOp, API_PREFIX};
 use crate::clock::Clock;
 use crate::http::encode::{self, Conn as Persist};
 use crate::http::limits::MAX_PIPELINED_REQUESTS;
-use crate::http::parse::{parse_request, Method, ParseError, Request};
+use crate::http::parse::{parse_request, Expect, Method, ParseError, Request};
 use crate::http::status::Status;
 use crate::key::InlineKey;
 use crate::mesh::{Answer, Mesh, RedirectMsg, ReplyTo, WriteOutcome};
@@ -155,9 +155,19 @@ impl Conns {
                 }
             };
             let total = req.head_len + req.content_length;
-            if data.len() - pos < total {
-                break; // The body is still on its way.
+            if req.expect == Expect::Unsupported {
+                self.refuse_expectation(slot, env.clock);
+                pos = data.len();
+                break;
             }
+            if data.len() - pos < total {
+                // The body is still on its way; a client that asked to be told first is.
+                if req.expect == Expect::Continue && self.answer_expect(slot, &req, env) {
+                    pos = data.len();
+                }
+                break;
+            }
+            self.slots[slot as usize].continue_sent = false;
             let persist = if self.draining {
                 Persist::Close
             } else {
@@ -184,6 +194,54 @@ impl Conns {
             self.slots[slot as usize].deadline_ms = 0;
         }
         pos
+    }
+
+    /// `Expect: 100-continue` with the body not yet sent (RFC 9110 section 10.1.1): if the head
+    /// alone decides a refusal (an API request with a bad path, method, key or size), answer it
+    /// now and close (returns `true`: the rest of the input is dropped); otherwise send
+    /// `100 Continue` once, to HTTP/1.1 clients only, after the answers before it.
+    fn answer_expect(&mut self, slot: u32, req: &Request<'_>, env: &mut Env) -> bool {
+        let c = &mut self.slots[slot as usize];
+        if c.continue_sent || req.minor_version == 0 {
+            return false;
+        }
+        if c.out.capacity() == 0 {
+            c.out = self.pool.get();
+        }
+        if req.path.starts_with(API_PREFIX) {
+            if let Err(refusal) = env.api.check_head(req) {
+                let head = req.method == Method::Head;
+                refusal.encode(&mut c.out, head, Persist::Close, &env.clock.date);
+                c.close_after_send();
+                self.mark_dirty(slot);
+                return true;
+            }
+        }
+        c.out.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+        c.continue_sent = true;
+        self.mark_dirty(slot);
+        false
+    }
+
+    /// An `Expect` other than `100-continue`: 417, then close (a body may follow).
+    fn refuse_expectation(&mut self, slot: u32, clock: &Clock) {
+        let c = &mut self.slots[slot as usize];
+        if c.out.capacity() == 0 {
+            c.out = self.pool.get();
+        }
+        let (st, ct) = (Status::ExpectationFailed, Some("text/plain"));
+        let body = b"only Expect: 100-continue is supported\n";
+        encode::encode_response(
+            &mut c.out,
+            st,
+            &[],
+            ct,
+            body,
+            false,
+            Persist::Close,
+            &clock.date,
+        );
+        c.close_after_send();
     }
 
     /// A request that cannot be parsed: its error answer, then close. The method is known

@@ -76,6 +76,19 @@ impl Method {
     }
 }
 
+/// The `Expect` field (RFC 9110 section 10.1.1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Expect {
+    /// No `Expect`.
+    #[default]
+    None,
+    /// `Expect: 100-continue`: the client waits for `100 Continue` (or a final answer)
+    /// before it sends the body.
+    Continue,
+    /// Any other expectation: answered 417.
+    Unsupported,
+}
+
 /// A parsed request head, borrowing from the read buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Request<'b> {
@@ -100,6 +113,8 @@ pub struct Request<'b> {
     pub authorization: Option<&'b [u8]>,
     /// The `Idempotency-Key` field value, if present.
     pub idempotency_key: Option<&'b [u8]>,
+    /// What the `Expect` field asks for.
+    pub expect: Expect,
     /// The `Content-Type` field value, if present (the last one if repeated; the API rejects
     /// types it does not accept, so repetition is not a framing or auth ambiguity).
     pub content_type: Option<&'b [u8]>,
@@ -296,6 +311,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request<'_>>, ParseError> {
         authorization: fields.authorization,
         idempotency_key: fields.idempotency_key,
         content_type: fields.content_type,
+        expect: fields.expect,
     }))
 }
 
@@ -464,6 +480,7 @@ struct Fields<'b> {
     authorization: Option<&'b [u8]>,
     idempotency_key: Option<&'b [u8]>,
     content_type: Option<&'b [u8]>,
+    expect: Expect,
 }
 
 fn scan_fields<'b>(headers: &[httparse::Header<'b>]) -> Result<Fields<'b>, ParseError> {
@@ -493,6 +510,13 @@ fn scan_fields<'b>(headers: &[httparse::Header<'b>]) -> Result<Fields<'b>, Parse
                 }
             }
             12 if name.eq_ignore_ascii_case(b"content-type") => f.content_type = Some(value),
+            6 if name.eq_ignore_ascii_case(b"expect") => {
+                f.expect = if value.trim_ascii().eq_ignore_ascii_case(b"100-continue") {
+                    Expect::Continue
+                } else {
+                    Expect::Unsupported
+                }
+            }
             13 if name.eq_ignore_ascii_case(b"authorization") => {
                 set_once(&mut f.authorization, value)?
             }

@@ -60,6 +60,7 @@ statuses! {
     LengthRequired = 411, "Length Required";
     PayloadTooLarge = 413, "Content Too Large";
     UriTooLong = 414, "URI Too Long";
+    ExpectationFailed = 417, "Expectation Failed";
     UnprocessableContent = 422, "Unprocessable Content";
     TooManyRequests = 429, "Too Many Requests";
     RequestHeaderFieldsTooLarge = 431, "Request Header Fields Too Large";
@@ -95,8 +96,8 @@ mod tests {
     #[test]
     fn emits_every_required_code() {
         let required = [
-            200, 201, 204, 301, 302, 307, 308, 400, 401, 404, 405, 409, 411, 413, 414, 422, 429,
-            431, 500, 501, 503, 505, 507,
+            200, 201, 204, 301, 302, 307, 308, 400, 401, 404, 405, 409, 411, 413, 414, 417, 422,
+            429, 431, 500, 501, 503, 505, 507,
         ];
         for code in required {
             let s = Status::from_code(code).unwrap_or_else(|| panic!("missing {code}"));
