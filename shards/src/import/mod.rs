@@ -355,6 +355,20 @@ fn import_locked(
     outcome
 }
 
+/// Parses and validates every line of `input` as `format` without importing anything; returns
+/// (valid records, bad lines). The line readers' entry point for fuzzing and checks.
+pub fn check_input(input: &[u8], format: Format) -> std::io::Result<(u64, u64)> {
+    let (mut good, mut bad) = (0, 0);
+    parse::for_each(input, format, &mut |r| {
+        match r {
+            Ok(_) => good += 1,
+            Err(_) => bad += 1,
+        }
+        std::ops::ControlFlow::Continue(())
+    })?;
+    Ok((good, bad))
+}
+
 fn staged_path(dir: &DataDir, shard: u32) -> PathBuf {
     let mut name = dir.table_path(shard).into_os_string();
     name.push(".");
