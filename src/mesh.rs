@@ -35,6 +35,7 @@ pub const MESH_CHANNEL_CAPACITY: usize = 4096;
 /// other cores' requests still go out: their number is bounded by those cores' own requests.
 pub const MAX_OUTBOX_MSGS: usize = MESH_CHANNEL_CAPACITY;
 
+use crate::target::TableView;
 pub use crate::target::Target;
 
 /// What a redirect needs to know about a link.
@@ -51,6 +52,13 @@ impl Answer {
     #[inline]
     pub fn expired(&self, now_s: u64) -> bool {
         self.expires_at_s != 0 && now_s >= self.expires_at_s
+    }
+
+    /// The status and target bytes to redirect with, if this core may read the target
+    /// (`Target::resolve`).
+    #[inline]
+    pub fn readable<'a>(&'a self, view: &'a TableView) -> Option<(RedirectStatus, &'a [u8])> {
+        Some((self.status, self.target.resolve(view)?))
     }
 }
 
@@ -328,8 +336,6 @@ pub struct Mesh {
     /// Messages that found their peer's queue full and waited in `outbox` (a gauge of mesh
     /// congestion for `/metrics`).
     pub deferred_sends: u64,
-    /// The deepest any per-peer outbox has been.
-    pub outbox_peak: usize,
 }
 
 impl Mesh {
@@ -344,7 +350,6 @@ impl Mesh {
             next_peer: 0,
             local: VecDeque::new(),
             deferred_sends: 0,
-            outbox_peak: 0,
         }
     }
 
@@ -379,7 +384,6 @@ impl Mesh {
     fn defer(&mut self, core: usize, msg: MeshMsg) {
         self.outbox[core].push_back(msg);
         self.deferred_sends += 1;
-        self.outbox_peak = self.outbox_peak.max(self.outbox[core].len());
     }
 
     /// Retries queued messages. Returns whether any remain.

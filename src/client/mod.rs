@@ -111,9 +111,8 @@ impl ApiClient {
             Ok(ok) => ok,
             Err(refusal) => return refusal.encode(out, head, persist, date),
         };
-        if body.len() > MAX_REQUEST_BODY_BYTES {
-            return problem(out, Problem::payload_too_large(MAX_REQUEST_BODY_BYTES));
-        }
+        // `check_head` refused a declared body over the limit; `body` is exactly that long.
+        debug_assert!(body.len() <= MAX_REQUEST_BODY_BYTES);
         let now_s = clock.now_s;
         if collection {
             if let Err(ra) = self.ratelimit.check(key_id, Instant::now()) {

@@ -388,13 +388,10 @@ impl Conns {
         if owner.core == self.me {
             let answer = env.owner.local_answer(owner.shard, key, now_s);
             // The owner's current tables are always readable here.
-            match answer
-                .as_ref()
-                .and_then(|a| Some((a, a.target.resolve(&self.view)?)))
-            {
-                Some((a, target)) => {
+            match answer.as_ref().and_then(|a| a.readable(&self.view)) {
+                Some((status, target)) => {
                     self.tally.redirects += 1;
-                    encode::encode_redirect(&mut c.out, a.status, target, persist, date)
+                    encode::encode_redirect(&mut c.out, status, target, persist, date)
                 }
                 None => {
                     debug_assert!(answer.is_none(), "a current table was retired");
@@ -461,10 +458,10 @@ impl Conns {
         self.scratch.clear();
         // Answers come in FIFO before any retirement of their table, so they resolve.
         let live = answer.as_ref().filter(|a| !a.expired(clock.now_s));
-        match live.and_then(|a| Some((a, a.target.resolve(&self.view)?))) {
-            Some((a, target)) => {
+        match live.and_then(|a| a.readable(&self.view)) {
+            Some((status, target)) => {
                 self.tally.redirects += 1;
-                encode::encode_redirect(&mut self.scratch, a.status, target, persist, &clock.date)
+                encode::encode_redirect(&mut self.scratch, status, target, persist, &clock.date)
             }
             _ => {
                 self.tally.not_found += 1;
