@@ -4,10 +4,9 @@
 
 mod common;
 
-use common::{dataset, import, Reader};
-use std::io::{BufRead, BufReader};
+use common::{dataset, import, Reader, Server};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -54,49 +53,22 @@ fn out_of_descriptors_backs_accept_off_and_keeps_serving() {
     let links = dataset(50, 3);
     import(&dir, &links);
     // A low descriptor limit for the server only (the shell lowers it, then execs).
-    let mut child = Command::new("sh")
+    let mut wrapper = Command::new("sh");
+    wrapper
         .arg("-c")
         .arg("ulimit -n 128 && exec \"$0\" \"$@\"")
-        .arg(common::server_bin())
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--cores",
-            "2",
-            "--data-dir",
-        ])
-        .arg(&dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines.next().expect("server exited").unwrap();
-        if let Some(rest) = line.strip_prefix("ricochet listening on ") {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
+        .arg(common::server_bin());
+    let server = Server::try_start_command(wrapper, &dir, &[]).expect("server starts");
+    let addr = server.addr;
     // One served connection first, then far more connections than descriptors are left.
-    let mut first = Reader::new(TcpStream::connect(&addr).unwrap());
-    first
-        .stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    let mut first = Reader::new(server.connect());
     let mut flood: Vec<TcpStream> = (0..300)
-        .filter_map(|_| TcpStream::connect(&addr).ok())
+        .filter_map(|_| TcpStream::connect(addr).ok())
         .collect();
     std::thread::sleep(Duration::from_millis(2500));
-    let reports: Vec<String> = rx
-        .try_iter()
+    let reports: Vec<String> = server
+        .stderr_lines()
+        .into_iter()
         .filter(|l| l.contains("accept failed"))
         .collect();
     assert!(!reports.is_empty(), "no accept failure was reported");
@@ -115,13 +87,7 @@ fn out_of_descriptors_backs_accept_off_and_keeps_serving() {
     // Descriptors come back: new connections are accepted again.
     flood.clear();
     std::thread::sleep(Duration::from_millis(500));
-    let mut again = Reader::new(TcpStream::connect(&addr).unwrap());
-    again
-        .stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    let mut again = Reader::new(server.connect());
     again.send(&common::get(&links[0].key));
     assert_eq!(again.read_response(false).status, links[0].status);
-    let _ = child.kill();
-    let _ = child.wait();
 }

@@ -10,124 +10,13 @@
 mod common;
 
 use common::api::{self, API_KEY, NO_RATE_LIMIT};
-use common::{dataset, import, Link, Server};
+use common::{dataset, import, Link, Reader, Response, Server};
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::io::Write;
+use std::net::Shutdown;
 use std::time::Duration;
-
-/// A strictly parsed response.
-#[derive(Debug)]
-struct Resp {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Resp {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// Reads responses off one connection; `buf` keeps what belongs to the next one.
-struct Conn {
-    s: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Conn {
-    fn new(server: &Server) -> Conn {
-        Conn::to(server.addr)
-    }
-
-    fn to(addr: std::net::SocketAddr) -> Conn {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        s.set_nodelay(true).unwrap();
-        Conn { s, buf: Vec::new() }
-    }
-
-    /// One response to a request whose method was HEAD (`head`) or not. Panics on anything a
-    /// strict client would refuse: a malformed head, a missing or bad `Content-Length`.
-    fn read(&mut self, head: bool) -> Resp {
-        loop {
-            let mut hs = [httparse::EMPTY_HEADER; 32];
-            let mut r = httparse::Response::new(&mut hs);
-            match r.parse(&self.buf) {
-                Ok(httparse::Status::Complete(n)) => {
-                    let status = r.code.unwrap();
-                    let headers: Vec<(String, String)> = r
-                        .headers
-                        .iter()
-                        .map(|h| {
-                            (
-                                h.name.to_string(),
-                                String::from_utf8(h.value.to_vec()).unwrap(),
-                            )
-                        })
-                        .collect();
-                    let cls: Vec<&str> = headers
-                        .iter()
-                        .filter(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-                        .map(|(_, v)| v.as_str())
-                        .collect();
-                    let bodiless = head || status == 204 || status == 304;
-                    let len = if status == 204 || (100..200).contains(&status) {
-                        assert!(cls.is_empty(), "{status} with Content-Length");
-                        0
-                    } else {
-                        assert_eq!(cls.len(), 1, "exactly one Content-Length: {headers:?}");
-                        let l: usize = cls[0].parse().expect("numeric Content-Length");
-                        if bodiless {
-                            0
-                        } else {
-                            l
-                        }
-                    };
-                    while self.buf.len() < n + len {
-                        self.fill();
-                    }
-                    let body = self.buf[n..n + len].to_vec();
-                    self.buf.drain(..n + len);
-                    return Resp {
-                        status,
-                        headers,
-                        body,
-                    };
-                }
-                Ok(httparse::Status::Partial) => self.fill(),
-                Err(e) => panic!(
-                    "not a valid response ({e}): {:?}",
-                    String::from_utf8_lossy(&self.buf[..self.buf.len().min(300)])
-                ),
-            }
-        }
-    }
-
-    fn fill(&mut self) {
-        let mut tmp = [0u8; 65536];
-        let n = self.s.read(&mut tmp).expect("read");
-        assert!(n > 0, "connection closed before a full response");
-        self.buf.extend_from_slice(&tmp[..n]);
-    }
-
-    /// After the last response: the server closes and sends nothing more.
-    fn expect_eof(&mut self) {
-        assert!(self.buf.is_empty(), "bytes after the last response");
-        let mut tmp = [0u8; 1024];
-        match self.s.read(&mut tmp) {
-            Ok(0) => {}
-            Ok(n) => panic!("unexpected bytes: {:?}", String::from_utf8_lossy(&tmp[..n])),
-            Err(e) => panic!("expected a clean close, got {e}"),
-        }
-    }
-}
 
 fn request(method: &str, path: &str, auth: bool, body: Option<&Value>) -> Vec<u8> {
     let mut r = format!("{method} {path} HTTP/1.1\r\nHost: t\r\n");
@@ -161,7 +50,7 @@ enum Expect {
     MethodNotAllowed,
 }
 
-fn check(resp: &Resp, head: bool, e: &Expect, what: &str) {
+fn check(resp: &Response, head: bool, e: &Expect, what: &str) {
     let ctx = || format!("{what}: got {} {:?}", resp.status, resp.headers);
     if head {
         assert!(resp.body.is_empty(), "HEAD answer with a body: {}", ctx());
@@ -349,7 +238,7 @@ fn random_mix(cores: usize) {
                     mine: HashMap::new(),
                     version: 0,
                 };
-                let mut c = Conn::to(addr);
+                let mut c = Reader::connect(addr);
                 for _round in 0..40 {
                     let n = rng.gen_range(1..=48);
                     let steps: Vec<_> = (0..n).map(|_| model.step(&mut rng)).collect();
@@ -359,14 +248,14 @@ fn random_mix(cores: usize) {
                         // In random pieces: every split point of a pipeline must work.
                         while !bytes.is_empty() {
                             let k = rng.gen_range(1..=bytes.len());
-                            c.s.write_all(&bytes[..k]).unwrap();
+                            c.stream.write_all(&bytes[..k]).unwrap();
                             bytes.drain(..k);
                         }
                     } else {
-                        c.s.write_all(&bytes).unwrap();
+                        c.stream.write_all(&bytes).unwrap();
                     }
                     for (i, (_, head, exp, what)) in steps.iter().enumerate() {
-                        let r = c.read(*head);
+                        let r = c.read_response(*head);
                         check(&r, *head, exp, &format!("request {i} of {n} ({what})"));
                     }
                 }
@@ -397,11 +286,12 @@ fn random_pipelines_answer_in_order_on_4_cores() {
 #[test]
 fn patch_then_foreign_get_never_swap() {
     let (_tmp, links, server) = served(2);
-    let mut c = Conn::new(&server);
+    let mut c = Reader::connect(server.addr);
     let create = serde_json::json!({"long_url": "https://orig.example/", "custom_alias": "pp1"});
-    c.s.write_all(&request("POST", "/api/v1/urls", true, Some(&create)))
+    c.stream
+        .write_all(&request("POST", "/api/v1/urls", true, Some(&create)))
         .unwrap();
-    assert_eq!(c.read(false).status, 201);
+    assert_eq!(c.read_response(false).status, 201);
     for i in 0..1000 {
         let url = format!("https://patched.example/{i}");
         let l = &links[i % links.len()];
@@ -413,22 +303,27 @@ fn patch_then_foreign_get_never_swap() {
         );
         bytes.extend(request("GET", &format!("/{}", l.key), false, None));
         bytes.extend(request("GET", "/pp1", false, None));
-        c.s.write_all(&bytes).unwrap();
+        c.stream.write_all(&bytes).unwrap();
         let what = format!("pair {i}");
         check(
-            &c.read(false),
+            &c.read_response(false),
             false,
             &Expect::Api(200, Some(("pp1".into(), url.clone()))),
             &what,
         );
         check(
-            &c.read(false),
+            &c.read_response(false),
             false,
             &Expect::Redirect(l.url.clone(), l.status),
             &what,
         );
         // After the PATCH on this connection, its effect is seen.
-        check(&c.read(false), false, &Expect::Redirect(url, 302), &what);
+        check(
+            &c.read_response(false),
+            false,
+            &Expect::Redirect(url, 302),
+            &what,
+        );
     }
 }
 
@@ -436,7 +331,7 @@ fn patch_then_foreign_get_never_swap() {
 #[test]
 fn reads_after_delete_in_one_write_see_it() {
     let (_tmp, _links, server) = served(3);
-    let mut c = Conn::new(&server);
+    let mut c = Reader::connect(server.addr);
     for i in 0..60 {
         let alias = format!("del{i}");
         let create = serde_json::json!({"long_url": "https://d.example/", "custom_alias": alias});
@@ -450,18 +345,18 @@ fn reads_after_delete_in_one_write_see_it() {
         ));
         bytes.extend(request("GET", &format!("/{alias}"), false, None));
         bytes.extend(request("GET", &format!("/api/v1/urls/{alias}"), true, None));
-        c.s.write_all(&bytes).unwrap();
+        c.stream.write_all(&bytes).unwrap();
         let what = format!("round {i}");
-        assert_eq!(c.read(false).status, 201, "{what}");
+        assert_eq!(c.read_response(false).status, 201, "{what}");
         check(
-            &c.read(false),
+            &c.read_response(false),
             false,
             &Expect::Redirect("https://d.example/".into(), 302),
             &what,
         );
-        assert_eq!(c.read(false).status, 204, "{what}");
-        check(&c.read(false), false, &Expect::NotFound, &what);
-        assert_eq!(c.read(false).status, 404, "{what}");
+        assert_eq!(c.read_response(false).status, 204, "{what}");
+        check(&c.read_response(false), false, &Expect::NotFound, &what);
+        assert_eq!(c.read_response(false).status, 404, "{what}");
     }
 }
 
@@ -482,16 +377,16 @@ fn head_never_has_a_body() {
         format!("/api/v1/urls/{}", links[0].key),
         "/api/v2/nothing".into(),
     ];
-    let mut c = Conn::new(&server);
+    let mut c = Reader::connect(server.addr);
     for p in &paths {
         for auth in [false, true] {
             let mut bytes = request("HEAD", p, auth, None);
             bytes.extend(request("GET", "/healthz", false, None));
-            c.s.write_all(&bytes).unwrap();
-            let r = c.read(true);
+            c.stream.write_all(&bytes).unwrap();
+            let r = c.read_response(true);
             assert!(r.status >= 200, "HEAD {p}");
             check(
-                &c.read(false),
+                &c.read_response(false),
                 false,
                 &Expect::Health,
                 &format!("after HEAD {p}"),
@@ -499,10 +394,10 @@ fn head_never_has_a_body() {
         }
     }
     // An unparsable HEAD request: the error answer has no body either, then the close.
-    let mut c = Conn::new(&server);
+    let mut c = Reader::connect(server.addr);
     let long = format!("HEAD /{} HTTP/1.1\r\nHost: t\r\n\r\n", "a".repeat(9000));
-    c.s.write_all(long.as_bytes()).unwrap();
-    let r = c.read(true);
+    c.stream.write_all(long.as_bytes()).unwrap();
+    let r = c.read_response(true);
     assert_eq!(r.status, 414);
     c.expect_eof();
 }
@@ -513,7 +408,7 @@ fn head_never_has_a_body() {
 fn half_closed_client_gets_every_answer() {
     let (_tmp, links, server) = served(2);
     for round in 0..5 {
-        let mut c = Conn::new(&server);
+        let mut c = Reader::connect(server.addr);
         let mut bytes = Vec::new();
         let mut exp = Vec::new();
         for i in 0..150 {
@@ -531,11 +426,11 @@ fn half_closed_client_gets_every_answer() {
             bytes.extend(request("GET", &format!("/{}", l.key), false, None));
             exp.push(Expect::Redirect(l.url.clone(), l.status));
         }
-        c.s.write_all(&bytes).unwrap();
-        c.s.shutdown(Shutdown::Write).unwrap();
+        c.stream.write_all(&bytes).unwrap();
+        c.stream.shutdown(Shutdown::Write).unwrap();
         for (i, e) in exp.iter().enumerate() {
             check(
-                &c.read(false),
+                &c.read_response(false),
                 false,
                 e,
                 &format!("round {round} request {i}"),
@@ -551,8 +446,8 @@ fn half_closed_client_gets_every_answer() {
 #[test]
 fn client_far_ahead_is_slowed_not_reset() {
     let (_tmp, links, server) = served(2);
-    let c = Conn::new(&server);
-    let mut writer = c.s.try_clone().unwrap();
+    let c = Reader::connect(server.addr);
+    let mut writer = c.stream.try_clone().unwrap();
     let n = 100_000;
     let mut exp = Vec::with_capacity(n);
     let mut bytes = Vec::new();
@@ -581,7 +476,7 @@ fn client_far_ahead_is_slowed_not_reset() {
     std::thread::sleep(Duration::from_millis(1500));
     let mut c = c;
     for (i, e) in exp.iter().enumerate() {
-        check(&c.read(false), false, e, &format!("request {i}"));
+        check(&c.read_response(false), false, e, &format!("request {i}"));
     }
     c.expect_eof();
     w.join().unwrap();
@@ -597,7 +492,7 @@ fn client_far_ahead_is_slowed_not_reset() {
 fn protocol_forms_are_answered_and_the_pipeline_survives() {
     let (_tmp, links, server) = served(2);
     let l = &links[3];
-    let mut c = Conn::new(&server);
+    let mut c = Reader::connect(server.addr);
     let cases: Vec<(String, u16, Option<&str>)> = vec![
         (
             format!("BREW /{} HTTP/1.1\r\nHost: t\r\n\r\n", l.key),
@@ -623,8 +518,8 @@ fn protocol_forms_are_answered_and_the_pipeline_survives() {
     for (req, status, allow) in &cases {
         let mut bytes = req.clone().into_bytes();
         bytes.extend(request("GET", "/healthz", false, None));
-        c.s.write_all(&bytes).unwrap();
-        let r = c.read(false);
+        c.stream.write_all(&bytes).unwrap();
+        let r = c.read_response(false);
         assert_eq!(r.status, *status, "{req:?}");
         if let Some(a) = allow {
             assert_eq!(r.header("allow"), Some(*a), "{req:?}");
@@ -633,16 +528,17 @@ fn protocol_forms_are_answered_and_the_pipeline_survives() {
             assert_eq!(r.header("location"), Some(l.url.as_str()), "{req:?}");
         }
         check(
-            &c.read(false),
+            &c.read_response(false),
             false,
             &Expect::Health,
             &format!("after {req:?}"),
         );
     }
-    let mut c = Conn::new(&server);
-    c.s.write_all(b"GET /healthz HTTP/1.1\r\nHost: bad host\r\n\r\n")
+    let mut c = Reader::connect(server.addr);
+    c.stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: bad host\r\n\r\n")
         .unwrap();
-    assert_eq!(c.read(false).status, 400);
+    assert_eq!(c.read_response(false).status, 400);
     c.expect_eof();
 }
 
@@ -661,34 +557,40 @@ fn expect_100_continue_is_answered_before_the_body() {
             body.len()
         )
     };
-    let mut c = Conn::new(&server);
-    c.s.write_all(head(API_KEY).as_bytes()).unwrap();
-    assert_eq!(c.read(false).status, 100, "no 100 Continue before the body");
-    c.s.write_all(body.as_bytes()).unwrap();
-    let r = c.read(false);
+    let mut c = Reader::connect(server.addr);
+    c.stream.write_all(head(API_KEY).as_bytes()).unwrap();
+    assert_eq!(
+        c.read_response(false).status,
+        100,
+        "no 100 Continue before the body"
+    );
+    c.stream.write_all(body.as_bytes()).unwrap();
+    let r = c.read_response(false);
     assert_eq!(r.status, 201);
     // The connection goes on as usual.
-    c.s.write_all(&request("GET", "/expect1", false, None))
+    c.stream
+        .write_all(&request("GET", "/expect1", false, None))
         .unwrap();
     check(
-        &c.read(false),
+        &c.read_response(false),
         false,
         &Expect::Redirect("https://ex.example/".into(), 302),
         "after",
     );
 
     // A wrong key is refused from the head, without waiting for the body.
-    let mut c = Conn::new(&server);
-    c.s.write_all(head("wrong-key-0123456789").as_bytes())
+    let mut c = Reader::connect(server.addr);
+    c.stream
+        .write_all(head("wrong-key-0123456789").as_bytes())
         .unwrap();
-    assert_eq!(c.read(false).status, 401);
+    assert_eq!(c.read_response(false).status, 401);
     c.expect_eof();
 
-    let mut c = Conn::new(&server);
-    c.s.write_all(
+    let mut c = Reader::connect(server.addr);
+    c.stream.write_all(
         b"POST /api/v1/urls HTTP/1.1\r\nHost: t\r\nExpect: 200-ok\r\nContent-Length: 2\r\n\r\n{}",
     )
     .unwrap();
-    assert_eq!(c.read(false).status, 417);
+    assert_eq!(c.read_response(false).status, 417);
     c.expect_eof();
 }

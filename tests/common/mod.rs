@@ -108,7 +108,19 @@ impl Server {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Result<Server, String> {
-        let mut child = Command::new(server_bin())
+        let mut cmd = Command::new(server_bin());
+        cmd.envs(env.iter().copied());
+        Self::try_start_command(cmd, data_dir, extra)
+    }
+
+    /// Starts `serve` through `cmd` (the server binary, or a wrapper that execs it with the
+    /// arguments it is given, e.g. to lower a resource limit) on a free port.
+    pub fn try_start_command(
+        mut cmd: Command,
+        data_dir: &Path,
+        extra: &[&str],
+    ) -> Result<Server, String> {
+        let mut child = cmd
             .args([
                 "serve",
                 "--listen",
@@ -119,7 +131,6 @@ impl Server {
             ])
             .arg(data_dir)
             .args(extra)
-            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -261,43 +272,79 @@ impl Reader {
         self.stream.write_all(bytes).unwrap();
     }
 
-    /// Reads one response; `head_request` says the body is absent whatever Content-Length says.
+    /// A reader on a new connection to `addr` (20 s read timeout, no Nagle).
+    pub fn connect(addr: SocketAddr) -> Reader {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.set_nodelay(true).unwrap();
+        Reader::new(s)
+    }
+
+    /// Reads one response, framed strictly: httparse must accept the head, which must carry
+    /// exactly one numeric `Content-Length` (none for 1xx and 204); `head_request` says the
+    /// body is absent whatever Content-Length says. Anything else panics with the bytes.
     pub fn read_response(&mut self, head_request: bool) -> Response {
         loop {
             let mut headers = [httparse::EMPTY_HEADER; 64];
             let mut resp = httparse::Response::new(&mut headers);
-            if let httparse::Status::Complete(n) = resp.parse(&self.buf).unwrap() {
-                let status = resp.code.unwrap();
-                let hs: Vec<(String, String)> = resp
-                    .headers
-                    .iter()
-                    .map(|h| {
-                        (
-                            h.name.to_string(),
-                            String::from_utf8_lossy(h.value).into_owned(),
-                        )
-                    })
-                    .collect();
-                let len: usize = if head_request {
+            let n = match resp.parse(&self.buf) {
+                Ok(httparse::Status::Complete(n)) => n,
+                Ok(httparse::Status::Partial) => {
+                    self.fill();
+                    continue;
+                }
+                Err(e) => panic!(
+                    "not a valid response ({e}): {:?}",
+                    String::from_utf8_lossy(&self.buf[..self.buf.len().min(300)])
+                ),
+            };
+            let status = resp.code.unwrap();
+            let hs: Vec<(String, String)> = resp
+                .headers
+                .iter()
+                .map(|h| {
+                    let v = String::from_utf8(h.value.to_vec()).expect("UTF-8 field value");
+                    (h.name.to_string(), v)
+                })
+                .collect();
+            let lengths: Vec<&str> = hs
+                .iter()
+                .filter(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+                .map(|(_, v)| v.as_str())
+                .collect();
+            let len = if status == 204 || (100..200).contains(&status) {
+                assert!(lengths.is_empty(), "{status} with Content-Length: {hs:?}");
+                0
+            } else {
+                assert_eq!(lengths.len(), 1, "exactly one Content-Length: {hs:?}");
+                let l: usize = lengths[0].parse().expect("numeric Content-Length");
+                if head_request {
                     0
                 } else {
-                    hs.iter()
-                        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-                        .map(|(_, v)| v.parse().unwrap())
-                        .unwrap_or(0)
-                };
-                while self.buf.len() < n + len {
-                    self.fill();
+                    l
                 }
-                let body = self.buf[n..n + len].to_vec();
-                self.buf.drain(..n + len);
-                return Response {
-                    status,
-                    headers: hs,
-                    body,
-                };
+            };
+            while self.buf.len() < n + len {
+                self.fill();
             }
-            self.fill();
+            let body = self.buf[n..n + len].to_vec();
+            self.buf.drain(..n + len);
+            return Response {
+                status,
+                headers: hs,
+                body,
+            };
+        }
+    }
+
+    /// After the last response: the server closes cleanly and sends nothing more.
+    pub fn expect_eof(&mut self) {
+        assert!(self.buf.is_empty(), "bytes after the last response");
+        let mut tmp = [0u8; 1024];
+        match self.stream.read(&mut tmp) {
+            Ok(0) => {}
+            Ok(n) => panic!("unexpected bytes: {:?}", String::from_utf8_lossy(&tmp[..n])),
+            Err(e) => panic!("expected a clean close, got {e}"),
         }
     }
 
