@@ -95,7 +95,7 @@ pub enum WriteReq {
         created_at_s: u64,
         /// The generated ID behind `key`; 0 for a custom alias.
         id: u64,
-        /// For a create under an Idempotency-Key: the scope (`api_flow::scope_string`) and
+        /// For a create under an Idempotency-Key: the scope (`api::idempotency::scope_string`) and
         /// request hash, logged in the same record as the link (`LogOp::PutWithIdem`).
         idem: Option<Box<(String, [u8; 32])>>,
     },
