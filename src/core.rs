@@ -205,7 +205,8 @@ impl Core {
         self.api.take_key_updates();
         self.api.creates.poll(&mut self.mesh);
         self.owner.poll_compaction(now_ms, &mut self.mesh);
-        self.owner.maybe_compact(now_ms, now_s, &self.flights.table);
+        self.owner
+            .maybe_compact(now_ms, now_s, &self.flights.table, &mut self.mesh);
     }
 
     /// One turn of draining; `true` once this core may exit.
@@ -335,9 +336,15 @@ impl Core {
                 }
             }
             Op::LogWrite => self.owner.on_log_write(res),
-            Op::LogSync => self
-                .owner
-                .on_log_sync(res, self.clock.now_s, &mut self.mesh),
+            Op::LogSync => {
+                let (now_ms, now_s) = (self.clock.now_ms, self.clock.now_s);
+                self.owner.on_log_sync(res, now_s, &mut self.mesh);
+                // A due compaction starts as soon as the log has drained, not at the next sweep.
+                if self.owner.compaction_due(now_ms) {
+                    self.owner
+                        .maybe_compact(now_ms, now_s, &self.flights.table, &mut self.mesh);
+                }
+            }
             Op::Shutdown => self.conns.on_shutdown(tok),
             Op::Close | Op::Cancel | Op::Timeout => {}
         }

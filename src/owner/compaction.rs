@@ -22,28 +22,55 @@ pub struct CompactionSetup {
 }
 
 impl Owner {
-    /// Starts a compaction if the memtable is big enough and the log is quiet. A failure to
-    /// start is reported and retried after [`COMPACTION_RETRY_MS`].
-    pub fn maybe_compact(&mut self, now_ms: u64, now_s: u64, idem: &IdemTable) {
+    /// Starts a compaction if the memtable is big enough. A failure to start is reported and
+    /// retried after [`COMPACTION_RETRY_MS`].
+    ///
+    /// The log is rotated only when it is quiet (no batch in flight, nothing pending or
+    /// waiting). Under sustained writes it never is, so once a compaction is due new writes
+    /// are held (`Writes::held`) while the batch in flight and the one pending drain; then
+    /// the log rotates and the held writes run. Called at every sweep and after every log
+    /// sync, so a compaction starts with at most `entries` plus the writes of two batches plus
+    /// those made durable while the previous fold ran (docs/storage.md, "When compaction
+    /// runs").
+    pub fn maybe_compact(&mut self, now_ms: u64, now_s: u64, idem: &IdemTable, mesh: &mut Mesh) {
         if let Err(e) = self.try_compact(now_ms, now_s, idem) {
             eprintln!("core {}: cannot start compaction: {e}", self.me);
             self.next_compaction_ms = now_ms + COMPACTION_RETRY_MS;
         }
+        let draining_for_rotation = self.compaction_due(now_ms) && !self.writes.log.is_poisoned();
+        if !draining_for_rotation {
+            // Started, failed to start (retried later) or the log failed: the wait is over.
+            self.release_held_writes(now_s, mesh);
+        }
+    }
+
+    /// Whether a compaction is due and not yet started.
+    pub fn compaction_due(&self, now_ms: u64) -> bool {
+        let due = self.compaction.folding || self.writes.memtable.len() >= self.compaction.entries;
+        due && self.compacting.is_none() && now_ms >= self.next_compaction_ms
     }
 
     fn try_compact(&mut self, now_ms: u64, now_s: u64, idem: &IdemTable) -> io::Result<()> {
-        let due = self.compaction.folding || self.writes.memtable.len() >= self.compaction.entries;
-        if !due || self.compacting.is_some() || now_ms < self.next_compaction_ms {
+        if !self.compaction_due(now_ms) || self.writes.log.is_poisoned() {
             return Ok(());
         }
-        let w = &self.writes;
-        if w.batch.is_some()
-            || w.log.pending_bytes() > 0
-            || !w.waiting.is_empty()
-            || w.log.is_poisoned()
-        {
-            return Ok(()); // Wait for a quiet log.
+        if !self.writes.log_is_quiet() {
+            self.writes.held.get_or_insert_with(Default::default);
+            return Ok(());
         }
+        self.start_compaction(now_s, idem)
+    }
+
+    /// Runs the writes held while the log drained, in arrival order.
+    fn release_held_writes(&mut self, now_s: u64, mesh: &mut Mesh) {
+        for (reply, req) in self.writes.held.take().into_iter().flatten() {
+            self.on_write(reply, req, now_s, mesh);
+        }
+    }
+
+    /// Rotates the quiet log (unless a replayed one is being folded again) and starts the fold
+    /// of a memtable snapshot on its own thread.
+    fn start_compaction(&mut self, now_s: u64, idem: &IdemTable) -> io::Result<()> {
         if !self.compaction.folding {
             self.rotate_log(now_s, idem)?;
         }

@@ -2,8 +2,8 @@
 //! generations, off the core thread, then swaps the tables in and drops the folded log.
 //!
 //! Steps, each crash-safe:
-//! 1. On the core, when the memtable reaches `--compact-entries` and no log batch is in flight:
-//!    rename `wal-<core>.log` to `wal-<core>.folding`, start a fresh `wal-<core>.log`
+//! 1. On the core, when the memtable reaches `--compact-entries` and the log has drained (new
+//!    writes are held meanwhile, `owner/compaction.rs`): rename `wal-<core>.log` to `wal-<core>.folding`, start a fresh `wal-<core>.log`
 //!    (directory fsynced), re-log live idempotency records into it, and snapshot the memtable.
 //!    Recovery replays `.folding` before `.log`, so a crash anywhere below loses nothing.
 //! 2. On a compaction thread: for each touched shard, merge table + snapshot (deleted and

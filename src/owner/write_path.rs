@@ -4,7 +4,7 @@
 //!
 //! Not the redirect hot path: allocation is fine here.
 
-use super::writes::{Durable, MemEntry, Then, MAX_QUEUED_WRITES_PER_KEY};
+use super::writes::{Durable, MemEntry, Then, MAX_HELD_WRITES, MAX_QUEUED_WRITES_PER_KEY};
 use super::Owner;
 use crate::api::request::ExpiryUpdate;
 use crate::key::InlineKey;
@@ -48,6 +48,14 @@ impl Owner {
         }
         if self.writes.log.is_poisoned() {
             return done(mesh, WriteOutcome::StorageFailed);
+        }
+        if let Some(held) = &mut self.writes.held {
+            // A compaction waits for the log to drain (`compaction.rs`).
+            if held.len() < MAX_HELD_WRITES {
+                held.push_back((reply, req));
+                return;
+            }
+            return done(mesh, WriteOutcome::WriteInProgress);
         }
         if self.writes.in_flight_keys.contains(&key) {
             // Wait for the in-flight write: judged against the state it leaves, this one
@@ -225,7 +233,10 @@ impl Owner {
             let outcome = WriteOutcome::StorageFailed;
             mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
         };
-        // Queued writes would meet the poisoned log: answer them the same way.
+        // Queued and held writes would meet the poisoned log: answer them the same way.
+        for (reply, _) in self.writes.held.take().into_iter().flatten() {
+            failed(mesh, reply);
+        }
         for (_, queue) in std::mem::take(&mut self.writes.queued) {
             for (reply, _) in queue {
                 failed(mesh, reply);

@@ -47,6 +47,12 @@ pub struct Durable {
 /// and applied in order, while a client hammering one key cannot grow a core's memory.
 pub const MAX_QUEUED_WRITES_PER_KEY: usize = 16;
 
+/// Writes that may wait while a due compaction drains the log so it can rotate it; a write
+/// beyond them is answered 503 with `Retry-After: 1`. The wait lasts at most two batch syncs
+/// (the one in flight and the one already pending), so 1024 covers every API connection a
+/// core accepts writing at once, while bounding the memory held (each carries its target).
+pub const MAX_HELD_WRITES: usize = 1024;
+
 /// Test-only fault injection at the storage seam (hidden CLI flags).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Faults {
@@ -73,6 +79,10 @@ pub struct Writes {
     /// The write of `batch` failed (the linked fsync is then cancelled).
     pub batch_error: Option<std::io::Error>,
     pub waiting: VecDeque<Durable>,
+    /// While a compaction is due and waits for the log to drain: the writes that arrived
+    /// meanwhile, in arrival order, run once the log is rotated (at most [`MAX_HELD_WRITES`]).
+    /// Appending them would keep the log from ever draining under sustained writes.
+    pub held: Option<VecDeque<(ReplyTo, WriteReq)>>,
     pub faults: Faults,
     pub fsyncs_ok: u64,
 }
@@ -93,9 +103,15 @@ impl Writes {
             batch: None,
             batch_error: None,
             waiting: VecDeque::new(),
+            held: None,
             faults,
             fsyncs_ok: 0,
         }
+    }
+
+    /// Whether nothing is appended, in flight or waiting: the log can be rotated.
+    pub fn log_is_quiet(&self) -> bool {
+        self.batch.is_none() && self.log.pending_bytes() == 0 && self.waiting.is_empty()
     }
 
     /// The live link for `key` in the memtable: `Some(Some)` live, `Some(None)` deleted,
