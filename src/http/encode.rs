@@ -52,7 +52,8 @@ impl Conn {
 const CACHE_CONTROL_TEMPORARY: &[u8] = b"private, no-store";
 
 /// Appends a redirect with an empty body. The same bytes answer GET and HEAD (the body is empty
-/// either way). `location` must be a validated link target (no CR/LF).
+/// either way). `location` must be a stored link target (no CR/LF); it is sent as a URI
+/// ([`put_location`]).
 pub fn encode_redirect(
     out: &mut Vec<u8>,
     status: RedirectStatus,
@@ -66,7 +67,7 @@ pub fn encode_redirect(
     );
     out.extend_from_slice(Status::from(status).status_line());
     out.extend_from_slice(b"Location: ");
-    out.extend_from_slice(location);
+    put_location(out, location);
     out.extend_from_slice(b"\r\nContent-Length: 0\r\nCache-Control: ");
     if status.is_permanent() {
         out.extend_from_slice(b"public, max-age=");
@@ -81,6 +82,32 @@ pub fn encode_redirect(
     out.extend_from_slice(b"\r\n");
     common_tail(out, conn, date);
     out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a stored target as a URI: byte-exact when ASCII (nearly every link; a validated
+/// ASCII target is a URI already, `shards::link::validate_url`), else with every non-ASCII
+/// byte percent-encoded, the IRI-to-URI mapping of RFC 3987 section 3.1 (`bücher.de/ü` ->
+/// `b%C3%BCcher.de/%C3%BC`; browsers and curl turn such a host into its IDNA form). Writes into
+/// `out` directly: no allocation beyond `out`'s growth.
+#[inline]
+pub fn put_location(out: &mut Vec<u8>, target: &[u8]) {
+    if shards::link::every_target_byte(target, |b| b.is_ascii()) {
+        out.extend_from_slice(target);
+    } else {
+        put_percent_encoded_non_ascii(out, target);
+    }
+}
+
+#[cold]
+fn put_percent_encoded_non_ascii(out: &mut Vec<u8>, target: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in target {
+        if b.is_ascii() {
+            out.push(b);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+        }
+    }
 }
 
 /// Appends a complete response: status line, `headers` (name, value; values must not contain

@@ -218,3 +218,35 @@ fn error_responses_to_head_have_no_body() {
         assert!(head.contains(&format!("Content-Length: {}", e.reason().len() + 1)));
     }
 }
+
+proptest::proptest! {
+    /// `put_location` is the RFC 3987 IRI-to-URI mapping: it agrees with `fluent-uri`'s
+    /// `Iri::to_uri` on every valid IRI, and what it writes is a strict RFC 3986 URI.
+    #[test]
+    fn location_is_the_iri_to_uri_mapping(
+        path in proptest::collection::vec(
+            proptest::sample::select(vec!["a", "/", "?", "#", "%41", "é", "日", "ü", "-", "=", "&", "😀"]),
+            0..24,
+        )
+    ) {
+        let iri = format!("https://bücher.example/{}", path.concat());
+        if let Ok(parsed) = fluent_uri::Iri::parse(iri.as_str()) {
+            let mut out = Vec::new();
+            put_location(&mut out, iri.as_bytes());
+            let got = std::str::from_utf8(&out).unwrap();
+            let want = parsed.to_uri();
+            proptest::prop_assert_eq!(got, want.as_str());
+            proptest::prop_assert!(fluent_uri::Uri::parse(got).is_ok(), "{}", got);
+        }
+    }
+}
+
+#[test]
+fn ascii_location_is_byte_exact() {
+    let long = format!("https://e.com/{}", "a".repeat(500));
+    for t in ["https://E.com/a%20b?x#y", "http://h/", &long] {
+        let mut out = Vec::new();
+        put_location(&mut out, t.as_bytes());
+        assert_eq!(out, t.as_bytes());
+    }
+}

@@ -385,8 +385,8 @@ fn to_link_ref<'a>(rec: &RawRecord<'a>) -> Option<LinkRef<'a>> {
 }
 
 /// `target` as a `&str` if it is UTF-8 without whitespace or control characters, the part of
-/// `validate_url`'s rules that keeps a `Location` header from being split or smuggled. The
-/// writer enforced all of `validate_url`; this re-check is what stands between a forged file
+/// `check_storable_url`'s rules that keeps a `Location` header from being split or smuggled.
+/// The writer enforced all of `check_storable_url`; this re-check is what stands between a forged file
 /// and the response. The common case (printable ASCII) costs a few vector compares.
 #[inline]
 fn serve_safe_target(target: &[u8]) -> Option<&str> {
@@ -410,35 +410,11 @@ fn printable(b: u8) -> bool {
     b.wrapping_sub(0x21) < 0x5e
 }
 
-/// Whether every byte of `t` is printable ASCII other than space.
-///
-/// Shaped for lookups, not for throughput: a loop over the target whose trip count depends on
-/// its length ends in a mispredicted branch on nearly every hit, and that flush throws away the
-/// memory loads the CPU had already started for the next lookups (measured on 1M links: hit
-/// ~250 -> ~1000 ns back to back). So lengths 8..=128 (nearly all URLs) are checked as four
-/// fixed-size windows with no data-dependent branch; only other lengths loop.
+/// Whether every byte of `t` is printable ASCII other than space (branch-shaped for lookups:
+/// [`crate::link::every_target_byte`]).
 #[inline]
 fn all_printable_ascii(t: &[u8]) -> bool {
-    match t.len() {
-        32..=128 => four_windows::<32>(t),
-        8..=31 => four_windows::<8>(t),
-        _ => t.iter().fold(true, |ok, &b| ok & printable(b)),
-    }
-}
-
-/// Checks `t` (`W <= t.len() <= 4 * W`) as four `W`-byte windows starting at 0, `s`, `2s` and
-/// `len - W` (clamped), with `s = ceil((len - W) / 3) <= W`: consecutive windows overlap or
-/// touch, and the last ends at `len`, so together they cover every byte.
-#[inline(always)]
-fn four_windows<const W: usize>(t: &[u8]) -> bool {
-    let last = t.len().saturating_sub(W);
-    let step = last.div_ceil(3);
-    [0, step.min(last), (2 * step).min(last), last]
-        .iter()
-        .fold(true, |ok, &at| {
-            let window: Option<&[u8; W]> = t.get(at..at + W).and_then(|w| w.try_into().ok());
-            ok & window.is_some_and(|w| w.iter().fold(true, |ok, &b| ok & printable(b)))
-        })
+    crate::link::every_target_byte(t, printable)
 }
 
 /// Smallest table (4 MiB) whose mapping is collapsed to huge pages: below it the TLB's 4 KiB
