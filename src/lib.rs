@@ -8,6 +8,7 @@ pub mod client;
 pub mod clock;
 pub mod conns;
 pub mod core;
+pub mod fleet_node;
 pub mod flights;
 pub mod http;
 pub mod key;

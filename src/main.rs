@@ -29,6 +29,11 @@ enum Cmd {
     Import(ImportArgs),
     /// Manage API keys (stored hashed in the data dir).
     Keys(KeysArgs),
+    /// Fleet mode: the PostgreSQL schema, namespaces and the failover runbook's commands.
+    Fleet {
+        #[command(subcommand)]
+        cmd: ricochet::fleet_node::FleetCommand,
+    },
 }
 
 #[derive(clap::Args)]
@@ -110,6 +115,30 @@ struct ServeArgs {
     /// small machine reach the paths of 3+ cores.
     #[arg(long, hide = true)]
     test_oversubscribe: bool,
+    /// Fleet mode: allocate IDs from this PostgreSQL primary (set up with `ricochet fleet
+    /// init`), shared by every node of the fleet. Needs --namespace and --node-id.
+    #[arg(long, requires_all = ["namespace", "node_id"])]
+    fleet_pg: Option<String>,
+    /// Fleet mode: the namespace (ID range) this node allocates from.
+    #[arg(long, requires = "fleet_pg", value_parser = parse_fleet_name)]
+    namespace: Option<String>,
+    /// Fleet mode: this node's name in the allocation audit.
+    #[arg(long, requires = "fleet_pg", value_parser = parse_fleet_name)]
+    node_id: Option<String>,
+    /// Test only: from the Nth allocation on, every other COMMIT reply is dropped.
+    #[arg(long, hide = true)]
+    test_fleet_lose_commit_reply_from: Option<u64>,
+    /// Test only: from the Nth allocation on, every other COMMIT becomes a ROLLBACK whose
+    /// reply is dropped.
+    #[arg(long, hide = true)]
+    test_fleet_rollback_as_uncertain_from: Option<u64>,
+}
+
+/// `--namespace` / `--node-id`: `[A-Za-z0-9_-]{1,64}`, like keys (they appear in the audit).
+fn parse_fleet_name(s: &str) -> Result<String, String> {
+    shards::link::validate_key(s.as_bytes())
+        .map(|()| s.to_owned())
+        .map_err(|e| format!("{e} (1 to 64 of A-Z, a-z, 0-9, '_', '-')"))
 }
 
 /// Shortest `--header-timeout-ms` / `--idle-timeout-ms`: below this a connection could be
@@ -210,9 +239,19 @@ fn main() -> ExitCode {
             compact_entries: a.compact_entries,
             oversubscribe: a.test_oversubscribe,
             accept_data_loss: a.accept_data_loss,
+            fleet: a.fleet_pg.map(|url| ricochet::fleet_node::FleetOptions {
+                url,
+                namespace: a.namespace.expect("clap requires --namespace"),
+                node_id: a.node_id.expect("clap requires --node-id"),
+                faults: fleet::FleetFaults {
+                    lose_commit_reply_from: a.test_fleet_lose_commit_reply_from,
+                    rollback_as_uncertain_from: a.test_fleet_rollback_as_uncertain_from,
+                },
+            }),
         }),
         Cmd::Keys(k) => ricochet::api::keys::run_keys_command(&k.data_dir, k.cmd),
         Cmd::Import(a) => import(a),
+        Cmd::Fleet { cmd } => ricochet::fleet_node::run_command(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

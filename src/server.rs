@@ -72,6 +72,9 @@ pub struct ServeOptions {
     /// `--accept-data-loss`: start even though tables or logs the data dir recorded are gone,
     /// serving without the links they held (each missing file is reported).
     pub accept_data_loss: bool,
+    /// `--fleet-pg`: allocate IDs from a PostgreSQL namespace shared by the fleet, under the
+    /// fleet's key-space secret, instead of the data dir's own authority.
+    pub fleet: Option<crate::fleet_node::FleetOptions>,
 }
 
 /// Creates per second per API key unless configured (`--create-rate`); with the burst, enough
@@ -80,6 +83,32 @@ pub const DEFAULT_CREATE_RATE_PER_S: u32 = 1_000;
 
 /// Creates a rested API key may make at once (`--create-burst`).
 pub const DEFAULT_CREATE_BURST: u32 = 2_000;
+
+/// The data dir's own allocation authority and key-permutation secret (not fleet mode).
+fn open_local_authority(
+    dir: &DataDir,
+    max_logged_id: u64,
+) -> anyhow::Result<(shards::alloc::AllocatorService, [u8; 32])> {
+    let authority = shards::alloc::FileAuthority::open(dir.path(), max_logged_id)
+        .context("opening the ID allocation authority")?;
+    let allocator = shards::alloc::AllocatorService::start(Box::new(authority), false)
+        .context("starting the allocator thread")?;
+    // A new secret maps new IDs onto keys already issued under the lost one: with IDs handed
+    // out (the authority's high-water, or IDs in the logs), a missing secret is refused.
+    let secret_path = dir.path().join(shards::keygen::SECRET_FILE_NAME);
+    if !secret_path.exists()
+        && (allocator.high_water() > shards::alloc::FIRST_ID || max_logged_id > 0)
+    {
+        bail!(
+            "{} is missing but {} generated IDs were already handed out; a new secret would map new IDs onto keys already issued. Restore it from a backup",
+            secret_path.display(),
+            allocator.high_water().saturating_sub(shards::alloc::FIRST_ID)
+        );
+    }
+    let secret = shards::keygen::load_or_create_secret(dir.path())
+        .context("loading the key-permutation secret")?;
+    Ok((allocator, secret))
+}
 
 /// Runs the server until SIGTERM/SIGINT has drained it.
 pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
@@ -147,24 +176,18 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let doorbells = Arc::new(Doorbells::new(cores).context("creating doorbell eventfds")?);
 
     // Write path: allocation authority, key permutation secret, API keys.
-    let authority = shards::alloc::FileAuthority::open(dir.path(), max_logged_id)
-        .context("opening the ID allocation authority")?;
-    let allocator = shards::alloc::AllocatorService::start(Box::new(authority), false)
-        .context("starting the allocator thread")?;
-    // A new secret maps new IDs onto keys already issued under the lost one: with IDs handed
-    // out (the authority's high-water, or IDs in the logs), a missing secret is refused.
-    let secret_path = dir.path().join(shards::keygen::SECRET_FILE_NAME);
-    if !secret_path.exists()
-        && (allocator.high_water() > shards::alloc::FIRST_ID || max_logged_id > 0)
-    {
-        bail!(
-            "{} is missing but {} generated IDs were already handed out; a new secret would map new IDs onto keys already issued. Restore it from a backup",
-            secret_path.display(),
-            allocator.high_water().saturating_sub(shards::alloc::FIRST_ID)
-        );
-    }
-    let secret = shards::keygen::load_or_create_secret(dir.path())
-        .context("loading the key-permutation secret")?;
+    let (allocator, secret, fleet_stats) = match &opts.fleet {
+        None => {
+            let (allocator, secret) = open_local_authority(&dir, max_logged_id)?;
+            (allocator, secret, None)
+        }
+        Some(f) => {
+            let node = crate::fleet_node::open(dir.path(), f)?;
+            let allocator = shards::alloc::AllocatorService::start(Box::new(node.authority), false)
+                .context("starting the allocator thread")?;
+            (allocator, node.secret, Some(node.stats))
+        }
+    };
     let keygen = Arc::new(shards::keygen::KeyGen::new(&secret));
     if let Some(generated) = crate::api::keys::ApiKeyStore::bootstrap(
         dir.path(),
@@ -207,6 +230,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         drained_cores: AtomicUsize::new(0),
         draining,
         doorbells: doorbells.clone(),
+        fleet: fleet_stats,
     });
 
     let queues = Arc::new(MeshQueues::new(cores));

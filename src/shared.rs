@@ -17,6 +17,8 @@ pub struct Shared {
     /// Set by SIGTERM/SIGINT: stop accepting, finish in-flight requests, exit.
     pub draining: Arc<AtomicBool>,
     pub doorbells: Arc<crate::mesh::Doorbells>,
+    /// Fleet mode's allocation counters (`--fleet-pg`), for `/metrics` and `/readyz`.
+    pub fleet: Option<Arc<fleet::FleetStats>>,
 }
 
 impl Shared {

@@ -230,6 +230,31 @@ pub fn load_or_create_secret(dir: &Path) -> io::Result<[u8; 32]> {
     }
 }
 
+/// Makes `secret` (the fleet's, from its database) this data dir's key-generation secret:
+/// written if the dir has none, accepted if it holds the same one. A dir holding a different
+/// secret is refused: its keys were generated under another permutation, so fleet IDs would
+/// map onto keys it already issued. A corrupt file is refused as in [`load_or_create_secret`].
+pub fn adopt_secret(dir: &Path, secret: &[u8; 32]) -> io::Result<()> {
+    let path = dir.join(SECRET_FILE_NAME);
+    match fs::read(&path) {
+        Ok(bytes) => match parse_secret(&bytes) {
+            Some(local) if &local == secret => Ok(()),
+            Some(_) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} holds a different key-generation secret than the fleet database: this                      data dir generated keys under another permutation, and fleet IDs would                      map onto keys it already issued. Use a fresh data dir for this node",
+                    path.display()
+                ),
+            )),
+            None => load_or_create_secret(dir).map(|_| ()),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            durable::write_atomic(dir, SECRET_FILE_NAME, &encode_secret(secret), 0o600)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 fn encode_secret(secret: &[u8; 32]) -> Vec<u8> {
     let mut v = Vec::with_capacity(SECRET_FILE_BYTES);
     v.extend_from_slice(SECRET_MAGIC);

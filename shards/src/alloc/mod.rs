@@ -124,6 +124,11 @@ pub enum AuthorityError {
     Poisoned { reason: String },
     #[error("allocation authority unavailable: {0}")]
     Unavailable(String),
+    #[error(
+        "allocation authority fenced: {reason}. Generated-key creates are refused until an \
+         operator has followed the rollback runbook (docs/fleet.md) and restarted this node"
+    )]
+    Fenced { reason: String },
 }
 
 /// Carves the next range from `high_water`, clipping at [`KEY_SPACE`]. Shared by authorities.

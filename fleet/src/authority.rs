@@ -1,0 +1,401 @@
+//! [`PgAuthority`]: the seed's allocation transaction on the primary, with uncertain commits
+//! resolved from the audit and a rolled-back authority detected from the node's evidence.
+//!
+//! One allocation, on one session:
+//!
+//! 1. `BEGIN`; `SET LOCAL lock_timeout, statement_timeout`;
+//!    `SELECT next_id, lo, hi ... FOR UPDATE` (the namespace row);
+//! 2. the evidence check: the node's last confirmed interval ([`Evidence`]) must still be in
+//!    the audit and `next_id` at or past its end, else the authority was rolled back (a
+//!    lagging replica promoted): fenced for good;
+//! 3. `start = next_id`, `end = min(start + len, hi)` (`start >= hi`: exhausted);
+//!    `UPDATE ... SET next_id = end WHERE name = $ns AND next_id = start` must touch one row;
+//!    `INSERT` the audit row `(request_id, namespace, start, end, node, instance)`;
+//! 4. `COMMIT`. A server error before or at COMMIT means nothing was committed. No reply to
+//!    COMMIT (timeout, broken connection) is uncertain: the old session is made to be gone
+//!    (`pg_terminate_backend` if it lingers), then the audit row of `request_id` decides. Found:
+//!    the range is confirmed and published. Absent: nothing was committed. Not provable within
+//!    [`UNCERTAIN_RESOLVE_MS`]: the range, if it was committed, is wasted (it shows in the
+//!    audit with no IDs used), and a later allocation asks afresh. Never published on a guess.
+//! 5. Publish: the evidence is fsynced first, then the range is returned.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shards::alloc::{Authority, AuthorityError, IdRange, MAX_SEGMENT_LEN, MIN_SEGMENT_LEN};
+
+use crate::db::{Db, FailureClass, FleetError, SessionId};
+use crate::evidence::Evidence;
+use crate::stats::FleetStats;
+use crate::{LOCK_TIMEOUT_MS, STATEMENT_TIMEOUT_MS, UNCERTAIN_RESOLVE_MS};
+
+/// Test-only faults at the COMMIT (hidden `serve` flags), counted in allocations.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FleetFaults {
+    /// From this allocation on (1-based), every other one commits and then acts as if the
+    /// reply was lost: the uncertain path must find the audit row and publish it.
+    pub lose_commit_reply_from: Option<u64>,
+    /// From this allocation on, every other one rolls back instead of committing and acts as
+    /// if the reply was lost: the uncertain path must find no row and publish nothing.
+    pub rollback_as_uncertain_from: Option<u64>,
+}
+
+/// Where a node allocates from.
+#[derive(Clone, Debug)]
+pub struct FleetSetup {
+    pub url: String,
+    pub namespace: String,
+    pub node_id: String,
+    pub data_dir: PathBuf,
+    pub faults: FleetFaults,
+}
+
+/// Phase 1's outcome: the transaction is open with the range written, or closed.
+enum Prepared {
+    Ready(IdRange),
+    NoNamespace,
+    Exhausted,
+    RolledBack { next_id: u64, audited: i64 },
+    Raced(u64),
+}
+
+/// How COMMIT went.
+enum Committed {
+    Yes,
+    No(FleetError),
+    Uncertain(FleetError),
+}
+
+/// An `Authority` backed by a namespace row in PostgreSQL.
+pub struct PgAuthority {
+    db: Db,
+    setup: FleetSetup,
+    /// This process's allocator instance (random per start): the audit tells restarts apart.
+    instance: String,
+    evidence: Option<Evidence>,
+    fenced: Option<String>,
+    allocations: u64,
+    stats: Arc<FleetStats>,
+}
+
+impl PgAuthority {
+    /// An authority for `setup` over `db`. Refuses evidence from another namespace. Does not
+    /// contact the database: the evidence is checked at the first allocation (and each one).
+    pub fn new(
+        db: Db,
+        setup: FleetSetup,
+        stats: Arc<FleetStats>,
+    ) -> Result<PgAuthority, FleetError> {
+        let evidence = Evidence::load(&setup.data_dir)?;
+        if let Some(e) = &evidence {
+            if e.namespace != setup.namespace {
+                return Err(FleetError::Refused(format!(
+                    "{} says this data dir allocates from namespace {:?}, not --namespace {:?}; \
+                     a data dir belongs to one namespace",
+                    Evidence::path(&setup.data_dir).display(),
+                    e.namespace,
+                    setup.namespace
+                )));
+            }
+        }
+        Ok(PgAuthority {
+            db,
+            setup,
+            instance: random_hex(8),
+            evidence,
+            fenced: None,
+            allocations: 0,
+            stats,
+        })
+    }
+
+    /// The counters this authority updates.
+    pub fn stats(&self) -> Arc<FleetStats> {
+        self.stats.clone()
+    }
+
+    fn try_allocate(&mut self, len: u64) -> Result<IdRange, (FailureClass, AuthorityError)> {
+        self.allocations += 1;
+        let request_id = random_hex(16);
+        let range = match self.prepare(&request_id, len) {
+            Ok(Prepared::Ready(range)) => range,
+            Ok(Prepared::Exhausted) => {
+                return Err((FailureClass::Database, AuthorityError::Exhausted));
+            }
+            Ok(Prepared::NoNamespace) => {
+                let reason = format!(
+                    "namespace {:?} does not exist in {}; create it with `ricochet fleet \
+                     namespace create`",
+                    self.setup.namespace,
+                    self.db.target()
+                );
+                return Err((FailureClass::Database, AuthorityError::Unavailable(reason)));
+            }
+            Ok(Prepared::RolledBack { next_id, audited }) => {
+                let e = self.evidence.as_ref().expect("checked against evidence");
+                let reason = format!(
+                    "the database's next_id for namespace {:?} is {next_id} and it holds {audited} \
+                     audit rows for request {}, but this node confirmed [{}, {}) by that \
+                     request (evidence in {}): the authority lost confirmed allocations (a \
+                     lagging replica promoted, or a restore) and would issue IDs again",
+                    self.setup.namespace,
+                    e.request_id,
+                    e.start,
+                    e.end,
+                    Evidence::path(&self.setup.data_dir).display()
+                );
+                eprintln!("fleet: FENCED: {reason}");
+                self.fenced = Some(reason.clone());
+                self.stats.fence();
+                return Err((FailureClass::RolledBack, AuthorityError::Fenced { reason }));
+            }
+            Ok(Prepared::Raced(n)) => {
+                let reason = format!("guarded UPDATE of next_id touched {n} rows, not 1");
+                return Err((FailureClass::Database, AuthorityError::Unavailable(reason)));
+            }
+            Err(e) => return Err(unavailable(e)),
+        };
+        let old_session = self.db.session_id();
+        match self.commit() {
+            Committed::Yes => self.publish(request_id, range),
+            Committed::No(e) => Err(unavailable(e)),
+            Committed::Uncertain(e) => {
+                eprintln!("fleet: allocation {request_id}: {e}; resolving from the audit");
+                match self.resolve(&request_id, old_session) {
+                    Some(Some(found)) => self.publish(request_id, found),
+                    Some(None) => Err((
+                        FailureClass::Uncertain,
+                        AuthorityError::Unavailable(format!(
+                            "allocation {request_id} lost its COMMIT reply and was not \
+                             committed; nothing published"
+                        )),
+                    )),
+                    None => {
+                        self.stats.unknown_outcome();
+                        Err((
+                            FailureClass::Uncertain,
+                            AuthorityError::Unavailable(format!(
+                                "allocation {request_id} lost its COMMIT reply and its outcome \
+                                 could not be proven within {UNCERTAIN_RESOLVE_MS} ms; if it \
+                                 committed, [{}, {}) is wasted (see the audit)",
+                                range.start, range.end
+                            )),
+                        ))
+                    }
+                }
+            }
+        }
+    }
+
+    /// Phase 1: everything up to COMMIT, in one open transaction.
+    fn prepare(&mut self, request_id: &str, len: u64) -> Result<Prepared, FleetError> {
+        let ns = self.setup.namespace.clone();
+        let node = self.setup.node_id.clone();
+        let instance = self.instance.clone();
+        let evidence = self.evidence.clone();
+        let len = len as i64;
+        let stats = self.stats.clone();
+        self.db.call("allocation", async |c| {
+            c.batch_execute(&format!(
+                "BEGIN; SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'; \
+                 SET LOCAL statement_timeout = '{STATEMENT_TIMEOUT_MS}ms'"
+            ))
+            .await?;
+            let Some(row) = c
+                .query_opt(
+                    "SELECT next_id, hi FROM ricochet_namespace WHERE name = $1 FOR UPDATE",
+                    &[&ns],
+                )
+                .await?
+            else {
+                c.batch_execute("ROLLBACK").await?;
+                return Ok(Prepared::NoNamespace);
+            };
+            let (next_id, hi): (i64, i64) = (row.get(0), row.get(1));
+            stats.saw(next_id as u64, hi as u64);
+            if let Some(e) = &evidence {
+                let audited: i64 = c
+                    .query_one(
+                        "SELECT count(*) FROM ricochet_alloc_audit WHERE request_id = $1 \
+                         AND namespace = $2 AND start_id = $3 AND end_id = $4",
+                        &[&e.request_id, &ns, &(e.start as i64), &(e.end as i64)],
+                    )
+                    .await?
+                    .get(0);
+                if (next_id as u64) < e.end || audited != 1 {
+                    c.batch_execute("ROLLBACK").await?;
+                    return Ok(Prepared::RolledBack {
+                        next_id: next_id as u64,
+                        audited,
+                    });
+                }
+            }
+            if next_id >= hi {
+                c.batch_execute("ROLLBACK").await?;
+                return Ok(Prepared::Exhausted);
+            }
+            let end = next_id.saturating_add(len).min(hi);
+            let n = c
+                .execute(
+                    "UPDATE ricochet_namespace SET next_id = $1 WHERE name = $2 AND next_id = $3",
+                    &[&end, &ns, &next_id],
+                )
+                .await?;
+            if n != 1 {
+                c.batch_execute("ROLLBACK").await?;
+                return Ok(Prepared::Raced(n));
+            }
+            c.execute(
+                "INSERT INTO ricochet_alloc_audit \
+                 (request_id, namespace, start_id, end_id, node_id, instance) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+                &[&request_id, &ns, &next_id, &end, &node, &instance],
+            )
+            .await?;
+            Ok(Prepared::Ready(IdRange {
+                start: next_id as u64,
+                end: end as u64,
+            }))
+        })
+    }
+
+    /// Phase 2: COMMIT, or a test fault standing in for a lost reply.
+    fn commit(&mut self) -> Committed {
+        let n = self.allocations;
+        let faulted = |from: Option<u64>| from.is_some_and(|f| n >= f && (n - f) % 2 == 0);
+        let (sql, lost) = if faulted(self.setup.faults.lose_commit_reply_from) {
+            ("COMMIT", true)
+        } else if faulted(self.setup.faults.rollback_as_uncertain_from) {
+            ("ROLLBACK", true)
+        } else {
+            ("COMMIT", false)
+        };
+        match self.db.call("commit", async |c| c.batch_execute(sql).await) {
+            Ok(()) if !lost => Committed::Yes,
+            Ok(()) => {
+                self.db.disconnect();
+                Committed::Uncertain(FleetError::Refused(format!(
+                    "test fault: the reply to {sql} is dropped"
+                )))
+            }
+            Err(e) => match e.class() {
+                // The server answered: it did not commit.
+                Some(FailureClass::Database | FailureClass::StatementTimeout) => Committed::No(e),
+                _ => Committed::Uncertain(e),
+            },
+        }
+    }
+
+    /// After a lost COMMIT reply: `Some(Some(range))` committed, `Some(None)` not committed,
+    /// `None` unknown. Proof needs the old session gone first: while it lives, its commit
+    /// could still be on its way.
+    fn resolve(&mut self, request_id: &str, old: Option<SessionId>) -> Option<Option<IdRange>> {
+        self.db.disconnect();
+        let deadline = Instant::now() + Duration::from_millis(UNCERTAIN_RESOLVE_MS);
+        loop {
+            let old = old.clone();
+            let r = self.db.call("resolve uncertain commit", async |c| {
+                if let Some(old) = &old {
+                    let alive: i64 = c
+                        .query_one(
+                            "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 \
+                             AND backend_start::text = $2",
+                            &[&old.pid, &old.backend_start],
+                        )
+                        .await?
+                        .get(0);
+                    if alive > 0 {
+                        c.execute("SELECT pg_terminate_backend($1)", &[&old.pid])
+                            .await?;
+                        return Ok(None);
+                    }
+                }
+                let row = c
+                    .query_opt(
+                        "SELECT start_id, end_id FROM ricochet_alloc_audit WHERE request_id = $1",
+                        &[&request_id],
+                    )
+                    .await?;
+                Ok(Some(row.map(|r| IdRange {
+                    start: r.get::<_, i64>(0) as u64,
+                    end: r.get::<_, i64>(1) as u64,
+                })))
+            });
+            match r {
+                Ok(Some(outcome)) => return Some(outcome),
+                Ok(None) | Err(_) if Instant::now() < deadline => {
+                    self.db.sleep(Duration::from_millis(50));
+                }
+                Ok(None) | Err(_) => return None,
+            }
+        }
+    }
+
+    /// Fsyncs the evidence, then hands the range out. If the evidence cannot be written, the
+    /// range is not published (wasted, visible in the audit).
+    fn publish(
+        &mut self,
+        request_id: String,
+        range: IdRange,
+    ) -> Result<IdRange, (FailureClass, AuthorityError)> {
+        let e = Evidence {
+            namespace: self.setup.namespace.clone(),
+            request_id,
+            start: range.start,
+            end: range.end,
+        };
+        if let Err(source) = e.store(&self.setup.data_dir) {
+            return Err((
+                FailureClass::Evidence,
+                AuthorityError::Io {
+                    op: "fsync the allocation evidence",
+                    path: Evidence::path(&self.setup.data_dir),
+                    source,
+                },
+            ));
+        }
+        self.evidence = Some(e);
+        Ok(range)
+    }
+}
+
+impl Authority for PgAuthority {
+    fn allocate(&mut self, len: u64) -> Result<IdRange, AuthorityError> {
+        if !(MIN_SEGMENT_LEN..=MAX_SEGMENT_LEN).contains(&len) {
+            return Err(AuthorityError::BadLength(len));
+        }
+        if let Some(reason) = &self.fenced {
+            return Err(AuthorityError::Fenced {
+                reason: reason.clone(),
+            });
+        }
+        let started = Instant::now();
+        let result = self.try_allocate(len);
+        match &result {
+            Ok(r) => self.stats.allocation(started.elapsed(), r.len()),
+            Err((class, _)) => self.stats.failure(*class, started.elapsed()),
+        }
+        result.map_err(|(_, e)| e)
+    }
+
+    /// The end of this node's last confirmed range (every ID below it may have been issued
+    /// by this node or another).
+    fn high_water(&self) -> u64 {
+        self.evidence
+            .as_ref()
+            .map_or(shards::alloc::FIRST_ID, |e| e.end)
+    }
+}
+
+fn unavailable(e: FleetError) -> (FailureClass, AuthorityError) {
+    let class = e.class().unwrap_or(FailureClass::Database);
+    (class, AuthorityError::Unavailable(e.to_string()))
+}
+
+/// `bytes` random bytes as lowercase hex.
+fn random_hex(bytes: usize) -> String {
+    let mut b = vec![0u8; bytes];
+    getrandom::getrandom(&mut b).expect("the OS random source works");
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

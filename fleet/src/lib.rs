@@ -1,0 +1,53 @@
+//! Fleet services: PostgreSQL as the ID allocation authority many ricochet nodes share.
+//!
+//! This crate holds the only PostgreSQL client of the project. Nothing here runs on a core
+//! thread: [`PgAuthority`] implements `shards::alloc::Authority`, so it runs on the
+//! allocator's service thread, which cores reach through its bounded queue and doorbell. Each
+//! authority owns one connection and a single-threaded tokio runtime driven only while a call
+//! is in flight; every call has a client-side timeout ([`DB_CALL_TIMEOUT_MS`]) on top of the
+//! server-side `lock_timeout` and `statement_timeout`, so a hung server (SIGSTOP) costs one
+//! bounded, classified failure, never a stuck thread.
+//!
+//! - `db.rs`: [`Db`], a session with timeouts, error classes ([`FailureClass`]).
+//! - `schema.rs`: versioned migrations (`migrations/*.sql`), [`init`].
+//! - `admin.rs`: namespaces and the runbook's `raise-next-id`.
+//! - `authority.rs`: [`PgAuthority`], the seed's allocation transaction, uncertain commits,
+//!   rollback detection.
+//! - `evidence.rs`: the node's fsynced record of its last confirmed allocation.
+//! - `stats.rs`: counters and latency histogram for `/metrics` and `/readyz`.
+
+mod admin;
+mod authority;
+mod db;
+mod evidence;
+mod schema;
+mod stats;
+
+pub use admin::{create_namespace, raise_next_id, show_namespace, NamespaceRow};
+pub use authority::{FleetFaults, FleetSetup, PgAuthority};
+pub use db::{Db, FailureClass, FleetError};
+pub use evidence::{Evidence, EVIDENCE_FILE_NAME};
+pub use schema::{init, load_secret, schema_version, InitReport, MIGRATIONS, SCHEMA_VERSION};
+pub use stats::{FleetStats, FleetStatsSnapshot};
+
+/// Longest any single database call may take, measured on our side (connect, each statement,
+/// the allocation transaction as a whole). Past it the session is dropped and the call fails
+/// as [`FailureClass::Timeout`]. 2 s: far above a healthy allocation (~1 ms), well below
+/// `NEXT_ID_DEADLINE_MS` x the prefetch lead, so a buffered range still covers the wait.
+pub const DB_CALL_TIMEOUT_MS: u64 = 2_000;
+
+/// Server-side `lock_timeout` of the allocation transaction: a namespace row held locked by
+/// someone else (a stuck session, an operator) becomes a `lock_timeout` failure, backed off.
+pub const LOCK_TIMEOUT_MS: u64 = 500;
+
+/// Server-side `statement_timeout` of every statement of the allocation transaction.
+pub const STATEMENT_TIMEOUT_MS: u64 = 1_000;
+
+/// Server-side `idle_in_transaction_session_timeout`: a session we abandoned mid-transaction
+/// (client timeout, network partition) releases its row lock after this long at most.
+pub const IDLE_IN_TRANSACTION_TIMEOUT_MS: u64 = 5_000;
+
+/// After a lost COMMIT reply: how long to wait for the old session to be gone (terminating it
+/// if it lingers) before the audit row is trusted either way. Past it the outcome stays
+/// unknown and the range is wasted.
+pub const UNCERTAIN_RESOLVE_MS: u64 = 5_000;

@@ -1,0 +1,116 @@
+//! What the fleet authority reports: allocation counts, failures by class, the transaction
+//! latency histogram, waste inputs and whether it is fenced. Written by the allocator thread,
+//! read by whichever core answers `/metrics` or `/readyz`: atomics only, no lock.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::db::FailureClass;
+
+/// Upper bounds (µs) of the allocation-latency histogram buckets; the last bucket is +Inf.
+pub const LATENCY_BUCKETS_US: [u64; 12] = [
+    250, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 500_000, 1_000_000, 2_000_000,
+];
+
+/// Shared counters of one node's fleet authority.
+#[derive(Default)]
+pub struct FleetStats {
+    allocations: AtomicU64,
+    confirmed_ids: AtomicU64,
+    failures: [AtomicU64; FailureClass::ALL.len()],
+    /// Allocations whose COMMIT reply was lost and whose outcome could not be proven.
+    unknown_outcomes: AtomicU64,
+    latency_buckets: [AtomicU64; LATENCY_BUCKETS_US.len() + 1],
+    latency_sum_us: AtomicU64,
+    fenced: AtomicBool,
+    /// Last `next_id` the node saw in the database (0 before the first allocation).
+    next_id_seen: AtomicU64,
+    /// End of the namespace (`hi`), once known.
+    namespace_hi: AtomicU64,
+}
+
+/// A copy of [`FleetStats`] for encoding.
+#[derive(Clone, Debug, Default)]
+pub struct FleetStatsSnapshot {
+    pub allocations: u64,
+    pub confirmed_ids: u64,
+    pub failures: Vec<(&'static str, u64)>,
+    pub unknown_outcomes: u64,
+    /// `(upper bound in seconds, cumulative count)`, the last with `f64::INFINITY`.
+    pub latency_buckets: Vec<(f64, u64)>,
+    pub latency_sum_s: f64,
+    pub latency_count: u64,
+    pub fenced: bool,
+    pub next_id_seen: u64,
+    pub namespace_hi: u64,
+}
+
+impl FleetStats {
+    pub(crate) fn allocation(&self, took: Duration, ids: u64) {
+        self.allocations.fetch_add(1, Ordering::Relaxed);
+        self.confirmed_ids.fetch_add(ids, Ordering::Relaxed);
+        self.latency(took);
+    }
+
+    pub(crate) fn failure(&self, class: FailureClass, took: Duration) {
+        self.failures[class.index()].fetch_add(1, Ordering::Relaxed);
+        self.latency(took);
+    }
+
+    pub(crate) fn unknown_outcome(&self) {
+        self.unknown_outcomes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn fence(&self) {
+        self.fenced.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn saw(&self, next_id: u64, hi: u64) {
+        self.next_id_seen.store(next_id, Ordering::Relaxed);
+        self.namespace_hi.store(hi, Ordering::Relaxed);
+    }
+
+    /// Whether the authority refuses to allocate until an operator intervenes.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced.load(Ordering::Relaxed)
+    }
+
+    fn latency(&self, took: Duration) {
+        let us = took.as_micros().min(u128::from(u64::MAX)) as u64;
+        let i = LATENCY_BUCKETS_US
+            .iter()
+            .position(|&b| us <= b)
+            .unwrap_or(LATENCY_BUCKETS_US.len());
+        self.latency_buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.latency_sum_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    /// Reads every counter.
+    pub fn snapshot(&self) -> FleetStatsSnapshot {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut cumulative = 0;
+        let mut buckets = Vec::with_capacity(LATENCY_BUCKETS_US.len() + 1);
+        for (i, b) in self.latency_buckets.iter().enumerate() {
+            cumulative += load(b);
+            let le = LATENCY_BUCKETS_US
+                .get(i)
+                .map_or(f64::INFINITY, |&us| us as f64 / 1e6);
+            buckets.push((le, cumulative));
+        }
+        FleetStatsSnapshot {
+            allocations: load(&self.allocations),
+            confirmed_ids: load(&self.confirmed_ids),
+            failures: FailureClass::ALL
+                .iter()
+                .map(|c| (c.label(), load(&self.failures[c.index()])))
+                .collect(),
+            unknown_outcomes: load(&self.unknown_outcomes),
+            latency_buckets: buckets,
+            latency_sum_s: load(&self.latency_sum_us) as f64 / 1e6,
+            latency_count: cumulative,
+            fenced: self.is_fenced(),
+            next_id_seen: load(&self.next_id_seen),
+            namespace_hi: load(&self.namespace_hi),
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! Fleet mode on this node: start-up (the fleet's secret, the PostgreSQL authority) and the
+//! `ricochet fleet` operator commands. The PostgreSQL client itself lives in the `fleet`
+//! crate; this module only wires it in, on the main thread before the cores start, or hands
+//! the authority to the allocator's service thread. No core thread calls into it.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+
+/// `serve --fleet-pg`: where this node allocates from.
+#[derive(Clone, Debug)]
+pub struct FleetOptions {
+    pub url: String,
+    pub namespace: String,
+    pub node_id: String,
+    pub faults: fleet::FleetFaults,
+}
+
+/// What `serve` needs from fleet mode.
+pub struct FleetNode {
+    pub authority: fleet::PgAuthority,
+    pub secret: [u8; 32],
+    pub stats: Arc<fleet::FleetStats>,
+}
+
+/// Connects (bounded by `fleet::DB_CALL_TIMEOUT_MS`), checks the schema, adopts the fleet's
+/// key-space secret into `data_dir` (refusing a dir that holds another), and builds the
+/// authority. The database must be reachable to start: without its secret this node could
+/// not generate keys in the fleet's key space.
+pub fn open(data_dir: &Path, opts: &FleetOptions) -> anyhow::Result<FleetNode> {
+    let mut db = fleet::Db::new(&opts.url)?;
+    let target = db.target().to_owned();
+    let secret = fleet::load_secret(&mut db)
+        .with_context(|| format!("loading the fleet's key-space secret from {target}"))?;
+    let Some(ns) = fleet::show_namespace(&mut db, &opts.namespace)? else {
+        bail!(
+            "namespace {:?} does not exist in {target}; create it with `ricochet fleet namespace \
+             create --pg URL {} --lo N --hi M`",
+            opts.namespace,
+            opts.namespace
+        );
+    };
+    shards::keygen::adopt_secret(data_dir, &secret).context("adopting the fleet's secret")?;
+    let stats = Arc::new(fleet::FleetStats::default());
+    let setup = fleet::FleetSetup {
+        url: opts.url.clone(),
+        namespace: opts.namespace.clone(),
+        node_id: opts.node_id.clone(),
+        data_dir: data_dir.to_path_buf(),
+        faults: opts.faults,
+    };
+    let authority = fleet::PgAuthority::new(db, setup, stats.clone())?;
+    eprintln!(
+        "fleet: node {} allocates from namespace {} [{}, {}) at {target} (next_id {})",
+        opts.node_id, ns.name, ns.lo, ns.hi, ns.next_id
+    );
+    Ok(FleetNode {
+        authority,
+        secret,
+        stats,
+    })
+}
+
+/// `ricochet fleet ...`.
+#[derive(clap::Subcommand)]
+pub enum FleetCommand {
+    /// Create or upgrade the fleet schema and the fleet's key-space secret (idempotent).
+    Init {
+        /// PostgreSQL URL of the primary, e.g. postgres://ricochet@db:5432/ricochet
+        #[arg(long)]
+        pg: String,
+    },
+    /// Manage namespaces: disjoint ID ranges, one per region or fleet.
+    Namespace {
+        #[command(subcommand)]
+        cmd: NamespaceCommand,
+    },
+    /// Runbook: raise a namespace's next_id past every ID any node may hold (never lowers).
+    RaiseNextId {
+        #[arg(long)]
+        pg: String,
+        /// Namespace name.
+        name: String,
+        /// New next_id.
+        #[arg(long)]
+        to: u64,
+    },
+}
+
+#[derive(clap::Subcommand)]
+pub enum NamespaceCommand {
+    /// Create a namespace owning IDs [lo, hi) (again with the same range: no-op).
+    Create {
+        #[arg(long)]
+        pg: String,
+        name: String,
+        #[arg(long)]
+        lo: u64,
+        #[arg(long)]
+        hi: u64,
+    },
+    /// Show a namespace: range, next_id and what its audit says.
+    Show {
+        #[arg(long)]
+        pg: String,
+        name: String,
+    },
+}
+
+/// Runs a `ricochet fleet` command, printing what it did.
+pub fn run_command(cmd: FleetCommand) -> anyhow::Result<()> {
+    match cmd {
+        FleetCommand::Init { pg } => {
+            let mut db = fleet::Db::new(&pg)?;
+            let r = fleet::init(&mut db)?;
+            println!(
+                "fleet schema at {}: version {} -> {}; key-space secret {}",
+                db.target(),
+                r.from_version,
+                r.to_version,
+                if r.secret_created { "created" } else { "kept" }
+            );
+        }
+        FleetCommand::Namespace {
+            cmd: NamespaceCommand::Create { pg, name, lo, hi },
+        } => {
+            let mut db = fleet::Db::new(&pg)?;
+            print_namespace(&fleet::create_namespace(&mut db, &name, lo, hi)?);
+        }
+        FleetCommand::Namespace {
+            cmd: NamespaceCommand::Show { pg, name },
+        } => {
+            let mut db = fleet::Db::new(&pg)?;
+            match fleet::show_namespace(&mut db, &name)? {
+                Some(ns) => print_namespace(&ns),
+                None => bail!("no namespace {name:?} in {}", db.target()),
+            }
+        }
+        FleetCommand::RaiseNextId { pg, name, to } => {
+            let mut db = fleet::Db::new(&pg)?;
+            print_namespace(&fleet::raise_next_id(&mut db, &name, to)?);
+        }
+    }
+    Ok(())
+}
+
+fn print_namespace(ns: &fleet::NamespaceRow) {
+    println!(
+        "namespace {}: [{}, {}) next_id {} ({} IDs left); audit: {} intervals, {} IDs, highest end {}",
+        ns.name,
+        ns.lo,
+        ns.hi,
+        ns.next_id,
+        ns.hi - ns.next_id,
+        ns.audited_intervals,
+        ns.audited_ids,
+        ns.audited_max_end
+    );
+}
