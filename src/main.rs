@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Serve redirects (the default when no subcommand is given).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Build shard tables offline from a TSV, CSV or NDJSON file of links.
     Import(ImportArgs),
     /// Manage API keys (stored hashed in the data dir).
@@ -214,41 +214,44 @@ fn main() -> ExitCode {
         .cmd
         .or_else(|| Cli::parse_from(["ricochet", "serve"]).cmd);
     let result = match cmd.expect("clap parsed a subcommand") {
-        Cmd::Serve(a) => serve(ServeOptions {
-            data_dir: a.data_dir,
-            listen: a.listen,
-            cores: a.cores,
-            public_url: a.public_url,
-            parking: match a.park {
-                ParkArg::Busy => Parking::Busy,
-                ParkArg::Adaptive => Parking::Adaptive { spin_us: a.spin_us },
-            },
-            lru_capacity: a.lru_capacity,
-            timeouts: Timeouts {
-                header_ms: a.header_timeout_ms,
-                idle_ms: a.idle_timeout_ms,
-            },
-            salvage: a.salvage,
-            segment_len: a.segment_len,
-            create_rate_per_s: a.create_rate,
-            create_burst: a.create_burst,
-            faults: ricochet::owner::writes::Faults {
-                fail_fsync_after: a.fault_fail_fsync_after,
-                abort_after_carry: a.fault_abort_after_carry,
-            },
-            compact_entries: a.compact_entries,
-            oversubscribe: a.test_oversubscribe,
-            accept_data_loss: a.accept_data_loss,
-            fleet: a.fleet_pg.map(|url| ricochet::fleet_node::FleetOptions {
-                url,
-                namespace: a.namespace.expect("clap requires --namespace"),
-                node_id: a.node_id.expect("clap requires --node-id"),
-                faults: fleet::FleetFaults {
-                    lose_commit_reply_from: a.test_fleet_lose_commit_reply_from,
-                    rollback_as_uncertain_from: a.test_fleet_rollback_as_uncertain_from,
+        Cmd::Serve(a) => {
+            let a = *a;
+            serve(ServeOptions {
+                data_dir: a.data_dir,
+                listen: a.listen,
+                cores: a.cores,
+                public_url: a.public_url,
+                parking: match a.park {
+                    ParkArg::Busy => Parking::Busy,
+                    ParkArg::Adaptive => Parking::Adaptive { spin_us: a.spin_us },
                 },
-            }),
-        }),
+                lru_capacity: a.lru_capacity,
+                timeouts: Timeouts {
+                    header_ms: a.header_timeout_ms,
+                    idle_ms: a.idle_timeout_ms,
+                },
+                salvage: a.salvage,
+                segment_len: a.segment_len,
+                create_rate_per_s: a.create_rate,
+                create_burst: a.create_burst,
+                faults: ricochet::owner::writes::Faults {
+                    fail_fsync_after: a.fault_fail_fsync_after,
+                    abort_after_carry: a.fault_abort_after_carry,
+                },
+                compact_entries: a.compact_entries,
+                oversubscribe: a.test_oversubscribe,
+                accept_data_loss: a.accept_data_loss,
+                fleet: a.fleet_pg.map(|url| ricochet::fleet_node::FleetOptions {
+                    url,
+                    namespace: a.namespace.expect("clap requires --namespace"),
+                    node_id: a.node_id.expect("clap requires --node-id"),
+                    faults: fleet::FleetFaults {
+                        lose_commit_reply_from: a.test_fleet_lose_commit_reply_from,
+                        rollback_as_uncertain_from: a.test_fleet_rollback_as_uncertain_from,
+                    },
+                }),
+            })
+        }
         Cmd::Keys(k) => ricochet::api::keys::run_keys_command(&k.data_dir, k.cmd),
         Cmd::Import(a) => import(a),
         Cmd::Fleet { cmd } => ricochet::fleet_node::run_command(cmd),
