@@ -204,6 +204,7 @@ impl Core {
         self.conns.sweep(now_ms);
         self.api.take_key_updates();
         self.api.creates.poll(&mut self.mesh);
+        self.api.creates.publish(&self.shared.counters[self.me]);
         self.owner.poll_compaction(now_ms, &mut self.mesh);
         self.owner
             .maybe_compact(now_ms, now_s, &self.flights.table, &mut self.mesh);

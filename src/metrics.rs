@@ -24,6 +24,12 @@ pub struct CoreCounters {
     /// Heap allocations made on this core's thread since it started (0 unless the binary
     /// installs [`CountingAlloc`], as `ricochet` does).
     pub heap_allocations: AtomicU64,
+    /// IDs on hand in this core's current and standby ranges (published at each sweep).
+    pub ids_remaining: AtomicU64,
+    /// This core's generated-key create rate estimate, in thousandths per second.
+    pub id_rate_milli: AtomicU64,
+    /// 1 while this core's range loads are backing off after a failure.
+    pub id_backoff: AtomicU64,
 }
 
 /// A core's private tallies, published to its [`CoreCounters`] once per loop turn.
@@ -61,7 +67,7 @@ impl CoreCounters {
 /// Renders every core's counters.
 pub fn render(cores: &[CoreCounters], out: &mut String) {
     type Getter = fn(&CoreCounters) -> &AtomicU64;
-    let series: [(&str, &str, &str, Getter); 10] = [
+    let series: [(&str, &str, &str, Getter); 13] = [
         (
             "ricochet_requests_total",
             "counter",
@@ -122,6 +128,24 @@ pub fn render(cores: &[CoreCounters], out: &mut String) {
             "Heap allocations on the core thread",
             |c| &c.heap_allocations,
         ),
+        (
+            "ricochet_ids_remaining",
+            "gauge",
+            "IDs on hand in the core's current and standby ranges",
+            |c| &c.ids_remaining,
+        ),
+        (
+            "ricochet_id_rate_millis_per_second",
+            "gauge",
+            "Generated-key creates per second on the core (estimate, x1000)",
+            |c| &c.id_rate_milli,
+        ),
+        (
+            "ricochet_id_backoff",
+            "gauge",
+            "1 while the core's ID range loads back off after a failure",
+            |c| &c.id_backoff,
+        ),
     ];
     for (name, kind, help, get) in series {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -174,4 +198,71 @@ unsafe impl GlobalAlloc for CountingAlloc {
         // SAFETY: forwarded unchanged; `ptr` came from `System` via this allocator.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
+}
+
+/// Renders fleet mode's allocation counters (`--fleet-pg`). Labels: `class` only, from a
+/// fixed vocabulary (`fleet::FailureClass`).
+pub fn render_fleet(f: &fleet::FleetStatsSnapshot, out: &mut String) {
+    let plain: [(&str, &str, &str, u64); 6] = [
+        (
+            "ricochet_fleet_allocations_total",
+            "counter",
+            "ID ranges confirmed by the PostgreSQL authority",
+            f.allocations,
+        ),
+        (
+            "ricochet_fleet_confirmed_ids_total",
+            "counter",
+            "IDs in ranges confirmed for this node (used or not: waste is confirmed minus used)",
+            f.confirmed_ids,
+        ),
+        (
+            "ricochet_fleet_unknown_commit_outcomes_total",
+            "counter",
+            "Allocations whose COMMIT reply was lost and whose outcome could not be proven",
+            f.unknown_outcomes,
+        ),
+        (
+            "ricochet_fleet_fenced",
+            "gauge",
+            "1 once the authority lost allocations this node confirmed (creates refused)",
+            u64::from(f.fenced),
+        ),
+        (
+            "ricochet_fleet_namespace_next_id",
+            "gauge",
+            "The namespace's next_id as last seen by this node",
+            f.next_id_seen,
+        ),
+        (
+            "ricochet_fleet_namespace_remaining_ids",
+            "gauge",
+            "IDs the namespace has not handed out yet, as last seen",
+            f.namespace_hi.saturating_sub(f.next_id_seen),
+        ),
+    ];
+    for (name, kind, help, v) in plain {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+    }
+    let name = "ricochet_fleet_allocation_failures_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Failed allocation attempts by class\n# TYPE {name} counter"
+    );
+    for (class, n) in &f.failures {
+        let _ = writeln!(out, "{name}{{class=\"{class}\"}} {n}");
+    }
+    let name = "ricochet_fleet_allocation_seconds";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Allocation transaction latency, measured by the node\n# TYPE {name} histogram"
+    );
+    for (le, n) in &f.latency_buckets {
+        if le.is_infinite() {
+            let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {n}");
+        } else {
+            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {n}");
+        }
+    }
+    let _ = writeln!(out, "{name}_sum {}\n{name}_count {}", f.latency_sum_s, f.latency_count);
 }

@@ -187,6 +187,21 @@ impl Problem {
         p
     }
 
+    /// 503 without `Retry-After`: the fleet's allocation authority lost allocations this node
+    /// had confirmed, so generated keys could repeat; an operator must intervene.
+    pub fn allocation_fenced() -> Problem {
+        Problem::new(
+            503,
+            problem_type!("allocation-fenced"),
+            "ID allocation fenced",
+            "the fleet's allocation authority no longer holds allocations this node confirmed \
+             (a rolled-back or restored database); creates with generated keys are refused until \
+             an operator follows the rollback runbook (docs/fleet.md) and restarts this node. \
+             Redirects and creates with a custom_alias keep working."
+                .to_string(),
+        )
+    }
+
     /// 507: storage is full; no new links can be stored.
     pub fn insufficient_storage() -> Problem {
         Problem::new(

@@ -34,6 +34,10 @@ pub struct Creates {
     alloc: AllocClient,
     keygen: Arc<KeyGen>,
     waiters: VecDeque<IdWaiter>,
+    /// The allocation authority is fenced (`AuthorityError::Fenced`: it lost allocations this
+    /// node had confirmed). From then on no generated key is made, not even from ranges already
+    /// on hand: the fleet may have issued them again.
+    fenced: bool,
 }
 
 impl Creates {
@@ -51,7 +55,24 @@ impl Creates {
             alloc,
             keygen,
             waiters: VecDeque::new(),
+            fenced: false,
         }
+    }
+
+    /// Publishes the ID gauges (`/metrics`): IDs on hand, rate, backoff.
+    pub fn publish(&self, c: &crate::metrics::CoreCounters) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let remaining = if self.fenced { 0 } else { self.segments.remaining() };
+        c.ids_remaining.store(remaining, Relaxed);
+        c.id_rate_milli
+            .store((self.segments.rate_per_s() * 1000.0) as u64, Relaxed);
+        c.id_backoff
+            .store(u64::from(self.segments.in_backoff(Instant::now())), Relaxed);
+    }
+
+    /// Whether generated-key creates are refused because the authority is fenced.
+    pub fn is_fenced(&self) -> bool {
+        self.fenced
     }
 
     /// The key space is used up: no generated key can be made any more.
@@ -76,6 +97,7 @@ impl Creates {
     ) {
         let (key, id) = match &req.custom_alias {
             Some(a) => (InlineKey::new(a.as_bytes()).expect("validated alias"), 0),
+            None if self.fenced => return busy(reply, mesh),
             None => match self.next_generated_key() {
                 Ok(k) => k,
                 Err(NextIdError::NeedRange { deadline }) => {
@@ -140,6 +162,7 @@ impl Creates {
         while let Some(r) = self.alloc.try_recv() {
             if let Err(e) = &r {
                 eprintln!("core {}: ID range allocation failed: {e}", self.me);
+                self.fenced |= matches!(e, shards::alloc::AuthorityError::Fenced { .. });
             }
             self.segments.on_reply(now, r);
         }
@@ -148,7 +171,9 @@ impl Creates {
             let Some(w) = self.waiters.pop_front() else {
                 break;
             };
-            if self.segments.remaining() > 0 {
+            if self.fenced {
+                busy(w.reply, mesh);
+            } else if self.segments.remaining() > 0 {
                 self.start(w.reply, w.req, w.created_at_s, w.tries, w.idem, mesh);
             } else if now >= w.deadline || self.segments.is_exhausted() {
                 busy(w.reply, mesh);

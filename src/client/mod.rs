@@ -295,6 +295,9 @@ impl ApiClient {
                 problem(out, p)
             }
             (_, WriteOutcome::IdemMismatch) => problem(out, Problem::idempotency_mismatch()),
+            (_, WriteOutcome::Busy) if self.creates.is_fenced() => {
+                problem(out, Problem::allocation_fenced())
+            }
             (_, WriteOutcome::Busy) => {
                 let mut p = Problem::unavailable(1);
                 p.detail = if self.creates.is_exhausted() {

@@ -315,6 +315,9 @@ impl Conns {
             let mut text = String::with_capacity(4096);
             self.shared.counters[self.me].publish(&self.tally, self.live);
             crate::metrics::render(&self.shared.counters, &mut text);
+            if let Some(f) = &self.shared.fleet {
+                crate::metrics::render_fleet(&f.snapshot(), &mut text);
+            }
             let ct = Some("text/plain; version=0.0.4");
             let c = &mut self.slots[slot as usize];
             let body = text.as_bytes();
@@ -326,12 +329,20 @@ impl Conns {
                 encode::encode_method_not_allowed(&mut c.out, "GET, HEAD", head, persist, date);
             } else if path == b"/healthz" || self.shared.ready() {
                 let ct = Some("text/plain");
+                // Still ready when fenced: redirects are safe, only generated-key creates stop.
+                let fenced = path == b"/readyz"
+                    && self.shared.fleet.as_ref().is_some_and(|f| f.is_fenced());
+                let body: &[u8] = if fenced {
+                    b"ok\nfleet allocation: fenced (the authority lost confirmed allocations; generated-key creates refused, see docs/fleet.md)\n"
+                } else {
+                    b"ok\n"
+                };
                 encode::encode_response(
                     &mut c.out,
                     Status::Ok,
                     &[],
                     ct,
-                    b"ok\n",
+                    body,
                     head,
                     persist,
                     date,
