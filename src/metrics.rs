@@ -242,7 +242,10 @@ pub fn render_fleet(f: &fleet::FleetStatsSnapshot, out: &mut String) {
         ),
     ];
     for (name, kind, help, v) in plain {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+        );
     }
     let name = "ricochet_fleet_allocation_failures_total";
     let _ = writeln!(
@@ -264,5 +267,9 @@ pub fn render_fleet(f: &fleet::FleetStatsSnapshot, out: &mut String) {
             let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {n}");
         }
     }
-    let _ = writeln!(out, "{name}_sum {}\n{name}_count {}", f.latency_sum_s, f.latency_count);
+    let _ = writeln!(
+        out,
+        "{name}_sum {}\n{name}_count {}",
+        f.latency_sum_s, f.latency_count
+    );
 }

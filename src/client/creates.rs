@@ -62,7 +62,11 @@ impl Creates {
     /// Publishes the ID gauges (`/metrics`): IDs on hand, rate, backoff.
     pub fn publish(&self, c: &crate::metrics::CoreCounters) {
         use std::sync::atomic::Ordering::Relaxed;
-        let remaining = if self.fenced { 0 } else { self.segments.remaining() };
+        let remaining = if self.fenced {
+            0
+        } else {
+            self.segments.remaining()
+        };
         c.ids_remaining.store(remaining, Relaxed);
         c.id_rate_milli
             .store((self.segments.rate_per_s() * 1000.0) as u64, Relaxed);

@@ -330,23 +330,14 @@ impl Conns {
             } else if path == b"/healthz" || self.shared.ready() {
                 let ct = Some("text/plain");
                 // Still ready when fenced: redirects are safe, only generated-key creates stop.
-                let fenced = path == b"/readyz"
-                    && self.shared.fleet.as_ref().is_some_and(|f| f.is_fenced());
+                let fenced =
+                    path == b"/readyz" && self.shared.fleet.as_ref().is_some_and(|f| f.is_fenced());
                 let body: &[u8] = if fenced {
                     b"ok\nfleet allocation: fenced (the authority lost confirmed allocations; generated-key creates refused, see docs/fleet.md)\n"
                 } else {
                     b"ok\n"
                 };
-                encode::encode_response(
-                    &mut c.out,
-                    Status::Ok,
-                    &[],
-                    ct,
-                    body,
-                    head,
-                    persist,
-                    date,
-                );
+                encode::encode_response(&mut c.out, Status::Ok, &[], ct, body, head, persist, date);
             } else {
                 let (st, ct) = (Status::ServiceUnavailable, Some("text/plain"));
                 encode::encode_response(

@@ -1,0 +1,202 @@
+//! Real PostgreSQL for the fleet tests, through `psql` (no mock, no second client library).
+//!
+//! `RICOCHET_TEST_PG` names a server the tests may create databases on (`.ci/pg-cluster.sh`
+//! starts one; `.ci/run` sets it). Without it the fleet tests print SKIPPED and pass, unless
+//! `RICOCHET_REQUIRE_PG` is set (CI sets it): then a missing server fails them.
+
+use std::process::Command;
+
+/// One database of its own per test, dropped at the end.
+pub struct TestDb {
+    /// URL of the test's database.
+    pub url: String,
+    admin: String,
+    name: String,
+}
+
+/// The server URL, or `None` (and a SKIPPED line) when there is none and none is required.
+pub fn server(test: &str) -> Option<String> {
+    match std::env::var("RICOCHET_TEST_PG") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ if std::env::var_os("RICOCHET_REQUIRE_PG").is_some() => {
+            panic!("RICOCHET_REQUIRE_PG is set but RICOCHET_TEST_PG is not: no PostgreSQL")
+        }
+        _ => {
+            eprintln!(
+                "SKIPPED {test}: no PostgreSQL. Run `eval \"$(.ci/pg-cluster.sh start)\"` and \
+                 set RICOCHET_TEST_PG (CI sets RICOCHET_REQUIRE_PG so this cannot skip there)"
+            );
+            None
+        }
+    }
+}
+
+impl TestDb {
+    /// A fresh database on the `RICOCHET_TEST_PG` server, or `None` to skip.
+    pub fn create(test: &str) -> Option<TestDb> {
+        server(test).map(|admin| TestDb::on(&admin, test))
+    }
+
+    /// A fresh database on the server at `admin` (a URL ending in `/postgres`).
+    pub fn on(admin: &str, test: &str) -> TestDb {
+        let suffix = format!("{:012x}", rand::random::<u64>() >> 16);
+        let name = format!(
+            "t_{}_{suffix}",
+            test.replace(|c: char| !c.is_ascii_alphanumeric(), "_")
+        );
+        psql(admin, &format!("CREATE DATABASE {name}"));
+        let base = admin.rsplit_once('/').expect("URL with a database").0;
+        TestDb {
+            url: format!("{base}/{name}"),
+            admin: admin.to_owned(),
+            name,
+        }
+    }
+
+    /// Runs `sql` in the test's database; the rows as `|`-separated lines.
+    pub fn sql(&self, sql: &str) -> String {
+        psql(&self.url, sql)
+    }
+
+    /// Like [`TestDb::sql`], but returns psql's stderr when the statement fails.
+    pub fn try_sql(&self, sql: &str) -> Result<String, String> {
+        try_psql(&self.url, sql)
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let _ = try_psql(
+            &self.admin,
+            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+        );
+    }
+}
+
+/// `psql -At` of `sql` on `url`; panics with psql's message on failure.
+pub fn psql(url: &str, sql: &str) -> String {
+    try_psql(url, sql).unwrap_or_else(|e| panic!("psql {sql:?}: {e}"))
+}
+
+/// `psql -At` of `sql` on `url`.
+pub fn try_psql(url: &str, sql: &str) -> Result<String, String> {
+    let out = Command::new("psql")
+        .args(["-X", "-At", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql])
+        .output()
+        .expect("psql runs (apt install postgresql-client)");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+    }
+}
+
+/// A PostgreSQL cluster of the test's own (`.ci/pg-cluster.sh`), for faults that would hurt
+/// other tests sharing a server: stopping it, SIGSTOP, replicas. Needs the server binaries.
+pub struct Cluster {
+    pub url: String,
+    pub dir: String,
+    pub bin: String,
+}
+
+impl Cluster {
+    /// Starts one, or `None` to skip (same rules as [`server`]).
+    pub fn start(test: &str) -> Option<Cluster> {
+        server(test)?;
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/pg-cluster.sh");
+        let out = Command::new("bash")
+            .args([script, "start"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg-cluster.sh start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let var = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("export {name}='")))
+                .and_then(|v| v.strip_suffix('\''))
+                .unwrap_or_else(|| panic!("no {name} in {text}"))
+                .to_owned()
+        };
+        Some(Cluster {
+            url: var("RICOCHET_TEST_PG"),
+            dir: var("RICOCHET_PG_DIR"),
+            bin: var("RICOCHET_PG_BIN"),
+        })
+    }
+
+    /// The postmaster and every backend, for SIGSTOP/SIGCONT.
+    pub fn pids(&self) -> Vec<i32> {
+        let pidfile = std::fs::read_to_string(format!("{}/data/postmaster.pid", self.dir)).unwrap();
+        let main: i32 = pidfile.lines().next().unwrap().trim().parse().unwrap();
+        let out = Command::new("pgrep")
+            .args(["-P", &main.to_string()])
+            .output()
+            .unwrap();
+        let mut pids = vec![main];
+        pids.extend(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| l.trim().parse::<i32>().ok()),
+        );
+        pids
+    }
+
+    /// Sends `signal` to the postmaster and every backend.
+    pub fn signal(&self, signal: &str) {
+        for pid in self.pids() {
+            let _ = Command::new("kill")
+                .args([&format!("-{signal}"), &pid.to_string()])
+                .status();
+        }
+    }
+
+    /// `pg_ctl stop` (fast) or start again, as the cluster's owner.
+    pub fn pg_ctl(&self, action: &str) {
+        let mut args = vec![
+            format!("{}/pg_ctl", self.bin),
+            "-D".into(),
+            format!("{}/data", self.dir),
+            "-l".into(),
+            format!("{}/server.log", self.dir),
+            "-w".into(),
+            "-m".into(),
+            "fast".into(),
+            action.into(),
+        ];
+        let root = is_root();
+        let mut cmd = if root {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]);
+            c
+        } else {
+            Command::new(args.remove(0))
+        };
+        if root {
+            cmd.arg(args.remove(0));
+        }
+        let st = cmd.args(&args).status().unwrap();
+        assert!(st.success(), "pg_ctl {action}");
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.signal("CONT");
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/pg-cluster.sh");
+        let _ = Command::new("bash")
+            .args([script, "stop", &self.dir])
+            .status();
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
