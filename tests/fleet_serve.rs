@@ -1,0 +1,390 @@
+//! Fleet mode end to end: `ricochet serve --fleet-pg` nodes sharing one PostgreSQL namespace.
+//! Every created key is decoded back to its ID and checked against the audit rows and each
+//! node's evidence; the database's constraints are not what these tests rely on.
+
+mod common;
+
+use common::api::{self, concurrently, Client, NO_RATE_LIMIT};
+use common::pg::{Cluster, TestDb};
+use common::Server;
+use serde_json::json;
+use shards::alloc::IdRange;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// `fleet init` and a namespace `eu` = [1, 1e9) through the CLI, as an operator would.
+fn prepare(url: &str) {
+    for args in [
+        vec!["fleet", "init", "--pg", url],
+        vec![
+            "fleet",
+            "namespace",
+            "create",
+            "--pg",
+            url,
+            "eu",
+            "--lo",
+            "1",
+            "--hi",
+            "1000000000",
+        ],
+    ] {
+        let out = std::process::Command::new(common::BIN)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+fn node(dir: &Path, url: &str, id: &str, segment_len: &str) -> Server {
+    let mut args = NO_RATE_LIMIT.to_vec();
+    args.extend([
+        "--cores",
+        "1",
+        "--fleet-pg",
+        url,
+        "--namespace",
+        "eu",
+        "--node-id",
+        id,
+        "--segment-len",
+        segment_len,
+    ]);
+    api::start(dir, &args)
+}
+
+/// Audited intervals by node.
+fn audit(db_url: &str) -> Vec<(IdRange, String)> {
+    common::pg::psql(
+        db_url,
+        "SELECT start_id, end_id, node_id FROM ricochet_alloc_audit ORDER BY start_id",
+    )
+    .lines()
+    .filter(|l| !l.is_empty())
+    .map(|l| {
+        let f: Vec<&str> = l.split('|').collect();
+        let range = IdRange {
+            start: f[0].parse().unwrap(),
+            end: f[1].parse().unwrap(),
+        };
+        (range, f[2].to_owned())
+    })
+    .collect()
+}
+
+fn create(c: &mut Client, url: &str) -> api::Resp {
+    c.create(&json!({ "long_url": url }))
+}
+
+/// Three nodes, tiny segments (2 IDs), 4 concurrent creators each: one key space (one secret),
+/// every ID unique, inside an audited interval of the node that made it, intervals disjoint,
+/// and each node's evidence is its last audited interval.
+#[test]
+fn three_nodes_share_one_key_space_with_disjoint_ranges() {
+    let Some(db) = TestDb::create("three_nodes") else {
+        return;
+    };
+    prepare(&db.url);
+    let dirs: Vec<_> = (0..3).map(|_| api::data_dir()).collect();
+    let nodes: Vec<Server> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, d))| node(d, &db.url, &format!("n{i}"), "2"))
+        .collect();
+    let mut created = Vec::new();
+    let runs: Vec<_> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            concurrently(s, 4, move |t, c| {
+                let mut keys = Vec::new();
+                for n in 0..15 {
+                    let url = format!("https://example.com/{i}/{t}/{n}");
+                    let r = c.try_create(&json!({ "long_url": url }))?;
+                    assert_eq!(r.status, 201, "{}", r.text());
+                    keys.push((r.key(), url));
+                }
+                Ok(keys)
+            })
+        })
+        .collect();
+    for (i, r) in runs.into_iter().enumerate() {
+        created.extend(r.into_iter().flatten().map(|(k, u)| (i, k, u)));
+    }
+    let secret = std::fs::read(dirs[0].1.join(shards::keygen::SECRET_FILE_NAME)).unwrap();
+    for (_, d) in &dirs[1..] {
+        assert_eq!(
+            std::fs::read(d.join(shards::keygen::SECRET_FILE_NAME)).unwrap(),
+            secret
+        );
+    }
+    let keygen = api::keygen(&dirs[0].1);
+    let rows = audit(&db.url);
+    for w in rows.windows(2) {
+        assert!(w[0].0.end <= w[1].0.start, "{:?} overlaps {:?}", w[0], w[1]);
+    }
+    let mut ids = std::collections::HashSet::new();
+    for (node_i, key, url) in &created {
+        let id = api::id_of(&keygen, key);
+        assert!(ids.insert(id), "ID {id} issued twice");
+        let (range, owner) = rows
+            .iter()
+            .find(|(r, _)| r.contains(id))
+            .unwrap_or_else(|| panic!("ID {id} of {key} is in no audited interval"));
+        assert_eq!(owner, &format!("n{node_i}"), "ID {id} in {range:?}");
+        let mut c = Client::new(&nodes[*node_i]);
+        api::assert_redirects(&mut c, key, url, None);
+    }
+    assert_eq!(ids.len(), 180);
+    for (i, (_, d)) in dirs.iter().enumerate() {
+        let e = fleet::Evidence::load(d).unwrap().expect("evidence written");
+        let row = rows
+            .iter()
+            .find(|(r, _)| r.start == e.start)
+            .expect("evidence audited");
+        assert_eq!(
+            (row.0.end, row.1.as_str()),
+            (e.end, format!("n{i}").as_str())
+        );
+    }
+}
+
+/// kill -9 after two segments: the restarted node never reuses an ID; what it held and did
+/// not use shows as waste in the audit.
+#[test]
+fn a_hard_killed_node_reuses_nothing_and_its_waste_is_audited() {
+    let Some(db) = TestDb::create("hard_kill") else {
+        return;
+    };
+    prepare(&db.url);
+    let (_t, dir) = api::data_dir();
+    let s = node(&dir, &db.url, "n0", "3");
+    let mut c = Client::new(&s);
+    let mut before = Vec::new();
+    for i in 0..4 {
+        let r = create(&mut c, &format!("https://example.com/a/{i}"));
+        assert_eq!(r.status, 201);
+        before.push(r.key());
+    }
+    s.kill9();
+    let audited_before = audit(&db.url);
+    let high = audited_before.iter().map(|(r, _)| r.end).max().unwrap();
+    let s = node(&dir, &db.url, "n0", "3");
+    let mut c = Client::new(&s);
+    let keygen = api::keygen(&dir);
+    for i in 0..4 {
+        let r = create(&mut c, &format!("https://example.com/b/{i}"));
+        assert_eq!(r.status, 201);
+        let id = api::id_of(&keygen, &r.key());
+        assert!(
+            id >= high,
+            "ID {id} reused after restart (high-water was {high})"
+        );
+    }
+    for k in &before {
+        assert_eq!(c.redirect(k).status, 302);
+    }
+    let audited: u64 = audit(&db.url).iter().map(|(r, _)| r.len()).sum();
+    assert!(
+        audited > 8,
+        "the unused rest of the killed node's ranges is audited waste"
+    );
+    let instances = common::pg::psql(
+        &db.url,
+        "SELECT count(DISTINCT instance) FROM ricochet_alloc_audit",
+    );
+    assert_eq!(instances, "2", "the audit tells the two runs apart");
+}
+
+/// The database stopped: creates go on from the ranges on hand, then answer 503 with
+/// Retry-After fast; every link keeps redirecting; creates resume once it is back. Then the
+/// same with the server SIGSTOPped (hung, not refusing).
+#[test]
+fn database_outage_serves_from_buffer_then_503_then_recovers() {
+    let Some(cluster) = Cluster::start("outage") else {
+        return;
+    };
+    let db = TestDb::on(&cluster.url, "outage");
+    prepare(&db.url);
+    let (_t, dir) = api::data_dir();
+    let s = node(&dir, &db.url, "n0", "5");
+    let mut c = Client::new(&s);
+    let mut links = Vec::new();
+    let mut make = |c: &mut Client, links: &mut Vec<(String, String)>, tag: &str| {
+        let url = format!("https://example.com/{tag}/{}", links.len());
+        let t = Instant::now();
+        let r = create(c, &url);
+        let took = t.elapsed();
+        if r.status == 201 {
+            links.push((r.key(), url));
+        }
+        (r, took)
+    };
+    for _ in 0..3 {
+        assert_eq!(make(&mut c, &mut links, "up").0.status, 201);
+    }
+    std::thread::sleep(Duration::from_millis(300)); // the standby range is prefetched
+    for (signal, label) in [("stop", "stopped"), ("STOP", "hung")] {
+        if signal == "stop" {
+            cluster.pg_ctl("stop");
+        } else {
+            cluster.signal("STOP");
+        }
+        let mut served = 0;
+        let mut refused = 0;
+        for _ in 0..20 {
+            let (r, took) = make(&mut c, &mut links, label);
+            match r.status {
+                201 => served += 1,
+                503 => {
+                    assert!(r.header("retry-after").is_some(), "503 without Retry-After");
+                    assert!(
+                        took < Duration::from_millis(1500),
+                        "{label}: 503 took {took:?}"
+                    );
+                    refused += 1;
+                }
+                other => panic!("{label}: {other} {}", r.text()),
+            }
+        }
+        assert!(refused > 0, "{label}: never ran out of buffered IDs");
+        eprintln!("{label}: {served} creates from buffered ranges, then {refused} x 503");
+        for (k, u) in &links {
+            api::assert_redirects(&mut c, k, u, None);
+        }
+        if signal == "stop" {
+            cluster.pg_ctl("start");
+        } else {
+            cluster.signal("CONT");
+        }
+        let t = Instant::now();
+        while make(&mut c, &mut links, "back").0.status != 201 {
+            assert!(
+                t.elapsed() < Duration::from_secs(15),
+                "{label}: creates did not resume"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        eprintln!(
+            "{label}: creates resumed {:?} after the database came back",
+            t.elapsed()
+        );
+    }
+}
+
+/// A data dir that generated keys under its own secret cannot join a fleet.
+#[test]
+fn a_standalone_data_dir_cannot_join_a_fleet() {
+    let Some(db) = TestDb::create("standalone") else {
+        return;
+    };
+    prepare(&db.url);
+    let (_t, dir) = api::data_dir();
+    let s = api::start(&dir, &["--cores", "1"]);
+    let mut c = Client::new(&s);
+    assert_eq!(create(&mut c, "https://example.com/solo").status, 201);
+    s.terminate();
+    let e = api::try_start(
+        &dir,
+        &[
+            "--cores",
+            "1",
+            "--fleet-pg",
+            &db.url,
+            "--namespace",
+            "eu",
+            "--node-id",
+            "n",
+        ],
+    )
+    .err()
+    .expect("refused");
+    assert!(e.contains("holds a different key-generation secret"), "{e}");
+    // Flags are checked before anything starts.
+    let e = api::try_start(&dir, &["--fleet-pg", &db.url])
+        .err()
+        .unwrap();
+    assert!(e.contains("--namespace") && e.contains("--node-id"), "{e}");
+    let e = api::try_start(
+        &dir,
+        &[
+            "--fleet-pg",
+            "not a url",
+            "--namespace",
+            "eu",
+            "--node-id",
+            "n",
+        ],
+    )
+    .err()
+    .unwrap();
+    assert!(e.contains("not a usable PostgreSQL URL"), "{e}");
+}
+
+/// The authority loses this node's confirmed allocation: generated-key creates are refused
+/// with `allocation-fenced`, aliased creates and every redirect keep working, and `/readyz`
+/// and `/metrics` say so.
+#[test]
+fn a_rolled_back_authority_fences_creates_but_not_redirects() {
+    let Some(db) = TestDb::create("fenced") else {
+        return;
+    };
+    prepare(&db.url);
+    let (_t, dir) = api::data_dir();
+    let s = node(&dir, &db.url, "n0", "2");
+    let mut c = Client::new(&s);
+    let mut links = Vec::new();
+    for i in 0..3 {
+        let url = format!("https://example.com/f/{i}");
+        let r = create(&mut c, &url);
+        assert_eq!(r.status, 201);
+        links.push((r.key(), url));
+    }
+    let e = fleet::Evidence::load(&dir).unwrap().unwrap();
+    common::pg::psql(
+        &db.url,
+        &format!(
+            "ALTER TABLE ricochet_namespace DISABLE TRIGGER next_id_never_lowers; \
+             DELETE FROM ricochet_alloc_audit WHERE request_id = '{}'; \
+             UPDATE ricochet_namespace SET next_id = {}",
+            e.request_id, e.start
+        ),
+    );
+    let t = Instant::now();
+    let problem = loop {
+        let r = create(&mut c, "https://example.com/f/more");
+        if r.status == 503 && r.text().contains("allocation-fenced") {
+            break r.json();
+        }
+        assert!(
+            r.status == 201 || r.status == 503,
+            "{} {}",
+            r.status,
+            r.text()
+        );
+        assert!(t.elapsed() < Duration::from_secs(10), "never fenced");
+    };
+    assert!(
+        problem["detail"].as_str().unwrap().contains("runbook"),
+        "{problem}"
+    );
+    let r = c.create(&json!({"long_url": "https://example.com/alias", "custom_alias": "still-ok"}));
+    assert_eq!(r.status, 201, "aliased creates need no ID");
+    for (k, u) in &links {
+        api::assert_redirects(&mut c, k, u, None);
+    }
+    let mut raw = common::Reader::new(s.connect());
+    raw.send(b"GET /readyz HTTP/1.1\r\nHost: t\r\n\r\n");
+    let ready = raw.read_response(false);
+    assert_eq!(ready.status, 200);
+    assert!(String::from_utf8_lossy(&ready.body).contains("fenced"));
+    raw.send(b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
+    let metrics = String::from_utf8(raw.read_response(false).body).unwrap();
+    assert!(metrics.contains("\nricochet_fleet_fenced 1\n"), "{metrics}");
+    assert!(metrics.contains("ricochet_fleet_allocation_failures_total{class=\"rolled_back\"} 1"));
+}
