@@ -215,7 +215,7 @@ fn database_outage_serves_from_buffer_then_503_then_recovers() {
     let s = node(&dir, &db.url, "n0", "5");
     let mut c = Client::new(&s);
     let mut links = Vec::new();
-    let mut make = |c: &mut Client, links: &mut Vec<(String, String)>, tag: &str| {
+    let make = |c: &mut Client, links: &mut Vec<(String, String)>, tag: &str| {
         let url = format!("https://example.com/{tag}/{}", links.len());
         let t = Instant::now();
         let r = create(c, &url);
