@@ -388,3 +388,99 @@ fn a_rolled_back_authority_fences_creates_but_not_redirects() {
     assert!(metrics.contains("\nricochet_fleet_fenced 1\n"), "{metrics}");
     assert!(metrics.contains("ricochet_fleet_allocation_failures_total{class=\"rolled_back\"} 1"));
 }
+
+/// The seed's failover: a real primary and a `pg_basebackup -R` standby; the standby is
+/// stopped so it lags; an allocation is confirmed on the primary only; the primary stops and
+/// the standby is promoted. The node (given both hosts, `target_session_attrs=read-write`)
+/// reaches the promoted standby, which lacks its confirmed allocation: creates with generated
+/// keys are refused, every redirect is served, and the evidence is reported.
+#[test]
+fn a_promoted_lagging_standby_fences_the_node() {
+    let Some(primary) = Cluster::start("failover") else {
+        return;
+    };
+    let db = TestDb::on(&primary.url, "failover");
+    prepare(&db.url);
+    let standby = primary.standby();
+    let db_name = db.url.rsplit('/').next().unwrap().to_owned();
+    let standby_db = format!("postgres://postgres@127.0.0.1:{}/{db_name}", standby.port());
+    let audited_on = |url: &str| common::pg::psql(url, "SELECT count(*) FROM ricochet_alloc_audit");
+    let both = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{db_name}?target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    let (_t, dir) = api::data_dir();
+    let s = node(&dir, &both, "n0", "3");
+    let mut c = Client::new(&s);
+    let mut links = Vec::new();
+    let mut make = |c: &mut Client, links: &mut Vec<(String, String)>| {
+        let url = format!("https://example.com/failover/{}", links.len());
+        let r = create(c, &url);
+        if r.status == 201 {
+            links.push((r.key(), url));
+        }
+        r
+    };
+    for _ in 0..3 {
+        assert_eq!(make(&mut c, &mut links).status, 201);
+    }
+    let t = Instant::now();
+    while audited_on(&standby_db) != audited_on(&db.url) {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "the standby does not replay"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let replicated = audited_on(&standby_db);
+    standby.pg_ctl("stop");
+    // More creates: new ranges confirmed on the primary alone.
+    for _ in 0..9 {
+        assert_eq!(make(&mut c, &mut links).status, 201);
+    }
+    let on_primary = audited_on(&db.url);
+    assert!(on_primary.parse::<u64>().unwrap() > replicated.parse::<u64>().unwrap());
+    primary.pg_ctl("stop");
+    standby.pg_ctl("start");
+    standby.pg_ctl("promote");
+    // Up to two ranges were on hand when the standby stopped; 9 creates of 3-ID ranges needed
+    // at least one more, confirmed on the primary alone.
+    let promoted: u64 = audited_on(&standby_db).parse().unwrap();
+    assert!(
+        promoted >= replicated.parse().unwrap() && promoted < on_primary.parse().unwrap(),
+        "the promoted standby lags: {promoted} audit rows, the primary had {on_primary}"
+    );
+    let t = Instant::now();
+    let fenced = loop {
+        let r = make(&mut c, &mut links);
+        if r.status == 503 && r.text().contains("allocation-fenced") {
+            break r;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "not fenced: {} {}",
+            r.status,
+            r.text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        fenced.header("retry-after").is_none(),
+        "fenced is not a retry-later condition"
+    );
+    for (k, u) in &links {
+        api::assert_redirects(&mut c, k, u, None);
+    }
+    // The promoted standby handed out nothing: next_id stays where it was.
+    let ns = common::pg::psql(&standby_db, "SELECT next_id FROM ricochet_namespace");
+    let evidence = fleet::Evidence::load(&dir).unwrap().unwrap();
+    assert!(
+        ns.parse::<u64>().unwrap() < evidence.end,
+        "next_id {ns}, evidence {evidence:?}"
+    );
+    let line = s
+        .wait_stderr("FENCED", Duration::from_secs(1))
+        .expect("the node reports the evidence");
+    assert!(line.contains(&evidence.request_id), "{line}");
+}

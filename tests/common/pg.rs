@@ -130,7 +130,10 @@ impl Cluster {
 
     /// The postmaster and every backend, for SIGSTOP/SIGCONT.
     pub fn pids(&self) -> Vec<i32> {
-        let pidfile = std::fs::read_to_string(format!("{}/data/postmaster.pid", self.dir)).unwrap();
+        let Ok(pidfile) = std::fs::read_to_string(format!("{}/data/postmaster.pid", self.dir))
+        else {
+            return Vec::new(); // stopped
+        };
         let main: i32 = pidfile.lines().next().unwrap().trim().parse().unwrap();
         let out = Command::new("pgrep")
             .args(["-P", &main.to_string()])
@@ -154,32 +157,95 @@ impl Cluster {
         }
     }
 
-    /// `pg_ctl stop` (fast) or start again, as the cluster's owner.
+    /// `pg_ctl stop` (fast), `start` or `promote`, as the cluster's owner.
     pub fn pg_ctl(&self, action: &str) {
-        let mut args = vec![
-            format!("{}/pg_ctl", self.bin),
-            "-D".into(),
-            format!("{}/data", self.dir),
-            "-l".into(),
-            format!("{}/server.log", self.dir),
-            "-w".into(),
-            "-m".into(),
-            "fast".into(),
-            action.into(),
-        ];
-        let root = is_root();
-        let mut cmd = if root {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]);
-            c
-        } else {
-            Command::new(args.remove(0))
-        };
-        if root {
-            cmd.arg(args.remove(0));
+        let data = format!("{}/data", self.dir);
+        let log = format!("{}/server.log", self.dir);
+        let mut args: Vec<&str> = vec![action, "-D", &data, "-w"];
+        match action {
+            "stop" => args.extend(["-m", "fast"]),
+            "start" => args.extend(["-l", &log]),
+            _ => {}
         }
-        let st = cmd.args(&args).status().unwrap();
+        let st = as_postgres(&format!("{}/pg_ctl", self.bin), &args)
+            .status()
+            .unwrap();
         assert!(st.success(), "pg_ctl {action}");
+    }
+
+    /// The TCP port it listens on.
+    pub fn port(&self) -> u16 {
+        let rest = self.url.rsplit_once(':').unwrap().1;
+        rest.split('/').next().unwrap().parse().unwrap()
+    }
+
+    /// A streaming standby of this cluster (`pg_basebackup -R`), started, on its own port.
+    pub fn standby(&self) -> Cluster {
+        let out = Command::new("mktemp")
+            .args(["-d", "/tmp/ricochet-pg.XXXXXX"])
+            .output()
+            .unwrap();
+        let dir = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if is_root() {
+            Command::new("chown")
+                .args(["postgres:", &dir])
+                .status()
+                .unwrap();
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let data = format!("{dir}/data");
+        let primary_port = self.port().to_string();
+        let st = as_postgres(
+            &format!("{}/pg_basebackup", self.bin),
+            &[
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &primary_port,
+                "-U",
+                "postgres",
+                "-D",
+                &data,
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+            ],
+        )
+        .status()
+        .unwrap();
+        assert!(st.success(), "pg_basebackup");
+        let conf = format!("{data}/postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf).unwrap();
+        text.push_str(&format!(
+            "port = {port}\nunix_socket_directories = '{dir}'\n"
+        ));
+        std::fs::write(&conf, text).unwrap();
+        let standby = Cluster {
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            dir,
+            bin: self.bin.clone(),
+        };
+        standby.pg_ctl("start");
+        standby
+    }
+}
+
+/// `program args` as the `postgres` user when we are root (the server refuses root).
+fn as_postgres(program: &str, args: &[&str]) -> Command {
+    if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--", program]).args(args);
+        c
+    } else {
+        let mut c = Command::new(program);
+        c.args(args);
+        c
     }
 }
 
