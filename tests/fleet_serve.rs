@@ -414,7 +414,7 @@ fn a_promoted_lagging_standby_fences_the_node() {
     let s = node(&dir, &both, "n0", "3");
     let mut c = Client::new(&s);
     let mut links = Vec::new();
-    let mut make = |c: &mut Client, links: &mut Vec<(String, String)>| {
+    let make = |c: &mut Client, links: &mut Vec<(String, String)>| {
         let url = format!("https://example.com/failover/{}", links.len());
         let r = create(c, &url);
         if r.status == 201 {
