@@ -144,6 +144,75 @@ fn roles_do_not_import_the_loop() {
     );
 }
 
+/// Only `fleet/` has a PostgreSQL client: no other crate depends on one or names one, and no
+/// core-thread module (the redirect path, the roles) reaches the parts of `fleet` that talk
+/// to the database; they read its atomics (`FleetStats`) only.
+#[test]
+fn only_the_fleet_crate_talks_to_postgres() {
+    for manifest in [
+        "Cargo.toml",
+        "shards/Cargo.toml",
+        "tools/Cargo.toml",
+        "fleet/Cargo.toml",
+    ] {
+        let text = std::fs::read_to_string(Path::new(ROOT).join(manifest)).unwrap();
+        let mut section = String::new();
+        let mut has_client = false;
+        for line in text.lines() {
+            if line.starts_with('[') {
+                section = line.trim().to_owned();
+            } else if section.ends_with("dependencies]")
+                && !section.starts_with("[workspace")
+                && ["tokio-postgres", "postgres", "sqlx"].iter().any(|d| {
+                    line.trim_start().starts_with(&format!("{d} "))
+                        || line.trim_start().starts_with(&format!("{d}."))
+                })
+            {
+                has_client = true;
+            }
+        }
+        assert_eq!(
+            has_client,
+            manifest == "fleet/Cargo.toml",
+            "{manifest}: a PostgreSQL client dependency belongs in fleet/ only"
+        );
+    }
+    let found = offenders(
+        &[
+            "src",
+            "src/conns",
+            "src/owner",
+            "src/client",
+            "src/api",
+            "shards/src",
+            "tools/src",
+        ],
+        &["tokio_postgres", "postgres::"],
+    );
+    assert!(
+        found.is_empty(),
+        "a PostgreSQL client outside fleet/:\n{}",
+        found.join("\n")
+    );
+    let mut core_thread: Vec<&str> = REDIRECT_PATH.to_vec();
+    core_thread.extend(ROLES);
+    let found = offenders(
+        &core_thread,
+        &[
+            "fleet::Db",
+            "PgAuthority",
+            "fleet::init",
+            "fleet::load_secret",
+            "fleet_node::",
+        ],
+    );
+    assert!(
+        found.is_empty(),
+        "a core-thread module reaches the database:\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn the_checks_see_code() {
     // Guard against the lists going stale: the checked files exist and hold the code they
@@ -151,4 +220,6 @@ fn the_checks_see_code() {
     let conns = code(&Path::new(ROOT).join("src/conns/requests.rs")).unwrap();
     assert!(conns.contains("fn lookup"));
     assert!(offenders(&["src/service.rs"], &["bounded("]).len() >= 2);
+    assert!(!offenders(&["src/fleet_node.rs"], &["fleet::Db"]).is_empty());
+    assert!(!offenders(&["fleet/src/db.rs"], &["tokio_postgres"]).is_empty());
 }
