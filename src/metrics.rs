@@ -30,7 +30,15 @@ pub struct CoreCounters {
     pub id_rate_milli: AtomicU64,
     /// 1 while this core's range loads are backing off after a failure.
     pub id_backoff: AtomicU64,
+    /// Generated IDs this core has taken from its ranges (waste = confirmed - used - on hand).
+    pub ids_used: AtomicU64,
+    /// IDs on hand divided by the create rate, in seconds (capped at [`MAX_SECONDS_LEFT`]).
+    pub id_seconds_left: AtomicU64,
 }
+
+/// `ricochet_id_seconds_left` when the core makes no creates: a year stands for "not running
+/// out" without an infinity in a gauge.
+pub const MAX_SECONDS_LEFT: u64 = 365 * 86_400;
 
 /// A core's private tallies, published to its [`CoreCounters`] once per loop turn.
 #[derive(Default, Clone, Copy)]
@@ -67,7 +75,7 @@ impl CoreCounters {
 /// Renders every core's counters.
 pub fn render(cores: &[CoreCounters], out: &mut String) {
     type Getter = fn(&CoreCounters) -> &AtomicU64;
-    let series: [(&str, &str, &str, Getter); 13] = [
+    let series: [(&str, &str, &str, Getter); 15] = [
         (
             "ricochet_requests_total",
             "counter",
@@ -145,6 +153,18 @@ pub fn render(cores: &[CoreCounters], out: &mut String) {
             "gauge",
             "1 while the core's ID range loads back off after a failure",
             |c| &c.id_backoff,
+        ),
+        (
+            "ricochet_ids_used_total",
+            "counter",
+            "Generated IDs the core took from its ranges",
+            |c| &c.ids_used,
+        ),
+        (
+            "ricochet_id_seconds_left",
+            "gauge",
+            "IDs on hand over the create rate: seconds until the core runs out without a new range",
+            |c| &c.id_seconds_left,
         ),
     ];
     for (name, kind, help, get) in series {

@@ -484,3 +484,130 @@ fn a_promoted_lagging_standby_fences_the_node() {
         .expect("the node reports the evidence");
     assert!(line.contains(&evidence.request_id), "{line}");
 }
+
+/// Prefetch failure: the namespace row is held locked for 3 s. Creates use the IDs on hand,
+/// then answer 503 within the deadline; after the release they resume within the backoff
+/// bound, and `/metrics` counts the `lock_timeout` failures.
+#[test]
+fn a_held_row_lock_serves_buffered_ids_then_503_then_recovers() {
+    let Some(db) = TestDb::create("held_lock") else {
+        return;
+    };
+    prepare(&db.url);
+    let (_t, dir) = api::data_dir();
+    let s = node(&dir, &db.url, "n0", "4");
+    let mut c = Client::new(&s);
+    assert_eq!(create(&mut c, "https://example.com/l/0").status, 201);
+    std::thread::sleep(Duration::from_millis(300)); // standby range prefetched
+    let url = db.url.clone();
+    let holder = std::thread::spawn(move || {
+        common::pg::psql(
+            &url,
+            "BEGIN; SELECT next_id FROM ricochet_namespace FOR UPDATE; SELECT pg_sleep(3); COMMIT;",
+        )
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let (mut served, mut refused) = (0, 0);
+    while refused < 3 {
+        let t = Instant::now();
+        let r = create(&mut c, "https://example.com/l/held");
+        match r.status {
+            201 => served += 1,
+            503 => {
+                assert!(
+                    t.elapsed() < Duration::from_millis(1500),
+                    "503 took {:?}",
+                    t.elapsed()
+                );
+                refused += 1;
+            }
+            other => panic!("{other} {}", r.text()),
+        }
+        assert!(served < 20, "the lock never ran the node out of IDs");
+    }
+    assert!(served >= 1, "IDs on hand are served while the lock is held");
+    holder.join().unwrap();
+    let released = Instant::now();
+    while create(&mut c, "https://example.com/l/after").status != 201 {
+        let bound =
+            Duration::from_millis(shards::alloc::BACKOFF_MAX_MS + fleet::DB_CALL_TIMEOUT_MS);
+        assert!(
+            released.elapsed() < bound,
+            "no recovery within {bound:?} of the release"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut raw = common::Reader::new(s.connect());
+    raw.send(b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
+    let metrics = String::from_utf8(raw.read_response(false).body).unwrap();
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("ricochet_fleet_allocation_failures_total{class=\"lock_timeout\"}"))
+        .unwrap();
+    assert_ne!(line.rsplit(' ').next(), Some("0"), "{line}");
+}
+
+/// A namespace of the key space's last 3 IDs: three creates get them (the last, 62^7 - 1,
+/// included), the fourth says the key space is exhausted.
+#[test]
+fn the_last_id_is_usable_then_creates_say_exhausted() {
+    let Some(db) = TestDb::create("exhausted") else {
+        return;
+    };
+    let hi = shards::keygen::KEY_SPACE;
+    for args in [
+        vec![
+            "fleet".to_owned(),
+            "init".into(),
+            "--pg".into(),
+            db.url.clone(),
+        ],
+        vec![
+            "fleet".into(),
+            "namespace".into(),
+            "create".into(),
+            "--pg".into(),
+            db.url.clone(),
+            "eu".into(),
+            "--lo".into(),
+            (hi - 3).to_string(),
+            "--hi".into(),
+            hi.to_string(),
+        ],
+    ] {
+        let out = std::process::Command::new(common::BIN)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let (_t, dir) = api::data_dir();
+    let s = node(&dir, &db.url, "n0", "2");
+    let mut c = Client::new(&s);
+    let keygen_ready = |c: &mut Client, i: usize| create(c, &format!("https://example.com/x/{i}"));
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let r = keygen_ready(&mut c, i);
+        assert_eq!(r.status, 201, "{}", r.text());
+        ids.push(api::id_of(&api::keygen(&dir), &r.key()));
+    }
+    ids.sort();
+    assert_eq!(ids, vec![hi - 3, hi - 2, hi - 1]);
+    let t = Instant::now();
+    loop {
+        let r = keygen_ready(&mut c, 9);
+        assert_eq!(r.status, 503);
+        if r.text().contains("exhausted") {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "never said exhausted: {}",
+            r.text()
+        );
+    }
+}

@@ -38,6 +38,8 @@ pub struct Creates {
     /// node had confirmed). From then on no generated key is made, not even from ranges already
     /// on hand: the fleet may have issued them again.
     fenced: bool,
+    /// Generated IDs taken from the segment buffer (`/metrics`).
+    ids_used: u64,
 }
 
 impl Creates {
@@ -56,6 +58,7 @@ impl Creates {
             keygen,
             waiters: VecDeque::new(),
             fenced: false,
+            ids_used: 0,
         }
     }
 
@@ -137,6 +140,7 @@ impl Creates {
     fn next_generated_key(&mut self) -> Result<(InlineKey, u64), NextIdError> {
         loop {
             let id = self.segments.next_id(Instant::now())?;
+            self.ids_used += 1;
             let key = self.keygen.key_for(id);
             let reserved =
                 std::str::from_utf8(&key).is_ok_and(crate::api::request::is_reserved_alias);

@@ -40,33 +40,35 @@ fn main() -> anyhow::Result<()> {
     let threads: Vec<_> = (0..a.allocators)
         .map(|i| {
             let (url, ns, len) = (a.pg.clone(), a.namespace.clone(), a.len);
-            std::thread::spawn(move || -> anyhow::Result<(Vec<IdRange>, hdrhistogram::Histogram<u64>, u64)> {
-                let dir = tempfile_dir()?;
-                let setup = fleet::FleetSetup {
-                    url: url.clone(),
-                    namespace: ns,
-                    node_id: format!("bench{i}"),
-                    data_dir: dir.clone(),
-                    faults: fleet::FleetFaults::default(),
-                };
-                let mut auth =
-                    fleet::PgAuthority::new(fleet::Db::new(&url)?, setup, Arc::default())?;
-                let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
-                let mut got = Vec::new();
-                let mut failed = 0;
-                while Instant::now() < deadline {
-                    let t = Instant::now();
-                    match auth.allocate(len) {
-                        Ok(r) => {
-                            hist.record(t.elapsed().as_micros() as u64)?;
-                            got.push(r);
+            std::thread::spawn(
+                move || -> anyhow::Result<(Vec<IdRange>, hdrhistogram::Histogram<u64>, u64)> {
+                    let dir = tempfile_dir()?;
+                    let setup = fleet::FleetSetup {
+                        url: url.clone(),
+                        namespace: ns,
+                        node_id: format!("bench{i}"),
+                        data_dir: dir.clone(),
+                        faults: fleet::FleetFaults::default(),
+                    };
+                    let mut auth =
+                        fleet::PgAuthority::new(fleet::Db::new(&url)?, setup, Arc::default())?;
+                    let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
+                    let mut got = Vec::new();
+                    let mut failed = 0;
+                    while Instant::now() < deadline {
+                        let t = Instant::now();
+                        match auth.allocate(len) {
+                            Ok(r) => {
+                                hist.record(t.elapsed().as_micros() as u64)?;
+                                got.push(r);
+                            }
+                            Err(_) => failed += 1,
                         }
-                        Err(_) => failed += 1,
                     }
-                }
-                let _ = std::fs::remove_dir_all(&dir);
-                Ok((got, hist, failed))
-            })
+                    let _ = std::fs::remove_dir_all(&dir);
+                    Ok((got, hist, failed))
+                },
+            )
         })
         .collect();
     let mut all = Vec::new();
@@ -81,8 +83,7 @@ fn main() -> anyhow::Result<()> {
     let elapsed = started.elapsed().as_secs_f64();
     all.sort_by_key(|r| r.start);
     let disjoint = all.windows(2).all(|w| w[0].end <= w[1].start);
-    let audited = fleet::show_namespace(&mut db, &a.namespace)?
-        .map_or(0, |n| n.audited_intervals);
+    let audited = fleet::show_namespace(&mut db, &a.namespace)?.map_or(0, |n| n.audited_intervals);
     println!(
         "allocators {} len {}: {:.0} allocations/s ({} in {:.1} s, {} failed), latency p50 {} us p99 {} us p99.9 {} us max {} us; ranges disjoint: {}, audit rows {} (= allocations: {})",
         a.allocators,
@@ -99,7 +100,10 @@ fn main() -> anyhow::Result<()> {
         audited,
         audited == all.len() as u64
     );
-    anyhow::ensure!(disjoint && audited == all.len() as u64, "allocation check failed");
+    anyhow::ensure!(
+        disjoint && audited == all.len() as u64,
+        "allocation check failed"
+    );
     Ok(())
 }
 
