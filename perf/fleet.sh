@@ -14,7 +14,8 @@ rounds=${PERF_ROUNDS:-3}
 per_conn=${PERF_CREATES_PER_CONN:-500}
 commit=$(git rev-parse --short=10 HEAD)
 report="perf/reports/$(date -u +%Y-%m-%d)-$commit-fleet.md"
-cargo build --release --bin ricochet -p ricochet-tools --bin allocbench >/dev/null
+cargo build --release --bin ricochet >/dev/null
+cargo build --release -p ricochet-tools --bin allocbench >/dev/null
 eval "$(.ci/pg-cluster.sh start)"
 work=$(mktemp -d)
 cleanup() { .ci/pg-cluster.sh stop "$RICOCHET_PG_DIR"; rm -rf "$work"; }
@@ -62,12 +63,23 @@ key=bench-key-0123456789abcdef
                 curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
                 sleep 0.1
             done
-            printf 'round %s %-5s ' "$r" "$mode"
-            python3 perf/writes/creates_closed_loop.py 16 "$per_conn" "$port"
+            line=$(python3 perf/writes/creates_closed_loop.py 16 "$per_conn" "$port")
+            echo "round $r $(printf '%-5s' "$mode") $line"
+            echo "$mode $(echo "$line" | sed -E 's/.*: ([0-9]+) durable.*p99 ([0-9.]+)ms.*/\1 \2/')" >>"$work/rates"
             kill -TERM "$pid"
             wait "$pid" || true
         done
     done
     echo '```'
+    echo
+    python3 - "$work/rates" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+med = {m: (statistics.median(float(r[1]) for r in rows if r[0] == m),
+           statistics.median(float(r[2]) for r in rows if r[0] == m)) for m in ("file", "fleet")}
+print("Median of %d rounds: file authority %.0f creates/s (p99 %.2f ms), --fleet-pg %.0f creates/s "
+      "(p99 %.2f ms): fleet/file = %.2f." % (len(rows) // 2, med["file"][0], med["file"][1],
+      med["fleet"][0], med["fleet"][1], med["fleet"][0] / med["file"][0]))
+PY
 } | tee "$report"
 echo "wrote $report"

@@ -611,3 +611,67 @@ fn the_last_id_is_usable_then_creates_say_exhausted() {
         );
     }
 }
+
+/// The commit-acknowledgement-lost fault on a serving node (hidden flags): every other COMMIT
+/// reply is dropped, committed or rolled back. Creates go on; every ID handed out is inside
+/// an audited interval of this node, no unconfirmed interval is used, none overlap.
+#[test]
+fn lost_commit_acks_on_a_serving_node_publish_only_audited_ranges() {
+    let Some(db) = TestDb::create("lost_ack") else {
+        return;
+    };
+    prepare(&db.url);
+    for (flag, tag) in [
+        ("--test-fleet-lose-commit-reply-from", "lost"),
+        ("--test-fleet-rollback-as-uncertain-from", "rolled"),
+    ] {
+        let (_t, dir) = api::data_dir();
+        let mut args = NO_RATE_LIMIT.to_vec();
+        let node_id = format!("n-{tag}");
+        args.extend([
+            "--cores",
+            "1",
+            "--fleet-pg",
+            &db.url,
+            "--namespace",
+            "eu",
+            "--node-id",
+            &node_id,
+            "--segment-len",
+            "2",
+            flag,
+            "1",
+        ]);
+        let s = api::start(&dir, &args);
+        let mut c = Client::new(&s);
+        let keygen = api::keygen(&dir);
+        let mut ids = Vec::new();
+        for i in 0..20 {
+            let t = Instant::now();
+            let r = loop {
+                let r = create(&mut c, &format!("https://example.com/{tag}/{i}"));
+                if r.status == 201 || t.elapsed() > Duration::from_secs(10) {
+                    break r;
+                }
+            };
+            assert_eq!(r.status, 201, "{}", r.text());
+            ids.push(api::id_of(&keygen, &r.key()));
+        }
+        let rows = audit(&db.url);
+        for w in rows.windows(2) {
+            assert!(w[0].0.end <= w[1].0.start, "{:?} overlaps {:?}", w[0], w[1]);
+        }
+        for id in ids {
+            let (_, owner) = rows
+                .iter()
+                .find(|(r, _)| r.contains(id))
+                .unwrap_or_else(|| panic!("{tag}: ID {id} is in no audited interval"));
+            assert_eq!(owner, &node_id);
+        }
+        assert!(
+            s.wait_stderr("resolving from the audit", Duration::from_secs(1))
+                .is_some(),
+            "{tag}: the fault never fired"
+        );
+    }
+}
