@@ -1,6 +1,8 @@
 //! The `ricochet` command: `serve` and `import`.
 
-use clap::{Parser, Subcommand, ValueEnum};
+mod cli_config;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use ricochet::core::{Parking, Timeouts, DEFAULT_SPIN_BEFORE_PARK_US};
 use ricochet::server::{serve, ServeOptions, DEFAULT_LRU_CAPACITY};
 use std::net::SocketAddr;
@@ -34,6 +36,25 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ricochet::fleet_node::FleetCommand,
     },
+    /// `serve` settings files: check one, or print a commented default.
+    Config {
+        #[command(subcommand)]
+        cmd: ConfigCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate FILE as `serve --config FILE [FLAGS]` would read it (with the environment),
+    /// print every effective setting and where it came from, and exit; nothing is started.
+    Check {
+        file: PathBuf,
+        /// Serve flags to apply on top, after `--`.
+        #[arg(last = true)]
+        flags: Vec<String>,
+    },
+    /// Print a default settings file: every key commented out, with its help and default.
+    Default,
 }
 
 #[derive(clap::Args)]
@@ -50,6 +71,10 @@ struct KeysArgs {
 #[derive(clap::Args, Clone)]
 #[command(args_override_self = true)]
 struct ServeArgs {
+    /// TOML file of serve settings (keys: the flags in snake_case). Flags and RICOCHET_<KEY>
+    /// environment variables override it; see `ricochet config default`.
+    #[arg(long)]
+    config: Option<PathBuf>,
     /// Data directory (created if missing).
     #[arg(long, default_value = "./data")]
     data_dir: PathBuf,
@@ -208,12 +233,21 @@ enum FormatArg {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    // No subcommand means `serve` with its defaults.
-    let cmd = cli
-        .cmd
-        .or_else(|| Cli::parse_from(["ricochet", "serve"]).cmd);
-    let result = match cmd.expect("clap parsed a subcommand") {
+    let command = cli_config::with_env(Cli::command());
+    let mut raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if raw.len() == 1 {
+        raw.push("serve".into()); // No subcommand means `serve`.
+    }
+    let argv = match cli_config::expand(raw, &command) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let matches = command.clone().get_matches_from(argv);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let result = match cli.cmd.expect("a subcommand (serve by default)") {
         Cmd::Serve(a) => {
             let a = *a;
             serve(ServeOptions {
@@ -255,6 +289,21 @@ fn main() -> ExitCode {
         Cmd::Keys(k) => ricochet::api::keys::run_keys_command(&k.data_dir, k.cmd),
         Cmd::Import(a) => import(a),
         Cmd::Fleet { cmd } => ricochet::fleet_node::run_command(cmd),
+        Cmd::Config {
+            cmd: ConfigCommand::Check { file, flags },
+        } => match cli_config::check(&file, &flags, &command) {
+            Ok(text) => {
+                print!("{text}");
+                Ok(())
+            }
+            Err(e) => Err(anyhow::anyhow!(e)),
+        },
+        Cmd::Config {
+            cmd: ConfigCommand::Default,
+        } => {
+            print!("{}", cli_config::default_file(&command));
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
