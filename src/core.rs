@@ -205,6 +205,13 @@ impl Core {
         self.api.take_key_updates();
         self.api.creates.poll(&mut self.mesh);
         self.api.creates.publish(&self.shared.counters[self.me]);
+        let beat = self.shared.uptime_ms();
+        self.shared.counters[self.me]
+            .heartbeat_ms
+            .store(beat, std::sync::atomic::Ordering::Relaxed);
+        if let Some(stall) = &self.shared.test_stall {
+            stall.maybe_stall(self.me, beat);
+        }
         self.owner.poll_compaction(now_ms, &mut self.mesh);
         self.owner
             .maybe_compact(now_ms, now_s, &self.flights.table, &mut self.mesh);

@@ -150,6 +150,13 @@ struct ServeArgs {
     /// Fleet mode: this node's name in the allocation audit.
     #[arg(long, requires = "fleet_pg", value_parser = parse_fleet_name)]
     node_id: Option<String>,
+    /// Test only: this core blocks its loop once (see --test-stall-after-ms), standing in for
+    /// a deadlocked core.
+    #[arg(long, hide = true)]
+    test_stall_core: Option<usize>,
+    /// Test only: when --test-stall-core stalls, in ms after start.
+    #[arg(long, hide = true, default_value_t = 1000)]
+    test_stall_after_ms: u64,
     /// Test only: from the Nth allocation on, every other COMMIT reply is dropped.
     #[arg(long, hide = true)]
     test_fleet_lose_commit_reply_from: Option<u64>,
@@ -275,6 +282,7 @@ fn main() -> ExitCode {
                 compact_entries: a.compact_entries,
                 oversubscribe: a.test_oversubscribe,
                 accept_data_loss: a.accept_data_loss,
+                test_stall: a.test_stall_core.map(|c| (c, a.test_stall_after_ms)),
                 fleet: a.fleet_pg.map(|url| ricochet::fleet_node::FleetOptions {
                     url,
                     namespace: a.namespace.expect("clap requires --namespace"),

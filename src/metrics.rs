@@ -34,6 +34,8 @@ pub struct CoreCounters {
     pub ids_used: AtomicU64,
     /// IDs on hand divided by the create rate, in seconds (capped at [`MAX_SECONDS_LEFT`]).
     pub id_seconds_left: AtomicU64,
+    /// `Shared::uptime_ms` at this core's last sweep: its loop is making progress (`/livez`).
+    pub heartbeat_ms: AtomicU64,
 }
 
 /// `ricochet_id_seconds_left` when the core makes no creates: a year stands for "not running

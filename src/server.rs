@@ -75,6 +75,8 @@ pub struct ServeOptions {
     /// `--fleet-pg`: allocate IDs from a PostgreSQL namespace shared by the fleet, under the
     /// fleet's key-space secret, instead of the data dir's own authority.
     pub fleet: Option<crate::fleet_node::FleetOptions>,
+    /// Test only (`--test-stall-core N --test-stall-after-ms T`): core N blocks once at T.
+    pub test_stall: Option<(usize, u64)>,
 }
 
 /// Creates per second per API key unless configured (`--create-rate`); with the burst, enough
@@ -231,6 +233,12 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         draining,
         doorbells: doorbells.clone(),
         fleet: fleet_stats,
+        started: Instant::now(),
+        ready: Default::default(),
+        ready_for_creates: Default::default(),
+        test_stall: opts
+            .test_stall
+            .map(|(core, after_ms)| crate::test_faults::TestStall::new(core, after_ms)),
     });
 
     let queues = Arc::new(MeshQueues::new(cores));

@@ -19,9 +19,22 @@ pub struct Shared {
     pub doorbells: Arc<crate::mesh::Doorbells>,
     /// Fleet mode's allocation counters (`--fleet-pg`), for `/metrics` and `/readyz`.
     pub fleet: Option<Arc<fleet::FleetStats>>,
+    /// The one clock every core's heartbeat is measured on (`probes`).
+    pub started: std::time::Instant,
+    /// Damped verdicts of `/readyz` and `/readyz?creates` (`probes::Damped`).
+    pub ready: crate::probes::Damped,
+    pub ready_for_creates: crate::probes::Damped,
+    /// Test only (`--test-stall-core`): a core that blocks its loop once.
+    pub test_stall: Option<crate::test_faults::TestStall>,
 }
 
 impl Shared {
+    /// Milliseconds since the server started, on the clock heartbeats use (never 0 once a
+    /// core has beaten, so 0 can mean "not yet").
+    pub fn uptime_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64 + 1
+    }
+
     /// Every core is serving and the server is not draining (`/readyz`).
     pub fn ready(&self) -> bool {
         self.ready_cores.load(Ordering::Acquire) == self.cores

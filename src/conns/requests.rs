@@ -324,33 +324,24 @@ impl Conns {
             encode::encode_response(&mut c.out, Status::Ok, &[], ct, body, head, persist, date);
             return;
         }
-        if path == b"/healthz" || path == b"/readyz" {
+        if matches!(path, b"/healthz" | b"/livez" | b"/readyz") {
             if !get_or_head {
                 encode::encode_method_not_allowed(&mut c.out, "GET, HEAD", head, persist, date);
-            } else if path == b"/healthz" || self.shared.ready() {
-                let ct = Some("text/plain");
-                // Still ready when fenced: redirects are safe, only generated-key creates stop.
-                let fenced =
-                    path == b"/readyz" && self.shared.fleet.as_ref().is_some_and(|f| f.is_fenced());
-                let body: &[u8] = if fenced {
-                    b"ok\nfleet allocation: fenced (the authority lost confirmed allocations; generated-key creates refused, see docs/fleet.md)\n"
-                } else {
-                    b"ok\n"
-                };
-                encode::encode_response(&mut c.out, Status::Ok, &[], ct, body, head, persist, date);
-            } else {
-                let (st, ct) = (Status::ServiceUnavailable, Some("text/plain"));
-                encode::encode_response(
-                    &mut c.out,
-                    st,
-                    &[],
-                    ct,
-                    b"not ready\n",
-                    head,
-                    persist,
-                    date,
-                );
+                return;
             }
+            // Cold path: probes format their answers (`probes`).
+            let a = crate::probes::answer(path, req.query, &self.shared).expect("a probe path");
+            let st = if a.ok {
+                Status::Ok
+            } else {
+                Status::ServiceUnavailable
+            };
+            let ct = Some(if a.json {
+                "application/json"
+            } else {
+                "text/plain"
+            });
+            encode::encode_response(&mut c.out, st, &[], ct, &a.body, head, persist, date);
             return;
         }
         if path.starts_with(API_PREFIX) {

@@ -1,0 +1,264 @@
+//! `/livez`, `/healthz`, `/readyz`: what the seed's "Kubernetes Probes" ask, over the shared
+//! counters every core publishes at its sweep. Cold path: answers are formatted here.
+//!
+//! - **live**: every core's loop made progress (its sweep heartbeat) within
+//!   [`LIVENESS_STALL_MS`]. A stalled or deadlocked core fails it; a slow database does not.
+//!   `/healthz` is the same check with the plain answer it always had.
+//! - **ready** (`/readyz`): safe to take redirect traffic: every core opened its shards,
+//!   joined the mesh and armed its listener, and the server is not draining.
+//! - **ready for creates** (`/readyz?creates`): also every core holds an ID range (so the
+//!   authority answered) and the fleet authority is not fenced. Kept apart on purpose: gating
+//!   redirect readiness on the allocator would take a node's redirects out of rotation during a
+//!   database outage, the opposite of what fleet mode promises; route creates by this one.
+//!
+//! Readiness is damped ([`Damped`]): it falls only after its checks failed for
+//! [`READY_FALL_MS`] (draining and a missing core fall at once) and rises again only after they
+//! passed for [`READY_RISE_MS`]; the first rise after start is immediate. `?verbose` (with or
+//! without `creates`) answers JSON with one entry per check.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::shared::Shared;
+
+/// A core whose sweep heartbeat is older than this is stalled: `/livez` fails. Sweeps run every
+/// 100 ms and a parked core wakes at least every `PARK_MAX_MS` (100 ms): 2 s is 10 missed
+/// sweeps, far from a busy core and well inside a typical probe period.
+pub const LIVENESS_STALL_MS: u64 = 2_000;
+
+/// A readiness check must fail this long before the verdict falls (except draining and
+/// missing cores, which fall at once).
+pub const READY_FALL_MS: u64 = 2_000;
+
+/// After a fall, the checks must pass this long before the verdict rises again.
+pub const READY_RISE_MS: u64 = 1_000;
+
+/// A verdict with hysteresis, updated by whichever core answers or sweeps (atomics; a race
+/// between two cores only moves a transition by one evaluation).
+#[derive(Default)]
+pub struct Damped {
+    ready: AtomicBool,
+    ever_ready: AtomicBool,
+    /// Since when (ms on the shared clock) the raw checks disagree with `ready`; 0: they agree.
+    disagree_since_ms: AtomicU64,
+}
+
+impl Damped {
+    /// Feeds the raw verdict at `now_ms`; returns the damped one. `urgent` failures (draining,
+    /// a core not serving) fall at once.
+    pub fn update(&self, raw: bool, urgent: bool, now_ms: u64) -> bool {
+        let ready = self.ready.load(Ordering::Relaxed);
+        if raw == ready {
+            self.disagree_since_ms.store(0, Ordering::Relaxed);
+            return ready;
+        }
+        let first_rise = raw && !self.ever_ready.load(Ordering::Relaxed);
+        let since = match self.disagree_since_ms.load(Ordering::Relaxed) {
+            0 => {
+                let at = now_ms.max(1);
+                self.disagree_since_ms.store(at, Ordering::Relaxed);
+                at
+            }
+            t => t,
+        };
+        let held = now_ms.saturating_sub(since);
+        let flip = if raw {
+            first_rise || held >= READY_RISE_MS
+        } else {
+            urgent || held >= READY_FALL_MS
+        };
+        if flip {
+            self.ready.store(raw, Ordering::Relaxed);
+            self.disagree_since_ms.store(0, Ordering::Relaxed);
+            if raw {
+                self.ever_ready.store(true, Ordering::Relaxed);
+            }
+        }
+        self.ready.load(Ordering::Relaxed)
+    }
+}
+
+/// One probe check.
+struct Check {
+    name: &'static str,
+    ok: bool,
+    detail: String,
+}
+
+/// What a probe answers: status 200 or 503, content type and body.
+pub struct ProbeAnswer {
+    pub ok: bool,
+    pub json: bool,
+    pub body: Vec<u8>,
+}
+
+/// Answers a probe path (`/livez`, `/healthz`, `/readyz`), or `None` for any other path.
+pub fn answer(path: &[u8], query: Option<&[u8]>, shared: &Shared) -> Option<ProbeAnswer> {
+    let params = query.unwrap_or_default();
+    let has = |p: &[u8]| {
+        params
+            .split(|&b| b == b'&')
+            .any(|kv| kv == p || kv.starts_with(&[p, b"="].concat()))
+    };
+    let verbose = has(b"verbose");
+    let now_ms = shared.uptime_ms();
+    let (ok, checks) = match path {
+        b"/livez" | b"/healthz" => {
+            let checks = vec![liveness(shared, now_ms)];
+            (checks[0].ok, checks)
+        }
+        b"/readyz" => {
+            let creates = has(b"creates");
+            let checks = readiness_checks(shared, creates);
+            let raw = checks.iter().all(|c| c.ok);
+            let urgent = checks
+                .iter()
+                .any(|c| !c.ok && matches!(c.name, "draining" | "cores"));
+            let damped = if creates {
+                &shared.ready_for_creates
+            } else {
+                &shared.ready
+            };
+            (damped.update(raw, urgent, now_ms), checks)
+        }
+        _ => return None,
+    };
+    let body = if verbose {
+        let list: Vec<serde_json::Value> = checks
+            .iter()
+            .map(|c| serde_json::json!({"name": c.name, "ok": c.ok, "detail": c.detail}))
+            .collect();
+        serde_json::to_vec(&serde_json::json!({"ok": ok, "checks": list})).expect("json")
+    } else if ok {
+        let fenced = checks
+            .iter()
+            .find(|c| c.name == "fleet" && !c.detail.is_empty());
+        match fenced {
+            Some(c) if path == b"/readyz" => format!("ok\n{}\n", c.detail).into_bytes(),
+            _ => b"ok\n".to_vec(),
+        }
+    } else {
+        let failed: Vec<String> = checks
+            .iter()
+            .filter(|c| !c.ok)
+            .map(|c| format!("{}: {}", c.name, c.detail))
+            .collect();
+        let failed = if failed.is_empty() {
+            "recovering (checks pass; waiting out the rise delay)".to_string()
+        } else {
+            failed.join("\n")
+        };
+        format!("not ok\n{failed}\n").into_bytes()
+    };
+    Some(ProbeAnswer {
+        ok,
+        json: verbose,
+        body,
+    })
+}
+
+fn liveness(shared: &Shared, now_ms: u64) -> Check {
+    let stalled: Vec<String> = shared
+        .counters
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let beat = c.heartbeat_ms.load(Ordering::Relaxed);
+            let age = now_ms.saturating_sub(beat);
+            (beat != 0 && age > LIVENESS_STALL_MS)
+                .then(|| format!("core {i}: no progress for {age} ms"))
+        })
+        .collect();
+    Check {
+        name: "loops",
+        ok: stalled.is_empty(),
+        detail: if stalled.is_empty() {
+            format!(
+                "all {} core loops made progress within {LIVENESS_STALL_MS} ms",
+                shared.cores
+            )
+        } else {
+            stalled.join("; ")
+        },
+    }
+}
+
+fn readiness_checks(shared: &Shared, creates: bool) -> Vec<Check> {
+    let serving = shared.ready_cores.load(Ordering::Acquire);
+    let draining = shared.draining.load(Ordering::Relaxed);
+    let mut checks = vec![
+        Check {
+            name: "cores",
+            ok: serving == shared.cores,
+            detail: format!(
+                "{serving} of {} cores opened their shards, joined the mesh and armed their listener",
+                shared.cores
+            ),
+        },
+        Check {
+            name: "draining",
+            ok: !draining,
+            detail: if draining { "draining (SIGTERM): finishing in-flight requests" } else { "not draining" }.into(),
+        },
+    ];
+    let fenced = shared.fleet.as_ref().is_some_and(|f| f.is_fenced());
+    if creates {
+        let empty: Vec<usize> = shared
+            .counters
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.ids_remaining.load(Ordering::Relaxed) == 0)
+            .map(|(i, _)| i)
+            .collect();
+        checks.push(Check {
+            name: "ids",
+            ok: empty.is_empty(),
+            detail: if empty.is_empty() {
+                "every core holds an ID range".into()
+            } else {
+                format!(
+                    "no ID range on core(s) {empty:?}: the allocation authority has not answered"
+                )
+            },
+        });
+        checks.push(Check {
+            name: "fleet",
+            ok: !fenced,
+            detail: if fenced { FENCED.into() } else { String::new() },
+        });
+    } else if fenced {
+        // Redirects are safe when fenced: reported, not gating.
+        checks.push(Check {
+            name: "fleet",
+            ok: true,
+            detail: FENCED.into(),
+        });
+    }
+    checks
+}
+
+const FENCED: &str = "fleet allocation: fenced (the authority lost confirmed allocations; generated-key creates refused, see docs/fleet.md)";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_falls_late_rises_late_but_first_rise_is_at_once() {
+        let d = Damped::default();
+        assert!(!d.update(false, false, 10));
+        assert!(d.update(true, false, 20), "first rise at once");
+        // A short failure does not flip it.
+        assert!(d.update(false, false, 100));
+        assert!(d.update(false, false, 100 + READY_FALL_MS - 1));
+        assert!(d.update(true, false, 100 + READY_FALL_MS));
+        // A long one does.
+        assert!(d.update(false, false, 5_000));
+        assert!(!d.update(false, false, 5_000 + READY_FALL_MS));
+        // Rising again needs the checks to pass for READY_RISE_MS.
+        assert!(!d.update(true, false, 8_000));
+        assert!(!d.update(true, false, 8_000 + READY_RISE_MS - 1));
+        assert!(d.update(true, false, 8_000 + READY_RISE_MS));
+        // Urgent failures fall at once.
+        assert!(!d.update(false, true, 20_000));
+    }
+}
