@@ -167,7 +167,7 @@ impl Core {
             let (conns, _, mut env) = self.env();
             conns.set_congested(congested, &mut env);
             self.submit_log_batch()?;
-            self.conns.flush(self.clock.now_ms);
+            self.conns.flush(self.clock.now_ms, self.clock.precise_us());
             self.finish_turn()?;
 
             if self.clock.now_ms >= next_sweep_ms {
@@ -205,6 +205,7 @@ impl Core {
         self.api.take_key_updates();
         self.api.creates.poll(&mut self.mesh);
         self.api.creates.publish(&self.shared.counters[self.me]);
+        self.shared.counters[self.me].publish_owner(&self.owner.tally());
         let beat = self.shared.uptime_ms();
         self.shared.counters[self.me]
             .heartbeat_ms

@@ -98,6 +98,10 @@ pub struct Conn {
     pub continue_sent: bool,
     /// Input waits in `inbuf` because the mesh was congested; queued in `Conns::held`.
     pub held: bool,
+    /// The request-duration clock of the batch being answered: when its first request was
+    /// received (µs on the core's clock; 0: none) and how many requests it holds.
+    pub batch_started_us: u64,
+    pub batch_requests: u32,
 }
 
 impl Conn {
@@ -116,6 +120,8 @@ impl Conn {
             dirty: false,
             continue_sent: false,
             held: false,
+            batch_started_us: 0,
+            batch_requests: 0,
         }
     }
 

@@ -181,6 +181,7 @@ impl Conns {
             return false;
         }
         self.accept_errors += 1;
+        self.tally.accept_errors[crate::metrics::accept_error_class(-res)] += 1;
         if now_ms >= self.next_accept_report_ms {
             // At most one line per ACCEPT_REPORT_INTERVAL_MS, with the count since the last.
             let e = std::io::Error::from_raw_os_error(-res);
@@ -339,7 +340,8 @@ impl Conns {
     }
 
     /// Queues one send per connection whose batch is complete; closes those that are done.
-    pub fn flush(&mut self, now_ms: u64) {
+    /// `now_us` is a fresh clock reading: the send-queued end of each batch's request duration.
+    pub fn flush(&mut self, now_ms: u64, now_us: u64) {
         let mut i = 0;
         while i < self.dirty.len() {
             let slot = self.dirty[i];
@@ -350,6 +352,13 @@ impl Conns {
                 continue;
             }
             if !c.out.is_empty() {
+                if c.batch_requests > 0 {
+                    let took = now_us.saturating_sub(c.batch_started_us);
+                    let n = u64::from(std::mem::take(&mut c.batch_requests));
+                    self.tally
+                        .request_us
+                        .observe(&crate::metrics::REQUEST_US_BUCKETS, took, n);
+                }
                 self.push_send(slot, now_ms);
             } else if c.closes_after_send() {
                 self.begin_close(slot, true, now_ms);

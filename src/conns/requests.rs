@@ -281,6 +281,10 @@ impl Conns {
         let get_or_head = matches!(req.method, Method::Get | Method::Head);
         let path = req.path;
         self.tally.requests += 1;
+        if c.batch_requests == 0 {
+            c.batch_started_us = env.clock.now_us.max(1);
+        }
+        c.batch_requests += 1;
         if req.method == Method::Other {
             // RFC 9110 section 9.1: a method the server does not recognize is 501.
             let (st, ct) = (Status::NotImplemented, Some("text/plain"));
@@ -312,13 +316,9 @@ impl Conns {
         }
         if path == b"/metrics" && get_or_head {
             // Cold path: formatting allocates; the allocation counter shows it honestly.
-            let mut text = String::with_capacity(4096);
             self.shared.counters[self.me].publish(&self.tally, self.live);
-            crate::metrics::render(&self.shared.counters, &mut text);
-            if let Some(f) = &self.shared.fleet {
-                crate::metrics::render_fleet(&f.snapshot(), &mut text);
-            }
-            let ct = Some("text/plain; version=0.0.4");
+            let text = crate::metrics::render(&self.shared);
+            let ct = Some("application/openmetrics-text; version=1.0.0; charset=utf-8");
             let c = &mut self.slots[slot as usize];
             let body = text.as_bytes();
             encode::encode_response(&mut c.out, Status::Ok, &[], ct, body, head, persist, date);

@@ -84,6 +84,7 @@ impl Owner {
             move || fold_snapshot(&dir, router, snapshot, now_s),
         )?;
         self.compacting = Some(rx);
+        self.compaction_started = Some(std::time::Instant::now());
         Ok(())
     }
 
@@ -157,6 +158,12 @@ impl Owner {
         }
         self.retire_tables(old, mesh);
         let folded = done.snapshot.len();
+        self.counts.compactions += 1;
+        self.counts.compacted_entries += folded as u64;
+        self.counts.compaction_ms += self
+            .compaction_started
+            .take()
+            .map_or(0, |t| t.elapsed().as_millis() as u64);
         for (k, e) in done.snapshot {
             let now = self.writes.memtable.get(&k);
             if now.is_some_and(|now| unchanged(now, &e)) {

@@ -52,6 +52,11 @@ pub struct Owner {
     next_token: u64,
     /// Rung by the compaction thread when its fold is done.
     doorbells: Arc<Doorbells>,
+    /// What `/metrics` reports of this role (log, compaction); gauges filled by `tally`.
+    counts: crate::metrics::OwnerTally,
+    /// When the batch in flight was submitted, and when the running compaction started.
+    batch_started: Option<std::time::Instant>,
+    compaction_started: Option<std::time::Instant>,
 }
 
 impl Owner {
@@ -76,6 +81,20 @@ impl Owner {
             invalidations: HashMap::new(),
             next_token: 0,
             doorbells,
+            counts: Default::default(),
+            batch_started: None,
+            compaction_started: None,
+        }
+    }
+
+    /// This role's counters, with the gauges read now (for `/metrics`, at each sweep).
+    pub fn tally(&self) -> crate::metrics::OwnerTally {
+        let (links, bytes) = self.store.totals();
+        crate::metrics::OwnerTally {
+            memtable_entries: self.writes.memtable.len() as u64,
+            table_links: links,
+            table_bytes: bytes,
+            ..self.counts
         }
     }
 

@@ -22,6 +22,13 @@ pub struct Store {
 }
 
 impl Store {
+    /// Links and bytes in this core's tables (for `/metrics`).
+    pub fn totals(&self) -> (u64, u64) {
+        self.tables.iter().flatten().fold((0, 0), |(n, b), s| {
+            (n + s.table.len(), b + s.table.file_bytes())
+        })
+    }
+
     /// `tables[s]` is shard `s`'s table if this core owns `s` and it has one.
     pub fn new(tables: Vec<Option<Table>>) -> Store {
         let tables = tables

@@ -318,6 +318,7 @@ impl Owner {
         }
         let batch = w.log.take_batch().ok()??;
         w.batch = Some(batch);
+        self.batch_started = Some(std::time::Instant::now());
         w.batch_error = None;
         Some((w.log_fd, w.batch.as_ref().expect("just set")))
     }
@@ -342,6 +343,20 @@ impl Owner {
         let Some(batch) = w.batch.take() else {
             return;
         };
+        let records = batch.last_seq + 1 - batch.first_seq;
+        let took_us = self
+            .batch_started
+            .take()
+            .map_or(0, |t| t.elapsed().as_micros() as u64);
+        let counts = &mut self.counts;
+        counts.log_batches += 1;
+        counts.log_records += records;
+        counts
+            .batch_records
+            .observe(&crate::metrics::BATCH_RECORDS_BUCKETS, records, 1);
+        counts
+            .fsync_us
+            .observe(&crate::metrics::FSYNC_US_BUCKETS, took_us, 1);
         let result = if let Some(e) = w.batch_error.take() {
             Err(e)
         } else if res < 0 {
