@@ -236,6 +236,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         started: Instant::now(),
         ready: Default::default(),
         ready_for_creates: Default::default(),
+        openapi_json: crate::api::openapi::to_json(),
         test_stall: opts
             .test_stall
             .map(|(core, after_ms)| crate::test_faults::TestStall::new(core, after_ms)),

@@ -24,6 +24,8 @@ pub struct Shared {
     /// Damped verdicts of `/readyz` and `/readyz?creates` (`probes::Damped`).
     pub ready: crate::probes::Damped,
     pub ready_for_creates: crate::probes::Damped,
+    /// `docs/openapi.yaml` as JSON (`GET /api/v1/openapi.json`), converted at start.
+    pub openapi_json: Vec<u8>,
     /// Test only (`--test-stall-core`): a core that blocks its loop once.
     pub test_stall: Option<crate::test_faults::TestStall>,
 }

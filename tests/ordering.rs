@@ -594,3 +594,35 @@ fn expect_100_continue_is_answered_before_the_body() {
     assert_eq!(c.read_response(false).status, 417);
     c.expect_eof();
 }
+
+/// Methods the server knows but allows nowhere (`TRACE`, `QUERY`) get 405 with `Allow`, on a
+/// key and on the API; an unrecognized method gets 501 (RFC 9110 sections 15.5.6, 15.6.2).
+#[test]
+fn known_methods_get_405_unknown_get_501() {
+    let (_tmp, links, server) = served(2);
+    let mut c = Reader::connect(server.addr);
+    for (req, status) in [
+        (
+            format!("TRACE /{} HTTP/1.1\r\nHost: t\r\n\r\n", links[0].key),
+            405,
+        ),
+        (
+            "QUERY /api/v1/urls HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n".to_string(),
+            405,
+        ),
+        (
+            format!("BREW /{} HTTP/1.1\r\nHost: t\r\n\r\n", links[0].key),
+            501,
+        ),
+    ] {
+        c.send(req.as_bytes());
+        let r = c.read_response(false);
+        assert_eq!(r.status, status, "{req:?}");
+        if status == 405 {
+            assert!(r.header("allow").is_some(), "405 without Allow: {req:?}");
+        }
+        if status == 501 {
+            c = Reader::connect(server.addr);
+        }
+    }
+}

@@ -14,6 +14,7 @@
 
 pub mod idempotency;
 pub mod keys;
+pub mod openapi;
 pub mod problem;
 pub mod ratelimit;
 pub mod request;

@@ -344,6 +344,11 @@ impl Conns {
             encode::encode_response(&mut c.out, st, &[], ct, &a.body, head, persist, date);
             return;
         }
+        if path == crate::api::openapi::OPENAPI_PATH && get_or_head {
+            let (ct, body) = (Some("application/json"), &self.shared.openapi_json[..]);
+            encode::encode_response(&mut c.out, Status::Ok, &[], ct, body, head, persist, date);
+            return;
+        }
         if path.starts_with(API_PREFIX) {
             self.tally.api_requests += 1;
             let (out, answers, gen, me) = (&mut c.out, &mut c.answers, c.gen, self.me as u16);

@@ -50,7 +50,13 @@ pub enum Method {
     Delete,
     /// `OPTIONS`
     Options,
-    /// Any other (syntactically valid) method token.
+    /// `TRACE`: a method of RFC 9110 the server knows and allows nowhere (405, with `Allow`).
+    Trace,
+    /// `CONNECT`: likewise (405).
+    Connect,
+    /// `QUERY` (the IETF's safe method with a body): likewise (405).
+    Query,
+    /// Any other (syntactically valid) method token: not recognized, 501.
     Other,
 }
 
@@ -58,7 +64,10 @@ impl Method {
     /// Safe methods (RFC 9110 section 9.2.1) do not change the server's state, so a run of
     /// them may be processed in parallel; anything else is a barrier on its connection.
     pub fn is_safe(self) -> bool {
-        matches!(self, Method::Get | Method::Head | Method::Options)
+        matches!(
+            self,
+            Method::Get | Method::Head | Method::Options | Method::Trace | Method::Query
+        )
     }
 
     /// Methods are case-sensitive (RFC 9110 §9.1): `get` is `Other`.
@@ -71,6 +80,9 @@ impl Method {
             "PATCH" => Method::Patch,
             "DELETE" => Method::Delete,
             "OPTIONS" => Method::Options,
+            "TRACE" => Method::Trace,
+            "CONNECT" => Method::Connect,
+            "QUERY" => Method::Query,
             _ => Method::Other,
         }
     }

@@ -101,7 +101,10 @@ fn methods() {
         ("PATCH", Method::Patch),
         ("DELETE", Method::Delete),
         ("OPTIONS", Method::Options),
-        ("TRACE", Method::Other),
+        ("TRACE", Method::Trace),
+        ("CONNECT", Method::Connect),
+        ("QUERY", Method::Query),
+        ("BREW", Method::Other),
         ("get", Method::Other),
     ] {
         let req = format!("{m} / HTTP/1.1\r\nHost: h\r\n\r\n");
