@@ -384,6 +384,12 @@ impl Core {
         let (now_s, mesh) = (self.clock.now_s, &mut self.mesh);
         match msg {
             ApiMsg::Write { reply, req } => self.owner.on_write(reply, req, now_s, mesh),
+            ApiMsg::List {
+                reply,
+                shard,
+                after,
+                limit,
+            } => self.owner.on_list(reply, shard, after, limit, now_s, mesh),
             ApiMsg::WriteDone { reply, outcome } if self.flights.is_flight(&reply) => {
                 let creates = &mut self.api.creates;
                 self.flights

@@ -150,6 +150,8 @@ pub enum WriteOutcome {
     IdemMismatch,
     /// Too many idempotent requests in flight.
     Busy,
+    /// A page of one shard's links.
+    Listed(Box<crate::owner::listing::ListedShard>),
 }
 
 /// Largest a mesh message may be. The queues hold messages by value (no allocation per
@@ -193,6 +195,14 @@ pub enum ApiMsg {
     WriteDone {
         reply: ReplyTo,
         outcome: WriteOutcome,
+    },
+    /// One page of a shard's live links after `after`, sent to the shard's owner
+    /// (`owner::listing`); answered with `WriteDone { outcome: Listed }`.
+    List {
+        reply: ReplyTo,
+        shard: u32,
+        after: Option<InlineKey>,
+        limit: u16,
     },
     /// An idempotent create, sent to the owner of its idempotency scope.
     IdemCreate {

@@ -60,7 +60,13 @@ mod tests {
                     .map(str::to_owned)
             })
             .collect();
-        for id in ["createLink", "getLink", "patchLink", "deleteLink"] {
+        for id in [
+            "listLinks",
+            "createLink",
+            "getLink",
+            "patchLink",
+            "deleteLink",
+        ] {
             assert!(ops.iter().any(|o| o == id), "{id} missing from {ops:?}");
         }
         // Status codes stay strings (YAML quoted them), enum values stay numbers.

@@ -6,6 +6,7 @@
 //! redirect hot path: allocation is fine here.
 
 pub mod creates;
+pub mod listing;
 
 use crate::api::idempotency::{request_hash, scope_string, IdemScope};
 use crate::api::problem::{Problem, PROBLEM_CONTENT_TYPE};
@@ -41,6 +42,8 @@ pub enum ApiOp {
     Get,
     Patch,
     Delete,
+    /// `GET /api/v1/urls`: the walk over the shards so far.
+    List(listing::ListWalk),
 }
 
 /// Registers an API request as deferred on its connection (its answer goes where the output
@@ -114,6 +117,25 @@ impl ApiClient {
         // `check_head` refused a declared body over the limit; `body` is exactly that long.
         debug_assert!(body.len() <= MAX_REQUEST_BODY_BYTES);
         let now_s = clock.now_s;
+        if collection && req.method == Method::Get {
+            let walk = match listing::parse_query(req.query, self.router.shard_count()) {
+                Ok(w) => w,
+                Err(p) => return problem(out, p),
+            };
+            let (shard, after, limit) = (walk.shard, walk.after, walk.limit);
+            let reply = defer(out, ApiOp::List(walk));
+            let owner = self.router.core_of_shard(shard);
+            mesh.deliver(
+                owner,
+                ApiMsg::List {
+                    reply,
+                    shard,
+                    after,
+                    limit,
+                },
+            );
+            return;
+        }
         if collection {
             if let Err(ra) = self.ratelimit.check(key_id, Instant::now()) {
                 return problem(out, ra.into());
@@ -182,6 +204,22 @@ impl ApiClient {
         mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
     }
 
+    /// Asks shard `shard`'s owner for the first `limit` links of the shard (a list walk
+    /// moving on to the next shard).
+    pub fn list_shard(&self, reply: ReplyTo, shard: u32, limit: u16, mesh: &mut Mesh) {
+        let owner = self.router.core_of_shard(shard);
+        let after = None;
+        mesh.deliver(
+            owner,
+            ApiMsg::List {
+                reply,
+                shard,
+                after,
+                limit,
+            },
+        );
+    }
+
     /// What the request head alone decides: the route (collection or item key) and the API key,
     /// or the refusal (404 path, 405 method, 401 key, 413 declared body). Used before a body
     /// is read, so an `Expect: 100-continue` client hears the refusal without sending it.
@@ -195,13 +233,13 @@ impl ApiClient {
             return Err(Refusal::plain(Problem::not_found()));
         };
         let method_ok = match req.method {
-            Method::Post => collection,
-            Method::Get | Method::Patch | Method::Delete => !collection,
+            Method::Post | Method::Get => collection || req.method == Method::Get,
+            Method::Patch | Method::Delete => !collection,
             _ => false,
         };
         if !method_ok {
             let allow: &'static [u8] = if collection {
-                b"POST"
+                b"GET, POST"
             } else {
                 b"GET, PATCH, DELETE"
             };
@@ -260,6 +298,18 @@ impl ApiClient {
             encode::encode_response(out, status, &[], ct, &body, false, persist, date)
         };
         match (op, outcome) {
+            (ApiOp::List(walk), WriteOutcome::Listed(page)) => {
+                let shards = self.router.shard_count();
+                let next = walk.take(page.items, page.complete, shards)?;
+                let links: Vec<Vec<u8>> = walk.items.iter().map(json).collect();
+                let body = listing::page_json(&links, next.as_deref());
+                let ct = Some("application/json");
+                encode::encode_response(out, Status::Ok, &[], ct, &body, false, persist, date);
+            }
+            (_, WriteOutcome::Listed(_)) => {
+                debug_assert!(false, "a list page for another request");
+                problem(out, Problem::unavailable(1));
+            }
             (_, WriteOutcome::Created(info))
             | (ApiOp::Create { .. }, WriteOutcome::Found(info)) => {
                 link(out, Status::Created, &info)

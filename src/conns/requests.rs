@@ -506,20 +506,26 @@ impl Conns {
             return;
         }
         self.scratch = scratch;
-        // Retry a create with the next generated ID; the request stays deferred.
-        let ApiOp::Create {
-            req,
-            created_at_s,
-            tries,
-        } = &*op
-        else {
-            unreachable!("only creates retry");
+        // Not answered yet: a create retries with the next generated ID, a list asks the next
+        // shard. The request stays deferred.
+        let next = match &*op {
+            ApiOp::Create {
+                req,
+                created_at_s,
+                tries,
+            } => Resume::Create(req.clone(), *created_at_s, *tries),
+            ApiOp::List(walk) => Resume::List(walk.shard, walk.wanted()),
+            _ => unreachable!("only creates and lists continue"),
         };
-        let (req, created, tries) = (req.clone(), *created_at_s, *tries);
         if let Some(p) = self.slots[reply.slot as usize].answers.get_mut(reply.seq) {
             p.kind = PendingKind::Api(op);
         }
-        api.creates.start(reply, req, created, tries, None, mesh);
+        match next {
+            Resume::Create(req, created, tries) => {
+                api.creates.start(reply, req, created, tries, None, mesh)
+            }
+            Resume::List(shard, limit) => api.list_shard(reply, shard, limit, mesh),
+        }
     }
 
     /// Writes the answer of deferred request `seq` at its place in the connection's batch;
@@ -545,4 +551,10 @@ impl Conns {
             self.view.retire(shard, gen);
         }
     }
+}
+
+/// What a deferred API request that is not answered yet does next.
+enum Resume {
+    Create(Box<crate::api::request::CreateRequest>, u64, u8),
+    List(u32, u16),
 }

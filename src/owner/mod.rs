@@ -12,6 +12,7 @@
 
 pub mod compaction;
 pub mod fold;
+pub mod listing;
 pub mod store;
 mod write_path;
 pub mod writes;

@@ -47,6 +47,11 @@ impl Store {
             .map(|old| (old.table, old.gen))
     }
 
+    /// Shard `shard`'s table, if this core owns one.
+    pub fn table_of(&self, shard: u32) -> Option<&Table> {
+        self.table(shard).map(|s| &s.table)
+    }
+
     #[inline]
     fn table(&self, shard: u32) -> Option<&Slot> {
         self.tables.get(shard as usize)?.as_ref()

@@ -1,0 +1,162 @@
+//! `GET /api/v1/urls?limit=N&cursor=C`: a paged list of live links gathered from every owner
+//! core, shard by shard (`owner::listing` answers one shard's page). The cursor names the
+//! last link returned, `SHARD.KEY`; the walk's order (shard, then key bytes) is fixed for a
+//! link's whole life, so a link that exists for the whole walk appears exactly once, whatever
+//! is created, changed or deleted meanwhile. Clients treat the cursor as opaque.
+
+use crate::api::problem::Problem;
+use crate::key::InlineKey;
+use crate::mesh::LinkInfo;
+
+/// Links per page unless `limit` says otherwise.
+pub const DEFAULT_LIST_LIMIT: u16 = 100;
+
+/// Most links one page may hold: with 8 KiB targets a page stays under about 4 MiB.
+pub const MAX_LIST_LIMIT: u16 = 500;
+
+/// A list request in progress: the shard being asked, where the walk stands, what was found.
+#[derive(Debug)]
+pub struct ListWalk {
+    pub shard: u32,
+    pub after: Option<InlineKey>,
+    pub limit: u16,
+    pub items: Vec<LinkInfo>,
+}
+
+impl ListWalk {
+    /// Takes a shard's page. `Some(next_cursor)` once the page is full or every shard was
+    /// asked (`None` inside: the walk is over); `None` while the next shard must be asked.
+    pub fn take(
+        &mut self,
+        items: Vec<LinkInfo>,
+        complete: bool,
+        shards: u32,
+    ) -> Option<Option<String>> {
+        self.items.extend(items);
+        if self.items.len() >= usize::from(self.limit) {
+            let last = self.items.last().expect("a full page").key;
+            // A full page ends at its last item; the next page starts after it (an empty page
+            // is possible when the full page was the shard's and the walk's last).
+            return Some(Some(cursor(self.shard, &last)));
+        }
+        debug_assert!(
+            complete,
+            "an owner returns a short page only when the shard is done"
+        );
+        if self.shard + 1 >= shards {
+            return Some(None);
+        }
+        self.shard += 1;
+        self.after = None;
+        None
+    }
+
+    /// Links still wanted from the next shard.
+    pub fn wanted(&self) -> u16 {
+        self.limit - self.items.len() as u16
+    }
+}
+
+fn cursor(shard: u32, key: &InlineKey) -> String {
+    format!("{shard}.{}", key.as_str())
+}
+
+/// Parses `limit` and `cursor` from the query. Unknown parameters are refused, so a typo is
+/// not silently a different page.
+pub fn parse_query(query: Option<&[u8]>, shards: u32) -> Result<ListWalk, Problem> {
+    let mut walk = ListWalk {
+        shard: 0,
+        after: None,
+        limit: DEFAULT_LIST_LIMIT,
+        items: Vec::new(),
+    };
+    let text = std::str::from_utf8(query.unwrap_or_default())
+        .map_err(|_| Problem::invalid_field(None, "the query is not UTF-8"))?;
+    for pair in text.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "limit" => {
+                walk.limit = value
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|n| (1..=MAX_LIST_LIMIT).contains(n))
+                    .ok_or_else(|| {
+                        Problem::invalid_field(
+                            Some("limit"),
+                            format!("limit must be a whole number from 1 to {MAX_LIST_LIMIT}"),
+                        )
+                    })?;
+            }
+            "cursor" => {
+                let bad =
+                    || Problem::invalid_field(Some("cursor"), "not a cursor this server issued");
+                let (shard, key) = value.split_once('.').ok_or_else(bad)?;
+                let shard = shard
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|s| *s < shards)
+                    .ok_or_else(bad)?;
+                shards::link::validate_key(key.as_bytes()).map_err(|_| bad())?;
+                walk.shard = shard;
+                walk.after = Some(InlineKey::new(key.as_bytes()).ok_or_else(bad)?);
+            }
+            other => {
+                return Err(Problem::invalid_field(
+                    None,
+                    format!("unknown query parameter {other:?} (limit, cursor)"),
+                ))
+            }
+        }
+    }
+    Ok(walk)
+}
+
+/// The page body: `{"items": [link, ...], "next_cursor": "..." | null}`.
+pub fn page_json(links: &[Vec<u8>], next: Option<&str>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(links.iter().map(Vec::len).sum::<usize>() + 64);
+    out.extend_from_slice(b"{\"items\":[");
+    for (i, l) in links.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(l);
+    }
+    out.extend_from_slice(b"],\"next_cursor\":");
+    match next {
+        Some(c) => out.extend_from_slice(&serde_json::to_vec(c).expect("a string")),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.push(b'}');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_parse_and_refuse_clearly() {
+        let w = parse_query(None, 256).unwrap();
+        assert_eq!((w.shard, w.after, w.limit), (0, None, DEFAULT_LIST_LIMIT));
+        let w = parse_query(Some(b"limit=7&cursor=12.abc_D"), 256).unwrap();
+        assert_eq!(
+            (w.shard, w.after.unwrap().as_str(), w.limit),
+            (12, "abc_D", 7)
+        );
+        for bad in [
+            "limit=0",
+            "limit=501",
+            "limit=x",
+            "cursor=300.a",
+            "cursor=1",
+            "cursor=1.a/b",
+            "page=2",
+        ] {
+            assert_eq!(
+                parse_query(Some(bad.as_bytes()), 256).unwrap_err().status,
+                422,
+                "{bad}"
+            );
+        }
+    }
+}

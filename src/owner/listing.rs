@@ -1,0 +1,116 @@
+//! One page of one shard's live links, for `GET /api/v1/urls` (`client::listing` walks the
+//! shards). Order is the shard, then the key's bytes: fixed for a link's whole life (the
+//! placement hash never changes, compaction keeps keys), so a walk by cursor sees every link
+//! that exists throughout exactly once, whatever is written meanwhile.
+//!
+//! Cost on the owner core: the shard's table is read in key order (it is stored sorted) up to
+//! the page, and the memtable is scanned once for the shard's entries. Not the redirect path:
+//! allocation is fine here; the page size bounds the work.
+
+use super::writes::MemEntry;
+use super::Owner;
+use crate::key::InlineKey;
+use crate::mesh::LinkInfo;
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+/// What a shard answered for one page.
+#[derive(Debug)]
+pub struct ListedShard {
+    pub items: Vec<LinkInfo>,
+    /// No live link of the shard comes after the last item.
+    pub complete: bool,
+}
+
+impl Owner {
+    /// Another core (or this one) asks for a page of `shard`.
+    pub fn on_list(
+        &self,
+        reply: crate::mesh::ReplyTo,
+        shard: u32,
+        after: Option<InlineKey>,
+        limit: u16,
+        now_s: u64,
+        mesh: &mut crate::mesh::Mesh,
+    ) {
+        debug_assert_eq!(
+            self.router.core_of_shard(shard),
+            self.me,
+            "pages come from the owner"
+        );
+        let page = self.list_shard(shard, after.as_ref(), usize::from(limit), now_s);
+        let outcome = crate::mesh::WriteOutcome::Listed(Box::new(page));
+        mesh.deliver(
+            reply.core as usize,
+            crate::mesh::ApiMsg::WriteDone { reply, outcome },
+        );
+    }
+
+    /// Up to `limit` live links of `shard` with keys after `after`, in key order.
+    pub fn list_shard(
+        &self,
+        shard: u32,
+        after: Option<&InlineKey>,
+        limit: usize,
+        now_s: u64,
+    ) -> ListedShard {
+        let after = after.map(|k| k.as_bytes());
+        let past = |k: &[u8]| after.is_none_or(|a| k > a);
+        let live = |exp: u64| exp == 0 || now_s < exp;
+        let mut mem: Vec<(&InlineKey, &MemEntry)> = self
+            .writes
+            .memtable
+            .iter()
+            .filter(|(k, _)| self.router.owner(k.as_bytes()).shard == shard && past(k.as_bytes()))
+            .collect();
+        mem.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        let mut mem = mem.into_iter().peekable();
+        let mut table = self
+            .store
+            .table_of(shard)
+            .into_iter()
+            .flat_map(|t| t.iter())
+            .filter(|(k, _)| past(k.as_bytes()))
+            .peekable();
+        let mut items = Vec::new();
+        // One more than asked: whether anything follows the page.
+        while items.len() <= limit {
+            let next_mem = mem.peek().map(|(k, _)| k.as_bytes());
+            let next_table = table.peek().map(|(k, _)| k.as_bytes());
+            let from_mem = match (next_mem, next_table) {
+                (None, None) => break,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some(m), Some(t)) => match m.cmp(t) {
+                    Ordering::Less => true,
+                    Ordering::Greater => false,
+                    Ordering::Equal => {
+                        table.next(); // The memtable overrides the table.
+                        true
+                    }
+                },
+            };
+            let item = if from_mem {
+                match mem.next().expect("peeked") {
+                    (_, MemEntry::Live { info, .. }) if live(info.expires_at_s) => {
+                        Some(info.clone())
+                    }
+                    _ => None,
+                }
+            } else {
+                let (k, l) = table.next().expect("peeked");
+                live(l.expires_at_s).then(|| LinkInfo {
+                    key: InlineKey::new(k.as_bytes()).expect("table keys are valid keys"),
+                    target: Arc::from(l.target),
+                    status: l.status,
+                    created_at_s: l.created_at_s,
+                    expires_at_s: l.expires_at_s,
+                })
+            };
+            items.extend(item);
+        }
+        let complete = items.len() <= limit;
+        items.truncate(limit);
+        ListedShard { items, complete }
+    }
+}
