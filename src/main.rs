@@ -2,6 +2,8 @@
 
 mod cli_config;
 
+use anyhow::Context;
+
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use ricochet::core::{Parking, Timeouts, DEFAULT_SPIN_BEFORE_PARK_US};
 use ricochet::server::{serve, ServeOptions, DEFAULT_LRU_CAPACITY};
@@ -36,11 +38,27 @@ enum Cmd {
         #[command(subcommand)]
         cmd: ricochet::fleet_node::FleetCommand,
     },
+    /// Write every live link of a data dir (a consistent snapshot, safe while a server runs)
+    /// in a format `ricochet import` reads back: the backup and migration path.
+    Export(ExportArgs),
     /// `serve` settings files: check one, or print a commented default.
     Config {
         #[command(subcommand)]
         cmd: ConfigCommand,
     },
+}
+
+#[derive(clap::Args)]
+struct ExportArgs {
+    /// Data directory.
+    #[arg(long, default_value = "./data")]
+    data_dir: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = FormatArg::Ndjson)]
+    format: FormatArg,
+    /// Write here instead of standard output (replaced atomically when complete).
+    #[arg(long)]
+    output: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -297,6 +315,7 @@ fn main() -> ExitCode {
         Cmd::Keys(k) => ricochet::api::keys::run_keys_command(&k.data_dir, k.cmd),
         Cmd::Import(a) => import(a),
         Cmd::Fleet { cmd } => ricochet::fleet_node::run_command(cmd),
+        Cmd::Export(a) => export(a),
         Cmd::Config {
             cmd: ConfigCommand::Check { file, flags },
         } => match cli_config::check(&file, &flags, &command) {
@@ -320,6 +339,48 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn export(a: ExportArgs) -> anyhow::Result<()> {
+    use shards::export::{export, ExportFormat};
+    let format = match a.format {
+        FormatArg::Tsv => ExportFormat::Tsv,
+        FormatArg::Csv => ExportFormat::Csv,
+        FormatArg::Ndjson => ExportFormat::Ndjson,
+    };
+    let now_s = ricochet::api::timefmt::now_s();
+    let summary = match &a.output {
+        None => export(&a.data_dir, format, now_s, &mut std::io::stdout().lock())?,
+        Some(path) => {
+            let mut buf = Vec::new();
+            let s = export(&a.data_dir, format, now_s, &mut buf)?;
+            let dir = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .ok_or_else(|| anyhow::anyhow!("--output {}: not a file name", path.display()))?;
+            shards::durable::write_atomic(dir, name, &buf, 0o600)
+                .with_context(|| format!("--output {}", path.display()))?;
+            s
+        }
+    };
+    eprintln!(
+        "exported {} links ({} expired left out{})",
+        summary.links,
+        summary.expired,
+        if summary.retries > 0 {
+            format!(
+                ", read again {} times because a compaction replaced files",
+                summary.retries
+            )
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
 }
 
 fn import(a: ImportArgs) -> anyhow::Result<()> {

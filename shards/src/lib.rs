@@ -6,6 +6,7 @@ pub mod compact;
 pub mod datadir;
 pub mod durable;
 pub mod error;
+pub mod export;
 pub mod import;
 pub mod keygen;
 pub mod link;
@@ -13,6 +14,7 @@ pub mod log;
 pub mod manifest;
 pub mod placement;
 pub mod table;
+pub mod timefmt;
 
 pub use datadir::{DataDir, DirLock};
 pub use error::Error;

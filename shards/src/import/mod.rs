@@ -216,7 +216,16 @@ fn import_locked(
         parse::for_each(input, format, &mut |item| match item {
             Ok(rec) => {
                 let shard = shard_of(rec.key.as_bytes(), shard_count);
-                match spill.push(rec.line, shard, rec.status, &rec.key, &rec.url) {
+                let created = rec.created_at_s.unwrap_or(0);
+                match spill.push(
+                    rec.line,
+                    shard,
+                    rec.status,
+                    &rec.key,
+                    &rec.url,
+                    rec.expires_at_s,
+                    created,
+                ) {
                     Ok(()) => ControlFlow::Continue(()),
                     Err(e) => {
                         storage_err = Some(e);
@@ -279,7 +288,10 @@ fn import_locked(
                     }
                     first_line = r.line;
                     if let Some(old) = existing.as_ref().and_then(|t| t.get(r.key.as_bytes())) {
-                        if old.target == r.url && old.status == r.status {
+                        if old.target == r.url
+                            && old.status == r.status
+                            && old.expires_at_s == r.expires_at_s
+                        {
                             summary.unchanged += 1;
                             continue;
                         }
@@ -308,8 +320,12 @@ fn import_locked(
                         key: r.key.clone(),
                         target: r.url.clone(),
                         status: r.status,
-                        expires_at_s: 0,
-                        created_at_s,
+                        expires_at_s: r.expires_at_s,
+                        created_at_s: if r.created_at_s != 0 {
+                            r.created_at_s
+                        } else {
+                            created_at_s
+                        },
                         flags: 0,
                     }));
                 let max_log_seq = existing.as_ref().map_or(0, |t| t.max_log_seq());

@@ -19,6 +19,10 @@ pub(crate) struct Record<'a> {
     pub key: Cow<'a, str>,
     pub url: Cow<'a, str>,
     pub status: RedirectStatus,
+    /// 0 = never (`expires_at`, RFC 3339; refused if not in the future).
+    pub expires_at_s: u64,
+    /// `created_at` (NDJSON), or `None`: the import's own time.
+    pub created_at_s: Option<u64>,
 }
 
 /// Calls `each` with every record or bad line of `input`, in order, until it breaks.
@@ -171,9 +175,9 @@ fn fields_to_record<'a>(
     kind: &str,
 ) -> Result<Record<'a>, LineError> {
     let err = |message: String| LineError { line, message };
-    if !(2..=3).contains(&fields.len()) {
+    if !(2..=4).contains(&fields.len()) {
         return Err(err(format!(
-            "expected 2 or 3 {kind} fields (key, long_url[, status]), found {}",
+            "expected 2 to 4 {kind} fields (key, long_url[, status[, expires_at]]), found {}",
             fields.len()
         )));
     }
@@ -188,7 +192,24 @@ fn fields_to_record<'a>(
             .and_then(RedirectStatus::from_code)
             .ok_or_else(|| err(LinkError::BadStatus.to_string()))?,
     };
-    validated(line, Cow::Borrowed(key), Cow::Borrowed(url), status)
+    let expires = match fields.get(3) {
+        None | Some([]) => None,
+        Some(s) => Some(std::str::from_utf8(s).map_err(|_| err("expires_at is not UTF-8".into()))?),
+    };
+    let mut r = validated(line, Cow::Borrowed(key), Cow::Borrowed(url), status)?;
+    r.expires_at_s = expiry(line, expires)?;
+    Ok(r)
+}
+
+/// `expires_at` as Unix seconds (0: never); it must be RFC 3339 and in the future.
+fn expiry(line: u64, text: Option<&str>) -> Result<u64, LineError> {
+    let Some(text) = text else { return Ok(0) };
+    let err = |message: String| LineError { line, message };
+    let t = crate::timefmt::parse_rfc3339_s(text).map_err(|e| err(format!("expires_at: {e}")))?;
+    if t <= crate::timefmt::now_s() {
+        return Err(err(format!("expires_at {text} is in the past")));
+    }
+    Ok(t)
 }
 
 #[derive(serde::Deserialize)]
@@ -200,6 +221,10 @@ struct JsonLine<'a> {
     long_url: Cow<'a, str>,
     #[serde(default)]
     status: Option<u16>,
+    #[serde(default, borrow)]
+    expires_at: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    created_at: Option<Cow<'a, str>>,
 }
 
 fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
@@ -212,7 +237,17 @@ fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
             RedirectStatus::from_code(c).ok_or_else(|| err(LinkError::BadStatus.to_string()))?
         }
     };
-    validated(line, j.key, j.long_url, status)
+    let expires_at_s = expiry(line, j.expires_at.as_deref())?;
+    let created_at_s = match j.created_at.as_deref() {
+        None => None,
+        Some(t) => {
+            Some(crate::timefmt::parse_rfc3339_s(t).map_err(|e| err(format!("created_at: {e}")))?)
+        }
+    };
+    let mut r = validated(line, j.key, j.long_url, status)?;
+    r.expires_at_s = expires_at_s;
+    r.created_at_s = created_at_s;
+    Ok(r)
 }
 
 fn validated<'a>(
@@ -232,5 +267,7 @@ fn validated<'a>(
         key,
         url,
         status,
+        expires_at_s: 0,
+        created_at_s: None,
     })
 }

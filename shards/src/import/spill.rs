@@ -3,7 +3,8 @@
 //! lives in memory until it outgrows [`SPILL_BUFFER_BYTES`]; only then does it get a file (so a
 //! small import creates no spill files at all: creating 256 of them cost ~90 ms here).
 //!
-//! Record: `line u64 | shard u32 | status u16 | key_len u8 | url_len u32 | key | url`, little-endian.
+//! Record: `line u64 | shard u32 | status u16 | key_len u8 | url_len u32 | expires_at_s u64 |
+//! created_at_s u64 | key | url`, little-endian (`created_at_s` 0: the import's time).
 
 use crate::error::Error;
 use crate::link::RedirectStatus;
@@ -26,7 +27,14 @@ pub(crate) struct Spilled {
     pub status: RedirectStatus,
     pub key: String,
     pub url: String,
+    /// 0 = never.
+    pub expires_at_s: u64,
+    /// 0 = the import's own time.
+    pub created_at_s: u64,
 }
+
+/// Bytes of a spill record's fixed head.
+const HEAD_BYTES: usize = 35;
 
 pub(crate) struct SpillWriter {
     dir: PathBuf,
@@ -72,6 +80,8 @@ impl SpillWriter {
         dir.join(format!("{bucket:05}.spill"))
     }
 
+    // The spill record's fields, as the record has them.
+    #[allow(clippy::too_many_arguments)]
     pub fn push(
         &mut self,
         line: u64,
@@ -79,15 +89,19 @@ impl SpillWriter {
         status: RedirectStatus,
         key: &str,
         url: &str,
+        expires_at_s: u64,
+        created_at_s: u64,
     ) -> Result<(), Error> {
         let bucket = shard % self.bucket_count();
         let b = &mut self.buckets[bucket as usize];
-        let mut head = [0u8; 19];
+        let mut head = [0u8; HEAD_BYTES];
         head[0..8].copy_from_slice(&line.to_le_bytes());
         head[8..12].copy_from_slice(&shard.to_le_bytes());
         head[12..14].copy_from_slice(&status.code().to_le_bytes());
         head[14] = key.len() as u8;
         head[15..19].copy_from_slice(&(url.len() as u32).to_le_bytes());
+        head[19..27].copy_from_slice(&expires_at_s.to_le_bytes());
+        head[27..35].copy_from_slice(&created_at_s.to_le_bytes());
         b.buf.extend_from_slice(&head);
         b.buf.extend_from_slice(key.as_bytes());
         b.buf.extend_from_slice(url.as_bytes());
@@ -148,7 +162,7 @@ pub(crate) fn read_bucket(bucket: SpilledBucket) -> Result<Vec<Spilled>, Error> 
 fn decode(r: &mut impl Read, path: &Path) -> Result<Vec<Spilled>, Error> {
     let mut out = Vec::new();
     let io = |e| Error::io(path, "read", e);
-    let mut head = [0u8; 19];
+    let mut head = [0u8; HEAD_BYTES];
     loop {
         match r.read_exact(&mut head) {
             Ok(()) => {}
@@ -160,6 +174,8 @@ fn decode(r: &mut impl Read, path: &Path) -> Result<Vec<Spilled>, Error> {
         let code = u16::from_le_bytes(head[12..14].try_into().expect("2"));
         let key_len = head[14] as usize;
         let url_len = u32::from_le_bytes(head[15..19].try_into().expect("4")) as usize;
+        let expires_at_s = u64::from_le_bytes(head[19..27].try_into().expect("8"));
+        let created_at_s = u64::from_le_bytes(head[27..35].try_into().expect("8"));
         let mut bytes = vec![0u8; key_len + url_len];
         r.read_exact(&mut bytes).map_err(io)?;
         let url = bytes.split_off(key_len);
@@ -171,6 +187,8 @@ fn decode(r: &mut impl Read, path: &Path) -> Result<Vec<Spilled>, Error> {
             status: RedirectStatus::from_code(code).ok_or_else(corrupt)?,
             key: String::from_utf8(bytes).map_err(|_| corrupt())?,
             url: String::from_utf8(url).map_err(|_| corrupt())?,
+            expires_at_s,
+            created_at_s,
         });
     }
 }
@@ -188,11 +206,19 @@ mod tests {
         // Bucket 1 gets enough to outgrow its buffer twice; bucket 2 one small record.
         let big = 2 * SPILL_BUFFER_BYTES / url.len() + 1;
         for i in 0..big as u64 {
-            w.push(i, 5, RedirectStatus::Found, &format!("k{i}"), &url)
+            w.push(i, 5, RedirectStatus::Found, &format!("k{i}"), &url, 0, 0)
                 .unwrap();
         }
-        w.push(7, 6, RedirectStatus::PermanentRedirect, "small", "http://h")
-            .unwrap();
+        w.push(
+            7,
+            6,
+            RedirectStatus::PermanentRedirect,
+            "small",
+            "http://h",
+            9,
+            8,
+        )
+        .unwrap();
         let buckets = w.finish().unwrap();
         assert!(matches!(buckets[0], SpilledBucket::Empty));
         assert!(matches!(&buckets[1], SpilledBucket::File(p) if p.exists()));

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use crate::link::RedirectStatus;
 
-pub use recover::{recover, recover_streaming, Recovery, RecoveryReport};
+pub use recover::{read_records, recover, recover_streaming, Recovery, RecoveryReport};
 pub use writer::{Batch, LogWriter};
 
 /// Largest record payload, in bytes. A record holds at most a 64-byte key, an 8 KiB URL and

@@ -101,6 +101,23 @@ pub fn recover_streaming(
     Ok(report)
 }
 
+/// The records of a log another process may be appending to, without changing the file: its
+/// bytes are read into memory at one instant, and a partial frame at the end (an append in
+/// progress) ends the scan as a torn tail would. Damage before the tail is an error, as in
+/// recovery. For `export`, which runs beside a serving process.
+pub fn read_records(path: &Path) -> Result<Vec<LogRecord>, LogError> {
+    let data = std::fs::read(path).map_err(|source| LogError::Io {
+        op: "read",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut records = Vec::new();
+    if !data.is_empty() {
+        scan(path, &data, false, |r| records.push(r))?;
+    }
+    Ok(records)
+}
+
 fn truncate(file: &File, len: u64) -> io::Result<()> {
     file.set_len(len)?;
     file.sync_all()

@@ -1,0 +1,229 @@
+//! `ricochet export`: every live link of a data dir, as one consistent snapshot, in a format
+//! `ricochet import` reads back. Safe beside a running server: nothing is written, logs are
+//! read without the recovery's truncation (`log::read_records`), and the snapshot is
+//! optimistic: the files that make up the state (manifest, every table, every log's identity)
+//! are fingerprinted before and after reading, and the read is repeated if a compaction or a
+//! core-count fold replaced any of them meanwhile. Appends to a log during the read are fine:
+//! the snapshot then is "the tables, plus each log up to the instant it was read".
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use crate::datadir::DataDir;
+use crate::error::Error;
+use crate::log::{LogOp, LOG_DIR_NAME};
+use crate::table::OwnedLink;
+
+/// Reads that may be repeated because a compaction replaced files meanwhile.
+pub const EXPORT_MAX_TRIES: usize = 20;
+
+/// Output formats, each one `ricochet import` reads (`import::Format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// `{"key","long_url","status","expires_at","created_at"}` per line.
+    Ndjson,
+    /// `key<TAB>long_url<TAB>status<TAB>expires_at`, with a header line.
+    Tsv,
+    /// `key,long_url,status,expires_at`, with a header line.
+    Csv,
+}
+
+/// What an export wrote.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ExportSummary {
+    pub links: u64,
+    /// Expired links left out.
+    pub expired: u64,
+    /// Reads repeated because files changed under them.
+    pub retries: usize,
+}
+
+/// Writes every live link of `dir` (at `now_s`) to `out` in key order.
+pub fn export(
+    dir: &Path,
+    format: ExportFormat,
+    now_s: u64,
+    out: &mut dyn Write,
+) -> Result<ExportSummary, Error> {
+    let dd = DataDir::open(dir)?;
+    let mut retries = 0;
+    let links = loop {
+        let before = fingerprint(dir)?;
+        let links = read_state(&dd)?;
+        if fingerprint(dir)? == before {
+            break links;
+        }
+        retries += 1;
+        if retries >= EXPORT_MAX_TRIES {
+            return Err(Error::io(
+                dir.to_path_buf(),
+                "export a consistent snapshot",
+                std::io::Error::other(format!(
+                    "tables or logs were replaced during each of {EXPORT_MAX_TRIES} reads (compacting without pause?)"
+                )),
+            ));
+        }
+    };
+    let mut summary = ExportSummary {
+        retries,
+        ..Default::default()
+    };
+    let io = |e: std::io::Error| Error::io(dir.to_path_buf(), "write the export", e);
+    match format {
+        ExportFormat::Tsv => writeln!(out, "key\tlong_url\tstatus\texpires_at").map_err(io)?,
+        ExportFormat::Csv => writeln!(out, "key,long_url,status,expires_at").map_err(io)?,
+        ExportFormat::Ndjson => {}
+    }
+    for l in links.values() {
+        if l.expires_at_s != 0 && now_s >= l.expires_at_s {
+            summary.expired += 1;
+            continue;
+        }
+        let expires =
+            (l.expires_at_s != 0).then(|| crate::timefmt::format_rfc3339_utc(l.expires_at_s));
+        match format {
+            ExportFormat::Ndjson => {
+                let line = serde_json::json!({
+                    "key": l.key,
+                    "long_url": l.target,
+                    "status": l.status.code(),
+                    "expires_at": expires,
+                    "created_at": crate::timefmt::format_rfc3339_utc(l.created_at_s),
+                });
+                writeln!(out, "{line}").map_err(io)?;
+            }
+            ExportFormat::Tsv => writeln!(
+                out,
+                "{}\t{}\t{}\t{}",
+                l.key,
+                l.target,
+                l.status.code(),
+                expires.unwrap_or_default()
+            )
+            .map_err(io)?,
+            ExportFormat::Csv => {
+                let mut w = csv::WriterBuilder::new()
+                    .has_headers(false)
+                    .from_writer(Vec::new());
+                let status = l.status.code().to_string();
+                w.write_record([
+                    l.key.as_str(),
+                    l.target.as_str(),
+                    &status,
+                    &expires.unwrap_or_default(),
+                ])
+                .map_err(|e| io(std::io::Error::other(e)))?;
+                out.write_all(
+                    &w.into_inner()
+                        .map_err(|e| io(std::io::Error::other(e.to_string())))?,
+                )
+                .map_err(io)?;
+            }
+        }
+        summary.links += 1;
+    }
+    out.flush().map_err(io)?;
+    Ok(summary)
+}
+
+/// The state: every table, then every log replayed over it (`.folding` before `.log`).
+fn read_state(dd: &DataDir) -> Result<BTreeMap<String, OwnedLink>, Error> {
+    let mut links = BTreeMap::new();
+    for shard in 0..dd.shard_count() {
+        if let Some(t) = dd.open_table(shard)? {
+            links.extend(
+                t.iter()
+                    .map(|(k, l)| (k.to_owned(), OwnedLink::from((k, l)))),
+            );
+        }
+    }
+    let logs_dir = dd.path().join(LOG_DIR_NAME);
+    let mut logs: Vec<(u32, u8, std::path::PathBuf)> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(&logs_dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(rest) = name.strip_prefix("wal-") else {
+                continue;
+            };
+            let (n, order) = if let Some(n) = rest.strip_suffix(".folding") {
+                (n, 0)
+            } else if let Some(n) = rest.strip_suffix(".log") {
+                (n, 1)
+            } else {
+                continue;
+            };
+            if let Ok(n) = n.parse::<u32>() {
+                logs.push((n, order, e.path()));
+            }
+        }
+    }
+    logs.sort();
+    for (_, _, path) in logs {
+        for rec in crate::log::read_records(&path).map_err(|e| {
+            Error::io(
+                path.clone(),
+                "read the log",
+                std::io::Error::other(e.to_string()),
+            )
+        })? {
+            match rec.op {
+                LogOp::Put(l) | LogOp::PutWithIdem { link: l, .. } => {
+                    links.insert(
+                        l.key.clone(),
+                        OwnedLink {
+                            key: l.key,
+                            target: l.target,
+                            status: l.status,
+                            expires_at_s: l.expires_at_s,
+                            created_at_s: l.created_at_s,
+                            flags: l.flags,
+                        },
+                    );
+                }
+                LogOp::Delete { key } => {
+                    links.remove(&key);
+                }
+                LogOp::IdemRecord { .. } => {}
+            }
+        }
+    }
+    Ok(links)
+}
+
+/// Identity of every file the state is read from: the manifest, each table (inode, size,
+/// mtime) and each log (inode: a rotation replaces it; appends do not count).
+fn fingerprint(dir: &Path) -> Result<Vec<(String, u64, u64, i64)>, Error> {
+    let mut out = Vec::new();
+    let mut add = |sub: &str, whole: bool| -> Result<(), Error> {
+        let d = dir.join(sub);
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            return Ok(());
+        };
+        for e in entries.flatten() {
+            let m = e
+                .metadata()
+                .map_err(|err| Error::io(e.path(), "stat", err))?;
+            let name = format!("{sub}/{}", e.file_name().to_string_lossy());
+            if whole {
+                out.push((
+                    name,
+                    m.ino(),
+                    m.len(),
+                    m.mtime_nsec() + m.mtime() * 1_000_000_000,
+                ));
+            } else {
+                out.push((name, m.ino(), 0, 0));
+            }
+        }
+        Ok(())
+    };
+    add("tables", true)?;
+    add(LOG_DIR_NAME, false)?;
+    let m = std::fs::metadata(dir.join(crate::manifest::MANIFEST_FILE))
+        .map_err(|e| Error::io(dir.to_path_buf(), "stat the manifest", e))?;
+    out.push(("MANIFEST".into(), m.ino(), m.len(), m.mtime()));
+    out.sort();
+    Ok(out)
+}
