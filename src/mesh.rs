@@ -202,7 +202,7 @@ pub enum ApiMsg {
         reply: ReplyTo,
         shard: u32,
         after: Option<InlineKey>,
-        limit: u16,
+        limit: u32,
     },
     /// An idempotent create, sent to the owner of its idempotency scope.
     IdemCreate {

@@ -19,7 +19,8 @@ pub const MAX_LIST_LIMIT: u16 = 500;
 pub struct ListWalk {
     pub shard: u32,
     pub after: Option<InlineKey>,
-    pub limit: u16,
+    /// Links the walk wants in all (a native page, or a Shlink page's whole window).
+    pub limit: u32,
     pub items: Vec<LinkInfo>,
 }
 
@@ -33,7 +34,7 @@ impl ListWalk {
         shards: u32,
     ) -> Option<Option<String>> {
         self.items.extend(items);
-        if self.items.len() >= usize::from(self.limit) {
+        if self.items.len() >= self.limit as usize {
             let last = self.items.last().expect("a full page").key;
             // A full page ends at its last item; the next page starts after it (an empty page
             // is possible when the full page was the shard's and the walk's last).
@@ -52,8 +53,8 @@ impl ListWalk {
     }
 
     /// Links still wanted from the next shard.
-    pub fn wanted(&self) -> u16 {
-        self.limit - self.items.len() as u16
+    pub fn wanted(&self) -> u32 {
+        self.limit - self.items.len() as u32
     }
 }
 
@@ -67,7 +68,7 @@ pub fn parse_query(query: Option<&[u8]>, shards: u32) -> Result<ListWalk, Proble
     let mut walk = ListWalk {
         shard: 0,
         after: None,
-        limit: DEFAULT_LIST_LIMIT,
+        limit: u32::from(DEFAULT_LIST_LIMIT),
         items: Vec::new(),
     };
     let text = std::str::from_utf8(query.unwrap_or_default())
@@ -77,9 +78,9 @@ pub fn parse_query(query: Option<&[u8]>, shards: u32) -> Result<ListWalk, Proble
         match name {
             "limit" => {
                 walk.limit = value
-                    .parse::<u16>()
+                    .parse::<u32>()
                     .ok()
-                    .filter(|n| (1..=MAX_LIST_LIMIT).contains(n))
+                    .filter(|n| (1..=u32::from(MAX_LIST_LIMIT)).contains(n))
                     .ok_or_else(|| {
                         Problem::invalid_field(
                             Some("limit"),
@@ -137,7 +138,10 @@ mod tests {
     #[test]
     fn queries_parse_and_refuse_clearly() {
         let w = parse_query(None, 256).unwrap();
-        assert_eq!((w.shard, w.after, w.limit), (0, None, DEFAULT_LIST_LIMIT));
+        assert_eq!(
+            (w.shard, w.after, w.limit),
+            (0, None, u32::from(DEFAULT_LIST_LIMIT))
+        );
         let w = parse_query(Some(b"limit=7&cursor=12.abc_D"), 256).unwrap();
         assert_eq!(
             (w.shard, w.after.unwrap().as_str(), w.limit),

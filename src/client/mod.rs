@@ -7,6 +7,7 @@
 
 pub mod creates;
 pub mod listing;
+pub mod shlink;
 
 use crate::api::idempotency::{request_hash, scope_string, IdemScope};
 use crate::api::problem::{Problem, PROBLEM_CONTENT_TYPE};
@@ -44,6 +45,19 @@ pub enum ApiOp {
     Delete,
     /// `GET /api/v1/urls`: the walk over the shards so far.
     List(listing::ListWalk),
+    /// A request through Shlink's REST API (`shlink.rs`): the native operation, answered in
+    /// Shlink's shape; for a list, the page and its size.
+    Shlink(Box<ApiOp>, u32, u32),
+}
+
+impl ApiOp {
+    /// The native operation (under a Shlink envelope, if any).
+    pub fn core(&self) -> &ApiOp {
+        match self {
+            ApiOp::Shlink(inner, ..) => inner.core(),
+            op => op,
+        }
+    }
 }
 
 /// Registers an API request as deferred on its connection (its answer goes where the output
@@ -206,7 +220,7 @@ impl ApiClient {
 
     /// Asks shard `shard`'s owner for the first `limit` links of the shard (a list walk
     /// moving on to the next shard).
-    pub fn list_shard(&self, reply: ReplyTo, shard: u32, limit: u16, mesh: &mut Mesh) {
+    pub fn list_shard(&self, reply: ReplyTo, shard: u32, limit: u32, mesh: &mut Mesh) {
         let owner = self.router.core_of_shard(shard);
         let after = None;
         mesh.deliver(
@@ -297,6 +311,10 @@ impl ApiClient {
             let ct = Some("application/json");
             encode::encode_response(out, status, &[], ct, &body, false, persist, date)
         };
+        if let ApiOp::Shlink(inner, page, per_page) = op {
+            let (page, per_page) = (*page, *per_page);
+            return self.answer_shlink(inner, page, per_page, outcome, persist, out, date);
+        }
         match (op, outcome) {
             (ApiOp::List(walk), WriteOutcome::Listed(page)) => {
                 let shards = self.router.shard_count();

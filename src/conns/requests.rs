@@ -349,7 +349,8 @@ impl Conns {
             encode::encode_response(&mut c.out, Status::Ok, &[], ct, body, head, persist, date);
             return;
         }
-        if path.starts_with(API_PREFIX) {
+        let shlink = path.starts_with(crate::client::shlink::SHLINK_PREFIX);
+        if path.starts_with(API_PREFIX) || shlink {
             self.tally.api_requests += 1;
             let (out, answers, gen, me) = (&mut c.out, &mut c.answers, c.gen, self.me as u16);
             let mut defer = |out: &[u8], op: ApiOp| {
@@ -362,6 +363,11 @@ impl Conns {
                 }
             };
             let (clock, mesh) = (env.clock, &mut *env.mesh);
+            if shlink {
+                return env
+                    .api
+                    .handle_shlink(out, &mut defer, req, body, persist, clock, mesh);
+            }
             return env
                 .api
                 .handle(out, &mut defer, req, body, persist, clock, mesh);
@@ -508,7 +514,7 @@ impl Conns {
         self.scratch = scratch;
         // Not answered yet: a create retries with the next generated ID, a list asks the next
         // shard. The request stays deferred.
-        let next = match &*op {
+        let next = match op.core() {
             ApiOp::Create {
                 req,
                 created_at_s,
@@ -556,5 +562,5 @@ impl Conns {
 /// What a deferred API request that is not answered yet does next.
 enum Resume {
     Create(Box<crate::api::request::CreateRequest>, u64, u8),
-    List(u32, u16),
+    List(u32, u32),
 }

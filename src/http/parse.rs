@@ -123,6 +123,8 @@ pub struct Request<'b> {
     pub content_length: usize,
     /// The `Authorization` field value, if present.
     pub authorization: Option<&'b [u8]>,
+    /// The `X-Api-Key` field value, if present (Shlink's REST API authenticates by it).
+    pub x_api_key: Option<&'b [u8]>,
     /// The `Idempotency-Key` field value, if present.
     pub idempotency_key: Option<&'b [u8]>,
     /// What the `Expect` field asks for.
@@ -321,6 +323,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request<'_>>, ParseError> {
         head_len,
         content_length,
         authorization: fields.authorization,
+        x_api_key: fields.x_api_key,
         idempotency_key: fields.idempotency_key,
         content_type: fields.content_type,
         expect: fields.expect,
@@ -490,6 +493,7 @@ struct Fields<'b> {
     conn_close: bool,
     conn_keep_alive: bool,
     authorization: Option<&'b [u8]>,
+    x_api_key: Option<&'b [u8]>,
     idempotency_key: Option<&'b [u8]>,
     content_type: Option<&'b [u8]>,
     expect: Expect,
@@ -532,6 +536,7 @@ fn scan_fields<'b>(headers: &[httparse::Header<'b>]) -> Result<Fields<'b>, Parse
             13 if name.eq_ignore_ascii_case(b"authorization") => {
                 set_once(&mut f.authorization, value)?
             }
+            9 if name.eq_ignore_ascii_case(b"x-api-key") => set_once(&mut f.x_api_key, value)?,
             14 if name.eq_ignore_ascii_case(b"content-length") => {
                 if f.content_length.is_some() {
                     return Err(ParseError::BadRequest(BadRequest::DuplicateContentLength));

@@ -29,7 +29,7 @@ impl Owner {
         reply: crate::mesh::ReplyTo,
         shard: u32,
         after: Option<InlineKey>,
-        limit: u16,
+        limit: u32,
         now_s: u64,
         mesh: &mut crate::mesh::Mesh,
     ) {
@@ -38,7 +38,7 @@ impl Owner {
             self.me,
             "pages come from the owner"
         );
-        let page = self.list_shard(shard, after.as_ref(), usize::from(limit), now_s);
+        let page = self.list_shard(shard, after.as_ref(), limit as usize, now_s);
         let outcome = crate::mesh::WriteOutcome::Listed(Box::new(page));
         mesh.deliver(
             reply.core as usize,

@@ -1,0 +1,531 @@
+//! Shlink's REST API v3 (`/rest/v3/...`, `X-Api-Key`), so Shlink's SDK, web client and
+//! scripts work unchanged: a thin adapter onto the same code path as `/api/v1/urls`. Requests
+//! are translated into the native ones here, run through the native parsing, validation and
+//! owner messages, and the answers translated back; this file is the one place that maps
+//! between the two shapes.
+//!
+//! Offered: create, read, edit, delete, the paged list, health. Not offered, and what the
+//! adapter answers (README "Shlink's REST API"): tags, `validSince`, `maxVisits`, titles,
+//! device URLs and `findIfExists: true` are refused with `invalid-data` naming the field;
+//! `shortCodeLength` is ignored (generated keys are 7 characters); `domain` other than none is
+//! refused; visits are not counted yet (`visitsSummary` is zeros); no other endpoint exists
+//! (`not-found`).
+
+use serde_json::{json, Map, Value};
+
+use super::listing::ListWalk;
+use super::{ApiClient, ApiOp, Defer, MAX_CREATE_TRIES};
+use crate::api::problem::Problem;
+use crate::api::request::{parse_create, parse_patch};
+use crate::api::timefmt::format_rfc3339_utc;
+use crate::http::encode::{self, Conn as Persist};
+use crate::http::{DateCache, Method, Request, Status};
+use crate::key::InlineKey;
+use crate::mesh::{ApiMsg, LinkInfo, Mesh, WriteOutcome, WriteReq};
+use std::sync::Arc;
+
+/// Where Shlink's API lives.
+pub const SHLINK_PREFIX: &[u8] = b"/rest/";
+const SHORT_URLS: &[u8] = b"/rest/v3/short-urls";
+const HEALTH: &[&[u8]] = &[b"/rest/v3/health", b"/rest/health"];
+
+/// Shlink's default page size, and the deepest item a page may reach (`page * itemsPerPage`):
+/// Shlink pages by number, so page N walks N pages' worth of links from the start.
+pub const SHLINK_DEFAULT_PAGE_ITEMS: u32 = 10;
+pub const MAX_SHLINK_WINDOW: u32 = 5_000;
+
+/// Shlink's error types.
+const INVALID_DATA: &str = "https://shlink.io/api/error/invalid-data";
+const NON_UNIQUE_SLUG: &str = "https://shlink.io/api/error/non-unique-slug";
+const NOT_FOUND_SHORT_URL: &str = "https://shlink.io/api/error/short-url-not-found";
+const INVALID_API_KEY: &str = "https://shlink.io/api/error/invalid-api-key";
+const MISSING_AUTH: &str = "https://shlink.io/api/error/missing-authentication";
+const NOT_FOUND: &str = "https://shlink.io/api/error/not-found";
+
+/// A Shlink-shaped answer to encode.
+struct ShlinkError {
+    status: u16,
+    type_: &'static str,
+    title: &'static str,
+    detail: String,
+    extra: Option<(&'static str, Value)>,
+}
+
+impl ShlinkError {
+    fn invalid(detail: impl Into<String>, field: Option<&str>) -> ShlinkError {
+        ShlinkError {
+            status: 400,
+            type_: INVALID_DATA,
+            title: "Invalid data",
+            detail: detail.into(),
+            extra: field.map(|f| ("invalidElements", json!([f]))),
+        }
+    }
+
+    fn not_found(code: Option<&str>) -> ShlinkError {
+        ShlinkError {
+            status: 404,
+            type_: NOT_FOUND_SHORT_URL,
+            title: "Short URL not found",
+            detail: match code {
+                Some(c) => format!("No URL found with short code \"{c}\""),
+                None => "No URL found with this short code".into(),
+            },
+            extra: code.map(|c| ("shortCode", json!(c))),
+        }
+    }
+
+    /// A native problem in Shlink's words (types Shlink has; the others keep ricochet's).
+    fn from_native(p: &Problem) -> ShlinkError {
+        let slug = p.type_.rsplit('/').next().unwrap_or("");
+        let field = p.field.map(shlink_field);
+        match slug {
+            "invalid-field" | "bad-json" | "invalid-header" => {
+                // The detail names native members; say Shlink's names instead.
+                let detail = [
+                    ("long_url", "longUrl"),
+                    ("custom_alias", "customSlug"),
+                    ("expires_at", "validUntil"),
+                ]
+                .iter()
+                .fold(p.detail.clone(), |d, (from, to)| d.replace(from, to));
+                ShlinkError::invalid(detail, field)
+            }
+            "alias-taken" => ShlinkError {
+                status: 400,
+                type_: NON_UNIQUE_SLUG,
+                title: "Invalid custom slug",
+                detail: p.detail.clone(),
+                extra: None,
+            },
+            "unauthorized" => ShlinkError {
+                status: 401,
+                type_: INVALID_API_KEY,
+                title: "Invalid API key",
+                detail: "Provided API key does not exist or is invalid.".into(),
+                extra: None,
+            },
+            _ => ShlinkError {
+                status: p.status,
+                type_: p.type_,
+                title: p.title,
+                detail: p.detail.clone(),
+                extra: None,
+            },
+        }
+    }
+
+    fn encode(&self, out: &mut Vec<u8>, head: bool, persist: Persist, date: &DateCache) {
+        let mut body = json!({"type": self.type_, "title": self.title, "detail": self.detail, "status": self.status});
+        if let Some((k, v)) = &self.extra {
+            body[*k] = v.clone();
+        }
+        let status = Status::from_code(self.status).unwrap_or(Status::InternalServerError);
+        let bytes = serde_json::to_vec(&body).expect("json");
+        let ct = Some(crate::api::problem::PROBLEM_CONTENT_TYPE);
+        encode::encode_response(out, status, &[], ct, &bytes, head, persist, date);
+    }
+}
+
+/// A native body member's name in Shlink's API.
+fn shlink_field(native: &str) -> &'static str {
+    match native {
+        "long_url" => "longUrl",
+        "custom_alias" => "customSlug",
+        "expires_at" | "ttl_days" => "validUntil",
+        _ => "body",
+    }
+}
+
+/// Shlink create/edit members ricochet has no equivalent for: refused unless absent, null,
+/// empty or the default.
+fn refuse_unsupported(body: &Map<String, Value>) -> Result<(), ShlinkError> {
+    for (k, v) in body {
+        let defaultish = v.is_null()
+            || v == &json!(false)
+            || v.as_array().is_some_and(Vec::is_empty)
+            || v.as_object()
+                .is_some_and(|o| o.values().all(Value::is_null));
+        let supported = matches!(
+            k.as_str(),
+            "longUrl" | "customSlug" | "validUntil" | "shortCodeLength"
+        );
+        if !supported && !defaultish {
+            let why = match k.as_str() {
+                "tags" => "tags are not supported by this server",
+                "domain" => "multiple domains are not supported by this server",
+                "findIfExists" => {
+                    "findIfExists is not supported: links are not searchable by long URL"
+                }
+                _ => "this field is not supported by this server",
+            };
+            return Err(ShlinkError::invalid(format!("{k}: {why}"), Some(k)));
+        }
+    }
+    Ok(())
+}
+
+/// A Shlink body as the native create or patch body.
+fn native_body(body: &[u8], create: bool) -> Result<Vec<u8>, ShlinkError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ShlinkError::invalid(format!("the body is not JSON: {e}"), None))?;
+    let Value::Object(m) = v else {
+        return Err(ShlinkError::invalid("the body is not a JSON object", None));
+    };
+    refuse_unsupported(&m)?;
+    let mut native = Map::new();
+    if let Some(u) = m.get("longUrl") {
+        native.insert("long_url".into(), u.clone());
+    }
+    if let Some(slug) = m.get("customSlug").filter(|s| !s.is_null()) {
+        if !create {
+            return Err(ShlinkError::invalid(
+                "customSlug cannot be changed",
+                Some("customSlug"),
+            ));
+        }
+        native.insert("custom_alias".into(), slug.clone());
+    }
+    if let Some(until) = m.get("validUntil") {
+        if !until.is_null() || !create {
+            native.insert("expires_at".into(), until.clone());
+        }
+    }
+    Ok(serde_json::to_vec(&Value::Object(native)).expect("json"))
+}
+
+impl ApiClient {
+    /// Answers a request under `/rest/`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn handle_shlink(
+        &mut self,
+        out: &mut Vec<u8>,
+        defer: &mut Defer<'_>,
+        req: &Request<'_>,
+        body: &[u8],
+        persist: Persist,
+        clock: &crate::clock::Clock,
+        mesh: &mut Mesh,
+    ) {
+        let date = &clock.date;
+        let head = req.method == Method::Head;
+        let path = req.path;
+        if HEALTH.contains(&path) {
+            let body = serde_json::to_vec(
+                &json!({"status": "pass", "version": env!("CARGO_PKG_VERSION")}),
+            )
+            .expect("json");
+            let ct = Some("application/json");
+            return encode::encode_response(out, Status::Ok, &[], ct, &body, head, persist, date);
+        }
+        let key = if path == SHORT_URLS {
+            None
+        } else if let Some(k) = path
+            .strip_prefix(SHORT_URLS)
+            .and_then(|r| r.strip_prefix(b"/"))
+        {
+            Some(k)
+        } else {
+            let e = ShlinkError {
+                status: 404,
+                type_: NOT_FOUND,
+                title: "Not found",
+                detail: "this endpoint is not offered (see README \"Shlink's REST API\")".into(),
+                extra: None,
+            };
+            return e.encode(out, head, persist, date);
+        };
+        let allowed = matches!(
+            (key, req.method),
+            (None, Method::Get | Method::Post)
+                | (Some(_), Method::Get | Method::Patch | Method::Delete)
+        );
+        if !allowed {
+            let allow: &[u8] = if key.is_none() {
+                b"GET, POST"
+            } else {
+                b"GET, PATCH, DELETE"
+            };
+            let (st, ct) = (Status::MethodNotAllowed, Some("text/plain"));
+            return encode::encode_response(
+                out,
+                st,
+                &[("Allow", allow)],
+                ct,
+                b"method not allowed\n",
+                head,
+                persist,
+                date,
+            );
+        }
+        let Some(api_key) = req.x_api_key else {
+            let e = ShlinkError { status: 401, type_: MISSING_AUTH, title: "Invalid authorization", detail: "Expected one of the following authentication headers, [\"X-Api-Key\"], but none were provided".into(), extra: None };
+            return e.encode(out, head, persist, date);
+        };
+        let Some(key_id) = self.keys.verify(api_key.trim_ascii()) else {
+            return ShlinkError::from_native(&Problem::unauthorized())
+                .encode(out, head, persist, date);
+        };
+        if req.content_length > crate::api::request::MAX_REQUEST_BODY_BYTES {
+            let p = Problem::payload_too_large(crate::api::request::MAX_REQUEST_BODY_BYTES);
+            return ShlinkError::from_native(&p).encode(out, head, persist, date);
+        }
+        let now_s = clock.now_s;
+        let fail = |out: &mut Vec<u8>, e: ShlinkError| e.encode(out, head, persist, date);
+        match (key, req.method) {
+            (None, Method::Get) => match shlink_page(req.query) {
+                Ok((page, per_page)) => {
+                    let window = page * per_page;
+                    let walk = ListWalk {
+                        shard: 0,
+                        after: None,
+                        // One more than the window: whether another page follows.
+                        limit: window + 1,
+                        items: Vec::new(),
+                    };
+                    let reply = defer(
+                        out,
+                        ApiOp::Shlink(Box::new(ApiOp::List(walk)), page, per_page),
+                    );
+                    let owner = self.router.core_of_shard(0);
+                    mesh.deliver(
+                        owner,
+                        ApiMsg::List {
+                            reply,
+                            shard: 0,
+                            after: None,
+                            limit: window + 1,
+                        },
+                    );
+                }
+                Err(e) => fail(out, e),
+            },
+            (None, _) => {
+                if let Err(ra) = self.ratelimit.check(key_id, std::time::Instant::now()) {
+                    return fail(out, ShlinkError::from_native(&ra.into()));
+                }
+                let cr = match native_body(body, true).map(|b| parse_create(&b, now_s)) {
+                    Ok(Ok(cr)) => cr,
+                    Ok(Err(p)) => return fail(out, ShlinkError::from_native(&p)),
+                    Err(e) => return fail(out, e),
+                };
+                let op = ApiOp::Create {
+                    req: Box::new(cr.clone()),
+                    created_at_s: now_s,
+                    tries: 0,
+                };
+                let reply = defer(out, ApiOp::Shlink(Box::new(op), 0, 0));
+                self.creates
+                    .start(reply, Box::new(cr), now_s, 0, None, mesh);
+            }
+            (Some(code), method) => {
+                let Some(ikey) = shards::link::validate_key(code)
+                    .ok()
+                    .and_then(|()| InlineKey::new(code))
+                else {
+                    return fail(
+                        out,
+                        ShlinkError::not_found(Some(&String::from_utf8_lossy(code))),
+                    );
+                };
+                let (op, wreq) = match method {
+                    Method::Get => (ApiOp::Get, WriteReq::Get { key: ikey }),
+                    Method::Delete => (ApiOp::Delete, WriteReq::Delete { key: ikey }),
+                    _ => {
+                        let p = match native_body(body, false).map(|b| parse_patch(&b, now_s)) {
+                            Ok(Ok(p)) => p,
+                            Ok(Err(p)) => return fail(out, ShlinkError::from_native(&p)),
+                            Err(e) => return fail(out, e),
+                        };
+                        let wreq = WriteReq::Patch {
+                            key: ikey,
+                            target: p.long_url.map(Arc::from),
+                            expiry: p.expiry,
+                            status: p.redirect_status,
+                        };
+                        (ApiOp::Patch, wreq)
+                    }
+                };
+                let reply = defer(out, ApiOp::Shlink(Box::new(op), 0, 0));
+                let owner = self.router.owner(code).core;
+                mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
+            }
+        }
+    }
+
+    /// A Shlink short URL object.
+    fn short_url_json(&self, info: &LinkInfo) -> Value {
+        let key = info.key.as_str();
+        let expires = (info.expires_at_s != 0).then(|| format_rfc3339_utc(info.expires_at_s));
+        json!({
+            "shortCode": key,
+            "shortUrl": format!("{}/{key}", self.public_url.trim_end_matches('/')),
+            "longUrl": &*info.target,
+            "dateCreated": format_rfc3339_utc(info.created_at_s),
+            "visitsSummary": {"total": 0, "nonBots": 0, "bots": 0},
+            "tags": [],
+            "meta": {"validSince": null, "validUntil": expires, "maxVisits": null},
+            "domain": null,
+            "title": null,
+            "crawlable": false,
+            "forwardQuery": false,
+            "hasRedirectRules": false,
+        })
+    }
+
+    /// The answer to a Shlink-shaped request; `None` while it is not one yet (a generated
+    /// key collided, or the list walk goes on), as for native requests.
+    // The page fields of the envelope ride along with `answer`'s own arguments.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn answer_shlink(
+        &self,
+        op: &mut ApiOp,
+        page: u32,
+        per_page: u32,
+        outcome: WriteOutcome,
+        persist: Persist,
+        out: &mut Vec<u8>,
+        date: &DateCache,
+    ) -> Option<()> {
+        let ok = |out: &mut Vec<u8>, status: Status, v: &Value| {
+            let body = serde_json::to_vec(v).expect("json");
+            encode::encode_response(
+                out,
+                status,
+                &[],
+                Some("application/json"),
+                &body,
+                false,
+                persist,
+                date,
+            );
+        };
+        let fail = |out: &mut Vec<u8>, e: ShlinkError| e.encode(out, false, persist, date);
+        match (op, outcome) {
+            (ApiOp::List(walk), WriteOutcome::Listed(l)) => {
+                walk.take(l.items, l.complete, self.router.shard_count())?;
+                let window = (page * per_page) as usize;
+                let more = walk.items.len() > window;
+                let start = window
+                    .saturating_sub(per_page as usize)
+                    .min(walk.items.len());
+                let data: Vec<Value> = walk.items[start..walk.items.len().min(window)]
+                    .iter()
+                    .map(|i| self.short_url_json(i))
+                    .collect();
+                // Exact up to this page; past it, "at least one more" when more follow.
+                let total = start + data.len() + usize::from(more);
+                let pages = if more { page + 1 } else { page.max(1) };
+                ok(
+                    out,
+                    Status::Ok,
+                    &json!({"shortUrls": {"data": data, "pagination": {
+                    "currentPage": page, "pagesCount": pages, "itemsPerPage": per_page,
+                    "itemsInCurrentPage": data.len(), "totalItems": total}}}),
+                );
+            }
+            (ApiOp::Create { req, tries, .. }, WriteOutcome::Exists) => {
+                if let Some(slug) = &req.custom_alias {
+                    let e = ShlinkError {
+                        status: 400,
+                        type_: NON_UNIQUE_SLUG,
+                        title: "Invalid custom slug",
+                        detail: format!("Provided slug \"{slug}\" is already in use."),
+                        extra: Some(("customSlug", json!(slug))),
+                    };
+                    fail(out, e);
+                } else if *tries + 1 < MAX_CREATE_TRIES {
+                    *tries += 1;
+                    return None;
+                } else {
+                    fail(out, ShlinkError::from_native(&Problem::unavailable(1)));
+                }
+            }
+            (_, WriteOutcome::Created(i) | WriteOutcome::Found(i) | WriteOutcome::Updated(i)) => {
+                ok(out, Status::Ok, &self.short_url_json(&i));
+            }
+            (_, WriteOutcome::Deleted) => {
+                encode::encode_response(
+                    out,
+                    Status::NoContent,
+                    &[],
+                    None,
+                    b"",
+                    true,
+                    persist,
+                    date,
+                );
+            }
+            (_, WriteOutcome::NotFound | WriteOutcome::Exists) => {
+                fail(out, ShlinkError::not_found(None));
+            }
+            (op, other) => {
+                // Every other outcome answers as the native API would, in Shlink's envelope.
+                let mut native = Vec::new();
+                let mut op2 = std::mem::replace(op, ApiOp::Get);
+                let answered = self.answer(&mut op2, other, persist, &mut native, date);
+                *op = op2;
+                answered?;
+                out.extend_from_slice(&native);
+            }
+        }
+        Some(())
+    }
+}
+
+/// `page` (from 1) and `itemsPerPage` (1 to 500; -1, "all", is refused: use the cursor API).
+fn shlink_page(query: Option<&[u8]>) -> Result<(u32, u32), ShlinkError> {
+    let (mut page, mut per_page) = (1u32, SHLINK_DEFAULT_PAGE_ITEMS);
+    let text = std::str::from_utf8(query.unwrap_or_default()).unwrap_or("");
+    for pair in text.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match k {
+            "page" => {
+                page = v.parse().ok().filter(|p| *p >= 1).ok_or_else(|| {
+                    ShlinkError::invalid("page must be a whole number from 1", Some("page"))
+                })?
+            }
+            "itemsPerPage" => {
+                per_page = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=u32::from(super::listing::MAX_LIST_LIMIT)).contains(n))
+                    .ok_or_else(|| {
+                        ShlinkError::invalid(
+                            format!(
+                                "itemsPerPage must be from 1 to {}",
+                                super::listing::MAX_LIST_LIMIT
+                            ),
+                            Some("itemsPerPage"),
+                        )
+                    })?
+            }
+            // Filters and orderings Shlink offers are refused, never silently ignored.
+            "searchTerm"
+            | "tags[]"
+            | "tagsMode"
+            | "orderBy"
+            | "startDate"
+            | "endDate"
+            | "excludeMaxVisitsReached"
+            | "excludePastValidUntil"
+            | "domain"
+            | "excludeTags[]"
+            | "excludeTagsMode"
+            | "apiKeyName" => {
+                return Err(ShlinkError::invalid(
+                    format!("{k}: filtering and ordering are not supported by this server"),
+                    Some(k),
+                ))
+            }
+            _ => {}
+        }
+    }
+    if page.saturating_mul(per_page) > MAX_SHLINK_WINDOW {
+        return Err(ShlinkError::invalid(
+            format!("page * itemsPerPage may reach item {MAX_SHLINK_WINDOW} at most; walk further with GET /api/v1/urls?cursor="),
+            Some("page"),
+        ));
+    }
+    Ok((page, per_page))
+}

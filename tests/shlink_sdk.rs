@@ -1,0 +1,53 @@
+//! Shlink's REST API (`/rest/v3`) through Shlink's official JS SDK (`@shlinkio/shlink-js-sdk`,
+//! installed by `.ci/run` with `npm ci --prefix tests/shlink`): `tests/shlink/sdk.mjs`
+//! creates, reads, edits, lists and deletes links and checks the SDK's answers and errors; this
+//! test then checks the same links through the native API and the redirect. Without Node or
+//! the SDK it prints SKIPPED, unless `RICOCHET_REQUIRE_SHLINK_SDK` is set (CI sets it).
+
+mod common;
+
+use common::api::{data_dir, start, Client, API_KEY};
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn shlinks_sdk_works_against_ricochet() {
+    let dir_sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/shlink");
+    let installed = dir_sdk
+        .join("node_modules/@shlinkio/shlink-js-sdk")
+        .exists()
+        && Command::new("node").arg("--version").output().is_ok();
+    if !installed {
+        assert!(
+            std::env::var_os("RICOCHET_REQUIRE_SHLINK_SDK").is_none(),
+            "RICOCHET_REQUIRE_SHLINK_SDK is set but node or tests/shlink/node_modules is missing"
+        );
+        eprintln!("SKIPPED: npm ci --prefix tests/shlink (CI does)");
+        return;
+    }
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &["--cores", "2", "--public-url", "https://sho.rt"]);
+    let base = format!("http://{}", s.addr);
+    let out = Command::new("node")
+        .current_dir(&dir_sdk)
+        .args(["sdk.mjs", &base, API_KEY])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the SDK run failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["ok"], true);
+    // The same links, seen natively.
+    let mut c = Client::new(&s);
+    let slug = v["slug"].as_str().unwrap();
+    let link = c.get_link(slug).json();
+    assert_eq!(link["long_url"], "https://example.com/sdk/edited");
+    assert_eq!(link["expires_at"], "2030-01-02T03:04:05Z");
+    common::api::assert_redirects(&mut c, slug, "https://example.com/sdk/edited", Some(302));
+    c.get_link(v["deleted"].as_str().unwrap())
+        .assert_problem(404);
+}
