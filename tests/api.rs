@@ -230,9 +230,9 @@ fn validation_and_problem_bodies() {
     c.create_ok("https://example.com/after-errors", None);
 
     // 405 on the collection and the item.
-    let r = c.send("GET", "/api/v1/urls", true, &[], b"").unwrap();
+    let r = c.send("PUT", "/api/v1/urls", true, &[], b"").unwrap();
     r.assert_problem(405);
-    assert_eq!(r.header("allow"), Some("POST"));
+    assert_eq!(r.header("allow"), Some("GET, POST"));
     c.send("POST", "/api/v1/urls/abc", true, &[], b"{}")
         .unwrap()
         .assert_problem(405);

@@ -52,8 +52,9 @@ pub fn export(
     let links = loop {
         let before = fingerprint(dir)?;
         let links = read_state(&dd)?;
-        if fingerprint(dir)? == before {
-            break links;
+        match links {
+            Some(links) if fingerprint(dir)? == before => break links,
+            _ => {}
         }
         retries += 1;
         if retries >= EXPORT_MAX_TRIES {
@@ -129,7 +130,8 @@ pub fn export(
 }
 
 /// The state: every table, then every log replayed over it (`.folding` before `.log`).
-fn read_state(dd: &DataDir) -> Result<BTreeMap<String, OwnedLink>, Error> {
+/// `None` if a log vanished while being read (a rotation): read again.
+fn read_state(dd: &DataDir) -> Result<Option<BTreeMap<String, OwnedLink>>, Error> {
     let mut links = BTreeMap::new();
     for shard in 0..dd.shard_count() {
         if let Some(t) = dd.open_table(shard)? {
@@ -161,13 +163,19 @@ fn read_state(dd: &DataDir) -> Result<BTreeMap<String, OwnedLink>, Error> {
     }
     logs.sort();
     for (_, _, path) in logs {
-        for rec in crate::log::read_records(&path).map_err(|e| {
-            Error::io(
-                path.clone(),
-                "read the log",
-                std::io::Error::other(e.to_string()),
-            )
-        })? {
+        let records = match crate::log::read_records(&path) {
+            Ok(r) => r,
+            Err(crate::log::LogError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                return Ok(None); // Rotated away while we read: read again.
+            }
+            Err(e) => {
+                let detail = std::io::Error::other(e.to_string());
+                return Err(Error::io(path.clone(), "read the log", detail));
+            }
+        };
+        for rec in records {
             match rec.op {
                 LogOp::Put(l) | LogOp::PutWithIdem { link: l, .. } => {
                     links.insert(
@@ -189,7 +197,7 @@ fn read_state(dd: &DataDir) -> Result<BTreeMap<String, OwnedLink>, Error> {
             }
         }
     }
-    Ok(links)
+    Ok(Some(links))
 }
 
 /// Identity of every file the state is read from: the manifest, each table (inode, size,
@@ -202,10 +210,20 @@ fn fingerprint(dir: &Path) -> Result<Vec<(String, u64, u64, i64)>, Error> {
             return Ok(());
         };
         for e in entries.flatten() {
-            let m = e
-                .metadata()
-                .map_err(|err| Error::io(e.path(), "stat", err))?;
-            let name = format!("{sub}/{}", e.file_name().to_string_lossy());
+            let file = e.file_name().to_string_lossy().into_owned();
+            // Temp files of a table being written are not part of the state (their rename
+            // is, and changes the table's identity).
+            if file.ends_with(".tmp") || file.ends_with(".import") || file.ends_with(".staged") {
+                continue;
+            }
+            let m = match e.metadata() {
+                Ok(m) => m,
+                // Gone between the listing and the stat: something changed; the comparison
+                // of the two fingerprints sees it through the files that replaced it.
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(err) => return Err(Error::io(e.path(), "stat", err)),
+            };
+            let name = format!("{sub}/{file}");
             if whole {
                 out.push((
                     name,
