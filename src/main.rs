@@ -245,6 +245,11 @@ struct ImportArgs {
     /// Stop at the first bad line.
     #[arg(long)]
     strict: bool,
+    /// With --format shlink-csv, yourls-csv or bitly-csv: import rows whose columns ricochet
+    /// has no place for (titles, tags, clicks, IPs) hold values, leaving those values out
+    /// (counted in the summary). Without it such rows are errors naming the column.
+    #[arg(long)]
+    drop_unsupported: bool,
     /// Virtual shards for a new data dir (fixed for its life).
     #[arg(long, default_value_t = shards::placement::DEFAULT_SHARD_COUNT)]
     shards: u32,
@@ -255,6 +260,12 @@ enum FormatArg {
     Tsv,
     Csv,
     Ndjson,
+    /// Import only: Shlink's CSV format (Long URL, Short code, Domain, Title, Tags).
+    ShlinkCsv,
+    /// Import only: YOURLS' link table (keyword, url, title, timestamp, ip, clicks).
+    YourlsCsv,
+    /// Import only: Bitly's link fields (id/link, long_url, created_at, custom_bitlinks, ...).
+    BitlyCsv,
 }
 
 fn main() -> ExitCode {
@@ -347,6 +358,7 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
         FormatArg::Tsv => ExportFormat::Tsv,
         FormatArg::Csv => ExportFormat::Csv,
         FormatArg::Ndjson => ExportFormat::Ndjson,
+        _ => anyhow::bail!("--format: export writes ndjson, tsv or csv"),
     };
     let now_s = ricochet::api::timefmt::now_s();
     let summary = match &a.output {
@@ -384,7 +396,13 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
 }
 
 fn import(a: ImportArgs) -> anyhow::Result<()> {
+    use shards::import::vendor::Vendor;
     use shards::import::{run, Format, ImportOptions};
+    let drop_unsupported = a.drop_unsupported;
+    let vendor = |vendor| Format::Vendor {
+        vendor,
+        drop_unsupported,
+    };
     let opts = ImportOptions {
         data_dir: a.data_dir,
         input: a.input,
@@ -392,6 +410,9 @@ fn import(a: ImportArgs) -> anyhow::Result<()> {
             FormatArg::Tsv => Format::Tsv,
             FormatArg::Csv => Format::Csv,
             FormatArg::Ndjson => Format::Ndjson,
+            FormatArg::ShlinkCsv => vendor(Vendor::Shlink),
+            FormatArg::YourlsCsv => vendor(Vendor::Yourls),
+            FormatArg::BitlyCsv => vendor(Vendor::Bitly),
         }),
         strict: a.strict,
         shard_count_for_new_dir: a.shards,

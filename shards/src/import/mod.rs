@@ -23,6 +23,7 @@
 mod error;
 mod parse;
 mod spill;
+pub mod vendor;
 
 pub use error::{ImportError, LineError};
 pub use parse::MAX_LINE_BYTES;
@@ -62,6 +63,12 @@ pub enum Format {
     Csv,
     /// One JSON object per line: `{"key": .., "long_url": .., "status": ..}` (status optional).
     Ndjson,
+    /// Another shortener's CSV export (`vendor.rs`); `drop_unsupported` imports rows whose
+    /// unsupported columns hold values (counted in the summary) instead of refusing them.
+    Vendor {
+        vendor: vendor::Vendor,
+        drop_unsupported: bool,
+    },
 }
 
 impl Format {
@@ -106,7 +113,7 @@ impl ImportOptions {
 }
 
 /// What an import did.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ImportSummary {
     /// Links added.
     pub links: u64,
@@ -118,6 +125,9 @@ pub struct ImportSummary {
     pub table_bytes: u64,
     /// Wall-clock time of the import.
     pub seconds: f64,
+    /// Values of another shortener's columns ricochet has no place for, left out under
+    /// `--drop-unsupported`, by column.
+    pub dropped: std::collections::BTreeMap<&'static str, u64>,
 }
 
 impl fmt::Display for ImportSummary {
@@ -130,6 +140,14 @@ impl fmt::Display for ImportSummary {
             self.table_bytes as f64 / (1024.0 * 1024.0),
             self.seconds
         )?;
+        if !self.dropped.is_empty() {
+            let list: Vec<String> = self
+                .dropped
+                .iter()
+                .map(|(c, n)| format!("{c} x{n}"))
+                .collect();
+            write!(f, "; left out (--drop-unsupported): {}", list.join(", "))?;
+        }
         if self.unchanged > 0 {
             write!(f, "; {} already present", self.unchanged)?;
         }
@@ -213,8 +231,12 @@ fn import_locked(
         // Pass 1: parse, validate, spill.
         let mut spill = SpillWriter::create(&spill_dir, shard_count.min(MAX_SPILL_FILES))?;
         let mut storage_err = None;
+        let mut dropped = std::collections::BTreeMap::new();
         parse::for_each(input, format, &mut |item| match item {
             Ok(rec) => {
+                for c in &rec.dropped {
+                    *dropped.entry(*c).or_insert(0) += 1;
+                }
                 let shard = shard_of(rec.key.as_bytes(), shard_count);
                 let created = rec.created_at_s.unwrap_or(0);
                 match spill.push(
@@ -255,6 +277,7 @@ fn import_locked(
             shards_written: 0,
             table_bytes: 0,
             seconds: 0.0,
+            dropped: std::mem::take(&mut dropped),
         };
         for bucket in buckets {
             if errors.stop() {

@@ -23,6 +23,9 @@ pub(crate) struct Record<'a> {
     pub expires_at_s: u64,
     /// `created_at` (NDJSON), or `None`: the import's own time.
     pub created_at_s: Option<u64>,
+    /// Columns of another shortener's export whose values were left out
+    /// (`--drop-unsupported`), for the summary.
+    pub dropped: Vec<&'static str>,
 }
 
 /// Calls `each` with every record or bad line of `input`, in order, until it breaks.
@@ -34,6 +37,10 @@ pub(crate) fn for_each<R: Read>(
     match format {
         Format::Tsv | Format::Ndjson => for_each_line(input, format, each),
         Format::Csv => for_each_csv(input, each),
+        Format::Vendor {
+            vendor,
+            drop_unsupported,
+        } => super::vendor::for_each_vendor(input, vendor, drop_unsupported, each),
     }
 }
 
@@ -250,7 +257,7 @@ fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
     Ok(r)
 }
 
-fn validated<'a>(
+pub(crate) fn validated<'a>(
     line: u64,
     key: Cow<'a, str>,
     url: Cow<'a, str>,
@@ -269,5 +276,6 @@ fn validated<'a>(
         status,
         expires_at_s: 0,
         created_at_s: None,
+        dropped: Vec::new(),
     })
 }
