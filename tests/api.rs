@@ -1218,3 +1218,39 @@ fn list_parameters_are_checked() {
         .json();
     assert_eq!(v, json!({"items": [], "next_cursor": null}));
 }
+
+/// A create whose body comes chunked (`Transfer-Encoding: chunked`, what Node's `http` client
+/// sends without a length), split over several writes, is taken; the pipelined request
+/// behind it is answered too.
+#[test]
+fn chunked_request_bodies_are_taken() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &[]);
+    let mut r = common::Reader::new(s.connect());
+    let body = br#"{"long_url":"https://example.com/chunked","custom_alias":"chunky"}"#;
+    let (a, b) = body.split_at(20);
+    let head = format!(
+        "POST /api/v1/urls HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+        common::api::API_KEY
+    );
+    r.send(head.as_bytes());
+    r.send(format!("{:x}\r\n", a.len()).as_bytes());
+    r.send(a);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    r.send(format!("\r\n{:x}\r\n", b.len()).as_bytes());
+    r.send(b);
+    r.send(b"\r\n0\r\n\r\nGET /chunky HTTP/1.1\r\nHost: t\r\n\r\n");
+    let created = r.read_response(false);
+    assert_eq!(
+        created.status,
+        201,
+        "{}",
+        String::from_utf8_lossy(&created.body)
+    );
+    let redirect = r.read_response(false);
+    assert_eq!(redirect.status, 302);
+    assert_eq!(
+        redirect.header("location"),
+        Some("https://example.com/chunked")
+    );
+}

@@ -63,14 +63,18 @@ fn served() -> (tempfile::TempDir, Server) {
 
 /// Hostile heads that must be refused with `status`, and nothing after them answered.
 const REFUSED: &[(&str, u16)] = &[
-    // Transfer-Encoding in every spelling: no chunked bodies are taken (501), and with a
-    // Content-Length the framing is ambiguous (400).
-    ("POST /api/v1/urls HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 501),
-    ("POST /api/v1/urls HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: Chunked\r\n\r\n", 501),
-    ("POST /api/v1/urls HTTP/1.1\r\nHost: t\r\nTRANSFER-ENCODING: chunked\r\n\r\n", 501),
+    // Transfer-Encoding: only `chunked` alone is taken, and its chunks are read strictly
+    // (400); any other coding or list is not implemented (501); with a Content-Length the
+    // framing is ambiguous (400).
+    ("POST /api/v1/urls HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\nhello\r\n0\r\n\r\n", 400),
+    ("POST /api/v1/urls HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: Chunked\r\n\r\n5 \r\nhello\r\n0\r\n\r\n", 400),
+    ("POST /api/v1/urls HTTP/1.1\r\nHost: t\r\nTRANSFER-ENCODING: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n", 400),
+    ("POST /api/v1/urls HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhelloXX0\r\n\r\n", 400),
+    ("POST /api/v1/urls HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX-Trailer: 1\r\n\r\n", 400),
     ("POST /api/v1/urls HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: xchunked\r\n\r\n", 501),
     ("POST /api/v1/urls HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked, identity\r\n\r\n", 501),
-    ("POST /api/v1/urls HTTP/1.1\r\nHost: t\r\nTransfer-Encoding:\tchunked\r\n\r\n", 501),
+    ("POST /api/v1/urls HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
+    ("POST /api/v1/urls HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
     ("POST /x HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
     ("POST /x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\n", 400),
     ("POST /x HTTP/1.1\r\nHost: t\r\nTransfer-Encoding : chunked\r\n\r\n", 400),
@@ -134,6 +138,16 @@ fn lawful_framing_is_taken_exactly() {
         ),
         (
             "POST /nokey HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n",
+            405,
+        ),
+        // A chunked body, in any case of `chunked`, with a chunk extension: framed by its
+        // last chunk, and what follows it is the next request.
+        (
+            "POST /nokey HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: Chunked\r\n\r\n4;ext=1\r\nabcd\r\n2\r\nef\r\n0\r\n\r\n",
+            405,
+        ),
+        (
+            "POST /nokey HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
             405,
         ),
         // Empty lines before a request line are ignored (RFC 9112 section 2.2).

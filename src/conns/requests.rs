@@ -7,7 +7,7 @@ use crate::client::{ApiClient, ApiOp, API_PREFIX};
 use crate::clock::Clock;
 use crate::http::encode::{self, Conn as Persist};
 use crate::http::limits::MAX_PIPELINED_REQUESTS;
-use crate::http::parse::{parse_request, Expect, Method, ParseError, Request};
+use crate::http::parse::{parse_request, BadRequest, Expect, Method, ParseError, Request};
 use crate::http::status::Status;
 use crate::key::InlineKey;
 use crate::mesh::{Answer, Mesh, RedirectMsg, ReplyTo, WriteOutcome};
@@ -154,11 +154,35 @@ impl Conns {
                     break;
                 }
             };
-            let total = req.head_len + req.content_length;
+            let mut total = req.head_len + req.content_length;
             if req.expect == Expect::Unsupported {
                 self.refuse_expectation(slot, env.clock);
                 pos = data.len();
                 break;
+            }
+            // A chunked body is framed by its own last chunk (`http::chunked`, API path only).
+            let mut decoded = None;
+            if req.chunked {
+                match crate::http::chunked::decode(&data[pos + req.head_len..]) {
+                    Ok(Some((n, body))) => {
+                        total = req.head_len + n;
+                        decoded = Some(body);
+                    }
+                    Ok(None) => total = usize::MAX,
+                    Err(e) => {
+                        let err = match e {
+                            crate::http::chunked::ChunkedError::Syntax => {
+                                ParseError::BadRequest(BadRequest::Chunked)
+                            }
+                            crate::http::chunked::ChunkedError::TooLarge => {
+                                ParseError::PayloadTooLarge
+                            }
+                        };
+                        self.parse_error(slot, err, data[pos..].starts_with(b"HEAD "), env.clock);
+                        pos = data.len();
+                        break;
+                    }
+                }
             }
             if data.len() - pos < total {
                 // The body is still on its way; a client that asked to be told first is.
@@ -173,7 +197,10 @@ impl Conns {
             } else {
                 Persist::for_request(&req)
             };
-            let body = &data[pos + req.head_len..pos + total];
+            let body = match &decoded {
+                Some(b) => &b[..],
+                None => &data[pos + req.head_len..pos + total],
+            };
             let deferred_before = self.slots[slot as usize].answers.len();
             self.handle(slot, &req, persist, body, env);
             pos += total;

@@ -8,7 +8,9 @@
 //! - [`status`]: the status codes ricochet emits and their reason phrases.
 //! - [`date`]: the cached `Date` header value.
 //! - [`limits`]: every size and time limit of the layer.
+//! - [`chunked`]: request bodies in the chunked transfer coding.
 
+pub mod chunked;
 pub mod date;
 pub mod encode;
 pub mod limits;

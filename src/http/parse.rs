@@ -121,6 +121,9 @@ pub struct Request<'b> {
     pub head_len: usize,
     /// The body length from `Content-Length`, `0` without one. At most [`MAX_BODY_BYTES`].
     pub content_length: usize,
+    /// The body is in the chunked transfer coding (`Transfer-Encoding: chunked`, the only
+    /// coding taken); `content_length` is then 0 and `http::chunked::decode` frames it.
+    pub chunked: bool,
     /// The `Authorization` field value, if present.
     pub authorization: Option<&'b [u8]>,
     /// The `X-Api-Key` field value, if present (Shlink's REST API authenticates by it).
@@ -159,6 +162,8 @@ pub enum BadRequest {
     MissingHost,
     /// More than one `Host`, `Authorization` or `Idempotency-Key` field.
     DuplicateHeader,
+    /// A chunked body that breaks the strict rules of `http::chunked`.
+    Chunked,
 }
 
 /// Why a request head cannot be served. [`ParseError::status`] is the one place mapping parse
@@ -235,12 +240,15 @@ impl ParseError {
                 BadRequest::DuplicateHeader => {
                     "more than one Host, Authorization or Idempotency-Key"
                 }
+                BadRequest::Chunked => "malformed chunked body",
             },
             ParseError::UriTooLong => "request line too long",
             ParseError::HeadersTooLarge => "request head too large",
             ParseError::TooManyHeaders => "too many header fields",
             ParseError::PayloadTooLarge => "request body too large",
-            ParseError::TransferEncodingNotImplemented => "Transfer-Encoding is not supported",
+            ParseError::TransferEncodingNotImplemented => {
+                "only Transfer-Encoding: chunked is supported"
+            }
             ParseError::VersionNotSupported => "only HTTP/1.0 and HTTP/1.1 are supported",
         }
     }
@@ -294,13 +302,18 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request<'_>>, ParseError> {
     };
 
     let fields = scan_fields(req.headers)?;
-    if fields.transfer_encoding {
-        return Err(if fields.content_length.is_some() {
-            ParseError::BadRequest(BadRequest::ContentLengthWithTransferEncoding)
-        } else {
-            ParseError::TransferEncodingNotImplemented
-        });
-    }
+    let chunked = match fields.transfer_encoding {
+        None => false,
+        Some(_) if fields.content_length.is_some() => {
+            return Err(ParseError::BadRequest(
+                BadRequest::ContentLengthWithTransferEncoding,
+            ))
+        }
+        // Only `chunked` alone (case-insensitive, RFC 9112 section 7): any other coding or
+        // list is not implemented.
+        Some(v) if v.trim_ascii().eq_ignore_ascii_case(b"chunked") => true,
+        Some(_) => return Err(ParseError::TransferEncodingNotImplemented),
+    };
     let content_length = match fields.content_length {
         Some(v) => parse_content_length(v)?,
         None => 0,
@@ -322,6 +335,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request<'_>>, ParseError> {
         keep_alive,
         head_len,
         content_length,
+        chunked,
         authorization: fields.authorization,
         x_api_key: fields.x_api_key,
         idempotency_key: fields.idempotency_key,
@@ -488,7 +502,8 @@ fn has_bare_lf(head: &[u8]) -> bool {
 #[derive(Default)]
 struct Fields<'b> {
     content_length: Option<&'b [u8]>,
-    transfer_encoding: bool,
+    /// `Transfer-Encoding`, if present once (twice is not implemented: 501).
+    transfer_encoding: Option<&'b [u8]>,
     hosts: u32,
     conn_close: bool,
     conn_keep_alive: bool,
@@ -546,7 +561,14 @@ fn scan_fields<'b>(headers: &[httparse::Header<'b>]) -> Result<Fields<'b>, Parse
             15 if name.eq_ignore_ascii_case(b"idempotency-key") => {
                 set_once(&mut f.idempotency_key, value)?
             }
-            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => f.transfer_encoding = true,
+            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                if f.transfer_encoding.is_some() {
+                    // Two fields are a list: never just `chunked`.
+                    f.transfer_encoding = Some(b"(list)");
+                } else {
+                    f.transfer_encoding = Some(value);
+                }
+            }
             _ => {}
         }
     }

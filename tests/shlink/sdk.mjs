@@ -1,13 +1,13 @@
-// Drives ricochet's Shlink REST API (/rest/v3) through Shlink's official JS SDK (its fetch
-// client; its NodeHttpClient sends bodies chunked, which ricochet answers 501), asserting
-// what the SDK returns. Usage: node sdk.mjs BASE_URL API_KEY. Prints "ok" and exits 0, or
+// Drives ricochet's Shlink REST API (/rest/v3) through Shlink's official JS SDK, with both of
+// its HTTP clients (fetch, which sends Content-Length, and Node's http, which sends bodies
+// chunked), asserting what the SDK returns. Usage: node sdk.mjs BASE_URL API_KEY. Prints "ok" and exits 0, or
 // prints the first failed expectation and exits 1. Run by tests/shlink_sdk.rs.
 import assert from 'node:assert/strict';
 import { ShlinkApiClient } from '@shlinkio/shlink-js-sdk';
 import { FetchHttpClient } from '@shlinkio/shlink-js-sdk/fetch';
+import { NodeHttpClient } from '@shlinkio/shlink-js-sdk/node';
 
 const [baseUrl, apiKey] = process.argv.slice(2);
-const api = new ShlinkApiClient(new FetchHttpClient(), { baseUrl, apiKey });
 const rejectsWith = async (promise, type) => {
   try {
     await promise;
@@ -18,51 +18,55 @@ const rejectsWith = async (promise, type) => {
   assert.fail(`expected an error of type ${type}`);
 };
 
-const health = await api.health();
-assert.equal(health.status, 'pass');
+const results = {};
+for (const [name, makeClient] of [['fetch', () => new FetchHttpClient()], ['node', () => new NodeHttpClient()]]) {
+  const api = new ShlinkApiClient(makeClient(), { baseUrl, apiKey });
+  const health = await api.health();
+  assert.equal(health.status, 'pass');
 
-const slug = `sdk-${Date.now()}`;
-const made = await api.createShortUrl({ longUrl: 'https://example.com/sdk/a', customSlug: slug });
-assert.equal(made.shortCode, slug);
-assert.equal(made.longUrl, 'https://example.com/sdk/a');
-assert.ok(made.shortUrl.endsWith(`/${slug}`), made.shortUrl);
-assert.deepEqual(made.tags, []);
+  const slug = `sdk-${name}-${Date.now()}`;
+  const made = await api.createShortUrl({ longUrl: 'https://example.com/sdk/a', customSlug: slug });
+  assert.equal(made.shortCode, slug);
+  assert.equal(made.longUrl, 'https://example.com/sdk/a');
+  assert.ok(made.shortUrl.endsWith(`/${slug}`), made.shortUrl);
+  assert.deepEqual(made.tags, []);
 
-const generated = await api.createShortUrl({ longUrl: 'https://example.com/sdk/b' });
-assert.match(generated.shortCode, /^[0-9A-Za-z]{7}$/);
+  const generated = await api.createShortUrl({ longUrl: 'https://example.com/sdk/b' });
+  assert.match(generated.shortCode, /^[0-9A-Za-z]{7}$/);
 
-const read = await api.getShortUrl({ shortCode: slug });
-assert.equal(read.longUrl, 'https://example.com/sdk/a');
-assert.equal(read.dateCreated, made.dateCreated);
+  const read = await api.getShortUrl({ shortCode: slug });
+  assert.equal(read.longUrl, 'https://example.com/sdk/a');
+  assert.equal(read.dateCreated, made.dateCreated);
 
-const edited = await api.updateShortUrl(
-  { shortCode: slug },
-  { longUrl: 'https://example.com/sdk/edited', validUntil: '2030-01-02T03:04:05Z' },
-);
-assert.equal(edited.longUrl, 'https://example.com/sdk/edited');
-assert.equal(edited.meta.validUntil, '2030-01-02T03:04:05Z');
+  const edited = await api.updateShortUrl(
+    { shortCode: slug },
+    { longUrl: 'https://example.com/sdk/edited', validUntil: '2030-01-02T03:04:05Z' },
+  );
+  assert.equal(edited.longUrl, 'https://example.com/sdk/edited');
+  assert.equal(edited.meta.validUntil, '2030-01-02T03:04:05Z');
 
-const all = await api.listShortUrls({ itemsPerPage: 50 });
-const codes = all.data.map((s) => s.shortCode);
-assert.ok(codes.includes(slug) && codes.includes(generated.shortCode), codes.join(','));
-assert.equal(all.pagination.currentPage, 1);
-assert.ok(all.pagination.totalItems >= 2);
+  const all = await api.listShortUrls({ itemsPerPage: 50 });
+  const codes = all.data.map((s) => s.shortCode);
+  assert.ok(codes.includes(slug) && codes.includes(generated.shortCode), codes.join(','));
+  assert.equal(all.pagination.currentPage, 1);
+  assert.ok(all.pagination.totalItems >= 2);
 
-const first = await api.listShortUrls({ itemsPerPage: 1, page: '1' });
-const second = await api.listShortUrls({ itemsPerPage: 1, page: '2' });
-assert.equal(first.data.length, 1);
-assert.equal(second.data.length, 1);
-assert.notEqual(first.data[0].shortCode, second.data[0].shortCode);
-assert.ok(first.pagination.pagesCount >= 2);
+  const first = await api.listShortUrls({ itemsPerPage: 1, page: '1' });
+  const second = await api.listShortUrls({ itemsPerPage: 1, page: '2' });
+  assert.equal(first.data.length, 1);
+  assert.equal(second.data.length, 1);
+  assert.notEqual(first.data[0].shortCode, second.data[0].shortCode);
+  assert.ok(first.pagination.pagesCount >= 2);
 
-await rejectsWith(api.createShortUrl({ longUrl: 'https://example.com/sdk/c', customSlug: slug }), 'non-unique-slug');
-await rejectsWith(api.createShortUrl({ longUrl: 'https://example.com/sdk/d', tags: ['x'] }), 'invalid-data');
-await rejectsWith(api.createShortUrl({ longUrl: 'not a url' }), 'invalid-data');
+  await rejectsWith(api.createShortUrl({ longUrl: 'https://example.com/sdk/c', customSlug: slug }), 'non-unique-slug');
+  await rejectsWith(api.createShortUrl({ longUrl: 'https://example.com/sdk/d', tags: ['x'] }), 'invalid-data');
+  await rejectsWith(api.createShortUrl({ longUrl: 'not a url' }), 'invalid-data');
 
-await api.deleteShortUrl({ shortCode: generated.shortCode });
-await rejectsWith(api.getShortUrl({ shortCode: generated.shortCode }), 'short-url-not-found');
+  await api.deleteShortUrl({ shortCode: generated.shortCode });
+  await rejectsWith(api.getShortUrl({ shortCode: generated.shortCode }), 'short-url-not-found');
 
-const intruder = new ShlinkApiClient(new FetchHttpClient(), { baseUrl, apiKey: 'wrong-key' });
-await rejectsWith(intruder.listShortUrls(), 'invalid-api-key');
-
-console.log(JSON.stringify({ ok: true, slug, deleted: generated.shortCode }));
+  const intruder = new ShlinkApiClient(makeClient(), { baseUrl, apiKey: 'wrong-key' });
+  await rejectsWith(intruder.listShortUrls(), 'invalid-api-key');
+  results[name] = { slug, deleted: generated.shortCode };
+}
+console.log(JSON.stringify({ ok: true, ...results }));
