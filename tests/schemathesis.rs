@@ -49,6 +49,8 @@ fn schemathesis_holds_the_server_to_its_openapi_description() {
         ("negative", false, ""),
     ] {
         let mut cmd = Command::new("schemathesis");
+        // Its cache goes to the working directory: the test's own, not the checkout.
+        cmd.current_dir(_t.path());
         cmd.args(["--config-file", &format!("{here}/schemathesis.toml"), "run"])
             .arg(format!("{base}/api/v1/openapi.json"))
             .args([
