@@ -233,11 +233,20 @@ fn rolled_back_authority_is_refused() {
     assert!(err.contains("missing"), "unclear refusal: {err}");
 }
 
+/// Copies the files of `from` as a backup would, while the server may still be writing:
+/// a temp file renamed away between the listing and the copy is not part of the state.
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
-        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        if e.file_name().to_string_lossy().ends_with(".tmp") {
+            continue;
+        }
+        match std::fs::copy(e.path(), to.join(e.file_name())) {
+            Ok(_) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => panic!("copy {}: {err}", e.path().display()),
+        }
     }
 }
 
