@@ -138,16 +138,7 @@ impl ApiClient {
             };
             let (shard, after, limit) = (walk.shard, walk.after, walk.limit);
             let reply = defer(out, ApiOp::List(walk));
-            let owner = self.router.core_of_shard(shard);
-            mesh.deliver(
-                owner,
-                ApiMsg::List {
-                    reply,
-                    shard,
-                    after,
-                    limit,
-                },
-            );
+            self.list_shard(reply, shard, after, limit, mesh);
             return;
         }
         if collection {
@@ -218,11 +209,17 @@ impl ApiClient {
         mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
     }
 
-    /// Asks shard `shard`'s owner for the first `limit` links of the shard (a list walk
-    /// moving on to the next shard).
-    pub fn list_shard(&self, reply: ReplyTo, shard: u32, limit: u32, mesh: &mut Mesh) {
+    /// Asks shard `shard`'s owner for up to `limit` of its links after `after` (the one step
+    /// of every list walk: its first page, and each next shard).
+    pub fn list_shard(
+        &self,
+        reply: ReplyTo,
+        shard: u32,
+        after: Option<InlineKey>,
+        limit: u32,
+        mesh: &mut Mesh,
+    ) {
         let owner = self.router.core_of_shard(shard);
-        let after = None;
         mesh.deliver(
             owner,
             ApiMsg::List {

@@ -287,16 +287,7 @@ impl ApiClient {
                         out,
                         ApiOp::Shlink(Box::new(ApiOp::List(walk)), page, per_page),
                     );
-                    let owner = self.router.core_of_shard(0);
-                    mesh.deliver(
-                        owner,
-                        ApiMsg::List {
-                            reply,
-                            shard: 0,
-                            after: None,
-                            limit: window + 1,
-                        },
-                    );
+                    self.list_shard(reply, 0, None, window + 1, mesh);
                 }
                 Err(e) => fail(out, e),
             },

@@ -557,7 +557,7 @@ impl Conns {
             Resume::Create(req, created, tries) => {
                 api.creates.start(reply, req, created, tries, None, mesh)
             }
-            Resume::List(shard, limit) => api.list_shard(reply, shard, limit, mesh),
+            Resume::List(shard, limit) => api.list_shard(reply, shard, None, limit, mesh),
         }
     }
 
