@@ -97,6 +97,15 @@ pub enum Error {
         /// The data dir's shard count.
         shard_count: u32,
     },
+    /// A click analytics file (manifest, snapshot or log) is damaged: refused, never served as
+    /// silently lost clicks.
+    #[error("{}: corrupt click analytics file: {detail}. Restore it from a backup, or move the clicks/ directory away to start counting from zero", path.display())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with the byte offset.
+        detail: String,
+    },
     /// A data dir was asked for with an invalid shard count.
     #[error("shard count {0} is out of range (1..={max})", max = crate::placement::MAX_SHARD_COUNT)]
     BadShardCount(u32),

@@ -1,0 +1,386 @@
+//! The click store's files, one set per owner core, in `<data>/clicks/`:
+//!
+//! ```text
+//! clicks/MANIFEST                    {"version":1,"generation":G,"cores":N}
+//! clicks/g<G>/core-<c>.snap          "RCSNAP01" log_seq:u64le frame*   (codec.rs frames)
+//! clicks/g<G>/core-<c>.<seq>.log     frame*                             (appended, fdatasync'd)
+//! ```
+//!
+//! A core's store is its snapshot plus every log numbered `>= log_seq`, replayed in order.
+//! Rotation (`ClickLog::snapshot`) opens log `seq + 1` first, then writes a snapshot naming
+//! `seq + 1` atomically, then deletes older logs: a crash at any step leaves either the old
+//! snapshot and every log after it, or the new one and the new log, so no record is applied
+//! twice or lost. A core-count change folds every core's store into the new cores' snapshots
+//! in generation `G + 1`, then switches the manifest: the same one-rename argument.
+//!
+//! Recovery refuses damage loudly: a bad frame anywhere but the torn tail of the newest log
+//! stops the server with the file and offset. A torn tail (a frame that runs past the end, or
+//! a bad frame with no valid frame after it) is what a crash mid-write leaves: it is cut off.
+
+use super::codec::{self, DecodeError};
+use super::{ClickStore, Record};
+use crate::durable::{create_dir_durable, sync_dir, write_atomic};
+use crate::error::Error;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// The format version `MANIFEST` carries.
+pub const CLICKS_FORMAT_VERSION: u32 = 1;
+const SNAP_MAGIC: &[u8; 8] = b"RCSNAP01";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Manifest {
+    version: u32,
+    generation: u64,
+    cores: usize,
+}
+
+/// The click directory of a data dir, recovered.
+pub struct ClickDir {
+    gen_dir: PathBuf,
+}
+
+/// What recovery found, per core: the store and the number of the log to append to next.
+pub struct Recovered {
+    pub stores: Vec<ClickStore>,
+    pub next_log: Vec<u64>,
+    /// Torn tails cut off (bytes), for the start-up log line.
+    pub torn_bytes: u64,
+}
+
+impl ClickDir {
+    /// Opens (or creates) `<data>/clicks` for `cores` cores; `owner` says which core owns a
+    /// key (used only when the core count changed and the stores are folded).
+    pub fn open(
+        data_dir: &Path,
+        cores: usize,
+        owner: impl Fn(&[u8]) -> usize,
+    ) -> Result<(ClickDir, Recovered), Error> {
+        assert!(cores > 0);
+        let dir = data_dir.join("clicks");
+        create_dir_durable(&dir).map_err(|e| Error::io(&dir, "create", e))?;
+        let mpath = dir.join("MANIFEST");
+        let manifest = match fs::read(&mpath) {
+            Ok(b) => {
+                let m: Manifest = serde_json::from_slice(&b).map_err(|e| Error::Corrupt {
+                    path: mpath.clone(),
+                    detail: format!("not a click manifest: {e}"),
+                })?;
+                if m.version != CLICKS_FORMAT_VERSION {
+                    return Err(Error::Corrupt {
+                        path: mpath,
+                        detail: format!(
+                            "click format version {} (this build reads {CLICKS_FORMAT_VERSION})",
+                            m.version
+                        ),
+                    });
+                }
+                m
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let m = Manifest {
+                    version: CLICKS_FORMAT_VERSION,
+                    generation: 1,
+                    cores,
+                };
+                create_dir_durable(&dir.join("g1")).map_err(|e| Error::io(&dir, "create", e))?;
+                write_manifest(&dir, &m)?;
+                m
+            }
+            Err(e) => return Err(Error::io(&mpath, "read", e)),
+        };
+        let gen_dir = dir.join(format!("g{}", manifest.generation));
+        create_dir_durable(&gen_dir).map_err(|e| Error::io(&gen_dir, "create", e))?;
+        remove_other_generations(&dir, manifest.generation)?;
+        let mut torn_bytes = 0;
+        let mut stores = Vec::with_capacity(manifest.cores);
+        let mut next_log = Vec::with_capacity(manifest.cores);
+        for c in 0..manifest.cores {
+            let (s, next, torn) = recover_core(&gen_dir, c)?;
+            stores.push(s);
+            next_log.push(next);
+            torn_bytes += torn;
+        }
+        if manifest.cores == cores {
+            let cd = ClickDir { gen_dir };
+            return Ok((
+                cd,
+                Recovered {
+                    stores,
+                    next_log,
+                    torn_bytes,
+                },
+            ));
+        }
+        // The core count changed: fold every store into the new cores' snapshots.
+        let mut all = ClickStore::default();
+        let mut not_found = std::collections::BTreeMap::new();
+        for mut s in stores {
+            for (d, n) in s.take_not_found() {
+                *not_found.entry(d).or_insert(0) += n;
+            }
+            all.absorb(s);
+        }
+        let mut folded: Vec<ClickStore> = (0..cores).map(|_| ClickStore::default()).collect();
+        for (c, store) in folded.iter_mut().enumerate() {
+            *store = all.split_off_by(|k| owner(k) != c);
+        }
+        for (day, count) in not_found {
+            folded[0].apply(&Record::NotFound { day, count });
+        }
+        let generation = manifest.generation + 1;
+        let new_dir = dir.join(format!("g{generation}"));
+        if new_dir.exists() {
+            fs::remove_dir_all(&new_dir).map_err(|e| Error::io(&new_dir, "remove", e))?;
+        }
+        create_dir_durable(&new_dir).map_err(|e| Error::io(&new_dir, "create", e))?;
+        for (c, s) in folded.iter().enumerate() {
+            write_snapshot(&new_dir, c, 0, s)
+                .map_err(|e| Error::io(&new_dir, "write snapshot", e))?;
+        }
+        write_manifest(
+            &dir,
+            &Manifest {
+                version: CLICKS_FORMAT_VERSION,
+                generation,
+                cores,
+            },
+        )?;
+        remove_other_generations(&dir, generation)?;
+        let cd = ClickDir { gen_dir: new_dir };
+        let next_log = vec![0; cores];
+        Ok((
+            cd,
+            Recovered {
+                stores: folded,
+                next_log,
+                torn_bytes,
+            },
+        ))
+    }
+
+    /// Opens core `core`'s log number `seq` for appending (created empty).
+    pub fn open_log(&self, core: usize, seq: u64) -> io::Result<ClickLog> {
+        let path = log_path(&self.gen_dir, core, seq);
+        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        sync_dir(&self.gen_dir)?;
+        let len = file.metadata()?.len();
+        Ok(ClickLog {
+            dir: self.gen_dir.clone(),
+            core,
+            seq,
+            file,
+            len,
+            durable_len: len,
+        })
+    }
+}
+
+/// A core's open click log: appended to, synced, and rotated by a snapshot.
+pub struct ClickLog {
+    dir: PathBuf,
+    core: usize,
+    seq: u64,
+    file: File,
+    len: u64,
+    durable_len: u64,
+}
+
+impl ClickLog {
+    /// Writes `bytes` (whole frames) and fdatasyncs them. On failure the file is cut back to
+    /// its last durable length, so a retry writes the same records once.
+    pub fn write_and_sync(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let r = self
+            .file
+            .write_all(bytes)
+            .and_then(|_| self.file.sync_data());
+        match r {
+            Ok(()) => {
+                self.len += bytes.len() as u64;
+                self.durable_len = self.len;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.file.set_len(self.durable_len);
+                self.len = self.durable_len;
+                Err(e)
+            }
+        }
+    }
+
+    /// Bytes in the current log.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Replaces every log so far with a snapshot of `store`, which must hold exactly what the
+    /// logs up to this one hold (call it right after a sync, with nothing pending).
+    pub fn snapshot(&mut self, store: &ClickStore) -> io::Result<()> {
+        let next = self.seq + 1;
+        let path = log_path(&self.dir, self.core, next);
+        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        sync_dir(&self.dir)?;
+        write_snapshot(&self.dir, self.core, next, store)?;
+        for seq in log_seqs(&self.dir, self.core)? {
+            if seq < next {
+                fs::remove_file(log_path(&self.dir, self.core, seq))?;
+            }
+        }
+        sync_dir(&self.dir)?;
+        self.file = file;
+        self.seq = next;
+        self.len = 0;
+        self.durable_len = 0;
+        Ok(())
+    }
+}
+
+fn write_manifest(dir: &Path, m: &Manifest) -> Result<(), Error> {
+    let bytes = serde_json::to_vec(m).expect("a manifest serializes");
+    write_atomic(dir, "MANIFEST", &bytes, 0o644)
+        .map_err(|e| Error::io(dir.join("MANIFEST"), "write", e))
+}
+
+fn remove_other_generations(dir: &Path, keep: u64) -> Result<(), Error> {
+    let entries = fs::read_dir(dir).map_err(|e| Error::io(dir, "list", e))?;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if let Some(g) = name.strip_prefix('g').and_then(|g| g.parse::<u64>().ok()) {
+            if g != keep {
+                fs::remove_dir_all(e.path()).map_err(|err| Error::io(e.path(), "remove", err))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn log_path(dir: &Path, core: usize, seq: u64) -> PathBuf {
+    dir.join(format!("core-{core}.{seq}.log"))
+}
+
+fn snap_name(core: usize) -> String {
+    format!("core-{core}.snap")
+}
+
+fn log_seqs(dir: &Path, core: usize) -> io::Result<Vec<u64>> {
+    let prefix = format!("core-{core}.");
+    let mut v = Vec::new();
+    for e in fs::read_dir(dir)?.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if let Some(seq) = name
+            .strip_prefix(&prefix)
+            .and_then(|r| r.strip_suffix(".log"))
+            .and_then(|s| s.parse::<u64>().ok())
+        {
+            v.push(seq);
+        }
+    }
+    v.sort_unstable();
+    Ok(v)
+}
+
+fn write_snapshot(dir: &Path, core: usize, log_seq: u64, store: &ClickStore) -> io::Result<()> {
+    let mut bytes = Vec::with_capacity(4096);
+    bytes.extend_from_slice(SNAP_MAGIC);
+    bytes.extend_from_slice(&log_seq.to_le_bytes());
+    for r in store.to_records() {
+        codec::encode(&r, &mut bytes);
+    }
+    write_atomic(dir, &snap_name(core), &bytes, 0o644)
+}
+
+/// Rebuilds core `core`'s store; returns it, the next log number, and torn bytes cut off.
+fn recover_core(dir: &Path, core: usize) -> Result<(ClickStore, u64, u64), Error> {
+    let mut store = ClickStore::default();
+    let spath = dir.join(snap_name(core));
+    let mut first_log = 0;
+    match fs::read(&spath) {
+        Ok(b) => {
+            if b.len() < 16 || &b[..8] != SNAP_MAGIC {
+                return Err(Error::Corrupt {
+                    path: spath,
+                    detail: "not a click snapshot (bad magic)".into(),
+                });
+            }
+            first_log = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
+            let mut pos = 16;
+            while pos < b.len() {
+                match codec::decode(&b[pos..]) {
+                    Ok(Some((r, n))) => {
+                        store.apply(&r);
+                        pos += n;
+                    }
+                    Ok(None) => return Err(corrupt(&spath, pos, "the snapshot ends mid-record")),
+                    Err(e) => return Err(corrupt(&spath, pos, &e.to_string())),
+                }
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io(&spath, "read", e)),
+    }
+    let seqs: Vec<u64> = log_seqs(dir, core)
+        .map_err(|e| Error::io(dir, "list", e))?
+        .into_iter()
+        .filter(|&s| s >= first_log)
+        .collect();
+    let mut torn = 0;
+    for (i, &seq) in seqs.iter().enumerate() {
+        let path = log_path(dir, core, seq);
+        let b = fs::read(&path).map_err(|e| Error::io(&path, "read", e))?;
+        let newest = i + 1 == seqs.len();
+        let mut pos = 0;
+        while pos < b.len() {
+            match codec::decode(&b[pos..]) {
+                Ok(Some((r, n))) => {
+                    store.apply(&r);
+                    pos += n;
+                }
+                Ok(None) if newest => break,
+                Err(e) if newest && !valid_frame_after(&b, pos) => {
+                    let _ = e;
+                    break;
+                }
+                Ok(None) => return Err(corrupt(&path, pos, "an older log ends mid-record")),
+                Err(e) => return Err(corrupt(&path, pos, &describe(&e))),
+            }
+        }
+        if pos < b.len() {
+            // The torn tail of the newest log: never acknowledged as durable by a sync that
+            // covered it whole. Cut it so the next log starts clean.
+            torn += (b.len() - pos) as u64;
+            let f = OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .map_err(|e| Error::io(&path, "open", e))?;
+            f.set_len(pos as u64)
+                .map_err(|e| Error::io(&path, "truncate", e))?;
+            f.sync_all().map_err(|e| Error::io(&path, "sync", e))?;
+        }
+    }
+    let next = seqs.last().map_or(first_log, |s| s + 1);
+    Ok((store, next, torn))
+}
+
+fn describe(e: &DecodeError) -> String {
+    format!("{e} (damage in the middle of the log, not a torn tail)")
+}
+
+/// Whether any offset after `pos` starts a valid frame: then the bad frame at `pos` is damage
+/// inside the log, not its torn end.
+fn valid_frame_after(b: &[u8], pos: usize) -> bool {
+    (pos + 1..b.len()).any(|p| matches!(codec::decode(&b[p..]), Ok(Some(_))))
+}
+
+fn corrupt(path: &Path, pos: usize, detail: &str) -> Error {
+    Error::Corrupt {
+        path: path.to_path_buf(),
+        detail: format!("at byte {pos}: {detail}"),
+    }
+}

@@ -1,0 +1,222 @@
+use super::codec::{decode, encode};
+use super::files::ClickDir;
+use super::*;
+use proptest::prelude::*;
+use std::collections::HashMap;
+
+fn delta(key: &str, day: Day, clicks: u64, bots: u64, refs: &[&str]) -> Record {
+    Record::Delta(Delta {
+        key: key.as_bytes().into(),
+        day,
+        clicks,
+        bot_clicks: bots,
+        humans: vec![(3, 2), (900, 1)],
+        bots: vec![],
+        facets: refs
+            .iter()
+            .map(|r| FacetCount {
+                kind: FacetKind::Referrer,
+                bot: false,
+                value: (*r).into(),
+                count: 1,
+            })
+            .collect(),
+    })
+}
+
+fn arb_record() -> impl Strategy<Value = Record> {
+    let key = prop::sample::select(vec!["a", "bb", "ccc", "dddd"]);
+    prop_oneof![
+        6 => (key.clone(), 0u32..5, 0u64..100, 0u64..10, prop::collection::vec((0u16..1024, 1u8..20), 0..5))
+            .prop_map(|(k, day, c, b, regs)| Record::Delta(Delta {
+                key: k.as_bytes().into(),
+                day,
+                clicks: c + b,
+                bot_clicks: b,
+                humans: regs,
+                bots: vec![],
+                facets: vec![FacetCount { kind: FacetKind::Browser, bot: false, value: "Chrome".into(), count: c }],
+            })),
+        1 => key.prop_map(|k| Record::Purge { key: k.as_bytes().into() }),
+        1 => (0u32..5, 1u64..9).prop_map(|(day, count)| Record::NotFound { day, count }),
+    ]
+}
+
+proptest! {
+    /// The store against a `HashMap` oracle of clicks per (key, day).
+    #[test]
+    fn store_matches_a_map_oracle(records in prop::collection::vec(arb_record(), 0..60)) {
+        let mut store = ClickStore::default();
+        let mut oracle: HashMap<(Vec<u8>, Day), (u64, u64)> = HashMap::new();
+        let mut nf: HashMap<Day, u64> = HashMap::new();
+        for r in &records {
+            store.apply(r);
+            match r {
+                Record::Delta(d) => {
+                    let e = oracle.entry((d.key.to_vec(), d.day)).or_default();
+                    e.0 += d.clicks;
+                    e.1 += d.bot_clicks;
+                }
+                Record::Purge { key } => oracle.retain(|(k, _), _| k[..] != key[..]),
+                Record::NotFound { day, count } => *nf.entry(*day).or_default() += count,
+            }
+        }
+        for key in ["a", "bb", "ccc", "dddd"] {
+            for day in 0..5 {
+                let got = store.days(key.as_bytes(), day, day).next().map(|(_, l)| (l.clicks, l.bot_clicks));
+                prop_assert_eq!(got, oracle.get(&(key.as_bytes().to_vec(), day)).copied());
+            }
+        }
+        for day in 0..5 {
+            prop_assert_eq!(store.not_found(day), nf.get(&day).copied().unwrap_or(0));
+        }
+        // A snapshot (the store as records) rebuilds the same store.
+        let mut again = ClickStore::default();
+        for r in store.to_records() {
+            again.apply(&r);
+        }
+        prop_assert_eq!(&again, &store);
+    }
+
+    #[test]
+    fn records_round_trip_through_the_codec(records in prop::collection::vec(arb_record(), 0..20)) {
+        let mut bytes = Vec::new();
+        for r in &records {
+            encode(r, &mut bytes);
+        }
+        let mut pos = 0;
+        let mut back = Vec::new();
+        while let Some((r, n)) = decode(&bytes[pos..]).unwrap() {
+            back.push(r);
+            pos += n;
+        }
+        prop_assert_eq!(pos, bytes.len());
+        prop_assert_eq!(back, records);
+    }
+}
+
+#[test]
+fn referrers_past_the_cap_count_as_other() {
+    let mut s = ClickStore::default();
+    let hosts: Vec<String> = (0..MAX_REFERRERS_PER_LINK_DAY + 5)
+        .map(|i| format!("h{i}.example"))
+        .collect();
+    for h in &hosts {
+        s.apply(&delta("k", 1, 1, 0, &[h]));
+    }
+    s.apply(&delta("k", 1, 1, 0, &["h0.example"]));
+    let (_, day) = s.days(b"k", 1, 1).next().unwrap();
+    let refs: Vec<_> = day
+        .facets
+        .iter()
+        .filter(|f| f.kind == FacetKind::Referrer)
+        .collect();
+    assert_eq!(refs.len(), MAX_REFERRERS_PER_LINK_DAY + 1);
+    let other = refs.iter().find(|f| &*f.value == OTHER_REFERRER).unwrap();
+    assert_eq!(other.count, 5);
+    assert_eq!(
+        refs.iter()
+            .find(|f| &*f.value == "h0.example")
+            .unwrap()
+            .count,
+        2
+    );
+}
+
+#[test]
+fn retention_drops_old_days() {
+    let mut s = ClickStore::default();
+    for d in 0..10 {
+        s.apply(&delta("k", d, 1, 0, &[]));
+    }
+    assert_eq!(s.drop_before(7), 7);
+    assert_eq!(s.days(b"k", 0, 100).count(), 3);
+}
+
+fn owner_of(k: &[u8], cores: usize) -> usize {
+    k.iter().map(|&b| b as usize).sum::<usize>() % cores
+}
+
+#[test]
+fn logs_snapshots_and_a_core_count_fold_recover_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, rec) = ClickDir::open(tmp.path(), 2, |k| owner_of(k, 2)).unwrap();
+    assert_eq!(rec.stores.len(), 2);
+    let mut logs: Vec<_> = (0..2)
+        .map(|c| dir.open_log(c, rec.next_log[c]).unwrap())
+        .collect();
+    let mut expect = [ClickStore::default(), ClickStore::default()];
+    for (i, key) in ["a", "bb", "ccc", "dddd", "e"].iter().enumerate() {
+        let c = owner_of(key.as_bytes(), 2);
+        let r = delta(key, 3, i as u64 + 1, 0, &["x.example"]);
+        let mut b = Vec::new();
+        encode(&r, &mut b);
+        logs[c].write_and_sync(&b).unwrap();
+        expect[c].apply(&r);
+    }
+    // Core 0 snapshots, then logs more.
+    logs[0].snapshot(&expect[0]).unwrap();
+    let r = delta("a", 4, 7, 1, &[]);
+    let mut b = Vec::new();
+    encode(&r, &mut b);
+    let c = owner_of(b"a", 2);
+    if c == 0 {
+        logs[0].write_and_sync(&b).unwrap();
+    } else {
+        logs[1].write_and_sync(&b).unwrap();
+    }
+    expect[c].apply(&r);
+    // A torn tail on core 1's log: cut, not refused.
+    let mut torn = Vec::new();
+    encode(&delta("bb", 5, 1, 0, &[]), &mut torn);
+    logs[1].write_and_sync(&torn[..torn.len() - 3]).unwrap();
+    drop(logs);
+    let (_, rec) = ClickDir::open(tmp.path(), 2, |k| owner_of(k, 2)).unwrap();
+    assert_eq!(rec.stores[0], expect[0]);
+    assert_eq!(rec.stores[1], expect[1]);
+    assert_eq!(rec.torn_bytes, torn.len() as u64 - 3);
+    // Three cores now: every link lands on its new owner, nothing lost or doubled.
+    let (_, rec3) = ClickDir::open(tmp.path(), 3, |k| owner_of(k, 3)).unwrap();
+    let mut all = expect[0].clone();
+    all.absorb(expect[1].clone());
+    for key in ["a", "bb", "ccc", "dddd", "e"] {
+        let want: Vec<_> = all
+            .days(key.as_bytes(), 0, 9)
+            .map(|(d, l)| (d, l.clicks))
+            .collect();
+        let c = owner_of(key.as_bytes(), 3);
+        let got: Vec<_> = rec3.stores[c]
+            .days(key.as_bytes(), 0, 9)
+            .map(|(d, l)| (d, l.clicks))
+            .collect();
+        assert_eq!(got, want, "{key}");
+    }
+    // And again: the fold is not repeated.
+    let (_, again) = ClickDir::open(tmp.path(), 3, |k| owner_of(k, 3)).unwrap();
+    assert_eq!(again.stores, rec3.stores);
+}
+
+#[test]
+fn damage_inside_a_log_is_refused_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, rec) = ClickDir::open(tmp.path(), 1, |_| 0).unwrap();
+    let mut log = dir.open_log(0, rec.next_log[0]).unwrap();
+    let mut b = Vec::new();
+    for i in 0..3 {
+        encode(&delta("k", i, 1, 0, &[]), &mut b);
+    }
+    log.write_and_sync(&b).unwrap();
+    drop(log);
+    let path = tmp.path().join("clicks/g1/core-0.0.log");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[12] ^= 0xff; // inside the first record's payload
+    std::fs::write(&path, &bytes).unwrap();
+    let err = ClickDir::open(tmp.path(), 1, |_| 0)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("core-0.0.log") && err.contains("at byte 0"),
+        "{err}"
+    );
+}
