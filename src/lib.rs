@@ -2,6 +2,7 @@
 //!
 //! See ARCHITECTURE.md for the data path and the codemap.
 
+pub mod analytics;
 pub mod api;
 pub mod cache;
 pub mod client;

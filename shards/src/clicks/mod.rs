@@ -103,7 +103,7 @@ pub struct LinkDay {
 }
 
 impl LinkDay {
-    fn apply(&mut self, d: &Delta) {
+    fn apply(&mut self, d: &Delta) -> Vec<FacetCount> {
         self.clicks += d.clicks;
         self.bot_clicks += d.bot_clicks;
         for &u in &d.humans {
@@ -112,12 +112,11 @@ impl LinkDay {
         for &u in &d.bots {
             self.bots.apply(u);
         }
-        for f in &d.facets {
-            self.add_facet(f);
-        }
+        d.facets.iter().map(|f| self.add_facet(f)).collect()
     }
 
-    fn add_facet(&mut self, f: &FacetCount) {
+    /// Counts `f`, under `(other)` if it is a referrer past the cap; returns it as counted.
+    fn add_facet(&mut self, f: &FacetCount) -> FacetCount {
         let mut value = &*f.value;
         if f.kind == FacetKind::Referrer {
             let known = self
@@ -135,19 +134,21 @@ impl LinkDay {
                 value = OTHER_REFERRER;
             }
         }
+        let counted = FacetCount {
+            kind: f.kind,
+            bot: f.bot,
+            value: value.into(),
+            count: f.count,
+        };
         match self
             .facets
             .iter_mut()
             .find(|g| g.kind == f.kind && g.bot == f.bot && *g.value == *value)
         {
             Some(g) => g.count += f.count,
-            None => self.facets.push(FacetCount {
-                kind: f.kind,
-                bot: f.bot,
-                value: value.into(),
-                count: f.count,
-            }),
+            None => self.facets.push(counted.clone()),
         }
+        counted
     }
 
     /// This day as one delta (what a snapshot stores).
@@ -175,18 +176,35 @@ impl ClickStore {
     /// Applies one record. Replaying the same records in the same order gives the same store.
     pub fn apply(&mut self, r: &Record) {
         match r {
-            Record::Delta(d) => self
-                .links
-                .entry(d.key.clone())
-                .or_default()
-                .entry(d.day)
-                .or_default()
-                .apply(d),
+            Record::Delta(d) => {
+                self.apply_delta(d);
+            }
             Record::Purge { key } => {
                 self.links.remove(key);
             }
             Record::NotFound { day, count } => *self.not_found.entry(*day).or_default() += count,
         }
+    }
+
+    /// Applies a delta and returns it as counted (referrers past the cap as `(other)`): what
+    /// the click log must store so that replaying it gives this same store.
+    pub fn apply_delta(&mut self, d: &Delta) -> Delta {
+        let facets = self
+            .links
+            .entry(d.key.clone())
+            .or_default()
+            .entry(d.day)
+            .or_default()
+            .apply(d);
+        Delta {
+            facets,
+            ..d.clone()
+        }
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.links.is_empty() && self.not_found.is_empty()
     }
 
     /// The days of `key` in `from..=to` that have clicks.

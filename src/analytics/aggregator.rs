@@ -1,0 +1,536 @@
+//! One aggregator thread per core (`ricochet-clicks-<core>`), in two roles:
+//!
+//! - **source**: takes its core's batches, classifies each distinct user agent and referrer
+//!   once (`classify`), hashes visitors under the day's salt (`salts`), groups the clicks by
+//!   the core that owns each key (`Router::owner`) and sends every owner one message per batch
+//!   (an empty one for a tick, which still says how far that core's clicks have come);
+//! - **owner**: merges what every source sends it for its keys into its `ClickStore`, logs
+//!   the merged deltas in its click log with one fdatasync per [`CLICK_SYNC_INTERVAL_MS`]
+//!   (group commit), snapshots the log when it grows, applies retention, answers stats
+//!   queries and purges.
+//!
+//! Nothing here runs on a core: blocking (fsync, a full peer queue, the salt file's mutex) is
+//! fine. Between aggregators nothing blocks either: a full peer queue keeps the message in an
+//! outbox and the source stops taking batches until it drains, which the core sees as no clean
+//! batch (clicks dropped and counted), so the core never waits and two aggregators never wait
+//! on each other.
+
+use super::classify::{self, Classifier, StringCache, NO_UA, UNKNOWN_UA};
+use super::combiner::{Batch, CoreMsg, StrKind};
+use super::salts::SaltBook;
+use super::stats::{self, StatsQuery};
+use super::{ClickStats, Control, ToCore, CLICK_SYNC_INTERVAL_MS};
+use crate::key::InlineKey;
+use crate::router::Router;
+use crate::service::Outlets;
+use crossbeam::channel::{Receiver, Sender, TrySendError};
+use shards::clicks::codec;
+use shards::clicks::files::ClickLog;
+use shards::clicks::{hll, ClickStore, Day, Delta, FacetCount, FacetKind, Record};
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Messages one aggregator queues for another before the sender stops taking batches.
+pub const MAX_PEER_OUTBOX: usize = 64;
+/// The click log is replaced by a snapshot once it passes this many bytes.
+pub const CLICK_LOG_SNAPSHOT_BYTES: u64 = 64 << 20;
+/// How long a purged key's filter (what keeps late batches from reviving it) lives at most
+/// when some core never sends again.
+pub const PURGE_FILTER_TTL: Duration = Duration::from_secs(600);
+
+/// Deltas one source sends one owner for one batch.
+pub enum PeerMsg {
+    Deltas {
+        from: u16,
+        seq: u64,
+        sealed_ms: u64,
+        deltas: Vec<Delta>,
+    },
+    /// The source's core stopped: nothing more comes from it.
+    Closed { from: u16 },
+}
+
+/// The ends one aggregator thread holds.
+pub struct AggregatorSetup {
+    pub me: usize,
+    pub router: Router,
+    pub full: bool,
+    pub retention_days: u32,
+    pub from_core: Receiver<CoreMsg>,
+    pub clean: Sender<Box<Batch>>,
+    pub peers_rx: Receiver<PeerMsg>,
+    pub peers_tx: Vec<Sender<PeerMsg>>,
+    pub control: Receiver<Control>,
+    pub replies: Arc<Outlets<ToCore>>,
+    pub store: ClickStore,
+    pub log: ClickLog,
+    pub salts: Arc<Mutex<SaltBook>>,
+    pub classifier: Arc<Classifier>,
+    pub epoch: Arc<AtomicU64>,
+    pub stats: Arc<ClickStats>,
+}
+
+/// What filters a purged key: per source core, the last message number holding clicks of
+/// the deleted link.
+struct Filter {
+    cutoffs: Box<[u64]>,
+    since: Instant,
+}
+
+/// One aggregator's state.
+pub struct Aggregator {
+    s: AggregatorSetup,
+    /// Merged since the last sync (already in `s.store`): what the next sync logs.
+    pending: ClickStore,
+    outbox: Vec<VecDeque<PeerMsg>>,
+    filters: HashMap<Box<[u8]>, Filter>,
+    /// Per source: the last message merged and its seal time (unix ms).
+    last_seq: Vec<u64>,
+    through_ms: Vec<u64>,
+    cache: StringCache,
+    next_sync: Instant,
+    today: Day,
+    own_closed: bool,
+    peers_closed: usize,
+    /// A sync failed: these frames are written first by the next one.
+    retry: Vec<u8>,
+    failing: bool,
+}
+
+impl Aggregator {
+    pub fn new(s: AggregatorSetup) -> Aggregator {
+        let n = s.router.cores();
+        Aggregator {
+            outbox: (0..n).map(|_| VecDeque::new()).collect(),
+            filters: HashMap::new(),
+            last_seq: vec![0; n],
+            through_ms: vec![super::combiner::unix_ms(); n],
+            cache: StringCache::default(),
+            next_sync: Instant::now() + Duration::from_millis(CLICK_SYNC_INTERVAL_MS),
+            today: shards::clicks::day_of(shards::timefmt::now_s()),
+            own_closed: false,
+            peers_closed: 0,
+            failing: false,
+            retry: Vec::new(),
+            pending: ClickStore::default(),
+            s,
+        }
+    }
+
+    /// The thread's loop; returns once its core and every peer closed.
+    pub fn run(mut self) {
+        self.apply_retention(true);
+        let n = self.s.router.cores();
+        loop {
+            if self.own_closed && self.peers_closed + 1 >= n && self.outbox_empty() {
+                // Everything any core counted has arrived: make it durable and stop.
+                while let Ok(c) = self.s.control.try_recv() {
+                    self.on_control(c);
+                }
+                self.sync();
+                return;
+            }
+            let timeout = if self.outbox_empty() {
+                self.next_sync.saturating_duration_since(Instant::now())
+            } else {
+                Duration::from_millis(1)
+            };
+            let take_batches = !self.own_closed && self.outbox_len() < MAX_PEER_OUTBOX;
+            let never = crossbeam::channel::never();
+            let from_core = if take_batches {
+                &self.s.from_core
+            } else {
+                &never
+            };
+            crossbeam::select! {
+                recv(from_core) -> m => match m {
+                    Ok(m) => self.on_core_msg(m),
+                    Err(_) => self.close_source(),
+                },
+                recv(self.s.peers_rx) -> m => if let Ok(m) = m { self.on_peer_msg(m) },
+                recv(self.s.control) -> c => if let Ok(c) = c { self.on_control(c) },
+                default(timeout) => {}
+            }
+            self.flush_outbox();
+            if Instant::now() >= self.next_sync {
+                self.next_sync = Instant::now() + Duration::from_millis(CLICK_SYNC_INTERVAL_MS);
+                self.sync();
+                self.apply_retention(false);
+                self.expire_filters();
+            }
+        }
+    }
+
+    fn outbox_empty(&self) -> bool {
+        self.outbox.iter().all(|q| q.is_empty())
+    }
+
+    fn outbox_len(&self) -> usize {
+        self.outbox.iter().map(|q| q.len()).sum()
+    }
+
+    // ----- source role ---------------------------------------------------------------------
+
+    fn on_core_msg(&mut self, m: CoreMsg) {
+        match m {
+            CoreMsg::Batch(b) => self.on_batch(b),
+            CoreMsg::Tick { seq, sealed_ms } => self.send_all(seq, sealed_ms, Vec::new()),
+            CoreMsg::Closed => self.close_source(),
+        }
+    }
+
+    fn close_source(&mut self) {
+        if self.own_closed {
+            return;
+        }
+        self.own_closed = true;
+        let from = self.s.me as u16;
+        for o in 0..self.s.router.cores() {
+            if o != self.s.me {
+                self.send_peer(o, PeerMsg::Closed { from });
+            }
+        }
+    }
+
+    fn on_batch(&mut self, mut b: Box<Batch>) {
+        let st = &self.s.stats.per_core[self.s.me];
+        st.batches.fetch_add(1, Ordering::Relaxed);
+        let lag = super::combiner::unix_ms().saturating_sub(b.sealed_ms);
+        st.lag_ms.store(lag, Ordering::Relaxed);
+        self.learn_strings(&b);
+        let per_owner = self.classify(&b);
+        if b.not_found > 0 {
+            let r = Record::NotFound {
+                day: b.day,
+                count: b.not_found,
+            };
+            self.s.store.apply(&r);
+            self.pending.apply(&r);
+        }
+        let (seq, sealed) = (b.seq, b.sealed_ms);
+        b.clear();
+        // The core's clean queue has room for every batch there is.
+        let _ = self.s.clean.try_send(b);
+        let mut per_owner = per_owner;
+        for o in 0..self.s.router.cores() {
+            let deltas = std::mem::take(&mut per_owner[o]);
+            self.send_to(o, seq, sealed, deltas);
+        }
+    }
+
+    fn learn_strings(&mut self, b: &Batch) {
+        if self.cache.len() + b.carried.len() > classify::MAX_CACHED_STRINGS {
+            // Forget everything and have the cores send strings again.
+            self.cache = StringCache::default();
+            self.s.epoch.fetch_add(1, Ordering::AcqRel);
+        }
+        for c in &b.carried {
+            let bytes = b.string(c);
+            match c.kind {
+                StrKind::UserAgent => {
+                    let class = self.s.classifier.classify(bytes);
+                    self.cache.uas.insert(c.hash, class);
+                }
+                StrKind::Referrer => {
+                    let v = classify::normalize_referrer(bytes);
+                    self.cache.referrers.insert(c.hash, v);
+                }
+            }
+        }
+    }
+
+    /// The batch's clicks as one delta per (key, day), grouped by owner core.
+    fn classify(&self, b: &Batch) -> Vec<Vec<Delta>> {
+        let n = self.s.router.cores();
+        let mut maps: Vec<HashMap<InlineKey, Delta>> = (0..n).map(|_| HashMap::new()).collect();
+        let salt = self
+            .s
+            .full
+            .then(|| self.s.salts.lock().expect("salt book").salt(b.day));
+        for (key, ctx, count) in b.entries() {
+            let owner = self.s.router.owner(key.as_bytes()).core;
+            let d = maps[owner].entry(*key).or_insert_with(|| Delta {
+                key: key.as_bytes().into(),
+                day: b.day,
+                ..Delta::default()
+            });
+            let count = u64::from(count);
+            d.clicks += count;
+            let Some(salt) = salt else {
+                continue;
+            };
+            let class = if ctx.ua == 0 {
+                &NO_UA
+            } else {
+                self.cache.uas.get(&ctx.ua).unwrap_or(&UNKNOWN_UA)
+            };
+            let bot = class.bot;
+            let mut h = siphasher::sip::SipHasher13::new_with_key(&salt);
+            h.write(&ctx.ip);
+            h.write_u64(ctx.ua);
+            h.write(key.as_bytes());
+            let visitor = hll::update_of(h.finish());
+            if bot {
+                d.bot_clicks += count;
+                d.bots.push(visitor);
+            } else {
+                d.humans.push(visitor);
+            }
+            let referrer = if ctx.referrer == 0 {
+                shards::clicks::DIRECT_REFERRER
+            } else {
+                self.cache
+                    .referrers
+                    .get(&ctx.referrer)
+                    .map_or("(unknown)", |s| s.as_str())
+            };
+            let facets = [
+                (FacetKind::Referrer, referrer),
+                (FacetKind::Country, super::NO_COUNTRY),
+                (FacetKind::Browser, &*class.browser),
+                (FacetKind::Os, &*class.os),
+                (FacetKind::Device, class.device),
+            ];
+            for (kind, value) in facets {
+                match d
+                    .facets
+                    .iter_mut()
+                    .find(|f| f.kind == kind && f.bot == bot && *f.value == *value)
+                {
+                    Some(f) => f.count += count,
+                    None => d.facets.push(FacetCount {
+                        kind,
+                        bot,
+                        value: value.into(),
+                        count,
+                    }),
+                }
+            }
+        }
+        maps.into_iter()
+            .map(|m| m.into_values().collect())
+            .collect()
+    }
+
+    fn send_all(&mut self, seq: u64, sealed_ms: u64, _none: Vec<Delta>) {
+        for o in 0..self.s.router.cores() {
+            self.send_to(o, seq, sealed_ms, Vec::new());
+        }
+    }
+
+    fn send_to(&mut self, owner: usize, seq: u64, sealed_ms: u64, deltas: Vec<Delta>) {
+        let from = self.s.me as u16;
+        if owner == self.s.me {
+            return self.merge(from, seq, sealed_ms, deltas);
+        }
+        self.send_peer(
+            owner,
+            PeerMsg::Deltas {
+                from,
+                seq,
+                sealed_ms,
+                deltas,
+            },
+        );
+    }
+
+    fn send_peer(&mut self, owner: usize, m: PeerMsg) {
+        if !self.outbox[owner].is_empty() {
+            return self.outbox[owner].push_back(m); // Keep the order.
+        }
+        match self.s.peers_tx[owner].try_send(m) {
+            Ok(()) => {}
+            Err(TrySendError::Full(m)) => self.outbox[owner].push_back(m),
+            Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+
+    fn flush_outbox(&mut self) {
+        for o in 0..self.outbox.len() {
+            while let Some(m) = self.outbox[o].pop_front() {
+                match self.s.peers_tx[o].try_send(m) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(m)) => {
+                        self.outbox[o].push_front(m);
+                        break;
+                    }
+                    Err(TrySendError::Disconnected(_)) => {}
+                }
+            }
+        }
+    }
+
+    // ----- owner role ----------------------------------------------------------------------
+
+    fn on_peer_msg(&mut self, m: PeerMsg) {
+        match m {
+            PeerMsg::Deltas {
+                from,
+                seq,
+                sealed_ms,
+                deltas,
+            } => self.merge(from, seq, sealed_ms, deltas),
+            PeerMsg::Closed { .. } => self.peers_closed += 1,
+        }
+    }
+
+    fn merge(&mut self, from: u16, seq: u64, sealed_ms: u64, deltas: Vec<Delta>) {
+        let src = from as usize;
+        debug_assert!(
+            seq > self.last_seq[src],
+            "messages from a source arrive in order"
+        );
+        self.last_seq[src] = seq;
+        self.through_ms[src] = sealed_ms;
+        let st = &self.s.stats.per_core[self.s.me];
+        for d in deltas {
+            if self
+                .filters
+                .get(&d.key)
+                .is_some_and(|f| seq <= f.cutoffs[src])
+            {
+                // Clicks of a deleted link, counted before the delete but arriving after it.
+                st.filtered.fetch_add(d.clicks, Ordering::Relaxed);
+                continue;
+            }
+            let counted = self.s.store.apply_delta(&d);
+            self.pending.apply_delta(&counted);
+            st.records.fetch_add(1, Ordering::Relaxed);
+            st.merged_clicks.fetch_add(d.clicks, Ordering::Relaxed);
+        }
+    }
+
+    fn on_control(&mut self, c: Control) {
+        match c {
+            Control::Purge {
+                key,
+                cutoffs,
+                token,
+                reply_core,
+            } => {
+                let k: Box<[u8]> = key.as_bytes().into();
+                let r = Record::Purge { key: k.clone() };
+                self.s.store.apply(&r);
+                self.pending.apply(&r);
+                // Everything pending is for other keys now; log it, then the purge, at once:
+                // the 204 waits for this fsync.
+                let mut bytes = self.take_pending();
+                codec::encode(&r, &mut bytes);
+                let ok = self.write(bytes);
+                if !ok {
+                    eprintln!(
+                        "clicks core {}: could not make the purge of {} durable; its stats may reappear after a restart",
+                        self.s.me,
+                        key.as_str()
+                    );
+                }
+                self.filters.insert(
+                    k,
+                    Filter {
+                        cutoffs,
+                        since: Instant::now(),
+                    },
+                );
+                let _ = self
+                    .s
+                    .replies
+                    .offer(reply_core as usize, ToCore::Purged { token });
+            }
+            Control::Stats { reply, query } => {
+                let body = self.answer(&query);
+                let _ = self
+                    .s
+                    .replies
+                    .offer(reply.core as usize, ToCore::Stats { reply, body });
+            }
+        }
+    }
+
+    fn answer(&self, q: &StatsQuery) -> Vec<u8> {
+        let complete_until_ms = self.through_ms.iter().copied().min().unwrap_or(0);
+        let dropped = self.s.stats.dropped_total();
+        stats::link_json(&self.s.store, q, complete_until_ms, dropped)
+    }
+
+    /// Frames to write: what a failed write left, then every record pending (taken).
+    fn take_pending(&mut self) -> Vec<u8> {
+        let mut bytes = std::mem::take(&mut self.retry);
+        for r in std::mem::take(&mut self.pending).to_records() {
+            codec::encode(&r, &mut bytes);
+        }
+        bytes
+    }
+
+    /// Group commit: logs every delta merged since the last sync, in one fdatasync.
+    fn sync(&mut self) {
+        let bytes = self.take_pending();
+        if !bytes.is_empty() {
+            self.write(bytes);
+        }
+    }
+
+    /// Writes and syncs `bytes`; on failure they are kept for the next sync, in order.
+    fn write(&mut self, bytes: Vec<u8>) -> bool {
+        let st = &self.s.stats.per_core[self.s.me];
+        match self.s.log.write_and_sync(&bytes) {
+            Ok(()) => {
+                st.syncs.fetch_add(1, Ordering::Relaxed);
+                if self.failing {
+                    eprintln!("clicks core {}: click log writes work again", self.s.me);
+                    self.failing = false;
+                }
+                if self.s.log.len() > CLICK_LOG_SNAPSHOT_BYTES {
+                    self.snapshot();
+                }
+                true
+            }
+            Err(e) => {
+                self.retry = bytes;
+                st.sync_failures.fetch_add(1, Ordering::Relaxed);
+                if !self.failing {
+                    eprintln!(
+                        "clicks core {}: click log write failed ({e}); clicks stay counted in memory and are written when it works again",
+                        self.s.me
+                    );
+                    self.failing = true;
+                }
+                false
+            }
+        }
+    }
+
+    fn snapshot(&mut self) {
+        if let Err(e) = self.s.log.snapshot(&self.s.store) {
+            eprintln!(
+                "clicks core {}: snapshot failed ({e}); the log keeps growing",
+                self.s.me
+            );
+        }
+    }
+
+    fn apply_retention(&mut self, at_start: bool) {
+        let today = shards::clicks::day_of(shards::timefmt::now_s());
+        if !at_start && today == self.today {
+            return;
+        }
+        self.today = today;
+        let first = today.saturating_sub(self.s.retention_days.saturating_sub(1));
+        if self.s.store.drop_before(first) > 0 && self.pending.is_empty() && self.retry.is_empty() {
+            self.snapshot();
+        }
+        if self.s.me == 0 {
+            self.s.salts.lock().expect("salt book").forget_before(today);
+        }
+    }
+
+    fn expire_filters(&mut self) {
+        let (last, now) = (&self.last_seq, Instant::now());
+        self.filters.retain(|_, f| {
+            let pending = f.cutoffs.iter().zip(last).any(|(c, l)| l <= c);
+            pending && now.duration_since(f.since) < PURGE_FILTER_TTL
+        });
+    }
+}

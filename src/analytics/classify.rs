@@ -1,0 +1,259 @@
+//! Classification, on the aggregator threads only: a user agent to browser, OS, device class
+//! and bot flag (woothee, plus the `isbot` pattern list and an operator's extra patterns), and
+//! a referrer host to its normalised facet value. Results are cached per distinct string.
+
+use shards::clicks::{DIRECT_REFERRER, MAX_FACET_VALUE_BYTES};
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Distinct user agents and referrers an aggregator remembers; past it the table is cleared
+/// and the cores are told to send strings again (`Combiner::sweep`).
+pub const MAX_CACHED_STRINGS: usize = 100_000;
+/// Longest operator bot-pattern file taken.
+pub const MAX_BOT_PATTERN_FILE_BYTES: u64 = 1 << 20;
+
+/// What a user agent says about its client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UaClass {
+    pub browser: std::borrow::Cow<'static, str>,
+    pub os: std::borrow::Cow<'static, str>,
+    pub device: &'static str,
+    pub bot: bool,
+}
+
+/// The class of a click without a `User-Agent`: a bot (browsers always send one).
+pub const NO_UA: UaClass = UaClass {
+    browser: std::borrow::Cow::Borrowed("(none)"),
+    os: std::borrow::Cow::Borrowed("(none)"),
+    device: "(none)",
+    bot: true,
+};
+
+/// The class of a user agent the aggregator has not been sent (rare: see `Combiner`).
+pub const UNKNOWN_UA: UaClass = UaClass {
+    browser: std::borrow::Cow::Borrowed("(unknown)"),
+    os: std::borrow::Cow::Borrowed("(unknown)"),
+    device: "(unknown)",
+    bot: false,
+};
+
+/// Turns user agents into classes.
+pub struct Classifier {
+    woothee: woothee::parser::Parser,
+    bots: isbot::Bots,
+}
+
+impl Classifier {
+    /// The built-in lists plus the patterns in `extra` (one regular expression per line, `#`
+    /// comments), if given.
+    pub fn new(extra: Option<&Path>) -> Result<Classifier, String> {
+        let mut bots = isbot::Bots::default();
+        if let Some(path) = extra {
+            let meta = std::fs::metadata(path)
+                .map_err(|e| format!("--bot-patterns {}: {e}", path.display()))?;
+            if meta.len() > MAX_BOT_PATTERN_FILE_BYTES {
+                return Err(format!(
+                    "--bot-patterns {}: {} bytes, more than the {MAX_BOT_PATTERN_FILE_BYTES} taken",
+                    path.display(),
+                    meta.len()
+                ));
+            }
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--bot-patterns {}: {e}", path.display()))?;
+            let mut lines = Vec::new();
+            for (n, line) in text.lines().enumerate() {
+                let line = line.trim();
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                if let Err(e) = regex_check(line) {
+                    return Err(format!(
+                        "--bot-patterns {} line {}: not a regular expression: {e}",
+                        path.display(),
+                        n + 1
+                    ));
+                }
+                lines.push(line);
+            }
+            bots.append(&lines);
+        }
+        Ok(Classifier {
+            woothee: woothee::parser::Parser::new(),
+            bots,
+        })
+    }
+
+    /// The class of `ua` (the bytes a request sent, cut at `MAX_UA_BYTES`).
+    pub fn classify(&self, ua: &[u8]) -> UaClass {
+        let ua = String::from_utf8_lossy(ua);
+        let parsed = self.woothee.parse(&ua);
+        let (browser, os, category) = match &parsed {
+            Some(r) => (vocab(r.name), vocab(r.os), r.category.to_string()),
+            None => ("Other".into(), "Other".into(), "UNKNOWN".into()),
+        };
+        let device = match category.as_str() {
+            "pc" => "desktop",
+            "smartphone" => "mobile",
+            "mobilephone" => "feature phone",
+            "appliance" => "appliance",
+            "crawler" => "bot",
+            _ => "other",
+        };
+        let bot = category == "crawler" || self.bots.is_bot(&ua);
+        UaClass {
+            browser,
+            os,
+            device: if bot { "bot" } else { device },
+            bot,
+        }
+    }
+}
+
+fn regex_check(p: &str) -> Result<(), String> {
+    // isbot compiles patterns with `regex`; check each one first so a bad line is named.
+    regex::Regex::new(&p.to_ascii_lowercase())
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Woothee's names come from its fixed dataset (a low-cardinality vocabulary); its
+/// "UNKNOWN" is spelled like ours.
+fn vocab(s: &str) -> std::borrow::Cow<'static, str> {
+    if s == woothee::woothee::VALUE_UNKNOWN {
+        "Other".into()
+    } else {
+        s.to_string().into()
+    }
+}
+
+/// The facet value of a referrer host as the core extracted it (the authority of the
+/// `Referer` URL): lowercased, without userinfo, port, trailing dot or a leading `www.`.
+/// Anything that is not a plausible host name becomes `(other)`.
+pub fn normalize_referrer(raw: &[u8]) -> String {
+    let mut host = raw;
+    if let Some(at) = memchr::memrchr(b'@', host) {
+        host = &host[at + 1..];
+    }
+    if host.first() == Some(&b'[') {
+        // An IPv6 literal: kept whole, brackets included.
+        if let Some(end) = memchr::memchr(b']', host) {
+            host = &host[..=end];
+        }
+    } else if let Some(colon) = memchr::memchr(b':', host) {
+        host = &host[..colon];
+    }
+    let mut s = String::from_utf8_lossy(host).to_lowercase();
+    while s.ends_with('.') {
+        s.pop();
+    }
+    if let Some(rest) = s.strip_prefix("www.") {
+        s = rest.to_string();
+    }
+    let plausible = !s.is_empty()
+        && s.len() <= MAX_FACET_VALUE_BYTES
+        && s.chars()
+            .all(|c| c.is_alphanumeric() || "-._[]:".contains(c));
+    if plausible {
+        s
+    } else {
+        shards::clicks::OTHER_REFERRER.to_string()
+    }
+}
+
+/// A referrer's facet value (`(direct)` without one).
+pub fn referrer_value(raw: Option<&[u8]>) -> String {
+    raw.map_or_else(|| DIRECT_REFERRER.to_string(), normalize_referrer)
+}
+
+/// The host part of a `Referer` field value, found on the core without allocating: what
+/// follows `scheme://` up to the path, query or fragment. `None` for a missing or relative
+/// referrer (counted as direct).
+#[inline]
+pub fn referrer_host(value: &[u8]) -> Option<&[u8]> {
+    let i = memchr::memmem::find(value, b"://")?;
+    let rest = &value[i + 3..];
+    let end = memchr::memchr3(b'/', b'?', b'#', rest).unwrap_or(rest.len());
+    let host = &rest[..end.min(MAX_FACET_VALUE_BYTES + 64)];
+    (!host.is_empty()).then_some(host)
+}
+
+/// The per-aggregator cache of classified strings.
+#[derive(Default)]
+pub struct StringCache {
+    pub uas: HashMap<u64, UaClass>,
+    pub referrers: HashMap<u64, String>,
+}
+
+impl StringCache {
+    pub fn len(&self) -> usize {
+        self.uas.len() + self.referrers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn referrers_are_normalised() {
+        for (raw, want) in [
+            (&b"WWW.Example.COM"[..], "example.com"),
+            (b"user:pw@news.ycombinator.com:443", "news.ycombinator.com"),
+            (b"example.org.", "example.org"),
+            (b"[2001:db8::1]:8080", "[2001:db8::1]"),
+            (b"bad host\"<>", "(other)"),
+            (b"", "(other)"),
+        ] {
+            assert_eq!(normalize_referrer(raw), want, "{raw:?}");
+        }
+        assert_eq!(referrer_value(None), "(direct)");
+        assert_eq!(
+            referrer_host(b"https://www.Example.com/a/b?q=secret#x"),
+            Some(&b"www.Example.com"[..])
+        );
+        assert_eq!(referrer_host(b"https://t.co?x"), Some(&b"t.co"[..]));
+        assert_eq!(referrer_host(b"/relative/only"), None);
+        assert_eq!(
+            referrer_host(b"android-app://com.slack"),
+            Some(&b"com.slack"[..])
+        );
+    }
+
+    #[test]
+    fn user_agents_are_classified_and_bots_flagged() {
+        let c = Classifier::new(None).unwrap();
+        let chrome = c.classify(b"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36");
+        assert_eq!(
+            (&*chrome.browser, &*chrome.os, chrome.device, chrome.bot),
+            ("Chrome", "Windows 10", "desktop", false)
+        );
+        let iphone = c.classify(b"Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.0 Mobile/15E148 Safari/604.1");
+        assert_eq!(
+            (&*iphone.browser, &*iphone.os, iphone.device),
+            ("Safari", "iPhone", "mobile")
+        );
+        assert!(
+            c.classify(b"Googlebot/2.1 (+http://www.google.com/bot.html)")
+                .bot
+        );
+        assert!(c.classify(b"curl/8.4.0").bot, "isbot lists curl");
+        assert!(c.classify(b"python-requests/2.31").bot);
+        assert!(!c.classify(b"MyInternalTool/1.0").bot);
+    }
+
+    #[test]
+    fn operator_patterns_extend_the_list_and_bad_ones_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bots.txt");
+        std::fs::write(&p, "# ours\nMyInternalTool/\n").unwrap();
+        let c = Classifier::new(Some(&p)).unwrap();
+        assert!(c.classify(b"MyInternalTool/1.0").bot);
+        std::fs::write(&p, "ok\n(unclosed\n").unwrap();
+        let e = Classifier::new(Some(&p)).err().unwrap();
+        assert!(e.contains("bots.txt line 2"), "{e}");
+    }
+}

@@ -1,0 +1,537 @@
+//! The core's side of click counting: a preallocated, fixed-capacity table per batch (the
+//! combiner) that a click increments in place, handed whole to the core's aggregator thread
+//! at each sweep or when it fills. Nothing here allocates once the batches exist, takes a lock
+//! or makes a syscall per click: a hand-off is one `try_send` on a bounded channel, at most
+//! once per sweep or per full batch. When no clean batch is free the click is dropped and
+//! counted, never waited for.
+//!
+//! A click is `(link key, ClickCtx)`; identical clicks (same visitor, same UA, same referrer)
+//! share one entry. User agent and referrer travel as 64-bit hashes; the bytes of each distinct
+//! string go once in the batch that first names it (`strings`), and the core remembers which
+//! ones its aggregator already has (`seen`), so a busy link costs one increment per click.
+
+use crate::key::InlineKey;
+use crossbeam::channel::{Receiver, Sender, TrySendError};
+use shards::clicks::Day;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Slots of a batch's table (a power of two); a batch is full at half of them.
+pub const BATCH_SLOTS: usize = 4096;
+/// Entries a batch holds before it is handed off.
+pub const BATCH_MAX_ENTRIES: usize = BATCH_SLOTS / 2;
+/// Bytes of distinct user-agent and referrer strings a batch carries.
+pub const BATCH_STRING_BYTES: usize = 64 * 1024;
+/// Distinct strings a batch carries.
+pub const BATCH_MAX_STRINGS: usize = 1024;
+/// Batches per core: one filling, the rest with (or returning from) the aggregator.
+pub const BATCHES_PER_CORE: usize = 4;
+/// Longest user agent kept for classification (longer ones are cut; classifiers look at the
+/// start).
+pub const MAX_UA_BYTES: usize = 512;
+/// Slots of the core's memory of strings its aggregator has (direct-mapped).
+pub const SEEN_SLOTS: usize = 8192;
+
+/// The seeds of the string hashes: fixed, so every core and aggregator agrees on them.
+const HASH_SEEDS: [u64; 4] = [
+    0x243f_6a88_85a3_08d3,
+    0x1319_8a2e_0370_7344,
+    0xa409_3822_299f_31d0,
+    0x082e_fa98_ec4e_6c89,
+];
+
+/// What the core knows of a click besides its key: the client address (IPv6 or v4-mapped),
+/// and the hashes of its user agent and referrer host (0: none). All zero in `counts` mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ClickCtx {
+    pub ip: [u8; 16],
+    pub ua: u64,
+    pub referrer: u64,
+}
+
+/// Which header a carried string came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StrKind {
+    UserAgent,
+    Referrer,
+}
+
+#[derive(Clone, Copy)]
+struct Entry {
+    key: InlineKey,
+    ctx: ClickCtx,
+    count: u32,
+}
+
+/// A distinct string carried by a batch: its hash, kind and place in `strings`.
+#[derive(Clone, Copy, Debug)]
+pub struct CarriedStr {
+    pub hash: u64,
+    pub kind: StrKind,
+    pub start: u32,
+    pub len: u32,
+}
+
+/// One batch of combined clicks, all on one UTC day.
+pub struct Batch {
+    /// The core's message number (see [`CoreMsg`]).
+    pub seq: u64,
+    pub day: Day,
+    /// Unix ms at which the batch was handed off.
+    pub sealed_ms: u64,
+    slots: Box<[Entry]>,
+    /// Slots in use, in first-click order.
+    used: Vec<u32>,
+    pub strings: Vec<u8>,
+    pub carried: Vec<CarriedStr>,
+    /// GET requests for unknown keys this batch counted (server-wide, no key).
+    pub not_found: u64,
+}
+
+impl Batch {
+    pub fn new() -> Box<Batch> {
+        Box::new(Batch {
+            seq: 0,
+            day: 0,
+            sealed_ms: 0,
+            slots: vec![
+                Entry {
+                    key: InlineKey::EMPTY,
+                    ctx: ClickCtx::default(),
+                    count: 0,
+                };
+                BATCH_SLOTS
+            ]
+            .into_boxed_slice(),
+            used: Vec::with_capacity(BATCH_MAX_ENTRIES),
+            strings: Vec::with_capacity(BATCH_STRING_BYTES),
+            carried: Vec::with_capacity(BATCH_MAX_STRINGS),
+            not_found: 0,
+        })
+    }
+
+    /// Empties the batch for reuse (only the used slots are touched).
+    pub fn clear(&mut self) {
+        for &i in &self.used {
+            self.slots[i as usize].count = 0;
+        }
+        self.used.clear();
+        self.strings.clear();
+        self.carried.clear();
+        self.not_found = 0;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.used.is_empty() && self.not_found == 0 && self.carried.is_empty()
+    }
+
+    fn is_full(&self) -> bool {
+        self.used.len() >= BATCH_MAX_ENTRIES
+    }
+
+    /// Every combined click: key, context, count.
+    pub fn entries(&self) -> impl Iterator<Item = (&InlineKey, &ClickCtx, u32)> {
+        self.used.iter().map(|&i| {
+            let e = &self.slots[i as usize];
+            (&e.key, &e.ctx, e.count)
+        })
+    }
+
+    /// The bytes of a carried string.
+    pub fn string(&self, s: &CarriedStr) -> &[u8] {
+        &self.strings[s.start as usize..(s.start + s.len) as usize]
+    }
+
+    /// Adds one click; `false` if the table is full (the caller hands the batch off first).
+    fn add(&mut self, key: &[u8], ctx: &ClickCtx, hash: u64) -> bool {
+        let mask = BATCH_SLOTS - 1;
+        let mut i = hash as usize & mask;
+        let full = self.is_full();
+        loop {
+            let e = &mut self.slots[i];
+            if e.count == 0 {
+                if full {
+                    return false;
+                }
+                e.key = InlineKey::new(key).expect("validated keys fit inline");
+                e.ctx = *ctx;
+                e.count = 1;
+                self.used.push(i as u32);
+                return true;
+            }
+            if e.ctx == *ctx && e.key.as_bytes() == key {
+                e.count = e.count.saturating_add(1);
+                return true;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Copies a string this batch carries; `false` if there is no room.
+    fn carry(&mut self, kind: StrKind, hash: u64, bytes: &[u8]) -> bool {
+        if self.carried.len() >= BATCH_MAX_STRINGS
+            || self.strings.len() + bytes.len() > BATCH_STRING_BYTES
+        {
+            return false;
+        }
+        let start = self.strings.len() as u32;
+        self.strings.extend_from_slice(bytes);
+        self.carried.push(CarriedStr {
+            hash,
+            kind,
+            start,
+            len: bytes.len() as u32,
+        });
+        true
+    }
+}
+
+/// What a core sends its aggregator, numbered by `seq` (one counter for both kinds).
+pub enum CoreMsg {
+    /// Clicks to classify and merge.
+    Batch(Box<Batch>),
+    /// Nothing was clicked since the last message: every click answered before `sealed_ms`
+    /// has been handed off.
+    Tick { seq: u64, sealed_ms: u64 },
+    /// The core stopped; nothing more comes (sent after its last batch on shutdown).
+    Closed,
+}
+
+/// Counters of the combiner, published per sweep.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CombinerTally {
+    pub clicks: u64,
+    pub dropped: u64,
+    pub batches: u64,
+}
+
+/// One core's combiner.
+pub struct Combiner {
+    full: bool,
+    current: Option<Box<Batch>>,
+    clean: Receiver<Box<Batch>>,
+    to_agg: Sender<CoreMsg>,
+    /// Number of the last message sent.
+    seq: u64,
+    seen: Box<[u64]>,
+    /// The aggregator's string-table epoch this core's `seen` belongs to (it forgets every
+    /// string when its table fills, and bumps the epoch).
+    seen_epoch: u64,
+    agg_epoch: Arc<AtomicU64>,
+    hasher: ahash::RandomState,
+    pub tally: CombinerTally,
+}
+
+/// The hasher of strings and entries, the same on every thread.
+pub fn string_hasher() -> ahash::RandomState {
+    let [a, b, c, d] = HASH_SEEDS;
+    ahash::RandomState::with_seeds(a, b, c, d)
+}
+
+impl Combiner {
+    /// A combiner handing batches to `to_agg` and taking them back from `clean` (which holds
+    /// the [`BATCHES_PER_CORE`] batches at start). `full`: keep the click context (else only
+    /// counts per key).
+    pub fn new(
+        full: bool,
+        clean: Receiver<Box<Batch>>,
+        to_agg: Sender<CoreMsg>,
+        agg_epoch: Arc<AtomicU64>,
+    ) -> Combiner {
+        Combiner {
+            full,
+            current: None,
+            clean,
+            to_agg,
+            seq: 0,
+            seen: vec![0; SEEN_SLOTS].into_boxed_slice(),
+            seen_epoch: 0,
+            agg_epoch,
+            hasher: string_hasher(),
+            tally: CombinerTally::default(),
+        }
+    }
+
+    /// Whether the click context (UA, referrer, IP) is kept.
+    pub fn full(&self) -> bool {
+        self.full
+    }
+
+    /// The batch clicks on `day` go to: the current one, or a clean one (the current is handed
+    /// off first when its day passed). `None`: no clean batch is free.
+    fn batch_for(&mut self, day: Day, now_ms: u64) -> Option<&mut Batch> {
+        if self.current.as_ref().is_some_and(|b| b.day != day) {
+            self.hand_off(now_ms);
+        }
+        if self.current.is_none() {
+            let mut b = self.clean.try_recv().ok()?;
+            b.day = day;
+            self.current = Some(b);
+        }
+        self.current.as_deref_mut()
+    }
+
+    /// The context of a click with these request fields (hashes only; a string the aggregator
+    /// may not have yet is copied into the current batch).
+    #[inline]
+    pub fn context(
+        &mut self,
+        ip: [u8; 16],
+        user_agent: Option<&[u8]>,
+        referrer_host: Option<&[u8]>,
+        now_s: u64,
+        now_ms: u64,
+    ) -> ClickCtx {
+        if !self.full {
+            return ClickCtx::default();
+        }
+        let ua = user_agent
+            .filter(|u| !u.is_empty())
+            .map(|u| &u[..u.len().min(MAX_UA_BYTES)]);
+        let rf = referrer_host.filter(|r| !r.is_empty());
+        let ctx = ClickCtx {
+            ip,
+            ua: ua.map_or(0, |u| self.hash_str(u)),
+            referrer: rf.map_or(0, |r| self.hash_str(r)),
+        };
+        let day = shards::clicks::day_of(now_s);
+        if let Some(u) = ua {
+            self.carry_once(StrKind::UserAgent, ctx.ua, u, day, now_ms);
+        }
+        if let Some(r) = rf {
+            self.carry_once(StrKind::Referrer, ctx.referrer, r, day, now_ms);
+        }
+        ctx
+    }
+
+    #[inline]
+    fn hash_str(&self, s: &[u8]) -> u64 {
+        // Never 0: 0 means "absent".
+        self.hasher.hash_one(s) | 1
+    }
+
+    fn carry_once(&mut self, kind: StrKind, hash: u64, bytes: &[u8], day: Day, now_ms: u64) {
+        let slot = hash as usize & (SEEN_SLOTS - 1);
+        if self.seen[slot] == hash {
+            return;
+        }
+        let Some(b) = self.batch_for(day, now_ms) else {
+            return; // Sent with a later click's batch, if any.
+        };
+        if !b.carry(kind, hash, bytes) {
+            self.hand_off(now_ms);
+            let Some(b) = self.batch_for(day, now_ms) else {
+                return;
+            };
+            if !b.carry(kind, hash, bytes) {
+                return;
+            }
+        }
+        self.seen[slot] = hash;
+    }
+
+    /// Counts one click on `key` (a GET answered with a redirect).
+    #[inline]
+    pub fn record(&mut self, key: &[u8], ctx: &ClickCtx, now_s: u64, now_ms: u64) {
+        let day = shards::clicks::day_of(now_s);
+        let hash = self.hasher.hash_one((key, ctx));
+        let Some(b) = self.batch_for(day, now_ms) else {
+            self.tally.dropped += 1;
+            return;
+        };
+        if !b.add(key, ctx, hash) {
+            self.hand_off(now_ms);
+            let Some(b) = self.batch_for(day, now_ms) else {
+                self.tally.dropped += 1;
+                return;
+            };
+            let added = b.add(key, ctx, hash);
+            debug_assert!(added, "an empty batch takes a click");
+        }
+        self.tally.clicks += 1;
+    }
+
+    /// Counts a GET for an unknown key (server-wide only).
+    pub fn not_found(&mut self, now_s: u64, now_ms: u64) {
+        if let Some(b) = self.batch_for(shards::clicks::day_of(now_s), now_ms) {
+            b.not_found += 1;
+        }
+    }
+
+    /// Hands the current batch to the aggregator (if it has anything).
+    fn hand_off(&mut self, now_ms_mono: u64) {
+        let Some(mut b) = self.current.take() else {
+            return;
+        };
+        if b.is_empty() {
+            self.current = Some(b);
+            return;
+        }
+        let _ = now_ms_mono;
+        self.seq += 1;
+        b.seq = self.seq;
+        b.sealed_ms = unix_ms();
+        self.tally.batches += 1;
+        match self.to_agg.try_send(CoreMsg::Batch(b)) {
+            Ok(()) => {}
+            // Cannot happen: the channel holds every batch there is. Count, never block.
+            Err(
+                TrySendError::Full(CoreMsg::Batch(b))
+                | TrySendError::Disconnected(CoreMsg::Batch(b)),
+            ) => {
+                self.tally.dropped += b.entries().map(|e| u64::from(e.2)).sum::<u64>();
+                let mut b = b;
+                b.clear();
+                self.current = Some(b);
+            }
+            Err(_) => unreachable!("a batch was sent"),
+        }
+    }
+
+    /// Once a sweep: hands off what was counted, or says nothing was; forgets which strings
+    /// the aggregator has if it forgot them.
+    pub fn sweep(&mut self, now_ms: u64) {
+        let epoch = self.agg_epoch.load(Ordering::Acquire);
+        if epoch != self.seen_epoch {
+            self.seen.fill(0);
+            self.seen_epoch = epoch;
+        }
+        if self.current.as_ref().is_some_and(|b| !b.is_empty()) {
+            return self.hand_off(now_ms);
+        }
+        if self.to_agg.is_empty() {
+            self.seq += 1;
+            let msg = CoreMsg::Tick {
+                seq: self.seq,
+                sealed_ms: unix_ms(),
+            };
+            if self.to_agg.try_send(msg).is_err() {
+                self.seq -= 1;
+            }
+        }
+    }
+
+    /// A link is being deleted (or its stats reset): hands off what was counted so far and
+    /// returns the number of the last message holding clicks from before this moment.
+    pub fn cut(&mut self, now_ms: u64) -> u64 {
+        self.hand_off(now_ms);
+        if self.current.as_ref().is_some_and(|b| !b.is_empty()) {
+            // Could not be handed off: its clicks are dropped rather than misattributed.
+            if let Some(b) = self.current.as_mut() {
+                self.tally.dropped += b.entries().map(|e| u64::from(e.2)).sum::<u64>();
+                b.clear();
+            }
+        }
+        self.seq
+    }
+
+    /// The core stops: hands off the last batch and says so (waits up to a second for room:
+    /// this runs once, after the last request).
+    pub fn close(&mut self) {
+        self.hand_off(0);
+        let _ = self
+            .to_agg
+            .send_timeout(CoreMsg::Closed, std::time::Duration::from_secs(1));
+    }
+}
+
+/// Wall-clock milliseconds (a vDSO read).
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crossbeam::channel::bounded;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn combiner(batches: usize) -> (Combiner, Receiver<CoreMsg>, Sender<Box<Batch>>) {
+        let (clean_tx, clean_rx) = bounded(batches);
+        for _ in 0..batches {
+            clean_tx.send(Batch::new()).unwrap();
+        }
+        let (tx, rx) = bounded(batches * 2);
+        let c = Combiner::new(true, clean_rx, tx, Arc::new(AtomicU64::new(0)));
+        (c, rx, clean_tx)
+    }
+
+    fn drain(
+        rx: &Receiver<CoreMsg>,
+        clean: &Sender<Box<Batch>>,
+        out: &mut HashMap<(Vec<u8>, [u8; 16]), u64>,
+    ) {
+        while let Ok(m) = rx.try_recv() {
+            if let CoreMsg::Batch(mut b) = m {
+                for (k, ctx, n) in b.entries() {
+                    *out.entry((k.as_bytes().to_vec(), ctx.ip)).or_default() += u64::from(n);
+                }
+                b.clear();
+                clean.send(b).unwrap();
+            }
+        }
+    }
+
+    proptest! {
+        /// Every click recorded comes out of the batches exactly once, against a `HashMap`.
+        #[test]
+        fn batches_sum_to_the_clicks_recorded(clicks in prop::collection::vec((0u8..40, 0u8..3), 0..6000)) {
+            let (mut c, rx, clean) = combiner(BATCHES_PER_CORE);
+            let mut oracle: HashMap<(Vec<u8>, [u8; 16]), u64> = HashMap::new();
+            let mut got = HashMap::new();
+            for (i, &(k, ip)) in clicks.iter().enumerate() {
+                let key = format!("k{k}");
+                let mut addr = [0u8; 16];
+                addr[15] = ip;
+                let ctx = c.context(addr, Some(b"UA"), None, 86_400, 0);
+                c.record(key.as_bytes(), &ctx, 86_400, 0);
+                *oracle.entry((key.into_bytes(), addr)).or_default() += 1;
+                if i % 1000 == 999 {
+                    c.sweep(0);
+                    drain(&rx, &clean, &mut got);
+                }
+            }
+            c.sweep(0);
+            drain(&rx, &clean, &mut got);
+            prop_assert_eq!(c.tally.dropped, 0);
+            prop_assert_eq!(got, oracle);
+        }
+    }
+
+    #[test]
+    fn a_full_pipeline_drops_and_counts_instead_of_waiting() {
+        let (mut c, rx, _clean) = combiner(2);
+        let mut n = 0;
+        for i in 0..(BATCH_MAX_ENTRIES * 3) {
+            let key = format!("k{i}");
+            c.record(key.as_bytes(), &ClickCtx::default(), 0, 0);
+            n += 1;
+        }
+        assert_eq!(c.tally.clicks + c.tally.dropped, n);
+        assert_eq!(c.tally.dropped as usize, BATCH_MAX_ENTRIES);
+        assert_eq!(rx.len(), 2);
+    }
+
+    #[test]
+    fn a_new_day_starts_a_new_batch_and_strings_go_once() {
+        let (mut c, rx, clean) = combiner(4);
+        for s in [86_399u64, 86_399, 86_400] {
+            let ctx = c.context([0; 16], Some(b"Mozilla/5.0"), Some(b"example.com"), s, 0);
+            c.record(b"k", &ctx, s, 0);
+        }
+        c.sweep(0);
+        let mut days = Vec::new();
+        let mut carried = 0;
+        while let Ok(CoreMsg::Batch(mut b)) = rx.try_recv() {
+            days.push((b.day, b.entries().map(|e| e.2).sum::<u32>()));
+            carried += b.carried.len();
+            b.clear();
+            clean.send(b).unwrap();
+        }
+        assert_eq!(days, vec![(0, 2), (1, 1)]);
+        assert_eq!(carried, 2, "each string is carried once");
+    }
+}

@@ -1,0 +1,258 @@
+//! Click analytics: every GET answered with a redirect is counted, off the hot path.
+//!
+//! - On the core (connection role): [`combiner::Combiner`], one increment per click into a
+//!   preallocated batch, handed off at each sweep.
+//! - Off the core: one [`aggregator::Aggregator`] thread per core, which classifies the
+//!   batches of its core, routes them to the owners' aggregators, and, as owner, merges, logs
+//!   (`shards::clicks`), answers queries and purges.
+//!
+//! The data path, the durability contract and the privacy rules are in docs/analytics.md.
+
+pub mod aggregator;
+pub mod classify;
+pub mod combiner;
+pub mod salts;
+pub mod stats;
+
+use crate::key::InlineKey;
+use crate::mesh::{Doorbells, ReplyTo};
+use crate::router::Router;
+use crate::service::{Inbox, Outlets};
+use crossbeam::channel::{bounded, Sender};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// How often an owner's aggregator makes merged clicks durable (group commit). With the
+/// sweep's hand-off (`core::TIMEOUT_SWEEP_INTERVAL_MS`) it bounds what kill -9 loses: ~1.1 s.
+pub const CLICK_SYNC_INTERVAL_MS: u64 = 1_000;
+/// Days of closed per-link stats kept (`--click-retention-days`).
+pub const DEFAULT_RETENTION_DAYS: u32 = 400;
+/// Most days `--click-retention-days` takes.
+pub const MAX_RETENTION_DAYS: u32 = 3_660;
+/// Queries and purges waiting for one aggregator.
+pub const CONTROL_QUEUE_CAPACITY: usize = 1_024;
+/// Answers waiting for one core (a core keeps fewer than this many stats queries in flight).
+pub const REPLY_QUEUE_CAPACITY: usize = 1_024;
+/// Stats queries one core may have in flight; past it they answer 503.
+pub const MAX_STATS_IN_FLIGHT_PER_CORE: usize = 512;
+/// Messages one aggregator's peer queue holds.
+pub const PEER_QUEUE_CAPACITY: usize = 256;
+/// The country of every click until a GeoIP database is configured.
+pub const NO_COUNTRY: &str = "ZZ";
+
+/// `--analytics`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// No click is counted.
+    Off,
+    /// Clicks per link-day only: no user agent, referrer, visitor or bot classification.
+    Counts,
+    /// Clicks, bots, unique visitors, referrers, browsers, OS, devices, countries.
+    Full,
+}
+
+/// `--client-ip`: where a click's address (for unique visitors) comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClientIp {
+    /// The TCP peer.
+    Peer,
+    /// The rightmost `X-Forwarded-For` address (the one the fleet's own load balancer added),
+    /// the peer without one.
+    XForwardedFor,
+}
+
+/// Analytics settings of `serve`.
+#[derive(Clone, Debug)]
+pub struct AnalyticsConfig {
+    pub mode: Mode,
+    pub client_ip: ClientIp,
+    pub retention_days: u32,
+    pub bot_patterns: Option<PathBuf>,
+}
+
+impl Default for AnalyticsConfig {
+    fn default() -> Self {
+        AnalyticsConfig {
+            mode: Mode::Full,
+            client_ip: ClientIp::Peer,
+            retention_days: DEFAULT_RETENTION_DAYS,
+            bot_patterns: None,
+        }
+    }
+}
+
+/// Asks sent to an owner core's aggregator.
+pub enum Control {
+    /// Delete every stat of `key` (the link was deleted, or its stats reset), make that
+    /// durable, and from then on drop clicks from each core `c` in messages numbered up to
+    /// `cutoffs[c]` (counted before the delete, arriving after it).
+    Purge {
+        key: InlineKey,
+        cutoffs: Box<[u64]>,
+        token: u64,
+        reply_core: u16,
+    },
+    /// A link's stats, answered as JSON to the asking core.
+    Stats {
+        reply: ReplyTo,
+        query: stats::StatsQuery,
+    },
+}
+
+/// Answers from an aggregator to a core.
+pub enum ToCore {
+    Purged { token: u64 },
+    Stats { reply: ReplyTo, body: Vec<u8> },
+}
+
+/// One aggregator's counters (for `/metrics`).
+#[derive(Default)]
+pub struct AggCounters {
+    /// Clicks the core counted and dropped (published by the core at each sweep).
+    pub clicks: AtomicU64,
+    pub dropped: AtomicU64,
+    /// Batches this aggregator classified.
+    pub batches: AtomicU64,
+    /// Link-day deltas merged as owner, and the clicks in them.
+    pub records: AtomicU64,
+    pub merged_clicks: AtomicU64,
+    /// Clicks of deleted links that arrived after the delete and were dropped.
+    pub filtered: AtomicU64,
+    pub syncs: AtomicU64,
+    pub sync_failures: AtomicU64,
+    /// Milliseconds between the last batch's hand-off and its classification.
+    pub lag_ms: AtomicU64,
+}
+
+/// Every core's analytics counters.
+pub struct ClickStats {
+    pub per_core: Vec<AggCounters>,
+}
+
+impl ClickStats {
+    pub fn new(cores: usize) -> ClickStats {
+        ClickStats {
+            per_core: (0..cores).map(|_| AggCounters::default()).collect(),
+        }
+    }
+
+    /// Clicks dropped on every core since start.
+    pub fn dropped_total(&self) -> u64 {
+        self.per_core
+            .iter()
+            .map(|c| c.dropped.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+/// What one core holds of analytics.
+pub struct CoreClicks {
+    pub combiner: combiner::Combiner,
+    /// Every core's aggregator, by core.
+    pub control: Vec<Sender<Control>>,
+    pub inbox: Inbox<ToCore>,
+    pub client_ip: ClientIp,
+}
+
+/// The running aggregator threads.
+pub struct Aggregators {
+    handles: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Aggregators {
+    /// Waits for every aggregator to finish (after every core closed its combiner).
+    pub fn join(self) {
+        for h in self.handles {
+            if h.join().is_err() {
+                eprintln!("a click aggregator panicked; clicks since its last sync are lost");
+            }
+        }
+    }
+}
+
+/// Recovers the click store and starts one aggregator per core. `None` with `Mode::Off`.
+pub fn start(
+    cfg: &AnalyticsConfig,
+    data_dir: &Path,
+    router: Router,
+    bells: Arc<Doorbells>,
+    stats: Arc<ClickStats>,
+) -> anyhow::Result<Option<(Vec<CoreClicks>, Aggregators)>> {
+    use anyhow::Context;
+    if cfg.mode == Mode::Off {
+        return Ok(None);
+    }
+    let cores = router.cores();
+    let (dir, rec) =
+        shards::clicks::files::ClickDir::open(data_dir, cores, |k| router.owner(k).core)
+            .context("recovering click analytics")?;
+    if rec.torn_bytes > 0 {
+        eprintln!(
+            "clicks: cut {} bytes of torn click-log tail (clicks of the last moments before a crash)",
+            rec.torn_bytes
+        );
+    }
+    let classifier = Arc::new(
+        classify::Classifier::new(cfg.bot_patterns.as_deref()).map_err(|e| anyhow::anyhow!(e))?,
+    );
+    let salts = Arc::new(Mutex::new(
+        salts::SaltBook::open(&data_dir.join("clicks")).map_err(|e| anyhow::anyhow!(e))?,
+    ));
+    let (outlets, inboxes) = Outlets::new(cores, REPLY_QUEUE_CAPACITY, bells);
+    let replies = Arc::new(outlets);
+    let (control_tx, control_rx): (Vec<_>, Vec<_>) =
+        (0..cores).map(|_| bounded(CONTROL_QUEUE_CAPACITY)).unzip();
+    let (peers_tx, peers_rx): (Vec<_>, Vec<_>) =
+        (0..cores).map(|_| bounded(PEER_QUEUE_CAPACITY)).unzip();
+    let mut per_core = Vec::with_capacity(cores);
+    let mut handles = Vec::with_capacity(cores);
+    let mut inboxes = inboxes.into_iter();
+    let mut control_rx = control_rx.into_iter();
+    let mut peers_rx = peers_rx.into_iter();
+    for (core, store) in rec.stores.into_iter().enumerate() {
+        let (clean_tx, clean_rx) = bounded(combiner::BATCHES_PER_CORE);
+        for _ in 0..combiner::BATCHES_PER_CORE {
+            clean_tx
+                .send(combiner::Batch::new())
+                .expect("room for every batch");
+        }
+        let (to_agg, from_core) = bounded(2 * combiner::BATCHES_PER_CORE);
+        let epoch = Arc::new(AtomicU64::new(0));
+        let log = dir
+            .open_log(core, rec.next_log[core])
+            .with_context(|| format!("opening core {core}'s click log"))?;
+        let setup = aggregator::AggregatorSetup {
+            me: core,
+            router,
+            full: cfg.mode == Mode::Full,
+            retention_days: cfg.retention_days,
+            from_core,
+            clean: clean_tx,
+            peers_rx: peers_rx.next().expect("one per core"),
+            peers_tx: peers_tx.clone(),
+            control: control_rx.next().expect("one per core"),
+            replies: replies.clone(),
+            store,
+            log,
+            salts: salts.clone(),
+            classifier: classifier.clone(),
+            epoch: epoch.clone(),
+            stats: stats.clone(),
+        };
+        let agg = aggregator::Aggregator::new(setup);
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("ricochet-clicks-{core}"))
+                .spawn(move || agg.run())
+                .context("starting a click aggregator")?,
+        );
+        per_core.push(CoreClicks {
+            combiner: combiner::Combiner::new(cfg.mode == Mode::Full, clean_rx, to_agg, epoch),
+            control: control_tx.clone(),
+            inbox: inboxes.next().expect("one per core"),
+            client_ip: cfg.client_ip,
+        });
+    }
+    Ok(Some((per_core, Aggregators { handles })))
+}

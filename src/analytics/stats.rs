@@ -1,0 +1,254 @@
+//! `GET /api/v1/urls/{key}/stats`: the query (parsed on the core that holds the request) and
+//! the answer (built on the owner's aggregator thread from its `ClickStore`).
+//!
+//! Counting rules, also in docs/analytics.md: `bots=exclude` (the default) counts human
+//! clicks in `clicks`, the days' `clicks`, the uniques and every facet; `include` counts all;
+//! `only` counts bots. `summary.human_clicks` and `bot_clicks`, and each day's `bot_clicks`,
+//! are always the raw split. A period's `unique_visitors` is the sum of the days' (a visitor
+//! seen on two days counts twice: daily salts cannot link days).
+
+use crate::api::problem::Problem;
+use crate::key::InlineKey;
+use shards::clicks::{ClickStore, Day, FacetKind, Hll, LinkDay};
+use std::collections::HashMap;
+
+/// Days a stats query covers without `from`.
+pub const DEFAULT_STATS_DAYS: u32 = 30;
+/// Most days one stats query may cover.
+pub const MAX_STATS_DAYS: u32 = 400;
+/// Rows per facet in an answer (the rest are summed into `(rest)`).
+pub const MAX_FACET_ROWS: usize = 50;
+
+/// Which clicks a query counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bots {
+    Exclude,
+    Include,
+    Only,
+}
+
+/// One stats query.
+#[derive(Clone, Debug)]
+pub struct StatsQuery {
+    pub key: InlineKey,
+    pub from: Day,
+    pub to: Day,
+    pub bots: Bots,
+}
+
+/// Parses `from`, `to` and `bots` (422 `invalid-field` naming the parameter).
+pub fn parse_query(
+    query: Option<&[u8]>,
+    key: InlineKey,
+    today: Day,
+) -> Result<StatsQuery, Problem> {
+    let text = std::str::from_utf8(query.unwrap_or_default())
+        .map_err(|_| Problem::invalid_field(None, "the query is not UTF-8"))?;
+    let (mut from, mut to, mut bots) = (None, None, Bots::Exclude);
+    for pair in text.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "from" => from = Some(parse_day(value).ok_or_else(|| bad_day("from"))?),
+            "to" => to = Some(parse_day(value).ok_or_else(|| bad_day("to"))?),
+            "bots" => {
+                bots = match value {
+                    "exclude" => Bots::Exclude,
+                    "include" => Bots::Include,
+                    "only" => Bots::Only,
+                    _ => {
+                        return Err(Problem::invalid_field(
+                            Some("bots"),
+                            "bots must be exclude, include or only",
+                        ))
+                    }
+                }
+            }
+            _ => {
+                return Err(Problem::invalid_field(
+                    None,
+                    format!("unknown query parameter {name:?} (from, to and bots are taken)"),
+                ))
+            }
+        }
+    }
+    let to = to.unwrap_or(today);
+    let from = from.unwrap_or(to.saturating_sub(DEFAULT_STATS_DAYS - 1));
+    if from > to {
+        return Err(Problem::invalid_field(Some("from"), "from is after to"));
+    }
+    if to - from + 1 > MAX_STATS_DAYS {
+        return Err(Problem::invalid_field(
+            Some("from"),
+            format!("at most {MAX_STATS_DAYS} days per query"),
+        ));
+    }
+    Ok(StatsQuery {
+        key,
+        from,
+        to,
+        bots,
+    })
+}
+
+fn bad_day(field: &'static str) -> Problem {
+    Problem::invalid_field(
+        Some(field),
+        format!("{field} must be a date as YYYY-MM-DD (UTC)"),
+    )
+}
+
+/// `YYYY-MM-DD` to a day number.
+pub fn parse_day(s: &str) -> Option<Day> {
+    let b = s.as_bytes();
+    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<u32> {
+        let t = &s[r];
+        t.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| t.parse().ok())?
+    };
+    let month = time::Month::try_from(num(5..7)? as u8).ok()?;
+    let d = time::Date::from_calendar_date(num(0..4)? as i32, month, num(8..10)? as u8).ok()?;
+    let days = d.to_julian_day()
+        - time::Date::from_calendar_date(1970, time::Month::January, 1)
+            .ok()?
+            .to_julian_day();
+    u32::try_from(days).ok()
+}
+
+/// A day number as `YYYY-MM-DD`.
+pub fn format_day(d: Day) -> String {
+    let date = time::Date::from_julian_day(2_440_588 + d as i32).expect("a day in range");
+    format!(
+        "{:04}-{:02}-{:02}",
+        date.year(),
+        date.month() as u8,
+        date.day()
+    )
+}
+
+fn counted(bots: Bots, l: &LinkDay) -> u64 {
+    match bots {
+        Bots::Exclude => l.clicks - l.bot_clicks,
+        Bots::Include => l.clicks,
+        Bots::Only => l.bot_clicks,
+    }
+}
+
+fn uniques(bots: Bots, l: &LinkDay) -> u64 {
+    match bots {
+        Bots::Exclude => l.humans.estimate(),
+        Bots::Only => l.bots.estimate(),
+        Bots::Include => {
+            let mut h: Hll = l.humans.clone();
+            h.merge(&l.bots);
+            h.estimate()
+        }
+    }
+}
+
+/// The JSON answer for one link.
+pub fn link_json(
+    store: &ClickStore,
+    q: &StatsQuery,
+    complete_until_ms: u64,
+    dropped: u64,
+) -> Vec<u8> {
+    let held: HashMap<Day, &LinkDay> = store.days(q.key.as_bytes(), q.from, q.to).collect();
+    let (mut clicks, mut humans, mut bots_n, mut uniq) = (0u64, 0u64, 0u64, 0u64);
+    let mut days = Vec::with_capacity((q.to - q.from + 1) as usize);
+    let mut facets: HashMap<(FacetKind, &str), u64> = HashMap::new();
+    for d in q.from..=q.to {
+        let (c, b, u) = match held.get(&d) {
+            Some(l) => {
+                humans += l.clicks - l.bot_clicks;
+                bots_n += l.bot_clicks;
+                for f in &l.facets {
+                    let take = match q.bots {
+                        Bots::Exclude => !f.bot,
+                        Bots::Include => true,
+                        Bots::Only => f.bot,
+                    };
+                    if take {
+                        *facets.entry((f.kind, &f.value)).or_default() += f.count;
+                    }
+                }
+                (counted(q.bots, l), l.bot_clicks, uniques(q.bots, l))
+            }
+            None => (0, 0, 0),
+        };
+        clicks += c;
+        uniq += u;
+        days.push(serde_json::json!({
+            "day": format_day(d), "clicks": c, "bot_clicks": b, "unique_visitors": u,
+        }));
+    }
+    let facet = |kind: FacetKind| -> serde_json::Value {
+        let mut rows: Vec<(&str, u64)> = facets
+            .iter()
+            .filter(|((k, _), _)| *k == kind)
+            .map(|((_, v), n)| (*v, *n))
+            .collect();
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let rest: u64 = rows.iter().skip(MAX_FACET_ROWS).map(|r| r.1).sum();
+        rows.truncate(MAX_FACET_ROWS);
+        let mut out: Vec<serde_json::Value> = rows
+            .into_iter()
+            .map(|(v, n)| serde_json::json!({"value": v, "clicks": n}))
+            .collect();
+        if rest > 0 {
+            out.push(serde_json::json!({"value": "(rest)", "clicks": rest}));
+        }
+        serde_json::Value::Array(out)
+    };
+    let v = serde_json::json!({
+        "key": q.key.as_str(),
+        "from": format_day(q.from),
+        "to": format_day(q.to),
+        "timezone": "UTC",
+        "bots": match q.bots { Bots::Exclude => "exclude", Bots::Include => "include", Bots::Only => "only" },
+        "summary": {
+            "clicks": clicks, "human_clicks": humans, "bot_clicks": bots_n,
+            "unique_visitors": uniq, "unique_visitors_method": "sum of daily unique visitors",
+        },
+        "days": days,
+        "referrers": facet(FacetKind::Referrer),
+        "countries": facet(FacetKind::Country),
+        "browsers": facet(FacetKind::Browser),
+        "os": facet(FacetKind::Os),
+        "devices": facet(FacetKind::Device),
+        "complete_until": shards::timefmt::format_rfc3339_utc(complete_until_ms / 1000),
+        "dropped_clicks": dropped,
+    });
+    serde_json::to_vec(&v).expect("stats serialize")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn days_round_trip_and_queries_are_checked() {
+        assert_eq!(parse_day("1970-01-01"), Some(0));
+        assert_eq!(parse_day("2026-12-01"), Some(20_788));
+        assert_eq!(format_day(20_788), "2026-12-01");
+        assert_eq!(parse_day("2026-02-30"), None);
+        let k = InlineKey::new(b"abc").unwrap();
+        let q = parse_query(None, k, 100).unwrap();
+        assert_eq!((q.from, q.to, q.bots), (71, 100, Bots::Exclude));
+        let q = parse_query(Some(b"from=1970-01-02&to=1970-01-03&bots=only"), k, 100).unwrap();
+        assert_eq!((q.from, q.to, q.bots), (1, 2, Bots::Only));
+        for bad in [
+            &b"from=yesterday"[..],
+            b"bots=all",
+            b"from=1970-01-05&to=1970-01-02",
+            b"from=1970-01-01&to=1972-01-01",
+            b"x=1",
+        ] {
+            let p = parse_query(Some(bad), k, 100).unwrap_err();
+            assert_eq!(p.status, 422, "{bad:?}");
+        }
+    }
+}
