@@ -64,6 +64,8 @@ pub struct CoreSetup {
     pub api: ApiClient,
     pub flights: Flights,
     pub shared: Arc<Shared>,
+    /// Answers from the click aggregators (stats, purges), unless analytics is off.
+    pub clicks_inbox: Option<crate::service::Inbox<crate::analytics::ToCore>>,
 }
 
 /// One core's loop state.
@@ -74,6 +76,7 @@ pub struct Core {
     owner: Owner,
     api: ApiClient,
     flights: Flights,
+    clicks_inbox: Option<crate::service::Inbox<crate::analytics::ToCore>>,
     mesh: Mesh,
     clock: Clock,
     shared: Arc<Shared>,
@@ -96,6 +99,7 @@ impl Core {
             owner: setup.owner,
             api: setup.api,
             flights: setup.flights,
+            clicks_inbox: setup.clicks_inbox,
             mesh,
             clock: Clock::new(),
             shared: setup.shared,
@@ -162,6 +166,7 @@ impl Core {
             if self.api.creates.needs_poll() {
                 self.api.creates.poll(&mut self.mesh);
             }
+            work |= self.poll_clicks();
             self.mesh.flush_outbox();
             let congested = self.mesh.congested();
             let (conns, _, mut env) = self.env();
@@ -176,6 +181,9 @@ impl Core {
                 self.finish_turn()?;
             }
             if self.shared.draining.load(Ordering::Relaxed) && self.drain_step()? {
+                // The last clicks go to the aggregator, which makes them durable before the
+                // server exits (SIGTERM loses none).
+                self.conns.close_clicks();
                 return Ok(());
             }
             if work {
@@ -213,9 +221,32 @@ impl Core {
         if let Some(stall) = &self.shared.test_stall {
             stall.maybe_stall(self.me, beat);
         }
+        self.owner.send_purges();
         self.owner.poll_compaction(now_ms, &mut self.mesh);
         self.owner
             .maybe_compact(now_ms, now_s, &self.flights.table, &mut self.mesh);
+    }
+
+    /// Answers from the click aggregators: stats bodies to their requests, purges to the
+    /// owner. `true` if there were any.
+    fn poll_clicks(&mut self) -> bool {
+        let Some(inbox) = &self.clicks_inbox else {
+            return false;
+        };
+        let mut any = false;
+        while let Ok(m) = inbox.try_recv() {
+            any = true;
+            match m {
+                crate::analytics::ToCore::Purged { token } => {
+                    self.owner.on_clicks_purged(token, &mut self.mesh)
+                }
+                crate::analytics::ToCore::Stats { reply, body } => {
+                    self.conns
+                        .on_stats_answer(reply, &body, &mut self.api, &self.clock)
+                }
+            }
+        }
+        any
     }
 
     /// One turn of draining; `true` once this core may exit.
@@ -424,11 +455,27 @@ impl Core {
     fn on_cache_msg(&mut self, msg: CacheMsg) {
         let mesh = &mut self.mesh;
         match msg {
-            CacheMsg::Invalidate { from, token, key } => {
+            CacheMsg::Invalidate {
+                from,
+                token,
+                key,
+                purge,
+            } => {
                 self.conns.invalidate(&key);
-                mesh.deliver(from as usize, CacheMsg::InvalidateAck { token });
+                let clicks_seq = if purge { self.conns.cut_clicks() } else { 0 };
+                let me = self.me as u16;
+                let ack = CacheMsg::InvalidateAck {
+                    token,
+                    from: me,
+                    clicks_seq,
+                };
+                mesh.deliver(from as usize, ack);
             }
-            CacheMsg::InvalidateAck { token } => self.owner.on_invalidate_ack(token, mesh),
+            CacheMsg::InvalidateAck {
+                token,
+                from,
+                clicks_seq,
+            } => self.owner.on_invalidate_ack(token, from, clicks_seq, mesh),
             CacheMsg::RetireTables {
                 from,
                 token,

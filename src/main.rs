@@ -168,6 +168,22 @@ struct ServeArgs {
     /// Fleet mode: this node's name in the allocation audit.
     #[arg(long, requires = "fleet_pg", value_parser = parse_fleet_name)]
     node_id: Option<String>,
+    /// Click analytics: `full` (clicks, bots, unique visitors, referrers, browsers, OS,
+    /// devices), `counts` (clicks per link and day only) or `off`.
+    #[arg(long, value_enum, default_value_t = ricochet::analytics::Mode::Full)]
+    analytics: ricochet::analytics::Mode,
+    /// Where a click's client address comes from: the TCP `peer`, or the rightmost
+    /// `x-forwarded-for` address (behind the fleet's own load balancer only).
+    #[arg(long, value_enum, default_value_t = ricochet::analytics::ClientIp::Peer)]
+    client_ip: ricochet::analytics::ClientIp,
+    /// Days of per-link click stats kept.
+    #[arg(long, default_value_t = ricochet::analytics::DEFAULT_RETENTION_DAYS,
+          value_parser = clap::value_parser!(u32).range(1..=ricochet::analytics::MAX_RETENTION_DAYS as i64))]
+    click_retention_days: u32,
+    /// File of extra bot user-agent patterns (one regular expression per line, `#` comments),
+    /// added to the built-in list.
+    #[arg(long)]
+    bot_patterns: Option<PathBuf>,
     /// Test only: this core blocks its loop once (see --test-stall-after-ms), standing in for
     /// a deadlocked core.
     #[arg(long, hide = true)]
@@ -312,6 +328,12 @@ fn main() -> ExitCode {
                 oversubscribe: a.test_oversubscribe,
                 accept_data_loss: a.accept_data_loss,
                 test_stall: a.test_stall_core.map(|c| (c, a.test_stall_after_ms)),
+                analytics: ricochet::analytics::AnalyticsConfig {
+                    mode: a.analytics,
+                    client_ip: a.client_ip,
+                    retention_days: a.click_retention_days,
+                    bot_patterns: a.bot_patterns,
+                },
                 fleet: a.fleet_pg.map(|url| ricochet::fleet_node::FleetOptions {
                     url,
                     namespace: a.namespace.expect("clap requires --namespace"),

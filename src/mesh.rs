@@ -111,6 +111,10 @@ pub enum WriteReq {
     Get {
         key: InlineKey,
     },
+    /// `DELETE /api/v1/urls/{key}/stats`: purge the link's click stats (it stays).
+    ResetStats {
+        key: InlineKey,
+    },
     /// An idempotent create's replay: the link, if it is the one created at `created_at_s`
     /// (else `NotFound`: it was deleted, and the key may now be someone else's).
     Replay {
@@ -127,6 +131,7 @@ impl WriteReq {
             | WriteReq::Patch { key, .. }
             | WriteReq::Delete { key }
             | WriteReq::Get { key }
+            | WriteReq::ResetStats { key }
             | WriteReq::Replay { key, .. } => *key,
         }
     }
@@ -223,9 +228,15 @@ pub enum CacheMsg {
         from: u16,
         token: u64,
         key: InlineKey,
+        /// The link is deleted or its stats reset: also hand off the clicks counted so far
+        /// and say up to which message they go (`Combiner::cut`).
+        purge: bool,
     },
     InvalidateAck {
         token: u64,
+        from: u16,
+        /// With `purge`: the last click message of `from` that may hold the old link's clicks.
+        clicks_seq: u64,
     },
     /// These tables are replaced (per shard: every generation up to the one given): raise
     /// the view past them, then acknowledge. Sent by an owner to every core, itself included,

@@ -77,6 +77,9 @@ pub struct ServeOptions {
     pub fleet: Option<crate::fleet_node::FleetOptions>,
     /// Test only (`--test-stall-core N --test-stall-after-ms T`): core N blocks once at T.
     pub test_stall: Option<(usize, u64)>,
+    /// Click analytics (`--analytics`, `--client-ip`, `--click-retention-days`,
+    /// `--bot-patterns`).
+    pub analytics: crate::analytics::AnalyticsConfig,
 }
 
 /// Creates per second per API key unless configured (`--create-rate`); with the burst, enough
@@ -222,6 +225,19 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             format!("http://{bound}")
         }
     });
+    let click_stats = Arc::new(crate::analytics::ClickStats::new(cores));
+    let analytics = crate::analytics::start(
+        &opts.analytics,
+        dir.path(),
+        router,
+        doorbells.clone(),
+        click_stats.clone(),
+    )?;
+    let (core_clicks, aggregators) = match analytics {
+        Some((c, a)) => (c.into_iter().map(Some).collect(), Some(a)),
+        None => ((0..cores).map(|_| None).collect::<Vec<_>>(), None),
+    };
+    let mut core_clicks = core_clicks.into_iter();
     let draining = Arc::new(AtomicBool::new(false));
     install_signal_handlers(&draining, &doorbells)?;
     let shared = Arc::new(Shared {
@@ -237,6 +253,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         ready: Default::default(),
         ready_for_creates: Default::default(),
         openapi_json: crate::api::openapi::to_json(),
+        clicks: aggregators.as_ref().map(|_| click_stats.clone()),
         test_stall: opts
             .test_stall
             .map(|(core, after_ms)| crate::test_faults::TestStall::new(core, after_ms)),
@@ -295,14 +312,22 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             entries: opts.compact_entries,
             folding: log.folding,
         };
-        let owner = Owner::new(core, router, store, writes, compaction, doorbells.clone());
-        let conns = Conns::new(
+        let mut owner = Owner::new(core, router, store, writes, compaction, doorbells.clone());
+        let mut conns = Conns::new(
             core,
             router,
             opts.lru_capacity,
             opts.timeouts,
             shared.clone(),
         );
+        let mut api = api;
+        let mut clicks_inbox = None;
+        if let Some(cc) = core_clicks.next().expect("one per core") {
+            conns.set_clicks(cc.combiner, cc.client_ip);
+            owner.set_clicks(cc.control[core].clone());
+            api.set_clicks(cc.control);
+            clicks_inbox = Some(cc.inbox);
+        }
         let setup = CoreSetup {
             parking: opts.parking,
             listener_fd: listener_fds[core],
@@ -311,6 +336,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             api,
             flights: Flights::new(core, router, idem),
             shared: shared.clone(),
+            clicks_inbox,
         };
         let queues = queues.clone();
         let doorbells = doorbells.clone();
@@ -375,6 +401,10 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
                 failed = true;
             }
         }
+    }
+    // Every core handed its last clicks off; the aggregators make them durable and stop.
+    if let Some(a) = aggregators {
+        a.join();
     }
     if failed {
         bail!("a core failed");

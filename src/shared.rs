@@ -26,6 +26,8 @@ pub struct Shared {
     pub ready_for_creates: crate::probes::Damped,
     /// `docs/openapi.yaml` as JSON (`GET /api/v1/openapi.json`), converted at start.
     pub openapi_json: Vec<u8>,
+    /// Click analytics counters (`None` with `--analytics off`).
+    pub clicks: Option<Arc<crate::analytics::ClickStats>>,
     /// Test only (`--test-stall-core`): a core that blocks its loop once.
     pub test_stall: Option<crate::test_faults::TestStall>,
 }

@@ -214,9 +214,7 @@ impl Aggregator {
         b.clear();
         // The core's clean queue has room for every batch there is.
         let _ = self.s.clean.try_send(b);
-        let mut per_owner = per_owner;
-        for o in 0..self.s.router.cores() {
-            let deltas = std::mem::take(&mut per_owner[o]);
+        for (o, deltas) in per_owner.into_iter().enumerate() {
             self.send_to(o, seq, sealed, deltas);
         }
     }

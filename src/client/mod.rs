@@ -27,6 +27,8 @@ use std::time::Instant;
 /// Prefix of every API path.
 pub const API_PREFIX: &[u8] = b"/api/";
 const URLS: &[u8] = b"/api/v1/urls";
+/// `/api/v1/urls/{key}` + this: the link's click stats.
+const STATS_SUFFIX: &[u8] = b"/stats";
 
 /// Generated-key creates that hit an existing key (a custom alias took it) retry with the next
 /// ID this many times before giving up with 503.
@@ -48,6 +50,11 @@ pub enum ApiOp {
     /// A request through Shlink's REST API (`shlink.rs`): the native operation, answered in
     /// Shlink's shape; for a list, the page and its size.
     Shlink(Box<ApiOp>, u32, u32),
+    /// `GET /api/v1/urls/{key}/stats`: first the owner says the link exists, then its
+    /// aggregator answers the query.
+    Stats(Box<crate::analytics::stats::StatsQuery>),
+    /// `DELETE /api/v1/urls/{key}/stats`.
+    ResetStats,
 }
 
 impl ApiOp {
@@ -74,6 +81,10 @@ pub struct ApiClient {
     public_url: String,
     /// Key choice for creates: this core's ID ranges and the key generator.
     pub creates: Creates,
+    /// Every core's click aggregator (`None`: analytics off), and this core's stats queries
+    /// in flight.
+    clicks: Option<Vec<crossbeam::channel::Sender<crate::analytics::Control>>>,
+    stats_in_flight: usize,
 }
 
 impl ApiClient {
@@ -92,7 +103,43 @@ impl ApiClient {
             ratelimit,
             public_url,
             creates,
+            clicks: None,
+            stats_in_flight: 0,
         }
+    }
+
+    /// Stats queries go to the aggregators through `control` (by core).
+    pub fn set_clicks(
+        &mut self,
+        control: Vec<crossbeam::channel::Sender<crate::analytics::Control>>,
+    ) {
+        self.clicks = Some(control);
+    }
+
+    /// Sends a stats query to the aggregator of its key's owner. `Err`: the answer to give
+    /// now instead (too many queries in flight, or the aggregator's queue is full).
+    pub fn query_stats(
+        &mut self,
+        reply: ReplyTo,
+        query: crate::analytics::stats::StatsQuery,
+    ) -> Result<(), Problem> {
+        let Some(control) = &self.clicks else {
+            return Err(Problem::not_found());
+        };
+        if self.stats_in_flight >= crate::analytics::MAX_STATS_IN_FLIGHT_PER_CORE {
+            return Err(Problem::unavailable(1));
+        }
+        let owner = self.router.owner(query.key.as_bytes()).core;
+        control[owner]
+            .try_send(crate::analytics::Control::Stats { reply, query })
+            .map_err(|_| Problem::unavailable(1))?;
+        self.stats_in_flight += 1;
+        Ok(())
+    }
+
+    /// A stats answer arrived.
+    pub fn stats_done(&mut self) {
+        self.stats_in_flight = self.stats_in_flight.saturating_sub(1);
     }
 
     /// Takes a reloaded API key store, if `keywatch` offered one.
@@ -124,6 +171,7 @@ impl ApiClient {
             collection,
             key,
             key_id,
+            stats,
         } = match self.check_head(req) {
             Ok(ok) => ok,
             Err(refusal) => return refusal.encode(out, head, persist, date),
@@ -187,6 +235,26 @@ impl ApiClient {
             return problem(out, Problem::not_found());
         }
         let ikey = InlineKey::new(key).expect("validated keys fit inline");
+        if stats {
+            if self.clicks.is_none() {
+                let mut p = Problem::not_found();
+                p.detail = "click analytics is off on this server (--analytics off)".into();
+                return problem(out, p);
+            }
+            let (op, wreq) = if req.method == Method::Delete {
+                (ApiOp::ResetStats, WriteReq::ResetStats { key: ikey })
+            } else {
+                let today = shards::clicks::day_of(now_s);
+                let q = match crate::analytics::stats::parse_query(req.query, ikey, today) {
+                    Ok(q) => q,
+                    Err(p) => return problem(out, p),
+                };
+                (ApiOp::Stats(Box::new(q)), WriteReq::Get { key: ikey })
+            };
+            let reply = defer(out, op);
+            let owner = self.router.owner(key).core;
+            return mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
+        }
         let (op, wreq) = match req.method {
             Method::Get => (ApiOp::Get, WriteReq::Get { key: ikey }),
             Method::Delete => (ApiOp::Delete, WriteReq::Delete { key: ikey }),
@@ -236,21 +304,32 @@ impl ApiClient {
     /// is read, so an `Expect: 100-continue` client hears the refusal without sending it.
     pub fn check_head<'r>(&self, req: &Request<'r>) -> Result<Admitted<'r>, Box<Refusal>> {
         let path = req.path;
-        let (collection, key) = if path == URLS {
+        let (collection, mut key) = if path == URLS {
             (true, None)
         } else if let Some(k) = path.strip_prefix(URLS).and_then(|r| r.strip_prefix(b"/")) {
             (false, Some(k))
         } else {
             return Err(Refusal::plain(Problem::not_found()));
         };
+        let stats = match key.and_then(|k| k.strip_suffix(STATS_SUFFIX)) {
+            Some(k) => {
+                key = Some(k);
+                true
+            }
+            None => false,
+        };
         let method_ok = match req.method {
-            Method::Post | Method::Get => collection || req.method == Method::Get,
-            Method::Patch | Method::Delete => !collection,
+            Method::Post => collection,
+            Method::Get => true,
+            Method::Patch => !collection && !stats,
+            Method::Delete => !collection,
             _ => false,
         };
         if !method_ok {
             let allow: &'static [u8] = if collection {
                 b"GET, POST"
+            } else if stats {
+                b"GET, DELETE"
             } else {
                 b"GET, PATCH, DELETE"
             };
@@ -278,6 +357,7 @@ impl ApiClient {
             collection,
             key,
             key_id,
+            stats,
         })
     }
 
@@ -313,6 +393,8 @@ impl ApiClient {
             return self.answer_shlink(inner, page, per_page, outcome, persist, out, date);
         }
         match (op, outcome) {
+            // The link exists: its aggregator answers next (`Conns::on_api_answer`).
+            (ApiOp::Stats(_), WriteOutcome::Found(_)) => return None,
             (ApiOp::List(walk), WriteOutcome::Listed(page)) => {
                 let shards = self.router.shard_count();
                 let next = walk.take(page.items, page.complete, shards)?;
@@ -382,6 +464,8 @@ pub struct Admitted<'r> {
     pub collection: bool,
     pub key: Option<&'r [u8]>,
     pub key_id: crate::api::keys::KeyId,
+    /// `/api/v1/urls/{key}/stats`.
+    pub stats: bool,
 }
 
 /// A request refused from its head: the problem and the one header it needs, if any.

@@ -30,8 +30,9 @@ use crate::http::encode::Conn as Persist;
 /// What kind of answer a deferred request waits for.
 #[derive(Debug)]
 pub enum PendingKind {
-    /// A redirect lookup forwarded to the key's owner.
-    Redirect,
+    /// A redirect lookup forwarded to the key's owner, with the click it counts if answered
+    /// with a redirect (`None`: not counted, e.g. HEAD or analytics off).
+    Redirect(Option<crate::analytics::combiner::ClickCtx>),
     /// An API request (read or write) sent to its owner.
     Api(Box<ApiOp>),
 }
@@ -163,7 +164,7 @@ mod tests {
             match r {
                 Req::Now => out.extend_from_slice(&answer_of(i)),
                 Req::Later => {
-                    let seq = a.defer(&out, false, Persist::KeepAlive, PendingKind::Redirect);
+                    let seq = a.defer(&out, false, Persist::KeepAlive, PendingKind::Redirect(None));
                     deferred.push((i, seq));
                 }
             }
@@ -217,7 +218,7 @@ mod tests {
     fn a_stale_answer_changes_nothing() {
         let mut out = b"abc".to_vec();
         let mut a = Answers::new();
-        let seq = a.defer(&out, false, Persist::KeepAlive, PendingKind::Redirect);
+        let seq = a.defer(&out, false, Persist::KeepAlive, PendingKind::Redirect(None));
         assert!(a.fill(&mut out, seq.wrapping_add(5), b"zz").is_none());
         assert_eq!(out, b"abc");
         assert!(a.fill(&mut out, seq, b"zz").is_some());

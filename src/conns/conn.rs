@@ -102,6 +102,9 @@ pub struct Conn {
     /// received (µs on the core's clock; 0: none) and how many requests it holds.
     pub batch_started_us: u64,
     pub batch_requests: u32,
+    /// The TCP peer's address (IPv6, or IPv4-mapped), read at accept when click analytics
+    /// needs it; zero otherwise.
+    pub peer: [u8; 16],
 }
 
 impl Conn {
@@ -122,6 +125,7 @@ impl Conn {
             held: false,
             batch_started_us: 0,
             batch_requests: 0,
+            peer: [0; 16],
         }
     }
 

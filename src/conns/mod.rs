@@ -101,6 +101,9 @@ pub struct Conns {
     /// Finds the end of a request head (`\r\n\r\n`) for `prefetch_batch`; built once, since
     /// `memmem::find` builds a searcher on every call (~5% of a pipelined batch's CPU).
     head_end: memchr::memmem::Finder<'static>,
+    /// Click counting (`analytics::combiner`), unless `--analytics off`.
+    pub clicks: Option<crate::analytics::combiner::Combiner>,
+    client_ip: crate::analytics::ClientIp,
 }
 
 impl Conns {
@@ -134,7 +137,32 @@ impl Conns {
             next_accept_report_ms: 0,
             scratch: Vec::with_capacity(4096),
             head_end: memchr::memmem::Finder::new(b"\r\n\r\n"),
+            clicks: None,
+            client_ip: crate::analytics::ClientIp::Peer,
         }
+    }
+
+    /// A link is deleted or its stats reset: hand off this core's clicks so far; the number
+    /// of the last click message that may hold the old link's (`Combiner::cut`).
+    pub fn cut_clicks(&mut self) -> u64 {
+        self.clicks.as_mut().map_or(0, |k| k.cut(0))
+    }
+
+    /// The core stops: its last clicks go to the aggregator.
+    pub fn close_clicks(&mut self) {
+        if let Some(k) = &mut self.clicks {
+            k.close();
+        }
+    }
+
+    /// Counts clicks with `combiner`, taking client addresses as `client_ip` says.
+    pub fn set_clicks(
+        &mut self,
+        combiner: crate::analytics::combiner::Combiner,
+        client_ip: crate::analytics::ClientIp,
+    ) {
+        self.clicks = Some(combiner);
+        self.client_ip = client_ip;
     }
 
     /// Whether the mesh outbox is congested; when it no longer is, held input is parsed.
@@ -219,6 +247,10 @@ impl Conns {
         c.dirty = false;
         c.held = false;
         c.continue_sent = false;
+        c.peer = match &self.clicks {
+            Some(k) if k.full() => peer_address(fd),
+            _ => [0; 16],
+        };
         // A new connection must send a request within the header timeout.
         c.deadline_ms = now_ms + self.timeouts.header_ms;
         self.live += 1;
@@ -510,6 +542,16 @@ impl Conns {
     /// Closes connections past their deadline (half-open, slow headers, idle keep-alive,
     /// a send that makes no progress, lingering).
     pub fn sweep(&mut self, now_ms: u64) {
+        if let Some(k) = &mut self.clicks {
+            k.sweep(now_ms);
+            if let Some(st) = &self.shared.clicks {
+                let c = &st.per_core[self.me];
+                c.clicks
+                    .store(k.tally.clicks, std::sync::atomic::Ordering::Relaxed);
+                c.dropped
+                    .store(k.tally.dropped, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
         for slot in 0..self.slots.len() as u32 {
             let c = &self.slots[slot as usize];
             let due = c.is_live() && c.deadline_ms != 0 && now_ms >= c.deadline_ms;
@@ -549,4 +591,42 @@ fn close_sqe(fd: RawFd) -> squeue::Entry {
     opcode::Close::new(types::Fd(fd))
         .build()
         .user_data(Token::new(Op::Close, 0, 0).encode())
+}
+
+/// The peer address of socket `fd` as 16 bytes (IPv4 mapped into IPv6); zero if unknown.
+/// One `getpeername` per accepted connection when analytics counts visitors (a non-blocking
+/// syscall, not one per request).
+fn peer_address(fd: RawFd) -> [u8; 16] {
+    // SAFETY: a zeroed sockaddr_storage is a valid buffer; getpeername writes at most `len`
+    // bytes into it and sets `len`.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: `fd` is the socket just accepted; the pointers are to `ss` and `len` above.
+    let rc = unsafe {
+        libc::getpeername(
+            fd,
+            (&mut ss as *mut libc::sockaddr_storage).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return [0; 16];
+    }
+    match i32::from(ss.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let a: &libc::sockaddr_in = unsafe { &*(&ss as *const libc::sockaddr_storage).cast() };
+            let mut out = [0u8; 16];
+            out[10] = 0xff;
+            out[11] = 0xff;
+            out[12..].copy_from_slice(&a.sin_addr.s_addr.to_ne_bytes());
+            out
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let a: &libc::sockaddr_in6 = unsafe { &*(&ss as *const libc::sockaddr_storage).cast() };
+            a.sin6_addr.s6_addr
+        }
+        _ => [0; 16],
+    }
 }

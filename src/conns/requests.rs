@@ -3,6 +3,7 @@
 //! owner (a forwarded lookup, an API request), and fill deferred answers when owners reply.
 
 use super::{Conns, PendingKind, Recv, MAX_INBUF_BYTES};
+use crate::analytics::combiner::ClickCtx;
 use crate::client::{ApiClient, ApiOp, API_PREFIX};
 use crate::clock::Clock;
 use crate::http::encode::{self, Conn as Persist};
@@ -406,44 +407,63 @@ impl Conns {
         if !get_or_head {
             return encode::encode_method_not_allowed(&mut c.out, "GET, HEAD", head, persist, date);
         }
-        self.lookup(slot, key, head, persist, env);
+        // HEAD is never a click (RFC 9110: a HEAD is no visit); a GET's context is taken now,
+        // while its header fields are at hand, and counted only if it is answered with a
+        // redirect.
+        let ctx = match &mut self.clicks {
+            Some(k) if !head => {
+                let ip = crate::analytics::client_ip(self.client_ip, c.peer, req.forwarded_for);
+                let referrer = req
+                    .referer
+                    .and_then(crate::analytics::classify::referrer_host);
+                let clock = env.clock;
+                Some(k.context(ip, req.user_agent, referrer, clock.now_s, clock.now_ms))
+            }
+            _ => None,
+        };
+        self.lookup(slot, key, head, persist, ctx, env);
     }
 
     /// The redirect fast path: a local table hit, or an LRU hit for a foreign key, answer at
     /// once; anything else foreign goes to its owner.
     #[inline]
-    fn lookup(&mut self, slot: u32, key: &[u8], head: bool, persist: Persist, env: &mut Env) {
-        let (now_s, date) = (env.clock.now_s, &env.clock.date);
+    fn lookup(
+        &mut self,
+        slot: u32,
+        key: &[u8],
+        head: bool,
+        persist: Persist,
+        ctx: Option<ClickCtx>,
+        env: &mut Env,
+    ) {
+        let clock = env.clock;
+        let now_s = clock.now_s;
         let owner = self.router.owner(key);
         let c = &mut self.slots[slot as usize];
+        let mut counted = Counted {
+            tally: &mut self.tally,
+            clicks: &mut self.clicks,
+        };
         if owner.core == self.me {
             let answer = env.owner.local_answer(owner.shard, key, now_s);
             // The owner's current tables are always readable here.
-            match answer.as_ref().and_then(|a| a.readable(&self.view)) {
-                Some((status, target)) => {
-                    self.tally.redirects += 1;
-                    encode::encode_redirect(&mut c.out, status, target, persist, date)
-                }
-                None => {
-                    debug_assert!(answer.is_none(), "a current table was retired");
-                    self.tally.not_found += 1;
-                    encode::encode_not_found(&mut c.out, head, persist, date)
-                }
-            }
-            return;
+            let found = answer.as_ref().and_then(|a| a.readable(&self.view));
+            debug_assert!(
+                found.is_some() || answer.is_none(),
+                "a current table was retired"
+            );
+            return counted.answer(&mut c.out, found, key, head, ctx, persist, clock);
         }
         if let Some(a) = self.lru.get(key) {
             match a.target.resolve(&self.view) {
                 Some(target) if !a.expired(now_s) => {
-                    self.tally.lru_hits += 1;
-                    self.tally.redirects += 1;
-                    encode::encode_redirect(&mut c.out, a.status, target, persist, date);
-                    return;
+                    counted.tally.lru_hits += 1;
+                    let found = Some((a.status, target));
+                    return counted.answer(&mut c.out, found, key, head, ctx, persist, clock);
                 }
                 Some(_) => {
                     self.lru.remove(key);
-                    self.tally.not_found += 1;
-                    return encode::encode_not_found(&mut c.out, head, persist, date);
+                    return counted.answer(&mut c.out, None, key, head, ctx, persist, clock);
                 }
                 // Its table was replaced since: ask the owner again.
                 None => drop(self.lru.remove(key)),
@@ -452,7 +472,7 @@ impl Conns {
         self.tally.forwarded += 1;
         let seq = c
             .answers
-            .defer(&c.out, head, persist, PendingKind::Redirect);
+            .defer(&c.out, head, persist, PendingKind::Redirect(ctx));
         let reply = ReplyTo {
             core: self.me as u16,
             slot,
@@ -486,19 +506,27 @@ impl Conns {
             return;
         };
         let (head, persist) = (p.head, p.persist);
+        let ctx = match p.kind {
+            PendingKind::Redirect(ctx) => ctx,
+            PendingKind::Api(_) => None,
+        };
         self.scratch.clear();
         // Answers come in FIFO before any retirement of their table, so they resolve.
         let live = answer.as_ref().filter(|a| !a.expired(clock.now_s));
-        match live.and_then(|a| a.readable(&self.view)) {
-            Some((status, target)) => {
-                self.tally.redirects += 1;
-                encode::encode_redirect(&mut self.scratch, status, target, persist, &clock.date)
-            }
-            _ => {
-                self.tally.not_found += 1;
-                encode::encode_not_found(&mut self.scratch, head, persist, &clock.date)
-            }
-        }
+        let found = live.and_then(|a| a.readable(&self.view));
+        let mut counted = Counted {
+            tally: &mut self.tally,
+            clicks: &mut self.clicks,
+        };
+        counted.answer(
+            &mut self.scratch,
+            found,
+            key.as_bytes(),
+            head,
+            ctx,
+            persist,
+            clock,
+        );
         let scratch = std::mem::take(&mut self.scratch);
         self.fill_answer(reply.slot, reply.seq, &scratch);
         self.scratch = scratch;
@@ -524,7 +552,8 @@ impl Conns {
             return;
         };
         let persist = p.persist;
-        let PendingKind::Api(mut op) = std::mem::replace(&mut p.kind, PendingKind::Redirect) else {
+        let PendingKind::Api(mut op) = std::mem::replace(&mut p.kind, PendingKind::Redirect(None))
+        else {
             debug_assert!(false, "an API answer for a redirect");
             return;
         };
@@ -548,7 +577,8 @@ impl Conns {
                 tries,
             } => Resume::Create(req.clone(), *created_at_s, *tries),
             ApiOp::List(walk) => Resume::List(walk.shard, walk.wanted()),
-            _ => unreachable!("only creates and lists continue"),
+            ApiOp::Stats(q) => Resume::Stats(q.clone()),
+            _ => unreachable!("only creates, lists and stats continue"),
         };
         if let Some(p) = self.slots[reply.slot as usize].answers.get_mut(reply.seq) {
             p.kind = PendingKind::Api(op);
@@ -558,7 +588,59 @@ impl Conns {
                 api.creates.start(reply, req, created, tries, None, mesh)
             }
             Resume::List(shard, limit) => api.list_shard(reply, shard, None, limit, mesh),
+            Resume::Stats(q) => {
+                if let Err(p) = api.query_stats(reply, *q) {
+                    let mut scratch = std::mem::take(&mut self.scratch);
+                    scratch.clear();
+                    crate::client::encode_problem(
+                        &mut scratch,
+                        &p,
+                        &[],
+                        false,
+                        persist,
+                        &clock.date,
+                    );
+                    self.fill_answer(reply.slot, reply.seq, &scratch);
+                    self.scratch = scratch;
+                }
+            }
         }
+    }
+
+    /// A link's stats, from its owner's aggregator: the answer to the deferred request.
+    pub fn on_stats_answer(
+        &mut self,
+        reply: ReplyTo,
+        body: &[u8],
+        api: &mut ApiClient,
+        clock: &Clock,
+    ) {
+        api.stats_done();
+        let Some(c) = self.slots.get_mut(reply.slot as usize) else {
+            return;
+        };
+        if !c.is_live() || c.gen != reply.gen {
+            return;
+        }
+        let Some(p) = c.answers.get(reply.seq) else {
+            return;
+        };
+        let persist = p.persist;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let ct = Some("application/json");
+        encode::encode_response(
+            &mut scratch,
+            Status::Ok,
+            &[],
+            ct,
+            body,
+            false,
+            persist,
+            &clock.date,
+        );
+        self.fill_answer(reply.slot, reply.seq, &scratch);
+        self.scratch = scratch;
     }
 
     /// Writes the answer of deferred request `seq` at its place in the connection's batch;
@@ -586,8 +668,50 @@ impl Conns {
     }
 }
 
+/// The one place a lookup's answer is encoded and counted, whichever path found it (the
+/// owner's memtable or tables, the LRU, a forward): a redirect, or a 404.
+struct Counted<'a> {
+    tally: &'a mut crate::metrics::Tally,
+    clicks: &'a mut Option<crate::analytics::combiner::Combiner>,
+}
+
+impl Counted<'_> {
+    /// Encodes the answer (`found`: status and target) into `out`, and counts it: a redirect
+    /// to a GET is a click on `key` (`ctx` is `None` for HEAD), a 404 to a GET a miss.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn answer(
+        &mut self,
+        out: &mut Vec<u8>,
+        found: Option<(shards::link::RedirectStatus, &[u8])>,
+        key: &[u8],
+        head: bool,
+        ctx: Option<ClickCtx>,
+        persist: Persist,
+        clock: &Clock,
+    ) {
+        match found {
+            Some((status, target)) => {
+                self.tally.redirects += 1;
+                encode::encode_redirect(out, status, target, persist, &clock.date);
+                if let (Some(k), Some(ctx)) = (self.clicks.as_mut(), ctx.as_ref()) {
+                    k.record(key, ctx, clock.now_s, clock.now_ms);
+                }
+            }
+            None => {
+                self.tally.not_found += 1;
+                encode::encode_not_found(out, head, persist, &clock.date);
+                if let (Some(k), false) = (self.clicks.as_mut(), head) {
+                    k.not_found(clock.now_s, clock.now_ms);
+                }
+            }
+        }
+    }
+}
+
 /// What a deferred API request that is not answered yet does next.
 enum Resume {
     Create(Box<crate::api::request::CreateRequest>, u64, u8),
     List(u32, u32),
+    Stats(Box<crate::analytics::stats::StatsQuery>),
 }

@@ -135,6 +135,11 @@ pub struct Request<'b> {
     /// The `Content-Type` field value, if present (the last one if repeated; the API rejects
     /// types it does not accept, so repetition is not a framing or auth ambiguity).
     pub content_type: Option<&'b [u8]>,
+    /// `User-Agent`, `Referer` and the last `X-Forwarded-For` field, for click analytics
+    /// (the last one if repeated; nothing but counting depends on them).
+    pub user_agent: Option<&'b [u8]>,
+    pub referer: Option<&'b [u8]>,
+    pub forwarded_for: Option<&'b [u8]>,
 }
 
 /// Why a request is malformed (all answered 400 Bad Request).
@@ -340,6 +345,9 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request<'_>>, ParseError> {
         x_api_key: fields.x_api_key,
         idempotency_key: fields.idempotency_key,
         content_type: fields.content_type,
+        user_agent: fields.user_agent,
+        referer: fields.referer,
+        forwarded_for: fields.forwarded_for,
         expect: fields.expect,
     }))
 }
@@ -511,6 +519,9 @@ struct Fields<'b> {
     x_api_key: Option<&'b [u8]>,
     idempotency_key: Option<&'b [u8]>,
     content_type: Option<&'b [u8]>,
+    user_agent: Option<&'b [u8]>,
+    referer: Option<&'b [u8]>,
+    forwarded_for: Option<&'b [u8]>,
     expect: Expect,
 }
 
@@ -540,6 +551,9 @@ fn scan_fields<'b>(headers: &[httparse::Header<'b>]) -> Result<Fields<'b>, Parse
                     }
                 }
             }
+            10 if name.eq_ignore_ascii_case(b"user-agent") => f.user_agent = Some(value),
+            7 if name.eq_ignore_ascii_case(b"referer") => f.referer = Some(value),
+            15 if name.eq_ignore_ascii_case(b"x-forwarded-for") => f.forwarded_for = Some(value),
             12 if name.eq_ignore_ascii_case(b"content-type") => f.content_type = Some(value),
             6 if name.eq_ignore_ascii_case(b"expect") => {
                 f.expect = if value.trim_ascii().eq_ignore_ascii_case(b"100-continue") {

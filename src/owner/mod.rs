@@ -13,6 +13,7 @@
 pub mod compaction;
 pub mod fold;
 pub mod listing;
+mod purge;
 pub mod store;
 mod write_path;
 pub mod writes;
@@ -49,7 +50,12 @@ pub struct Owner {
     /// log (their previous home) is deleted.
     relog_seq: u64,
     /// PATCH/DELETE answers waiting for every other core's LRU invalidation ack.
-    invalidations: HashMap<u64, (usize, ReplyTo, WriteOutcome)>,
+    invalidations: HashMap<u64, purge::Invalidation>,
+    /// Click analytics: this core's aggregator, the deletes waiting for their stats purge, and
+    /// purges its full queue could not take yet (`purge.rs`).
+    clicks: Option<crossbeam::channel::Sender<crate::analytics::Control>>,
+    purging: HashMap<u64, (ReplyTo, WriteOutcome)>,
+    unsent_purges: std::collections::VecDeque<crate::analytics::Control>,
     next_token: u64,
     /// Rung by the compaction thread when its fold is done.
     doorbells: Arc<Doorbells>,
@@ -80,6 +86,9 @@ impl Owner {
             retiring: HashMap::new(),
             relog_seq: 0,
             invalidations: HashMap::new(),
+            clicks: None,
+            purging: HashMap::new(),
+            unsent_purges: Default::default(),
             next_token: 0,
             doorbells,
             counts: Default::default(),

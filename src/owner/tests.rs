@@ -133,9 +133,13 @@ impl Rig {
                     MeshMsg::Api(ApiMsg::Write { reply, req }) => {
                         self.owner.on_write(reply, req, 100, &mut self.mesh)
                     }
-                    MeshMsg::Cache(CacheMsg::InvalidateAck { token }) => {
-                        self.owner.on_invalidate_ack(token, &mut self.mesh)
-                    }
+                    MeshMsg::Cache(CacheMsg::InvalidateAck {
+                        token,
+                        from,
+                        clicks_seq,
+                    }) => self
+                        .owner
+                        .on_invalidate_ack(token, from, clicks_seq, &mut self.mesh),
                     other => panic!("the owner got {other:?}"),
                 }
             }
@@ -144,7 +148,12 @@ impl Rig {
                 match m {
                     MeshMsg::Cache(CacheMsg::Invalidate { token, key, .. }) => {
                         self.invalidated.push(key);
-                        self.asker.send(OWNER, CacheMsg::InvalidateAck { token });
+                        let ack = CacheMsg::InvalidateAck {
+                            token,
+                            from: 1,
+                            clicks_seq: 0,
+                        };
+                        self.asker.send(OWNER, ack);
                     }
                     MeshMsg::Api(ApiMsg::WriteDone { reply, outcome }) => {
                         self.check(reply.seq, outcome)

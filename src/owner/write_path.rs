@@ -8,7 +8,7 @@ use super::writes::{Durable, MemEntry, Then, MAX_HELD_WRITES, MAX_QUEUED_WRITES_
 use super::Owner;
 use crate::api::request::ExpiryUpdate;
 use crate::key::InlineKey;
-use crate::mesh::{ApiMsg, CacheMsg, LinkInfo, Mesh, ReplyTo, WriteOutcome, WriteReq};
+use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReplyTo, WriteOutcome, WriteReq};
 use shards::log::{Batch, LinkFields, LogOpRef};
 use std::io;
 use std::os::fd::RawFd;
@@ -43,6 +43,14 @@ impl Owner {
                     (None, _) => WriteOutcome::NotFound,
                 };
                 return done(mesh, outcome);
+            }
+            WriteReq::ResetStats { .. } => {
+                if self.link_info(shard, &key, now_s).is_none() {
+                    return done(mesh, WriteOutcome::NotFound);
+                }
+                // Nothing to log: the stats live with the aggregator, which makes the purge
+                // durable before the 204.
+                return self.broadcast_invalidate(key, reply, WriteOutcome::Deleted, true, mesh);
             }
             _ => {}
         }
@@ -138,7 +146,9 @@ impl Owner {
                 });
                 return;
             }
-            WriteReq::Get { .. } | WriteReq::Replay { .. } => unreachable!("handled above"),
+            WriteReq::Get { .. } | WriteReq::Replay { .. } | WriteReq::ResetStats { .. } => {
+                unreachable!("handled above")
+            }
         };
         let link = LinkFields {
             key: key.as_str(),
@@ -195,10 +205,11 @@ impl Owner {
                 invalidate,
             } = d.then;
             match invalidate {
-                Some(key) if self.router.cores() > 1 => {
-                    self.broadcast_invalidate(key, reply, outcome, mesh)
+                Some(key) => {
+                    let purge = matches!(outcome, WriteOutcome::Deleted);
+                    self.broadcast_invalidate(key, reply, outcome, purge, mesh)
                 }
-                _ => mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome }),
+                None => mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome }),
             }
         }
         for key in freed {
@@ -275,35 +286,6 @@ impl Owner {
                 self.me,
                 io::Error::last_os_error()
             );
-        }
-    }
-
-    /// Holds a PATCH/DELETE answer until every other core dropped `key` from its LRU.
-    fn broadcast_invalidate(
-        &mut self,
-        key: InlineKey,
-        reply: ReplyTo,
-        outcome: WriteOutcome,
-        mesh: &mut Mesh,
-    ) {
-        let token = self.token();
-        let peers = self.router.cores() - 1;
-        self.invalidations.insert(token, (peers, reply, outcome));
-        let from = self.me as u16;
-        for core in (0..self.router.cores()).filter(|&c| c != self.me) {
-            mesh.send(core, CacheMsg::Invalidate { from, token, key });
-        }
-    }
-
-    /// A core dropped the key of invalidation `token`; the last ack releases the answer.
-    pub fn on_invalidate_ack(&mut self, token: u64, mesh: &mut Mesh) {
-        let Some(entry) = self.invalidations.get_mut(&token) else {
-            return;
-        };
-        entry.0 -= 1;
-        if entry.0 == 0 {
-            let (_, reply, outcome) = self.invalidations.remove(&token).expect("present");
-            mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
         }
     }
 
