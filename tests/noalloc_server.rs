@@ -1,7 +1,10 @@
 //! The redirect path of a real `ricochet serve --cores 2` makes no heap allocation once warm:
 //! local hits, foreign keys (forwarded, then LRU hits), 404s, HEAD and pipelined batches,
 //! counted by the binary's counting allocator and read back from `/metrics`. One link in ten
-//! has a non-ASCII target, sent percent-encoded (`http::encode::put_location`).
+//! has a non-ASCII target, sent percent-encoded (`http::encode::put_location`). Click
+//! analytics is on in `full` mode (the default) throughout; the second test sends a
+//! `User-Agent`, `Referer` and `X-Forwarded-For` on every request, with
+//! `--client-ip x-forwarded-for`, so every click is classified and hashed.
 
 mod common;
 
@@ -34,14 +37,33 @@ fn sent_as(url: &str) -> String {
         .collect()
 }
 
-fn round(conns: &mut [Reader], links: &[Link], pipelined: bool) {
+/// A GET of `key`, with click headers when `fields` (varied by `n`: 40 user agents, 300
+/// referrer hosts, a new client address for every request).
+fn get_with(key: &str, fields: bool, n: usize) -> Vec<u8> {
+    if !fields {
+        return get(key);
+    }
+    format!(
+        "GET /{key} HTTP/1.1\r\nHost: t\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64) Gecko/20100101 Firefox/{}.0\r\nReferer: https://www.site{}.example/page/{n}?q=secret\r\nX-Forwarded-For: 198.51.100.7, 10.{}.{}.{}\r\n\r\n",
+        80 + n % 40,
+        n % 300,
+        (n >> 16) & 255,
+        (n >> 8) & 255,
+        n & 255
+    )
+    .into_bytes()
+}
+
+fn round(conns: &mut [Reader], links: &[Link], pipelined: bool, fields: bool) {
+    let mut n = 0;
     for (i, r) in conns.iter_mut().enumerate() {
         let chunk: Vec<&Link> = links.iter().skip(i).step_by(7).take(64).collect();
         if pipelined {
             for batch in chunk.chunks(16) {
                 let mut bytes = Vec::new();
                 for l in batch {
-                    bytes.extend_from_slice(&get(&l.key));
+                    n += 1;
+                    bytes.extend_from_slice(&get_with(&l.key, fields, n));
                 }
                 bytes.extend_from_slice(b"GET /no-such-key-here HTTP/1.1\r\nHost: t\r\n\r\n");
                 r.send(&bytes);
@@ -55,7 +77,8 @@ fn round(conns: &mut [Reader], links: &[Link], pipelined: bool) {
             for l in chunk {
                 r.send(format!("HEAD /{} HTTP/1.1\r\nHost: t\r\n\r\n", l.key).as_bytes());
                 assert_eq!(r.read_response(true).status, l.status);
-                r.send(&get(&l.key));
+                n += 1;
+                r.send(&get_with(&l.key, fields, n));
                 assert_eq!(
                     r.read_response(false).header("location"),
                     Some(sent_as(&l.url).as_str())
@@ -67,6 +90,18 @@ fn round(conns: &mut [Reader], links: &[Link], pipelined: bool) {
 
 #[test]
 fn redirect_path_allocates_nothing_once_warm() {
+    run(false, &[]);
+}
+
+#[test]
+fn counting_classified_clicks_allocates_nothing_on_the_cores() {
+    run(
+        true,
+        &["--analytics", "full", "--client-ip", "x-forwarded-for"],
+    );
+}
+
+fn run(fields: bool, flags: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let mut links = dataset(3000, 11);
@@ -74,22 +109,22 @@ fn redirect_path_allocates_nothing_once_warm() {
         l.url = format!("https://bücher.example/straße/{i}?q=ü");
     }
     import(&dir, &links);
-    let server = Server::start(&dir, &[]);
+    let server = Server::start(&dir, flags);
     let mut conns: Vec<Reader> = (0..16).map(|_| Reader::new(server.connect())).collect();
     // One long-lived connection reads /metrics, so reading costs the same every time.
     let mut metrics = Reader::new(server.connect());
     core_allocs(&mut metrics);
     // Warm up: pools, per-connection pending lists, LRU entries for foreign keys.
     for _ in 0..2 {
-        round(&mut conns, &links, false);
-        round(&mut conns, &links, true);
+        round(&mut conns, &links, false, fields);
+        round(&mut conns, &links, true, fields);
     }
     let a1: u64 = core_allocs(&mut metrics).iter().sum();
     let a2: u64 = core_allocs(&mut metrics).iter().sum();
     let per_metrics_request = a2 - a1;
     for _ in 0..3 {
-        round(&mut conns, &links, false);
-        round(&mut conns, &links, true);
+        round(&mut conns, &links, false, fields);
+        round(&mut conns, &links, true, fields);
     }
     let a3: u64 = core_allocs(&mut metrics).iter().sum();
     let under_load = a3 - a2;

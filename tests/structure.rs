@@ -19,6 +19,7 @@ const REDIRECT_PATH: &[&str] = &[
     "src/owner/mod.rs",
     "src/owner/store.rs",
     "src/http",
+    "src/analytics/combiner.rs",
     "shards/src/table/reader.rs",
     "shards/src/placement.rs",
 ];

@@ -165,18 +165,6 @@ pub fn referrer_value(raw: Option<&[u8]>) -> String {
     raw.map_or_else(|| DIRECT_REFERRER.to_string(), normalize_referrer)
 }
 
-/// The host part of a `Referer` field value, found on the core without allocating: what
-/// follows `scheme://` up to the path, query or fragment. `None` for a missing or relative
-/// referrer (counted as direct).
-#[inline]
-pub fn referrer_host(value: &[u8]) -> Option<&[u8]> {
-    let i = memchr::memmem::find(value, b"://")?;
-    let rest = &value[i + 3..];
-    let end = memchr::memchr3(b'/', b'?', b'#', rest).unwrap_or(rest.len());
-    let host = &rest[..end.min(MAX_FACET_VALUE_BYTES + 64)];
-    (!host.is_empty()).then_some(host)
-}
-
 /// The per-aggregator cache of classified strings.
 #[derive(Default)]
 pub struct StringCache {
@@ -197,6 +185,7 @@ impl StringCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analytics::combiner::referrer_host;
 
     #[test]
     fn referrers_are_normalised() {

@@ -14,6 +14,8 @@ pub mod combiner;
 pub mod salts;
 pub mod stats;
 
+pub use combiner::{client_ip, referrer_host};
+
 use crate::key::InlineKey;
 use crate::mesh::{Doorbells, ReplyTo};
 use crate::router::Router;
@@ -255,65 +257,4 @@ pub fn start(
         });
     }
     Ok(Some((per_core, Aggregators { handles })))
-}
-
-/// Longest `X-Forwarded-For` value looked at (the rightmost address is at its end).
-pub const MAX_FORWARDED_FOR_BYTES: usize = 1024;
-
-/// A click's client address: the TCP peer, or with [`ClientIp::XForwardedFor`] the rightmost
-/// address of `X-Forwarded-For` (the one the fleet's load balancer appended; the ones before
-/// it are whatever the client claimed), the peer when it has none that parses.
-#[inline]
-pub fn client_ip(mode: ClientIp, peer: [u8; 16], forwarded_for: Option<&[u8]>) -> [u8; 16] {
-    let Some(xff) = forwarded_for.filter(|_| mode == ClientIp::XForwardedFor) else {
-        return peer;
-    };
-    let xff = &xff[xff.len().saturating_sub(MAX_FORWARDED_FOR_BYTES)..];
-    let last = match memchr::memrchr(b',', xff) {
-        Some(i) => &xff[i + 1..],
-        None => xff,
-    };
-    // `core::net` parses text only (no sockets); it allocates nothing.
-    let parsed = std::str::from_utf8(last.trim_ascii())
-        .ok()
-        .and_then(|t| t.parse::<core::net::IpAddr>().ok());
-    match parsed {
-        Some(core::net::IpAddr::V4(a)) => a.to_ipv6_mapped().octets(),
-        Some(core::net::IpAddr::V6(a)) => a.octets(),
-        None => peer,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_rightmost_forwarded_address_is_the_client() {
-        let peer = [7; 16];
-        let x = ClientIp::XForwardedFor;
-        let v4 = |a: [u8; 4]| core::net::Ipv4Addr::from(a).to_ipv6_mapped().octets();
-        assert_eq!(
-            client_ip(x, peer, Some(b"1.1.1.1, 203.0.113.9")),
-            v4([203, 0, 113, 9])
-        );
-        assert_eq!(
-            client_ip(x, peer, Some(b"203.0.113.9")),
-            v4([203, 0, 113, 9])
-        );
-        assert_eq!(
-            client_ip(x, peer, Some(b"2001:db8::1")),
-            "2001:db8::1"
-                .parse::<core::net::Ipv6Addr>()
-                .unwrap()
-                .octets()
-        );
-        assert_eq!(client_ip(x, peer, Some(b"garbage")), peer);
-        assert_eq!(client_ip(x, peer, None), peer);
-        assert_eq!(
-            client_ip(ClientIp::Peer, peer, Some(b"203.0.113.9")),
-            peer,
-            "peer mode ignores the header"
-        );
-    }
 }

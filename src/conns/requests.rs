@@ -413,9 +413,7 @@ impl Conns {
         let ctx = match &mut self.clicks {
             Some(k) if !head => {
                 let ip = crate::analytics::client_ip(self.client_ip, c.peer, req.forwarded_for);
-                let referrer = req
-                    .referer
-                    .and_then(crate::analytics::classify::referrer_host);
+                let referrer = req.referer.and_then(crate::analytics::referrer_host);
                 let clock = env.clock;
                 Some(k.context(ip, req.user_agent, referrer, clock.now_s, clock.now_ms))
             }
