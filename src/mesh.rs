@@ -115,6 +115,11 @@ pub enum WriteReq {
     ResetStats {
         key: InlineKey,
     },
+    /// `GET /api/v1/urls/{key}/stats`: does the link exist (expired links too: their clicks
+    /// stay readable)?
+    StatsOf {
+        key: InlineKey,
+    },
     /// An idempotent create's replay: the link, if it is the one created at `created_at_s`
     /// (else `NotFound`: it was deleted, and the key may now be someone else's).
     Replay {
@@ -132,6 +137,7 @@ impl WriteReq {
             | WriteReq::Delete { key }
             | WriteReq::Get { key }
             | WriteReq::ResetStats { key }
+            | WriteReq::StatsOf { key }
             | WriteReq::Replay { key, .. } => *key,
         }
     }

@@ -25,7 +25,7 @@ pub struct UaClass {
 pub const NO_UA: UaClass = UaClass {
     browser: std::borrow::Cow::Borrowed("(none)"),
     os: std::borrow::Cow::Borrowed("(none)"),
-    device: "(none)",
+    device: "bot",
     bot: true,
 };
 

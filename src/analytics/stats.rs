@@ -129,6 +129,12 @@ pub fn format_day(d: Day) -> String {
     )
 }
 
+/// Unix milliseconds as RFC 3339 UTC with milliseconds (`2026-12-01T14:15:21.123Z`).
+pub fn rfc3339_ms(ms: u64) -> String {
+    let s = shards::timefmt::format_rfc3339_utc(ms / 1000);
+    format!("{}.{:03}Z", s.trim_end_matches('Z'), ms % 1000)
+}
+
 fn counted(bots: Bots, l: &LinkDay) -> u64 {
     match bots {
         Bots::Exclude => l.clicks - l.bot_clicks,
@@ -219,7 +225,7 @@ pub fn link_json(
         "browsers": facet(FacetKind::Browser),
         "os": facet(FacetKind::Os),
         "devices": facet(FacetKind::Device),
-        "complete_until": shards::timefmt::format_rfc3339_utc(complete_until_ms / 1000),
+        "complete_until": rfc3339_ms(complete_until_ms),
         "dropped_clicks": dropped,
     });
     serde_json::to_vec(&v).expect("stats serialize")

@@ -249,7 +249,7 @@ impl ApiClient {
                     Ok(q) => q,
                     Err(p) => return problem(out, p),
                 };
-                (ApiOp::Stats(Box::new(q)), WriteReq::Get { key: ikey })
+                (ApiOp::Stats(Box::new(q)), WriteReq::StatsOf { key: ikey })
             };
             let reply = defer(out, op);
             let owner = self.router.owner(key).core;

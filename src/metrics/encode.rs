@@ -237,6 +237,9 @@ impl Collector for ServerCollector {
         if let Some(f) = &shared.fleet {
             encode_fleet(&mut enc, &f.snapshot())?;
         }
+        if let Some(c) = &shared.clicks {
+            encode_clicks(&mut enc, c)?;
+        }
         encode_process(&mut enc)
     }
 }
@@ -321,6 +324,80 @@ impl ServerCollector {
         }
         Ok(())
     }
+}
+
+type ClickGet = fn(&crate::analytics::AggCounters) -> &AtomicU64;
+
+/// Click analytics series, label `core` only.
+const CLICK_SERIES: &[(&str, &str, MetricType, ClickGet)] = &[
+    (
+        "ricochet_clicks",
+        "Clicks counted on the core (GETs answered with a redirect)",
+        MetricType::Counter,
+        |c| &c.clicks,
+    ),
+    (
+        "ricochet_clicks_dropped",
+        "Clicks not counted: no clean batch was free on the core",
+        MetricType::Counter,
+        |c| &c.dropped,
+    ),
+    (
+        "ricochet_click_batches",
+        "Click batches the core's aggregator classified",
+        MetricType::Counter,
+        |c| &c.batches,
+    ),
+    (
+        "ricochet_click_records",
+        "Link-day deltas merged by the owner's aggregator",
+        MetricType::Counter,
+        |c| &c.records,
+    ),
+    (
+        "ricochet_clicks_merged",
+        "Clicks merged into the owner's per-link-day stats",
+        MetricType::Counter,
+        |c| &c.merged_clicks,
+    ),
+    (
+        "ricochet_clicks_purged_late",
+        "Clicks of deleted links that arrived after the delete and were dropped",
+        MetricType::Counter,
+        |c| &c.filtered,
+    ),
+    (
+        "ricochet_click_log_syncs",
+        "Click log group commits (write + fdatasync)",
+        MetricType::Counter,
+        |c| &c.syncs,
+    ),
+    (
+        "ricochet_click_log_sync_failures",
+        "Click log writes or fdatasyncs that failed (redirects are unaffected)",
+        MetricType::Counter,
+        |c| &c.sync_failures,
+    ),
+    (
+        "ricochet_click_aggregator_lag_milliseconds",
+        "Hand-off to classification of the last click batch",
+        MetricType::Gauge,
+        |c| &c.lag_ms,
+    ),
+];
+
+fn encode_clicks(enc: &mut DescriptorEncoder, c: &crate::analytics::ClickStats) -> fmt::Result {
+    for &(name, help, kind, get) in CLICK_SERIES {
+        let mut m = enc.encode_descriptor(name, help, None, kind)?;
+        for (i, core) in c.per_core.iter().enumerate() {
+            value(
+                m.encode_family(&[("core", i)])?,
+                kind,
+                get(core).load(Ordering::Relaxed),
+            )?;
+        }
+    }
+    Ok(())
 }
 
 fn value(mut m: MetricEncoder<'_>, kind: MetricType, v: u64) -> fmt::Result {

@@ -44,8 +44,16 @@ impl Owner {
                 };
                 return done(mesh, outcome);
             }
+            WriteReq::StatsOf { .. } => {
+                // Expired links keep their stats: judged as if at time 0.
+                let outcome = match self.link_info(shard, &key, 0) {
+                    Some(i) => WriteOutcome::Found(i),
+                    None => WriteOutcome::NotFound,
+                };
+                return done(mesh, outcome);
+            }
             WriteReq::ResetStats { .. } => {
-                if self.link_info(shard, &key, now_s).is_none() {
+                if self.link_info(shard, &key, 0).is_none() {
                     return done(mesh, WriteOutcome::NotFound);
                 }
                 // Nothing to log: the stats live with the aggregator, which makes the purge
@@ -146,7 +154,10 @@ impl Owner {
                 });
                 return;
             }
-            WriteReq::Get { .. } | WriteReq::Replay { .. } | WriteReq::ResetStats { .. } => {
+            WriteReq::Get { .. }
+            | WriteReq::Replay { .. }
+            | WriteReq::ResetStats { .. }
+            | WriteReq::StatsOf { .. } => {
                 unreachable!("handled above")
             }
         };

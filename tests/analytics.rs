@@ -1,0 +1,667 @@
+//! Click analytics against real `ricochet serve` processes: every redirect path counts each
+//! click once (2 and 3 cores), HEAD, 404s, expired links and API calls count nothing, bots are
+//! flagged, unique visitors follow `--client-ip`, deletes purge, the stats API refuses bad
+//! input, SIGTERM loses no click and kill -9 loses at most the documented window, and nothing
+//! private reaches the disk.
+
+mod common;
+
+use common::api::{data_dir, start, Client, NO_RATE_LIMIT};
+use common::Server;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant, SystemTime};
+
+const CHROME: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";
+const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0";
+
+fn flags<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v: Vec<&str> = NO_RATE_LIMIT.to_vec();
+    v.extend_from_slice(extra);
+    v
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+fn parse_ms(rfc3339: &str) -> u64 {
+    // 2026-12-01T14:15:21.123Z
+    let (secs, frac) = rfc3339.trim_end_matches('Z').split_once('.').unwrap();
+    let s = shards::timefmt::parse_rfc3339_s(&format!("{secs}Z")).unwrap();
+    s * 1000 + frac.parse::<u64>().unwrap()
+}
+
+/// The stats of `key`, once every click answered before now is included
+/// (`complete_until`), without sleeping longer than that takes.
+fn settled(c: &mut Client, key: &str, query: &str) -> Value {
+    let since = unix_ms();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = c
+            .send(
+                "GET",
+                &format!("/api/v1/urls/{key}/stats?{query}"),
+                true,
+                &[],
+                b"",
+            )
+            .unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        if parse_ms(v["complete_until"].as_str().unwrap()) >= since {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "complete_until never passed {since}: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn click(c: &mut Client, key: &str, headers: &[(&str, &str)]) -> u16 {
+    c.send("GET", &format!("/{key}"), false, headers, b"")
+        .unwrap()
+        .status
+}
+
+fn facet(v: &Value, name: &str, value: &str) -> u64 {
+    v[name]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["value"] == json!(value))
+        .map_or(0, |r| r["clicks"].as_u64().unwrap())
+}
+
+fn metric_sum(c: &mut Client, name: &str) -> u64 {
+    let r = c.send("GET", "/metrics", false, &[], b"").unwrap();
+    r.text()
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+fn counts_every_path_once(cores: &str) {
+    let (_t, dir) = data_dir();
+    let mut extra = vec!["--cores", cores];
+    if cores != "2" {
+        extra.push("--test-oversubscribe");
+    }
+    let s = start(&dir, &flags(&extra));
+    let mut admin = Client::new(&s);
+    let keys: Vec<String> = (0..12)
+        .map(|i| admin.create_ok(&format!("https://example.com/{i}"), Some(&format!("k{i}"))))
+        .collect();
+    // Many connections, so every core answers some: local hits, forwards, then LRU hits.
+    let per_conn = 5;
+    let conns = 10;
+    let handles: Vec<_> = (0..conns)
+        .map(|_| {
+            let (addr, keys) = (s.addr, keys.clone());
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr).unwrap();
+                for _ in 0..per_conn {
+                    for k in &keys {
+                        assert_eq!(click(&mut c, k, &[("User-Agent", CHROME)]), 302);
+                        // Not clicks: HEAD, a 404, an API read.
+                        let r = c.send("HEAD", &format!("/{k}"), false, &[], b"").unwrap();
+                        assert_eq!(r.status, 302);
+                        assert_eq!(click(&mut c, &format!("{k}-none"), &[]), 404);
+                        assert_eq!(c.get_link(k).status, 200);
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert!(
+        metric_sum(&mut admin, "ricochet_forwarded_total") > 0,
+        "some lookups were forwarded"
+    );
+    assert!(
+        metric_sum(&mut admin, "ricochet_lru_hits_total") > 0,
+        "some were LRU hits"
+    );
+    let n = (per_conn * conns) as u64;
+    for k in &keys {
+        let v = settled(&mut admin, k, "bots=include");
+        assert_eq!(
+            v["summary"]["clicks"],
+            json!(n),
+            "{k} on {cores} cores: {v}"
+        );
+        assert_eq!(v["summary"]["bot_clicks"], json!(0), "{v}");
+        assert_eq!(v["dropped_clicks"], json!(0), "{v}");
+        let days = v["days"].as_array().unwrap();
+        assert_eq!(
+            days.len(),
+            30,
+            "the default range is the last 30 days, zeros included"
+        );
+        assert_eq!(days.last().unwrap()["clicks"], json!(n));
+    }
+    assert_eq!(
+        metric_sum(&mut admin, "ricochet_clicks_total"),
+        n * keys.len() as u64
+    );
+}
+
+#[test]
+fn every_redirect_path_counts_each_click_once_on_2_cores() {
+    counts_every_path_once("2");
+}
+
+#[test]
+fn every_redirect_path_counts_each_click_once_on_3_cores() {
+    counts_every_path_once("3");
+}
+
+#[test]
+fn expired_links_count_nothing() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &flags(&[]));
+    let mut c = Client::new(&s);
+    let exp = shards::timefmt::format_rfc3339_utc(shards::timefmt::now_s() + 2);
+    let r = c.create(
+        &json!({"long_url": "https://example.com/e", "custom_alias": "soon", "expires_at": exp}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(click(&mut c, "soon", &[]), 302);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while click(&mut c, "soon", &[]) != 404 {
+        assert!(Instant::now() < deadline, "the link never expired");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let before = settled(&mut c, "soon", "bots=include")["summary"]["clicks"]
+        .as_u64()
+        .unwrap();
+    for _ in 0..5 {
+        assert_eq!(click(&mut c, "soon", &[]), 404);
+    }
+    let v = settled(&mut c, "soon", "bots=include");
+    assert_eq!(v["summary"]["clicks"].as_u64().unwrap(), before, "{v}");
+}
+
+#[test]
+fn bots_are_flagged_not_dropped_and_facets_are_counted() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &flags(&[]));
+    let mut c = Client::new(&s);
+    let k = c.create_ok("https://example.com/b", Some("bots"));
+    let mix: &[(&[(&str, &str)], u64)] = &[
+        (
+            &[
+                ("User-Agent", CHROME),
+                ("Referer", "https://www.News.Example.com/a/b?x=1"),
+            ],
+            5,
+        ),
+        (
+            &[("User-Agent", FIREFOX), ("Referer", "https://t.co/xyz")],
+            3,
+        ),
+        (&[("User-Agent", CHROME)], 2),
+        (
+            &[(
+                "User-Agent",
+                "Googlebot/2.1 (+http://www.google.com/bot.html)",
+            )],
+            4,
+        ),
+        (&[("User-Agent", "curl/8.4.0")], 1),
+        (&[], 2), // no User-Agent at all: a bot
+    ];
+    for (headers, n) in mix {
+        for _ in 0..*n {
+            assert_eq!(click(&mut c, &k, headers), 302);
+        }
+    }
+    let v = settled(&mut c, &k, "");
+    let sum = &v["summary"];
+    assert_eq!(sum["clicks"], json!(10), "bots=exclude counts humans: {v}");
+    assert_eq!(sum["human_clicks"], json!(10));
+    assert_eq!(sum["bot_clicks"], json!(7));
+    assert_eq!(
+        sum["unique_visitors"],
+        json!(2),
+        "two human (IP, UA) pairs: {v}"
+    );
+    assert_eq!(facet(&v, "referrers", "news.example.com"), 5, "{v}");
+    assert_eq!(facet(&v, "referrers", "t.co"), 3);
+    assert_eq!(facet(&v, "referrers", "(direct)"), 2);
+    assert_eq!(facet(&v, "browsers", "Chrome"), 7);
+    assert_eq!(facet(&v, "browsers", "Firefox"), 3);
+    assert_eq!(facet(&v, "os", "Windows 10"), 7);
+    assert_eq!(facet(&v, "os", "Linux"), 3);
+    assert_eq!(facet(&v, "devices", "desktop"), 10);
+    assert_eq!(facet(&v, "countries", "ZZ"), 10, "no GeoIP database: ZZ");
+    let refs = v["referrers"].as_array().unwrap();
+    assert_eq!(
+        refs[0]["value"],
+        json!("news.example.com"),
+        "facets are sorted by clicks"
+    );
+    let only = settled(&mut c, &k, "bots=only");
+    assert_eq!(only["summary"]["clicks"], json!(7), "{only}");
+    assert_eq!(facet(&only, "devices", "bot"), 7);
+    let all = settled(&mut c, &k, "bots=include");
+    assert_eq!(all["summary"]["clicks"], json!(17));
+    assert_eq!(
+        all["days"].as_array().unwrap().last().unwrap()["bot_clicks"],
+        json!(7)
+    );
+}
+
+#[test]
+fn operator_bot_patterns_extend_the_list() {
+    let (_t, dir) = data_dir();
+    let patterns = dir.parent().unwrap().join("bots.txt");
+    std::fs::write(&patterns, "# our monitor\n^AcmeUptime/\n").unwrap();
+    let s = start(
+        &dir,
+        &flags(&["--bot-patterns", patterns.to_str().unwrap()]),
+    );
+    let mut c = Client::new(&s);
+    let k = c.create_ok("https://example.com/p", Some("pat"));
+    click(&mut c, &k, &[("User-Agent", "AcmeUptime/3.1")]);
+    click(&mut c, &k, &[("User-Agent", CHROME)]);
+    let v = settled(&mut c, &k, "bots=include");
+    assert_eq!(v["summary"]["bot_clicks"], json!(1), "{v}");
+    // A pattern that is not a regular expression is refused at start, naming the line.
+    std::fs::write(&patterns, "ok\n(unclosed\n").unwrap();
+    drop(c);
+    s.terminate();
+    let e = common::api::try_start(
+        &dir,
+        &flags(&["--bot-patterns", patterns.to_str().unwrap()]),
+    )
+    .err()
+    .expect("refused");
+    assert!(e.contains("bots.txt line 2"), "{e}");
+}
+
+#[test]
+fn unique_visitors_follow_the_forwarded_address() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &flags(&["--client-ip", "x-forwarded-for"]));
+    let mut c = Client::new(&s);
+    let k = c.create_ok("https://example.com/u", Some("uniq"));
+    for i in 0..5 {
+        let xff = format!("198.51.100.200, 203.0.113.{i}");
+        for _ in 0..3 {
+            click(
+                &mut c,
+                &k,
+                &[("User-Agent", CHROME), ("X-Forwarded-For", &xff)],
+            );
+        }
+    }
+    // The same address with another browser is another visitor; a bad header falls back
+    // to the peer (one more).
+    click(
+        &mut c,
+        &k,
+        &[("User-Agent", FIREFOX), ("X-Forwarded-For", "203.0.113.0")],
+    );
+    click(
+        &mut c,
+        &k,
+        &[("User-Agent", CHROME), ("X-Forwarded-For", "not-an-ip")],
+    );
+    let v = settled(&mut c, &k, "");
+    assert_eq!(v["summary"]["clicks"], json!(17), "{v}");
+    assert_eq!(v["summary"]["unique_visitors"], json!(7), "{v}");
+    drop(c);
+    s.terminate();
+    // Without --client-ip the header is ignored: every click is the peer 127.0.0.1.
+    let s = start(&dir, &flags(&[]));
+    let mut c = Client::new(&s);
+    let k2 = c.create_ok("https://example.com/u2", Some("uniq2"));
+    for i in 0..4 {
+        let xff = format!("203.0.113.{i}");
+        click(
+            &mut c,
+            &k2,
+            &[("User-Agent", CHROME), ("X-Forwarded-For", &xff)],
+        );
+    }
+    let v = settled(&mut c, &k2, "");
+    assert_eq!(v["summary"]["unique_visitors"], json!(1), "{v}");
+    // A restart the same day kept the salt: 127.0.0.1 with Chrome (the "not-an-ip" click
+    // above) is the same visitor as before, not a new one.
+    for _ in 0..5 {
+        click(
+            &mut c,
+            &k,
+            &[("User-Agent", CHROME), ("X-Forwarded-For", "203.0.113.1")],
+        );
+    }
+    let v = settled(&mut c, &k, "");
+    assert_eq!(v["summary"]["clicks"], json!(22), "{v}");
+    assert_eq!(
+        v["summary"]["unique_visitors"],
+        json!(7),
+        "the same visitors after a restart: {v}"
+    );
+}
+
+#[test]
+fn delete_purges_stats_and_a_new_link_starts_at_zero() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &flags(&["--cores", "3", "--test-oversubscribe"]));
+    let mut c = Client::new(&s);
+    let mut others: Vec<Client> = (0..6).map(|_| Client::new(&s)).collect();
+    for round in 0..3 {
+        let k = c.create_ok("https://example.com/d", Some("gone"));
+        // Clicks from every core, some still in their combiners when the DELETE comes.
+        for o in &mut others {
+            for _ in 0..4 {
+                assert_eq!(click(o, &k, &[("User-Agent", CHROME)]), 302);
+            }
+        }
+        assert_eq!(c.delete(&k).status, 204);
+        c.send("GET", &format!("/api/v1/urls/{k}/stats"), true, &[], b"")
+            .unwrap()
+            .assert_problem(404);
+        let k = c.create_ok("https://example.com/d2", Some("gone"));
+        let v = settled(&mut c, &k, "bots=include");
+        assert_eq!(
+            v["summary"]["clicks"],
+            json!(0),
+            "round {round}: late batches revived the old link: {v}"
+        );
+        for o in others.iter_mut().take(3) {
+            click(o, &k, &[("User-Agent", CHROME)]);
+        }
+        let v = settled(&mut c, &k, "bots=include");
+        assert_eq!(v["summary"]["clicks"], json!(3), "round {round}: {v}");
+        assert_eq!(c.delete(&k).status, 204);
+    }
+    // PATCH keeps the stats; DELETE .../stats resets them and keeps the link.
+    let k = c.create_ok("https://example.com/p", Some("kept"));
+    click(&mut c, &k, &[]);
+    click(&mut c, &k, &[]);
+    assert_eq!(
+        c.patch(&k, &json!({"long_url": "https://example.org/q"}))
+            .status,
+        200
+    );
+    assert_eq!(
+        settled(&mut c, &k, "bots=include")["summary"]["clicks"],
+        json!(2)
+    );
+    let r = c
+        .send("DELETE", &format!("/api/v1/urls/{k}/stats"), true, &[], b"")
+        .unwrap();
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(
+        settled(&mut c, &k, "bots=include")["summary"]["clicks"],
+        json!(0)
+    );
+    assert_eq!(click(&mut c, &k, &[]), 302, "the link stays");
+    c.send("DELETE", "/api/v1/urls/nosuch/stats", true, &[], b"")
+        .unwrap()
+        .assert_problem(404);
+    // A purge is durable: after a restart the deleted link's stats do not come back.
+    drop(others);
+    drop(c);
+    s.terminate();
+    let s = start(&dir, &flags(&["--cores", "3", "--test-oversubscribe"]));
+    let mut c = Client::new(&s);
+    let k = c.create_ok("https://example.com/d3", Some("gone"));
+    assert_eq!(
+        settled(&mut c, &k, "bots=include")["summary"]["clicks"],
+        json!(0)
+    );
+    assert_eq!(
+        settled(&mut c, "kept", "bots=include")["summary"]["clicks"],
+        json!(1)
+    );
+}
+
+#[test]
+fn the_stats_api_refuses_bad_input() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &flags(&[]));
+    let mut c = Client::new(&s);
+    let k = c.create_ok("https://example.com/s", Some("st"));
+    for q in [
+        "from=2026-13-01",
+        "to=yesterday",
+        "from=2026-02-01&to=2026-01-01",
+        "from=2020-01-01&to=2026-01-01",
+        "bots=all",
+        "limit=3",
+    ] {
+        let r = c
+            .send(
+                "GET",
+                &format!("/api/v1/urls/{k}/stats?{q}"),
+                true,
+                &[],
+                b"",
+            )
+            .unwrap();
+        let p = r.assert_problem(422);
+        assert_eq!(
+            p["type"],
+            json!("https://ricochet.dev/problems/invalid-field"),
+            "{q}: {p}"
+        );
+    }
+    c.send("GET", "/api/v1/urls/nosuch/stats", true, &[], b"")
+        .unwrap()
+        .assert_problem(404);
+    c.send("GET", &format!("/api/v1/urls/{k}/stats"), false, &[], b"")
+        .unwrap()
+        .assert_problem(401);
+    let r = c
+        .send(
+            "PATCH",
+            &format!("/api/v1/urls/{k}/stats"),
+            true,
+            &[],
+            b"{}",
+        )
+        .unwrap();
+    r.assert_problem(405);
+    assert_eq!(r.header("allow"), Some("GET, DELETE"));
+    let v = settled(&mut c, &k, "from=2026-01-01&to=2026-01-03");
+    assert_eq!(v["days"].as_array().unwrap().len(), 3);
+    assert_eq!(v["timezone"], json!("UTC"));
+    drop(c);
+    s.terminate();
+    let s = start(&dir, &flags(&["--analytics", "off"]));
+    let mut c = Client::new(&s);
+    let p = c
+        .send("GET", &format!("/api/v1/urls/{k}/stats"), true, &[], b"")
+        .unwrap()
+        .assert_problem(404);
+    assert!(
+        p["detail"].as_str().unwrap().contains("--analytics off"),
+        "{p}"
+    );
+    assert_eq!(click(&mut c, &k, &[]), 302);
+}
+
+/// Load on `conns` connections until `stop`; returns the unix ms of every redirect answered.
+fn load(
+    s: &Server,
+    conns: usize,
+    key: &str,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Vec<u64>>> {
+    (0..conns)
+        .map(|_| {
+            let (addr, key, stop) = (s.addr, key.to_string(), stop.clone());
+            std::thread::spawn(move || {
+                let mut answered = Vec::new();
+                let Ok(mut c) = Client::connect(addr) else {
+                    return answered;
+                };
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    match c.send(
+                        "GET",
+                        &format!("/{key}"),
+                        false,
+                        &[("User-Agent", CHROME)],
+                        b"",
+                    ) {
+                        Ok(r) if r.status == 302 => {
+                            answered.push(unix_ms());
+                            if r.header("connection") == Some("close") {
+                                break;
+                            }
+                        }
+                        _ => break,
+                    }
+                    // About 1,000 requests per second per connection: an open loop, not a
+                    // flood, so the loss window is measured in time.
+                    std::thread::sleep(Duration::from_micros(900));
+                }
+                answered
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn sigterm_loses_no_click() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &flags(&[]));
+    let k = Client::new(&s).create_ok("https://example.com/t", Some("term"));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let threads = load(&s, 4, &k, stop.clone());
+    std::thread::sleep(Duration::from_millis(1500));
+    // SIGTERM under load: every request answered before the drain closed its connection is
+    // counted, and nothing more.
+    let status = s.terminate();
+    assert!(status.success(), "{status}");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answered: usize = threads.into_iter().map(|t| t.join().unwrap().len()).sum();
+    assert!(answered > 500, "the load ran: {answered}");
+    let s = start(&dir, &flags(&[]));
+    let mut c = Client::new(&s);
+    let v = settled(&mut c, &k, "bots=include");
+    assert_eq!(v["summary"]["clicks"], json!(answered), "{v}");
+}
+
+/// What kill -9 may lose: the sweep's hand-off plus the click log's sync interval (the
+/// README's contract, ~1.1 s), plus this much for a loaded test machine.
+const KILL9_SLACK_MS: u64 = 400;
+
+#[test]
+fn kill9_loses_at_most_the_last_second_of_clicks_and_counts_none_twice() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &flags(&[]));
+    let k = Client::new(&s).create_ok("https://example.com/k", Some("nine"));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let threads = load(&s, 4, &k, stop.clone());
+    std::thread::sleep(Duration::from_millis(3000));
+    let killed_ms = unix_ms();
+    s.kill9();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut answered: Vec<u64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    answered.sort_unstable();
+    let s = start(&dir, &flags(&[]));
+    let mut c = Client::new(&s);
+    let v = settled(&mut c, &k, "bots=include");
+    let counted = v["summary"]["clicks"].as_u64().unwrap() as usize;
+    assert!(
+        counted <= answered.len(),
+        "counted {counted} of {} answered",
+        answered.len()
+    );
+    let bound_ms = ricochet::core::TIMEOUT_SWEEP_INTERVAL_MS
+        + ricochet::analytics::CLICK_SYNC_INTERVAL_MS
+        + KILL9_SLACK_MS;
+    let safe = answered.partition_point(|&t| t + bound_ms <= killed_ms);
+    let lost = answered.len() - counted;
+    // The newest counted click tells the window actually lost.
+    let window_ms = killed_ms.saturating_sub(
+        answered
+            .get(counted.saturating_sub(1))
+            .copied()
+            .unwrap_or(killed_ms),
+    );
+    eprintln!(
+        "kill -9: {} answered, {counted} counted, {lost} lost (the last ~{window_ms} ms)",
+        answered.len()
+    );
+    assert!(
+        counted >= safe,
+        "lost clicks older than {bound_ms} ms: counted {counted}, {safe} answered before then"
+    );
+}
+
+#[test]
+fn nothing_private_reaches_the_disk() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &flags(&["--client-ip", "x-forwarded-for"]));
+    let mut c = Client::new(&s);
+    let k = c.create_ok("https://example.com/priv", Some("priv"));
+    let ua = "Mozilla/5.0 (X11; PrivacyProbe/7.7) Gecko/20100101 Firefox/121.0";
+    let referer = "https://www.probe-site.example/secret/path?token=hunter2-query";
+    for _ in 0..20 {
+        click(
+            &mut c,
+            &k,
+            &[
+                ("User-Agent", ua),
+                ("Referer", referer),
+                ("X-Forwarded-For", "203.0.113.77"),
+            ],
+        );
+    }
+    let v = settled(&mut c, &k, "");
+    assert_eq!(facet(&v, "referrers", "probe-site.example"), 20, "{v}");
+    drop(c);
+    s.terminate();
+    let mut mapped = vec![0u8; 10];
+    mapped.extend_from_slice(&[0xff, 0xff, 203, 0, 113, 77]);
+    let needles: Vec<&[u8]> = vec![
+        b"PrivacyProbe",
+        b"hunter2",
+        b"/secret/path",
+        b"203.0.113.77",
+        &mapped,
+        &[203, 0, 113, 77],
+    ];
+    let mut files = Vec::new();
+    let mut stack = vec![dir.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    assert!(
+        files.iter().any(|f| f.to_string_lossy().contains("clicks")),
+        "{files:?}"
+    );
+    for f in &files {
+        let bytes = std::fs::read(f).unwrap();
+        for n in &needles {
+            assert!(
+                !bytes.windows(n.len()).any(|w| w == *n),
+                "{} holds {:?}",
+                f.display(),
+                String::from_utf8_lossy(n)
+            );
+        }
+    }
+}
