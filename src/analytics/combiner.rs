@@ -32,13 +32,9 @@ pub const MAX_UA_BYTES: usize = 512;
 /// Slots of the core's memory of strings its aggregator has (direct-mapped).
 pub const SEEN_SLOTS: usize = 8192;
 
-/// The seeds of the string hashes: fixed, so every core and aggregator agrees on them.
-const HASH_SEEDS: [u64; 4] = [
-    0x243f_6a88_85a3_08d3,
-    0x1319_8a2e_0370_7344,
-    0xa409_3822_299f_31d0,
-    0x082e_fa98_ec4e_6c89,
-];
+/// The seeds of the string and key hashes: fixed, so every core agrees on a string's hash
+/// (the aggregator learns each string once, whichever core sent it).
+const HASH_SEEDS: [u64; 2] = [0x243f_6a88_85a3_08d3, 0x1319_8a2e_0370_7344];
 
 /// What the core knows of a click besides its key: the client address (IPv6 or v4-mapped),
 /// and the hashes of its user agent and referrer host (0: none). All zero in `counts` mode.
@@ -73,20 +69,29 @@ pub struct CarriedStr {
 }
 
 /// One batch of combined clicks, all on one UTC day.
+///
+/// The table is split for the cache: `index` (16 KiB, stays in L1/L2) holds per slot a tag of
+/// the hash and the place of the entry in `entries`, which fills in order; a probe reads only
+/// `index` until a tag matches, and a new click writes the next entry, sequentially.
 pub struct Batch {
     /// The core's message number (see [`CoreMsg`]).
     pub seq: u64,
     pub day: Day,
     /// Unix ms at which the batch was handed off.
     pub sealed_ms: u64,
-    slots: Box<[Entry]>,
-    /// Slots in use, in first-click order.
-    used: Vec<u32>,
+    /// Per slot: 0 (free), or `tag << ENTRY_BITS | (entry + 1)`.
+    index: Box<[u32]>,
+    entries: Vec<Entry>,
     pub strings: Vec<u8>,
     pub carried: Vec<CarriedStr>,
     /// GET requests for unknown keys this batch counted (server-wide, no key).
     pub not_found: u64,
 }
+
+/// Bits of an index slot that name the entry (the rest is the hash tag).
+const ENTRY_BITS: u32 = 12;
+const ENTRY_MASK: u32 = (1 << ENTRY_BITS) - 1;
+const _: () = assert!(BATCH_MAX_ENTRIES < (1 << ENTRY_BITS));
 
 impl Batch {
     pub fn new() -> Box<Batch> {
@@ -94,47 +99,30 @@ impl Batch {
             seq: 0,
             day: 0,
             sealed_ms: 0,
-            slots: vec![
-                Entry {
-                    key: InlineKey::EMPTY,
-                    ctx: ClickCtx::default(),
-                    count: 0,
-                };
-                BATCH_SLOTS
-            ]
-            .into_boxed_slice(),
-            used: Vec::with_capacity(BATCH_MAX_ENTRIES),
+            index: vec![0; BATCH_SLOTS].into_boxed_slice(),
+            entries: Vec::with_capacity(BATCH_MAX_ENTRIES),
             strings: Vec::with_capacity(BATCH_STRING_BYTES),
             carried: Vec::with_capacity(BATCH_MAX_STRINGS),
             not_found: 0,
         })
     }
 
-    /// Empties the batch for reuse (only the used slots are touched).
+    /// Empties the batch for reuse (on the aggregator: the core never pays for it).
     pub fn clear(&mut self) {
-        for &i in &self.used {
-            self.slots[i as usize].count = 0;
-        }
-        self.used.clear();
+        self.index.fill(0);
+        self.entries.clear();
         self.strings.clear();
         self.carried.clear();
         self.not_found = 0;
     }
 
     pub fn is_empty(&self) -> bool {
-        self.used.is_empty() && self.not_found == 0 && self.carried.is_empty()
-    }
-
-    fn is_full(&self) -> bool {
-        self.used.len() >= BATCH_MAX_ENTRIES
+        self.entries.is_empty() && self.not_found == 0 && self.carried.is_empty()
     }
 
     /// Every combined click: key, context, count.
     pub fn entries(&self) -> impl Iterator<Item = (&InlineKey, &ClickCtx, u32)> {
-        self.used.iter().map(|&i| {
-            let e = &self.slots[i as usize];
-            (&e.key, &e.ctx, e.count)
-        })
+        self.entries.iter().map(|e| (&e.key, &e.ctx, e.count))
     }
 
     /// The bytes of a carried string.
@@ -143,25 +131,31 @@ impl Batch {
     }
 
     /// Adds one click; `false` if the table is full (the caller hands the batch off first).
+    #[inline]
     fn add(&mut self, key: &[u8], ctx: &ClickCtx, hash: u64) -> bool {
         let mask = BATCH_SLOTS - 1;
+        let tag = ((hash >> 44) as u32) << ENTRY_BITS;
         let mut i = hash as usize & mask;
-        let full = self.is_full();
         loop {
-            let e = &mut self.slots[i];
-            if e.count == 0 {
-                if full {
+            let slot = self.index[i];
+            if slot == 0 {
+                if self.entries.len() >= BATCH_MAX_ENTRIES {
                     return false;
                 }
-                e.key = InlineKey::new(key).expect("validated keys fit inline");
-                e.ctx = *ctx;
-                e.count = 1;
-                self.used.push(i as u32);
+                self.entries.push(Entry {
+                    key: InlineKey::new(key).expect("validated keys fit inline"),
+                    ctx: *ctx,
+                    count: 1,
+                });
+                self.index[i] = tag | self.entries.len() as u32;
                 return true;
             }
-            if e.ctx == *ctx && e.key.as_bytes() == key {
-                e.count = e.count.saturating_add(1);
-                return true;
+            if slot & !ENTRY_MASK == tag {
+                let e = &mut self.entries[(slot & ENTRY_MASK) as usize - 1];
+                if e.ctx == *ctx && e.key.as_bytes() == key {
+                    e.count = e.count.saturating_add(1);
+                    return true;
+                }
             }
             i = (i + 1) & mask;
         }
@@ -218,14 +212,7 @@ pub struct Combiner {
     /// string when its table fills, and bumps the epoch).
     seen_epoch: u64,
     agg_epoch: Arc<AtomicU64>,
-    hasher: ahash::RandomState,
     pub tally: CombinerTally,
-}
-
-/// The hasher of strings and entries, the same on every thread.
-pub fn string_hasher() -> ahash::RandomState {
-    let [a, b, c, d] = HASH_SEEDS;
-    ahash::RandomState::with_seeds(a, b, c, d)
 }
 
 impl Combiner {
@@ -247,7 +234,6 @@ impl Combiner {
             seen: vec![0; SEEN_SLOTS].into_boxed_slice(),
             seen_epoch: 0,
             agg_epoch,
-            hasher: string_hasher(),
             tally: CombinerTally::default(),
         }
     }
@@ -304,10 +290,24 @@ impl Combiner {
         ctx
     }
 
+    /// The key's hash mixed with the context's (already hashes, and the address): one
+    /// multiply per word, no hashing of the context's bytes again.
+    #[inline]
+    fn entry_hash(&self, key: &[u8], ctx: &ClickCtx) -> u64 {
+        const M: u64 = 0x9E37_79B9_7F4A_7C15;
+        let ip = u128::from_le_bytes(ctx.ip);
+        let mut h = xxhash_rust::xxh3::xxh3_64_with_seed(key, HASH_SEEDS[1]);
+        for w in [ctx.ua, ctx.referrer, ip as u64, (ip >> 64) as u64] {
+            h = (h ^ w).wrapping_mul(M).rotate_left(29);
+        }
+        h ^ (h >> 32)
+    }
+
     #[inline]
     fn hash_str(&self, s: &[u8]) -> u64 {
+        // xxh3 (SSE2 on every x86-64): user agents are ~100 bytes, hashed once per click.
         // Never 0: 0 means "absent".
-        self.hasher.hash_one(s) | 1
+        xxhash_rust::xxh3::xxh3_64_with_seed(s, HASH_SEEDS[0]) | 1
     }
 
     fn carry_once(&mut self, kind: StrKind, hash: u64, bytes: &[u8], day: Day, now_ms: u64) {
@@ -334,7 +334,7 @@ impl Combiner {
     #[inline]
     pub fn record(&mut self, key: &[u8], ctx: &ClickCtx, now_s: u64, now_ms: u64) {
         let day = shards::clicks::day_of(now_s);
-        let hash = self.hasher.hash_one((key, ctx));
+        let hash = self.entry_hash(key, ctx);
         let Some(b) = self.batch_for(day, now_ms) else {
             self.tally.dropped += 1;
             return;
