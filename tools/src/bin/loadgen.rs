@@ -69,6 +69,10 @@ struct Args {
     /// p99 bound for --max.
     #[arg(long, value_parser = parse_duration, default_value = "1ms")]
     slo_p99: Duration,
+    /// Send User-Agent, Referer and X-Forwarded-For with every GET (rotating browsers,
+    /// referrers and 65,536 client addresses), as click analytics sees real traffic.
+    #[arg(long)]
+    click_headers: bool,
     /// Pin the generator thread to this CPU.
     #[arg(long)]
     cpu: Option<usize>,
@@ -106,6 +110,7 @@ fn main() -> anyhow::Result<()> {
     cfg.create_share = args.create_share;
     cfg.api_key = args.api_key.clone();
     cfg.seed = args.seed;
+    cfg.click_headers = args.click_headers;
     cfg.drain = args.drain;
 
     let (json, failed) = if args.max {

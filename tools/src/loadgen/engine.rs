@@ -71,6 +71,9 @@ pub struct LoadConfig {
     pub api_key: Option<String>,
     /// Seed of the request mix.
     pub seed: u64,
+    /// Send `User-Agent`, `Referer` and `X-Forwarded-For` with every GET (click analytics
+    /// classifies and hashes them): a realistic browser request instead of a bare one.
+    pub click_headers: bool,
     /// Wait for stragglers after the last send.
     pub drain: Duration,
 }
@@ -92,6 +95,7 @@ impl LoadConfig {
             create_share: 0.0,
             api_key: None,
             seed: 1,
+            click_headers: false,
             drain: Duration::from_millis(DEFAULT_DRAIN_MS),
         }
     }
@@ -215,7 +219,7 @@ pub fn run(cfg: &LoadConfig, data: &Dataset) -> Result<RunReport, LoadError> {
         data,
         poll: Poll::new()?,
         conns: Vec::with_capacity(cfg.connections),
-        writer: RequestWriter::new(&cfg.host, cfg.api_key.as_deref()),
+        writer: RequestWriter::new(&cfg.host, cfg.api_key.as_deref()).with_click_headers(cfg.click_headers),
         rec: Recorder::new(0),
         rr: 0,
         dirty: Vec::new(),

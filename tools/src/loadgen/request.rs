@@ -1,5 +1,6 @@
 //! What each scheduled request asks for, and its bytes on the wire.
 
+use std::io::Write;
 use shards::link::MAX_KEY_BYTES;
 
 use super::links::Dataset;
@@ -127,7 +128,28 @@ pub struct RequestWriter {
     host: Vec<u8>,
     auth: Vec<u8>,
     url: String,
+    /// With click headers: requests written so far (picks the user agent, referrer and
+    /// client address of the next one).
+    clicks: Option<u64>,
 }
+
+/// The user agents `--click-headers` rotates through (current browsers and one crawler).
+const CLICK_UAS: [&str; 6] = [
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36",
+    "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.1 Safari/605.1.15",
+    "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0",
+    "Mozilla/5.0 (iPhone; CPU iPhone OS 17_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.1 Mobile/15E148 Safari/604.1",
+    "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Mobile Safari/537.36",
+    "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+];
+/// Referrer hosts `--click-headers` rotates through.
+const CLICK_REFERRERS: [&str; 5] = [
+    "https://www.google.com/",
+    "https://t.co/AbCdEf",
+    "https://news.ycombinator.com/item?id=1",
+    "https://www.reddit.com/r/rust/comments/x",
+    "https://mail.example.com/inbox?session=secret",
+];
 
 impl RequestWriter {
     /// `host` goes into the Host header; `api_key` authorizes creates.
@@ -136,7 +158,15 @@ impl RequestWriter {
             host: host.as_bytes().to_vec(),
             auth: api_key.map_or_else(Vec::new, |k| k.as_bytes().to_vec()),
             url: String::new(),
+            clicks: None,
         }
+    }
+
+    /// GETs carry a user agent, a referrer (none for one in six) and an `X-Forwarded-For`
+    /// address (one of 65,536), rotating.
+    pub fn with_click_headers(mut self, on: bool) -> RequestWriter {
+        self.clicks = on.then_some(0);
+        self
     }
 
     /// Appends the request for `expect` to `out`.
@@ -169,11 +199,26 @@ impl RequestWriter {
         }
     }
 
-    fn write_get(&self, out: &mut Vec<u8>, key: &[u8]) {
+    fn write_get(&mut self, out: &mut Vec<u8>, key: &[u8]) {
         out.extend_from_slice(b"GET /");
         out.extend_from_slice(key);
         out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
         out.extend_from_slice(&self.host);
+        if let Some(n) = self.clicks.as_mut() {
+            *n += 1;
+            let n = *n;
+            // A cheap mix so the three rotate independently.
+            let m = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            out.extend_from_slice(b"\r\nUser-Agent: ");
+            out.extend_from_slice(CLICK_UAS[(m >> 60) as usize % CLICK_UAS.len()].as_bytes());
+            let r = (m >> 40) as usize % (CLICK_REFERRERS.len() + 1);
+            if let Some(referrer) = CLICK_REFERRERS.get(r) {
+                out.extend_from_slice(b"\r\nReferer: ");
+                out.extend_from_slice(referrer.as_bytes());
+            }
+            let ip = (m >> 16) as u16;
+            let _ = write!(out, "\r\nX-Forwarded-For: 10.0.{}.{}", ip >> 8, ip & 255);
+        }
         out.extend_from_slice(b"\r\n\r\n");
     }
 }
