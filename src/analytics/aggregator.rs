@@ -15,22 +15,22 @@
 //! batch (clicks dropped and counted), so the core never waits and two aggregators never wait
 //! on each other.
 
-use super::classify::{self, Classifier, StringCache, NO_UA, UNKNOWN_UA};
+use super::classify::{self, Classifier, StringCache, UaClass, Vocabulary};
 use super::combiner::{Batch, CoreMsg, StrKind};
 use super::salts::SaltBook;
 use super::stats::{self, StatsQuery};
 use super::{ClickStats, Control, ToCore, CLICK_SYNC_INTERVAL_MS};
-use crate::key::InlineKey;
 use crate::router::Router;
 use crate::service::Outlets;
 use crossbeam::channel::{Receiver, Sender, TrySendError};
 use shards::clicks::codec;
 use shards::clicks::files::ClickLog;
-use shards::clicks::{hll, ClickStore, Day, Delta, FacetCount, FacetKind, Record};
+use shards::clicks::{hll, Delta, FacetCount, FacetKind, Record};
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
 use std::time::{Duration, Instant};
 
 /// Messages one aggregator queues for another before the sender stops taking batches.
@@ -65,7 +65,7 @@ pub struct AggregatorSetup {
     pub peers_tx: Vec<Sender<PeerMsg>>,
     pub control: Receiver<Control>,
     pub replies: Arc<Outlets<ToCore>>,
-    pub store: ClickStore,
+    pub store: shards::clicks::ClickStore,
     pub log: ClickLog,
     pub salts: Arc<Mutex<SaltBook>>,
     pub classifier: Arc<Classifier>,
@@ -83,21 +83,28 @@ struct Filter {
 /// One aggregator's state.
 pub struct Aggregator {
     s: AggregatorSetup,
-    /// Merged since the last sync (already in `s.store`): what the next sync logs.
-    pending: ClickStore,
     outbox: Vec<VecDeque<PeerMsg>>,
     filters: HashMap<Box<[u8]>, Filter>,
     /// Per source: the last message merged and its seal time (unix ms).
     last_seq: Vec<u64>,
     through_ms: Vec<u64>,
     cache: StringCache,
+    values: Vocabulary,
+    /// Shared values of the classes and facets every click may have.
+    no_ua: UaClass,
+    unknown_ua: UaClass,
+    direct: Arc<str>,
+    unknown_referrer: Arc<str>,
+    country: Arc<str>,
     next_sync: Instant,
-    today: Day,
+    today: shards::clicks::Day,
     own_closed: bool,
     peers_closed: usize,
     /// A sync failed: these frames are written first by the next one.
     retry: Vec<u8>,
     failing: bool,
+    /// Log bytes past which the next snapshot is written.
+    snapshot_after: u64,
 }
 
 impl Aggregator {
@@ -109,13 +116,19 @@ impl Aggregator {
             last_seq: vec![0; n],
             through_ms: vec![super::combiner::unix_ms(); n],
             cache: StringCache::default(),
+            values: Vocabulary::default(),
+            no_ua: UaClass::no_ua(),
+            unknown_ua: UaClass::unknown(),
+            direct: Arc::from(shards::clicks::DIRECT_REFERRER),
+            unknown_referrer: Arc::from("(unknown)"),
+            country: Arc::from(super::NO_COUNTRY),
             next_sync: Instant::now() + Duration::from_millis(CLICK_SYNC_INTERVAL_MS),
             today: shards::clicks::day_of(shards::timefmt::now_s()),
             own_closed: false,
             peers_closed: 0,
             failing: false,
             retry: Vec::new(),
-            pending: ClickStore::default(),
+            snapshot_after: CLICK_LOG_SNAPSHOT_BYTES,
             s,
         }
     }
@@ -203,12 +216,7 @@ impl Aggregator {
         self.learn_strings(&b);
         let per_owner = self.classify(&b);
         if b.not_found > 0 {
-            let r = Record::NotFound {
-                day: b.day,
-                count: b.not_found,
-            };
-            self.s.store.apply(&r);
-            self.pending.apply(&r);
+            self.s.store.add_not_found(b.day, b.not_found);
         }
         let (seq, sealed) = (b.seq, b.sealed_ms);
         b.clear();
@@ -223,94 +231,81 @@ impl Aggregator {
         if self.cache.len() + b.carried.len() > classify::MAX_CACHED_STRINGS {
             // Forget everything and have the cores send strings again.
             self.cache = StringCache::default();
+            self.values = Vocabulary::default();
             self.s.epoch.fetch_add(1, Ordering::AcqRel);
         }
         for c in &b.carried {
             let bytes = b.string(c);
             match c.kind {
                 StrKind::UserAgent => {
-                    let class = self.s.classifier.classify(bytes);
+                    let class = self.s.classifier.classify(bytes, &mut self.values);
                     self.cache.uas.insert(c.hash, class);
                 }
                 StrKind::Referrer => {
-                    let v = classify::normalize_referrer(bytes);
+                    let v = self.values.get(&classify::normalize_referrer(bytes));
                     self.cache.referrers.insert(c.hash, v);
                 }
             }
         }
     }
 
-    /// The batch's clicks as one delta per (key, day), grouped by owner core.
+    /// The batch's clicks as deltas (one per combined entry), grouped by owner core.
     fn classify(&self, b: &Batch) -> Vec<Vec<Delta>> {
         let n = self.s.router.cores();
-        let mut maps: Vec<HashMap<InlineKey, Delta>> = (0..n).map(|_| HashMap::new()).collect();
-        let salt = self
-            .s
-            .full
-            .then(|| self.s.salts.lock().expect("salt book").salt(b.day));
+        let mut out: Vec<Vec<Delta>> = (0..n).map(|_| Vec::new()).collect();
+        let salt = self.s.full.then(|| self.s.salts.lock().expect("salt book").salt(b.day));
         for (key, ctx, count) in b.entries() {
             let owner = self.s.router.owner(key.as_bytes()).core;
-            let d = maps[owner].entry(*key).or_insert_with(|| Delta {
+            let count = u64::from(count);
+            let mut d = Delta {
                 key: key.as_bytes().into(),
                 day: b.day,
+                clicks: count,
                 ..Delta::default()
-            });
-            let count = u64::from(count);
-            d.clicks += count;
-            let Some(salt) = salt else {
-                continue;
             };
-            let class = if ctx.ua == 0 {
-                &NO_UA
-            } else {
-                self.cache.uas.get(&ctx.ua).unwrap_or(&UNKNOWN_UA)
-            };
-            let bot = class.bot;
-            let mut h = siphasher::sip::SipHasher13::new_with_key(&salt);
-            h.write(&ctx.ip);
-            h.write_u64(ctx.ua);
-            h.write(key.as_bytes());
-            let visitor = hll::update_of(h.finish());
-            if bot {
-                d.bot_clicks += count;
-                d.bots.push(visitor);
-            } else {
-                d.humans.push(visitor);
-            }
-            let referrer = if ctx.referrer == 0 {
-                shards::clicks::DIRECT_REFERRER
-            } else {
-                self.cache
-                    .referrers
-                    .get(&ctx.referrer)
-                    .map_or("(unknown)", |s| s.as_str())
-            };
-            let facets = [
-                (FacetKind::Referrer, referrer),
-                (FacetKind::Country, super::NO_COUNTRY),
-                (FacetKind::Browser, &*class.browser),
-                (FacetKind::Os, &*class.os),
-                (FacetKind::Device, class.device),
-            ];
-            for (kind, value) in facets {
-                match d
-                    .facets
-                    .iter_mut()
-                    .find(|f| f.kind == kind && f.bot == bot && *f.value == *value)
-                {
-                    Some(f) => f.count += count,
-                    None => d.facets.push(FacetCount {
+            if let Some(salt) = salt {
+                let class = if ctx.ua == 0 {
+                    &self.no_ua
+                } else {
+                    self.cache.uas.get(&ctx.ua).unwrap_or(&self.unknown_ua)
+                };
+                let bot = class.bot;
+                let mut h = siphasher::sip::SipHasher13::new_with_key(&salt);
+                h.write(&ctx.ip);
+                h.write_u64(ctx.ua);
+                h.write(key.as_bytes());
+                let visitor = hll::update_of(h.finish());
+                if bot {
+                    d.bot_clicks = count;
+                    d.bots.push(visitor);
+                } else {
+                    d.humans.push(visitor);
+                }
+                let referrer = if ctx.referrer == 0 {
+                    &self.direct
+                } else {
+                    self.cache.referrers.get(&ctx.referrer).unwrap_or(&self.unknown_referrer)
+                };
+                let facets = [
+                    (FacetKind::Referrer, referrer),
+                    (FacetKind::Country, &self.country),
+                    (FacetKind::Browser, &class.browser),
+                    (FacetKind::Os, &class.os),
+                    (FacetKind::Device, &class.device),
+                ];
+                d.facets = facets
+                    .into_iter()
+                    .map(|(kind, value)| FacetCount {
                         kind,
                         bot,
-                        value: value.into(),
+                        value: value.clone(),
                         count,
-                    }),
-                }
+                    })
+                    .collect();
             }
+            out[owner].push(d);
         }
-        maps.into_iter()
-            .map(|m| m.into_values().collect())
-            .collect()
+        out
     }
 
     fn send_all(&mut self, seq: u64, sealed_ms: u64, _none: Vec<Delta>) {
@@ -394,8 +389,7 @@ impl Aggregator {
                 st.filtered.fetch_add(d.clicks, Ordering::Relaxed);
                 continue;
             }
-            let counted = self.s.store.apply_delta(&d);
-            self.pending.apply_delta(&counted);
+            self.s.store.merge(&d);
             st.records.fetch_add(1, Ordering::Relaxed);
             st.merged_clicks.fetch_add(d.clicks, Ordering::Relaxed);
         }
@@ -411,11 +405,11 @@ impl Aggregator {
             } => {
                 let k: Box<[u8]> = key.as_bytes().into();
                 let r = Record::Purge { key: k.clone() };
-                self.s.store.apply(&r);
-                self.pending.apply(&r);
-                // Everything pending is for other keys now; log it, then the purge, at once:
-                // the 204 waits for this fsync.
-                let mut bytes = self.take_pending();
+                self.s.store.purge(&k);
+                // Logged at once (after anything a failed write left): the 204 waits for
+                // this fsync. States of other keys not logged yet are logged later; states
+                // replace, so their order after the purge does not matter.
+                let mut bytes = std::mem::take(&mut self.retry);
                 codec::encode(&r, &mut bytes);
                 let ok = self.write(bytes);
                 if !ok {
@@ -453,18 +447,13 @@ impl Aggregator {
         stats::link_json(&self.s.store, q, complete_until_ms, dropped)
     }
 
-    /// Frames to write: what a failed write left, then every record pending (taken).
-    fn take_pending(&mut self) -> Vec<u8> {
+    /// Group commit: logs the state of every link-day changed since the last sync, in one
+    /// fdatasync (after anything a failed write left).
+    fn sync(&mut self) {
         let mut bytes = std::mem::take(&mut self.retry);
-        for r in std::mem::take(&mut self.pending).to_records() {
+        for r in self.s.store.take_dirty() {
             codec::encode(&r, &mut bytes);
         }
-        bytes
-    }
-
-    /// Group commit: logs every delta merged since the last sync, in one fdatasync.
-    fn sync(&mut self) {
-        let bytes = self.take_pending();
         if !bytes.is_empty() {
             self.write(bytes);
         }
@@ -480,7 +469,7 @@ impl Aggregator {
                     eprintln!("clicks core {}: click log writes work again", self.s.me);
                     self.failing = false;
                 }
-                if self.s.log.len() > CLICK_LOG_SNAPSHOT_BYTES {
+                if self.s.log.len() > self.snapshot_after {
                     self.snapshot();
                 }
                 true
@@ -516,7 +505,7 @@ impl Aggregator {
         }
         self.today = today;
         let first = today.saturating_sub(self.s.retention_days.saturating_sub(1));
-        if self.s.store.drop_before(first) > 0 && self.pending.is_empty() && self.retry.is_empty() {
+        if self.s.store.drop_before(first) > 0 && self.retry.is_empty() {
             self.snapshot();
         }
         if self.s.me == 0 {

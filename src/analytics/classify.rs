@@ -4,6 +4,7 @@
 
 use shards::clicks::{DIRECT_REFERRER, MAX_FACET_VALUE_BYTES};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::path::Path;
 
 /// Distinct user agents and referrers an aggregator remembers; past it the table is cleared
@@ -12,30 +13,37 @@ pub const MAX_CACHED_STRINGS: usize = 100_000;
 /// Longest operator bot-pattern file taken.
 pub const MAX_BOT_PATTERN_FILE_BYTES: u64 = 1 << 20;
 
-/// What a user agent says about its client.
+/// What a user agent says about its client. Values are shared (`Arc`): facet counts of
+/// millions of link-days point at the few distinct ones.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UaClass {
-    pub browser: std::borrow::Cow<'static, str>,
-    pub os: std::borrow::Cow<'static, str>,
-    pub device: &'static str,
+    pub browser: Arc<str>,
+    pub os: Arc<str>,
+    pub device: Arc<str>,
     pub bot: bool,
 }
 
-/// The class of a click without a `User-Agent`: a bot (browsers always send one).
-pub const NO_UA: UaClass = UaClass {
-    browser: std::borrow::Cow::Borrowed("(none)"),
-    os: std::borrow::Cow::Borrowed("(none)"),
-    device: "bot",
-    bot: true,
-};
+impl UaClass {
+    /// The class of a click without a `User-Agent`: a bot (browsers always send one).
+    pub fn no_ua() -> UaClass {
+        UaClass {
+            browser: "(none)".into(),
+            os: "(none)".into(),
+            device: "bot".into(),
+            bot: true,
+        }
+    }
 
-/// The class of a user agent the aggregator has not been sent (rare: see `Combiner`).
-pub const UNKNOWN_UA: UaClass = UaClass {
-    browser: std::borrow::Cow::Borrowed("(unknown)"),
-    os: std::borrow::Cow::Borrowed("(unknown)"),
-    device: "(unknown)",
-    bot: false,
-};
+    /// The class of a user agent the aggregator has not been sent (rare: see `Combiner`).
+    pub fn unknown() -> UaClass {
+        UaClass {
+            browser: "(unknown)".into(),
+            os: "(unknown)".into(),
+            device: "(unknown)".into(),
+            bot: false,
+        }
+    }
+}
 
 /// Turns user agents into classes.
 pub struct Classifier {
@@ -84,14 +92,14 @@ impl Classifier {
     }
 
     /// The class of `ua` (the bytes a request sent, cut at `MAX_UA_BYTES`).
-    pub fn classify(&self, ua: &[u8]) -> UaClass {
+    pub fn classify(&self, ua: &[u8], values: &mut Vocabulary) -> UaClass {
         let ua = String::from_utf8_lossy(ua);
         let parsed = self.woothee.parse(&ua);
         let (browser, os, category) = match &parsed {
-            Some(r) => (vocab(r.name), vocab(r.os), r.category.to_string()),
-            None => ("Other".into(), "Other".into(), "UNKNOWN".into()),
+            Some(r) => (vocab(r.name), vocab(r.os), r.category),
+            None => ("Other", "Other", "UNKNOWN"),
         };
-        let device = match category.as_str() {
+        let device = match category {
             "pc" => "desktop",
             "smartphone" => "mobile",
             "mobilephone" => "feature phone",
@@ -101,9 +109,9 @@ impl Classifier {
         };
         let bot = category == "crawler" || self.bots.is_bot(&ua);
         UaClass {
-            browser,
-            os,
-            device: if bot { "bot" } else { device },
+            browser: values.get(browser),
+            os: values.get(os),
+            device: values.get(if bot { "bot" } else { device }),
             bot,
         }
     }
@@ -118,11 +126,35 @@ fn regex_check(p: &str) -> Result<(), String> {
 
 /// Woothee's names come from its fixed dataset (a low-cardinality vocabulary); its
 /// "UNKNOWN" is spelled like ours.
-fn vocab(s: &str) -> std::borrow::Cow<'static, str> {
+fn vocab(s: &str) -> &str {
     if s == woothee::woothee::VALUE_UNKNOWN {
-        "Other".into()
+        "Other"
     } else {
-        s.to_string().into()
+        s
+    }
+}
+
+/// The facet values an aggregator has handed out, shared.
+#[derive(Default)]
+pub struct Vocabulary(std::collections::HashSet<Arc<str>>);
+
+impl Vocabulary {
+    /// The shared copy of `v`.
+    pub fn get(&mut self, v: &str) -> Arc<str> {
+        if let Some(a) = self.0.get(v) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(v);
+        self.0.insert(a.clone());
+        a
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 }
 
@@ -169,7 +201,7 @@ pub fn referrer_value(raw: Option<&[u8]>) -> String {
 #[derive(Default)]
 pub struct StringCache {
     pub uas: HashMap<u64, UaClass>,
-    pub referrers: HashMap<u64, String>,
+    pub referrers: HashMap<u64, Arc<str>>,
 }
 
 impl StringCache {
@@ -215,23 +247,24 @@ mod tests {
     #[test]
     fn user_agents_are_classified_and_bots_flagged() {
         let c = Classifier::new(None).unwrap();
-        let chrome = c.classify(b"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36");
+        let v = &mut Vocabulary::default();
+        let chrome = c.classify(b"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36", v);
         assert_eq!(
-            (&*chrome.browser, &*chrome.os, chrome.device, chrome.bot),
+            (&*chrome.browser, &*chrome.os, &*chrome.device, chrome.bot),
             ("Chrome", "Windows 10", "desktop", false)
         );
-        let iphone = c.classify(b"Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.0 Mobile/15E148 Safari/604.1");
+        let iphone = c.classify(b"Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.0 Mobile/15E148 Safari/604.1", v);
         assert_eq!(
-            (&*iphone.browser, &*iphone.os, iphone.device),
+            (&*iphone.browser, &*iphone.os, &*iphone.device),
             ("Safari", "iPhone", "mobile")
         );
         assert!(
-            c.classify(b"Googlebot/2.1 (+http://www.google.com/bot.html)")
+            c.classify(b"Googlebot/2.1 (+http://www.google.com/bot.html)", v)
                 .bot
         );
-        assert!(c.classify(b"curl/8.4.0").bot, "isbot lists curl");
-        assert!(c.classify(b"python-requests/2.31").bot);
-        assert!(!c.classify(b"MyInternalTool/1.0").bot);
+        assert!(c.classify(b"curl/8.4.0", v).bot, "isbot lists curl");
+        assert!(c.classify(b"python-requests/2.31", v).bot);
+        assert!(!c.classify(b"MyInternalTool/1.0", v).bot);
     }
 
     #[test]
@@ -240,7 +273,7 @@ mod tests {
         let p = dir.path().join("bots.txt");
         std::fs::write(&p, "# ours\nMyInternalTool/\n").unwrap();
         let c = Classifier::new(Some(&p)).unwrap();
-        assert!(c.classify(b"MyInternalTool/1.0").bot);
+        assert!(c.classify(b"MyInternalTool/1.0", &mut Vocabulary::default()).bot);
         std::fs::write(&p, "ok\n(unclosed\n").unwrap();
         let e = Classifier::new(Some(&p)).err().unwrap();
         assert!(e.contains("bots.txt line 2"), "{e}");

@@ -2,8 +2,8 @@
 //!
 //! ```text
 //! frame   := len:u32le crc:u32le payload[len]        crc = CRC-32C of payload
-//! payload := 1 delta | 2 purge | 3 not_found
-//! delta   := klen:u8 key[klen] day:u32 clicks:u64 bot_clicks:u64
+//! payload := 1 state | 2 purge | 3 not_found
+//! state   := klen:u8 key[klen] day:u32 clicks:u64 bot_clicks:u64
 //!            nh:u16 (idx:u16 rank:u8)*nh  nb:u16 (idx:u16 rank:u8)*nb
 //!            nf:u16 (kind:u8 bot:u8 count:u64 vlen:u8 value[vlen])*nf
 //! purge   := klen:u8 key[klen]
@@ -36,7 +36,7 @@ pub fn encode(r: &Record, out: &mut Vec<u8>) {
     let start = out.len();
     out.extend_from_slice(&[0; FRAME_HEADER_BYTES]);
     match r {
-        Record::Delta(d) => {
+        Record::State(d) => {
             out.push(1);
             put_key(out, &d.key);
             out.extend_from_slice(&d.day.to_le_bytes());
@@ -137,11 +137,11 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Record, usize)>, DecodeError> {
                 facets.push(FacetCount {
                     kind,
                     bot,
-                    value: v.into(),
+                    value: std::sync::Arc::from(v),
                     count,
                 });
             }
-            Record::Delta(Delta {
+            Record::State(Delta {
                 key,
                 day,
                 clicks,

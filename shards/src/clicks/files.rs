@@ -218,14 +218,15 @@ impl ClickLog {
         self.len == 0
     }
 
-    /// Replaces every log so far with a snapshot of `store`, which must hold exactly what the
-    /// logs up to this one hold (call it right after a sync, with nothing pending).
-    pub fn snapshot(&mut self, store: &ClickStore) -> io::Result<()> {
+    /// Replaces every log so far with a snapshot of `store` (which holds at least what they
+    /// hold: records are states, so what it holds beyond them is simply newer). Returns the
+    /// snapshot's size.
+    pub fn snapshot(&mut self, store: &ClickStore) -> io::Result<u64> {
         let next = self.seq + 1;
         let path = log_path(&self.dir, self.core, next);
         let file = OpenOptions::new().create(true).append(true).open(&path)?;
         sync_dir(&self.dir)?;
-        write_snapshot(&self.dir, self.core, next, store)?;
+        let bytes = write_snapshot(&self.dir, self.core, next, store)?;
         for seq in log_seqs(&self.dir, self.core)? {
             if seq < next {
                 fs::remove_file(log_path(&self.dir, self.core, seq))?;
@@ -236,7 +237,7 @@ impl ClickLog {
         self.seq = next;
         self.len = 0;
         self.durable_len = 0;
-        Ok(())
+        Ok(bytes)
     }
 }
 
@@ -286,14 +287,15 @@ fn log_seqs(dir: &Path, core: usize) -> io::Result<Vec<u64>> {
     Ok(v)
 }
 
-fn write_snapshot(dir: &Path, core: usize, log_seq: u64, store: &ClickStore) -> io::Result<()> {
+fn write_snapshot(dir: &Path, core: usize, log_seq: u64, store: &ClickStore) -> io::Result<u64> {
     let mut bytes = Vec::with_capacity(4096);
     bytes.extend_from_slice(SNAP_MAGIC);
     bytes.extend_from_slice(&log_seq.to_le_bytes());
     for r in store.to_records() {
         codec::encode(&r, &mut bytes);
     }
-    write_atomic(dir, &snap_name(core), &bytes, 0o644)
+    write_atomic(dir, &snap_name(core), &bytes, 0o644)?;
+    Ok(bytes.len() as u64)
 }
 
 /// Rebuilds core `core`'s store; returns it, the next log number, and torn bytes cut off.

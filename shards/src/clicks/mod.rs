@@ -12,6 +12,7 @@ pub mod hll;
 
 pub use hll::{Hll, RegUpdate};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 /// A UTC day: days since 1970-01-01.
 pub type Day = u32;
@@ -54,16 +55,18 @@ impl FacetKind {
     }
 }
 
-/// Clicks of one facet value (by humans, or by bots).
+/// Clicks of one facet value (by humans, or by bots). Values are shared (`Arc`): a handful of
+/// distinct strings serve millions of link-days.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FacetCount {
     pub kind: FacetKind,
     pub bot: bool,
-    pub value: Box<str>,
+    pub value: Arc<str>,
     pub count: u64,
 }
 
-/// One link-day's change, as merged from a flush and as the click log stores it.
+/// One link-day's clicks: as a delta (what a flush adds, sent from a source aggregator to the
+/// owner's) and as a state (what the click log stores: the link-day's totals, which replace).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Delta {
     pub key: Box<[u8]>,
@@ -77,19 +80,16 @@ pub struct Delta {
     pub facets: Vec<FacetCount>,
 }
 
-/// A change to the click store.
+/// A change to the click store, as the click log and snapshots store it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
-    Delta(Delta),
+    /// A link-day's totals now: replaces what was there (so replaying a record twice counts
+    /// nothing twice).
+    State(Delta),
     /// The link was deleted or its stats reset: every day of it is gone.
-    Purge {
-        key: Box<[u8]>,
-    },
-    /// GET requests for unknown keys on `day` (server-wide, no key kept).
-    NotFound {
-        day: Day,
-        count: u64,
-    },
+    Purge { key: Box<[u8]> },
+    /// GET requests for unknown keys on `day` so far (server-wide, no key kept): replaces.
+    NotFound { day: Day, count: u64 },
 }
 
 /// One link's clicks on one day.
@@ -103,7 +103,7 @@ pub struct LinkDay {
 }
 
 impl LinkDay {
-    fn apply(&mut self, d: &Delta) -> Vec<FacetCount> {
+    fn add(&mut self, d: &Delta) {
         self.clicks += d.clicks;
         self.bot_clicks += d.bot_clicks;
         for &u in &d.humans {
@@ -112,47 +112,56 @@ impl LinkDay {
         for &u in &d.bots {
             self.bots.apply(u);
         }
-        d.facets.iter().map(|f| self.add_facet(f)).collect()
+        for f in &d.facets {
+            self.add_facet(f);
+        }
     }
 
-    /// Counts `f`, under `(other)` if it is a referrer past the cap; returns it as counted.
-    fn add_facet(&mut self, f: &FacetCount) -> FacetCount {
-        let mut value = &*f.value;
-        if f.kind == FacetKind::Referrer {
-            let known = self
+    /// Counts `f`, under `(other)` if it is a new referrer past the cap.
+    fn add_facet(&mut self, f: &FacetCount) {
+        if let Some(g) = self
+            .facets
+            .iter_mut()
+            .find(|g| g.kind == f.kind && g.bot == f.bot && g.value == f.value)
+        {
+            g.count += f.count;
+            return;
+        }
+        let mut value = f.value.clone();
+        if f.kind == FacetKind::Referrer && !self.has_referrer(&value) {
+            let mut distinct: Vec<&str> = self
                 .facets
                 .iter()
-                .any(|g| g.kind == f.kind && *g.value == *value);
-            let distinct = self
-                .facets
-                .iter()
-                .filter(|g| g.kind == FacetKind::Referrer && *g.value != *OTHER_REFERRER)
-                .map(|g| &g.value)
-                .collect::<std::collections::HashSet<_>>()
-                .len();
-            if !known && distinct >= MAX_REFERRERS_PER_LINK_DAY {
-                value = OTHER_REFERRER;
+                .filter(|g| g.kind == FacetKind::Referrer && &*g.value != OTHER_REFERRER)
+                .map(|g| &*g.value)
+                .collect();
+            distinct.sort_unstable();
+            distinct.dedup();
+            if distinct.len() >= MAX_REFERRERS_PER_LINK_DAY {
+                value = Arc::from(OTHER_REFERRER);
             }
         }
-        let counted = FacetCount {
-            kind: f.kind,
-            bot: f.bot,
-            value: value.into(),
-            count: f.count,
-        };
         match self
             .facets
             .iter_mut()
-            .find(|g| g.kind == f.kind && g.bot == f.bot && *g.value == *value)
+            .find(|g| g.kind == f.kind && g.bot == f.bot && g.value == value)
         {
             Some(g) => g.count += f.count,
-            None => self.facets.push(counted.clone()),
+            None => self.facets.push(FacetCount {
+                value,
+                ..f.clone()
+            }),
         }
-        counted
     }
 
-    /// This day as one delta (what a snapshot stores).
-    pub fn as_delta(&self, key: &[u8], day: Day) -> Delta {
+    fn has_referrer(&self, v: &str) -> bool {
+        self.facets
+            .iter()
+            .any(|g| g.kind == FacetKind::Referrer && &*g.value == v)
+    }
+
+    /// This day as a state record.
+    pub fn as_state(&self, key: &[u8], day: Day) -> Delta {
         Delta {
             key: key.into(),
             day,
@@ -163,43 +172,166 @@ impl LinkDay {
             facets: self.facets.clone(),
         }
     }
+
+    fn from_state(d: &Delta) -> LinkDay {
+        let mut l = LinkDay {
+            clicks: d.clicks,
+            bot_clicks: d.bot_clicks,
+            facets: d.facets.clone(),
+            ..LinkDay::default()
+        };
+        for &u in &d.humans {
+            l.humans.apply(u);
+        }
+        for &u in &d.bots {
+            l.bots.apply(u);
+        }
+        l
+    }
 }
 
-/// Every link-day one owner core keeps, plus its server-wide 404 counts.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// A link-day held, and whether it changed since the last [`ClickStore::take_dirty`].
+#[derive(Clone, Debug)]
+struct Held {
+    day: Day,
+    dirty: bool,
+    data: LinkDay,
+}
+
+/// Every link-day one owner core keeps, plus its server-wide 404 counts, and which of them
+/// changed since they were last logged.
+///
+/// Layout for millions of links: one hash map entry per link, holding its days in a short
+/// vector sorted by day (most links are clicked on few days); facet values are shared.
+#[derive(Clone, Debug, Default)]
 pub struct ClickStore {
-    links: HashMap<Box<[u8]>, BTreeMap<Day, LinkDay>>,
+    links: HashMap<Box<[u8]>, Vec<Held>>,
     not_found: BTreeMap<Day, u64>,
+    /// Link-days changed since the last `take_dirty` (each listed once: `Held::dirty`).
+    dirty: Vec<(Box<[u8]>, Day)>,
+    dirty_not_found: Vec<Day>,
+    /// Facet values read back from files, shared.
+    interned: std::collections::HashSet<Arc<str>>,
+}
+
+impl PartialEq for ClickStore {
+    /// Same link-days and 404 counts (what is dirty does not matter).
+    fn eq(&self, other: &ClickStore) -> bool {
+        let days = |s: &ClickStore| -> BTreeMap<(Vec<u8>, Day), LinkDay> {
+            s.links
+                .iter()
+                .flat_map(|(k, v)| v.iter().map(move |h| ((k.to_vec(), h.day), h.data.clone())))
+                .collect()
+        };
+        self.not_found == other.not_found && days(self) == days(other)
+    }
 }
 
 impl ClickStore {
-    /// Applies one record. Replaying the same records in the same order gives the same store.
-    pub fn apply(&mut self, r: &Record) {
-        match r {
-            Record::Delta(d) => {
-                self.apply_delta(d);
+    /// Adds a delta (a flush's clicks of one link-day) and marks the link-day changed.
+    pub fn merge(&mut self, d: &Delta) {
+        let days = match self.links.get_mut(&d.key) {
+            Some(v) => v,
+            None => self.links.entry(d.key.clone()).or_default(),
+        };
+        let i = match days.binary_search_by_key(&d.day, |h| h.day) {
+            Ok(i) => i,
+            Err(i) => {
+                days.insert(
+                    i,
+                    Held {
+                        day: d.day,
+                        dirty: false,
+                        data: LinkDay::default(),
+                    },
+                );
+                i
             }
-            Record::Purge { key } => {
-                self.links.remove(key);
-            }
-            Record::NotFound { day, count } => *self.not_found.entry(*day).or_default() += count,
+        };
+        let h = &mut days[i];
+        h.data.add(d);
+        if !h.dirty {
+            h.dirty = true;
+            self.dirty.push((d.key.clone(), d.day));
         }
     }
 
-    /// Applies a delta and returns it as counted (referrers past the cap as `(other)`): what
-    /// the click log must store so that replaying it gives this same store.
-    pub fn apply_delta(&mut self, d: &Delta) -> Delta {
-        let facets = self
-            .links
-            .entry(d.key.clone())
-            .or_default()
-            .entry(d.day)
-            .or_default()
-            .apply(d);
-        Delta {
-            facets,
-            ..d.clone()
+    /// Adds 404s on `day`.
+    pub fn add_not_found(&mut self, day: Day, count: u64) {
+        *self.not_found.entry(day).or_default() += count;
+        if !self.dirty_not_found.contains(&day) {
+            self.dirty_not_found.push(day);
         }
+    }
+
+    /// Applies one record read back from a file. Replaying the same records in the same
+    /// order gives the same store; replaying one twice changes nothing.
+    pub fn apply(&mut self, r: &Record) {
+        match r {
+            Record::State(d) => {
+                let mut data = LinkDay::from_state(d);
+                for f in &mut data.facets {
+                    f.value = self.intern(&f.value);
+                }
+                let days = self.links.entry(d.key.clone()).or_default();
+                let held = Held {
+                    day: d.day,
+                    dirty: false,
+                    data,
+                };
+                match days.binary_search_by_key(&d.day, |h| h.day) {
+                    Ok(i) => days[i] = held,
+                    Err(i) => days.insert(i, held),
+                }
+            }
+            Record::Purge { key } => self.purge(key),
+            Record::NotFound { day, count } => {
+                self.not_found.insert(*day, *count);
+            }
+        }
+    }
+
+    /// Removes every day of `key` (a delete or a reset).
+    pub fn purge(&mut self, key: &[u8]) {
+        self.links.remove(key);
+    }
+
+    fn intern(&mut self, v: &Arc<str>) -> Arc<str> {
+        if let Some(x) = self.interned.get(v) {
+            return x.clone();
+        }
+        self.interned.insert(v.clone());
+        v.clone()
+    }
+
+    /// The state records of everything changed since the last call (what a group commit
+    /// logs), and the changes forgotten.
+    pub fn take_dirty(&mut self) -> Vec<Record> {
+        let mut out = Vec::with_capacity(self.dirty.len() + self.dirty_not_found.len());
+        for (key, day) in std::mem::take(&mut self.dirty) {
+            let Some(days) = self.links.get_mut(&key) else {
+                continue; // Purged since.
+            };
+            let Ok(i) = days.binary_search_by_key(&day, |h| h.day) else {
+                continue; // Dropped by retention since.
+            };
+            let h = &mut days[i];
+            if h.dirty {
+                h.dirty = false;
+                out.push(Record::State(h.data.as_state(&key, day)));
+            }
+        }
+        for day in std::mem::take(&mut self.dirty_not_found) {
+            if let Some(&count) = self.not_found.get(&day) {
+                out.push(Record::NotFound { day, count });
+            }
+        }
+        out
+    }
+
+    /// Whether anything changed since the last [`ClickStore::take_dirty`].
+    pub fn has_dirty(&self) -> bool {
+        !self.dirty.is_empty() || !self.dirty_not_found.is_empty()
     }
 
     /// Whether nothing is held.
@@ -209,10 +341,13 @@ impl ClickStore {
 
     /// The days of `key` in `from..=to` that have clicks.
     pub fn days(&self, key: &[u8], from: Day, to: Day) -> impl Iterator<Item = (Day, &LinkDay)> {
-        self.links
-            .get(key)
-            .into_iter()
-            .flat_map(move |m| m.range(from..=to).map(|(d, l)| (*d, l)))
+        self.links.get(key).into_iter().flat_map(move |v| {
+            let start = v.partition_point(|h| h.day < from);
+            v[start..]
+                .iter()
+                .take_while(move |h| h.day <= to)
+                .map(|h| (h.day, &h.data))
+        })
     }
 
     /// Every link with clicks in `from..=to`, with its days there.
@@ -221,9 +356,14 @@ impl ClickStore {
         from: Day,
         to: Day,
     ) -> impl Iterator<Item = (&[u8], impl Iterator<Item = (Day, &LinkDay)>)> {
-        self.links
-            .iter()
-            .map(move |(k, m)| (&k[..], m.range(from..=to).map(|(d, l)| (*d, l))))
+        self.links.iter().map(move |(k, v)| {
+            let start = v.partition_point(|h| h.day < from);
+            let days = v[start..]
+                .iter()
+                .take_while(move |h| h.day <= to)
+                .map(|h| (h.day, &h.data));
+            (&k[..], days)
+        })
     }
 
     /// 404s counted on `day`.
@@ -235,9 +375,9 @@ impl ClickStore {
     pub fn drop_before(&mut self, first_kept: Day) -> usize {
         let mut dropped = 0;
         self.links.retain(|_, days| {
-            let keep = days.split_off(&first_kept);
-            dropped += days.len();
-            *days = keep;
+            let cut = days.partition_point(|h| h.day < first_kept);
+            dropped += cut;
+            days.drain(..cut);
             !days.is_empty()
         });
         self.not_found = self.not_found.split_off(&first_kept);
@@ -248,7 +388,7 @@ impl ClickStore {
     pub fn to_records(&self) -> impl Iterator<Item = Record> + '_ {
         let links = self.links.iter().flat_map(|(k, days)| {
             days.iter()
-                .map(move |(d, l)| Record::Delta(l.as_delta(k, *d)))
+                .map(move |h| Record::State(h.data.as_state(k, h.day)))
         });
         let nf = self
             .not_found
@@ -268,16 +408,40 @@ impl ClickStore {
         out
     }
 
-    /// Merges `other` into this store.
+    /// Merges `other` into this store (a fold: a link is on one core only, so its days are
+    /// taken whole; 404 counts add up).
     pub fn absorb(&mut self, other: ClickStore) {
-        for r in other.to_records() {
-            self.apply(&r);
+        for (k, v) in other.links {
+            match self.links.get_mut(&k) {
+                None => {
+                    self.links.insert(k, v);
+                }
+                Some(mine) => {
+                    for h in v {
+                        match mine.binary_search_by_key(&h.day, |x| x.day) {
+                            Ok(i) => {
+                                let d = h.data.as_state(&k, h.day);
+                                mine[i].data.add(&d);
+                            }
+                            Err(i) => mine.insert(i, h),
+                        }
+                    }
+                }
+            }
+        }
+        for (d, n) in other.not_found {
+            *self.not_found.entry(d).or_default() += n;
         }
     }
 
     /// Link-days held.
     pub fn link_days(&self) -> usize {
         self.links.values().map(|d| d.len()).sum()
+    }
+
+    /// Links held.
+    pub fn links(&self) -> usize {
+        self.links.len()
     }
 
     /// Takes the 404 counts out (a fold keeps them on core 0 only).
