@@ -196,7 +196,9 @@ impl Core {
                 idle_since_us = None;
             } else if let Parking::Adaptive { spin_us } = parking {
                 let since = *idle_since_us.get_or_insert(self.clock.now_us);
-                if self.clock.now_us - since >= spin_us {
+                // With clicks waiting for the aggregator (which shares CPUs with the cores),
+                // spinning would only keep it off the CPU: park at once.
+                if self.clock.now_us - since >= spin_us || self.conns.clicks_waiting() {
                     self.park().await?;
                     idle_since_us = None;
                 }

@@ -4,8 +4,8 @@
 
 use shards::clicks::{DIRECT_REFERRER, MAX_FACET_VALUE_BYTES};
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::path::Path;
+use std::sync::Arc;
 
 /// Distinct user agents and referrers an aggregator remembers; past it the table is cleared
 /// and the cores are told to send strings again (`Combiner::sweep`).
@@ -273,7 +273,10 @@ mod tests {
         let p = dir.path().join("bots.txt");
         std::fs::write(&p, "# ours\nMyInternalTool/\n").unwrap();
         let c = Classifier::new(Some(&p)).unwrap();
-        assert!(c.classify(b"MyInternalTool/1.0", &mut Vocabulary::default()).bot);
+        assert!(
+            c.classify(b"MyInternalTool/1.0", &mut Vocabulary::default())
+                .bot
+        );
         std::fs::write(&p, "ok\n(unclosed\n").unwrap();
         let e = Classifier::new(Some(&p)).err().unwrap();
         assert!(e.contains("bots.txt line 2"), "{e}");

@@ -238,6 +238,12 @@ impl Combiner {
         }
     }
 
+    /// Whether a batch handed off waits for the aggregator.
+    #[inline]
+    pub fn waiting(&self) -> bool {
+        !self.to_agg.is_empty()
+    }
+
     /// Whether the click context (UA, referrer, IP) is kept.
     pub fn full(&self) -> bool {
         self.full

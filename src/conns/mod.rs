@@ -148,6 +148,11 @@ impl Conns {
         self.clicks.as_mut().map_or(0, |k| k.cut(0))
     }
 
+    /// Batches handed off that the aggregator has not taken yet.
+    pub fn clicks_waiting(&self) -> bool {
+        self.clicks.as_ref().is_some_and(|k| k.waiting())
+    }
+
     /// The core stops: its last clicks go to the aggregator.
     pub fn close_clicks(&mut self) {
         if let Some(k) = &mut self.clicks {

@@ -11,7 +11,7 @@
 //! ```
 //! All integers little-endian. A decoder reads exactly the payload's bytes or refuses it.
 
-use super::{Delta, FacetCount, FacetKind, Record, MAX_FACET_VALUE_BYTES};
+use super::{Delta, FacetCount, FacetKind, LinkDay, Record, MAX_FACET_VALUE_BYTES};
 use crate::link::MAX_KEY_BYTES;
 
 /// Largest payload a frame may declare (a delta with two dense sketches and every facet
@@ -29,6 +29,50 @@ pub enum DecodeError {
     TooLong(usize),
     #[error("malformed record: {0}")]
     Malformed(&'static str),
+}
+
+/// Appends the state record of one held link-day, without building a [`Record`] first.
+pub fn encode_state(key: &[u8], day: super::Day, l: &LinkDay, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; FRAME_HEADER_BYTES]);
+    out.push(1);
+    put_key(out, key);
+    out.extend_from_slice(&day.to_le_bytes());
+    out.extend_from_slice(&l.clicks.to_le_bytes());
+    out.extend_from_slice(&l.bot_clicks.to_le_bytes());
+    for h in [&l.humans, &l.bots] {
+        out.extend_from_slice(&(h.set_registers() as u16).to_le_bytes());
+        h.for_each_update(|i, r| {
+            out.extend_from_slice(&i.to_le_bytes());
+            out.push(r);
+        });
+    }
+    put_facets(out, &l.facets);
+    seal(out, start);
+}
+
+fn put_facets(out: &mut Vec<u8>, facets: &[FacetCount]) {
+    out.extend_from_slice(&(facets.len() as u16).to_le_bytes());
+    for f in facets {
+        out.push(f.kind as u8);
+        out.push(f.bot as u8);
+        out.extend_from_slice(&f.count.to_le_bytes());
+        let v = truncate_value(&f.value);
+        out.push(v.len() as u8);
+        out.extend_from_slice(v.as_bytes());
+    }
+}
+
+/// Fills in the header of the frame that starts at `start`.
+fn seal(out: &mut [u8], start: usize) {
+    let len = out.len() - start - FRAME_HEADER_BYTES;
+    assert!(
+        len <= MAX_CLICK_RECORD_BYTES,
+        "a click record of {len} bytes"
+    );
+    let crc = crc32c::crc32c(&out[start + FRAME_HEADER_BYTES..]);
+    out[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
+    out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Appends `r` as one frame.
@@ -49,15 +93,7 @@ pub fn encode(r: &Record, out: &mut Vec<u8>) {
                     out.push(r);
                 }
             }
-            out.extend_from_slice(&(d.facets.len() as u16).to_le_bytes());
-            for f in &d.facets {
-                out.push(f.kind as u8);
-                out.push(f.bot as u8);
-                out.extend_from_slice(&f.count.to_le_bytes());
-                let v = truncate_value(&f.value);
-                out.push(v.len() as u8);
-                out.extend_from_slice(v.as_bytes());
-            }
+            put_facets(out, &d.facets);
         }
         Record::Purge { key } => {
             out.push(2);
@@ -189,12 +225,12 @@ impl<'a> Reader<'a> {
     fn u64(&mut self) -> Result<u64, DecodeError> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
     }
-    fn key(&mut self) -> Result<Box<[u8]>, DecodeError> {
+    fn key(&mut self) -> Result<super::ShortKey, DecodeError> {
         let n = self.u8()? as usize;
         if n == 0 || n > MAX_KEY_BYTES {
             return Err(DecodeError::Malformed("key length"));
         }
-        Ok(self.take(n)?.into())
+        Ok(super::ShortKey::new(self.take(n)?))
     }
     fn regs(&mut self) -> Result<Vec<RegUpdateAlias>, DecodeError> {
         let n = self.u16()? as usize;

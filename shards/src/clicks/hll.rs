@@ -85,6 +85,28 @@ impl Hll {
         }
     }
 
+    /// Number of set registers.
+    pub fn set_registers(&self) -> usize {
+        match self {
+            Hll::Empty => 0,
+            Hll::Sparse(v) => v.len(),
+            Hll::Dense(d) => d.iter().filter(|&&r| r > 0).count(),
+        }
+    }
+
+    /// Calls `f` with every set register, in index order, without allocating.
+    pub fn for_each_update(&self, mut f: impl FnMut(u16, u8)) {
+        match self {
+            Hll::Empty => {}
+            Hll::Sparse(v) => v.iter().for_each(|&(i, r)| f(i, r)),
+            Hll::Dense(d) => d
+                .iter()
+                .enumerate()
+                .filter(|(_, &r)| r > 0)
+                .for_each(|(i, &r)| f(i as u16, r)),
+        }
+    }
+
     /// Every set register, in index order (what the click log stores).
     pub fn updates(&self) -> Vec<RegUpdate> {
         match self {

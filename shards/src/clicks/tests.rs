@@ -191,7 +191,9 @@ fn logs_snapshots_and_a_core_count_fold_recover_exactly() {
     let tmp = tempfile::tempdir().unwrap();
     let (dir, rec) = ClickDir::open(tmp.path(), 2, |k| owner_of(k, 2)).unwrap();
     assert_eq!(rec.stores.len(), 2);
-    let mut logs: Vec<_> = (0..2).map(|c| dir.open_log(c, rec.next_log[c]).unwrap()).collect();
+    let mut logs: Vec<_> = (0..2)
+        .map(|c| dir.open_log(c, rec.next_log[c]).unwrap())
+        .collect();
     let mut stores = [ClickStore::default(), ClickStore::default()];
     for (i, key) in ["a", "bb", "ccc", "dddd", "e"].iter().enumerate() {
         let c = owner_of(key.as_bytes(), 2);
@@ -222,9 +224,15 @@ fn logs_snapshots_and_a_core_count_fold_recover_exactly() {
     let mut all = stores[0].clone();
     all.absorb(stores[1].clone());
     for key in ["a", "bb", "ccc", "dddd", "e"] {
-        let want: Vec<_> = all.days(key.as_bytes(), 0, 9).map(|(d, l)| (d, l.clicks)).collect();
+        let want: Vec<_> = all
+            .days(key.as_bytes(), 0, 9)
+            .map(|(d, l)| (d, l.clicks))
+            .collect();
         let c = owner_of(key.as_bytes(), 3);
-        let got: Vec<_> = rec3.stores[c].days(key.as_bytes(), 0, 9).map(|(d, l)| (d, l.clicks)).collect();
+        let got: Vec<_> = rec3.stores[c]
+            .days(key.as_bytes(), 0, 9)
+            .map(|(d, l)| (d, l.clicks))
+            .collect();
         assert_eq!(got, want, "{key}");
         assert!(!want.is_empty());
     }

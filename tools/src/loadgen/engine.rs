@@ -219,7 +219,8 @@ pub fn run(cfg: &LoadConfig, data: &Dataset) -> Result<RunReport, LoadError> {
         data,
         poll: Poll::new()?,
         conns: Vec::with_capacity(cfg.connections),
-        writer: RequestWriter::new(&cfg.host, cfg.api_key.as_deref()).with_click_headers(cfg.click_headers),
+        writer: RequestWriter::new(&cfg.host, cfg.api_key.as_deref())
+            .with_click_headers(cfg.click_headers),
         rec: Recorder::new(0),
         rr: 0,
         dirty: Vec::new(),

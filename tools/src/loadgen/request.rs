@@ -1,7 +1,7 @@
 //! What each scheduled request asks for, and its bytes on the wire.
 
-use std::io::Write;
 use shards::link::MAX_KEY_BYTES;
+use std::io::Write;
 
 use super::links::Dataset;
 use super::zipf::{KeyDist, KeySampler};
