@@ -243,8 +243,14 @@ impl Core {
                     self.owner.on_clicks_purged(token, &mut self.mesh)
                 }
                 crate::analytics::ToCore::Stats { reply, body } => {
-                    self.conns
-                        .on_stats_answer(reply, &body, &mut self.api, &self.clock)
+                    self.api.stats_done();
+                    self.conns.on_stats_answer(reply, &body, &self.clock)
+                }
+                crate::analytics::ToCore::GlobalPart { reply, part } => {
+                    let dropped = self.shared.clicks.as_ref().map_or(0, |c| c.dropped_total());
+                    if let Some(body) = self.api.gather(reply, *part, dropped) {
+                        self.conns.on_stats_answer(reply, &body, &self.clock)
+                    }
                 }
             }
         }

@@ -665,3 +665,64 @@ fn nothing_private_reaches_the_disk() {
         }
     }
 }
+
+#[test]
+fn server_wide_stats_sum_every_core_and_list_the_top_links() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &flags(&["--cores", "3", "--test-oversubscribe"]));
+    let mut c = Client::new(&s);
+    let mut others: Vec<Client> = (0..4).map(|_| Client::new(&s)).collect();
+    for (alias, n) in [("top1", 7), ("top2", 4), ("top3", 1)] {
+        let k = c.create_ok("https://example.com/t", Some(alias));
+        for i in 0..n {
+            click(&mut others[i % 4], &k, &[("User-Agent", CHROME)]);
+        }
+    }
+    click(&mut others[0], "top1", &[("User-Agent", "Googlebot/2.1")]);
+    for i in 0..5 {
+        assert_eq!(click(&mut others[i % 4], &format!("missing{i}"), &[]), 404);
+    }
+    // HEAD 404s and API calls are not counted.
+    others[1]
+        .send("HEAD", "/missing-head", false, &[], b"")
+        .unwrap();
+    let since = unix_ms();
+    let v = loop {
+        let r = c.send("GET", "/api/v1/stats", true, &[], b"").unwrap();
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        if parse_ms(v["complete_until"].as_str().unwrap()) >= since {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(v["summary"]["clicks"], json!(13), "{v}");
+    assert_eq!(v["summary"]["bot_clicks"], json!(1));
+    assert_eq!(v["summary"]["human_clicks"], json!(12));
+    assert_eq!(v["summary"]["not_found"], json!(5));
+    let top: Vec<(String, u64)> = v["top_links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["key"].as_str().unwrap().to_string(),
+                r["clicks"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        top,
+        vec![("top1".into(), 8), ("top2".into(), 4), ("top3".into(), 1)]
+    );
+    assert_eq!(v["days"].as_array().unwrap().len(), 30);
+    c.send("GET", "/api/v1/stats?from=2026-13-01", true, &[], b"")
+        .unwrap()
+        .assert_problem(422);
+    c.send("GET", "/api/v1/stats", false, &[], b"")
+        .unwrap()
+        .assert_problem(401);
+    let r = c.send("POST", "/api/v1/stats", true, &[], b"{}").unwrap();
+    r.assert_problem(405);
+    assert_eq!(r.header("allow"), Some("GET"));
+}

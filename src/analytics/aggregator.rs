@@ -444,6 +444,14 @@ impl Aggregator {
                     .replies
                     .offer(reply_core as usize, ToCore::Purged { token });
             }
+            Control::Global { reply, from, to } => {
+                let through = self.through_ms.iter().copied().min().unwrap_or(0);
+                let part = Box::new(stats::global_part(&self.s.store, from, to, through));
+                let _ = self
+                    .s
+                    .replies
+                    .offer(reply.core as usize, ToCore::GlobalPart { reply, part });
+            }
             Control::Stats { reply, query } => {
                 let body = self.answer(&query);
                 let _ = self

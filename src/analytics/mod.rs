@@ -100,12 +100,27 @@ pub enum Control {
         reply: ReplyTo,
         query: stats::StatsQuery,
     },
+    /// This aggregator's part of the server-wide stats.
+    Global {
+        reply: ReplyTo,
+        from: shards::clicks::Day,
+        to: shards::clicks::Day,
+    },
 }
 
 /// Answers from an aggregator to a core.
 pub enum ToCore {
-    Purged { token: u64 },
-    Stats { reply: ReplyTo, body: Vec<u8> },
+    Purged {
+        token: u64,
+    },
+    Stats {
+        reply: ReplyTo,
+        body: Vec<u8>,
+    },
+    GlobalPart {
+        reply: ReplyTo,
+        part: Box<stats::GlobalPart>,
+    },
 }
 
 /// One aggregator's counters (for `/metrics`).

@@ -36,6 +36,95 @@ pub struct StatsQuery {
     pub bots: Bots,
 }
 
+/// Links `GET /api/v1/stats` lists.
+pub const TOP_LINKS: usize = 10;
+
+/// One aggregator's share of `GET /api/v1/stats`: per day of the range (clicks, bot clicks,
+/// 404s), its own top links, and how far its clicks are complete.
+#[derive(Clone, Debug, Default)]
+pub struct GlobalPart {
+    pub days: Vec<[u64; 3]>,
+    pub top: Vec<(String, u64)>,
+    pub complete_until_ms: u64,
+}
+
+/// What one aggregator holds for the server-wide stats of `from..=to` (a walk over every link
+/// it owns: an operator's query, not a per-click one).
+pub fn global_part(store: &ClickStore, from: Day, to: Day, complete_until_ms: u64) -> GlobalPart {
+    let mut days = vec![[0u64; 3]; (to - from + 1) as usize];
+    let mut top: Vec<(String, u64)> = Vec::new();
+    for (key, link_days) in store.all_links(from, to) {
+        let mut total = 0;
+        for (d, l) in link_days {
+            let row = &mut days[(d - from) as usize];
+            row[0] += l.clicks;
+            row[1] += l.bot_clicks;
+            total += l.clicks;
+        }
+        if total > 0 {
+            top.push((String::from_utf8_lossy(key).into_owned(), total));
+            if top.len() > 4 * TOP_LINKS {
+                keep_top(&mut top);
+            }
+        }
+    }
+    keep_top(&mut top);
+    for (i, row) in days.iter_mut().enumerate() {
+        row[2] = store.not_found(from + i as Day);
+    }
+    GlobalPart {
+        days,
+        top,
+        complete_until_ms,
+    }
+}
+
+fn keep_top(top: &mut Vec<(String, u64)>) {
+    top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    top.truncate(TOP_LINKS);
+}
+
+/// The JSON of `GET /api/v1/stats` from every aggregator's part.
+pub fn global_json(from: Day, to: Day, parts: &[GlobalPart], dropped: u64) -> Vec<u8> {
+    let mut days = vec![[0u64; 3]; (to - from + 1) as usize];
+    let mut top = Vec::new();
+    for p in parts {
+        for (a, b) in days.iter_mut().zip(&p.days) {
+            for i in 0..3 {
+                a[i] += b[i];
+            }
+        }
+        top.extend(p.top.iter().cloned());
+    }
+    keep_top(&mut top);
+    let (clicks, bots, nf) = days
+        .iter()
+        .fold((0, 0, 0), |t, r| (t.0 + r[0], t.1 + r[1], t.2 + r[2]));
+    let complete = parts.iter().map(|p| p.complete_until_ms).min().unwrap_or(0);
+    let day_rows: Vec<serde_json::Value> = days
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            serde_json::json!({"day": format_day(from + i as Day), "clicks": r[0], "bot_clicks": r[1], "not_found": r[2]})
+        })
+        .collect();
+    let top_rows: Vec<serde_json::Value> = top
+        .iter()
+        .map(|(k, n)| serde_json::json!({"key": k, "clicks": n}))
+        .collect();
+    let v = serde_json::json!({
+        "from": format_day(from),
+        "to": format_day(to),
+        "timezone": "UTC",
+        "summary": {"clicks": clicks, "human_clicks": clicks - bots, "bot_clicks": bots, "not_found": nf},
+        "days": day_rows,
+        "top_links": top_rows,
+        "complete_until": rfc3339_ms(complete),
+        "dropped_clicks": dropped,
+    });
+    serde_json::to_vec(&v).expect("stats serialize")
+}
+
 /// Parses `from`, `to` and `bots` (422 `invalid-field` naming the parameter).
 pub fn parse_query(
     query: Option<&[u8]>,

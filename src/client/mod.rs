@@ -27,6 +27,8 @@ use std::time::Instant;
 /// Prefix of every API path.
 pub const API_PREFIX: &[u8] = b"/api/";
 const URLS: &[u8] = b"/api/v1/urls";
+/// The server-wide click stats.
+const GLOBAL_STATS: &[u8] = b"/api/v1/stats";
 /// `/api/v1/urls/{key}` + this: the link's click stats.
 const STATS_SUFFIX: &[u8] = b"/stats";
 
@@ -55,6 +57,8 @@ pub enum ApiOp {
     Stats(Box<crate::analytics::stats::StatsQuery>),
     /// `DELETE /api/v1/urls/{key}/stats`.
     ResetStats,
+    /// `GET /api/v1/stats`: answered by the aggregators only (`ApiClient::gather`).
+    GlobalStats,
 }
 
 impl ApiOp {
@@ -85,6 +89,15 @@ pub struct ApiClient {
     /// in flight.
     clicks: Option<Vec<crossbeam::channel::Sender<crate::analytics::Control>>>,
     stats_in_flight: usize,
+    /// `GET /api/v1/stats` requests waiting for the aggregators' parts: range, parts so far.
+    gathering: std::collections::HashMap<(u32, u32, u32), Gathering>,
+}
+
+/// The parts of one server-wide stats answer collected so far.
+struct Gathering {
+    from: shards::clicks::Day,
+    to: shards::clicks::Day,
+    parts: Vec<crate::analytics::stats::GlobalPart>,
 }
 
 impl ApiClient {
@@ -105,6 +118,7 @@ impl ApiClient {
             creates,
             clicks: None,
             stats_in_flight: 0,
+            gathering: Default::default(),
         }
     }
 
@@ -142,6 +156,79 @@ impl ApiClient {
         self.stats_in_flight = self.stats_in_flight.saturating_sub(1);
     }
 
+    /// One aggregator's part of a server-wide stats answer; the JSON once every part is in.
+    pub fn gather(
+        &mut self,
+        reply: ReplyTo,
+        part: crate::analytics::stats::GlobalPart,
+        dropped: u64,
+    ) -> Option<Vec<u8>> {
+        let id = (reply.slot, reply.gen, reply.seq);
+        let g = self.gathering.get_mut(&id)?;
+        g.parts.push(part);
+        if g.parts.len() < self.router.cores() {
+            return None;
+        }
+        let g = self.gathering.remove(&id).expect("present");
+        self.stats_done();
+        Some(crate::analytics::stats::global_json(
+            g.from, g.to, &g.parts, dropped,
+        ))
+    }
+
+    /// `GET /api/v1/stats`: asks every aggregator for its part.
+    fn query_global(
+        &mut self,
+        out: &mut Vec<u8>,
+        defer: &mut Defer<'_>,
+        req: &Request<'_>,
+        persist: Persist,
+        clock: &Clock,
+    ) {
+        let problem = |out: &mut Vec<u8>, p: Problem| {
+            encode_problem(out, &p, &[], false, persist, &clock.date);
+        };
+        let Some(control) = self.clicks.clone() else {
+            let mut p = Problem::not_found();
+            p.detail = "click analytics is off on this server (--analytics off)".into();
+            return problem(out, p);
+        };
+        let today = shards::clicks::day_of(clock.now_s);
+        let dummy = InlineKey::new(b"-").expect("fits");
+        let q = match crate::analytics::stats::parse_query(req.query, dummy, today) {
+            Ok(q) => q,
+            Err(p) => return problem(out, p),
+        };
+        if self.stats_in_flight >= crate::analytics::MAX_STATS_IN_FLIGHT_PER_CORE {
+            return problem(out, Problem::unavailable(1));
+        }
+        let reply = defer(out, ApiOp::GlobalStats);
+        self.stats_in_flight += 1;
+        let (from, to) = (q.from, q.to);
+        let id = (reply.slot, reply.gen, reply.seq);
+        self.gathering.insert(
+            id,
+            Gathering {
+                from,
+                to,
+                parts: Vec::new(),
+            },
+        );
+        for tx in &control {
+            // A full queue: that aggregator's part is empty rather than the answer lost.
+            if tx
+                .try_send(crate::analytics::Control::Global { reply, from, to })
+                .is_err()
+            {
+                let g = self.gathering.get_mut(&id).expect("inserted");
+                g.parts.push(crate::analytics::stats::GlobalPart {
+                    days: vec![[0; 3]; (to - from + 1) as usize],
+                    ..Default::default()
+                });
+            }
+        }
+    }
+
     /// Takes a reloaded API key store, if `keywatch` offered one.
     pub fn take_key_updates(&mut self) {
         if let Ok(keys) = self.key_updates.try_recv() {
@@ -176,6 +263,9 @@ impl ApiClient {
             Ok(ok) => ok,
             Err(refusal) => return refusal.encode(out, head, persist, date),
         };
+        if req.path == GLOBAL_STATS {
+            return self.query_global(out, defer, req, persist, clock);
+        }
         // `check_head` refused a declared body over the limit; `body` is exactly that long.
         debug_assert!(body.len() <= MAX_REQUEST_BODY_BYTES);
         let now_s = clock.now_s;
@@ -304,7 +394,13 @@ impl ApiClient {
     /// is read, so an `Expect: 100-continue` client hears the refusal without sending it.
     pub fn check_head<'r>(&self, req: &Request<'r>) -> Result<Admitted<'r>, Box<Refusal>> {
         let path = req.path;
-        let (collection, mut key) = if path == URLS {
+        if path == GLOBAL_STATS && req.method != Method::Get {
+            return Err(Box::new(Refusal {
+                problem: Problem::method_not_allowed(),
+                header: Some(("Allow", b"GET")),
+            }));
+        }
+        let (collection, mut key) = if path == URLS || path == GLOBAL_STATS {
             (true, None)
         } else if let Some(k) = path.strip_prefix(URLS).and_then(|r| r.strip_prefix(b"/")) {
             (false, Some(k))

@@ -605,15 +605,8 @@ impl Conns {
         }
     }
 
-    /// A link's stats, from its owner's aggregator: the answer to the deferred request.
-    pub fn on_stats_answer(
-        &mut self,
-        reply: ReplyTo,
-        body: &[u8],
-        api: &mut ApiClient,
-        clock: &Clock,
-    ) {
-        api.stats_done();
+    /// Stats JSON from the aggregators: the answer to the deferred request.
+    pub fn on_stats_answer(&mut self, reply: ReplyTo, body: &[u8], clock: &Clock) {
         let Some(c) = self.slots.get_mut(reply.slot as usize) else {
             return;
         };
