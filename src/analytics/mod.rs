@@ -11,6 +11,7 @@
 pub mod aggregator;
 pub mod classify;
 pub mod combiner;
+pub mod page;
 pub mod salts;
 pub mod stats;
 

@@ -377,6 +377,30 @@ impl Conns {
             encode::encode_response(&mut c.out, Status::Ok, &[], ct, body, head, persist, date);
             return;
         }
+        if path.starts_with(crate::analytics::page::PAGE_PREFIX) {
+            // Cold path: the stats page and its assets (static bytes).
+            if !get_or_head {
+                encode::encode_method_not_allowed(&mut c.out, "GET, HEAD", head, persist, date);
+                return;
+            }
+            match crate::analytics::page::asset(path) {
+                Some((ct, body)) => {
+                    let h = crate::analytics::page::headers();
+                    encode::encode_response(
+                        &mut c.out,
+                        Status::Ok,
+                        &h,
+                        Some(ct),
+                        body,
+                        head,
+                        persist,
+                        date,
+                    )
+                }
+                None => encode::encode_not_found(&mut c.out, head, persist, date),
+            }
+            return;
+        }
         let shlink = path.starts_with(crate::client::shlink::SHLINK_PREFIX);
         if path.starts_with(API_PREFIX) || shlink {
             self.tally.api_requests += 1;
