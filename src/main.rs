@@ -184,6 +184,10 @@ struct ServeArgs {
     /// added to the built-in list.
     #[arg(long)]
     bot_patterns: Option<PathBuf>,
+    /// Write every change of the click stats as NDJSON lines (schema v1, docs/analytics.md)
+    /// into this directory, for log shippers.
+    #[arg(long)]
+    click_export: Option<PathBuf>,
     /// Test only: this core blocks its loop once (see --test-stall-after-ms), standing in for
     /// a deadlocked core.
     #[arg(long, hide = true)]
@@ -333,6 +337,7 @@ fn main() -> ExitCode {
                     client_ip: a.client_ip,
                     retention_days: a.click_retention_days,
                     bot_patterns: a.bot_patterns,
+                    export_dir: a.click_export,
                 },
                 fleet: a.fleet_pg.map(|url| ricochet::fleet_node::FleetOptions {
                     url,

@@ -607,7 +607,16 @@ fn kill9_loses_at_most_the_last_second_of_clicks_and_counts_none_twice() {
 #[test]
 fn nothing_private_reaches_the_disk() {
     let (_t, dir) = data_dir();
-    let s = start(&dir, &flags(&["--client-ip", "x-forwarded-for"]));
+    let export = dir.parent().unwrap().join("export");
+    let s = start(
+        &dir,
+        &flags(&[
+            "--client-ip",
+            "x-forwarded-for",
+            "--click-export",
+            export.to_str().unwrap(),
+        ]),
+    );
     let mut c = Client::new(&s);
     let k = c.create_ok("https://example.com/priv", Some("priv"));
     let ua = "Mozilla/5.0 (X11; PrivacyProbe/7.7) Gecko/20100101 Firefox/121.0";
@@ -638,7 +647,7 @@ fn nothing_private_reaches_the_disk() {
         &[203, 0, 113, 77],
     ];
     let mut files = Vec::new();
-    let mut stack = vec![dir.clone()];
+    let mut stack = vec![dir.clone(), export.clone()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).unwrap().flatten() {
             let p = e.path();
@@ -725,4 +734,91 @@ fn server_wide_stats_sum_every_core_and_list_the_top_links() {
     let r = c.send("POST", "/api/v1/stats", true, &[], b"{}").unwrap();
     r.assert_problem(405);
     assert_eq!(r.header("allow"), Some("GET"));
+}
+
+#[test]
+fn the_export_stream_has_a_line_per_change_with_unique_ids() {
+    let (_t, dir) = data_dir();
+    let export = dir.parent().unwrap().join("export");
+    let s = start(
+        &dir,
+        &flags(&[
+            "--cores",
+            "3",
+            "--test-oversubscribe",
+            "--click-export",
+            export.to_str().unwrap(),
+        ]),
+    );
+    let mut c = Client::new(&s);
+    let a = c.create_ok("https://example.com/a", Some("exp_a"));
+    let b = c.create_ok("https://example.com/b", Some("exp_b"));
+    for _ in 0..3 {
+        click(
+            &mut c,
+            &a,
+            &[("User-Agent", CHROME), ("Referer", "https://t.co/x")],
+        );
+    }
+    settled(&mut c, &a, "");
+    std::thread::sleep(Duration::from_millis(1200)); // a group commit writes the lines
+    for _ in 0..2 {
+        click(&mut c, &a, &[("User-Agent", CHROME)]);
+        click(&mut c, &b, &[("User-Agent", FIREFOX)]);
+    }
+    settled(&mut c, &b, "");
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(c.delete(&b).status, 204);
+    drop(c);
+    // While running, open files end in .part; SIGTERM closes them.
+    let parts: Vec<_> = std::fs::read_dir(&export)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        parts
+            .iter()
+            .any(|n| n.to_string_lossy().ends_with(".ndjson.part")),
+        "{parts:?}"
+    );
+    assert!(s.terminate().success());
+    let mut lines = Vec::new();
+    for e in std::fs::read_dir(&export).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        assert!(name.ends_with(".ndjson"), "closed at shutdown: {name}");
+        for l in std::fs::read_to_string(e.path()).unwrap().lines() {
+            lines.push(serde_json::from_str::<Value>(l).unwrap());
+        }
+    }
+    let ids: std::collections::HashSet<&str> =
+        lines.iter().map(|l| l["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), lines.len(), "ids are unique");
+    assert!(lines.iter().all(|l| l["v"] == json!(1)));
+    let last = |key: &str| {
+        lines
+            .iter()
+            .rev()
+            .find(|l| l["key"] == json!(key) && l["type"] == json!("link_day"))
+            .cloned()
+    };
+    let la = last("exp_a").expect("lines for exp_a");
+    assert_eq!(
+        la["clicks"],
+        json!(5),
+        "the latest line carries the totals: {la}"
+    );
+    assert_eq!(la["referrers"]["t.co"], json!(3), "{la}");
+    assert!(
+        lines.iter().filter(|l| l["key"] == json!("exp_a")).count() >= 2,
+        "one line per change"
+    );
+    assert_eq!(last("exp_b").unwrap()["clicks"], json!(2));
+    let purge = lines
+        .iter()
+        .position(|l| l["type"] == json!("purge") && l["key"] == json!("exp_b"));
+    let state = lines
+        .iter()
+        .position(|l| l["type"] == json!("link_day") && l["key"] == json!("exp_b"));
+    assert!(purge > state, "the delete is a purge line, after the link's last state");
 }

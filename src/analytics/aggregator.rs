@@ -105,10 +105,13 @@ pub struct Aggregator {
     failing: bool,
     /// Log bytes past which the next snapshot is written.
     snapshot_after: u64,
+    /// `--click-export`, and the lines of a sync that failed (written after the retry).
+    exporter: Option<super::export::Exporter>,
+    retry_lines: (Vec<u8>, u64),
 }
 
 impl Aggregator {
-    pub fn new(s: AggregatorSetup) -> Aggregator {
+    pub fn new(s: AggregatorSetup, exporter: Option<super::export::Exporter>) -> Aggregator {
         let n = s.router.cores();
         Aggregator {
             outbox: (0..n).map(|_| VecDeque::new()).collect(),
@@ -129,6 +132,8 @@ impl Aggregator {
             failing: false,
             retry: Vec::new(),
             snapshot_after: CLICK_LOG_SNAPSHOT_BYTES,
+            exporter,
+            retry_lines: (Vec::new(), 0),
             s,
         }
     }
@@ -145,6 +150,11 @@ impl Aggregator {
                     self.on_control(c);
                 }
                 self.sync();
+                if let Some(x) = &mut self.exporter {
+                    if let Err(e) = x.close() {
+                        eprintln!("clicks core {}: closing the export file: {e}", self.s.me);
+                    }
+                }
                 return;
             }
             let timeout = if self.outbox_empty() {
@@ -425,6 +435,13 @@ impl Aggregator {
                 let mut bytes = std::mem::take(&mut self.retry);
                 codec::encode(&r, &mut bytes);
                 let ok = self.write(bytes);
+                if ok && self.exporter.is_some() {
+                    let now = super::combiner::unix_ms();
+                    let id = self.exporter.as_ref().expect("checked").next_id(0, now);
+                    let mut line = Vec::new();
+                    super::export::purge_line(&id, now, key.as_bytes(), &mut line);
+                    self.export(&line, 1, now);
+                }
                 if !ok {
                     eprintln!(
                         "clicks core {}: could not make the purge of {} durable; its stats may reappear after a restart",
@@ -472,9 +489,47 @@ impl Aggregator {
     /// fdatasync (after anything a failed write left).
     fn sync(&mut self) {
         let mut bytes = std::mem::take(&mut self.retry);
-        self.s.store.encode_dirty(&mut bytes);
-        if !bytes.is_empty() {
-            self.write(bytes);
+        let Some(x) = &self.exporter else {
+            self.s.store.encode_dirty(&mut bytes);
+            if !bytes.is_empty() {
+                self.write(bytes);
+            }
+            return;
+        };
+        let now = super::combiner::unix_ms();
+        let (mut lines, mut n) = std::mem::take(&mut self.retry_lines);
+        let mut nf = Vec::new();
+        self.s.store.drain_dirty(
+            |key, day, l| {
+                codec::encode_state(key, day, l, &mut bytes);
+                let id = x.next_id(n, now);
+                super::export::state_line(&id, now, key, day, l, &mut lines);
+                n += 1;
+            },
+            |day, count| nf.push(Record::NotFound { day, count }),
+        );
+        for r in &nf {
+            codec::encode(r, &mut bytes);
+        }
+        if bytes.is_empty() {
+            return;
+        }
+        if self.write(bytes) {
+            self.export(&lines, n, now);
+        } else {
+            self.retry_lines = (lines, n);
+        }
+    }
+
+    /// Hands lines of a durable sync to the export files (a failure is reported, never fatal).
+    fn export(&mut self, lines: &[u8], n: u64, now: u64) {
+        if let Some(x) = &mut self.exporter {
+            if let Err(e) = x.write(lines, n, now) {
+                eprintln!(
+                    "clicks core {}: --click-export write failed: {e}",
+                    self.s.me
+                );
+            }
         }
     }
 

@@ -11,6 +11,7 @@
 pub mod aggregator;
 pub mod classify;
 pub mod combiner;
+pub mod export;
 pub mod page;
 pub mod salts;
 pub mod stats;
@@ -72,6 +73,8 @@ pub struct AnalyticsConfig {
     pub client_ip: ClientIp,
     pub retention_days: u32,
     pub bot_patterns: Option<PathBuf>,
+    /// `--click-export DIR`: NDJSON lines of every change (`export.rs`).
+    pub export_dir: Option<PathBuf>,
 }
 
 impl Default for AnalyticsConfig {
@@ -81,6 +84,7 @@ impl Default for AnalyticsConfig {
             client_ip: ClientIp::Peer,
             retention_days: DEFAULT_RETENTION_DAYS,
             bot_patterns: None,
+            export_dir: None,
         }
     }
 }
@@ -258,7 +262,14 @@ pub fn start(
             epoch: epoch.clone(),
             stats: stats.clone(),
         };
-        let agg = aggregator::Aggregator::new(setup);
+        let exporter = match &cfg.export_dir {
+            Some(d) => Some(
+                export::Exporter::new(d, core)
+                    .with_context(|| format!("--click-export {}", d.display()))?,
+            ),
+            None => None,
+        };
+        let agg = aggregator::Aggregator::new(setup, exporter);
         handles.push(
             std::thread::Builder::new()
                 .name(format!("ricochet-clicks-{core}"))

@@ -311,6 +311,23 @@ impl ClickStore {
     /// Appends the state record of everything changed since the last call to `out` (what a
     /// group commit logs, encoded straight from the store), and forgets the changes.
     pub fn encode_dirty(&mut self, out: &mut Vec<u8>) {
+        let mut nf = Vec::new();
+        self.drain_dirty(
+            |key, day, l| codec::encode_state(key, day, l, out),
+            |day, count| nf.push(Record::NotFound { day, count }),
+        );
+        for r in &nf {
+            codec::encode(r, out);
+        }
+    }
+
+    /// Calls `link` with every link-day changed since the last call and `not_found` with
+    /// every day whose 404 count changed (with the count), and forgets the changes.
+    pub fn drain_dirty(
+        &mut self,
+        mut link: impl FnMut(&[u8], Day, &LinkDay),
+        mut not_found: impl FnMut(Day, u64),
+    ) {
         for (key, day) in std::mem::take(&mut self.dirty) {
             let Some(days) = self.links.get_mut(&key) else {
                 continue; // Purged since.
@@ -321,12 +338,12 @@ impl ClickStore {
             let h = &mut days[i];
             if h.dirty {
                 h.dirty = false;
-                codec::encode_state(&key, day, &h.data, out);
+                link(&key, day, &h.data);
             }
         }
         for day in std::mem::take(&mut self.dirty_not_found) {
             if let Some(&count) = self.not_found.get(&day) {
-                codec::encode(&Record::NotFound { day, count }, out);
+                not_found(day, count);
             }
         }
     }
