@@ -188,6 +188,10 @@ struct ServeArgs {
     /// into this directory, for log shippers.
     #[arg(long)]
     click_export: Option<PathBuf>,
+    /// MaxMind-format database (.mmdb with country.iso_code, e.g. GeoLite2-Country) for the
+    /// countries of clicks; without it every click's country is ZZ.
+    #[arg(long)]
+    geoip: Option<PathBuf>,
     /// Test only: this core blocks its loop once (see --test-stall-after-ms), standing in for
     /// a deadlocked core.
     #[arg(long, hide = true)]
@@ -338,6 +342,7 @@ fn main() -> ExitCode {
                     retention_days: a.click_retention_days,
                     bot_patterns: a.bot_patterns,
                     export_dir: a.click_export,
+                    geoip: a.geoip,
                 },
                 fleet: a.fleet_pg.map(|url| ricochet::fleet_node::FleetOptions {
                     url,

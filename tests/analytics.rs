@@ -820,5 +820,84 @@ fn the_export_stream_has_a_line_per_change_with_unique_ids() {
     let state = lines
         .iter()
         .position(|l| l["type"] == json!("link_day") && l["key"] == json!("exp_b"));
-    assert!(purge > state, "the delete is a purge line, after the link's last state");
+    assert!(
+        purge > state,
+        "the delete is a purge line, after the link's last state"
+    );
+}
+
+/// A MaxMind-format country database built here (no free one ships with the OS).
+fn test_mmdb(path: &std::path::Path) {
+    #[derive(serde::Serialize)]
+    struct Country {
+        iso_code: &'static str,
+    }
+    #[derive(serde::Serialize)]
+    struct Record {
+        country: Country,
+    }
+    let mut w = mmdb_writer::Writer::new("Test-Country");
+    for (net, iso_code) in [
+        ("81.2.69.0/24", "GB"),
+        ("89.160.20.0/24", "SE"),
+        ("2a02:cf40::/29", "NO"),
+    ] {
+        let net: ipnet::IpNet = net.parse().unwrap();
+        w.insert(
+            net,
+            &Record {
+                country: Country { iso_code },
+            },
+        )
+        .unwrap();
+    }
+    std::fs::write(path, w.to_bytes().unwrap()).unwrap();
+}
+
+#[test]
+fn countries_come_from_the_operators_geoip_database() {
+    let (_t, dir) = data_dir();
+    let db = dir.parent().unwrap().join("country.mmdb");
+    test_mmdb(&db);
+    let s = start(
+        &dir,
+        &flags(&[
+            "--geoip",
+            db.to_str().unwrap(),
+            "--client-ip",
+            "x-forwarded-for",
+        ]),
+    );
+    let mut c = Client::new(&s);
+    let k = c.create_ok("https://example.com/geo", Some("geo"));
+    for (ip, n) in [
+        ("81.2.69.142", 3),
+        ("89.160.20.112", 2),
+        ("2a02:cf40::1", 1),
+        ("198.51.100.1", 1),
+    ] {
+        for _ in 0..n {
+            click(
+                &mut c,
+                &k,
+                &[("User-Agent", CHROME), ("X-Forwarded-For", ip)],
+            );
+        }
+    }
+    let v = settled(&mut c, &k, "");
+    assert_eq!(facet(&v, "countries", "GB"), 3, "{v}");
+    assert_eq!(facet(&v, "countries", "SE"), 2, "{v}");
+    assert_eq!(facet(&v, "countries", "NO"), 1, "IPv6 too: {v}");
+    assert_eq!(
+        facet(&v, "countries", "ZZ"),
+        1,
+        "an address the database does not know: {v}"
+    );
+    drop(c);
+    s.terminate();
+    std::fs::write(&db, b"not a database").unwrap();
+    let e = common::api::try_start(&dir, &flags(&["--geoip", db.to_str().unwrap()]))
+        .err()
+        .expect("refused");
+    assert!(e.contains("--geoip") && e.contains("country.mmdb"), "{e}");
 }

@@ -71,6 +71,9 @@ pub struct AggregatorSetup {
     pub classifier: Arc<Classifier>,
     pub epoch: Arc<AtomicU64>,
     pub stats: Arc<ClickStats>,
+    /// `--geoip`: the database countries come from (`ZZ` without one, or for an address it
+    /// does not know).
+    pub geoip: Option<Arc<maxminddb::Reader<Vec<u8>>>>,
 }
 
 /// What filters a purged key: per source core, the last message number holding clicks of
@@ -260,8 +263,34 @@ impl Aggregator {
         }
     }
 
+    /// The ISO 3166 alpha-2 country of `ip` (IPv6 or v4-mapped), `ZZ` if unknown.
+    fn country(&mut self, ip: &[u8; 16]) -> Arc<str> {
+        let Some(db) = &self.s.geoip else {
+            return self.country.clone();
+        };
+        let v6 = std::net::Ipv6Addr::from(*ip);
+        let addr = match v6.to_ipv4_mapped() {
+            Some(v4) => std::net::IpAddr::V4(v4),
+            None => std::net::IpAddr::V6(v6),
+        };
+        let path = [
+            maxminddb::PathElement::Key("country"),
+            maxminddb::PathElement::Key("iso_code"),
+        ];
+        let code: Option<&str> = db
+            .lookup(addr)
+            .ok()
+            .and_then(|r| r.decode_path(&path).ok().flatten());
+        match code {
+            Some(c) if c.len() == 2 && c.bytes().all(|b| b.is_ascii_uppercase()) => {
+                self.values.get(c)
+            }
+            _ => self.country.clone(),
+        }
+    }
+
     /// The batch's clicks as deltas (one per combined entry), grouped by owner core.
-    fn classify(&self, b: &Batch) -> Vec<Vec<Delta>> {
+    fn classify(&mut self, b: &Batch) -> Vec<Vec<Delta>> {
         let n = self.s.router.cores();
         let mut out: Vec<Vec<Delta>> = (0..n).map(|_| Vec::new()).collect();
         let salt = self
@@ -306,9 +335,12 @@ impl Aggregator {
                         .get(&ctx.referrer)
                         .unwrap_or(&self.unknown_referrer)
                 };
+                let referrer = referrer.clone();
+                let class = class.clone();
+                let country = self.country(&ctx.ip);
                 let facets = [
-                    (FacetKind::Referrer, referrer),
-                    (FacetKind::Country, &self.country),
+                    (FacetKind::Referrer, &referrer),
+                    (FacetKind::Country, &country),
                     (FacetKind::Browser, &class.browser),
                     (FacetKind::Os, &class.os),
                     (FacetKind::Device, &class.device),

@@ -75,6 +75,9 @@ pub struct AnalyticsConfig {
     pub bot_patterns: Option<PathBuf>,
     /// `--click-export DIR`: NDJSON lines of every change (`export.rs`).
     pub export_dir: Option<PathBuf>,
+    /// `--geoip FILE`: a MaxMind-format `.mmdb` with `country.iso_code` (GeoLite2/GeoIP2
+    /// Country or City, or any database of that shape).
+    pub geoip: Option<PathBuf>,
 }
 
 impl Default for AnalyticsConfig {
@@ -85,6 +88,7 @@ impl Default for AnalyticsConfig {
             retention_days: DEFAULT_RETENTION_DAYS,
             bot_patterns: None,
             export_dir: None,
+            geoip: None,
         }
     }
 }
@@ -218,6 +222,12 @@ pub fn start(
     let classifier = Arc::new(
         classify::Classifier::new(cfg.bot_patterns.as_deref()).map_err(|e| anyhow::anyhow!(e))?,
     );
+    let geoip = match &cfg.geoip {
+        Some(p) => Some(Arc::new(maxminddb::Reader::open_readfile(p).map_err(
+            |e| anyhow::anyhow!("--geoip {}: not a MaxMind database: {e}", p.display()),
+        )?)),
+        None => None,
+    };
     let salts = Arc::new(Mutex::new(
         salts::SaltBook::open(&data_dir.join("clicks")).map_err(|e| anyhow::anyhow!(e))?,
     ));
@@ -261,6 +271,7 @@ pub fn start(
             classifier: classifier.clone(),
             epoch: epoch.clone(),
             stats: stats.clone(),
+            geoip: geoip.clone(),
         };
         let exporter = match &cfg.export_dir {
             Some(d) => Some(
