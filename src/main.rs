@@ -146,6 +146,9 @@ struct ServeArgs {
     /// Test only: fail each core's log fsync after this many successful ones.
     #[arg(long, hide = true)]
     fault_fail_fsync_after: Option<u64>,
+    /// Test only: every click log write fails (redirects must not notice).
+    #[arg(long, hide = true)]
+    fault_fail_click_sync: bool,
     /// Test only: abort the start-up fold of a core-count change right after the carried
     /// idempotency logs are renamed into place, before the old logs are removed.
     #[arg(long, hide = true)]
@@ -343,6 +346,7 @@ fn main() -> ExitCode {
                     bot_patterns: a.bot_patterns,
                     export_dir: a.click_export,
                     geoip: a.geoip,
+                    fail_sync: a.fault_fail_click_sync,
                 },
                 fleet: a.fleet_pg.map(|url| ricochet::fleet_node::FleetOptions {
                     url,

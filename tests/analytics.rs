@@ -901,3 +901,32 @@ fn countries_come_from_the_operators_geoip_database() {
         .expect("refused");
     assert!(e.contains("--geoip") && e.contains("country.mmdb"), "{e}");
 }
+
+#[test]
+fn a_failing_click_log_never_fails_a_redirect() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &flags(&["--fault-fail-click-sync"]));
+    let mut c = Client::new(&s);
+    let k = c.create_ok("https://example.com/f", Some("fsyncfail"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut n = 0;
+    // Clicks across several failed group commits: every one is answered with its redirect.
+    while metric_sum(&mut c, "ricochet_click_log_sync_failures_total") < 2 {
+        assert_eq!(click(&mut c, &k, &[("User-Agent", CHROME)]), 302);
+        n += 1;
+        assert!(
+            Instant::now() < deadline,
+            "no click log write was attempted"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Counted in memory all the same (and logged once writes work again).
+    let v = settled(&mut c, &k, "");
+    assert_eq!(v["summary"]["clicks"], json!(n), "{v}");
+    let errs = s.stderr_lines().join("\n");
+    assert_eq!(
+        errs.matches("click log write failed").count(),
+        1,
+        "reported once: {errs}"
+    );
+}

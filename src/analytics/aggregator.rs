@@ -74,6 +74,8 @@ pub struct AggregatorSetup {
     /// `--geoip`: the database countries come from (`ZZ` without one, or for an address it
     /// does not know).
     pub geoip: Option<Arc<maxminddb::Reader<Vec<u8>>>>,
+    /// Test only: every click log write fails.
+    pub fail_sync: bool,
 }
 
 /// What filters a purged key: per source core, the last message number holding clicks of
@@ -568,7 +570,14 @@ impl Aggregator {
     /// Writes and syncs `bytes`; on failure they are kept for the next sync, in order.
     fn write(&mut self, bytes: Vec<u8>) -> bool {
         let st = &self.s.stats.per_core[self.s.me];
-        match self.s.log.write_and_sync(&bytes) {
+        let result = if self.s.fail_sync {
+            Err(std::io::Error::other(
+                "injected failure (--fault-fail-click-sync)",
+            ))
+        } else {
+            self.s.log.write_and_sync(&bytes)
+        };
+        match result {
             Ok(()) => {
                 st.syncs.fetch_add(1, Ordering::Relaxed);
                 if self.failing {

@@ -78,6 +78,8 @@ pub struct AnalyticsConfig {
     /// `--geoip FILE`: a MaxMind-format `.mmdb` with `country.iso_code` (GeoLite2/GeoIP2
     /// Country or City, or any database of that shape).
     pub geoip: Option<PathBuf>,
+    /// Test only (`--fault-fail-click-sync`): every click log write fails.
+    pub fail_sync: bool,
 }
 
 impl Default for AnalyticsConfig {
@@ -89,6 +91,7 @@ impl Default for AnalyticsConfig {
             bot_patterns: None,
             export_dir: None,
             geoip: None,
+            fail_sync: false,
         }
     }
 }
@@ -272,6 +275,7 @@ pub fn start(
             epoch: epoch.clone(),
             stats: stats.clone(),
             geoip: geoip.clone(),
+            fail_sync: cfg.fail_sync,
         };
         let exporter = match &cfg.export_dir {
             Some(d) => Some(
