@@ -15,7 +15,9 @@ fn rss_bytes() -> u64 {
 }
 
 fn main() {
-    let n: u64 = std::env::args().nth(1).map_or(1_000_000, |s| s.parse().expect("a count"));
+    let n: u64 = std::env::args()
+        .nth(1)
+        .map_or(1_000_000, |s| s.parse().expect("a count"));
     let values: Vec<Arc<str>> = ["t.co", "ZZ", "Chrome", "Windows 10", "desktop"]
         .iter()
         .map(|v| Arc::from(*v))
@@ -32,12 +34,26 @@ fn main() {
                 ..Delta::default()
             };
             if full {
-                d.humans = vec![hll::update_of(i.wrapping_mul(31)), hll::update_of(i ^ 0xdead_beef)];
-                let kinds = [FacetKind::Referrer, FacetKind::Country, FacetKind::Browser, FacetKind::Os, FacetKind::Device];
+                d.humans = vec![
+                    hll::update_of(i.wrapping_mul(31)),
+                    hll::update_of(i ^ 0xdead_beef),
+                ];
+                let kinds = [
+                    FacetKind::Referrer,
+                    FacetKind::Country,
+                    FacetKind::Browser,
+                    FacetKind::Os,
+                    FacetKind::Device,
+                ];
                 d.facets = kinds
                     .iter()
                     .zip(&values)
-                    .map(|(&kind, v)| FacetCount { kind, bot: false, value: v.clone(), count: 3 })
+                    .map(|(&kind, v)| FacetCount {
+                        kind,
+                        bot: false,
+                        value: v.clone(),
+                        count: 3,
+                    })
                     .collect();
             }
             store.merge(&d);
