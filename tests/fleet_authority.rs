@@ -69,22 +69,28 @@ fn init_is_idempotent_versioned_and_keeps_one_secret() {
     let first = fleet::init(&mut d).unwrap();
     assert_eq!(
         (first.from_version, first.to_version, first.secret_created),
-        (0, 1, true)
+        (0, fleet::SCHEMA_VERSION, true)
     );
     let secret = fleet::load_secret(&mut d).unwrap();
     let again = fleet::init(&mut d).unwrap();
-    assert_eq!((again.from_version, again.secret_created), (1, false));
+    assert_eq!(
+        (again.from_version, again.secret_created),
+        (fleet::SCHEMA_VERSION, false)
+    );
     assert_eq!(fleet::load_secret(&mut d).unwrap(), secret);
     assert_eq!(
         db.sql("SELECT value FROM ricochet_meta WHERE key = 'schema_version'"),
-        "1"
+        fleet::SCHEMA_VERSION.to_string()
     );
     // A newer schema is refused, not downgraded.
     db.sql("UPDATE ricochet_meta SET value = '99' WHERE key = 'schema_version'");
     let e = fleet::init(&mut d).unwrap_err().to_string();
     assert!(e.contains("schema version 99"), "{e}");
     // Key columns compare bytes: 'aB' and 'Ab' are two namespaces.
-    db.sql("UPDATE ricochet_meta SET value = '1' WHERE key = 'schema_version'");
+    db.sql(&format!(
+        "UPDATE ricochet_meta SET value = '{}' WHERE key = 'schema_version'",
+        fleet::SCHEMA_VERSION
+    ));
     fleet::create_namespace(&mut d, "aB", 1, 10).unwrap();
     fleet::create_namespace(&mut d, "Ab", 10, 20).unwrap();
     assert_eq!(db.sql("SELECT count(*) FROM ricochet_namespace"), "2");

@@ -15,11 +15,14 @@
 //!   rollback detection.
 //! - `evidence.rs`: the node's fsynced record of its last confirmed allocation.
 //! - `stats.rs`: counters and latency histogram for `/metrics` and `/readyz`.
+//! - `feed.rs`: the change feed's commit-safe poll of `ricochet_links` (issue #11, first
+//!   step; `serve` does not use it yet).
 
 mod admin;
 mod authority;
 mod db;
 mod evidence;
+pub mod feed;
 mod schema;
 mod stats;
 

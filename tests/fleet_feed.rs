@@ -1,0 +1,117 @@
+//! The change feed's order against a real PostgreSQL (`RICOCHET_TEST_PG`), issue #11's first
+//! step: a cursor over the version sequence skips a row whose transaction took its version
+//! first and committed last (reproduced here), and the `(changed_xid, key)` poll below the
+//! snapshot's xmin (`fleet::feed`) returns it, in order, without repeats.
+
+mod common;
+
+use common::pg::TestDb;
+use fleet::feed::{poll, Cursor};
+use fleet::Db;
+
+fn db(url: &str) -> Db {
+    Db::new(url).unwrap()
+}
+
+fn exec(d: &mut Db, sql: &'static str) {
+    d.call("test sql", async |c| c.batch_execute(sql).await)
+        .unwrap();
+}
+
+/// The naive poller: rows with a version above `after`, in version order.
+fn by_version(d: &mut Db, after: i64) -> Vec<(String, i64)> {
+    d.call("naive poll", async |c| {
+        let rows = c
+            .query(
+                "SELECT key, version FROM ricochet_links WHERE version > $1 ORDER BY version",
+                &[&after],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    })
+    .unwrap()
+}
+
+fn keys(rows: &[fleet::feed::FeedRow]) -> Vec<&str> {
+    rows.iter().map(|r| r.key.as_str()).collect()
+}
+
+#[test]
+fn the_xid_poll_never_skips_a_late_committer_that_a_version_cursor_skips() {
+    let Some(t) = TestDb::create("feed_order") else {
+        return;
+    };
+    fleet::init(&mut db(&t.url)).unwrap();
+    let (mut early, mut late, mut poller) = (db(&t.url), db(&t.url), db(&t.url));
+    // `early` takes its version (and xid) first but commits last.
+    exec(
+        &mut early,
+        "BEGIN; INSERT INTO ricochet_links (key, target, status, created_at) \
+         VALUES ('a_early', 'https://example.com/a', 302, 1)",
+    );
+    exec(
+        &mut late,
+        "BEGIN; INSERT INTO ricochet_links (key, target, status, created_at) \
+         VALUES ('b_late', 'https://example.com/b', 302, 1); COMMIT",
+    );
+    // The version cursor sees b (version 2) and moves past version 1.
+    let seen = by_version(&mut poller, 0);
+    assert_eq!(
+        seen.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(),
+        vec!["b_late"]
+    );
+    let version_cursor = seen[0].1;
+    // The xid poll shows nothing yet: `early` may still commit below `b_late`.
+    assert!(poll(&mut poller, &Cursor::START, 100).unwrap().is_empty());
+    exec(&mut early, "COMMIT");
+    // Reproduced: a is never seen by the version cursor.
+    assert!(
+        by_version(&mut poller, version_cursor).is_empty(),
+        "the version cursor skipped a_early"
+    );
+    // The xid poll returns both, in commit-safe order, and then nothing again.
+    let rows = poll(&mut poller, &Cursor::START, 100).unwrap();
+    assert_eq!(keys(&rows), vec!["a_early", "b_late"]);
+    assert!(rows[0].version < rows[1].version);
+    let cursor = rows.last().unwrap().cursor();
+    assert!(poll(&mut poller, &cursor, 100).unwrap().is_empty());
+    // An update restamps the row (new version, new xid): it comes again, newer; a delete is a
+    // tombstone that comes the same way.
+    exec(
+        &mut early,
+        "UPDATE ricochet_links SET target = 'https://example.org/a2' WHERE key = 'a_early'",
+    );
+    exec(
+        &mut early,
+        "UPDATE ricochet_links SET deleted = true WHERE key = 'b_late'",
+    );
+    let rows = poll(&mut poller, &cursor, 100).unwrap();
+    assert_eq!(keys(&rows), vec!["a_early", "b_late"]);
+    assert_eq!(rows[0].target, "https://example.org/a2");
+    assert!(rows[0].version > 2 && rows[1].deleted);
+    // Paging by `limit` resumes where it stopped.
+    let first = poll(&mut poller, &cursor, 1).unwrap();
+    assert_eq!(keys(&first), vec!["a_early"]);
+    assert_eq!(
+        keys(&poll(&mut poller, &first[0].cursor(), 1).unwrap()),
+        vec!["b_late"]
+    );
+}
+
+#[test]
+fn the_links_table_refuses_bad_rows() {
+    let Some(t) = TestDb::create("feed_checks") else {
+        return;
+    };
+    fleet::init(&mut db(&t.url)).unwrap();
+    for bad in [
+        "INSERT INTO ricochet_links (key, target, status, created_at) VALUES ('bad key', 'https://e.com', 302, 1)",
+        "INSERT INTO ricochet_links (key, target, status, created_at) VALUES ('k', 'https://e.com', 200, 1)",
+    ] {
+        assert!(t.try_sql(bad).is_err(), "{bad}");
+    }
+    assert_eq!(
+        fleet::schema_version(&mut db(&t.url)).unwrap(),
+        fleet::SCHEMA_VERSION
+    );
+}
