@@ -300,3 +300,6 @@ pub fn start(
     }
     Ok(Some((per_core, Aggregators { handles })))
 }
+
+#[cfg(test)]
+mod tests;
