@@ -651,8 +651,9 @@ impl Aggregator {
 /// for at most this many (tens of microseconds), not for a whole batch (milliseconds).
 pub const YIELD_EVERY: usize = 32;
 
-/// The aggregators' nice value.
-pub const AGGREGATOR_NICE: libc::c_int = 10;
+/// The aggregators' nice value: the lowest, so a busy core keeps nearly all of its CPU (at
+/// 10 they took ~3% of a saturated core's; perf/reports/2026-12-01-cbe994046c-clicks.md).
+pub const AGGREGATOR_NICE: libc::c_int = 19;
 
 fn yield_to_cores(me: usize) {
     // SAFETY: setpriority on the calling thread (who 0 with PRIO_PROCESS is the caller's
