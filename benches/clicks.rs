@@ -66,9 +66,8 @@ fn clicks(c: &mut Criterion) {
                 n += 1;
                 let mut ip = [0u8; 16];
                 ip[8..].copy_from_slice(&(n % 5000).to_le_bytes());
-                let ctx =
-                    r.k.context(ip, Some(UA), Some(b"news.example.com"), now_s, 0);
-                r.k.record(black_box(cycle.next_key()), &ctx, now_s, 0);
+                let ctx = r.k.context(ip, Some(UA), Some(b"news.example.com"), now_s);
+                r.k.record(black_box(cycle.next_key()), &ctx, now_s);
                 if n % 1024 == 0 {
                     r.aggregate();
                 }
@@ -80,8 +79,8 @@ fn clicks(c: &mut Criterion) {
             let key = keys[0].as_bytes();
             b.iter(|| {
                 let ctx =
-                    r.k.context([1; 16], Some(UA), Some(b"news.example.com"), now_s, 0);
-                r.k.record(black_box(key), &ctx, now_s, 0)
+                    r.k.context([1; 16], Some(UA), Some(b"news.example.com"), now_s);
+                r.k.record(black_box(key), &ctx, now_s)
             });
             assert_eq!(r.k.tally.dropped, 0);
         });

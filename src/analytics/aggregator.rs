@@ -210,7 +210,7 @@ impl Aggregator {
     fn on_core_msg(&mut self, m: CoreMsg) {
         match m {
             CoreMsg::Batch(b) => self.on_batch(b),
-            CoreMsg::Tick { seq, sealed_ms } => self.send_all(seq, sealed_ms, Vec::new()),
+            CoreMsg::Tick { seq, sealed_ms } => self.send_all(seq, sealed_ms),
             CoreMsg::Closed => self.close_source(),
         }
     }
@@ -366,7 +366,8 @@ impl Aggregator {
         out
     }
 
-    fn send_all(&mut self, seq: u64, sealed_ms: u64, _none: Vec<Delta>) {
+    /// A tick: every owner hears how far this core's clicks have come.
+    fn send_all(&mut self, seq: u64, sealed_ms: u64) {
         for o in 0..self.s.router.cores() {
             self.send_to(o, seq, sealed_ms, Vec::new());
         }

@@ -251,9 +251,9 @@ impl Combiner {
 
     /// The batch clicks on `day` go to: the current one, or a clean one (the current is handed
     /// off first when its day passed). `None`: no clean batch is free.
-    fn batch_for(&mut self, day: Day, now_ms: u64) -> Option<&mut Batch> {
+    fn batch_for(&mut self, day: Day) -> Option<&mut Batch> {
         if self.current.as_ref().is_some_and(|b| b.day != day) {
-            self.hand_off(now_ms);
+            self.hand_off();
         }
         if self.current.is_none() {
             let mut b = self.clean.try_recv().ok()?;
@@ -272,7 +272,6 @@ impl Combiner {
         user_agent: Option<&[u8]>,
         referrer_host: Option<&[u8]>,
         now_s: u64,
-        now_ms: u64,
     ) -> ClickCtx {
         if !self.full {
             return ClickCtx::default();
@@ -288,10 +287,10 @@ impl Combiner {
         };
         let day = shards::clicks::day_of(now_s);
         if let Some(u) = ua {
-            self.carry_once(StrKind::UserAgent, ctx.ua, u, day, now_ms);
+            self.carry_once(StrKind::UserAgent, ctx.ua, u, day);
         }
         if let Some(r) = rf {
-            self.carry_once(StrKind::Referrer, ctx.referrer, r, day, now_ms);
+            self.carry_once(StrKind::Referrer, ctx.referrer, r, day);
         }
         ctx
     }
@@ -316,17 +315,17 @@ impl Combiner {
         xxhash_rust::xxh3::xxh3_64_with_seed(s, HASH_SEEDS[0]) | 1
     }
 
-    fn carry_once(&mut self, kind: StrKind, hash: u64, bytes: &[u8], day: Day, now_ms: u64) {
+    fn carry_once(&mut self, kind: StrKind, hash: u64, bytes: &[u8], day: Day) {
         let slot = hash as usize & (SEEN_SLOTS - 1);
         if self.seen[slot] == hash {
             return;
         }
-        let Some(b) = self.batch_for(day, now_ms) else {
+        let Some(b) = self.batch_for(day) else {
             return; // Sent with a later click's batch, if any.
         };
         if !b.carry(kind, hash, bytes) {
-            self.hand_off(now_ms);
-            let Some(b) = self.batch_for(day, now_ms) else {
+            self.hand_off();
+            let Some(b) = self.batch_for(day) else {
                 return;
             };
             if !b.carry(kind, hash, bytes) {
@@ -338,16 +337,16 @@ impl Combiner {
 
     /// Counts one click on `key` (a GET answered with a redirect).
     #[inline]
-    pub fn record(&mut self, key: &[u8], ctx: &ClickCtx, now_s: u64, now_ms: u64) {
+    pub fn record(&mut self, key: &[u8], ctx: &ClickCtx, now_s: u64) {
         let day = shards::clicks::day_of(now_s);
         let hash = self.entry_hash(key, ctx);
-        let Some(b) = self.batch_for(day, now_ms) else {
+        let Some(b) = self.batch_for(day) else {
             self.tally.dropped += 1;
             return;
         };
         if !b.add(key, ctx, hash) {
-            self.hand_off(now_ms);
-            let Some(b) = self.batch_for(day, now_ms) else {
+            self.hand_off();
+            let Some(b) = self.batch_for(day) else {
                 self.tally.dropped += 1;
                 return;
             };
@@ -358,14 +357,14 @@ impl Combiner {
     }
 
     /// Counts a GET for an unknown key (server-wide only).
-    pub fn not_found(&mut self, now_s: u64, now_ms: u64) {
-        if let Some(b) = self.batch_for(shards::clicks::day_of(now_s), now_ms) {
+    pub fn not_found(&mut self, now_s: u64) {
+        if let Some(b) = self.batch_for(shards::clicks::day_of(now_s)) {
             b.not_found += 1;
         }
     }
 
     /// Hands the current batch to the aggregator (if it has anything).
-    fn hand_off(&mut self, now_ms_mono: u64) {
+    fn hand_off(&mut self) {
         let Some(mut b) = self.current.take() else {
             return;
         };
@@ -373,7 +372,6 @@ impl Combiner {
             self.current = Some(b);
             return;
         }
-        let _ = now_ms_mono;
         self.seq += 1;
         b.seq = self.seq;
         b.sealed_ms = unix_ms();
@@ -396,14 +394,14 @@ impl Combiner {
 
     /// Once a sweep: hands off what was counted, or says nothing was; forgets which strings
     /// the aggregator has if it forgot them.
-    pub fn sweep(&mut self, now_ms: u64) {
+    pub fn sweep(&mut self) {
         let epoch = self.agg_epoch.load(Ordering::Acquire);
         if epoch != self.seen_epoch {
             self.seen.fill(0);
             self.seen_epoch = epoch;
         }
         if self.current.as_ref().is_some_and(|b| !b.is_empty()) {
-            return self.hand_off(now_ms);
+            return self.hand_off();
         }
         if self.to_agg.is_empty() {
             self.seq += 1;
@@ -419,8 +417,8 @@ impl Combiner {
 
     /// A link is being deleted (or its stats reset): hands off what was counted so far and
     /// returns the number of the last message holding clicks from before this moment.
-    pub fn cut(&mut self, now_ms: u64) -> u64 {
-        self.hand_off(now_ms);
+    pub fn cut(&mut self) -> u64 {
+        self.hand_off();
         if self.current.as_ref().is_some_and(|b| !b.is_empty()) {
             // Could not be handed off: its clicks are dropped rather than misattributed.
             if let Some(b) = self.current.as_mut() {
@@ -434,7 +432,7 @@ impl Combiner {
     /// The core stops: hands off the last batch and says so (waits up to a second for room:
     /// this runs once, after the last request).
     pub fn close(&mut self) {
-        self.hand_off(0);
+        self.hand_off();
         let _ = self
             .to_agg
             .send_timeout(CoreMsg::Closed, std::time::Duration::from_secs(1));
@@ -473,8 +471,9 @@ pub fn client_ip(mode: super::ClientIp, peer: [u8; 16], forwarded_for: Option<&[
 /// referrer (counted as direct).
 #[inline]
 pub fn referrer_host(value: &[u8]) -> Option<&[u8]> {
-    let i = memchr::memmem::find(value, b"://")?;
-    let rest = &value[i + 3..];
+    // `memchr` for the scheme's colon: `memmem::find` would build a searcher on every call.
+    let i = memchr::memchr(b':', value)?;
+    let rest = value[i + 1..].strip_prefix(b"//")?;
     let end = memchr::memchr3(b'/', b'?', b'#', rest).unwrap_or(rest.len());
     let host = &rest[..end.min(shards::clicks::MAX_FACET_VALUE_BYTES + 64)];
     (!host.is_empty()).then_some(host)
@@ -531,15 +530,15 @@ mod tests {
                 let key = format!("k{k}");
                 let mut addr = [0u8; 16];
                 addr[15] = ip;
-                let ctx = c.context(addr, Some(b"UA"), None, 86_400, 0);
-                c.record(key.as_bytes(), &ctx, 86_400, 0);
+                let ctx = c.context(addr, Some(b"UA"), None, 86_400);
+                c.record(key.as_bytes(), &ctx, 86_400);
                 *oracle.entry((key.into_bytes(), addr)).or_default() += 1;
                 if i % 1000 == 999 {
-                    c.sweep(0);
+                    c.sweep();
                     drain(&rx, &clean, &mut got);
                 }
             }
-            c.sweep(0);
+            c.sweep();
             drain(&rx, &clean, &mut got);
             prop_assert_eq!(c.tally.dropped, 0);
             prop_assert_eq!(got, oracle);
@@ -581,7 +580,7 @@ mod tests {
         let mut n = 0;
         for i in 0..(BATCH_MAX_ENTRIES * 3) {
             let key = format!("k{i}");
-            c.record(key.as_bytes(), &ClickCtx::default(), 0, 0);
+            c.record(key.as_bytes(), &ClickCtx::default(), 0);
             n += 1;
         }
         assert_eq!(c.tally.clicks + c.tally.dropped, n);
@@ -593,10 +592,10 @@ mod tests {
     fn a_new_day_starts_a_new_batch_and_strings_go_once() {
         let (mut c, rx, clean) = combiner(4);
         for s in [86_399u64, 86_399, 86_400] {
-            let ctx = c.context([0; 16], Some(b"Mozilla/5.0"), Some(b"example.com"), s, 0);
-            c.record(b"k", &ctx, s, 0);
+            let ctx = c.context([0; 16], Some(b"Mozilla/5.0"), Some(b"example.com"), s);
+            c.record(b"k", &ctx, s);
         }
-        c.sweep(0);
+        c.sweep();
         let mut days = Vec::new();
         let mut carried = 0;
         while let Ok(CoreMsg::Batch(mut b)) = rx.try_recv() {

@@ -125,12 +125,23 @@ pub fn global_json(from: Day, to: Day, parts: &[GlobalPart], dropped: u64) -> Ve
     serde_json::to_vec(&v).expect("stats serialize")
 }
 
-/// Parses `from`, `to` and `bots` (422 `invalid-field` naming the parameter).
+/// Parses a link's stats query: [`parse_range`] for `key`.
 pub fn parse_query(
     query: Option<&[u8]>,
     key: InlineKey,
     today: Day,
 ) -> Result<StatsQuery, Problem> {
+    let (from, to, bots) = parse_range(query, today)?;
+    Ok(StatsQuery {
+        key,
+        from,
+        to,
+        bots,
+    })
+}
+
+/// Parses `from`, `to` and `bots` (422 `invalid-field` naming the parameter).
+pub fn parse_range(query: Option<&[u8]>, today: Day) -> Result<(Day, Day, Bots), Problem> {
     let text = std::str::from_utf8(query.unwrap_or_default())
         .map_err(|_| Problem::invalid_field(None, "the query is not UTF-8"))?;
     let (mut from, mut to, mut bots) = (None, None, Bots::Exclude);
@@ -171,12 +182,7 @@ pub fn parse_query(
             format!("at most {MAX_STATS_DAYS} days per query"),
         ));
     }
-    Ok(StatsQuery {
-        key,
-        from,
-        to,
-        bots,
-    })
+    Ok((from, to, bots))
 }
 
 fn bad_day(field: &'static str) -> Problem {

@@ -84,7 +84,7 @@ impl Rig {
     }
 
     fn purge(&mut self, k: u8, token: u64) {
-        let cutoffs: Box<[u64]> = self.cores.iter_mut().map(|c| c.combiner.cut(0)).collect();
+        let cutoffs: Box<[u64]> = self.cores.iter_mut().map(|c| c.combiner.cut()).collect();
         let owner = self.router.owner(key(k).as_bytes()).core;
         let msg = Control::Purge {
             key: InlineKey::new(key(k).as_bytes()).unwrap(),
@@ -105,12 +105,12 @@ impl Rig {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             for c in &mut self.cores {
-                c.combiner.sweep(0);
+                c.combiner.sweep();
             }
             let since = combiner::unix_ms();
             std::thread::sleep(Duration::from_millis(5));
             for c in &mut self.cores {
-                c.combiner.sweep(0);
+                c.combiner.sweep();
             }
             let today = shards::clicks::day_of(shards::timefmt::now_s());
             let query = StatsQuery {
@@ -170,9 +170,9 @@ proptest! {
                 Step::Click { core, k, bot } => {
                     let ua: &[u8] = if bot { b"Googlebot/2.1" } else { b"Mozilla/5.0 Firefox/121.0" };
                     let c = &mut rig.cores[core].combiner;
-                    let ctx: ClickCtx = c.context([k; 16], Some(ua), None, now_s, 0);
+                    let ctx: ClickCtx = c.context([k; 16], Some(ua), None, now_s);
                     let dropped = c.tally.dropped;
-                    c.record(key(k).as_bytes(), &ctx, now_s, 0);
+                    c.record(key(k).as_bytes(), &ctx, now_s);
                     // Dropped when no clean batch was free (the aggregators are behind): by
                     // design, and counted; the oracle counts what the combiner took.
                     if c.tally.dropped == dropped {
@@ -183,7 +183,7 @@ proptest! {
                 }
                 Step::Sweep => {
                     for c in &mut rig.cores {
-                        c.combiner.sweep(0);
+                        c.combiner.sweep();
                     }
                 }
                 Step::Purge(k) => {

@@ -145,7 +145,7 @@ impl Conns {
     /// A link is deleted or its stats reset: hand off this core's clicks so far; the number
     /// of the last click message that may hold the old link's (`Combiner::cut`).
     pub fn cut_clicks(&mut self) -> u64 {
-        self.clicks.as_mut().map_or(0, |k| k.cut(0))
+        self.clicks.as_mut().map_or(0, |k| k.cut())
     }
 
     /// Batches handed off that the aggregator has not taken yet.
@@ -548,7 +548,7 @@ impl Conns {
     /// a send that makes no progress, lingering).
     pub fn sweep(&mut self, now_ms: u64) {
         if let Some(k) = &mut self.clicks {
-            k.sweep(now_ms);
+            k.sweep();
             if let Some(st) = &self.shared.clicks {
                 let c = &st.per_core[self.me];
                 c.clicks

@@ -439,7 +439,7 @@ impl Conns {
                 let ip = crate::analytics::client_ip(self.client_ip, c.peer, req.forwarded_for);
                 let referrer = req.referer.and_then(crate::analytics::referrer_host);
                 let clock = env.clock;
-                Some(k.context(ip, req.user_agent, referrer, clock.now_s, clock.now_ms))
+                Some(k.context(ip, req.user_agent, referrer, clock.now_s))
             }
             _ => None,
         };
@@ -710,14 +710,14 @@ impl Counted<'_> {
                 self.tally.redirects += 1;
                 encode::encode_redirect(out, status, target, persist, &clock.date);
                 if let (Some(k), Some(ctx)) = (self.clicks.as_mut(), ctx.as_ref()) {
-                    k.record(key, ctx, clock.now_s, clock.now_ms);
+                    k.record(key, ctx, clock.now_s);
                 }
             }
             None => {
                 self.tally.not_found += 1;
                 encode::encode_not_found(out, head, persist, &clock.date);
                 if let (Some(k), false) = (self.clicks.as_mut(), head) {
-                    k.not_found(clock.now_s, clock.now_ms);
+                    k.not_found(clock.now_s);
                 }
             }
         }

@@ -145,15 +145,6 @@ impl Hll {
         };
         e.round() as u64
     }
-
-    /// Heap bytes this sketch holds (for the capacity report).
-    pub fn heap_bytes(&self) -> usize {
-        match self {
-            Hll::Empty => 0,
-            Hll::Sparse(v) => v.capacity() * 4,
-            Hll::Dense(_) => HLL_M,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -194,7 +194,7 @@ impl LinkDay {
 /// ones held), so a merge reads one cache line set instead of chasing a pointer.
 type Days = smallvec::SmallVec<[Held; 1]>;
 
-/// A link-day held, and whether it changed since the last [`ClickStore::take_dirty`].
+/// A link-day held, and whether it changed since the last [`ClickStore::drain_dirty`].
 #[derive(Clone, Debug)]
 struct Held {
     day: Day,
@@ -211,7 +211,7 @@ struct Held {
 pub struct ClickStore {
     links: HashMap<ShortKey, Days, ahash::RandomState>,
     not_found: BTreeMap<Day, u64>,
-    /// Link-days changed since the last `take_dirty` (each listed once: `Held::dirty`).
+    /// Link-days changed since the last `drain_dirty` (each listed once: `Held::dirty`).
     dirty: Vec<(ShortKey, Day)>,
     dirty_not_found: Vec<Day>,
     /// Facet values read back from files, shared.
@@ -348,34 +348,17 @@ impl ClickStore {
         }
     }
 
-    /// The state records of everything changed since the last call (what a group commit
-    /// logs), and the changes forgotten.
+    /// The state records of everything changed since the last call, as [`Record`]s (what
+    /// [`ClickStore::encode_dirty`] encodes), and the changes forgotten.
     pub fn take_dirty(&mut self) -> Vec<Record> {
-        let mut out = Vec::with_capacity(self.dirty.len() + self.dirty_not_found.len());
-        for (key, day) in std::mem::take(&mut self.dirty) {
-            let Some(days) = self.links.get_mut(&key) else {
-                continue; // Purged since.
-            };
-            let Ok(i) = days.binary_search_by_key(&day, |h| h.day) else {
-                continue; // Dropped by retention since.
-            };
-            let h = &mut days[i];
-            if h.dirty {
-                h.dirty = false;
-                out.push(Record::State(h.data.as_state(&key, day)));
-            }
-        }
-        for day in std::mem::take(&mut self.dirty_not_found) {
-            if let Some(&count) = self.not_found.get(&day) {
-                out.push(Record::NotFound { day, count });
-            }
-        }
+        let mut out = Vec::new();
+        let mut nf = Vec::new();
+        self.drain_dirty(
+            |key, day, l| out.push(Record::State(l.as_state(key, day))),
+            |day, count| nf.push(Record::NotFound { day, count }),
+        );
+        out.extend(nf);
         out
-    }
-
-    /// Whether anything changed since the last [`ClickStore::take_dirty`].
-    pub fn has_dirty(&self) -> bool {
-        !self.dirty.is_empty() || !self.dirty_not_found.is_empty()
     }
 
     /// Whether nothing is held.
@@ -481,11 +464,6 @@ impl ClickStore {
     /// Link-days held.
     pub fn link_days(&self) -> usize {
         self.links.values().map(|d| d.len()).sum()
-    }
-
-    /// Links held.
-    pub fn links(&self) -> usize {
-        self.links.len()
     }
 
     /// Takes the 404 counts out (a fold keeps them on core 0 only).
