@@ -66,6 +66,8 @@ pub struct CoreSetup {
     pub shared: Arc<Shared>,
     /// Answers from the click aggregators (stats, purges), unless analytics is off.
     pub clicks_inbox: Option<crate::service::Inbox<crate::analytics::ToCore>>,
+    /// Fleet mode: the link writer's answers and the change feed's rows.
+    pub fleet_inbox: Option<crate::service::Inbox<crate::fleet_sync::FleetToCore>>,
 }
 
 /// One core's loop state.
@@ -77,6 +79,7 @@ pub struct Core {
     api: ApiClient,
     flights: Flights,
     clicks_inbox: Option<crate::service::Inbox<crate::analytics::ToCore>>,
+    fleet_inbox: Option<crate::service::Inbox<crate::fleet_sync::FleetToCore>>,
     mesh: Mesh,
     clock: Clock,
     shared: Arc<Shared>,
@@ -100,6 +103,7 @@ impl Core {
             api: setup.api,
             flights: setup.flights,
             clicks_inbox: setup.clicks_inbox,
+            fleet_inbox: setup.fleet_inbox,
             mesh,
             clock: Clock::new(),
             shared: setup.shared,
@@ -167,6 +171,7 @@ impl Core {
                 self.api.creates.poll(&mut self.mesh);
             }
             work |= self.poll_clicks();
+            work |= self.poll_fleet();
             self.mesh.flush_outbox();
             let congested = self.mesh.congested();
             let (conns, _, mut env) = self.env();
@@ -251,6 +256,31 @@ impl Core {
                     if let Some(body) = self.api.gather(reply, *part, dropped) {
                         self.conns.on_stats_answer(reply, &body, &self.clock)
                     }
+                }
+            }
+        }
+        any
+    }
+
+    /// Fleet mode: the database's answers to this core's writes, and feed rows it owns. Not
+    /// while a compaction drains the log (they append to it): they wait in the queue.
+    fn poll_fleet(&mut self) -> bool {
+        let Some(inbox) = &self.fleet_inbox else {
+            return false;
+        };
+        let mut any = false;
+        while !self.owner.log_is_held() {
+            let Ok(m) = inbox.try_recv() else {
+                break;
+            };
+            any = true;
+            match m {
+                crate::fleet_sync::FleetToCore::Written(a) => {
+                    self.owner
+                        .on_fleet_written(a, self.clock.now_s, &mut self.mesh)
+                }
+                crate::fleet_sync::FleetToCore::Feed { batch, rows } => {
+                    self.owner.on_feed_batch(batch, rows)
                 }
             }
         }

@@ -15,6 +15,9 @@ pub struct FleetOptions {
     pub namespace: String,
     pub node_id: String,
     pub faults: fleet::FleetFaults,
+    /// Test only (`--test-fleet-pause-feed FILE`): the change feed polls nothing while FILE
+    /// exists (read-through and creates go on).
+    pub pause_feed_file: Option<std::path::PathBuf>,
 }
 
 /// What `serve` needs from fleet mode.

@@ -187,6 +187,7 @@ fn clone_failure(o: &WriteOutcome) -> WriteOutcome {
         WriteOutcome::WriteInProgress => WriteOutcome::WriteInProgress,
         WriteOutcome::IdemMismatch => WriteOutcome::IdemMismatch,
         WriteOutcome::Busy => WriteOutcome::Busy,
+        WriteOutcome::DatabaseUnavailable => WriteOutcome::DatabaseUnavailable,
         _ => WriteOutcome::StorageFailed,
     }
 }

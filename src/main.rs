@@ -165,6 +165,9 @@ struct ServeArgs {
     /// init`), shared by every node of the fleet. Needs --namespace and --node-id.
     #[arg(long, requires_all = ["namespace", "node_id"])]
     fleet_pg: Option<String>,
+    /// Test only: the change feed polls nothing while this file exists.
+    #[arg(long, hide = true, requires = "fleet_pg")]
+    test_fleet_pause_feed: Option<PathBuf>,
     /// Fleet mode: the namespace (ID range) this node allocates from.
     #[arg(long, requires = "fleet_pg", value_parser = parse_fleet_name)]
     namespace: Option<String>,
@@ -356,6 +359,7 @@ fn main() -> ExitCode {
                         lose_commit_reply_from: a.test_fleet_lose_commit_reply_from,
                         rollback_as_uncertain_from: a.test_fleet_rollback_as_uncertain_from,
                     },
+                    pause_feed_file: a.test_fleet_pause_feed,
                 }),
             })
         }

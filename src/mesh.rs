@@ -157,6 +157,9 @@ pub enum WriteOutcome {
     WriteInProgress,
     /// The log cannot be written (failed write or fsync): nothing was acknowledged.
     StorageFailed,
+    /// Fleet mode: the fleet database did not answer (down, hung, unreachable) or the queue to
+    /// it is full. The write may or may not have been committed there.
+    DatabaseUnavailable,
     /// Idempotency-Key reused with a different request.
     IdemMismatch,
     /// Too many idempotent requests in flight.

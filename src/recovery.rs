@@ -224,18 +224,33 @@ fn apply(
     memtable: &mut HashMap<InlineKey, MemEntry, ahash::RandomState>,
     idem: &mut Vec<(IdemScope, IdemRecord)>,
 ) {
+    // Fleet records: the newest version of a key wins, in whatever order they were logged.
+    let version = r.op.version();
+    let stale = |key: &str, memtable: &HashMap<InlineKey, MemEntry, ahash::RandomState>| {
+        version != 0
+            && InlineKey::new(key.as_bytes())
+                .and_then(|k| memtable.get(&k))
+                .is_some_and(|e| e.version() >= version)
+    };
     match &r.op {
-        LogOp::Put(l) | LogOp::PutWithIdem { link: l, .. } => {
+        LogOp::Put(l) | LogOp::PutWithIdem { link: l, .. } | LogOp::FleetPut { link: l, .. } => {
             let Some(k) = InlineKey::new(l.key.as_bytes()) else {
                 return;
             };
-            if let LogOp::PutWithIdem {
-                scope,
-                request_hash,
-                ..
-            } = &r.op
-            {
-                push_idem(idem, scope, request_hash, &l.key, l.created_at_s);
+            match &r.op {
+                LogOp::PutWithIdem {
+                    scope,
+                    request_hash,
+                    ..
+                }
+                | LogOp::FleetPut {
+                    idem: Some((scope, request_hash)),
+                    ..
+                } => push_idem(idem, scope, request_hash, &l.key, l.created_at_s),
+                _ => {}
+            }
+            if stale(&l.key, memtable) {
+                return;
             }
             debug_assert_eq!(router.owner(l.key.as_bytes()).core, core);
             let info = LinkInfo {
@@ -245,11 +260,21 @@ fn apply(
                 created_at_s: l.created_at_s,
                 expires_at_s: l.expires_at_s,
             };
-            memtable.insert(k, MemEntry::Live { info, id: l.id });
+            memtable.insert(
+                k,
+                MemEntry::Live {
+                    info,
+                    id: l.id,
+                    version,
+                },
+            );
         }
-        LogOp::Delete { key } => {
+        LogOp::Delete { key } | LogOp::FleetDelete { key, .. } => {
+            if stale(key, memtable) {
+                return;
+            }
             if let Some(k) = InlineKey::new(key.as_bytes()) {
-                memtable.insert(k, MemEntry::Deleted);
+                memtable.insert(k, MemEntry::Deleted { version });
             }
         }
         LogOp::IdemRecord {

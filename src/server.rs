@@ -259,6 +259,9 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             .map(|(core, after_ms)| crate::test_faults::TestStall::new(core, after_ms)),
     });
 
+    // Fleet mode: the link writer and the change feed follower, each on its own thread.
+    let mut fleet_cores = start_fleet_links(&opts, &dir, router, &doorbells, &shared)?.into_iter();
+
     let queues = Arc::new(MeshQueues::new(cores));
     let keywatch_stop = Arc::new(AtomicBool::new(false));
     let mut key_updates = crate::keywatch::start(
@@ -321,6 +324,11 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             shared.clone(),
         );
         let mut api = api;
+        let mut fleet_inbox = None;
+        if let Some((links, inbox)) = fleet_cores.next() {
+            owner.set_fleet(links);
+            fleet_inbox = Some(inbox);
+        }
         let mut clicks_inbox = None;
         if let Some(cc) = core_clicks.next().expect("one per core") {
             conns.set_clicks(cc.combiner, cc.client_ip);
@@ -337,6 +345,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             flights: Flights::new(core, router, idem),
             shared: shared.clone(),
             clicks_inbox,
+            fleet_inbox,
         };
         let queues = queues.clone();
         let doorbells = doorbells.clone();
@@ -538,4 +547,64 @@ fn install_signal_handlers(
         .context("installing signal handlers")?;
     }
     Ok(())
+}
+
+/// Fleet mode: starts the link writer and the change feed follower, and gives each core its
+/// end of them. Empty outside fleet mode.
+fn start_fleet_links(
+    opts: &ServeOptions,
+    dir: &DataDir,
+    router: Router,
+    doorbells: &Arc<Doorbells>,
+    shared: &Arc<Shared>,
+) -> anyhow::Result<
+    Vec<(
+        crate::owner::fleet::FleetLinks,
+        crate::service::Inbox<crate::fleet_sync::FleetToCore>,
+    )>,
+> {
+    use crate::fleet_sync::{FleetToCore, Follower, FLEET_OUTLET_CAPACITY};
+    let (Some(f), Some(stats)) = (&opts.fleet, &shared.fleet) else {
+        return Ok(Vec::new());
+    };
+    let cores = router.cores();
+    let (outlets, inboxes) =
+        crate::service::Outlets::new(cores, FLEET_OUTLET_CAPACITY, doorbells.clone());
+    let outlets = Arc::new(outlets);
+    let to_cores = outlets.clone();
+    let writer = fleet::links::spawn_writer(
+        &f.url,
+        stats.clone(),
+        Box::new(move |answer| {
+            let core = answer.core as usize;
+            let mut item = FleetToCore::Written(answer);
+            // The core drains its queue every loop turn: wait for room rather than lose an
+            // answer its API request waits for.
+            while let Err(back) = to_cores.offer(core, item) {
+                item = back;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }),
+    )?;
+    // At most one ack per core per batch is outstanding; room for a batch given up on too.
+    let (ack_tx, ack_rx) = crossbeam::channel::bounded(cores * 4);
+    Follower {
+        db: fleet::Db::new(&f.url)?,
+        data_dir: dir.path().to_path_buf(),
+        router,
+        outlets,
+        acks: ack_rx,
+        stats: stats.clone(),
+        stop: shared.draining.clone(),
+        pause_file: f.pause_feed_file.clone(),
+    }
+    .spawn()
+    .context("starting the change feed follower")?;
+    Ok(inboxes
+        .into_iter()
+        .map(|inbox| {
+            let links = crate::owner::fleet::FleetLinks::new(writer.clone(), ack_tx.clone());
+            (links, inbox)
+        })
+        .collect())
 }

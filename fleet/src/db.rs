@@ -74,7 +74,7 @@ impl FailureClass {
             .expect("every class is in ALL")
     }
 
-    fn of(e: &tokio_postgres::Error) -> FailureClass {
+    pub(crate) fn of(e: &tokio_postgres::Error) -> FailureClass {
         let Some(code) = e.code() else {
             return FailureClass::Connection; // I/O, closed, protocol: the session is gone.
         };
@@ -185,6 +185,14 @@ impl Db {
         })
     }
 
+    /// The same, with every call (connect included) bounded by `ms` instead of
+    /// [`DB_CALL_TIMEOUT_MS`].
+    pub fn with_timeout(mut self, ms: u64) -> Db {
+        self.timeout = Duration::from_millis(ms);
+        self.config.connect_timeout(self.timeout);
+        self
+    }
+
     /// `host:port/db` of the server, without credentials (for messages).
     pub fn target(&self) -> &str {
         &self.target
@@ -230,6 +238,11 @@ impl Db {
                 ))
             }
         }
+    }
+
+    /// Runs `f` to completion on this session's runtime (a service thread waiting for work).
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
     }
 
     /// Sleeps on the runtime (between resolution polls).

@@ -15,14 +15,16 @@
 //!   rollback detection.
 //! - `evidence.rs`: the node's fsynced record of its last confirmed allocation.
 //! - `stats.rs`: counters and latency histogram for `/metrics` and `/readyz`.
-//! - `feed.rs`: the change feed's commit-safe poll of `ricochet_links` (issue #11, first
-//!   step; `serve` does not use it yet).
+//! - `feed.rs`: the change feed's commit-safe poll of `ricochet_links`.
+//! - `links.rs`: the link writer: creates, changes and deletes committed on the primary
+//!   before a node answers them, on their own service thread.
 
 mod admin;
 mod authority;
 mod db;
 mod evidence;
 pub mod feed;
+pub mod links;
 mod schema;
 mod stats;
 

@@ -27,6 +27,14 @@ pub struct FleetStats {
     next_id_seen: AtomicU64,
     /// End of the namespace (`hi`), once known.
     namespace_hi: AtomicU64,
+    /// Link writes (`links.rs`): committed or judged by the database, and failed.
+    link_writes: AtomicU64,
+    link_write_failures: AtomicU64,
+    /// The change feed: rows applied, polls or applies that failed, and the Unix ms of the
+    /// last poll that found the node caught up (0 before the first).
+    feed_rows: AtomicU64,
+    feed_failures: AtomicU64,
+    feed_caught_up_ms: AtomicU64,
 }
 
 /// A copy of [`FleetStats`] for encoding.
@@ -43,6 +51,11 @@ pub struct FleetStatsSnapshot {
     pub fenced: bool,
     pub next_id_seen: u64,
     pub namespace_hi: u64,
+    pub link_writes: u64,
+    pub link_write_failures: u64,
+    pub feed_rows: u64,
+    pub feed_failures: u64,
+    pub feed_caught_up_ms: u64,
 }
 
 impl FleetStats {
@@ -55,6 +68,33 @@ impl FleetStats {
     pub(crate) fn failure(&self, class: FailureClass, took: Duration) {
         self.failures[class.index()].fetch_add(1, Ordering::Relaxed);
         self.latency(took);
+    }
+
+    pub(crate) fn record_link_writes<T>(
+        &self,
+        results: &[Result<T, FailureClass>],
+        _took: Duration,
+    ) {
+        let failed = results.iter().filter(|r| r.is_err()).count() as u64;
+        self.link_writes
+            .fetch_add(results.len() as u64 - failed, Ordering::Relaxed);
+        self.link_write_failures
+            .fetch_add(failed, Ordering::Relaxed);
+    }
+
+    /// The feed applied `rows` rows durably on every owner core.
+    pub fn feed_applied(&self, rows: u64) {
+        self.feed_rows.fetch_add(rows, Ordering::Relaxed);
+    }
+
+    /// A feed poll or apply failed (it is retried).
+    pub fn feed_failed(&self) {
+        self.feed_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A poll found nothing new at Unix ms `now_ms`.
+    pub fn feed_caught_up(&self, now_ms: u64) {
+        self.feed_caught_up_ms.store(now_ms, Ordering::Relaxed);
     }
 
     pub(crate) fn unknown_outcome(&self) {
@@ -111,6 +151,11 @@ impl FleetStats {
             fenced: self.is_fenced(),
             next_id_seen: load(&self.next_id_seen),
             namespace_hi: load(&self.namespace_hi),
+            link_writes: load(&self.link_writes),
+            link_write_failures: load(&self.link_write_failures),
+            feed_rows: load(&self.feed_rows),
+            feed_failures: load(&self.feed_failures),
+            feed_caught_up_ms: load(&self.feed_caught_up_ms),
         }
     }
 }

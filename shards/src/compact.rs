@@ -7,7 +7,7 @@
 //! the folded logs is harmless: the next start folds or replays them again.
 
 use crate::datadir::DataDir;
-use crate::log::{LogOp, LogRecord};
+use crate::log::{LogRecord, NewestWins};
 use crate::table::{write_table, OwnedLink};
 use crate::Error;
 use std::collections::{BTreeMap, HashMap};
@@ -25,7 +25,7 @@ pub struct FoldStats {
 pub fn fold_records(dir: &DataDir, records: &[LogRecord], now_s: u64) -> Result<FoldStats, Error> {
     let mut by_shard: HashMap<u32, Vec<&LogRecord>> = HashMap::new();
     for r in records {
-        if r.op.link().is_some() || matches!(r.op, LogOp::Delete { .. }) {
+        if r.op.link().is_some() || r.op.deleted_key().is_some() {
             by_shard.entry(r.shard).or_default().push(r);
         }
     }
@@ -40,15 +40,15 @@ pub fn fold_records(dir: &DataDir, records: &[LogRecord], now_s: u64) -> Result<
                 links.insert(k.to_string(), Some(OwnedLink::from((k, l))));
             }
         }
+        let mut newest = NewestWins::default();
         for r in &by_shard[&shard] {
-            match &r.op {
-                LogOp::Put(l) | LogOp::PutWithIdem { link: l, .. } => {
-                    links.insert(l.key.clone(), Some(OwnedLink::from(l)));
-                }
-                LogOp::Delete { key } => {
-                    links.insert(key.clone(), None);
-                }
-                LogOp::IdemRecord { .. } => {}
+            if !newest.admits(&r.op) {
+                continue;
+            }
+            if let Some(l) = r.op.link() {
+                links.insert(l.key.clone(), Some(OwnedLink::from(l)));
+            } else if let Some(key) = r.op.deleted_key() {
+                links.insert(key.to_owned(), None);
             }
         }
         let before = links.len() as u64;

@@ -162,6 +162,7 @@ fn read_state(dd: &DataDir) -> Result<Option<BTreeMap<String, OwnedLink>>, Error
         }
     }
     logs.sort();
+    let mut newest = crate::log::NewestWins::default();
     for (_, _, path) in logs {
         let records = match crate::log::read_records(&path) {
             Ok(r) => r,
@@ -176,8 +177,13 @@ fn read_state(dd: &DataDir) -> Result<Option<BTreeMap<String, OwnedLink>>, Error
             }
         };
         for rec in records {
+            if !newest.admits(&rec.op) {
+                continue;
+            }
             match rec.op {
-                LogOp::Put(l) | LogOp::PutWithIdem { link: l, .. } => {
+                LogOp::Put(l)
+                | LogOp::PutWithIdem { link: l, .. }
+                | LogOp::FleetPut { link: l, .. } => {
                     links.insert(
                         l.key.clone(),
                         OwnedLink {
@@ -190,7 +196,7 @@ fn read_state(dd: &DataDir) -> Result<Option<BTreeMap<String, OwnedLink>>, Error
                         },
                     );
                 }
-                LogOp::Delete { key } => {
+                LogOp::Delete { key } | LogOp::FleetDelete { key, .. } => {
                     links.remove(&key);
                 }
                 LogOp::IdemRecord { .. } => {}

@@ -535,6 +535,11 @@ impl ApiClient {
                 p.detail = "the write could not be made durable (log write or fsync failed); nothing was saved. Redirects keep working; creates resume after a restart.".into();
                 problem(out, p)
             }
+            (_, WriteOutcome::DatabaseUnavailable) => {
+                let mut p = Problem::unavailable(1);
+                p.detail = "the fleet database did not confirm the write in time (unreachable, hung or overloaded); it may or may not have been committed. Retry, with an Idempotency-Key to be safe. Redirects keep working.".into();
+                problem(out, p)
+            }
             (_, WriteOutcome::IdemMismatch) => problem(out, Problem::idempotency_mismatch()),
             (_, WriteOutcome::Busy) if self.creates.is_fenced() => {
                 problem(out, Problem::allocation_fenced())

@@ -495,6 +495,41 @@ fn encode_fleet(enc: &mut DescriptorEncoder, f: &fleet::FleetStatsSnapshot) -> f
         Gauge,
         f.namespace_hi.saturating_sub(f.next_id_seen),
     )?;
+    plain(
+        enc,
+        "ricochet_fleet_link_writes",
+        "Link creates, changes and deletes the fleet database committed or judged (409/404)",
+        Counter,
+        f.link_writes,
+    )?;
+    plain(
+        enc,
+        "ricochet_fleet_link_write_failures",
+        "Link writes the fleet database did not answer in time (answered 503)",
+        Counter,
+        f.link_write_failures,
+    )?;
+    plain(
+        enc,
+        "ricochet_fleet_feed_rows",
+        "Change feed rows made durable on their owner cores",
+        Counter,
+        f.feed_rows,
+    )?;
+    plain(
+        enc,
+        "ricochet_fleet_feed_failures",
+        "Change feed polls or applies that failed (retried)",
+        Counter,
+        f.feed_failures,
+    )?;
+    plain(
+        enc,
+        "ricochet_fleet_feed_caught_up_unix_ms",
+        "When a change feed poll last found this node caught up (Unix ms; lag = now - this)",
+        Gauge,
+        f.feed_caught_up_ms,
+    )?;
     let mut m = enc.encode_descriptor(
         "ricochet_fleet_allocation_failures",
         "Failed allocation attempts by class",

@@ -166,7 +166,8 @@ impl Owner {
             .map_or(0, |t| t.elapsed().as_millis() as u64);
         for (k, e) in done.snapshot {
             let now = self.writes.memtable.get(&k);
-            if now.is_some_and(|now| unchanged(now, &e)) {
+            // Fleet mode: an entry the feed has not confirmed yet stays (`fleet.rs`).
+            if now.is_some_and(|now| unchanged(now, &e)) && !self.fleet_keeps(&k) {
                 self.writes.memtable.remove(&k);
             }
         }

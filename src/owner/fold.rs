@@ -86,7 +86,7 @@ pub fn fold_snapshot(
                             },
                         );
                     }
-                    MemEntry::Deleted => {
+                    MemEntry::Deleted { .. } => {
                         links.remove(&key);
                     }
                 }
@@ -118,9 +118,21 @@ pub fn fold_snapshot(
 /// Whether the entry now in the memtable is the one the snapshot folded.
 pub fn unchanged(now: &MemEntry, folded: &MemEntry) -> bool {
     match (now, folded) {
-        (MemEntry::Deleted, MemEntry::Deleted) => true,
-        (MemEntry::Live { info: a, .. }, MemEntry::Live { info: b, .. }) => {
-            std::sync::Arc::ptr_eq(&a.target, &b.target)
+        (MemEntry::Deleted { version: a }, MemEntry::Deleted { version: b }) => a == b,
+        (
+            MemEntry::Live {
+                info: a,
+                version: va,
+                ..
+            },
+            MemEntry::Live {
+                info: b,
+                version: vb,
+                ..
+            },
+        ) => {
+            va == vb
+                && std::sync::Arc::ptr_eq(&a.target, &b.target)
                 && a.status == b.status
                 && a.expires_at_s == b.expires_at_s
         }

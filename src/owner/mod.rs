@@ -9,8 +9,10 @@
 //! - `write_path.rs`: conditional insert, patch, delete, read; durability; invalidation.
 //! - `compaction.rs`: log rotation, the fold thread, table swap and retirement.
 //! - `fold.rs`: the fold itself (runs on a compaction thread).
+//! - `fleet.rs`: fleet mode: writes judged by the fleet database, change feed rows applied.
 
 pub mod compaction;
+pub mod fleet;
 pub mod fold;
 pub mod listing;
 mod purge;
@@ -22,7 +24,7 @@ pub mod writes;
 mod tests;
 
 use crate::key::InlineKey;
-use crate::mesh::{Answer, Doorbells, LinkInfo, Mesh, RedirectMsg, ReplyTo, Target, WriteOutcome};
+use crate::mesh::{Answer, Doorbells, LinkInfo, Mesh, RedirectMsg, ReplyTo, Target};
 use crate::router::Router;
 use shards::table::Table;
 use std::collections::HashMap;
@@ -54,8 +56,10 @@ pub struct Owner {
     /// Click analytics: this core's aggregator, the deletes waiting for their stats purge, and
     /// purges its full queue could not take yet (`purge.rs`).
     clicks: Option<crossbeam::channel::Sender<crate::analytics::Control>>,
-    purging: HashMap<u64, (ReplyTo, WriteOutcome)>,
+    purging: HashMap<u64, purge::Waiter>,
     unsent_purges: std::collections::VecDeque<crate::analytics::Control>,
+    /// Fleet mode: the link writer, writes waiting for the database, the feed's batches.
+    fleet: Option<fleet::FleetLinks>,
     next_token: u64,
     /// Rung by the compaction thread when its fold is done.
     doorbells: Arc<Doorbells>,
@@ -89,6 +93,7 @@ impl Owner {
             clicks: None,
             purging: HashMap::new(),
             unsent_purges: Default::default(),
+            fleet: None,
             next_token: 0,
             doorbells,
             counts: Default::default(),
@@ -106,6 +111,11 @@ impl Owner {
             table_bytes: bytes,
             ..self.counts
         }
+    }
+
+    /// Whether a due compaction holds new log appends back (`compaction.rs`).
+    pub fn log_is_held(&self) -> bool {
+        self.writes.held.is_some()
     }
 
     /// The shard tables (for the connection role's prefetch hints).

@@ -14,11 +14,17 @@ use crate::analytics::Control;
 use crate::key::InlineKey;
 use crate::mesh::{ApiMsg, CacheMsg, Mesh, ReplyTo, WriteOutcome};
 
+/// Who waits for an invalidation (and its purge): an API answer, or a change feed row.
+pub enum Waiter {
+    Api(ReplyTo, WriteOutcome),
+    /// Fleet mode: a row of feed batch `batch` (`fleet.rs`).
+    Feed(u64),
+}
+
 /// An answer waiting for invalidation acks.
 pub struct Invalidation {
     left: usize,
-    reply: ReplyTo,
-    outcome: WriteOutcome,
+    waiter: Waiter,
     /// For a purge: the key and each core's last click message before it.
     purge: Option<(InlineKey, Vec<u64>)>,
 }
@@ -39,18 +45,29 @@ impl Owner {
         purge: bool,
         mesh: &mut Mesh,
     ) {
+        self.invalidate_then(key, Waiter::Api(reply, outcome), purge, mesh)
+    }
+
+    /// Has every other core drop `key` (and with `purge`, every core cut its clicks and the
+    /// aggregator purge them durably), then releases `waiter`.
+    pub(super) fn invalidate_then(
+        &mut self,
+        key: InlineKey,
+        waiter: Waiter,
+        purge: bool,
+        mesh: &mut Mesh,
+    ) {
         let purge = purge && self.clicks.is_some();
         let cores = self.router.cores();
         // A purge asks this core too: its own clicks are cut like everyone's.
         let targets: Vec<usize> = (0..cores).filter(|&c| purge || c != self.me).collect();
         if targets.is_empty() {
-            return mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+            return self.release(waiter, mesh);
         }
         let token = self.token();
         let inv = Invalidation {
             left: targets.len(),
-            reply,
-            outcome,
+            waiter,
             purge: purge.then(|| (key, vec![0; cores])),
         };
         self.invalidations.insert(token, inv);
@@ -83,10 +100,9 @@ impl Owner {
         }
         let inv = self.invalidations.remove(&token).expect("present");
         let Some((key, cutoffs)) = inv.purge else {
-            let (reply, outcome) = (inv.reply, inv.outcome);
-            return mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+            return self.release(inv.waiter, mesh);
         };
-        self.purging.insert(token, (inv.reply, inv.outcome));
+        self.purging.insert(token, inv.waiter);
         self.unsent_purges.push_back(Control::Purge {
             key,
             cutoffs: cutoffs.into(),
@@ -115,8 +131,18 @@ impl Owner {
 
     /// The aggregator made purge `token` durable: the DELETE is answered.
     pub fn on_clicks_purged(&mut self, token: u64, mesh: &mut Mesh) {
-        if let Some((reply, outcome)) = self.purging.remove(&token) {
-            mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+        if let Some(waiter) = self.purging.remove(&token) {
+            self.release(waiter, mesh);
+        }
+    }
+
+    /// Everything `waiter` waited for is done.
+    fn release(&mut self, waiter: Waiter, mesh: &mut Mesh) {
+        match waiter {
+            Waiter::Api(reply, outcome) => {
+                mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome })
+            }
+            Waiter::Feed(batch) => self.feed_row_done(batch, true),
         }
     }
 }

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::api::request::ExpiryUpdate;
+use crate::mesh::WriteOutcome;
 use crate::mesh::{ApiMsg, CacheMsg, Doorbells, MeshMsg, MeshQueues, WriteReq};
 use crate::owner::writes::{Faults, Writes};
 use proptest::prelude::*;

@@ -83,6 +83,15 @@ impl Owner {
             }
             return done(mesh, WriteOutcome::WriteInProgress);
         }
+        if self.fleet.is_some()
+            && matches!(
+                req,
+                WriteReq::Create { .. } | WriteReq::Patch { .. } | WriteReq::Delete { .. }
+            )
+        {
+            // The fleet database judges it (`fleet.rs`); the key waits like any in flight.
+            return self.submit_fleet_write(reply, req, now_s, mesh);
+        }
         let current = self.link_info(shard, &key, now_s);
         let mut idem: Option<Box<(String, [u8; 32])>> = None;
         let (info, id, invalidate, outcome_of): Planned = match req {
@@ -145,7 +154,7 @@ impl Owner {
                 self.writes.in_flight_keys.insert(key);
                 self.writes.waiting.push_back(Durable {
                     seq,
-                    apply: Some((key, MemEntry::Deleted)),
+                    apply: Some((key, MemEntry::Deleted { version: 0 })),
                     then: Then::Reply {
                         reply,
                         outcome: WriteOutcome::Deleted,
@@ -189,6 +198,7 @@ impl Owner {
                 MemEntry::Live {
                     info: info.clone(),
                     id,
+                    version: 0,
                 },
             )),
             then: Then::Reply {
@@ -206,15 +216,23 @@ impl Owner {
         while self.writes.waiting.front().is_some_and(|d| d.seq <= seq) {
             let d = self.writes.waiting.pop_front().expect("checked");
             if let Some((key, entry)) = d.apply {
-                self.writes.in_flight_keys.remove(&key);
-                self.writes.memtable.insert(key, entry);
-                freed.push(key);
+                if matches!(d.then, Then::Reply { .. }) {
+                    self.writes.in_flight_keys.remove(&key);
+                    freed.push(key);
+                }
+                self.writes.apply_newest(key, entry);
             }
-            let Then::Reply {
-                reply,
-                outcome,
-                invalidate,
-            } = d.then;
+            let (reply, outcome, invalidate) = match d.then {
+                Then::Reply {
+                    reply,
+                    outcome,
+                    invalidate,
+                } => (reply, outcome, invalidate),
+                Then::Feed { batch, key, purge } => {
+                    self.invalidate_for_feed(key, batch, purge, mesh);
+                    continue;
+                }
+            };
             match invalidate {
                 Some(key) => {
                     let purge = matches!(outcome, WriteOutcome::Deleted);
@@ -230,7 +248,7 @@ impl Owner {
 
     /// Starts the oldest write queued behind `key`, if `key` is free (`on_write` queues again
     /// or answers at once when it is not).
-    fn run_queued(&mut self, key: InlineKey, now_s: u64, mesh: &mut Mesh) {
+    pub(super) fn run_queued(&mut self, key: InlineKey, now_s: u64, mesh: &mut Mesh) {
         if self.writes.in_flight_keys.contains(&key) {
             return;
         }
@@ -265,11 +283,15 @@ impl Owner {
             }
         }
         while let Some(d) = self.writes.waiting.pop_front() {
-            if let Some((key, _)) = d.apply {
-                self.writes.in_flight_keys.remove(&key);
+            match d.then {
+                Then::Reply { reply, .. } => {
+                    if let Some((key, _)) = d.apply {
+                        self.writes.in_flight_keys.remove(&key);
+                    }
+                    failed(mesh, reply);
+                }
+                Then::Feed { batch, .. } => self.feed_row_done(batch, false),
             }
-            let Then::Reply { reply, .. } = d.then;
-            failed(mesh, reply);
         }
     }
 

@@ -18,8 +18,24 @@ use std::os::fd::RawFd;
 /// A key's state in the memtable: it overrides the shard table.
 #[derive(Clone, Debug)]
 pub enum MemEntry {
-    Live { info: LinkInfo, id: u64 },
-    Deleted,
+    /// `version`: the fleet database's version of this state (0 in single-node mode).
+    Live {
+        info: LinkInfo,
+        id: u64,
+        version: u64,
+    },
+    Deleted {
+        version: u64,
+    },
+}
+
+impl MemEntry {
+    /// The fleet version of this state (0 in single-node mode).
+    pub fn version(&self) -> u64 {
+        match self {
+            MemEntry::Live { version, .. } | MemEntry::Deleted { version } => *version,
+        }
+    }
 }
 
 /// What to do once a record is durable.
@@ -30,6 +46,15 @@ pub enum Then {
         reply: ReplyTo,
         outcome: WriteOutcome,
         invalidate: Option<InlineKey>,
+    },
+    /// A change feed row (fleet mode): every other core drops the key from its LRU (and, for a
+    /// tombstone, purges its clicks), then the row counts as applied in feed batch `batch`.
+    /// Feed rows never hold `Writes::in_flight_keys`: API writes to the key go on meanwhile,
+    /// and the memtable keeps whichever state has the higher version.
+    Feed {
+        batch: u64,
+        key: InlineKey,
+        purge: bool,
     },
 }
 
@@ -109,6 +134,17 @@ impl Writes {
         }
     }
 
+    /// Makes `entry` the key's state unless the memtable holds a newer fleet version (a feed
+    /// row and an API write of one key can become durable in either order). Single-node
+    /// entries (version 0) always apply.
+    pub fn apply_newest(&mut self, key: InlineKey, entry: MemEntry) {
+        let v = entry.version();
+        if v != 0 && self.memtable.get(&key).is_some_and(|e| e.version() >= v) {
+            return;
+        }
+        self.memtable.insert(key, entry);
+    }
+
     /// Whether nothing is appended, in flight or waiting: the log can be rotated.
     pub fn log_is_quiet(&self) -> bool {
         self.batch.is_none() && self.log.pending_bytes() == 0 && self.waiting.is_empty()
@@ -124,7 +160,7 @@ impl Writes {
         let k = InlineKey::new(key)?;
         self.memtable.get(&k).map(|e| match e {
             MemEntry::Live { info, .. } => Some(info),
-            MemEntry::Deleted => None,
+            MemEntry::Deleted { .. } => None,
         })
     }
 }

@@ -266,3 +266,30 @@ fn is_root() -> bool {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
         .unwrap_or(false)
 }
+
+/// `fleet init` and a namespace `eu` = [1, 1e9) through the CLI, as an operator would.
+#[allow(dead_code)]
+pub fn prepare_fleet(url: &str) {
+    for args in [
+        vec!["fleet", "init", "--pg", url],
+        vec![
+            "fleet",
+            "namespace",
+            "create",
+            "--pg",
+            url,
+            "eu",
+            "--lo",
+            "1",
+            "--hi",
+            "1000000000",
+        ],
+    ] {
+        let out = Command::new(super::BIN).args(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

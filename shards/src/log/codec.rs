@@ -20,6 +20,8 @@ const TAG_PUT: u8 = 1;
 const TAG_DELETE: u8 = 2;
 const TAG_IDEM_RECORD: u8 = 3;
 const TAG_PUT_WITH_IDEM: u8 = 4;
+const TAG_FLEET_PUT: u8 = 5;
+const TAG_FLEET_DELETE: u8 = 6;
 
 /// Encodes the file header for `writer`.
 pub fn encode_header(writer: u32) -> [u8; HEADER_BYTES] {
@@ -65,6 +67,15 @@ pub fn payload_len(op: &LogOpRef<'_>) -> usize {
         + match op {
             LogOpRef::Put(link) => LINK_FIXED_BYTES + link.key.len() + link.target.len(),
             LogOpRef::Delete { key } => 2 + key.len(),
+            LogOpRef::FleetPut { link, idem, .. } => {
+                LINK_FIXED_BYTES
+                    + link.key.len()
+                    + link.target.len()
+                    + 8
+                    + 2
+                    + idem.map_or(0, |(scope, _)| 32 + scope.len())
+            }
+            LogOpRef::FleetDelete { key, .. } => 8 + 2 + key.len(),
             LogOpRef::PutWithIdem { link, scope, .. } => {
                 LINK_FIXED_BYTES + link.key.len() + link.target.len() + 32 + 2 + scope.len()
             }
@@ -103,6 +114,31 @@ pub fn encode_frame(out: &mut Vec<u8>, seq: u64, batch_start: u64, shard: u32, o
             out.extend_from_slice(&request_hash[..]);
             out.extend_from_slice(&(scope.len() as u16).to_le_bytes());
             out.extend_from_slice(scope.as_bytes());
+        }
+        LogOpRef::FleetPut {
+            link,
+            version,
+            idem,
+        } => {
+            out.push(TAG_FLEET_PUT);
+            encode_link(out, link);
+            out.extend_from_slice(&version.to_le_bytes());
+            match idem {
+                None => out.extend_from_slice(&0u16.to_le_bytes()),
+                Some((scope, hash)) => {
+                    // A scope is never empty (API-key id + key), so length 0 means "none".
+                    debug_assert!(!scope.is_empty());
+                    out.extend_from_slice(&(scope.len() as u16).to_le_bytes());
+                    out.extend_from_slice(scope.as_bytes());
+                    out.extend_from_slice(&hash[..]);
+                }
+            }
+        }
+        LogOpRef::FleetDelete { key, version } => {
+            out.push(TAG_FLEET_DELETE);
+            out.extend_from_slice(&version.to_le_bytes());
+            out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            out.extend_from_slice(key.as_bytes());
         }
         LogOpRef::Delete { key } => {
             out.push(TAG_DELETE);
@@ -184,6 +220,34 @@ pub fn decode_payload(p: &[u8]) -> Result<Decoded, String> {
                 link,
                 scope,
                 request_hash,
+            }
+        }
+        TAG_FLEET_PUT => {
+            let link = decode_link(&mut r)?;
+            let version = r.u64()?;
+            let scope_len = r.u16()? as usize;
+            let idem = if scope_len == 0 {
+                None
+            } else {
+                let scope = r.string(scope_len, "scope")?;
+                let hash: [u8; 32] = r
+                    .bytes(32)?
+                    .try_into()
+                    .map_err(|_| "short hash".to_string())?;
+                Some((scope, hash))
+            };
+            LogOp::FleetPut {
+                link,
+                version,
+                idem,
+            }
+        }
+        TAG_FLEET_DELETE => {
+            let version = r.u64()?;
+            let key_len = r.u16()? as usize;
+            LogOp::FleetDelete {
+                version,
+                key: r.string(key_len, "key")?,
             }
         }
         TAG_DELETE => {

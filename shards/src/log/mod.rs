@@ -92,6 +92,17 @@ pub enum LogOp {
         scope: String,
         request_hash: [u8; 32],
     },
+    /// Fleet mode: a link as the fleet database committed it, at `version` (one sequence for
+    /// the whole fleet). Replay keeps, per key, the record with the highest version, so the
+    /// order in which API writes and feed rows reached the log does not matter. `idem` is the
+    /// idempotency record of a create under an Idempotency-Key, in the same frame.
+    FleetPut {
+        link: LinkFields,
+        version: u64,
+        idem: Option<(String, [u8; 32])>,
+    },
+    /// Fleet mode: a tombstone the fleet database committed at `version`.
+    FleetDelete { key: String, version: u64 },
     /// Remember an idempotent creation so a retried request gets the same answer.
     IdemRecord {
         /// API-key id + idempotency key.
@@ -117,6 +128,14 @@ pub enum LogOpRef<'a> {
         scope: &'a str,
         request_hash: &'a [u8; 32],
     },
+    /// See [`LogOp::FleetPut`].
+    FleetPut {
+        link: LinkFields<&'a str>,
+        version: u64,
+        idem: Option<(&'a str, &'a [u8; 32])>,
+    },
+    /// See [`LogOp::FleetDelete`].
+    FleetDelete { key: &'a str, version: u64 },
     /// See [`LogOp::IdemRecord`].
     IdemRecord {
         scope: &'a str,
@@ -141,6 +160,19 @@ impl LogOp {
                 scope,
                 request_hash,
             },
+            LogOp::FleetPut {
+                link,
+                version,
+                idem,
+            } => LogOpRef::FleetPut {
+                link: link.as_ref(),
+                version: *version,
+                idem: idem.as_ref().map(|(s, h)| (s.as_str(), h)),
+            },
+            LogOp::FleetDelete { key, version } => LogOpRef::FleetDelete {
+                key,
+                version: *version,
+            },
             LogOp::IdemRecord {
                 scope,
                 request_hash,
@@ -155,11 +187,64 @@ impl LogOp {
         }
     }
 
-    /// The link this op writes (`Put`, `PutWithIdem`), if any.
+    /// The link this op writes (`Put`, `PutWithIdem`, `FleetPut`), if any.
     pub fn link(&self) -> Option<&LinkFields> {
         match self {
-            LogOp::Put(link) | LogOp::PutWithIdem { link, .. } => Some(link),
-            LogOp::Delete { .. } | LogOp::IdemRecord { .. } => None,
+            LogOp::Put(link) | LogOp::PutWithIdem { link, .. } | LogOp::FleetPut { link, .. } => {
+                Some(link)
+            }
+            LogOp::Delete { .. } | LogOp::FleetDelete { .. } | LogOp::IdemRecord { .. } => None,
+        }
+    }
+
+    /// The key this op removes (`Delete`, `FleetDelete`), if any.
+    pub fn deleted_key(&self) -> Option<&str> {
+        match self {
+            LogOp::Delete { key } | LogOp::FleetDelete { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+
+    /// The fleet version of a `FleetPut` or `FleetDelete`; 0 for the single-node ops.
+    pub fn version(&self) -> u64 {
+        match self {
+            LogOp::FleetPut { version, .. } | LogOp::FleetDelete { version, .. } => *version,
+            _ => 0,
+        }
+    }
+}
+
+/// Replay's rule for fleet records: per key, only an op with a higher fleet version than any
+/// seen before takes effect (single-node ops, version 0, always do). API writes and feed rows
+/// of one key can reach a log in either order; replaying through this gives the state with the
+/// newest version, as the live memtable does. Compaction, export and recovery all use it.
+#[derive(Debug, Default)]
+pub struct NewestWins {
+    seen: std::collections::HashMap<String, u64>,
+}
+
+impl NewestWins {
+    /// Whether `op` takes effect; records its version if so.
+    pub fn admits(&mut self, op: &LogOp) -> bool {
+        let version = op.version();
+        if version == 0 {
+            return true;
+        }
+        let key = match op {
+            LogOp::FleetPut { link, .. } => &link.key,
+            LogOp::FleetDelete { key, .. } => key,
+            _ => unreachable!("only fleet ops carry a version"),
+        };
+        match self.seen.get_mut(key) {
+            Some(v) if *v >= version => false,
+            Some(v) => {
+                *v = version;
+                true
+            }
+            None => {
+                self.seen.insert(key.clone(), version);
+                true
+            }
         }
     }
 }

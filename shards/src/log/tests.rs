@@ -23,8 +23,25 @@ fn put(i: u64) -> LogOp {
 }
 
 fn op(i: u64) -> LogOp {
-    match i % 4 {
+    match i % 6 {
         0 => put(i),
+        4 => LogOp::FleetPut {
+            link: LinkFields {
+                key: format!("f{i}"),
+                target: format!("https://example.com/fleet/{i}"),
+                status: RedirectStatus::TemporaryRedirect,
+                expires_at_s: i,
+                created_at_s: 1_700_000_000 + i,
+                flags: 0,
+                id: 0,
+            },
+            version: i * 3 + 1,
+            idem: (i % 4 == 0).then(|| (format!("api{i}:k"), [(i * 5) as u8; 32])),
+        },
+        5 => LogOp::FleetDelete {
+            key: format!("f{i}"),
+            version: i * 3 + 2,
+        },
         1 => LogOp::Delete {
             key: format!("k{i}"),
         },

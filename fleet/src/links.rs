@@ -1,0 +1,296 @@
+//! The write side of the system of record: a node's creates, changes and deletes, each one
+//! statement on the primary, committed (with `synchronous_commit = on`) before the node logs
+//! and answers it. The primary key decides whether an alias is free, across the whole fleet.
+//!
+//! [`spawn_writer`] runs them on one service thread (`ricochet-fleet-links`) with one
+//! session: cores hand jobs over a bounded lock-free queue ([`WriterHandle::try_submit`]),
+//! the thread takes what is queued (at most [`MAX_WRITES_PER_ROUND`]), runs those statements
+//! concurrently on the session (tokio-postgres pipelines them), and hands each answer back
+//! through the caller's `deliver`. A round that fails as a whole (no session, a hung server
+//! past [`crate::DB_CALL_TIMEOUT_MS`]) answers every job in it with the failure class: the
+//! API then says 503 with `Retry-After`. A timed-out statement may still have committed; the
+//! change feed then brings it to every node, as if another node had made it.
+
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use tokio_postgres::Client;
+
+use crate::db::{Db, FailureClass, FleetError};
+use crate::stats::FleetStats;
+
+/// Writes one round takes off the queue at most: bounds the statements pipelined on the
+/// session at once and the answers held before they are delivered.
+pub const MAX_WRITES_PER_ROUND: usize = 256;
+
+/// Longest a round of link writes (connect included) may take before every write in it is
+/// answered 503: an API client waits at most this long for a hung or unreachable database.
+/// 1 s: a healthy commit takes about a millisecond, and a client retries after
+/// `Retry-After: 1`.
+pub const LINK_WRITE_TIMEOUT_MS: u64 = 1_000;
+
+/// Jobs the queue into the writer thread holds; a core that finds it full answers 503.
+pub const WRITE_QUEUE_CAPACITY: usize = 4096;
+
+/// How a PATCH changes the expiry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpiryChange {
+    Keep,
+    Clear,
+    Set(u64),
+}
+
+/// One API write, as the database executes it. `now_s` decides expiry the way the node does:
+/// an expired link is absent (a create may take its key; PATCH and DELETE find nothing).
+#[derive(Clone, Debug)]
+pub enum LinkWrite {
+    Create {
+        key: String,
+        target: String,
+        status: u16,
+        created_at_s: u64,
+        expires_at_s: u64,
+        now_s: u64,
+    },
+    Patch {
+        key: String,
+        target: Option<String>,
+        status: Option<u16>,
+        expiry: ExpiryChange,
+        now_s: u64,
+    },
+    Delete {
+        key: String,
+        now_s: u64,
+    },
+}
+
+/// A link as the database holds it after a write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkState {
+    pub target: String,
+    pub status: u16,
+    pub created_at_s: u64,
+    pub expires_at_s: u64,
+    pub version: u64,
+}
+
+/// What the database decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LinkWritten {
+    Created {
+        version: u64,
+    },
+    /// Create: the key is live (on any node of the fleet).
+    Exists,
+    Updated(LinkState),
+    Deleted {
+        version: u64,
+    },
+    /// PATCH or DELETE: no live link under the key.
+    NotFound,
+}
+
+/// A job for the writer thread: `token` is the caller's, echoed in the answer.
+#[derive(Debug)]
+pub struct WriteJob {
+    pub core: u16,
+    pub token: u64,
+    pub write: LinkWrite,
+}
+
+/// The answer to a [`WriteJob`].
+#[derive(Debug)]
+pub struct WriteAnswer {
+    pub core: u16,
+    pub token: u64,
+    pub result: Result<LinkWritten, FailureClass>,
+}
+
+/// The cores' end of the writer's queue.
+#[derive(Clone)]
+pub struct WriterHandle {
+    tx: tokio::sync::mpsc::Sender<WriteJob>,
+}
+
+impl WriterHandle {
+    /// Queues `job` without blocking (an atomic reservation and a lock-free push); gives it
+    /// back when the queue is full or the writer is gone.
+    pub fn try_submit(&self, job: WriteJob) -> Result<(), WriteJob> {
+        self.tx.try_send(job).map_err(|e| match e {
+            tokio::sync::mpsc::error::TrySendError::Full(j)
+            | tokio::sync::mpsc::error::TrySendError::Closed(j) => j,
+        })
+    }
+}
+
+/// Starts the writer thread on its own session to `url`. `deliver` runs on that thread, once
+/// per job.
+pub fn spawn_writer(
+    url: &str,
+    stats: Arc<FleetStats>,
+    mut deliver: Box<dyn FnMut(WriteAnswer) + Send>,
+) -> Result<WriterHandle, FleetError> {
+    let mut db = Db::new(url)?.with_timeout(LINK_WRITE_TIMEOUT_MS);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<WriteJob>(WRITE_QUEUE_CAPACITY);
+    std::thread::Builder::new()
+        .name("ricochet-fleet-links".into())
+        .spawn(move || {
+            while let Some(first) = db.block_on(rx.recv()) {
+                let mut jobs = vec![first];
+                while jobs.len() < MAX_WRITES_PER_ROUND {
+                    match rx.try_recv() {
+                        Ok(j) => jobs.push(j),
+                        Err(_) => break,
+                    }
+                }
+                for a in run_round(&mut db, &stats, jobs) {
+                    deliver(a);
+                }
+            }
+        })
+        .map_err(|e| FleetError::Refused(format!("cannot start the fleet link writer: {e}")))?;
+    Ok(WriterHandle { tx })
+}
+
+/// Runs `jobs` concurrently on the session; one answer per job, in order.
+fn run_round(db: &mut Db, stats: &FleetStats, jobs: Vec<WriteJob>) -> Vec<WriteAnswer> {
+    let started = std::time::Instant::now();
+    let writes: Vec<&LinkWrite> = jobs.iter().map(|j| &j.write).collect();
+    let results = db.call("link write", async |c| {
+        Ok(join_all(writes.iter().map(|w| execute(c, w))).await)
+    });
+    let results: Vec<Result<LinkWritten, FailureClass>> = match results {
+        Ok(rs) => {
+            let mut broken = false;
+            let rs = rs
+                .into_iter()
+                .map(|r| {
+                    r.map_err(|e| {
+                        let class = FailureClass::of(&e);
+                        broken |= class == FailureClass::Connection;
+                        class
+                    })
+                })
+                .collect();
+            if broken {
+                db.disconnect();
+            }
+            rs
+        }
+        Err(e) => {
+            let class = e.class().unwrap_or(FailureClass::Database);
+            eprintln!("fleet: {} link writes failed: {e}", jobs.len());
+            vec![Err(class); jobs.len()]
+        }
+    };
+    stats.record_link_writes(&results, started.elapsed());
+    jobs.into_iter()
+        .zip(results)
+        .map(|(j, result)| WriteAnswer {
+            core: j.core,
+            token: j.token,
+            result,
+        })
+        .collect()
+}
+
+/// Executes one write as one autocommit statement.
+pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_postgres::Error> {
+    match w {
+        LinkWrite::Create {
+            key,
+            target,
+            status,
+            created_at_s,
+            expires_at_s,
+            now_s,
+        } => {
+            // A tombstone or an expired link gives its key up, as on a single node; the
+            // update restamps version and xid (trigger), so the feed carries it again.
+            let row = c
+                .query_opt(
+                    "INSERT INTO ricochet_links (key, target, status, created_at, expires_at) \
+                     VALUES ($1, $2, $3, $4, $5) \
+                     ON CONFLICT (key) DO UPDATE SET target = EXCLUDED.target, \
+                         status = EXCLUDED.status, created_at = EXCLUDED.created_at, \
+                         expires_at = EXCLUDED.expires_at, deleted = false \
+                       WHERE ricochet_links.deleted \
+                          OR (ricochet_links.expires_at <> 0 AND ricochet_links.expires_at <= $6) \
+                     RETURNING version",
+                    &[
+                        key,
+                        target,
+                        &(*status as i16),
+                        &(*created_at_s as i64),
+                        &(*expires_at_s as i64),
+                        &(*now_s as i64),
+                    ],
+                )
+                .await?;
+            Ok(match row {
+                Some(r) => LinkWritten::Created {
+                    version: r.get::<_, i64>(0) as u64,
+                },
+                None => LinkWritten::Exists,
+            })
+        }
+        LinkWrite::Patch {
+            key,
+            target,
+            status,
+            expiry,
+            now_s,
+        } => {
+            let (kind, at): (i16, i64) = match expiry {
+                ExpiryChange::Keep => (0, 0),
+                ExpiryChange::Clear => (1, 0),
+                ExpiryChange::Set(t) => (2, *t as i64),
+            };
+            let row = c
+                .query_opt(
+                    "UPDATE ricochet_links SET target = COALESCE($2, target), \
+                         status = COALESCE($3, status), \
+                         expires_at = CASE $4::smallint WHEN 0 THEN expires_at \
+                                                        WHEN 1 THEN 0 ELSE $5 END \
+                      WHERE key = $1 AND NOT deleted AND (expires_at = 0 OR expires_at > $6) \
+                     RETURNING target, status, created_at, expires_at, version",
+                    &[
+                        key,
+                        target,
+                        &status.map(|s| s as i16),
+                        &kind,
+                        &at,
+                        &(*now_s as i64),
+                    ],
+                )
+                .await?;
+            Ok(match row {
+                Some(r) => LinkWritten::Updated(LinkState {
+                    target: r.get(0),
+                    status: r.get::<_, i16>(1) as u16,
+                    created_at_s: r.get::<_, i64>(2) as u64,
+                    expires_at_s: r.get::<_, i64>(3) as u64,
+                    version: r.get::<_, i64>(4) as u64,
+                }),
+                None => LinkWritten::NotFound,
+            })
+        }
+        LinkWrite::Delete { key, now_s } => {
+            let row = c
+                .query_opt(
+                    "UPDATE ricochet_links SET deleted = true \
+                      WHERE key = $1 AND NOT deleted AND (expires_at = 0 OR expires_at > $2) \
+                     RETURNING version",
+                    &[key, &(*now_s as i64)],
+                )
+                .await?;
+            Ok(match row {
+                Some(r) => LinkWritten::Deleted {
+                    version: r.get::<_, i64>(0) as u64,
+                },
+                None => LinkWritten::NotFound,
+            })
+        }
+    }
+}

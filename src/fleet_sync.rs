@@ -1,0 +1,280 @@
+//! Fleet mode's link services on this node, and what they deliver to the cores: the link
+//! writer's answers (`fleet::links`, for the owner that asked) and the change feed (the
+//! follower thread here), which brings every node's committed changes to their owner cores.
+//!
+//! The follower (`ricochet-fleet-feed`) polls `fleet::feed::poll` every
+//! [`FEED_POLL_INTERVAL_MS`] (at once again while a poll comes back full), splits the rows by
+//! owner core (`Router::owner`), hands each core its part through the fleet outlet (bounded
+//! queue and doorbell), and waits until every core acknowledged its part as durable and
+//! invalidated (`owner/fleet.rs`). Only then does it save the cursor, atomically
+//! ([`CURSOR_FILE`]): a restart resumes at the first row not yet durable everywhere on this
+//! node, so a row is applied at least once, and applying is idempotent by version.
+//!
+//! A poll or an apply that fails is retried after [`FEED_RETRY_MS`] from the same cursor;
+//! redirects never wait for any of this.
+
+use crate::key::InlineKey;
+use crate::router::Router;
+use crate::service::Outlets;
+use shards::link::RedirectStatus;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Pause between feed polls that find nothing new: the floor of propagation delay between
+/// nodes, and one indexed query per node per interval on the database.
+pub const FEED_POLL_INTERVAL_MS: u64 = 20;
+
+/// Rows one poll asks for at most; a full poll is followed at once by the next.
+pub const FEED_BATCH_ROWS: i64 = 2_000;
+
+/// Longest the follower waits for the cores to make a batch durable before it gives up on
+/// the batch and sends it again (a poisoned or stalled core).
+pub const FEED_APPLY_TIMEOUT_MS: u64 = 10_000;
+
+/// Pause after a failed poll or apply before the next try.
+pub const FEED_RETRY_MS: u64 = 500;
+
+/// Items the fleet outlet queues per core: one feed batch part and the writer's answers; a
+/// full queue makes the sender wait (service threads only).
+pub const FLEET_OUTLET_CAPACITY: usize = 4096;
+
+/// The follower's cursor, relative to the data dir.
+pub const CURSOR_FILE: &str = "fleet-feed.cursor";
+
+/// What the fleet services hand a core.
+#[derive(Debug)]
+pub enum FleetToCore {
+    /// The link writer's answer to one of this core's writes.
+    Written(fleet::links::WriteAnswer),
+    /// This core's rows of feed batch `batch`.
+    Feed { batch: u64, rows: Vec<FeedLink> },
+}
+
+/// One feed row, checked and in the node's own types.
+#[derive(Clone, Debug)]
+pub struct FeedLink {
+    pub key: InlineKey,
+    pub target: Arc<str>,
+    pub status: RedirectStatus,
+    pub created_at_s: u64,
+    pub expires_at_s: u64,
+    pub deleted: bool,
+    pub version: u64,
+}
+
+/// A core applied its rows of a batch (`ok`), or could not (its log is poisoned).
+#[derive(Debug)]
+pub struct FeedAck {
+    pub batch: u64,
+    pub core: u16,
+    pub ok: bool,
+}
+
+/// The cursor file's bytes: `ricochet-feed-cursor 1 <xid> <key> <crc32c hex>\n`.
+fn encode_cursor(c: &fleet::feed::Cursor) -> String {
+    let body = format!("ricochet-feed-cursor 1 {} {}", c.xid, c.key);
+    let crc = crc32c::crc32c(body.as_bytes());
+    format!("{body} {crc:08x}\n")
+}
+
+/// Reads the cursor file: none yet means the start of the feed; a damaged one is refused.
+pub fn load_cursor(data_dir: &Path) -> anyhow::Result<fleet::feed::Cursor> {
+    let path = data_dir.join(CURSOR_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(fleet::feed::Cursor::START)
+        }
+        Err(e) => anyhow::bail!("reading {}: {e}", path.display()),
+    };
+    let bad = || {
+        anyhow::anyhow!(
+            "{} is damaged (expected `ricochet-feed-cursor 1 <xid> <key> <crc>`); refusing to \
+             guess where the change feed stopped. Restore it, or wipe the data dir and let the \
+             node catch up from the start",
+            path.display()
+        )
+    };
+    let line = text.strip_suffix('\n').ok_or_else(bad)?;
+    let (body, crc) = line.rsplit_once(' ').ok_or_else(bad)?;
+    if u32::from_str_radix(crc, 16).ok() != Some(crc32c::crc32c(body.as_bytes())) {
+        return Err(bad());
+    }
+    let mut parts = body.splitn(4, ' ');
+    let (Some("ricochet-feed-cursor"), Some("1"), Some(xid), key) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad());
+    };
+    Ok(fleet::feed::Cursor {
+        xid: xid.parse().map_err(|_| bad())?,
+        key: key.unwrap_or("").to_owned(),
+    })
+}
+
+fn save_cursor(data_dir: &Path, c: &fleet::feed::Cursor) -> std::io::Result<()> {
+    shards::durable::write_atomic(data_dir, CURSOR_FILE, encode_cursor(c).as_bytes(), 0o644)
+}
+
+/// What the follower thread needs.
+pub struct Follower {
+    pub db: fleet::Db,
+    pub data_dir: PathBuf,
+    pub router: Router,
+    pub outlets: Arc<Outlets<FleetToCore>>,
+    pub acks: crossbeam::channel::Receiver<FeedAck>,
+    pub stats: Arc<fleet::FleetStats>,
+    pub stop: Arc<AtomicBool>,
+    /// Test-only (`--fault-pause-feed`): poll nothing while this file exists.
+    pub pause_file: Option<PathBuf>,
+}
+
+impl Follower {
+    /// Starts the follower thread from the saved cursor.
+    pub fn spawn(self) -> anyhow::Result<()> {
+        let cursor = load_cursor(&self.data_dir)?;
+        std::thread::Builder::new()
+            .name("ricochet-fleet-feed".into())
+            .spawn(move || self.run(cursor))?;
+        Ok(())
+    }
+
+    fn run(mut self, mut cursor: fleet::feed::Cursor) {
+        let mut batch = 0u64;
+        while !self.stop.load(Ordering::Relaxed) {
+            if self.pause_file.as_ref().is_some_and(|p| p.exists()) {
+                std::thread::sleep(Duration::from_millis(FEED_POLL_INTERVAL_MS));
+                continue;
+            }
+            let rows = match fleet::feed::poll(&mut self.db, &cursor, FEED_BATCH_ROWS) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("fleet: change feed poll failed: {e}; retrying");
+                    self.stats.feed_failed();
+                    std::thread::sleep(Duration::from_millis(FEED_RETRY_MS));
+                    continue;
+                }
+            };
+            let Some(last) = rows.last().map(|r| r.cursor()) else {
+                self.stats.feed_caught_up(unix_ms());
+                std::thread::sleep(Duration::from_millis(FEED_POLL_INTERVAL_MS));
+                continue;
+            };
+            let full = rows.len() as i64 == FEED_BATCH_ROWS;
+            let n = rows.len() as u64;
+            batch += 1;
+            if !self.apply(batch, rows) {
+                self.stats.feed_failed();
+                std::thread::sleep(Duration::from_millis(FEED_RETRY_MS));
+                continue;
+            }
+            if let Err(e) = save_cursor(&self.data_dir, &last) {
+                // The rows are durable; only the resume point is not. Keep going from memory:
+                // a restart re-applies from the older cursor, which is harmless.
+                eprintln!("fleet: cannot save the feed cursor: {e}");
+            }
+            cursor = last;
+            self.stats.feed_applied(n);
+            if !full {
+                self.stats.feed_caught_up(unix_ms());
+            }
+        }
+    }
+
+    /// Hands each owner core its rows of `batch` and waits until all are durable there.
+    fn apply(&mut self, batch: u64, rows: Vec<fleet::feed::FeedRow>) -> bool {
+        let mut parts: Vec<Vec<FeedLink>> = vec![Vec::new(); self.outlets.cores()];
+        for r in rows {
+            let Some(link) = feed_link(&r) else {
+                eprintln!(
+                    "fleet: feed row for {:?} is not a valid link; skipped",
+                    r.key
+                );
+                continue;
+            };
+            parts[self.router.owner(link.key.as_bytes()).core].push(link);
+        }
+        while self.acks.try_recv().is_ok() {} // Acks of a batch given up on.
+        let mut waiting = 0;
+        for (core, rows) in parts.into_iter().enumerate() {
+            if rows.is_empty() {
+                continue;
+            }
+            let mut item = FleetToCore::Feed { batch, rows };
+            let deadline = Instant::now() + Duration::from_millis(FEED_APPLY_TIMEOUT_MS);
+            loop {
+                match self.outlets.offer(core, item) {
+                    Ok(()) => break,
+                    Err(back) if Instant::now() < deadline => {
+                        item = back;
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    Err(_) => return false,
+                }
+            }
+            waiting += 1;
+        }
+        let deadline = Instant::now() + Duration::from_millis(FEED_APPLY_TIMEOUT_MS);
+        let mut ok = true;
+        while waiting > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.acks.recv_timeout(left) {
+                Ok(a) if a.batch == batch => {
+                    waiting -= 1;
+                    ok &= a.ok;
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    eprintln!("fleet: feed batch {batch} not applied within {FEED_APPLY_TIMEOUT_MS} ms; sending it again");
+                    return false;
+                }
+            }
+        }
+        ok
+    }
+}
+
+/// A feed row in the node's types, if it is a valid link.
+fn feed_link(r: &fleet::feed::FeedRow) -> Option<FeedLink> {
+    Some(FeedLink {
+        key: InlineKey::new(r.key.as_bytes())?,
+        target: Arc::from(r.target.as_str()),
+        status: RedirectStatus::from_code(u16::try_from(r.status).ok()?)?,
+        created_at_s: u64::try_from(r.created_at).ok()?,
+        expires_at_s: u64::try_from(r.expires_at).ok()?,
+        deleted: r.deleted,
+        version: u64::try_from(r.version).ok()?,
+    })
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cursor_file_round_trips_and_damage_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(load_cursor(dir.path()).unwrap(), fleet::feed::Cursor::START);
+        let c = fleet::feed::Cursor {
+            xid: 12345,
+            key: "aB-_9".into(),
+        };
+        save_cursor(dir.path(), &c).unwrap();
+        assert_eq!(load_cursor(dir.path()).unwrap(), c);
+        let path = dir.path().join(CURSOR_FILE);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace("12345", "12346")).unwrap();
+        let e = load_cursor(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("damaged") && e.contains(CURSOR_FILE), "{e}");
+        std::fs::write(&path, "").unwrap();
+        assert!(load_cursor(dir.path()).is_err());
+    }
+}

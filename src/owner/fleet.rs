@@ -1,0 +1,381 @@
+//! The owner in fleet mode: the fleet database is the system of record.
+//!
+//! - An API create, PATCH or DELETE of a key this core owns goes to the link writer
+//!   (`fleet::links`, a service thread) instead of being judged here: the database's primary
+//!   key decides uniqueness across the fleet. The key is in flight meanwhile, so later writes
+//!   to it on this node wait their turn as usual. The database's answer comes back
+//!   ([`Owner::on_fleet_written`]); a committed change is then logged here with its version
+//!   (`LogOp::FleetPut` / `FleetDelete`), and answered once durable and invalidated, exactly
+//!   like a single-node write. 201/200/204 thus mean: committed on the primary, durable and
+//!   visible on this node.
+//! - A change feed batch (`fleet_sync`, another service thread) brings every node's changes
+//!   in commit-safe order. Each row newer than this core's state is logged, applied and
+//!   invalidated on every core; the batch is acknowledged only once all of its rows are, so
+//!   the follower saves its cursor after they are durable ([`Owner::on_feed_batch`]).
+//!
+//! Versions make both paths idempotent and order-free: a key's state with the higher version
+//! wins, in the memtable (`Writes::apply_newest`) and in replay (`shards::log::NewestWins`).
+//! One race is left to close: a feed poll answered just before this node committed a newer
+//! version can arrive after it. The memtable guards that while the newer entry is in it;
+//! `unconfirmed` keeps such an entry from being folded away (`compaction.rs`) until the feed
+//! itself has delivered that version, after which no older poll can still be in flight.
+
+use super::writes::{Durable, MemEntry, Then};
+use super::Owner;
+use crate::api::request::ExpiryUpdate;
+use crate::fleet_sync::{FeedAck, FeedLink};
+use crate::key::InlineKey;
+use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReplyTo, WriteOutcome, WriteReq};
+use fleet::links::{ExpiryChange, LinkWrite, LinkWritten, WriteAnswer, WriteJob, WriterHandle};
+use shards::link::RedirectStatus;
+use shards::log::{LinkFields, LogOpRef};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// One core's fleet state.
+pub struct FleetLinks {
+    writer: WriterHandle,
+    /// Writes sent to the database, by token.
+    pending: HashMap<u64, (ReplyTo, WriteReq)>,
+    next_token: u64,
+    acks: crossbeam::channel::Sender<FeedAck>,
+    /// Feed batches being applied: rows left, and whether one failed.
+    batches: HashMap<u64, (usize, bool)>,
+    /// Keys whose API write this node committed at the version given and the feed has not
+    /// delivered yet: their memtable entry is not folded away (see the module doc).
+    pub unconfirmed: HashMap<InlineKey, u64, ahash::RandomState>,
+}
+
+impl FleetLinks {
+    pub fn new(writer: WriterHandle, acks: crossbeam::channel::Sender<FeedAck>) -> FleetLinks {
+        FleetLinks {
+            writer,
+            pending: HashMap::new(),
+            next_token: 0,
+            acks,
+            batches: HashMap::new(),
+            unconfirmed: HashMap::default(),
+        }
+    }
+}
+
+impl Owner {
+    /// Fleet mode: writes go through the fleet database.
+    pub fn set_fleet(&mut self, links: FleetLinks) {
+        self.fleet = Some(links);
+    }
+
+    /// Whether this key's memtable entry must stay (not folded into a table yet).
+    pub fn fleet_keeps(&self, key: &InlineKey) -> bool {
+        self.fleet
+            .as_ref()
+            .is_some_and(|f| f.unconfirmed.contains_key(key))
+    }
+
+    /// Sends an API write to the link writer; the key is in flight until it answers.
+    pub(super) fn submit_fleet_write(
+        &mut self,
+        reply: ReplyTo,
+        req: WriteReq,
+        now_s: u64,
+        mesh: &mut Mesh,
+    ) {
+        let fleet = self.fleet.as_mut().expect("fleet mode");
+        let key = req.key();
+        let write = match &req {
+            WriteReq::Create {
+                target,
+                status,
+                expires_at_s,
+                created_at_s,
+                ..
+            } => LinkWrite::Create {
+                key: key.as_str().to_owned(),
+                target: target.to_string(),
+                status: status.code(),
+                created_at_s: *created_at_s,
+                expires_at_s: *expires_at_s,
+                now_s,
+            },
+            WriteReq::Patch {
+                target,
+                expiry,
+                status,
+                ..
+            } => LinkWrite::Patch {
+                key: key.as_str().to_owned(),
+                target: target.as_ref().map(|t| t.to_string()),
+                status: status.map(|s| s.code()),
+                expiry: match expiry {
+                    ExpiryUpdate::Keep => ExpiryChange::Keep,
+                    ExpiryUpdate::Clear => ExpiryChange::Clear,
+                    ExpiryUpdate::Set(t) => ExpiryChange::Set(*t),
+                },
+                now_s,
+            },
+            WriteReq::Delete { .. } => LinkWrite::Delete {
+                key: key.as_str().to_owned(),
+                now_s,
+            },
+            _ => unreachable!("only creates, patches and deletes go to the database"),
+        };
+        let token = fleet.next_token;
+        fleet.next_token += 1;
+        let job = WriteJob {
+            core: self.me as u16,
+            token,
+            write,
+        };
+        if fleet.writer.try_submit(job).is_err() {
+            let outcome = WriteOutcome::DatabaseUnavailable;
+            return mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+        }
+        fleet.pending.insert(token, (reply, req));
+        self.writes.in_flight_keys.insert(key);
+    }
+
+    /// The database judged a write: log what it committed, or answer what it refused.
+    pub fn on_fleet_written(&mut self, answer: WriteAnswer, now_s: u64, mesh: &mut Mesh) {
+        let Some(fleet) = self.fleet.as_mut() else {
+            return;
+        };
+        let Some((reply, req)) = fleet.pending.remove(&answer.token) else {
+            return;
+        };
+        let key = req.key();
+        let refuse = |owner: &mut Owner, mesh: &mut Mesh, outcome: WriteOutcome| {
+            owner.writes.in_flight_keys.remove(&key);
+            mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+            owner.run_queued(key, now_s, mesh);
+        };
+        let written = match answer.result {
+            Ok(w) => w,
+            Err(_) => return refuse(self, mesh, WriteOutcome::DatabaseUnavailable),
+        };
+        let (seq, entry, outcome, invalidate) = match (written, req) {
+            (LinkWritten::Exists, _) => return refuse(self, mesh, WriteOutcome::Exists),
+            (LinkWritten::NotFound, _) => return refuse(self, mesh, WriteOutcome::NotFound),
+            (
+                LinkWritten::Created { version },
+                WriteReq::Create {
+                    target,
+                    status,
+                    expires_at_s,
+                    created_at_s,
+                    id,
+                    idem,
+                    ..
+                },
+            ) => {
+                let info = LinkInfo {
+                    key,
+                    target,
+                    status,
+                    created_at_s,
+                    expires_at_s,
+                };
+                let op = LogOpRef::FleetPut {
+                    link: link_fields(&info, id),
+                    version,
+                    idem: idem.as_deref().map(|(s, h)| (s.as_str(), h)),
+                };
+                let Ok(seq) = self.writes.log.append_ref(self.shard_of(&key), op) else {
+                    return refuse(self, mesh, WriteOutcome::StorageFailed);
+                };
+                let entry = MemEntry::Live {
+                    info: info.clone(),
+                    id,
+                    version,
+                };
+                (seq, entry, WriteOutcome::Created(info), None)
+            }
+            (LinkWritten::Updated(state), _) => {
+                let info = LinkInfo {
+                    key,
+                    target: Arc::from(state.target.as_str()),
+                    status: RedirectStatus::from_code(state.status).unwrap_or_default(),
+                    created_at_s: state.created_at_s,
+                    expires_at_s: state.expires_at_s,
+                };
+                let id = match self.writes.memtable.get(&key) {
+                    Some(MemEntry::Live { id, .. }) => *id,
+                    _ => 0,
+                };
+                let op = LogOpRef::FleetPut {
+                    link: link_fields(&info, id),
+                    version: state.version,
+                    idem: None,
+                };
+                let Ok(seq) = self.writes.log.append_ref(self.shard_of(&key), op) else {
+                    return refuse(self, mesh, WriteOutcome::StorageFailed);
+                };
+                let entry = MemEntry::Live {
+                    info: info.clone(),
+                    id,
+                    version: state.version,
+                };
+                (seq, entry, WriteOutcome::Updated(info), Some(key))
+            }
+            (LinkWritten::Deleted { version }, _) => {
+                let op = LogOpRef::FleetDelete {
+                    key: key.as_str(),
+                    version,
+                };
+                let Ok(seq) = self.writes.log.append_ref(self.shard_of(&key), op) else {
+                    return refuse(self, mesh, WriteOutcome::StorageFailed);
+                };
+                (
+                    seq,
+                    MemEntry::Deleted { version },
+                    WriteOutcome::Deleted,
+                    Some(key),
+                )
+            }
+            (LinkWritten::Created { .. }, _) => {
+                debug_assert!(false, "a create's answer for another request");
+                return refuse(self, mesh, WriteOutcome::DatabaseUnavailable);
+            }
+        };
+        let fleet = self.fleet.as_mut().expect("checked");
+        let v = entry.version();
+        let seen = fleet.unconfirmed.entry(key).or_insert(v);
+        *seen = (*seen).max(v);
+        self.writes.waiting.push_back(Durable {
+            seq,
+            apply: Some((key, entry)),
+            then: Then::Reply {
+                reply,
+                outcome,
+                invalidate,
+            },
+        });
+    }
+
+    /// A feed batch's rows for this core: log and apply each row newer than what is here.
+    pub fn on_feed_batch(&mut self, batch: u64, rows: Vec<FeedLink>) {
+        let Some(fleet) = self.fleet.as_mut() else {
+            return;
+        };
+        fleet.batches.insert(batch, (rows.len() + 1, false));
+        for row in rows {
+            self.apply_feed_row(batch, row);
+        }
+        // The +1 above keeps the batch open while its rows are queued.
+        self.feed_row_done(batch, true);
+    }
+
+    fn apply_feed_row(&mut self, batch: u64, row: FeedLink) {
+        let key = row.key;
+        let shard = self.shard_of(&key);
+        let local = self.writes.memtable.get(&key).map(MemEntry::version);
+        if let Some(f) = self.fleet.as_mut() {
+            if f.unconfirmed.get(&key).is_some_and(|&v| v <= row.version) {
+                f.unconfirmed.remove(&key);
+            }
+        }
+        let known = local.is_some() || self.store.get_ref(shard, key.as_bytes()).is_some();
+        if local.is_some_and(|v| v >= row.version) || (row.deleted && !known) {
+            // Already here (or newer), or a tombstone of a key this node never held.
+            return self.feed_row_done(batch, true);
+        }
+        if self.writes.log.is_poisoned() {
+            return self.feed_row_done(batch, false);
+        }
+        let (appended, entry) = if row.deleted {
+            let op = LogOpRef::FleetDelete {
+                key: key.as_str(),
+                version: row.version,
+            };
+            let entry = MemEntry::Deleted {
+                version: row.version,
+            };
+            (self.writes.log.append_ref(shard, op), entry)
+        } else {
+            let info = LinkInfo {
+                key,
+                target: row.target.clone(),
+                status: row.status,
+                created_at_s: row.created_at_s,
+                expires_at_s: row.expires_at_s,
+            };
+            let op = LogOpRef::FleetPut {
+                link: link_fields(&info, 0),
+                version: row.version,
+                idem: None,
+            };
+            let appended = self.writes.log.append_ref(shard, op);
+            let entry = MemEntry::Live {
+                info,
+                id: 0,
+                version: row.version,
+            };
+            (appended, entry)
+        };
+        let Ok(seq) = appended else {
+            return self.feed_row_done(batch, false);
+        };
+        self.writes.waiting.push_back(Durable {
+            seq,
+            apply: Some((key, entry)),
+            then: Then::Feed {
+                batch,
+                key,
+                purge: row.deleted,
+            },
+        });
+    }
+
+    /// A feed row is durable here: other cores drop the key, then the row is done.
+    pub(super) fn invalidate_for_feed(
+        &mut self,
+        key: InlineKey,
+        batch: u64,
+        purge: bool,
+        mesh: &mut Mesh,
+    ) {
+        self.invalidate_then(key, super::purge::Waiter::Feed(batch), purge, mesh)
+    }
+
+    /// One row of `batch` is applied (or failed); the last one acknowledges the batch.
+    pub(super) fn feed_row_done(&mut self, batch: u64, ok: bool) {
+        let Some(fleet) = self.fleet.as_mut() else {
+            return;
+        };
+        let Some((left, failed)) = fleet.batches.get_mut(&batch) else {
+            return;
+        };
+        *left -= 1;
+        *failed |= !ok;
+        if *left > 0 {
+            return;
+        }
+        let failed = *failed;
+        fleet.batches.remove(&batch);
+        let ack = FeedAck {
+            batch,
+            core: self.me as u16,
+            ok: !failed,
+        };
+        if fleet.acks.try_send(ack).is_err() {
+            // The follower waits for at most one ack per core per batch; a full queue means
+            // it gave up on this batch and will send it again.
+            eprintln!("core {}: feed ack for batch {batch} dropped", self.me);
+        }
+    }
+
+    fn shard_of(&self, key: &InlineKey) -> u32 {
+        self.router.owner(key.as_bytes()).shard
+    }
+}
+
+fn link_fields(info: &LinkInfo, id: u64) -> LinkFields<&str> {
+    LinkFields {
+        key: info.key.as_str(),
+        target: &info.target,
+        status: info.status,
+        expires_at_s: info.expires_at_s,
+        created_at_s: info.created_at_s,
+        flags: 0,
+        id,
+    }
+}
