@@ -4,7 +4,10 @@
 #     allocators (one session each), 1 ID per allocation (every create would pay it);
 #  2. durable creates/s on `serve --cores 2`, the data dir's own file authority vs
 #     `--fleet-pg`, both with --segment-len 10000, alternating rounds on fresh data dirs,
-#     16 closed-loop connections (perf/writes/creates_closed_loop.py).
+#     16 closed-loop connections (perf/writes/creates_closed_loop.py). Since fleet mode part 2
+#     every fleet create is also one INSERT committed on the primary before its 201;
+#  3. three fleet nodes (--cores 1 each) against the one database, 8 connections creating on
+#     each at once: creates/s per node and in total.
 # Writes perf/reports/<date>-<commit>-fleet.md. Knobs: PERF_DURATION_S (allocbench seconds,
 # default 10), PERF_ROUNDS (default 3), PERF_CREATES_PER_CONN (default 500).
 set -euo pipefail
@@ -81,5 +84,39 @@ print("Median of %d rounds: file authority %.0f creates/s (p99 %.2f ms), --fleet
       "(p99 %.2f ms): fleet/file = %.2f." % (len(rows) // 2, med["file"][0], med["file"][1],
       med["fleet"][0], med["fleet"][1], med["fleet"][0] / med["file"][0]))
 PY
+    echo
+    echo "## Three fleet nodes x --cores 1, one database, 8 closed-loop connections per node at once"
+    echo
+    echo '```'
+    pids=(); ports=()
+    for n in 1 2 3; do
+        port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+        RICOCHET_API_KEY=$key ./target/release/ricochet serve --data-dir "$work/three-$n" \
+            --listen "127.0.0.1:$port" --cores 1 --segment-len 10000 \
+            --create-rate 1000000000 --create-burst 1000000000 \
+            --fleet-pg "$base/fleet_creates" --namespace perf --node-id "three-$n" \
+            >"$work/three-$n.log" 2>&1 &
+        pids+=($!); ports+=("$port")
+        for _ in $(seq 1 100); do
+            curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
+            sleep 0.1
+        done
+    done
+    cpids=()
+    for p in "${ports[@]}"; do
+        python3 perf/writes/creates_closed_loop.py 8 "$per_conn" "$p" >"$work/three-$p.out" &
+        cpids+=($!)
+    done
+    for c in "${cpids[@]}"; do wait "$c"; done
+    total=0
+    for p in "${ports[@]}"; do
+        line=$(cat "$work/three-$p.out")
+        echo "node :$p $line"
+        total=$((total + $(echo "$line" | sed -E 's/.*: ([0-9]+) durable.*/\1/')))
+    done
+    echo "sum of the three nodes: $total creates/s (each node's rate over its own run)"
+    kill -TERM "${pids[@]}"
+    for pid in "${pids[@]}"; do wait "$pid" || true; done
+    echo '```'
 } | tee "$report"
 echo "wrote $report"
