@@ -282,6 +282,9 @@ impl Core {
                 crate::fleet_sync::FleetToCore::Feed { batch, rows } => {
                     self.owner.on_feed_batch(batch, rows)
                 }
+                crate::fleet_sync::FleetToCore::Read(a) => {
+                    self.owner.on_read(a, self.clock.now_s, &mut self.mesh)
+                }
             }
         }
         any
@@ -446,6 +449,11 @@ impl Core {
             RedirectMsg::Answer { reply, key, answer } => {
                 self.conns.on_answer(reply, key, answer, &self.clock)
             }
+            RedirectMsg::Fetched {
+                reply,
+                key,
+                fetched,
+            } => self.conns.on_fetched(reply, key, fetched, &self.clock),
         }
     }
 

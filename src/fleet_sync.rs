@@ -50,6 +50,8 @@ pub enum FleetToCore {
     Written(fleet::links::WriteAnswer),
     /// This core's rows of feed batch `batch`.
     Feed { batch: u64, rows: Vec<FeedLink> },
+    /// The reader's answer to one of this core's read-through lookups.
+    Read(fleet::links::ReadAnswer),
 }
 
 /// One feed row, checked and in the node's own types.

@@ -197,6 +197,24 @@ pub enum RedirectMsg {
         key: InlineKey,
         answer: Option<Answer>,
     },
+    /// Fleet mode: the owner's answer after reading through to the database (the key was not
+    /// here). Never cached by the asking core: the change feed brings the link, and with it
+    /// the invalidations that keep cached answers honest.
+    Fetched {
+        reply: ReplyTo,
+        key: InlineKey,
+        fetched: Fetched,
+    },
+}
+
+/// A read-through's outcome.
+#[derive(Clone, Debug)]
+pub enum Fetched {
+    Found(Answer),
+    /// No live link (never written, deleted, or expired).
+    Absent,
+    /// The database did not answer in time: 503 with `Retry-After`, never a guessed 404.
+    Unavailable,
 }
 
 /// The API: writes and reads executed by a key's owner, and idempotent creates decided by a

@@ -586,6 +586,19 @@ fn start_fleet_links(
             }
         }),
     )?;
+    let to_cores = outlets.clone();
+    let reader = fleet::links::spawn_reader(
+        &f.url,
+        stats.clone(),
+        Box::new(move |answer| {
+            let core = answer.core as usize;
+            let mut item = FleetToCore::Read(answer);
+            while let Err(back) = to_cores.offer(core, item) {
+                item = back;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }),
+    )?;
     // At most one ack per core per batch is outstanding; room for a batch given up on too.
     let (ack_tx, ack_rx) = crossbeam::channel::bounded(cores * 4);
     Follower {
@@ -603,7 +616,11 @@ fn start_fleet_links(
     Ok(inboxes
         .into_iter()
         .map(|inbox| {
-            let links = crate::owner::fleet::FleetLinks::new(writer.clone(), ack_tx.clone());
+            let links = crate::owner::fleet::FleetLinks::new(
+                writer.clone(),
+                reader.clone(),
+                ack_tx.clone(),
+            );
             (links, inbox)
         })
         .collect())

@@ -219,8 +219,8 @@ fn a_restarted_node_and_a_new_node_catch_up_from_the_feed() {
 }
 
 /// A transaction that wrote a link and stays open holds the feed back (its row could commit
-/// below rows already visible); once it commits, every node gets both its row and the rows
-/// committed after it: nothing is skipped.
+/// below rows already visible); once it commits, every node's feed gets both its row and the
+/// rows committed after it: nothing is skipped. Meanwhile read-through serves the new link.
 #[test]
 fn an_open_transaction_holds_the_feed_back_and_nothing_is_skipped() {
     let Some(db) = TestDb::create("fleet_open_tx") else {
@@ -257,16 +257,208 @@ fn an_open_transaction_holds_the_feed_back_and_nothing_is_skipped() {
         "served where it was made"
     );
     std::thread::sleep(Duration::from_millis(300));
+    // b serves the new link by reading it through, but its feed must not deliver it while
+    // the slow transaction is open (its cursor would pass the slow row).
+    assert_eq!(answer(&b, &k), (302, Some(url.to_owned())), "read through");
+    assert_eq!(answer(&b, "slowwriter").0, 404, "not committed yet");
     assert_eq!(
-        answer(&b, &k).0,
-        404,
-        "b must not see rows above an open transaction (its cursor would pass the slow row)"
+        feed_rows(&b),
+        0,
+        "b's feed delivered a row above an open transaction"
     );
     writeln!(stdin, "COMMIT;").unwrap();
     stdin.flush().unwrap();
     drop(held.stdin.take());
     assert!(held.wait().unwrap().success());
-    let t = wait_for(&b, "slowwriter", Some("https://example.com/slow"));
+    let t = Instant::now();
+    while feed_rows(&b) < 2 {
+        assert!(t.elapsed() < PROPAGATION_GIVE_UP, "the feed did not resume");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    eprintln!(
+        "both rows reached b's feed {:?} after the slow transaction committed",
+        t.elapsed()
+    );
+    wait_for(&b, "slowwriter", Some("https://example.com/slow"));
     wait_for(&b, &k, Some(url));
-    eprintln!("both rows reached b {t:?} after the slow transaction committed");
+}
+
+/// `ricochet_fleet_feed_rows_total` of `s`.
+fn feed_rows(s: &Server) -> u64 {
+    metric(s, "ricochet_fleet_feed_rows_total")
+}
+
+/// A counter of `s`'s `/metrics`.
+fn metric(s: &Server, name: &str) -> u64 {
+    let text = Client::new(s)
+        .send("GET", "/metrics", false, &[], b"")
+        .unwrap()
+        .text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+}
+
+/// Creation readability with read-through alone: node b's change feed is paused (test flag),
+/// so b can only serve what it reads through on a miss. 1,000 creates on a (4 concurrent
+/// creators), each followed at once by a GET on b and on c: never a 404 after a 201. Then the
+/// negative pre-seed: keys asked for on b before they exist (aliases, and the generated keys of
+/// the IDs a will hand out next) are served at once after their 201 (no negative cache).
+#[test]
+fn read_through_serves_every_link_after_its_201_without_the_feed() {
+    let Some(db) = TestDb::create("fleet_read_through") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let (_ta, dir_a) = api::data_dir();
+    let (tb, dir_b) = api::data_dir();
+    let (_tc, dir_c) = api::data_dir();
+    let pause = tb.path().join("pause-feed");
+    std::fs::write(&pause, b"").unwrap();
+    let pause_arg = pause.to_str().unwrap().to_owned();
+    let a = node(&dir_a, &db.url, "a", "1", &[]);
+    let b = node(
+        &dir_b,
+        &db.url,
+        "b",
+        "2",
+        &["--test-fleet-pause-feed", &pause_arg],
+    );
+    let c = node(&dir_c, &db.url, "c", "1", &[]);
+    let creators: Vec<_> = (0..4)
+        .map(|t| {
+            let addrs = (a.addr, b.addr, c.addr);
+            std::thread::spawn(move || {
+                let connect = |addr| Client::connect(addr).unwrap();
+                let (mut ca, mut cb, mut cc) =
+                    (connect(addrs.0), connect(addrs.1), connect(addrs.2));
+                for i in 0..250 {
+                    let url = format!("https://example.com/rt/{t}/{i}");
+                    let alias = (i % 5 == 0).then(|| format!("rt-{t}-{i}"));
+                    let key = ca.create_ok(&url, alias.as_deref());
+                    for (name, cl) in [("b", &mut cb), ("c", &mut cc)] {
+                        let r = cl.redirect(&key);
+                        assert_eq!(
+                            (r.status, r.location()),
+                            (302, Some(url.as_str())),
+                            "GET /{key} on {name} right after its 201"
+                        );
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in creators {
+        t.join().unwrap();
+    }
+    // A DELETE on a: b (no feed) reads the tombstone through.
+    let mut ca = Client::new(&a);
+    let k = ca.create_ok("https://example.com/rt/gone", Some("rt-gone"));
+    assert_eq!(answer(&b, &k).0, 302);
+    assert_eq!(ca.delete(&k).status, 204);
+    assert_eq!(answer(&b, &k).0, 404, "a deleted link read through");
+
+    // Negative pre-seed, aliases.
+    let aliases: Vec<String> = (0..20).map(|i| format!("future-{i}")).collect();
+    for k in &aliases {
+        assert_eq!(answer(&b, k).0, 404, "{k} does not exist yet");
+    }
+    for k in &aliases {
+        ca.create_ok(&format!("https://example.com/{k}"), Some(k));
+        let url = format!("https://example.com/{k}");
+        assert_eq!(answer(&b, k), (302, Some(url)), "{k} after its 201");
+    }
+    // Negative pre-seed, generated keys: the IDs a hands out next, decoded to keys.
+    let keygen = api::keygen(&dir_a);
+    let last = ca.create_ok("https://example.com/rt/probe", None);
+    let next_id = api::id_of(&keygen, &last) + 1;
+    let future: Vec<String> = (next_id..next_id + 10)
+        .map(|id| String::from_utf8(keygen.key_for(id).to_vec()).unwrap())
+        .collect();
+    for k in &future {
+        assert_eq!(answer(&b, k).0, 404, "{k}'s ID is not issued yet");
+    }
+    for (i, k) in future.iter().enumerate() {
+        let url = format!("https://example.com/rt/future/{i}");
+        let made = ca.create_ok(&url, None);
+        assert_eq!(&made, k, "a hands out its IDs in order within its segment");
+        assert_eq!(answer(&b, k), (302, Some(url)), "{k} after its 201");
+    }
+    eprintln!(
+        "b read through with {} queries for {} keys",
+        metric(&b, "ricochet_fleet_read_queries_total"),
+        metric(&b, "ricochet_fleet_read_keys_total")
+    );
+    assert_eq!(feed_rows(&b), 0, "b's feed was paused");
+    // The feed resumes: b catches up and keeps serving.
+    std::fs::remove_file(&pause).unwrap();
+    wait_for(&b, "future-0", Some("https://example.com/future-0"));
+}
+
+/// kill -9 of a node in the middle of creates: every link it acknowledged (201) is in the
+/// database and redirects on every other node, and on the node itself after its restart.
+#[test]
+fn a_node_killed_mid_creates_lost_no_acknowledged_link() {
+    let Some(db) = TestDb::create("fleet_kill_mid_creates") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let (_ta, dir_a) = api::data_dir();
+    let (_tb, dir_b) = api::data_dir();
+    let (_tc, dir_c) = api::data_dir();
+    let a = node(&dir_a, &db.url, "a", "2", &[]);
+    let b = node(&dir_b, &db.url, "b", "1", &[]);
+    let c = node(&dir_c, &db.url, "c", "1", &[]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let creators: Vec<_> = (0..8)
+        .map(|t| {
+            let (addr, stop) = (a.addr, stop.clone());
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                let Ok(mut cl) = Client::connect(addr) else {
+                    return acked;
+                };
+                for i in 0.. {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    let url = format!("https://example.com/kill/{t}/{i}");
+                    match cl.try_create(&json!({ "long_url": url })) {
+                        Ok(r) if r.status == 201 => acked.push((r.key(), url)),
+                        Ok(r) => panic!("create answered {}: {}", r.status, r.text()),
+                        Err(_) => break, // the node is gone
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    a.kill9();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked: Vec<(String, String)> = creators
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    assert!(acked.len() > 100, "only {} creates before the kill", acked.len());
+    let in_db: std::collections::HashMap<String, String> = db
+        .sql("SELECT key, target FROM ricochet_links WHERE NOT deleted")
+        .lines()
+        .filter_map(|l| l.split_once('|'))
+        .map(|(k, t)| (k.to_owned(), t.to_owned()))
+        .collect();
+    for (k, u) in &acked {
+        assert_eq!(in_db.get(k), Some(u), "{k} was acknowledged but is not in the database");
+    }
+    let a = node(&dir_a, &db.url, "a", "2", &[]);
+    for s in [&a, &b, &c] {
+        for (k, u) in &acked {
+            wait_for(s, k, Some(u));
+        }
+    }
+    eprintln!(
+        "{} acknowledged creates before kill -9, {} rows in the database; all served by 3 nodes",
+        acked.len(),
+        in_db.len()
+    );
 }

@@ -174,7 +174,8 @@ fn a_hard_killed_node_reuses_nothing_and_its_waste_is_audited() {
     assert_eq!(instances, "2", "the audit tells the two runs apart");
 }
 
-/// The database stopped: creates answer 503 with Retry-After fast (since fleet mode part 2 a
+/// The database stopped: creates, and GETs of keys the node does not hold, answer 503 with
+/// Retry-After fast (since fleet mode part 2 a
 /// create is committed in the database before its 201, so buffered IDs no longer let creates
 /// go on without it); every link keeps redirecting; creates resume once it is back. Then the
 /// same with the server SIGSTOPped (hung, not refusing).
@@ -234,6 +235,18 @@ fn database_outage_answers_503_fast_keeps_redirecting_then_recovers() {
         for (k, u) in &links {
             api::assert_redirects(&mut c, k, u, None);
         }
+        // A key this node does not hold cannot be read through: 503, never a guessed 404.
+        for _ in 0..3 {
+            let t = Instant::now();
+            let r = c.redirect("neverwritten");
+            assert_eq!(r.status, 503, "{label}: a miss answered {}", r.status);
+            assert!(r.header("retry-after").is_some(), "503 without Retry-After");
+            assert!(
+                t.elapsed() < Duration::from_millis(1500),
+                "{label}: miss took {:?}",
+                t.elapsed()
+            );
+        }
         if signal == "stop" {
             cluster.pg_ctl("start");
         } else {
@@ -250,6 +263,11 @@ fn database_outage_answers_503_fast_keeps_redirecting_then_recovers() {
         eprintln!(
             "{label}: creates resumed {:?} after the database came back",
             t.elapsed()
+        );
+        assert_eq!(
+            c.redirect("neverwritten").status,
+            404,
+            "{label}: misses read through again"
         );
     }
 }

@@ -294,3 +294,143 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
         }
     }
 }
+
+/// Keys one read-through query asks for at most (`key = ANY($1)`).
+pub const MAX_READ_KEYS_PER_QUERY: usize = 512;
+
+/// Lookups the queue into the reader thread holds; a core that finds it full answers 503.
+pub const READ_QUEUE_CAPACITY: usize = 8192;
+
+/// Longest a read-through query (connect included) may take before its lookups are answered
+/// 503: a GET for a link this node does not hold waits at most this long for the database.
+pub const LINK_READ_TIMEOUT_MS: u64 = 1_000;
+
+/// A key an owner core did not find locally, to look up in the database.
+#[derive(Debug)]
+pub struct ReadJob {
+    pub core: u16,
+    pub key: String,
+}
+
+/// What the database holds under a key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stored {
+    /// The row (a tombstone has `deleted`).
+    Row { state: LinkState, deleted: bool },
+    /// No row: the key was never written.
+    Absent,
+}
+
+/// The answer to a [`ReadJob`].
+#[derive(Debug)]
+pub struct ReadAnswer {
+    pub core: u16,
+    pub key: String,
+    pub result: Result<Stored, FailureClass>,
+}
+
+/// The cores' end of the reader's queue.
+#[derive(Clone)]
+pub struct ReaderHandle {
+    tx: tokio::sync::mpsc::Sender<ReadJob>,
+}
+
+impl ReaderHandle {
+    /// Queues `job` without blocking; gives it back when the queue is full.
+    pub fn try_submit(&self, job: ReadJob) -> Result<(), ReadJob> {
+        self.tx.try_send(job).map_err(|e| match e {
+            tokio::sync::mpsc::error::TrySendError::Full(j)
+            | tokio::sync::mpsc::error::TrySendError::Closed(j) => j,
+        })
+    }
+}
+
+/// Starts the read-through thread (`ricochet-fleet-reads`) on its own session. Each round
+/// takes what is queued, at most [`MAX_READ_KEYS_PER_QUERY`] distinct keys, and asks for them
+/// in one query; one query is in flight at a time. No batching window is added: under load
+/// the queue fills while a query runs, which is the batch.
+pub fn spawn_reader(
+    url: &str,
+    stats: Arc<FleetStats>,
+    mut deliver: Box<dyn FnMut(ReadAnswer) + Send>,
+) -> Result<ReaderHandle, FleetError> {
+    let mut db = Db::new(url)?.with_timeout(LINK_READ_TIMEOUT_MS);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<ReadJob>(READ_QUEUE_CAPACITY);
+    std::thread::Builder::new()
+        .name("ricochet-fleet-reads".into())
+        .spawn(move || {
+            while let Some(first) = db.block_on(rx.recv()) {
+                let mut jobs = vec![first];
+                let mut keys: Vec<String> = vec![jobs[0].key.clone()];
+                while keys.len() < MAX_READ_KEYS_PER_QUERY {
+                    match rx.try_recv() {
+                        Ok(j) => {
+                            if !keys.contains(&j.key) {
+                                keys.push(j.key.clone());
+                            }
+                            jobs.push(j);
+                        }
+                        Err(_) => break,
+                    }
+                }
+                stats.read_query(keys.len());
+                let found = db.call("read-through", async |c| lookup(c, &keys).await);
+                let found = match found {
+                    Ok(rows) => Ok(rows),
+                    Err(e) => {
+                        eprintln!("fleet: read-through of {} keys failed: {e}", keys.len());
+                        Err(e.class().unwrap_or(FailureClass::Database))
+                    }
+                };
+                for j in jobs {
+                    let result = match &found {
+                        Ok(rows) => Ok(rows
+                            .iter()
+                            .find(|(k, _)| *k == j.key)
+                            .map_or(Stored::Absent, |(_, s)| s.clone())),
+                        Err(class) => Err(*class),
+                    };
+                    deliver(ReadAnswer {
+                        core: j.core,
+                        key: j.key,
+                        result,
+                    });
+                }
+            }
+        })
+        .map_err(|e| FleetError::Refused(format!("cannot start the fleet reader: {e}")))?;
+    Ok(ReaderHandle { tx })
+}
+
+/// The rows of `keys` (tombstones included), by key.
+pub async fn lookup(
+    c: &Client,
+    keys: &[String],
+) -> Result<Vec<(String, Stored)>, tokio_postgres::Error> {
+    let rows = c
+        .query(
+            "SELECT key, target, status, created_at, expires_at, deleted, version \
+               FROM ricochet_links WHERE key = ANY($1)",
+            &[&keys],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let state = LinkState {
+                target: r.get(1),
+                status: r.get::<_, i16>(2) as u16,
+                created_at_s: r.get::<_, i64>(3) as u64,
+                expires_at_s: r.get::<_, i64>(4) as u64,
+                version: r.get::<_, i64>(6) as u64,
+            };
+            (
+                r.get(0),
+                Stored::Row {
+                    state,
+                    deleted: r.get(5),
+                },
+            )
+        })
+        .collect())
+}

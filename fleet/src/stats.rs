@@ -35,6 +35,9 @@ pub struct FleetStats {
     feed_rows: AtomicU64,
     feed_failures: AtomicU64,
     feed_caught_up_ms: AtomicU64,
+    /// Read-through: queries sent and keys asked for in them.
+    read_queries: AtomicU64,
+    read_keys: AtomicU64,
 }
 
 /// A copy of [`FleetStats`] for encoding.
@@ -56,6 +59,8 @@ pub struct FleetStatsSnapshot {
     pub feed_rows: u64,
     pub feed_failures: u64,
     pub feed_caught_up_ms: u64,
+    pub read_queries: u64,
+    pub read_keys: u64,
 }
 
 impl FleetStats {
@@ -80,6 +85,11 @@ impl FleetStats {
             .fetch_add(results.len() as u64 - failed, Ordering::Relaxed);
         self.link_write_failures
             .fetch_add(failed, Ordering::Relaxed);
+    }
+
+    pub(crate) fn read_query(&self, keys: usize) {
+        self.read_queries.fetch_add(1, Ordering::Relaxed);
+        self.read_keys.fetch_add(keys as u64, Ordering::Relaxed);
     }
 
     /// The feed applied `rows` rows durably on every owner core.
@@ -156,6 +166,8 @@ impl FleetStats {
             feed_rows: load(&self.feed_rows),
             feed_failures: load(&self.feed_failures),
             feed_caught_up_ms: load(&self.feed_caught_up_ms),
+            read_queries: load(&self.read_queries),
+            read_keys: load(&self.read_keys),
         }
     }
 }

@@ -468,15 +468,18 @@ impl Conns {
         };
         if owner.core == self.me {
             let answer = env.owner.local_answer(owner.shard, key, now_s);
-            // The owner's current tables are always readable here.
-            let found = answer.as_ref().and_then(|a| a.readable(&self.view));
-            debug_assert!(
-                found.is_some() || answer.is_none(),
-                "a current table was retired"
-            );
-            return counted.answer(&mut c.out, found, key, head, ctx, persist, clock);
-        }
-        if let Some(a) = self.lru.get(key) {
+            // Fleet mode: a miss here is asked of the database, through this core's owner
+            // role like another core's lookup (`Owner::on_lookup`), so it is deferred.
+            if answer.is_some() || !env.owner.reads_through() {
+                // The owner's current tables are always readable here.
+                let found = answer.as_ref().and_then(|a| a.readable(&self.view));
+                debug_assert!(
+                    found.is_some() || answer.is_none(),
+                    "a current table was retired"
+                );
+                return counted.answer(&mut c.out, found, key, head, ctx, persist, clock);
+            }
+        } else if let Some(a) = self.lru.get(key) {
             match a.target.resolve(&self.view) {
                 Some(target) if !a.expired(now_s) => {
                     counted.tally.lru_hits += 1;
@@ -503,7 +506,52 @@ impl Conns {
         };
         let key = InlineKey::new(key).expect("validated keys fit inline");
         env.mesh
-            .send(owner.core, RedirectMsg::Lookup { reply, key });
+            .deliver(owner.core, RedirectMsg::Lookup { reply, key });
+    }
+
+    /// The owner read a key through to the fleet database: fill the request's place. Not
+    /// cached (see `RedirectMsg::Fetched`).
+    pub fn on_fetched(
+        &mut self,
+        reply: ReplyTo,
+        key: InlineKey,
+        fetched: crate::mesh::Fetched,
+        clock: &Clock,
+    ) {
+        let answer = match fetched {
+            crate::mesh::Fetched::Found(a) => Some(a),
+            crate::mesh::Fetched::Absent => None,
+            crate::mesh::Fetched::Unavailable => return self.on_unavailable(reply, clock),
+        };
+        self.fill_lookup(reply, key, answer, clock)
+    }
+
+    /// The link database could not say whether the key exists: 503, never a guessed 404.
+    fn on_unavailable(&mut self, reply: ReplyTo, clock: &Clock) {
+        let Some(c) = self.slots.get_mut(reply.slot as usize) else {
+            return;
+        };
+        if !c.is_live() || c.gen != reply.gen {
+            return;
+        }
+        let Some(p) = c.answers.get(reply.seq) else {
+            return;
+        };
+        let (head, persist) = (p.head, p.persist);
+        self.scratch.clear();
+        encode::encode_response(
+            &mut self.scratch,
+            Status::ServiceUnavailable,
+            &[("retry-after", &b"1"[..])],
+            Some("text/plain"),
+            b"the link database is unreachable; retry\n",
+            head,
+            persist,
+            &clock.date,
+        );
+        let scratch = std::mem::take(&mut self.scratch);
+        self.fill_answer(reply.slot, reply.seq, &scratch);
+        self.scratch = scratch;
     }
 
     /// An owner answered a forwarded lookup: cache a live answer, and fill the request's
@@ -518,6 +566,17 @@ impl Conns {
         if let Some(a) = &answer {
             self.lru.insert(key.as_bytes(), a.clone());
         }
+        self.fill_lookup(reply, key, answer, clock)
+    }
+
+    /// A lookup's answer (forwarded or read through): count it and fill its place.
+    fn fill_lookup(
+        &mut self,
+        reply: ReplyTo,
+        key: InlineKey,
+        answer: Option<Answer>,
+        clock: &Clock,
+    ) {
         let Some(c) = self.slots.get_mut(reply.slot as usize) else {
             return;
         };

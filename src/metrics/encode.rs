@@ -511,6 +511,20 @@ fn encode_fleet(enc: &mut DescriptorEncoder, f: &fleet::FleetStatsSnapshot) -> f
     )?;
     plain(
         enc,
+        "ricochet_fleet_read_queries",
+        "Read-through queries sent to the fleet database (one per batch of local misses)",
+        Counter,
+        f.read_queries,
+    )?;
+    plain(
+        enc,
+        "ricochet_fleet_read_keys",
+        "Distinct keys asked for in read-through queries",
+        Counter,
+        f.read_keys,
+    )?;
+    plain(
+        enc,
         "ricochet_fleet_feed_rows",
         "Change feed rows made durable on their owner cores",
         Counter,

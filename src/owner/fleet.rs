@@ -25,16 +25,36 @@ use super::Owner;
 use crate::api::request::ExpiryUpdate;
 use crate::fleet_sync::{FeedAck, FeedLink};
 use crate::key::InlineKey;
+use crate::mesh::{Answer, Fetched, RedirectMsg, Target};
 use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReplyTo, WriteOutcome, WriteReq};
-use fleet::links::{ExpiryChange, LinkWrite, LinkWritten, WriteAnswer, WriteJob, WriterHandle};
+use fleet::links::{
+    ExpiryChange, LinkWrite, LinkWritten, ReadAnswer, ReadJob, ReaderHandle, Stored, WriteAnswer,
+    WriteJob, WriterHandle,
+};
 use shards::link::RedirectStatus;
 use shards::log::{LinkFields, LogOpRef};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// Lookups one key may have waiting for the database; more answer 503 at once.
+pub const MAX_READ_WAITERS_PER_KEY: usize = 1024;
+
+/// Keys one core may have waiting for the database at once; more answer 503 at once.
+pub const MAX_READS_IN_FLIGHT: usize = 8192;
+
+/// Lookups of one key waiting for the database (single-flight). `asked` were waiting when its
+/// query was queued; `later` came after, and a "not found" from that query is not theirs to
+/// share: the link may have been created in between (a 201 they saw).
+struct ReadFlight {
+    asked: Vec<ReplyTo>,
+    later: Vec<ReplyTo>,
+}
+
 /// One core's fleet state.
 pub struct FleetLinks {
     writer: WriterHandle,
+    reader: ReaderHandle,
+    reads: HashMap<InlineKey, ReadFlight, ahash::RandomState>,
     /// Writes sent to the database, by token.
     pending: HashMap<u64, (ReplyTo, WriteReq)>,
     next_token: u64,
@@ -47,9 +67,15 @@ pub struct FleetLinks {
 }
 
 impl FleetLinks {
-    pub fn new(writer: WriterHandle, acks: crossbeam::channel::Sender<FeedAck>) -> FleetLinks {
+    pub fn new(
+        writer: WriterHandle,
+        reader: ReaderHandle,
+        acks: crossbeam::channel::Sender<FeedAck>,
+    ) -> FleetLinks {
         FleetLinks {
             writer,
+            reader,
+            reads: HashMap::default(),
             pending: HashMap::new(),
             next_token: 0,
             acks,
@@ -63,6 +89,134 @@ impl Owner {
     /// Fleet mode: writes go through the fleet database.
     pub fn set_fleet(&mut self, links: FleetLinks) {
         self.fleet = Some(links);
+    }
+
+    /// Whether a local miss is asked of the fleet database (fleet mode).
+    #[inline]
+    pub fn reads_through(&self) -> bool {
+        self.fleet.is_some()
+    }
+
+    /// A lookup of a key this node does not hold: ask the database, once per key at a time.
+    pub(super) fn read_through(&mut self, reply: ReplyTo, key: InlineKey, mesh: &mut Mesh) {
+        let me = self.me as u16;
+        let fleet = self.fleet.as_mut().expect("fleet mode");
+        if let Some(f) = fleet.reads.get_mut(&key) {
+            if f.asked.len() + f.later.len() < MAX_READ_WAITERS_PER_KEY {
+                return f.later.push(reply);
+            }
+        } else if fleet.reads.len() < MAX_READS_IN_FLIGHT
+            && fleet
+                .reader
+                .try_submit(ReadJob {
+                    core: me,
+                    key: key.as_str().to_owned(),
+                })
+                .is_ok()
+        {
+            let flight = ReadFlight {
+                asked: vec![reply],
+                later: Vec::new(),
+            };
+            fleet.reads.insert(key, flight);
+            return;
+        }
+        let fetched = Fetched::Unavailable;
+        mesh.deliver(
+            reply.core as usize,
+            RedirectMsg::Fetched {
+                reply,
+                key,
+                fetched,
+            },
+        );
+    }
+
+    /// The database answered a read-through: answer the lookups it covers; a "not found" is
+    /// given only to those that were waiting when it was asked, the rest ask again.
+    pub fn on_read(&mut self, a: ReadAnswer, now_s: u64, mesh: &mut Mesh) {
+        let Some(key) = InlineKey::new(a.key.as_bytes()) else {
+            return;
+        };
+        let Some(flight) = self.fleet.as_mut().and_then(|f| f.reads.remove(&key)) else {
+            return;
+        };
+        let shard = self.shard_of(&key);
+        // The feed (or an API write) may have brought the key meanwhile: what every other
+        // lookup here answers now is the answer.
+        let fetched = match (self.local_answer(shard, key.as_bytes(), now_s), a.result) {
+            (Some(local), _) => Fetched::Found(local),
+            (None, Err(_)) => Fetched::Unavailable,
+            (None, Ok(Stored::Row { state, deleted })) if !deleted => {
+                let answer = Answer {
+                    target: Target::Shared(Arc::from(state.target.as_str())),
+                    status: RedirectStatus::from_code(state.status).unwrap_or_default(),
+                    expires_at_s: state.expires_at_s,
+                };
+                if answer.expired(now_s) {
+                    Fetched::Absent
+                } else {
+                    Fetched::Found(answer)
+                }
+            }
+            (None, Ok(_)) => Fetched::Absent,
+        };
+        let ReadFlight { asked, later } = flight;
+        let absent = matches!(fetched, Fetched::Absent);
+        for reply in asked {
+            let fetched = fetched.clone();
+            mesh.deliver(
+                reply.core as usize,
+                RedirectMsg::Fetched {
+                    reply,
+                    key,
+                    fetched,
+                },
+            );
+        }
+        if !absent {
+            for reply in later {
+                let fetched = fetched.clone();
+                mesh.deliver(
+                    reply.core as usize,
+                    RedirectMsg::Fetched {
+                        reply,
+                        key,
+                        fetched,
+                    },
+                );
+            }
+            return;
+        }
+        // Those that came after the query was queued ask again, together.
+        if later.is_empty() {
+            return;
+        }
+        let me = self.me as u16;
+        let fleet = self.fleet.as_mut().expect("fleet mode");
+        let job = ReadJob {
+            core: me,
+            key: key.as_str().to_owned(),
+        };
+        if fleet.reader.try_submit(job).is_ok() {
+            let flight = ReadFlight {
+                asked: later,
+                later: Vec::new(),
+            };
+            fleet.reads.insert(key, flight);
+            return;
+        }
+        for reply in later {
+            let fetched = Fetched::Unavailable;
+            mesh.deliver(
+                reply.core as usize,
+                RedirectMsg::Fetched {
+                    reply,
+                    key,
+                    fetched,
+                },
+            );
+        }
     }
 
     /// Whether this key's memtable entry must stay (not folded into a table yet).

@@ -142,12 +142,15 @@ impl Owner {
         }
     }
 
-    /// Another core asks where `key` redirects.
-    pub fn on_lookup(&self, reply: ReplyTo, key: InlineKey, now_s: u64, mesh: &mut Mesh) {
+    /// Another core (or this one, for a local miss in fleet mode) asks where `key` redirects.
+    pub fn on_lookup(&mut self, reply: ReplyTo, key: InlineKey, now_s: u64, mesh: &mut Mesh) {
         let owner = self.router.owner(key.as_bytes());
         debug_assert_eq!(owner.core, self.me, "lookups go to the owner");
         let answer = self.local_answer(owner.shard, key.as_bytes(), now_s);
-        mesh.send(
+        if answer.is_none() && self.reads_through() {
+            return self.read_through(reply, key, mesh);
+        }
+        mesh.deliver(
             reply.core as usize,
             RedirectMsg::Answer { reply, key, answer },
         );
