@@ -440,7 +440,11 @@ fn a_node_killed_mid_creates_lost_no_acknowledged_link() {
         .into_iter()
         .flat_map(|t| t.join().unwrap())
         .collect();
-    assert!(acked.len() > 100, "only {} creates before the kill", acked.len());
+    assert!(
+        acked.len() > 100,
+        "only {} creates before the kill",
+        acked.len()
+    );
     let in_db: std::collections::HashMap<String, String> = db
         .sql("SELECT key, target FROM ricochet_links WHERE NOT deleted")
         .lines()
@@ -448,7 +452,11 @@ fn a_node_killed_mid_creates_lost_no_acknowledged_link() {
         .map(|(k, t)| (k.to_owned(), t.to_owned()))
         .collect();
     for (k, u) in &acked {
-        assert_eq!(in_db.get(k), Some(u), "{k} was acknowledged but is not in the database");
+        assert_eq!(
+            in_db.get(k),
+            Some(u),
+            "{k} was acknowledged but is not in the database"
+        );
     }
     let a = node(&dir_a, &db.url, "a", "2", &[]);
     for s in [&a, &b, &c] {
