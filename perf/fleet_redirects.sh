@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Redirects of a fleet node against a single node, side by side in one run: both `serve
+# --cores 1` on CPU 0, the same 20,000 aliases created through the API on each (the fleet node
+# commits them in PostgreSQL and follows the change feed, polled every 20 ms, throughout), then
+# rounds alternating the two: wrk -t1 -c64 on CPU 1, random GETs of the aliases at depth 1 and
+# 16. The database is a throwaway local cluster (.ci/pg-cluster.sh). Settings:
+# PERF_ROUNDS (3), PERF_DURATION_S (10), PERF_LINKS (20000).
+# Writes perf/reports/<date>-<commit>-fleet-redirects.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${PERF_ROUNDS:-3}
+duration=${PERF_DURATION_S:-10}
+links=${PERF_LINKS:-20000}
+commit=$(git rev-parse --short=10 HEAD)
+report="perf/reports/$(date -u +%Y-%m-%d)-$commit-fleet-redirects.md"
+cargo build --release --bin ricochet >/dev/null
+command -v wrk >/dev/null || { echo "fleet_redirects.sh: wrk not found" >&2; exit 1; }
+eval "$(.ci/pg-cluster.sh start)"
+work=$(mktemp -d)
+pids=()
+cleanup() { kill "${pids[@]}" 2>/dev/null || true; .ci/pg-cluster.sh stop "$RICOCHET_PG_DIR"; rm -rf "$work"; }
+trap cleanup EXIT
+base=${RICOCHET_TEST_PG%/postgres}
+key=bench-key-0123456789abcdef
+psql -XqAt -d "$RICOCHET_TEST_PG" -c "CREATE DATABASE fleet_redirects"
+./target/release/ricochet fleet init --pg "$base/fleet_redirects" >/dev/null
+./target/release/ricochet fleet namespace create --pg "$base/fleet_redirects" perf --lo 1 --hi 1000000000 >/dev/null
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+declare -A port
+for mode in single fleet; do
+    port[$mode]=$(free_port)
+    extra=()
+    if [ "$mode" = fleet ]; then
+        extra=(--fleet-pg "$base/fleet_redirects" --namespace perf --node-id perf-1)
+    fi
+    RICOCHET_API_KEY=$key taskset -c 0 ./target/release/ricochet serve --data-dir "$work/$mode" \
+        --listen "127.0.0.1:${port[$mode]}" --cores 1 \
+        --create-rate 1000000000 --create-burst 1000000000 "${extra[@]}" >"$work/$mode.log" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 1 100); do
+        curl -sf "http://127.0.0.1:${port[$mode]}/readyz" >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    python3 perf/fleet/create_aliases.py "${port[$mode]}" "$links" "$key"
+done
+cat >"$work/random.lua" <<LUA
+local pool = {}
+function init(args)
+    local depth = tonumber(os.getenv("WRK_DEPTH"))
+    math.randomseed(1)
+    for b = 1, 4096 do
+        local parts = {}
+        for i = 1, depth do parts[i] = wrk.format("GET", "/k" .. math.random(0, $links - 1)) end
+        pool[b] = table.concat(parts)
+    end
+end
+local at = 0
+function request() at = at % #pool + 1; return pool[at] end
+function done(summary, latency, requests)
+    local f = assert(io.open(os.getenv("WRK_JSON"), "w"))
+    f:write(string.format('%.1f %d %d %d\n', summary.requests / (summary.duration / 1e6),
+        latency:percentile(50), latency:percentile(99),
+        summary.errors.status + summary.errors.read + summary.errors.timeout))
+    f:close()
+end
+LUA
+{
+    echo "# Redirects: a fleet node against a single node"
+    echo
+    echo "- commit: $commit"
+    echo "- machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r)"
+    echo "- PostgreSQL: $(psql -XAt -d "$RICOCHET_TEST_PG" -c 'show server_version'), local cluster from .ci/pg-cluster.sh"
+    echo "- command: \`PERF_ROUNDS=$rounds PERF_DURATION_S=$duration PERF_LINKS=$links bash perf/fleet_redirects.sh\`"
+    echo "- both servers \`--cores 1\` on CPU 0, $links aliases each created through the API; wrk -t1 -c64 on CPU 1, ${duration} s per run"
+    echo
+    echo '```'
+    for r in $(seq 1 "$rounds"); do
+        order=(single fleet)
+        [ $((r % 2)) -eq 0 ] && order=(fleet single)
+        for mode in "${order[@]}"; do
+            for depth in 1 16; do
+                (cd "$work" && WRK_DEPTH=$depth WRK_JSON="$work/out" taskset -c 1 \
+                    wrk -t1 -c64 -d"${duration}s" -s "$work/random.lua" "http://127.0.0.1:${port[$mode]}/" >/dev/null)
+                read -r rps p50 p99 errs <"$work/out"
+                echo "round $r $(printf '%-6s' "$mode") depth $(printf '%2d' "$depth"): $rps req/s p50 $p50 us p99 $p99 us errors $errs"
+                echo "$mode $depth $rps $p99" >>"$work/rates"
+            done
+        done
+    done
+    echo '```'
+    echo
+    python3 - "$work/rates" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+for depth in ("1", "16"):
+    med = {m: (statistics.median(float(r[2]) for r in rows if r[0] == m and r[1] == depth),
+               statistics.median(float(r[3]) for r in rows if r[0] == m and r[1] == depth))
+           for m in ("single", "fleet")}
+    ratio = med["fleet"][0] / med["single"][0]
+    if med["single"][1] > 0:
+        print("- depth %s, median of rounds: single %.0f req/s (p99 %.0f us), fleet %.0f req/s (p99 %.0f us): "
+              "fleet/single = %.3f throughput, %.2f p99." % (depth, med["single"][0], med["single"][1],
+              med["fleet"][0], med["fleet"][1], ratio, med["fleet"][1] / med["single"][1]))
+    else:  # wrk reports no latency for pipelined batches (p99 0)
+        print("- depth %s, median of rounds: single %.0f req/s, fleet %.0f req/s: fleet/single = %.3f "
+              "throughput (wrk gives no latency for pipelined requests)." % (depth, med["single"][0],
+              med["fleet"][0], ratio))
+PY
+} | tee "$report"
+echo "wrote $report"
