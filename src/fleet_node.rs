@@ -27,6 +27,45 @@ pub struct FleetNode {
     pub stats: Arc<fleet::FleetStats>,
 }
 
+/// The file that marks a data dir as a fleet node's.
+pub const MARKER_FILE: &str = "fleet-node";
+
+const MARKER: &[u8] = b"ricochet fleet node data dir, format 1\n";
+
+/// Keeps fleet and single-node data dirs apart. A fleet node's dir holds links that came from
+/// the fleet database (versioned log records, a feed cursor); a single node's links were
+/// never in that database. Started in fleet mode, a dir without the marker is refused if it
+/// holds links (`holds`: table links and logged changes) and marked if it is empty; started
+/// without `--fleet-pg`, a marked dir is refused.
+pub fn check_marker(data_dir: &Path, fleet_mode: bool, holds: u64) -> anyhow::Result<()> {
+    let path = data_dir.join(MARKER_FILE);
+    let marked = match std::fs::read(&path) {
+        Ok(bytes) if bytes == MARKER => true,
+        Ok(_) => bail!(
+            "{} is not a ricochet fleet marker (damaged or foreign); refusing to guess whether              this data dir belongs to a fleet",
+            path.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => bail!("reading {}: {e}", path.display()),
+    };
+    match (fleet_mode, marked) {
+        (true, true) | (false, false) => Ok(()),
+        (false, true) => bail!(
+            "data dir {} belongs to a fleet node ({} is there): start it with --fleet-pg, or              `ricochet export` its links and import them into a single-node data dir",
+            data_dir.display(),
+            MARKER_FILE
+        ),
+        (true, false) if holds > 0 => bail!(
+            "data dir {} holds {holds} single-node links and changes; a fleet node's links come \
+             from the fleet database. Start the node on an empty data dir (it catches up from \
+             the database), and bring these links into the fleet through the API",
+            data_dir.display()
+        ),
+        (true, false) => shards::durable::write_atomic(data_dir, MARKER_FILE, MARKER, 0o644)
+            .with_context(|| format!("writing {}", path.display())),
+    }
+}
+
 /// Connects (bounded by `fleet::DB_CALL_TIMEOUT_MS`), checks the schema, adopts the fleet's
 /// key-space secret into `data_dir` (refusing a dir that holds another), and builds the
 /// authority. The database must be reachable to start: without its secret this node could

@@ -135,6 +135,10 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         );
     }
 
+    if let Some(f) = &opts.fleet {
+        // A bad URL is a flag error: reported before the data dir is touched.
+        fleet::Db::new(&f.url)?;
+    }
     let dir = DataDir::open_or_create(&opts.data_dir)
         .with_context(|| format!("opening data dir {}", opts.data_dir.display()))?;
     let _lock = dir.lock_exclusive()?;
@@ -173,6 +177,9 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut tables = open_tables(&dir, &router)?;
     let links: u64 = tables.iter().flatten().map(|t| t.len()).sum();
+    // A fleet node's links come from the fleet database; a single node's do not: never mix.
+    let logged: usize = logs.iter().map(|l| l.memtable.len()).sum();
+    crate::fleet_node::check_marker(dir.path(), opts.fleet.is_some(), links + logged as u64)?;
     let open_ms = started.elapsed().as_secs_f64() * 1e3;
 
     let io_memory = size_io_memory(cores);

@@ -272,7 +272,9 @@ fn database_outage_answers_503_fast_keeps_redirecting_then_recovers() {
     }
 }
 
-/// A data dir that generated keys under its own secret cannot join a fleet.
+/// A data dir that holds single-node links cannot join a fleet (whether it generated keys
+/// under its own secret or holds aliases only), and a fleet node's dir is not served as a
+/// single node's (`fleet-node` marker).
 #[test]
 fn a_standalone_data_dir_cannot_join_a_fleet() {
     let Some(db) = TestDb::create("standalone") else {
@@ -299,7 +301,37 @@ fn a_standalone_data_dir_cannot_join_a_fleet() {
     )
     .err()
     .expect("refused");
-    assert!(e.contains("holds a different key-generation secret"), "{e}");
+    assert!(e.contains("single-node links"), "{e}");
+    // One with an alias only (no secret was needed for it) too.
+    let (_t2, dir2) = api::data_dir();
+    let s = api::start(&dir2, &["--cores", "1"]);
+    Client::new(&s).create_ok("https://example.com/solo", Some("solo-alias"));
+    s.terminate();
+    let fleet_args = [
+        "--cores",
+        "1",
+        "--fleet-pg",
+        &db.url,
+        "--namespace",
+        "eu",
+        "--node-id",
+        "n",
+    ];
+    let e = api::try_start(&dir2, &fleet_args).err().expect("refused");
+    assert!(e.contains("single-node links"), "{e}");
+    // A fleet node's dir is not served as a single node's.
+    let (_t3, dir3) = api::data_dir();
+    let s = api::start(&dir3, &fleet_args);
+    Client::new(&s).create_ok("https://example.com/fleet", Some("fleet-alias"));
+    s.terminate();
+    let e = api::try_start(&dir3, &["--cores", "1"])
+        .err()
+        .expect("refused");
+    assert!(e.contains("belongs to a fleet node"), "{e}");
+    assert!(
+        api::try_start(&dir3, &fleet_args).is_ok(),
+        "the fleet node restarts"
+    );
     // Flags are checked before anything starts.
     let e = api::try_start(&dir, &["--fleet-pg", &db.url])
         .err()
