@@ -470,3 +470,73 @@ fn a_node_killed_mid_creates_lost_no_acknowledged_link() {
         in_db.len()
     );
 }
+
+/// An Idempotency-Key retried on another node replays the first node's link (the claim lives
+/// in the database with the link); the same key with another request is a 422 on any node;
+/// the same request sent to two nodes at once makes one link; and an alias conflict under an
+/// Idempotency-Key leaves no claim behind.
+#[test]
+fn an_idempotency_key_retried_on_another_node_replays_the_same_link() {
+    let Some(db) = TestDb::create("fleet_idem") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let dirs: Vec<_> = (0..3).map(|_| api::data_dir()).collect();
+    let nodes: Vec<Server> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, d))| node(d, &db.url, &format!("i{i}"), "1", &[]))
+        .collect();
+    let mut cl: Vec<Client> = nodes.iter().map(Client::new).collect();
+    let body = json!({"long_url": "https://example.com/idem"});
+    let first = cl[0].try_create_idem(&body, "retry-1").unwrap();
+    assert_eq!(first.status, 201, "{}", first.text());
+    let key = first.key();
+    for c in cl.iter_mut().skip(1) {
+        let r = c.try_create_idem(&body, "retry-1").unwrap();
+        assert_eq!(
+            (r.status, r.key()),
+            (201, key.clone()),
+            "a retry on another node"
+        );
+    }
+    for c in cl.iter_mut() {
+        let r = c
+            .try_create_idem(&json!({"long_url": "https://example.com/other"}), "retry-1")
+            .unwrap();
+        assert_eq!(r.status, 422, "another request under the key: {}", r.text());
+    }
+    // The same new request to two nodes at once: one link.
+    for round in 0..20 {
+        let idem = format!("race-{round}");
+        let body = json!({"long_url": format!("https://example.com/race/{round}")});
+        let runs: Vec<_> = [nodes[1].addr, nodes[2].addr]
+            .into_iter()
+            .map(|addr| {
+                let (body, idem) = (body.clone(), idem.clone());
+                std::thread::spawn(move || {
+                    let r = Client::connect(addr)
+                        .unwrap()
+                        .try_create_idem(&body, &idem)
+                        .unwrap();
+                    assert_eq!(r.status, 201, "{}", r.text());
+                    r.key()
+                })
+            })
+            .collect();
+        let keys: Vec<String> = runs.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(
+            keys[0], keys[1],
+            "round {round}: two links for one Idempotency-Key"
+        );
+    }
+    let links = db.sql("SELECT count(*) FROM ricochet_links WHERE target LIKE '%/race/%'");
+    assert_eq!(links.trim(), "20", "one link per raced request");
+    // An alias taken: 409, and the key is not burnt (the claim was rolled back with it).
+    cl[0].create_ok("https://example.com/taken", Some("taken-alias"));
+    let alias = json!({"long_url": "https://example.com/t2", "custom_alias": "taken-alias"});
+    let r = cl[1].try_create_idem(&alias, "alias-1").unwrap();
+    assert_eq!(r.status, 409, "{}", r.text());
+    let claims = db.sql("SELECT count(*) FROM ricochet_idempotency WHERE key = 'taken-alias'");
+    assert_eq!(claims.trim(), "0", "a claim without its link");
+}

@@ -51,6 +51,9 @@ pub enum LinkWrite {
         created_at_s: u64,
         expires_at_s: u64,
         now_s: u64,
+        /// Under an Idempotency-Key: its scope and the request's hash, claimed in the database
+        /// together with the link.
+        idem: Option<Box<(String, [u8; 32])>>,
     },
     Patch {
         key: String,
@@ -89,7 +92,21 @@ pub enum LinkWritten {
     },
     /// PATCH or DELETE: no live link under the key.
     NotFound,
+    /// Create under an Idempotency-Key that a request (on any node) already claimed: its
+    /// request hash, key and creation time, and the link under that key now, if live.
+    IdemClaimed {
+        request_hash: [u8; 32],
+        key: String,
+        created_at_s: u64,
+        link: Option<LinkState>,
+    },
 }
+
+/// Seconds an idempotency record holds its scope (the API's `IDEMPOTENCY_RETENTION_S`).
+pub const IDEMPOTENCY_RETENTION_S: u64 = 24 * 60 * 60;
+
+/// The message `ricochet_abort` fails a claimed create with when its link was not inserted.
+const ALIAS_TAKEN: &str = "ricochet: alias taken";
 
 /// A job for the writer thread: `token` is the caller's, echoed in the answer.
 #[derive(Debug)]
@@ -205,6 +222,92 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
             created_at_s,
             expires_at_s,
             now_s,
+            idem: Some(idem),
+        } => {
+            let (scope, hash) = &**idem;
+            let cutoff = now_s.saturating_sub(IDEMPOTENCY_RETENTION_S) as i64;
+            let result = c
+                .query_one(
+                    "WITH claim AS ( \
+                         INSERT INTO ricochet_idempotency (scope, request_hash, key, created_at) \
+                         VALUES ($7, $8, $1, $4) \
+                         ON CONFLICT (scope) DO UPDATE SET request_hash = EXCLUDED.request_hash, \
+                             key = EXCLUDED.key, created_at = EXCLUDED.created_at \
+                           WHERE ricochet_idempotency.created_at < $9 \
+                         RETURNING 1), \
+                     link AS ( \
+                         INSERT INTO ricochet_links (key, target, status, created_at, expires_at) \
+                         SELECT $1, $2, $3, $4, $5 FROM claim \
+                         ON CONFLICT (key) DO UPDATE SET target = EXCLUDED.target, \
+                             status = EXCLUDED.status, created_at = EXCLUDED.created_at, \
+                             expires_at = EXCLUDED.expires_at, deleted = false \
+                           WHERE ricochet_links.deleted \
+                              OR (ricochet_links.expires_at <> 0 AND ricochet_links.expires_at <= $6) \
+                         RETURNING version) \
+                     SELECT (SELECT version FROM link), EXISTS (SELECT 1 FROM claim), \
+                            CASE WHEN EXISTS (SELECT 1 FROM claim) \
+                                  AND NOT EXISTS (SELECT 1 FROM link) \
+                                 THEN ricochet_abort($10) END",
+                    &[
+                        key,
+                        target,
+                        &(*status as i16),
+                        &(*created_at_s as i64),
+                        &(*expires_at_s as i64),
+                        &(*now_s as i64),
+                        scope,
+                        &&hash[..],
+                        &cutoff,
+                        &ALIAS_TAKEN,
+                    ],
+                )
+                .await;
+            let row = match result {
+                Ok(row) => row,
+                Err(e) if e.as_db_error().is_some_and(|d| d.message() == ALIAS_TAKEN) => {
+                    return Ok(LinkWritten::Exists);
+                }
+                Err(e) => return Err(e),
+            };
+            if let Some(version) = row.get::<_, Option<i64>>(0) {
+                return Ok(LinkWritten::Created {
+                    version: version as u64,
+                });
+            }
+            // Claimed before, by this request or another: what it made, and that link now.
+            let r = c
+                .query_one(
+                    "SELECT i.request_hash, i.key, i.created_at, l.target, l.status, \
+                            l.created_at, l.expires_at, l.version \
+                       FROM ricochet_idempotency i \
+                       LEFT JOIN ricochet_links l ON l.key = i.key AND NOT l.deleted \
+                      WHERE i.scope = $1",
+                    &[scope],
+                )
+                .await?;
+            let request_hash: Vec<u8> = r.get(0);
+            let link = r.get::<_, Option<String>>(3).map(|target| LinkState {
+                target,
+                status: r.get::<_, i16>(4) as u16,
+                created_at_s: r.get::<_, i64>(5) as u64,
+                expires_at_s: r.get::<_, i64>(6) as u64,
+                version: r.get::<_, i64>(7) as u64,
+            });
+            Ok(LinkWritten::IdemClaimed {
+                request_hash: request_hash.try_into().unwrap_or([0; 32]),
+                key: r.get(1),
+                created_at_s: r.get::<_, i64>(2) as u64,
+                link,
+            })
+        }
+        LinkWrite::Create {
+            key,
+            target,
+            status,
+            created_at_s,
+            expires_at_s,
+            now_s,
+            idem: None,
         } => {
             // A tombstone or an expired link gives its key up, as on a single node; the
             // update restamps version and xid (trigger), so the feed carries it again.

@@ -242,6 +242,7 @@ impl Owner {
                 status,
                 expires_at_s,
                 created_at_s,
+                idem,
                 ..
             } => LinkWrite::Create {
                 key: key.as_str().to_owned(),
@@ -250,6 +251,7 @@ impl Owner {
                 created_at_s: *created_at_s,
                 expires_at_s: *expires_at_s,
                 now_s,
+                idem: idem.clone(),
             },
             WriteReq::Patch {
                 target,
@@ -308,6 +310,36 @@ impl Owner {
         };
         let (seq, entry, outcome, invalidate) = match (written, req) {
             (LinkWritten::Exists, _) => return refuse(self, mesh, WriteOutcome::Exists),
+            (
+                LinkWritten::IdemClaimed {
+                    request_hash,
+                    key: made,
+                    created_at_s,
+                    link,
+                },
+                WriteReq::Create { idem, .. },
+            ) => {
+                // Another request (on any node) holds this Idempotency-Key: the same request
+                // replays its link, if that link is still the one it created.
+                let outcome = match (idem, InlineKey::new(made.as_bytes()), link) {
+                    (Some(i), _, _) if i.1 != request_hash => WriteOutcome::IdemMismatch,
+                    (_, Some(made), Some(state)) if state.created_at_s == created_at_s => {
+                        WriteOutcome::Created(LinkInfo {
+                            key: made,
+                            target: Arc::from(state.target.as_str()),
+                            status: RedirectStatus::from_code(state.status).unwrap_or_default(),
+                            created_at_s: state.created_at_s,
+                            expires_at_s: state.expires_at_s,
+                        })
+                    }
+                    _ => WriteOutcome::NotFound,
+                };
+                return refuse(self, mesh, outcome);
+            }
+            (LinkWritten::IdemClaimed { .. }, _) => {
+                debug_assert!(false, "an idempotency answer for another request");
+                return refuse(self, mesh, WriteOutcome::DatabaseUnavailable);
+            }
             (LinkWritten::NotFound, _) => return refuse(self, mesh, WriteOutcome::NotFound),
             (
                 LinkWritten::Created { version },
