@@ -118,6 +118,11 @@ pub enum FleetCommand {
         #[command(subcommand)]
         cmd: NamespaceCommand,
     },
+    /// API keys shared by every node of the fleet (each node reads them about once a second).
+    Keys {
+        #[command(subcommand)]
+        cmd: FleetKeysCommand,
+    },
     /// Runbook: raise a namespace's next_id past every ID any node may hold (never lowers).
     RaiseNextId {
         #[arg(long)]
@@ -127,6 +132,28 @@ pub enum FleetCommand {
         /// New next_id.
         #[arg(long)]
         to: u64,
+    },
+}
+
+#[derive(clap::Subcommand)]
+pub enum FleetKeysCommand {
+    /// Create a key; its plaintext is printed once and stored nowhere (only its SHA-256).
+    Create {
+        #[arg(long)]
+        pg: String,
+        /// A label for the key (1 to 64 visible ASCII characters).
+        name: String,
+    },
+    /// List the keys (ids, names, times; never secrets).
+    List {
+        #[arg(long)]
+        pg: String,
+    },
+    /// Revoke a key on every node (within about a second).
+    Revoke {
+        #[arg(long)]
+        pg: String,
+        id: String,
     },
 }
 
@@ -179,6 +206,7 @@ pub fn run_command(cmd: FleetCommand) -> anyhow::Result<()> {
                 None => bail!("no namespace {name:?} in {}", db.target()),
             }
         }
+        FleetCommand::Keys { cmd } => run_keys(cmd)?,
         FleetCommand::RaiseNextId { pg, name, to } => {
             let mut db = fleet::Db::new(&pg)?;
             print_namespace(&fleet::raise_next_id(&mut db, &name, to)?);
@@ -199,4 +227,44 @@ fn print_namespace(ns: &fleet::NamespaceRow) {
         ns.audited_ids,
         ns.audited_max_end
     );
+}
+
+fn run_keys(cmd: FleetKeysCommand) -> anyhow::Result<()> {
+    match cmd {
+        FleetKeysCommand::Create { pg, name } => {
+            let mut db = fleet::Db::new(&pg)?;
+            let (key, plaintext) = crate::api::keys::new_fleet_key(&name)?;
+            fleet::keys::insert_key(&mut db, &key)?;
+            eprintln!(
+                "created fleet API key {} ({name}); every node accepts it within about a second. \
+                 The key (shown once, store it now):",
+                key.id
+            );
+            println!("{plaintext}");
+        }
+        FleetKeysCommand::List { pg } => {
+            let mut db = fleet::Db::new(&pg)?;
+            for k in fleet::keys::list_keys(&mut db)? {
+                let state = match k.revoked_at_s {
+                    Some(t) => format!("revoked at {t}"),
+                    None => "active".to_owned(),
+                };
+                println!(
+                    "{}\t{}\tcreated at {}\t{state}",
+                    k.id, k.name, k.created_at_s
+                );
+            }
+        }
+        FleetKeysCommand::Revoke { pg, id } => {
+            let mut db = fleet::Db::new(&pg)?;
+            match fleet::keys::revoke_key(&mut db, &id, crate::api::timefmt::now_s())? {
+                Some(true) => println!(
+                    "revoked fleet API key {id}; every node refuses it within about a second"
+                ),
+                Some(false) => println!("fleet API key {id} was already revoked"),
+                None => bail!("no fleet API key {id:?} in {}", db.target()),
+            }
+        }
+    }
+    Ok(())
 }

@@ -18,10 +18,14 @@ use std::time::{Duration, SystemTime};
 pub const KEY_RELOAD_INTERVAL_MS: u64 = 1_000;
 
 /// Starts the watcher; returns one receiver per core. The thread ends when `stop` is set.
+/// In fleet mode (`fleet`: a session and the keys read at start) it also reads the fleet's
+/// keys from the database at every tick and offers the local keys with them whenever either
+/// changed; while the database cannot be read, the keys it last gave stay.
 pub fn start(
     data_dir: PathBuf,
     bells: Arc<Doorbells>,
     stop: Arc<AtomicBool>,
+    mut fleet: Option<(fleet::Db, Vec<fleet::keys::FleetKey>)>,
 ) -> std::io::Result<Vec<Inbox<Arc<ApiKeyStore>>>> {
     let (outlets, rxs) = Outlets::new(bells.0.len(), 1, bells);
     let path = data_dir.join(API_KEYS_FILE);
@@ -30,6 +34,7 @@ pub fn start(
         Some((m.modified().ok()?, m.len()))
     };
     let mut last = stamp(&path);
+    let mut local = ApiKeyStore::load(&data_dir).ok();
     std::thread::Builder::new()
         .name("ricochet-keywatch".into())
         .spawn(move || {
@@ -39,6 +44,19 @@ pub fn start(
             let mut behind = vec![false; outlets.cores()];
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(KEY_RELOAD_INTERVAL_MS));
+                let mut changed = false;
+                if let Some((db, keys)) = &mut fleet {
+                    match fleet::keys::list_keys(db) {
+                        Ok(now) if now != *keys => {
+                            *keys = now;
+                            changed = true;
+                        }
+                        Ok(_) => {}
+                        Err(e) => eprintln!(
+                            "cannot read the fleet's API keys: {e}; keeping the current keys"
+                        ),
+                    }
+                }
                 let now = stamp(&path);
                 if now.is_none() && last.is_some() {
                     // Deleted (or unreadable): like a corrupt file, keep the keys we have,
@@ -54,14 +72,24 @@ pub fn start(
                         Ok(store) => {
                             last = now;
                             eprintln!("reloaded API keys from {}", path.display());
-                            latest = Some(Arc::new(store));
-                            behind.iter_mut().for_each(|b| *b = true);
+                            local = Some(store);
+                            changed = true;
                         }
                         // A corrupt file: keep the keys we have and say so; try again next time.
                         Err(e) => eprintln!(
                             "cannot reload API keys from {}: {e}; keeping the current keys",
                             path.display()
                         ),
+                    }
+                }
+                if changed {
+                    if let Some(store) = &local {
+                        let store = match &fleet {
+                            Some((_, keys)) => store.clone().with_fleet_keys(keys),
+                            None => store.clone(),
+                        };
+                        latest = Some(Arc::new(store));
+                        behind.iter_mut().for_each(|b| *b = true);
                     }
                 }
                 if let Some(store) = &latest {

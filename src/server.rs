@@ -209,8 +209,21 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     {
         println!("generated API key (shown once, store it now): {generated}");
     }
-    let api_keys =
-        Arc::new(crate::api::keys::ApiKeyStore::load(dir.path()).context("loading API keys")?);
+    let local_keys = crate::api::keys::ApiKeyStore::load(dir.path()).context("loading API keys")?;
+    // Fleet mode: the fleet's keys too, read now (the database is needed to start) and then
+    // by the key watcher about once a second.
+    let fleet_keys = match &opts.fleet {
+        Some(f) => {
+            let mut db = fleet::Db::new(&f.url)?;
+            let keys = fleet::keys::list_keys(&mut db).context("reading the fleet's API keys")?;
+            Some((db, keys))
+        }
+        None => None,
+    };
+    let api_keys = Arc::new(match &fleet_keys {
+        Some((_, keys)) => local_keys.with_fleet_keys(keys),
+        None => local_keys,
+    });
     let seg_cfg = shards::alloc::SegmentConfig {
         segment_len: opts.segment_len,
         ..Default::default()
@@ -275,6 +288,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         dir.path().to_path_buf(),
         doorbells.clone(),
         keywatch_stop.clone(),
+        fleet_keys,
     )
     .context("starting the API key watcher")?
     .into_iter();

@@ -540,3 +540,75 @@ fn an_idempotency_key_retried_on_another_node_replays_the_same_link() {
     let claims = db.sql("SELECT count(*) FROM ricochet_idempotency WHERE key = 'taken-alias'");
     assert_eq!(claims.trim(), "0", "a claim without its link");
 }
+
+/// API keys in the database: a key made with `ricochet fleet keys create` while two nodes run
+/// is accepted by both within about a second; revoked with `fleet keys revoke`, it is refused
+/// by both within about a second (measured).
+#[test]
+fn a_fleet_api_key_works_on_every_node_and_its_revocation_too() {
+    let Some(db) = TestDb::create("fleet_keys") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let (_ta, dir_a) = api::data_dir();
+    let (_tb, dir_b) = api::data_dir();
+    let nodes = [
+        node(&dir_a, &db.url, "a", "1", &[]),
+        node(&dir_b, &db.url, "b", "2", &[]),
+    ];
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(common::BIN)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let secret = cli(&["fleet", "keys", "create", "--pg", &db.url, "shared"]);
+    let secret = secret.trim().to_owned();
+    assert!(secret.starts_with("rk_"), "{secret}");
+    let id = secret.split('_').nth(1).unwrap().to_owned();
+    assert!(cli(&["fleet", "keys", "list", "--pg", &db.url]).contains(&id));
+    // `status` of a GET of the link list with `secret`, on `s`.
+    let status = |s: &Server| {
+        let mut c = std::net::TcpStream::connect(s.addr).unwrap();
+        use std::io::{Read, Write};
+        write!(
+            c,
+            "GET /api/v1/urls?limit=1 HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {secret}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        c.read_to_string(&mut out).unwrap();
+        out[9..12].parse::<u16>().unwrap()
+    };
+    let until = |want: u16| {
+        let t = Instant::now();
+        for s in &nodes {
+            while status(s) != want {
+                assert!(t.elapsed() < Duration::from_secs(5), "still not {want}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        t.elapsed()
+    };
+    let took = until(200);
+    eprintln!("a new fleet key was accepted by both nodes after {took:?}");
+    cli(&["fleet", "keys", "revoke", "--pg", &db.url, &id]);
+    let took = until(401);
+    eprintln!("a revoked fleet key was refused by both nodes after {took:?}");
+    assert!(
+        took < Duration::from_millis(1500),
+        "revocation took {took:?}"
+    );
+    let e = std::process::Command::new(common::BIN)
+        .args(["fleet", "keys", "revoke", "--pg", &db.url, "nosuchkey"])
+        .output()
+        .unwrap();
+    assert!(!e.status.success());
+    assert!(String::from_utf8_lossy(&e.stderr).contains("no fleet API key"));
+}

@@ -16,6 +16,7 @@
 //! - `evidence.rs`: the node's fsynced record of its last confirmed allocation.
 //! - `stats.rs`: counters and latency histogram for `/metrics` and `/readyz`.
 //! - `feed.rs`: the change feed's commit-safe poll of `ricochet_links`.
+//! - `keys.rs`: API keys shared by the fleet (`ricochet fleet keys`, read by every node).
 //! - `links.rs`: the link writer: creates, changes and deletes committed on the primary
 //!   before a node answers them, on their own service thread.
 
@@ -24,6 +25,7 @@ mod authority;
 mod db;
 mod evidence;
 pub mod feed;
+pub mod keys;
 pub mod links;
 mod schema;
 mod stats;

@@ -7,10 +7,11 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (1, include_str!("../migrations/0001_allocation.sql")),
     (2, include_str!("../migrations/0002_links.sql")),
     (3, include_str!("../migrations/0003_idempotency.sql")),
+    (4, include_str!("../migrations/0004_api_keys.sql")),
 ];
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Serializes concurrent `fleet init` runs (`pg_advisory_xact_lock`; "ricoche" in ASCII).
 const INIT_LOCK: i64 = 0x0072_6963_6f63_6865;

@@ -163,7 +163,7 @@ struct Entry {
 type Entries = HashMap<KeyId, Entry>;
 
 /// The API keys of one data directory, loaded in memory for verification.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct ApiKeyStore {
     dir: PathBuf,
     entries: Entries,
@@ -235,6 +235,25 @@ impl ApiKeyStore {
             entry.revoked_at_s = Some(now);
             Ok(true)
         })
+    }
+
+    /// This store with the fleet's keys added (fleet mode: `ricochet_api_keys`, read by the
+    /// key watcher). A fleet key replaces a local key of the same id. The result is for
+    /// verification only: fleet keys are never written to `api_keys.json`.
+    pub fn with_fleet_keys(mut self, keys: &[fleet::keys::FleetKey]) -> ApiKeyStore {
+        for k in keys {
+            let Some(id) = KeyId::parse(&k.id) else {
+                continue;
+            };
+            let entry = Entry {
+                name: k.name.clone(),
+                hash: k.hash,
+                created_at_s: k.created_at_s,
+                revoked_at_s: k.revoked_at_s,
+            };
+            self.entries.insert(id, entry);
+        }
+        self
     }
 
     /// Number of keys that are not revoked.
@@ -566,6 +585,22 @@ fn validate_env_key(key: &str) -> Result<(), KeyStoreError> {
         ));
     }
     Ok(())
+}
+
+/// A new fleet key (`ricochet fleet keys create`): its id, its plaintext (shown once) and the
+/// SHA-256 the database stores, in the format `verify` checks.
+pub fn new_fleet_key(name: &str) -> Result<(fleet::keys::FleetKey, String), KeyStoreError> {
+    validate_name(name)?;
+    let id = random_base62(KEY_ID_BYTES);
+    let plaintext = format!("{KEY_PREFIX}{id}_{}", random_base62(KEY_SECRET_BYTES));
+    let key = fleet::keys::FleetKey {
+        id,
+        name: name.to_owned(),
+        hash: sha256(plaintext.as_bytes()),
+        created_at_s: now_s(),
+        revoked_at_s: None,
+    };
+    Ok((key, plaintext))
 }
 
 fn random_base62(len: usize) -> String {
