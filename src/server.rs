@@ -596,7 +596,7 @@ fn start_fleet_links(
     let writer = fleet::links::spawn_writer(
         &f.url,
         stats.clone(),
-        Box::new(move |answer| {
+        std::sync::Arc::new(move |answer| {
             let core = answer.core as usize;
             let mut item = FleetToCore::Written(answer);
             // The core drains its queue every loop turn: wait for room rather than lose an

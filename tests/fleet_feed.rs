@@ -70,7 +70,7 @@ fn the_xid_poll_never_skips_a_late_committer_that_a_version_cursor_skips() {
         "the version cursor skipped a_early"
     );
     // The xid poll returns both, in commit-safe order, and then nothing again.
-    let rows = poll_settled(&mut poller, &Cursor::START, 100);
+    let rows = poll_settled(&mut poller, &Cursor::START, 100, 2);
     assert_eq!(keys(&rows), vec!["a_early", "b_late"]);
     assert!(rows[0].version < rows[1].version);
     let cursor = rows.last().unwrap().cursor();
@@ -85,15 +85,15 @@ fn the_xid_poll_never_skips_a_late_committer_that_a_version_cursor_skips() {
         &mut early,
         "UPDATE ricochet_links SET deleted = true WHERE key = 'b_late'",
     );
-    let rows = poll_settled(&mut poller, &cursor, 100);
+    let rows = poll_settled(&mut poller, &cursor, 100, 2);
     assert_eq!(keys(&rows), vec!["a_early", "b_late"]);
     assert_eq!(rows[0].target, "https://example.org/a2");
     assert!(rows[0].version > 2 && rows[1].deleted);
     // Paging by `limit` resumes where it stopped.
-    let first = poll_settled(&mut poller, &cursor, 1);
+    let first = poll_settled(&mut poller, &cursor, 1, 1);
     assert_eq!(keys(&first), vec!["a_early"]);
     assert_eq!(
-        keys(&poll_settled(&mut poller, &first[0].cursor(), 1)),
+        keys(&poll_settled(&mut poller, &first[0].cursor(), 1, 1)),
         vec!["b_late"]
     );
 }
@@ -116,13 +116,14 @@ fn the_links_table_refuses_bad_rows() {
     );
 }
 
-/// The first non-empty poll, retried for up to 5 s: the snapshot's xmin is server-wide, so a
-/// transaction of any other test on the server can hold rows back for a moment.
-fn poll_settled(db: &mut Db, after: &Cursor, limit: i64) -> Vec<fleet::feed::FeedRow> {
+/// The first poll that returns at least `want` rows, retried for up to 5 s: the snapshot's
+/// xmin is server-wide, so a transaction of any other test on the server can hold some rows
+/// back for a moment (correctly: it might still commit below them).
+fn poll_settled(db: &mut Db, after: &Cursor, limit: i64, want: usize) -> Vec<fleet::feed::FeedRow> {
     let t = std::time::Instant::now();
     loop {
         let rows = poll(db, after, limit).unwrap();
-        if !rows.is_empty() || t.elapsed() > std::time::Duration::from_secs(5) {
+        if rows.len() >= want || t.elapsed() > std::time::Duration::from_secs(5) {
             return rows;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));

@@ -2,11 +2,14 @@
 //! statement on the primary, committed (with `synchronous_commit = on`) before the node logs
 //! and answers it. The primary key decides whether an alias is free, across the whole fleet.
 //!
-//! [`spawn_writer`] runs them on one service thread (`ricochet-fleet-links`) with one
-//! session: cores hand jobs over a bounded lock-free queue ([`WriterHandle::try_submit`]),
-//! the thread takes what is queued (at most [`MAX_WRITES_PER_ROUND`]), runs those statements
-//! concurrently on the session (tokio-postgres pipelines them), and hands each answer back
-//! through the caller's `deliver`. A round that fails as a whole (no session, a hung server
+//! [`spawn_writer`] runs them on [`WRITER_SESSIONS`] service threads
+//! (`ricochet-fleet-links-<n>`), one session each: cores hand jobs over bounded lock-free
+//! queues ([`WriterHandle::try_submit`], spread round-robin), each thread takes what is queued
+//! for it (at most [`MAX_WRITES_PER_ROUND`]), runs those statements concurrently on its session
+//! (tokio-postgres pipelines them), and hands each answer back through the caller's `deliver`.
+//! One session commits its statements one after another, one WAL flush each; several sessions
+//! let the server share a flush among them (group commit). Writes to one key are never in
+//! flight twice (the owner core keeps them in order), so the spreading cannot reorder them. A round that fails as a whole (no session, a hung server
 //! past [`crate::DB_CALL_TIMEOUT_MS`]) answers every job in it with the failure class: the
 //! API then says 503 with `Retry-After`. A timed-out statement may still have committed; the
 //! change feed then brings it to every node, as if another node had made it.
@@ -29,8 +32,13 @@ pub const MAX_WRITES_PER_ROUND: usize = 256;
 /// `Retry-After: 1`.
 pub const LINK_WRITE_TIMEOUT_MS: u64 = 1_000;
 
-/// Jobs the queue into the writer thread holds; a core that finds it full answers 503.
-pub const WRITE_QUEUE_CAPACITY: usize = 4096;
+/// Jobs the queue into each writer thread holds; a core that finds it full answers 503.
+pub const WRITE_QUEUE_CAPACITY: usize = 1024;
+
+/// Writer threads (sessions) per node. 4: enough for the database to share WAL flushes among
+/// a node's concurrent creates (measured in perf/fleet.sh), few enough that a fleet of 100
+/// nodes stays within a pooled primary's connections.
+pub const WRITER_SESSIONS: usize = 4;
 
 /// How a PATCH changes the expiry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,20 +132,25 @@ pub struct WriteAnswer {
     pub result: Result<LinkWritten, FailureClass>,
 }
 
-/// The cores' end of the writer's queue.
+/// A core's end of the writers' queues (each core holds its own clone).
 #[derive(Clone)]
 pub struct WriterHandle {
-    tx: tokio::sync::mpsc::Sender<WriteJob>,
+    txs: Arc<[tokio::sync::mpsc::Sender<WriteJob>]>,
+    next: std::cell::Cell<usize>,
 }
 
 impl WriterHandle {
-    /// Queues `job` without blocking (an atomic reservation and a lock-free push); gives it
-    /// back when the queue is full or the writer is gone.
+    /// Queues `job` for the next writer, round-robin, without blocking (an atomic reservation
+    /// and a lock-free push); gives it back when that queue is full or the writer is gone.
     pub fn try_submit(&self, job: WriteJob) -> Result<(), WriteJob> {
-        self.tx.try_send(job).map_err(|e| match e {
-            tokio::sync::mpsc::error::TrySendError::Full(j)
-            | tokio::sync::mpsc::error::TrySendError::Closed(j) => j,
-        })
+        let n = self.next.get();
+        self.next.set(n.wrapping_add(1));
+        self.txs[n % self.txs.len()]
+            .try_send(job)
+            .map_err(|e| match e {
+                tokio::sync::mpsc::error::TrySendError::Full(j)
+                | tokio::sync::mpsc::error::TrySendError::Closed(j) => j,
+            })
     }
 }
 
@@ -146,12 +159,30 @@ impl WriterHandle {
 pub fn spawn_writer(
     url: &str,
     stats: Arc<FleetStats>,
-    mut deliver: Box<dyn FnMut(WriteAnswer) + Send>,
+    deliver: Arc<dyn Fn(WriteAnswer) + Send + Sync>,
 ) -> Result<WriterHandle, FleetError> {
-    let mut db = Db::new(url)?.with_timeout(LINK_WRITE_TIMEOUT_MS);
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<WriteJob>(WRITE_QUEUE_CAPACITY);
+    let mut txs = Vec::with_capacity(WRITER_SESSIONS);
+    for n in 0..WRITER_SESSIONS {
+        let (tx, rx) = tokio::sync::mpsc::channel::<WriteJob>(WRITE_QUEUE_CAPACITY);
+        let db = Db::new(url)?.with_timeout(LINK_WRITE_TIMEOUT_MS);
+        spawn_one_writer(n, db, rx, stats.clone(), deliver.clone())?;
+        txs.push(tx);
+    }
+    Ok(WriterHandle {
+        txs: txs.into(),
+        next: std::cell::Cell::new(0),
+    })
+}
+
+fn spawn_one_writer(
+    n: usize,
+    mut db: Db,
+    mut rx: tokio::sync::mpsc::Receiver<WriteJob>,
+    stats: Arc<FleetStats>,
+    deliver: Arc<dyn Fn(WriteAnswer) + Send + Sync>,
+) -> Result<(), FleetError> {
     std::thread::Builder::new()
-        .name("ricochet-fleet-links".into())
+        .name(format!("ricochet-fleet-links-{n}"))
         .spawn(move || {
             while let Some(first) = db.block_on(rx.recv()) {
                 let mut jobs = vec![first];
@@ -167,7 +198,7 @@ pub fn spawn_writer(
             }
         })
         .map_err(|e| FleetError::Refused(format!("cannot start the fleet link writer: {e}")))?;
-    Ok(WriterHandle { tx })
+    Ok(())
 }
 
 /// Runs `jobs` concurrently on the session; one answer per job, in order.
