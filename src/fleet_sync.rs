@@ -134,13 +134,38 @@ pub struct Follower {
 }
 
 impl Follower {
-    /// Starts the follower thread from the saved cursor.
-    pub fn spawn(self) -> anyhow::Result<()> {
+    /// Starts the follower thread from the saved cursor, once it is known to belong to this
+    /// database's history.
+    pub fn spawn(mut self) -> anyhow::Result<()> {
         let cursor = load_cursor(&self.data_dir)?;
+        if let Some(refusal) = self.foreign_history(&cursor)? {
+            anyhow::bail!(refusal);
+        }
         std::thread::Builder::new()
             .name("ricochet-fleet-feed".into())
             .spawn(move || self.run(cursor))?;
         Ok(())
+    }
+
+    /// Why `cursor` must not be followed, if it is ahead of the database: the rows up to it
+    /// were lost there (a restore from backup), and following on would silently skip every
+    /// row the database writes until its transaction ids pass the cursor.
+    fn foreign_history(
+        &mut self,
+        cursor: &fleet::feed::Cursor,
+    ) -> Result<Option<String>, fleet::FleetError> {
+        let next = fleet::feed::next_xid(&mut self.db)?;
+        if cursor.xid >= next {
+            return Ok(Some(format!(
+                "the change feed cursor in {} is at transaction {}, but the fleet database's next \
+                 transaction is {next}: the database was restored from an older backup or \
+                 replaced, and links this node holds may be gone from it. Refusing to follow it; \
+                 wipe this node's data dir so it catches up from the database as it is now",
+                self.data_dir.join(CURSOR_FILE).display(),
+                cursor.xid
+            )));
+        }
+        Ok(None)
     }
 
     fn run(mut self, mut cursor: fleet::feed::Cursor) {
@@ -156,6 +181,12 @@ impl Follower {
                     eprintln!("fleet: change feed poll failed: {e}; retrying");
                     self.stats.feed_failed();
                     std::thread::sleep(Duration::from_millis(FEED_RETRY_MS));
+                    // The database may have come back as another history (a restore): check
+                    // before following it again, and stop following if so.
+                    if let Ok(Some(refusal)) = self.foreign_history(&cursor) {
+                        eprintln!("fleet: FEED STOPPED: {refusal}");
+                        return;
+                    }
                     continue;
                 }
             };

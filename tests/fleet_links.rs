@@ -612,3 +612,42 @@ fn a_fleet_api_key_works_on_every_node_and_its_revocation_too() {
     assert!(!e.status.success());
     assert!(String::from_utf8_lossy(&e.stderr).contains("no fleet API key"));
 }
+
+/// A feed cursor ahead of the database (the database was restored from an older backup, so
+/// rows up to the cursor are gone there, and following on would skip every row until its
+/// transaction ids pass the cursor) is refused at start, naming the cursor file.
+#[test]
+fn a_cursor_ahead_of_the_database_is_refused() {
+    let Some(db) = TestDb::create("fleet_cursor_ahead") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let (_t, dir) = api::data_dir();
+    let s = node(&dir, &db.url, "a", "1", &[]);
+    Client::new(&s).create_ok("https://example.com/x", Some("before-restore"));
+    let t = Instant::now();
+    while !dir.join("fleet-feed.cursor").exists() {
+        assert!(t.elapsed() < PROPAGATION_GIVE_UP, "no cursor saved");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    s.terminate();
+    let body = "ricochet-feed-cursor 1 999999999999 zzz";
+    let text = format!("{body} {:08x}\n", crc32c::crc32c(body.as_bytes()));
+    std::fs::write(dir.join("fleet-feed.cursor"), text).unwrap();
+    let mut args = NO_RATE_LIMIT.to_vec();
+    args.extend([
+        "--cores",
+        "1",
+        "--fleet-pg",
+        &db.url,
+        "--namespace",
+        "eu",
+        "--node-id",
+        "a",
+    ]);
+    let e = api::try_start(&dir, &args).err().expect("refused");
+    assert!(
+        e.contains("restored from an older backup") && e.contains("fleet-feed.cursor"),
+        "{e}"
+    );
+}

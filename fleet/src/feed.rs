@@ -80,3 +80,15 @@ impl FeedRow {
         }
     }
 }
+
+/// The next transaction id the server will assign (`pg_snapshot_xmax` of a fresh snapshot;
+/// assigns none itself). A cursor above it came from a different history of this database:
+/// a restore from backup, or a replica that was never in this primary's line.
+pub fn next_xid(db: &mut Db) -> Result<u64, FleetError> {
+    db.call("next xid", async |c| {
+        let r = c
+            .query_one("SELECT pg_snapshot_xmax(pg_current_snapshot())::text", &[])
+            .await?;
+        Ok(r.get::<_, String>(0).parse().unwrap_or(0))
+    })
+}
