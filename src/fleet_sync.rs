@@ -43,6 +43,51 @@ pub const FLEET_OUTLET_CAPACITY: usize = 4096;
 /// The follower's cursor, relative to the data dir.
 pub const CURSOR_FILE: &str = "fleet-feed.cursor";
 
+/// The snapshot copy a bootstrap imports, relative to the data dir (deleted afterwards).
+pub const BOOTSTRAP_FILE: &str = "fleet-bootstrap.ndjson";
+
+/// A bootstrap leaves out links that expire within this many seconds: the importer refuses
+/// expiries in the past, and such a link is still read through while it lives.
+pub const BOOTSTRAP_MIN_LIFE_S: u64 = 60;
+
+/// A new fleet node's first start: the live links of one database snapshot go through the
+/// importer into the (empty) data dir's tables, and the feed cursor is set to the snapshot, so
+/// the follower only replays what changed from there. Returns the links imported. A crash
+/// midway leaves either no tables (bootstrapped again) or tables without a cursor (the feed
+/// replays from the start, idempotently).
+pub fn bootstrap(dir: &shards::datadir::DataDir, url: &str) -> anyhow::Result<u64> {
+    use std::io::Write;
+    let path = dir.path().join(BOOTSTRAP_FILE);
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
+    let now_s = shards::timefmt::now_s();
+    let cursor = fleet::feed::snapshot(url, now_s, BOOTSTRAP_MIN_LIFE_S, |links| {
+        for l in links {
+            let mut line = serde_json::json!({
+                "key": l.key,
+                "long_url": l.target,
+                "status": l.status,
+                "created_at": shards::timefmt::format_rfc3339_utc(l.created_at.max(0) as u64),
+            });
+            if l.expires_at > 0 {
+                line["expires_at"] =
+                    shards::timefmt::format_rfc3339_utc(l.expires_at as u64).into();
+            }
+            writeln!(out, "{line}")?;
+        }
+        Ok(())
+    })?;
+    out.flush()?;
+    drop(out);
+    let mut opts = shards::import::ImportOptions::new(dir.path(), &path);
+    opts.format = Some(shards::import::Format::Ndjson);
+    opts.strict = true;
+    let summary = shards::import::run_locked(dir, &opts)
+        .map_err(|e| anyhow::anyhow!("bootstrap: importing the snapshot: {e}"))?;
+    save_cursor(dir.path(), &cursor)?;
+    let _ = std::fs::remove_file(&path);
+    Ok(summary.links)
+}
+
 /// What the fleet services hand a core.
 #[derive(Debug)]
 pub enum FleetToCore {
@@ -155,7 +200,7 @@ impl Follower {
         cursor: &fleet::feed::Cursor,
     ) -> Result<Option<String>, fleet::FleetError> {
         let next = fleet::feed::next_xid(&mut self.db)?;
-        if cursor.xid >= next {
+        if cursor.xid > next {
             return Ok(Some(format!(
                 "the change feed cursor in {} is at transaction {}, but the fleet database's next \
                  transaction is {next}: the database was restored from an older backup or \

@@ -180,6 +180,25 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     // A fleet node's links come from the fleet database; a single node's do not: never mix.
     let logged: usize = logs.iter().map(|l| l.memtable.len()).sum();
     crate::fleet_node::check_marker(dir.path(), opts.fleet.is_some(), links + logged as u64)?;
+    // A fleet node with nothing yet starts from a snapshot of the database, not the feed's
+    // whole history.
+    let links = match &opts.fleet {
+        Some(f)
+            if links == 0
+                && logged == 0
+                && !dir.path().join(crate::fleet_sync::CURSOR_FILE).exists() =>
+        {
+            let t = Instant::now();
+            let n = crate::fleet_sync::bootstrap(&dir, &f.url).context("fleet bootstrap")?;
+            eprintln!(
+                "fleet: bootstrapped {n} links from a database snapshot in {:.1} s",
+                t.elapsed().as_secs_f64()
+            );
+            tables = open_tables(&dir, &router)?;
+            tables.iter().flatten().map(|t| t.len()).sum()
+        }
+        _ => links,
+    };
     let open_ms = started.elapsed().as_secs_f64() * 1e3;
 
     let io_memory = size_io_memory(cores);

@@ -148,7 +148,7 @@ fn changes_on_any_node_are_served_by_every_node() {
 }
 
 /// A node that was down catches up from its saved cursor; a node with an empty data dir
-/// catches up from the start of the feed; both then serve every live link and no deleted
+/// bootstraps from a database snapshot (the importer) and follows the feed from there; both then serve every live link and no deleted
 /// one. A 2-core node drops changed keys from its other core's LRU too.
 #[test]
 fn a_restarted_node_and_a_new_node_catch_up_from_the_feed() {
@@ -206,8 +206,37 @@ fn a_restarted_node_and_a_new_node_catch_up_from_the_feed() {
     }
 
     let b = node(&dir_b, &db.url, "b", "2", &[]);
+    // a keeps writing while d joins: nothing committed around d's snapshot may be lost.
+    let a_addr = a.addr;
+    let writer = std::thread::spawn(move || {
+        let mut c = Client::connect(a_addr).unwrap();
+        (0..800)
+            .map(|i| {
+                let url = format!("https://example.com/during/{i}");
+                (c.create_ok(&url, None), url)
+            })
+            .collect::<Vec<_>>()
+    });
+    std::thread::sleep(Duration::from_millis(20));
     let (_td, dir_d) = api::data_dir();
     let d = node(&dir_d, &db.url, "d", "1", &[]);
+    // d starts from a snapshot of the live links, not the feed's history; b resumes from its
+    // cursor.
+    let line = d
+        .wait_stderr("fleet: bootstrapped", Duration::from_secs(5))
+        .expect("d bootstraps");
+    let copied: u64 = line
+        .split("bootstrapped ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    // 35 live before the writer started, 835 after it: strictly between, d's snapshot was
+    // taken while a was writing.
+    eprintln!("d's snapshot copied {copied} links");
+    assert!(copied >= 35, "{line}");
+    assert!(b.stderr_lines().iter().all(|l| !l.contains("bootstrapped")));
+    links.extend(writer.join().unwrap());
     for s in [&b, &d] {
         for (k, u) in &links {
             wait_for(s, k, Some(u));

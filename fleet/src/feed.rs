@@ -92,3 +92,91 @@ pub fn next_xid(db: &mut Db) -> Result<u64, FleetError> {
         Ok(r.get::<_, String>(0).parse().unwrap_or(0))
     })
 }
+
+/// Rows one bootstrap page fetches.
+pub const BOOTSTRAP_PAGE_ROWS: i64 = 10_000;
+
+/// Longest a bootstrap may take (one transaction over the whole table): 30 minutes.
+pub const BOOTSTRAP_TIMEOUT_MS: u64 = 30 * 60 * 1000;
+
+/// A live link as a bootstrap copies it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveLink {
+    pub key: String,
+    pub target: String,
+    pub status: i16,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
+/// A new or wiped node's start: one `REPEATABLE READ READ ONLY` transaction reads the snapshot's
+/// xmin and every live link that does not expire within `min_life_s` of `now_s`, handing them
+/// to `page` in pages of [`BOOTSTRAP_PAGE_ROWS`]. Returns the cursor the feed continues from:
+/// every change committed below the xmin is in the copy; rows at or above it are polled again
+/// (applying them twice is harmless, by version).
+pub fn snapshot(
+    url: &str,
+    now_s: u64,
+    min_life_s: u64,
+    mut page: impl FnMut(&[LiveLink]) -> std::io::Result<()>,
+) -> Result<Cursor, FleetError> {
+    let mut db = Db::new(url)?.with_timeout(BOOTSTRAP_TIMEOUT_MS);
+    let mut failed: Option<std::io::Error> = None;
+    let horizon = (now_s + min_life_s) as i64;
+    let xmin = db.call("bootstrap snapshot", async |c| {
+        c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await?;
+        let xmin: String = c
+            .query_one("SELECT pg_snapshot_xmin(pg_current_snapshot())::text", &[])
+            .await?
+            .get(0);
+        c.execute(
+            "DECLARE ricochet_bootstrap NO SCROLL CURSOR FOR \
+             SELECT key, target, status, created_at, expires_at FROM ricochet_links \
+              WHERE NOT deleted AND (expires_at = 0 OR expires_at > $1)",
+            &[&horizon],
+        )
+        .await?;
+        loop {
+            let rows = c
+                .query(
+                    &format!("FETCH {BOOTSTRAP_PAGE_ROWS} FROM ricochet_bootstrap"),
+                    &[],
+                )
+                .await?;
+            if rows.is_empty() {
+                break;
+            }
+            let links: Vec<LiveLink> = rows
+                .iter()
+                .map(|r| LiveLink {
+                    key: r.get(0),
+                    target: r.get(1),
+                    status: r.get(2),
+                    created_at: r.get(3),
+                    expires_at: r.get(4),
+                })
+                .collect();
+            if let Err(e) = page(&links) {
+                failed = Some(e);
+                break;
+            }
+        }
+        c.batch_execute("COMMIT").await?;
+        Ok(xmin)
+    })?;
+    if let Some(e) = failed {
+        return Err(FleetError::Refused(format!(
+            "bootstrap: writing the copy: {e}"
+        )));
+    }
+    // Changes committed below xmin are all in the copy; keys are never empty, so (xmin, "")
+    // sorts before every row the feed has yet to show at or above xmin.
+    let xid = xmin
+        .parse::<u64>()
+        .map_err(|_| FleetError::Refused(format!("bootstrap: snapshot xmin {xmin:?}")))?;
+    Ok(Cursor {
+        xid,
+        key: String::new(),
+    })
+}

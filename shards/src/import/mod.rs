@@ -211,6 +211,17 @@ pub fn run(opts: &ImportOptions) -> Result<ImportSummary, ImportError> {
     result
 }
 
+/// [`run`] into `dir`, whose exclusive lock the caller already holds (a fleet node's
+/// bootstrap, at start, before it serves).
+pub fn run_locked(dir: &DataDir, opts: &ImportOptions) -> Result<ImportSummary, ImportError> {
+    let format = opts.format.unwrap_or(Format::Ndjson);
+    let input = std::fs::File::open(&opts.input).map_err(|source| ImportError::Input {
+        path: opts.input.clone(),
+        source,
+    })?;
+    import_locked(dir, opts, format, input, Instant::now())
+}
+
 fn import_locked(
     dir: &DataDir,
     opts: &ImportOptions,
