@@ -200,6 +200,9 @@ fn readiness_checks(shared: &Shared, creates: bool) -> Vec<Check> {
             detail: if draining { "draining (SIGTERM): finishing in-flight requests" } else { "not draining" }.into(),
         },
     ];
+    if let Some(f) = &shared.fleet {
+        checks.push(feed_check(&f.snapshot()));
+    }
     let fenced = shared.fleet.as_ref().is_some_and(|f| f.is_fenced());
     if creates {
         let empty: Vec<usize> = shared
@@ -234,6 +237,29 @@ fn readiness_checks(shared: &Shared, creates: bool) -> Vec<Check> {
         });
     }
     checks
+}
+
+/// Fleet mode: how far behind the change feed is. Reported, never gating: a node whose feed
+/// lags (or whose database is down) still serves every link it holds, which is what fleet mode
+/// promises during an outage; the lag is for the operator (and `/metrics`).
+fn feed_check(f: &fleet::FleetStatsSnapshot) -> Check {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let detail = match f.feed_caught_up_ms {
+        0 => "change feed: not caught up yet since start".to_owned(),
+        t => format!(
+            "change feed: caught up {} ms ago; {} rows applied, {} failed polls or applies",
+            now_ms.saturating_sub(t),
+            f.feed_rows,
+            f.feed_failures
+        ),
+    };
+    Check {
+        name: "feed",
+        ok: true,
+        detail,
+    }
 }
 
 const FENCED: &str = "fleet allocation: fenced (the authority lost confirmed allocations; generated-key creates refused, see docs/fleet.md)";

@@ -145,11 +145,29 @@ fn changes_on_any_node_are_served_by_every_node() {
         "30|30",
         "every link is in the database, tombstoned"
     );
+    // The operator sees the feed in /readyz?verbose (reported, not gating).
+    let r = clients[0]
+        .send("GET", "/readyz?verbose", false, &[], b"")
+        .unwrap();
+    assert_eq!(r.status, 200);
+    let feed = r.json()["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "feed")
+        .cloned()
+        .expect("a feed check");
+    let detail = feed["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("caught up") && detail.contains("rows applied"),
+        "{detail}"
+    );
 }
 
 /// A node that was down catches up from its saved cursor; a node with an empty data dir
-/// bootstraps from a database snapshot (the importer) and follows the feed from there; both then serve every live link and no deleted
-/// one. A 2-core node drops changed keys from its other core's LRU too.
+/// bootstraps from a database snapshot (the importer) and follows the feed from there; both
+/// then serve every live link and no deleted one. A 2-core node drops changed keys from its
+/// other core's LRU too.
 #[test]
 fn a_restarted_node_and_a_new_node_catch_up_from_the_feed() {
     let Some(db) = TestDb::create("fleet_catch_up") else {
