@@ -205,6 +205,12 @@ fn only_the_fleet_crate_talks_to_postgres() {
             "fleet::init",
             "fleet::load_secret",
             "fleet_node::",
+            "spawn_writer",
+            "spawn_reader",
+            "feed::poll",
+            "feed::snapshot",
+            "list_keys",
+            "fleet_sync::bootstrap",
         ],
     );
     assert!(
