@@ -698,3 +698,59 @@ fn a_cursor_ahead_of_the_database_is_refused() {
         "{e}"
     );
 }
+
+/// Concurrent plain creates on one node share one statement per writer round: each still gets
+/// its own verdict (201, or 409 for an alias taken, here by another node) and its own row.
+#[test]
+fn concurrent_creates_are_each_judged_in_a_shared_statement() {
+    let Some(db) = TestDb::create("fleet_batched_creates") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let (_ta, dir_a) = api::data_dir();
+    let (_tb, dir_b) = api::data_dir();
+    let a = node(&dir_a, &db.url, "a", "2", &[]);
+    let b = node(&dir_b, &db.url, "b", "1", &[]);
+    let mut cb = Client::new(&b);
+    for i in (0..64).filter(|i| i % 2 == 0) {
+        cb.create_ok(
+            &format!("https://example.com/b/{i}"),
+            Some(&format!("batch-{i}")),
+        );
+    }
+    for round in 0..3 {
+        let runs: Vec<_> = (0..32)
+            .map(|t| {
+                let addr = a.addr;
+                std::thread::spawn(move || {
+                    let mut c = Client::connect(addr).unwrap();
+                    let mut got = Vec::new();
+                    for i in (t * 2)..(t * 2 + 2) {
+                        let alias = format!("batch-{i}");
+                        let body = json!({"long_url": format!("https://example.com/a/{round}/{i}"),
+                                          "custom_alias": alias});
+                        got.push((i, c.create(&body).status));
+                    }
+                    got
+                })
+            })
+            .collect();
+        for (i, status) in runs.into_iter().flat_map(|t| t.join().unwrap()) {
+            let want = match (round, i % 2) {
+                (_, 0) => 409, // b made it
+                (0, _) => 201,
+                _ => 409, // a made it in round 0
+            };
+            assert_eq!(status, want, "round {round}, batch-{i}");
+        }
+    }
+    let rows = db.sql(
+        "SELECT count(*) FILTER (WHERE target LIKE '%/b/%'), \
+                count(*) FILTER (WHERE target LIKE '%/a/0/%') \
+           FROM ricochet_links WHERE key LIKE 'batch-%'",
+    );
+    assert_eq!(rows.trim(), "32|32");
+    let batched = metric(&a, "ricochet_fleet_batched_creates_total");
+    eprintln!("{batched} of a's creates shared a statement");
+    assert!(batched > 0, "no round batched its creates");
+}

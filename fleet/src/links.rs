@@ -205,22 +205,64 @@ fn spawn_one_writer(
 fn run_round(db: &mut Db, stats: &FleetStats, jobs: Vec<WriteJob>) -> Vec<WriteAnswer> {
     let started = std::time::Instant::now();
     let writes: Vec<&LinkWrite> = jobs.iter().map(|j| &j.write).collect();
+    // Plain creates (no Idempotency-Key) go in one multi-row statement: one commit, one WAL
+    // flush for all of them. A key is never in two writes of a round (its owner keeps one in
+    // flight), which a multi-row upsert needs; `create_batch` checks it anyway.
+    let plain: Vec<usize> = (0..writes.len())
+        .filter(|&i| matches!(writes[i], LinkWrite::Create { idem: None, .. }))
+        .collect();
+    let batched = plain.len() >= 2;
+    if batched {
+        stats.batched(plain.len());
+    }
     let results = db.call("link write", async |c| {
-        Ok(join_all(writes.iter().map(|w| execute(c, w))).await)
+        let singles = (0..writes.len())
+            .filter(|i| !batched || !plain.contains(i))
+            .map(|i| {
+                let w = writes[i];
+                async move { (i, execute(c, w).await) }
+            });
+        let batch = async {
+            if batched {
+                let creates: Vec<&LinkWrite> = plain.iter().map(|&i| writes[i]).collect();
+                Some(create_batch(c, &creates).await)
+            } else {
+                None
+            }
+        };
+        let (singles, batch) = futures_util::future::join(join_all(singles), batch).await;
+        let mut out: Vec<Option<Result<LinkWritten, FailureClass>>> = vec![None; writes.len()];
+        let mut broken = false;
+        let mut class_of = |e: &tokio_postgres::Error| {
+            let class = FailureClass::of(e);
+            broken |= class == FailureClass::Connection;
+            class
+        };
+        for (i, r) in singles {
+            out[i] = Some(r.map_err(|e| class_of(&e)));
+        }
+        match batch {
+            Some(Ok(each)) => {
+                for (&i, r) in plain.iter().zip(each) {
+                    out[i] = Some(Ok(r));
+                }
+            }
+            Some(Err(e)) => {
+                let class = class_of(&e);
+                for &i in &plain {
+                    out[i] = Some(Err(class));
+                }
+            }
+            None => {}
+        }
+        let out: Vec<Result<LinkWritten, FailureClass>> = out
+            .into_iter()
+            .map(|r| r.unwrap_or(Err(FailureClass::Database)))
+            .collect();
+        Ok((out, broken))
     });
     let results: Vec<Result<LinkWritten, FailureClass>> = match results {
-        Ok(rs) => {
-            let mut broken = false;
-            let rs = rs
-                .into_iter()
-                .map(|r| {
-                    r.map_err(|e| {
-                        let class = FailureClass::of(&e);
-                        broken |= class == FailureClass::Connection;
-                        class
-                    })
-                })
-                .collect();
+        Ok((rs, broken)) => {
             if broken {
                 db.disconnect();
             }
@@ -241,6 +283,61 @@ fn run_round(db: &mut Db, stats: &FleetStats, jobs: Vec<WriteJob>) -> Vec<WriteA
             result,
         })
         .collect()
+}
+
+/// Plain creates (no Idempotency-Key, distinct keys) as one autocommit statement: each comes
+/// back `Created` with its version, or `Exists`. Duplicate keys (never sent by a node) are
+/// refused as a statement error rather than half-applied.
+pub async fn create_batch(
+    c: &Client,
+    creates: &[&LinkWrite],
+) -> Result<Vec<LinkWritten>, tokio_postgres::Error> {
+    let (mut keys, mut targets, mut statuses, mut created, mut expires) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut now = 0i64;
+    for w in creates {
+        let LinkWrite::Create {
+            key,
+            target,
+            status,
+            created_at_s,
+            expires_at_s,
+            now_s,
+            idem: None,
+        } = w
+        else {
+            unreachable!("only plain creates are batched");
+        };
+        keys.push(key.as_str());
+        targets.push(target.as_str());
+        statuses.push(*status as i16);
+        created.push(*created_at_s as i64);
+        expires.push(*expires_at_s as i64);
+        now = now.max(*now_s as i64);
+    }
+    let rows = c
+        .query(
+            "INSERT INTO ricochet_links (key, target, status, created_at, expires_at) \
+             SELECT * FROM unnest($1::text[], $2::text[], $3::smallint[], $4::bigint[], \
+                                  $5::bigint[]) \
+             ON CONFLICT (key) DO UPDATE SET target = EXCLUDED.target, \
+                 status = EXCLUDED.status, created_at = EXCLUDED.created_at, \
+                 expires_at = EXCLUDED.expires_at, deleted = false \
+               WHERE ricochet_links.deleted \
+                  OR (ricochet_links.expires_at <> 0 AND ricochet_links.expires_at <= $6) \
+             RETURNING key, version",
+            &[&keys, &targets, &statuses, &created, &expires, &now],
+        )
+        .await?;
+    let made: std::collections::HashMap<String, i64> =
+        rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    Ok(keys
+        .iter()
+        .map(|k| match made.get(*k) {
+            Some(&v) => LinkWritten::Created { version: v as u64 },
+            None => LinkWritten::Exists,
+        })
+        .collect())
 }
 
 /// Executes one write as one autocommit statement.

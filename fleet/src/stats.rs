@@ -30,6 +30,8 @@ pub struct FleetStats {
     /// Link writes (`links.rs`): committed or judged by the database, and failed.
     link_writes: AtomicU64,
     link_write_failures: AtomicU64,
+    /// Creates that shared a multi-row statement with others of their round.
+    batched_creates: AtomicU64,
     /// The change feed: rows applied, polls or applies that failed, and the Unix ms of the
     /// last poll that found the node caught up (0 before the first).
     feed_rows: AtomicU64,
@@ -56,6 +58,7 @@ pub struct FleetStatsSnapshot {
     pub namespace_hi: u64,
     pub link_writes: u64,
     pub link_write_failures: u64,
+    pub batched_creates: u64,
     pub feed_rows: u64,
     pub feed_failures: u64,
     pub feed_caught_up_ms: u64,
@@ -90,6 +93,11 @@ impl FleetStats {
     pub(crate) fn read_query(&self, keys: usize) {
         self.read_queries.fetch_add(1, Ordering::Relaxed);
         self.read_keys.fetch_add(keys as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn batched(&self, creates: usize) {
+        self.batched_creates
+            .fetch_add(creates as u64, Ordering::Relaxed);
     }
 
     /// The feed applied `rows` rows durably on every owner core.
@@ -163,6 +171,7 @@ impl FleetStats {
             namespace_hi: load(&self.namespace_hi),
             link_writes: load(&self.link_writes),
             link_write_failures: load(&self.link_write_failures),
+            batched_creates: load(&self.batched_creates),
             feed_rows: load(&self.feed_rows),
             feed_failures: load(&self.feed_failures),
             feed_caught_up_ms: load(&self.feed_caught_up_ms),

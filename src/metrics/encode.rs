@@ -511,6 +511,13 @@ fn encode_fleet(enc: &mut DescriptorEncoder, f: &fleet::FleetStatsSnapshot) -> f
     )?;
     plain(
         enc,
+        "ricochet_fleet_batched_creates",
+        "Creates committed in a multi-row statement shared with others of their writer round",
+        Counter,
+        f.batched_creates,
+    )?;
+    plain(
+        enc,
         "ricochet_fleet_read_queries",
         "Read-through queries sent to the fleet database (one per batch of local misses)",
         Counter,
