@@ -25,6 +25,7 @@ pub fn start(
     data_dir: PathBuf,
     bells: Arc<Doorbells>,
     stop: Arc<AtomicBool>,
+    mut local: ApiKeyStore,
     mut fleet: Option<(fleet::Db, Vec<fleet::keys::FleetKey>)>,
 ) -> std::io::Result<Vec<Inbox<Arc<ApiKeyStore>>>> {
     let (outlets, rxs) = Outlets::new(bells.0.len(), 1, bells);
@@ -34,7 +35,6 @@ pub fn start(
         Some((m.modified().ok()?, m.len()))
     };
     let mut last = stamp(&path);
-    let mut local = ApiKeyStore::load(&data_dir).ok();
     std::thread::Builder::new()
         .name("ricochet-keywatch".into())
         .spawn(move || {
@@ -72,7 +72,7 @@ pub fn start(
                         Ok(store) => {
                             last = now;
                             eprintln!("reloaded API keys from {}", path.display());
-                            local = Some(store);
+                            local = store;
                             changed = true;
                         }
                         // A corrupt file: keep the keys we have and say so; try again next time.
@@ -83,14 +83,12 @@ pub fn start(
                     }
                 }
                 if changed {
-                    if let Some(store) = &local {
-                        let store = match &fleet {
-                            Some((_, keys)) => store.clone().with_fleet_keys(keys),
-                            None => store.clone(),
-                        };
-                        latest = Some(Arc::new(store));
-                        behind.iter_mut().for_each(|b| *b = true);
-                    }
+                    let store = match &fleet {
+                        Some((_, keys)) => local.clone().with_fleet_keys(keys),
+                        None => local.clone(),
+                    };
+                    latest = Some(Arc::new(store));
+                    behind.iter_mut().for_each(|b| *b = true);
                 }
                 if let Some(store) = &latest {
                     for (core, b) in behind.iter_mut().enumerate().filter(|(_, b)| **b) {

@@ -137,7 +137,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
 
     if let Some(f) = &opts.fleet {
         // A bad URL is a flag error: reported before the data dir is touched.
-        fleet::Db::new(&f.url)?;
+        fleet::check_url(&f.url)?;
     }
     let dir = DataDir::open_or_create(&opts.data_dir)
         .with_context(|| format!("opening data dir {}", opts.data_dir.display()))?;
@@ -240,8 +240,8 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         None => None,
     };
     let api_keys = Arc::new(match &fleet_keys {
-        Some((_, keys)) => local_keys.with_fleet_keys(keys),
-        None => local_keys,
+        Some((_, keys)) => local_keys.clone().with_fleet_keys(keys),
+        None => local_keys.clone(),
     });
     let seg_cfg = shards::alloc::SegmentConfig {
         segment_len: opts.segment_len,
@@ -307,6 +307,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         dir.path().to_path_buf(),
         doorbells.clone(),
         keywatch_stop.clone(),
+        local_keys,
         fleet_keys,
     )
     .context("starting the API key watcher")?

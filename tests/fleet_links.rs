@@ -16,6 +16,13 @@ use std::time::{Duration, Instant};
 const PROPAGATION_GIVE_UP: Duration = Duration::from_secs(5);
 
 fn node(dir: &Path, url: &str, id: &str, cores: &str, extra: &[&str]) -> Server {
+    let mut args = node_args(url, id, cores);
+    args.extend(extra);
+    api::start(dir, &args)
+}
+
+/// `serve` flags of a fleet node in namespace `eu`.
+fn node_args<'a>(url: &'a str, id: &'a str, cores: &'a str) -> Vec<&'a str> {
     let mut args = NO_RATE_LIMIT.to_vec();
     args.extend([
         "--cores",
@@ -27,8 +34,7 @@ fn node(dir: &Path, url: &str, id: &str, cores: &str, extra: &[&str]) -> Server 
         "--node-id",
         id,
     ]);
-    args.extend(extra);
-    api::start(dir, &args)
+    args
 }
 
 /// What `GET /{key}` answers on `s` now: the status and `Location`.
@@ -681,17 +687,7 @@ fn a_cursor_ahead_of_the_database_is_refused() {
     let body = "ricochet-feed-cursor 1 999999999999 zzz";
     let text = format!("{body} {:08x}\n", crc32c::crc32c(body.as_bytes()));
     std::fs::write(dir.join("fleet-feed.cursor"), text).unwrap();
-    let mut args = NO_RATE_LIMIT.to_vec();
-    args.extend([
-        "--cores",
-        "1",
-        "--fleet-pg",
-        &db.url,
-        "--namespace",
-        "eu",
-        "--node-id",
-        "a",
-    ]);
+    let args = node_args(&db.url, "a", "1");
     let e = api::try_start(&dir, &args).err().expect("refused");
     assert!(
         e.contains("restored from an older backup") && e.contains("fleet-feed.cursor"),

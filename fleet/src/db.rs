@@ -165,10 +165,7 @@ impl Db {
     /// A handle for `url` (`postgres://user@host:port/db` or a key=value string). Does not
     /// connect yet.
     pub fn new(url: &str) -> Result<Db, FleetError> {
-        let mut config = Config::from_str(url).map_err(|e| FleetError::BadUrl(e.to_string()))?;
-        if config.get_hosts().is_empty() {
-            return Err(FleetError::BadUrl("no host".into()));
-        }
+        let mut config = parse_url(url)?;
         config.connect_timeout(Duration::from_millis(DB_CALL_TIMEOUT_MS));
         config.application_name("ricochet");
         let target = describe(&config);
@@ -315,6 +312,19 @@ impl Db {
             detail,
         }
     }
+}
+
+/// Checks `url` as [`Db::new`] would, without starting anything (a flag check).
+pub fn check_url(url: &str) -> Result<(), FleetError> {
+    parse_url(url).map(drop)
+}
+
+fn parse_url(url: &str) -> Result<Config, FleetError> {
+    let config = Config::from_str(url).map_err(|e| FleetError::BadUrl(e.to_string()))?;
+    if config.get_hosts().is_empty() {
+        return Err(FleetError::BadUrl("no host".into()));
+    }
+    Ok(config)
 }
 
 /// `host:port/db`, no user or password.

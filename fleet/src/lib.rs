@@ -32,7 +32,7 @@ mod stats;
 
 pub use admin::{create_namespace, raise_next_id, show_namespace, NamespaceRow};
 pub use authority::{FleetFaults, FleetSetup, PgAuthority};
-pub use db::{Db, FailureClass, FleetError};
+pub use db::{check_url, Db, FailureClass, FleetError};
 pub use evidence::{Evidence, EVIDENCE_FILE_NAME};
 pub use schema::{init, load_secret, schema_version, InitReport, MIGRATIONS, SCHEMA_VERSION};
 pub use stats::{FleetStats, FleetStatsSnapshot};

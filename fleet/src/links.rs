@@ -317,15 +317,13 @@ pub async fn create_batch(
     }
     let rows = c
         .query(
-            "INSERT INTO ricochet_links (key, target, status, created_at, expires_at) \
-             SELECT * FROM unnest($1::text[], $2::text[], $3::smallint[], $4::bigint[], \
-                                  $5::bigint[]) \
-             ON CONFLICT (key) DO UPDATE SET target = EXCLUDED.target, \
-                 status = EXCLUDED.status, created_at = EXCLUDED.created_at, \
-                 expires_at = EXCLUDED.expires_at, deleted = false \
-               WHERE ricochet_links.deleted \
-                  OR (ricochet_links.expires_at <> 0 AND ricochet_links.expires_at <= $6) \
-             RETURNING key, version",
+            concat!(
+                "INSERT INTO ricochet_links (key, target, status, created_at, expires_at) \
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::smallint[], $4::bigint[], \
+                                      $5::bigint[]) ",
+                revive_dead_key!(),
+                "RETURNING key, version"
+            ),
             &[&keys, &targets, &statuses, &created, &expires, &now],
         )
         .await?;
@@ -339,6 +337,20 @@ pub async fn create_batch(
         })
         .collect())
 }
+
+/// The upsert clause every create uses: a tombstone or an expired link (as of `$6`, the
+/// node's now) gives its key up, as on a single node; a live one keeps it (no row back). The
+/// update restamps version and xid (trigger), so the feed carries the key again.
+macro_rules! revive_dead_key {
+    () => {
+        "ON CONFLICT (key) DO UPDATE SET target = EXCLUDED.target, \
+             status = EXCLUDED.status, created_at = EXCLUDED.created_at, \
+             expires_at = EXCLUDED.expires_at, deleted = false \
+           WHERE ricochet_links.deleted \
+              OR (ricochet_links.expires_at <> 0 AND ricochet_links.expires_at <= $6) "
+    };
+}
+use revive_dead_key;
 
 /// Executes one write as one autocommit statement.
 pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_postgres::Error> {
@@ -356,7 +368,8 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
             let cutoff = now_s.saturating_sub(IDEMPOTENCY_RETENTION_S) as i64;
             let result = c
                 .query_one(
-                    "WITH claim AS ( \
+                    concat!(
+                        "WITH claim AS ( \
                          INSERT INTO ricochet_idempotency (scope, request_hash, key, created_at) \
                          VALUES ($7, $8, $1, $4) \
                          ON CONFLICT (scope) DO UPDATE SET request_hash = EXCLUDED.request_hash, \
@@ -365,17 +378,14 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
                          RETURNING 1), \
                      link AS ( \
                          INSERT INTO ricochet_links (key, target, status, created_at, expires_at) \
-                         SELECT $1, $2, $3, $4, $5 FROM claim \
-                         ON CONFLICT (key) DO UPDATE SET target = EXCLUDED.target, \
-                             status = EXCLUDED.status, created_at = EXCLUDED.created_at, \
-                             expires_at = EXCLUDED.expires_at, deleted = false \
-                           WHERE ricochet_links.deleted \
-                              OR (ricochet_links.expires_at <> 0 AND ricochet_links.expires_at <= $6) \
-                         RETURNING version) \
+                         SELECT $1, $2, $3, $4, $5 FROM claim ",
+                        revive_dead_key!(),
+                        "RETURNING version) \
                      SELECT (SELECT version FROM link), EXISTS (SELECT 1 FROM claim), \
                             CASE WHEN EXISTS (SELECT 1 FROM claim) \
                                   AND NOT EXISTS (SELECT 1 FROM link) \
-                                 THEN ricochet_abort($10) END",
+                                 THEN ricochet_abort($10) END"
+                    ),
                     &[
                         key,
                         target,
@@ -437,18 +447,14 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
             now_s,
             idem: None,
         } => {
-            // A tombstone or an expired link gives its key up, as on a single node; the
-            // update restamps version and xid (trigger), so the feed carries it again.
             let row = c
                 .query_opt(
-                    "INSERT INTO ricochet_links (key, target, status, created_at, expires_at) \
-                     VALUES ($1, $2, $3, $4, $5) \
-                     ON CONFLICT (key) DO UPDATE SET target = EXCLUDED.target, \
-                         status = EXCLUDED.status, created_at = EXCLUDED.created_at, \
-                         expires_at = EXCLUDED.expires_at, deleted = false \
-                       WHERE ricochet_links.deleted \
-                          OR (ricochet_links.expires_at <> 0 AND ricochet_links.expires_at <= $6) \
-                     RETURNING version",
+                    concat!(
+                        "INSERT INTO ricochet_links (key, target, status, created_at, expires_at) \
+                         VALUES ($1, $2, $3, $4, $5) ",
+                        revive_dead_key!(),
+                        "RETURNING version"
+                    ),
                     &[
                         key,
                         target,

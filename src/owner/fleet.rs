@@ -99,37 +99,31 @@ impl Owner {
 
     /// A lookup of a key this node does not hold: ask the database, once per key at a time.
     pub(super) fn read_through(&mut self, reply: ReplyTo, key: InlineKey, mesh: &mut Mesh) {
-        let me = self.me as u16;
         let fleet = self.fleet.as_mut().expect("fleet mode");
         if let Some(f) = fleet.reads.get_mut(&key) {
             if f.asked.len() + f.later.len() < MAX_READ_WAITERS_PER_KEY {
                 return f.later.push(reply);
             }
-        } else if fleet.reads.len() < MAX_READS_IN_FLIGHT
-            && fleet
-                .reader
-                .try_submit(ReadJob {
-                    core: me,
-                    key: key.as_str().to_owned(),
-                })
-                .is_ok()
-        {
-            let flight = ReadFlight {
-                asked: vec![reply],
-                later: Vec::new(),
-            };
-            fleet.reads.insert(key, flight);
-            return;
+            return fetched_to(mesh, &[reply], key, &Fetched::Unavailable);
         }
-        let fetched = Fetched::Unavailable;
-        mesh.deliver(
-            reply.core as usize,
-            RedirectMsg::Fetched {
-                reply,
-                key,
-                fetched,
-            },
-        );
+        self.ask_database(key, vec![reply], mesh);
+    }
+
+    /// Queues `key` for the reader with `asked` waiting on its answer; if that cannot be done
+    /// now (too many keys in flight, a full queue), they are answered 503.
+    fn ask_database(&mut self, key: InlineKey, asked: Vec<ReplyTo>, mesh: &mut Mesh) {
+        let me = self.me as u16;
+        let fleet = self.fleet.as_mut().expect("fleet mode");
+        let job = ReadJob {
+            core: me,
+            key: key.as_str().to_owned(),
+        };
+        if fleet.reads.len() < MAX_READS_IN_FLIGHT && fleet.reader.try_submit(job).is_ok() {
+            let later = Vec::new();
+            fleet.reads.insert(key, ReadFlight { asked, later });
+        } else {
+            fetched_to(mesh, &asked, key, &Fetched::Unavailable);
+        }
     }
 
     /// The database answered a read-through: answer the lookups it covers; a "not found" is
@@ -162,60 +156,12 @@ impl Owner {
             (None, Ok(_)) => Fetched::Absent,
         };
         let ReadFlight { asked, later } = flight;
-        let absent = matches!(fetched, Fetched::Absent);
-        for reply in asked {
-            let fetched = fetched.clone();
-            mesh.deliver(
-                reply.core as usize,
-                RedirectMsg::Fetched {
-                    reply,
-                    key,
-                    fetched,
-                },
-            );
-        }
-        if !absent {
-            for reply in later {
-                let fetched = fetched.clone();
-                mesh.deliver(
-                    reply.core as usize,
-                    RedirectMsg::Fetched {
-                        reply,
-                        key,
-                        fetched,
-                    },
-                );
-            }
-            return;
-        }
-        // Those that came after the query was queued ask again, together.
-        if later.is_empty() {
-            return;
-        }
-        let me = self.me as u16;
-        let fleet = self.fleet.as_mut().expect("fleet mode");
-        let job = ReadJob {
-            core: me,
-            key: key.as_str().to_owned(),
-        };
-        if fleet.reader.try_submit(job).is_ok() {
-            let flight = ReadFlight {
-                asked: later,
-                later: Vec::new(),
-            };
-            fleet.reads.insert(key, flight);
-            return;
-        }
-        for reply in later {
-            let fetched = Fetched::Unavailable;
-            mesh.deliver(
-                reply.core as usize,
-                RedirectMsg::Fetched {
-                    reply,
-                    key,
-                    fetched,
-                },
-            );
+        fetched_to(mesh, &asked, key, &fetched);
+        if !matches!(fetched, Fetched::Absent) {
+            fetched_to(mesh, &later, key, &fetched);
+        } else if !later.is_empty() {
+            // Those that came after the query was queued ask again, together.
+            self.ask_database(key, later, mesh);
         }
     }
 
@@ -324,13 +270,7 @@ impl Owner {
                 let outcome = match (idem, InlineKey::new(made.as_bytes()), link) {
                     (Some(i), _, _) if i.1 != request_hash => WriteOutcome::IdemMismatch,
                     (_, Some(made), Some(state)) if state.created_at_s == created_at_s => {
-                        WriteOutcome::Created(LinkInfo {
-                            key: made,
-                            target: Arc::from(state.target.as_str()),
-                            status: RedirectStatus::from_code(state.status).unwrap_or_default(),
-                            created_at_s: state.created_at_s,
-                            expires_at_s: state.expires_at_s,
-                        })
+                        WriteOutcome::Created(info_of(made, &state))
                     }
                     _ => WriteOutcome::NotFound,
                 };
@@ -376,17 +316,8 @@ impl Owner {
                 (seq, entry, WriteOutcome::Created(info), None)
             }
             (LinkWritten::Updated(state), _) => {
-                let info = LinkInfo {
-                    key,
-                    target: Arc::from(state.target.as_str()),
-                    status: RedirectStatus::from_code(state.status).unwrap_or_default(),
-                    created_at_s: state.created_at_s,
-                    expires_at_s: state.expires_at_s,
-                };
-                let id = match self.writes.memtable.get(&key) {
-                    Some(MemEntry::Live { id, .. }) => *id,
-                    _ => 0,
-                };
+                let info = info_of(key, &state);
+                let id = self.writes.id_of(&key);
                 let op = LogOpRef::FleetPut {
                     link: link_fields(&info, id),
                     version: state.version,
@@ -551,6 +482,30 @@ impl Owner {
 
     fn shard_of(&self, key: &InlineKey) -> u32 {
         self.router.owner(key.as_bytes()).shard
+    }
+}
+
+/// Answers `replies` with `fetched`.
+fn fetched_to(mesh: &mut Mesh, replies: &[ReplyTo], key: InlineKey, fetched: &Fetched) {
+    for &reply in replies {
+        let fetched = fetched.clone();
+        let msg = RedirectMsg::Fetched {
+            reply,
+            key,
+            fetched,
+        };
+        mesh.deliver(reply.core as usize, msg);
+    }
+}
+
+/// A link as the database holds it, as the API answers it.
+fn info_of(key: InlineKey, state: &fleet::links::LinkState) -> LinkInfo {
+    LinkInfo {
+        key,
+        target: Arc::from(state.target.as_str()),
+        status: RedirectStatus::from_code(state.status).unwrap_or_default(),
+        created_at_s: state.created_at_s,
+        expires_at_s: state.expires_at_s,
     }
 }
 

@@ -137,10 +137,7 @@ impl Owner {
                     ExpiryUpdate::Clear => info.expires_at_s = 0,
                     ExpiryUpdate::Set(t) => info.expires_at_s = t,
                 }
-                let id = match self.writes.memtable.get(&key) {
-                    Some(MemEntry::Live { id, .. }) => *id,
-                    _ => 0,
-                };
+                let id = self.writes.id_of(&key);
                 (info, id, Some(key), WriteOutcome::Updated)
             }
             WriteReq::Delete { .. } => {

@@ -134,6 +134,14 @@ impl Writes {
         }
     }
 
+    /// The generated ID behind `key`'s memtable entry (0: an alias, or not in the memtable).
+    pub fn id_of(&self, key: &InlineKey) -> u64 {
+        match self.memtable.get(key) {
+            Some(MemEntry::Live { id, .. }) => *id,
+            _ => 0,
+        }
+    }
+
     /// Makes `entry` the key's state unless the memtable holds a newer fleet version (a feed
     /// row and an API write of one key can become durable in either order). Single-node
     /// entries (version 0) always apply.
