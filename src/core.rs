@@ -285,6 +285,7 @@ impl Core {
                 crate::fleet_sync::FleetToCore::Read(a) => {
                     self.owner.on_read(a, self.clock.now_s, &mut self.mesh)
                 }
+                crate::fleet_sync::FleetToCore::Ceilings(c) => self.owner.on_ceilings(c),
             }
         }
         any

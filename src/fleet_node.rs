@@ -91,6 +91,7 @@ pub fn open(data_dir: &Path, opts: &FleetOptions) -> anyhow::Result<FleetNode> {
         node_id: opts.node_id.clone(),
         data_dir: data_dir.to_path_buf(),
         faults: opts.faults,
+        ceiling_step: fleet::CEILING_STEP,
     };
     let authority = fleet::PgAuthority::new(db, setup, stats.clone())?;
     eprintln!(

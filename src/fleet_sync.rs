@@ -97,6 +97,8 @@ pub enum FleetToCore {
     Feed { batch: u64, rows: Vec<FeedLink> },
     /// The reader's answer to one of this core's read-through lookups.
     Read(fleet::links::ReadAnswer),
+    /// The namespaces' ceilings as just read, for shedding never-issued generated keys.
+    Ceilings(Arc<fleet::ceiling::Ceilings>),
 }
 
 /// One feed row, checked and in the node's own types.
@@ -215,10 +217,17 @@ impl Follower {
 
     fn run(mut self, mut cursor: fleet::feed::Cursor) {
         let mut batch = 0u64;
+        let mut caught_up_once = false;
+        let mut ceilings_read: Option<Instant> = None;
         while !self.stop.load(Ordering::Relaxed) {
             if self.pause_file.as_ref().is_some_and(|p| p.exists()) {
                 std::thread::sleep(Duration::from_millis(FEED_POLL_INTERVAL_MS));
                 continue;
+            }
+            let refresh = Duration::from_millis(fleet::ceiling::HIGH_WATER_REFRESH_MS);
+            if caught_up_once && ceilings_read.is_none_or(|t| t.elapsed() >= refresh) {
+                ceilings_read = Some(Instant::now());
+                self.send_ceilings();
             }
             let rows = match fleet::feed::poll(&mut self.db, &cursor, FEED_BATCH_ROWS) {
                 Ok(r) => r,
@@ -236,6 +245,7 @@ impl Follower {
                 }
             };
             let Some(last) = rows.last().map(|r| r.cursor()) else {
+                caught_up_once = true;
                 self.stats.feed_caught_up(unix_ms());
                 std::thread::sleep(Duration::from_millis(FEED_POLL_INTERVAL_MS));
                 continue;
@@ -256,8 +266,25 @@ impl Follower {
             cursor = last;
             self.stats.feed_applied(n);
             if !full {
+                caught_up_once = true;
                 self.stats.feed_caught_up(unix_ms());
             }
+        }
+    }
+
+    /// Reads the namespaces' ceilings and offers them to every core. Only once the feed has
+    /// caught up since start: a custom alias of the generated shape written before fleet
+    /// nodes refused them (schema 5) is then held here, never shed. A read that fails or a
+    /// core's full queue only leave that core's last read to go stale (it then reads through).
+    fn send_ceilings(&mut self) {
+        match fleet::ceiling::read(&mut self.db) {
+            Ok(c) => {
+                let c = Arc::new(c);
+                for core in 0..self.outlets.cores() {
+                    let _ = self.outlets.offer(core, FleetToCore::Ceilings(c.clone()));
+                }
+            }
+            Err(e) => eprintln!("fleet: reading the namespaces' ceilings failed: {e}"),
         }
     }
 

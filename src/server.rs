@@ -299,7 +299,8 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     });
 
     // Fleet mode: the link writer and the change feed follower, each on its own thread.
-    let mut fleet_cores = start_fleet_links(&opts, &dir, router, &doorbells, &shared)?.into_iter();
+    let mut fleet_cores =
+        start_fleet_links(&opts, &dir, router, &doorbells, &shared, &keygen)?.into_iter();
 
     let queues = Arc::new(MeshQueues::new(cores));
     let keywatch_stop = Arc::new(AtomicBool::new(false));
@@ -327,6 +328,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             shards::alloc::SegmentBuffer::new(seg_cfg),
             allocator.client(core, crate::service::waker(&doorbells, core)),
             keygen.clone(),
+            opts.fleet.is_some(),
         );
         let api = crate::client::ApiClient::new(
             router,
@@ -598,6 +600,7 @@ fn start_fleet_links(
     router: Router,
     doorbells: &Arc<Doorbells>,
     shared: &Arc<Shared>,
+    keygen: &Arc<shards::keygen::KeyGen>,
 ) -> anyhow::Result<
     Vec<(
         crate::owner::fleet::FleetLinks,
@@ -661,6 +664,8 @@ fn start_fleet_links(
                 writer.clone(),
                 reader.clone(),
                 ack_tx.clone(),
+                keygen.clone(),
+                stats.clone(),
             );
             (links, inbox)
         })

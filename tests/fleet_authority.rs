@@ -29,6 +29,7 @@ fn authority(
         node_id: node.to_owned(),
         data_dir: dir.to_path_buf(),
         faults,
+        ceiling_step: fleet::CEILING_STEP,
     };
     PgAuthority::new(
         Db::new(url).unwrap(),
@@ -117,7 +118,8 @@ fn the_database_keeps_namespaces_and_intervals_disjoint() {
     // Bypassing ricochet: the constraints and triggers themselves refuse.
     let e = db
         .try_sql(
-            "INSERT INTO ricochet_namespace (name, lo, hi, next_id) VALUES ('x', 1999, 3000, 1999)",
+            "INSERT INTO ricochet_namespace (name, lo, hi, next_id, ceiling) \
+             VALUES ('x', 1999, 3000, 1999, 1999)",
         )
         .unwrap_err();
     assert!(e.contains("namespace_ranges_disjoint"), "{e}");
@@ -147,6 +149,23 @@ fn the_database_keeps_namespaces_and_intervals_disjoint() {
         .try_sql("UPDATE ricochet_namespace SET next_id = 10 WHERE name = 'eu'")
         .unwrap_err();
     assert!(e.contains("may not go down"), "{e}");
+    // Ceilings: never below next_id, never lowered, a raise is above the ceiling.
+    db.sql(
+        "INSERT INTO ricochet_namespace (name, lo, hi, next_id, ceiling) \
+         VALUES ('y', 5000, 6000, 5000, 5000)",
+    );
+    let e = db
+        .try_sql("UPDATE ricochet_namespace SET next_id = 5001 WHERE name = 'y'")
+        .unwrap_err();
+    assert!(e.contains("namespace_ceiling_valid"), "{e}");
+    let e = db
+        .try_sql("UPDATE ricochet_namespace SET ceiling = 200 WHERE name = 'eu'")
+        .unwrap_err();
+    assert!(e.contains("ceiling of namespace eu may not go down"), "{e}");
+    let e = db
+        .try_sql("UPDATE ricochet_namespace SET ceiling_next = 900 WHERE name = 'eu'")
+        .unwrap_err();
+    assert!(e.contains("namespace_ceiling_valid"), "{e}");
     // The runbook's raise refuses to lower too.
     let e = fleet::raise_next_id(&mut d, "eu", 50)
         .unwrap_err()
@@ -418,9 +437,114 @@ fn a_rolled_back_authority_is_fenced() {
         node_id: "n".into(),
         data_dir: dir.path().to_path_buf(),
         faults: FleetFaults::default(),
+        ceiling_step: fleet::CEILING_STEP,
     };
     let e = PgAuthority::new(Db::new(&db.url).unwrap(), setup, Arc::default())
         .err()
         .unwrap();
     assert!(e.to_string().contains("not --namespace \"us\""), "{e}");
+}
+
+/// A new namespace is a raise from nothing: `create_namespace` returns once it matured, with
+/// the first step of IDs below its ceiling.
+#[test]
+fn a_new_namespace_is_ready_after_its_ceiling_matured() {
+    let Some(db) = TestDb::create("newns") else {
+        return;
+    };
+    init(&db);
+    let t = Instant::now();
+    fleet::create_namespace(&mut Db::new(&db.url).unwrap(), "eu", 5, 1 << 40).unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(fleet::RANGE_MATURITY_MS));
+    assert_eq!(
+        db.sql("SELECT ceiling, ceiling_next IS NULL FROM ricochet_namespace"),
+        format!("{}|t", 5 + fleet::CEILING_STEP)
+    );
+}
+
+/// The ceiling's guarantee, checked against readers: a ceilings read is trusted for
+/// `HIGH_WATER_FRESH_MS` from when it was sent, so every range an allocator hands out while a
+/// read is still fresh must lie below that read's ceiling (or raise under way). Two
+/// allocators, 3-ID segments, a 10-ID step: raises start, are stamped, mature and are promoted
+/// several times while a reader reads every 10 ms. Promoting a raise without its maturity
+/// fails this test.
+#[test]
+fn no_range_is_handed_out_above_a_fresh_ceiling_read() {
+    let Some(db) = TestDb::create("ceiling") else {
+        return;
+    };
+    init(&db);
+    // Bypassing `create_namespace`: a namespace whose ceiling is its start, so the first
+    // allocation must raise it.
+    db.sql(
+        "INSERT INTO ricochet_namespace (name, lo, hi, next_id, ceiling) \
+         VALUES ('eu', 1, 1000000, 1, 1)",
+    );
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (url, stop) = (db.url.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut d = Db::new(&url).unwrap();
+            let mut reads = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                reads.push(fleet::ceiling::read(&mut d).unwrap());
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            reads
+        })
+    };
+    let stats = Arc::new(FleetStats::default());
+    let allocators: Vec<_> = (0..2)
+        .map(|n| {
+            let (url, stats) = (db.url.clone(), stats.clone());
+            std::thread::spawn(move || {
+                let dir = tempfile::tempdir().unwrap();
+                let setup = FleetSetup {
+                    url: url.clone(),
+                    namespace: "eu".into(),
+                    node_id: format!("n{n}"),
+                    data_dir: dir.path().to_path_buf(),
+                    faults: FleetFaults::default(),
+                    ceiling_step: 10,
+                };
+                let mut a = PgAuthority::new(Db::new(&url).unwrap(), setup, stats).unwrap();
+                (0..8)
+                    .map(|_| {
+                        let r = a.allocate(3).unwrap();
+                        (Instant::now(), r)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let handed: Vec<(Instant, IdRange)> = allocators
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let reads = reader.join().unwrap();
+    let mut checked = 0;
+    for r in &reads {
+        for (at, range) in &handed {
+            if r.is_fresh(*at) {
+                checked += 1;
+                assert!(
+                    r.may_be_issued(range.start) && r.may_be_issued(range.end - 1),
+                    "{range:?} handed out while a read sent {:?} earlier, with ranges {:?}, was \
+                     still trusted",
+                    at.saturating_duration_since(r.sent),
+                    r.ranges
+                );
+            }
+        }
+    }
+    let s = stats.snapshot();
+    assert!(s.ceiling_raises >= 3, "{s:?}");
+    assert!(s.ceiling_waits >= 2, "{s:?}");
+    assert!(
+        checked > 100,
+        "only {checked} (read, range) pairs were checked"
+    );
+    let ids: u64 = handed.iter().map(|(_, r)| r.len()).sum();
+    assert!(ids >= 16, "{ids} IDs");
 }

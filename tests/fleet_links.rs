@@ -750,3 +750,109 @@ fn concurrent_creates_are_each_judged_in_a_shared_statement() {
     eprintln!("{batched} of a's creates shared a statement");
     assert!(batched > 0, "no round batched its creates");
 }
+
+/// `n` pseudo-random 7-character base62 keys (a scanner's guesses), distinct per `seed`.
+fn random_keys(seed: u64, n: usize) -> Vec<String> {
+    const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            (0..7)
+                .map(|_| {
+                    // xorshift64
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    ALPHABET[(x % 62) as usize] as char
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Unknown-key floods: random 7-character keys on a 2-core node are answered 404 from a fresh
+/// read of the namespaces' ceilings, with no read-through query (the IDs they decode to are
+/// above every ceiling); a key whose ID is below it is still asked for. Once the ceilings
+/// read is stale (the feed paused: no reads), the same keys are read through again, never
+/// guessed. Fleet mode refuses custom aliases of the generated shape, which would defeat it.
+#[test]
+fn never_issued_generated_keys_are_answered_without_a_query() {
+    let Some(db) = TestDb::create("fleet_floods") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let dir = tempfile::tempdir().unwrap();
+    let pause = dir.path().join("pause-feed");
+    let pause_arg = pause.to_str().unwrap().to_owned();
+    let s = node(
+        &dir.path().join("a"),
+        &db.url,
+        "a",
+        "2",
+        &["--test-fleet-pause-feed", &pause_arg],
+    );
+    let made = Client::new(&s).create_ok("https://example.com/real", None);
+    // Ceilings are read once the feed caught up, then every 100 ms.
+    let t = Instant::now();
+    while metric(&s, "ricochet_fleet_shed_lookups_total") == 0 {
+        assert!(t.elapsed() < PROPAGATION_GIVE_UP, "nothing is ever shed");
+        let _ = answer(&s, &random_keys(t.elapsed().as_nanos() as u64, 1)[0]);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (q0, shed0) = (
+        metric(&s, "ricochet_fleet_read_queries_total"),
+        metric(&s, "ricochet_fleet_shed_lookups_total"),
+    );
+    let keys = random_keys(1, 2000);
+    let mut c = Client::new(&s);
+    for k in &keys {
+        assert_eq!(c.redirect(k).status, 404, "{k}");
+    }
+    let (q1, shed1) = (
+        metric(&s, "ricochet_fleet_read_queries_total"),
+        metric(&s, "ricochet_fleet_shed_lookups_total"),
+    );
+    // The namespace [1, 1e9) covers 1e9 / 62^7 of the ID space: ~0.6 of 2,000 keys.
+    assert!(q1 - q0 <= 10, "{} queries for 2,000 random keys", q1 - q0);
+    assert!(shed1 - shed0 >= 1990, "{} shed of 2,000", shed1 - shed0);
+    // A real key is still served, and a miss below the ceiling is still asked for (the key
+    // of an ID far ahead of a's segment, never issued).
+    assert_eq!(answer(&s, &made).0, 302);
+    let keygen = api::keygen(dir.path().join("a").as_path());
+    let below = String::from_utf8(keygen.key_for(500_000_000).to_vec()).unwrap();
+    let q = metric(&s, "ricochet_fleet_read_keys_total");
+    assert_eq!(answer(&s, &below).0, 404);
+    assert_eq!(metric(&s, "ricochet_fleet_read_keys_total"), q + 1);
+    // A custom alias of the generated shape is refused; others are fine.
+    let r = c.create(&json!({"long_url": "https://example.com/a", "custom_alias": "Abc1234"}));
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert!(
+        r.text().contains("shape of a generated key"),
+        "{}",
+        r.text()
+    );
+    c.create_ok("https://example.com/a", Some("Abc-1234"));
+    c.create_ok("https://example.com/a", Some("Abc12345"));
+    // A stale read sheds nothing: every key is read through (and still 404).
+    std::fs::write(&pause, b"").unwrap();
+    std::thread::sleep(Duration::from_millis(
+        fleet::ceiling::HIGH_WATER_FRESH_MS + 300,
+    ));
+    let (q0, shed0) = (
+        metric(&s, "ricochet_fleet_read_keys_total"),
+        metric(&s, "ricochet_fleet_shed_lookups_total"),
+    );
+    for k in &keys[..100] {
+        assert_eq!(c.redirect(k).status, 404, "{k}");
+    }
+    assert_eq!(metric(&s, "ricochet_fleet_shed_lookups_total"), shed0);
+    assert_eq!(metric(&s, "ricochet_fleet_read_keys_total") - q0, 100);
+    // Fresh again: shed again.
+    std::fs::remove_file(&pause).unwrap();
+    let t = Instant::now();
+    while metric(&s, "ricochet_fleet_shed_lookups_total") == shed0 {
+        assert!(t.elapsed() < PROPAGATION_GIVE_UP, "shedding never resumed");
+        let _ = answer(&s, &keys[100]);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

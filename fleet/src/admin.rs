@@ -1,8 +1,14 @@
 //! Operator commands on namespaces: create one, show one, and the runbook's raise of
 //! `next_id` (which refuses to lower it; the database's trigger refuses too).
 
+use crate::ceiling::CEILING_STEP;
 use crate::db::{Db, FleetError};
+use std::time::Duration;
 use tokio_postgres::error::SqlState;
+
+/// Longest `create_namespace` waits for the new namespace's first ceiling to mature (it takes
+/// `RANGE_MATURITY_MS` and three statements).
+pub const NAMESPACE_MATURE_DEADLINE_MS: u64 = 10_000;
 
 /// A namespace as the database holds it, with what its audit says.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,8 +24,9 @@ pub struct NamespaceRow {
     pub audited_max_end: u64,
 }
 
-/// Creates namespace `name` owning `[lo, hi)`. Creating it again with the same range is a
-/// no-op; a different range, or one that overlaps another namespace, is refused.
+/// Creates namespace `name` owning `[lo, hi)`, and returns once its first ceiling matured
+/// (about `RANGE_MATURITY_MS`). Creating it again with the same range is a no-op; a different
+/// range, or one that overlaps another namespace, is refused.
 pub fn create_namespace(
     db: &mut Db,
     name: &str,
@@ -37,9 +44,10 @@ pub fn create_namespace(
     let inserted = db.call("create namespace", async |c| {
         let r = c
             .execute(
-                "INSERT INTO ricochet_namespace (name, lo, hi, next_id) VALUES ($1, $2, $3, $2) \
+                "INSERT INTO ricochet_namespace (name, lo, hi, next_id, ceiling, ceiling_next) \
+                 VALUES ($1, $2::int8, $3::int8, $2::int8, $2::int8, least($3::int8, $2::int8 + $4::int8)) \
                  ON CONFLICT (name) DO NOTHING",
-                &[&name, &lo_i, &hi_i],
+                &[&name, &lo_i, &hi_i, &(CEILING_STEP as i64)],
             )
             .await;
         match r {
@@ -60,6 +68,13 @@ pub fn create_namespace(
             "namespace {name} [{lo}, {hi}) refused by the database: {detail}"
         )));
     }
+    // A new namespace is a raise from nothing: nodes that read the ceilings before it existed
+    // must have read them again before its first ID is handed out.
+    crate::ceiling::mature(
+        db,
+        name,
+        Duration::from_millis(NAMESPACE_MATURE_DEADLINE_MS),
+    )?;
     let row = show_namespace(db, name)?
         .ok_or_else(|| FleetError::Refused(format!("namespace {name} vanished")))?;
     if row.lo != lo || row.hi != hi {
@@ -120,7 +135,13 @@ pub fn raise_next_id(db: &mut Db, name: &str, to: u64) -> Result<NamespaceRow, F
     let to_i = to as i64;
     let n = db.call("raise next_id", async |c| {
         c.execute(
-            "UPDATE ricochet_namespace SET next_id = $2 WHERE name = $1 AND next_id <= $2",
+            // IDs below `to` count as issued at once (they may have been, by the lost
+            // primary), which only makes a node shed less; a raise under way that `to`
+            // passes is done with.
+            "UPDATE ricochet_namespace SET next_id = $2, ceiling = greatest(ceiling, $2), \
+                 ceiling_next = CASE WHEN ceiling_next > $2 THEN ceiling_next END, \
+                 ceiling_next_seen = CASE WHEN ceiling_next > $2 THEN ceiling_next_seen END \
+             WHERE name = $1 AND next_id <= $2",
             &[&name, &to_i],
         )
         .await

@@ -8,7 +8,10 @@
 //! 2. the evidence check: the node's last confirmed interval ([`Evidence`]) must still be in
 //!    the audit and `next_id` at or past its end, else the authority was rolled back (a
 //!    lagging replica promoted): fenced for good;
-//! 3. `start = next_id`, `end = min(start + len, hi)` (`start >= hi`: exhausted);
+//! 3. the ceiling (`crate::ceiling`): a raise under way is stamped seen or promoted; then
+//!    `start = next_id`, `end = min(start + len, ceiling)` (`start >= hi`: exhausted; nothing
+//!    below the ceiling: commit the stamp and try again once the raise is ripe), and a raise
+//!    is started when less than half a step of headroom is left;
 //!    `UPDATE ... SET next_id = end WHERE name = $ns AND next_id = start` must touch one row;
 //!    `INSERT` the audit row `(request_id, namespace, start, end, node, instance)`;
 //! 4. `COMMIT`. A server error before or at COMMIT means nothing was committed. No reply to
@@ -25,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use shards::alloc::{Authority, AuthorityError, IdRange, MAX_SEGMENT_LEN, MIN_SEGMENT_LEN};
 
+use crate::ceiling::{raise_for, Advanced, ADVANCE_SQL, RANGE_MATURITY_MS};
 use crate::db::{Db, FailureClass, FleetError, SessionId};
 use crate::evidence::Evidence;
 use crate::stats::FleetStats;
@@ -49,6 +53,9 @@ pub struct FleetSetup {
     pub node_id: String,
     pub data_dir: PathBuf,
     pub faults: FleetFaults,
+    /// How far a ceiling raise lifts the namespace's ceiling: [`crate::CEILING_STEP`]; tests
+    /// make it small to reach raises and their maturity.
+    pub ceiling_step: u64,
 }
 
 /// Phase 1's outcome: the transaction is open with the range written, or closed.
@@ -56,9 +63,19 @@ enum Prepared {
     Ready(IdRange),
     NoNamespace,
     Exhausted,
-    RolledBack { next_id: u64, audited: i64 },
+    RolledBack {
+        next_id: u64,
+        audited: i64,
+    },
     Raced(u64),
+    /// Every ID below the ceiling is issued and its raise is not ripe yet: committed (the
+    /// raise's stamp), try again after this long.
+    Maturing(Duration),
 }
+
+/// Tries an allocation makes while a ceiling raise matures (each waits out its remainder, so
+/// two suffice; the third is margin for a stamp rolled back by a failed transaction).
+const MATURING_TRIES: u32 = 3;
 
 /// How COMMIT went.
 enum Committed {
@@ -87,6 +104,12 @@ impl PgAuthority {
         setup: FleetSetup,
         stats: Arc<FleetStats>,
     ) -> Result<PgAuthority, FleetError> {
+        if setup.ceiling_step < 2 {
+            return Err(FleetError::Refused(format!(
+                "ceiling step {} is below 2",
+                setup.ceiling_step
+            )));
+        }
         let evidence = Evidence::load(&setup.data_dir)?;
         if let Some(e) = &evidence {
             if e.namespace != setup.namespace {
@@ -118,8 +141,27 @@ impl PgAuthority {
     fn try_allocate(&mut self, len: u64) -> Result<IdRange, (FailureClass, AuthorityError)> {
         self.allocations += 1;
         let request_id = random_hex(16);
-        let range = match self.prepare(&request_id, len) {
+        let mut tries = 0;
+        let prepared = loop {
+            match self.prepare(&request_id, len) {
+                Ok(Prepared::Maturing(wait)) if tries < MATURING_TRIES => {
+                    tries += 1;
+                    self.stats.ceiling_wait();
+                    std::thread::sleep(wait + Duration::from_millis(5));
+                }
+                other => break other,
+            }
+        };
+        let range = match prepared {
             Ok(Prepared::Ready(range)) => range,
+            Ok(Prepared::Maturing(_)) => {
+                let reason = format!(
+                    "namespace {:?}: every ID below its ceiling is issued and the raise did not \
+                     mature within {MATURING_TRIES} tries",
+                    self.setup.namespace
+                );
+                return Err((FailureClass::Database, AuthorityError::Unavailable(reason)));
+            }
             Ok(Prepared::Exhausted) => {
                 return Err((FailureClass::Database, AuthorityError::Exhausted));
             }
@@ -196,6 +238,7 @@ impl PgAuthority {
         let evidence = self.evidence.clone();
         let len = len as i64;
         let stats = self.stats.clone();
+        let step = self.setup.ceiling_step;
         self.db.call("allocation", async |c| {
             c.batch_execute(&format!(
                 "BEGIN; SET LOCAL lock_timeout = '{LOCK_TIMEOUT_MS}ms'; \
@@ -204,7 +247,8 @@ impl PgAuthority {
             .await?;
             let Some(row) = c
                 .query_opt(
-                    "SELECT next_id, hi FROM ricochet_namespace WHERE name = $1 FOR UPDATE",
+                    "SELECT next_id, hi, ceiling, ceiling_next IS NOT NULL \
+                     FROM ricochet_namespace WHERE name = $1 FOR UPDATE",
                     &[&ns],
                 )
                 .await?
@@ -213,6 +257,16 @@ impl PgAuthority {
                 return Ok(Prepared::NoNamespace);
             };
             let (next_id, hi): (i64, i64) = (row.get(0), row.get(1));
+            let mut ceiling = Advanced {
+                ceiling: row.get::<_, i64>(2) as u64,
+                pending: None,
+            };
+            if row.get::<_, bool>(3) {
+                let maturity = RANGE_MATURITY_MS as i64;
+                if let Some(r) = c.query_opt(ADVANCE_SQL, &[&ns, &maturity]).await? {
+                    ceiling = Advanced::from_row(&r);
+                }
+            }
             stats.saw(next_id as u64, hi as u64);
             if let Some(e) = &evidence {
                 let audited: i64 = c
@@ -235,7 +289,31 @@ impl PgAuthority {
                 c.batch_execute("ROLLBACK").await?;
                 return Ok(Prepared::Exhausted);
             }
-            let end = next_id.saturating_add(len).min(hi);
+            let end = next_id.saturating_add(len).min(ceiling.ceiling as i64);
+            let raise = match ceiling.pending {
+                Some(_) => None,
+                None => raise_for(end as u64, ceiling.ceiling, hi as u64, step),
+            };
+            if let Some(to) = raise {
+                c.execute(
+                    "UPDATE ricochet_namespace SET ceiling_next = $2 WHERE name = $1",
+                    &[&ns, &(to as i64)],
+                )
+                .await?;
+                stats.ceiling_raise();
+            }
+            if end <= next_id {
+                // Nothing issuable below the ceiling: keep the stamp (or the new raise) and
+                // come back once the raise is ripe.
+                c.batch_execute("COMMIT").await?;
+                // A raise made just now is stamped by the next try; one under way is ripe after
+                // the rest of its maturity.
+                let wait = match raise {
+                    Some(_) => Duration::ZERO,
+                    None => ceiling.wait(),
+                };
+                return Ok(Prepared::Maturing(wait));
+            }
             let n = c
                 .execute(
                     "UPDATE ricochet_namespace SET next_id = $1 WHERE name = $2 AND next_id = $3",

@@ -13,6 +13,8 @@
 //! - `admin.rs`: namespaces and the runbook's `raise-next-id`.
 //! - `authority.rs`: [`PgAuthority`], the seed's allocation transaction, uncertain commits,
 //!   rollback detection.
+//! - `ceiling.rs`: namespace ceilings, their two-step raise, and the reads that let a node
+//!   answer 404 for a never-issued generated key without a query.
 //! - `evidence.rs`: the node's fsynced record of its last confirmed allocation.
 //! - `stats.rs`: counters and latency histogram for `/metrics` and `/readyz`.
 //! - `feed.rs`: the change feed's commit-safe poll of `ricochet_links`.
@@ -22,6 +24,7 @@
 
 mod admin;
 mod authority;
+pub mod ceiling;
 mod db;
 mod evidence;
 pub mod feed;
@@ -32,6 +35,7 @@ mod stats;
 
 pub use admin::{create_namespace, raise_next_id, show_namespace, NamespaceRow};
 pub use authority::{FleetFaults, FleetSetup, PgAuthority};
+pub use ceiling::{CEILING_STEP, RANGE_MATURITY_MS};
 pub use db::{check_url, Db, FailureClass, FleetError};
 pub use evidence::{Evidence, EVIDENCE_FILE_NAME};
 pub use schema::{init, load_secret, schema_version, InitReport, MIGRATIONS, SCHEMA_VERSION};

@@ -8,10 +8,11 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (2, include_str!("../migrations/0002_links.sql")),
     (3, include_str!("../migrations/0003_idempotency.sql")),
     (4, include_str!("../migrations/0004_api_keys.sql")),
+    (5, include_str!("../migrations/0005_ceiling.sql")),
 ];
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// Serializes concurrent `fleet init` runs (`pg_advisory_xact_lock`; "ricoche" in ASCII).
 const INIT_LOCK: i64 = 0x0072_6963_6f63_6865;

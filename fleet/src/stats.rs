@@ -40,6 +40,12 @@ pub struct FleetStats {
     /// Read-through: queries sent and keys asked for in them.
     read_queries: AtomicU64,
     read_keys: AtomicU64,
+    /// Ceilings (`ceiling.rs`): raises this node started, allocations that waited for one to
+    /// mature, and lookups answered 404 without a query because the key's ID is above every
+    /// namespace's freshly read ceiling.
+    ceiling_raises: AtomicU64,
+    ceiling_waits: AtomicU64,
+    shed_lookups: AtomicU64,
 }
 
 /// A copy of [`FleetStats`] for encoding.
@@ -64,6 +70,9 @@ pub struct FleetStatsSnapshot {
     pub feed_caught_up_ms: u64,
     pub read_queries: u64,
     pub read_keys: u64,
+    pub ceiling_raises: u64,
+    pub ceiling_waits: u64,
+    pub shed_lookups: u64,
 }
 
 impl FleetStats {
@@ -113,6 +122,19 @@ impl FleetStats {
     /// A poll found nothing new at Unix ms `now_ms`.
     pub fn feed_caught_up(&self, now_ms: u64) {
         self.feed_caught_up_ms.store(now_ms, Ordering::Relaxed);
+    }
+
+    pub(crate) fn ceiling_raise(&self) {
+        self.ceiling_raises.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn ceiling_wait(&self) {
+        self.ceiling_waits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A lookup was answered 404 from a fresh ceiling read, without a query.
+    pub fn shed(&self) {
+        self.shed_lookups.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn unknown_outcome(&self) {
@@ -177,6 +199,9 @@ impl FleetStats {
             feed_caught_up_ms: load(&self.feed_caught_up_ms),
             read_queries: load(&self.read_queries),
             read_keys: load(&self.read_keys),
+            ceiling_raises: load(&self.ceiling_raises),
+            ceiling_waits: load(&self.ceiling_waits),
+            shed_lookups: load(&self.shed_lookups),
         }
     }
 }

@@ -7,7 +7,7 @@ def worker(w):
     s = socket.create_connection(('127.0.0.1', port))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     for i in range(w, n, 16):
-        body = b'{"long_url":"https://example.com/perf/%d","custom_alias":"k%d"}' % (i, i)
+        body = b'{"long_url":"https://example.com/perf/%d","custom_alias":"k-%d"}' % (i, i)
         req = (b'POST /api/v1/urls HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ' + key +
                b'\r\nContent-Length: %d\r\n\r\n%s' % (len(body), body))
         s.sendall(req); d = b''

@@ -2,6 +2,7 @@
 //! core's ID ranges ([`SegmentBuffer`]) mapped through the keyed Feistel permutation. Creates
 //! that find no ID on hand wait here for the allocator thread's next range.
 
+use crate::api::problem::Problem;
 use crate::api::request::CreateRequest;
 use crate::key::InlineKey;
 use crate::mesh::{ApiMsg, Mesh, ReplyTo, WriteOutcome, WriteReq};
@@ -40,6 +41,9 @@ pub struct Creates {
     fenced: bool,
     /// Generated IDs taken from the segment buffer (`/metrics`).
     ids_used: u64,
+    /// Fleet mode: custom aliases shaped like generated keys are refused
+    /// ([`Creates::check_alias`]).
+    generated_shape_reserved: bool,
 }
 
 impl Creates {
@@ -49,6 +53,7 @@ impl Creates {
         segments: SegmentBuffer,
         alloc: AllocClient,
         keygen: Arc<KeyGen>,
+        generated_shape_reserved: bool,
     ) -> Creates {
         Creates {
             me,
@@ -59,7 +64,33 @@ impl Creates {
             waiters: VecDeque::new(),
             fenced: false,
             ids_used: 0,
+            generated_shape_reserved,
         }
+    }
+
+    /// Fleet mode reserves the generated keys' shape (exactly 7 letters and digits) for
+    /// generated keys: a node answers 404 for such a key whose ID was never issued without
+    /// asking the database (docs/fleet.md, "Unknown-key floods"), which an alias of that shape
+    /// would defeat. Single nodes take such aliases (a generated create that meets one takes
+    /// the next ID).
+    pub fn check_alias(&self, req: &CreateRequest) -> Result<(), Problem> {
+        let Some(alias) = &req.custom_alias else {
+            return Ok(());
+        };
+        if self.generated_shape_reserved
+            && shards::keygen::base62_decode7(alias.as_bytes()).is_some()
+        {
+            return Err(Problem::invalid_field(
+                Some("custom_alias"),
+                format!(
+                    "custom_alias \"{alias}\" has the shape of a generated key (exactly {} letters \
+                     and digits), which fleet mode reserves for generated keys; make it longer or \
+                     shorter, or add '-' or '_'",
+                    shards::keygen::KEY_CHARS
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Publishes the ID gauges (`/metrics`): IDs on hand, rate, backoff.

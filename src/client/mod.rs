@@ -285,6 +285,9 @@ impl ApiClient {
                 Ok(cr) => cr,
                 Err(p) => return problem(out, p),
             };
+            if let Err(p) = self.creates.check_alias(&cr) {
+                return problem(out, p);
+            }
             let idem = match req.idempotency_key {
                 Some(h) => match IdemScope::new(key_id, h) {
                     Ok(s) => Some(s),

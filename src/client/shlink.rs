@@ -300,6 +300,9 @@ impl ApiClient {
                     Ok(Err(p)) => return fail(out, ShlinkError::from_native(&p)),
                     Err(e) => return fail(out, e),
                 };
+                if let Err(p) = self.creates.check_alias(&cr) {
+                    return fail(out, ShlinkError::from_native(&p));
+                }
                 let op = ApiOp::Create {
                     req: Box::new(cr.clone()),
                     created_at_s: now_s,

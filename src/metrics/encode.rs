@@ -532,6 +532,27 @@ fn encode_fleet(enc: &mut DescriptorEncoder, f: &fleet::FleetStatsSnapshot) -> f
     )?;
     plain(
         enc,
+        "ricochet_fleet_shed_lookups",
+        "Local misses answered 404 without a query: a generated key whose ID is above every namespace's freshly read ceiling",
+        Counter,
+        f.shed_lookups,
+    )?;
+    plain(
+        enc,
+        "ricochet_fleet_ceiling_raises",
+        "Namespace ceiling raises this node's allocations started",
+        Counter,
+        f.ceiling_raises,
+    )?;
+    plain(
+        enc,
+        "ricochet_fleet_ceiling_waits",
+        "Allocations that waited for a ceiling raise to mature",
+        Counter,
+        f.ceiling_waits,
+    )?;
+    plain(
+        enc,
         "ricochet_fleet_feed_rows",
         "Change feed rows made durable on their owner cores",
         Counter,

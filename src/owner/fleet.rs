@@ -27,14 +27,17 @@ use crate::fleet_sync::{FeedAck, FeedLink};
 use crate::key::InlineKey;
 use crate::mesh::{Answer, Fetched, RedirectMsg, Target};
 use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReplyTo, WriteOutcome, WriteReq};
+use fleet::ceiling::Ceilings;
 use fleet::links::{
     ExpiryChange, LinkWrite, LinkWritten, ReadAnswer, ReadJob, ReaderHandle, Stored, WriteAnswer,
     WriteJob, WriterHandle,
 };
+use shards::keygen::KeyGen;
 use shards::link::RedirectStatus;
 use shards::log::{LinkFields, LogOpRef};
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Lookups one key may have waiting for the database; more answer 503 at once.
 pub const MAX_READ_WAITERS_PER_KEY: usize = 1024;
@@ -64,6 +67,12 @@ pub struct FleetLinks {
     /// Keys whose API write this node committed at the version given and the feed has not
     /// delivered yet: their memtable entry is not folded away (see the module doc).
     pub unconfirmed: HashMap<InlineKey, u64, ahash::RandomState>,
+    /// The namespaces' ceilings as last read (`fleet_sync`), and what decodes a generated
+    /// key to its ID: a miss whose ID is above every ceiling of a fresh read is answered 404
+    /// without a query ([`Owner::read_through`]).
+    ceilings: Option<Arc<Ceilings>>,
+    keygen: Arc<KeyGen>,
+    stats: Arc<fleet::FleetStats>,
 }
 
 impl FleetLinks {
@@ -71,6 +80,8 @@ impl FleetLinks {
         writer: WriterHandle,
         reader: ReaderHandle,
         acks: crossbeam::channel::Sender<FeedAck>,
+        keygen: Arc<KeyGen>,
+        stats: Arc<fleet::FleetStats>,
     ) -> FleetLinks {
         FleetLinks {
             writer,
@@ -81,7 +92,27 @@ impl FleetLinks {
             acks,
             batches: HashMap::new(),
             unconfirmed: HashMap::default(),
+            ceilings: None,
+            keygen,
+            stats,
         }
+    }
+
+    /// A new read of the namespaces' ceilings.
+    pub fn on_ceilings(&mut self, c: Arc<Ceilings>) {
+        self.ceilings = Some(c);
+    }
+
+    /// Whether `key` is a generated key that cannot have been issued yet: its ID is above
+    /// every namespace's ceiling in a read sent less than `HIGH_WATER_FRESH_MS` ago. Fleet
+    /// nodes refuse custom aliases of the generated shape, so such a key has no link.
+    fn never_issued(&self, key: &InlineKey, now: Instant) -> bool {
+        let Some(c) = self.ceilings.as_deref().filter(|c| c.is_fresh(now)) else {
+            return false;
+        };
+        self.keygen
+            .id_for(key.as_bytes())
+            .is_some_and(|id| !c.may_be_issued(id))
     }
 }
 
@@ -89,6 +120,13 @@ impl Owner {
     /// Fleet mode: writes go through the fleet database.
     pub fn set_fleet(&mut self, links: FleetLinks) {
         self.fleet = Some(links);
+    }
+
+    /// A new read of the namespaces' ceilings (fleet mode).
+    pub fn on_ceilings(&mut self, c: Arc<Ceilings>) {
+        if let Some(f) = self.fleet.as_mut() {
+            f.on_ceilings(c);
+        }
     }
 
     /// Whether a local miss is asked of the fleet database (fleet mode).
@@ -100,6 +138,10 @@ impl Owner {
     /// A lookup of a key this node does not hold: ask the database, once per key at a time.
     pub(super) fn read_through(&mut self, reply: ReplyTo, key: InlineKey, mesh: &mut Mesh) {
         let fleet = self.fleet.as_mut().expect("fleet mode");
+        if fleet.never_issued(&key, Instant::now()) {
+            fleet.stats.shed();
+            return fetched_to(mesh, &[reply], key, &Fetched::Absent);
+        }
         if let Some(f) = fleet.reads.get_mut(&key) {
             if f.asked.len() + f.later.len() < MAX_READ_WAITERS_PER_KEY {
                 return f.later.push(reply);

@@ -49,6 +49,7 @@ fn main() -> anyhow::Result<()> {
                         node_id: format!("bench{i}"),
                         data_dir: dir.clone(),
                         faults: fleet::FleetFaults::default(),
+                        ceiling_step: fleet::CEILING_STEP,
                     };
                     let mut auth =
                         fleet::PgAuthority::new(fleet::Db::new(&url)?, setup, Arc::default())?;
