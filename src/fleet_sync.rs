@@ -219,6 +219,7 @@ impl Follower {
         let mut batch = 0u64;
         let mut caught_up_once = false;
         let mut ceilings_read: Option<Instant> = None;
+        let mut ceilings_failing = false;
         while !self.stop.load(Ordering::Relaxed) {
             if self.pause_file.as_ref().is_some_and(|p| p.exists()) {
                 std::thread::sleep(Duration::from_millis(FEED_POLL_INTERVAL_MS));
@@ -227,7 +228,14 @@ impl Follower {
             let refresh = Duration::from_millis(fleet::ceiling::HIGH_WATER_REFRESH_MS);
             if caught_up_once && ceilings_read.is_none_or(|t| t.elapsed() >= refresh) {
                 ceilings_read = Some(Instant::now());
-                self.send_ceilings();
+                match self.send_ceilings() {
+                    Ok(()) => ceilings_failing = false,
+                    Err(e) if !ceilings_failing => {
+                        ceilings_failing = true;
+                        eprintln!("fleet: reading the namespaces' ceilings failed: {e}");
+                    }
+                    Err(_) => {}
+                }
             }
             let rows = match fleet::feed::poll(&mut self.db, &cursor, FEED_BATCH_ROWS) {
                 Ok(r) => r,
@@ -272,20 +280,17 @@ impl Follower {
         }
     }
 
-    /// Reads the namespaces' ceilings and offers them to every core. Only once the feed has
-    /// caught up since start: a custom alias of the generated shape written before fleet
-    /// nodes refused them (schema 5) is then held here, never shed. A read that fails or a
-    /// core's full queue only leave that core's last read to go stale (it then reads through).
-    fn send_ceilings(&mut self) {
-        match fleet::ceiling::read(&mut self.db) {
-            Ok(c) => {
-                let c = Arc::new(c);
-                for core in 0..self.outlets.cores() {
-                    let _ = self.outlets.offer(core, FleetToCore::Ceilings(c.clone()));
-                }
-            }
-            Err(e) => eprintln!("fleet: reading the namespaces' ceilings failed: {e}"),
+    /// Reads the namespaces' ceilings and offers them to every core. Called only once the feed
+    /// has caught up since start: a custom alias of the generated shape written before fleet
+    /// nodes refused them (schema 5) is then held here, never shed. A failed read (the caller
+    /// logs the first of a run) or a core's full queue only lets that core's last read go
+    /// stale, and a stale read sheds nothing.
+    fn send_ceilings(&mut self) -> Result<(), fleet::FleetError> {
+        let c = Arc::new(fleet::ceiling::read(&mut self.db)?);
+        for core in 0..self.outlets.cores() {
+            let _ = self.outlets.offer(core, FleetToCore::Ceilings(c.clone()));
         }
+        Ok(())
     }
 
     /// Hands each owner core its rows of `batch` and waits until all are durable there.
