@@ -241,6 +241,11 @@ impl Core {
             return false;
         };
         let mut any = false;
+        for reply in self.api.take_lost_stats() {
+            any = true;
+            self.api.stats_done();
+            self.conns.on_stats_answer(reply, None, &self.clock);
+        }
         while let Ok(m) = inbox.try_recv() {
             any = true;
             match m {
@@ -249,12 +254,13 @@ impl Core {
                 }
                 crate::analytics::ToCore::Stats { reply, body } => {
                     self.api.stats_done();
-                    self.conns.on_stats_answer(reply, &body, &self.clock)
+                    self.conns
+                        .on_stats_answer(reply, body.as_deref(), &self.clock)
                 }
                 crate::analytics::ToCore::GlobalPart { reply, part } => {
                     let dropped = self.shared.clicks.as_ref().map_or(0, |c| c.dropped_total());
                     if let Some(body) = self.api.gather(reply, *part, dropped) {
-                        self.conns.on_stats_answer(reply, &body, &self.clock)
+                        self.conns.on_stats_answer(reply, Some(&body), &self.clock)
                     }
                 }
             }

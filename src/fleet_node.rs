@@ -27,6 +27,49 @@ pub struct FleetNode {
     pub stats: Arc<fleet::FleetStats>,
 }
 
+/// The data dir's identity in the fleet's click tables (`ricochet_click_nodes`), relative to
+/// the data dir: a wiped dir counts under a new one, and the old rows stay.
+pub const CLICK_IDENTITY_FILE: &str = "fleet-clicks.id";
+
+/// This data dir's click identity (32 hex digits), made at its first fleet start. A damaged
+/// file is refused: another identity would leave this node's rows in the database counted
+/// next to the new ones.
+pub fn click_identity(data_dir: &Path) -> anyhow::Result<String> {
+    let path = data_dir.join(CLICK_IDENTITY_FILE);
+    const PREFIX: &str = "ricochet-click-node 1 ";
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let id = text
+                .strip_prefix(PREFIX)
+                .and_then(|t| t.strip_suffix('\n'))
+                .filter(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+                .filter(|id| id.bytes().all(|b| !b.is_ascii_uppercase()));
+            match id {
+                Some(id) => Ok(id.to_owned()),
+                None => bail!(
+                    "{} is damaged (expected `{PREFIX}<32 hex digits>`); restore it, or this \
+                     node's clicks already in the fleet database would be counted twice",
+                    path.display()
+                ),
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut b = [0u8; 16];
+            getrandom::getrandom(&mut b).context("no randomness for the click identity")?;
+            let id: String = b.iter().map(|x| format!("{x:02x}")).collect();
+            shards::durable::write_atomic(
+                data_dir,
+                CLICK_IDENTITY_FILE,
+                format!("{PREFIX}{id}\n").as_bytes(),
+                0o644,
+            )
+            .with_context(|| format!("writing {}", path.display()))?;
+            Ok(id)
+        }
+        Err(e) => bail!("reading {}: {e}", path.display()),
+    }
+}
+
 /// The file that marks a data dir as a fleet node's.
 pub const MARKER_FILE: &str = "fleet-node";
 
@@ -42,7 +85,8 @@ pub fn check_marker(data_dir: &Path, fleet_mode: bool, holds: u64) -> anyhow::Re
     let marked = match std::fs::read(&path) {
         Ok(bytes) if bytes == MARKER => true,
         Ok(_) => bail!(
-            "{} is not a ricochet fleet marker (damaged or foreign); refusing to guess whether              this data dir belongs to a fleet",
+            "{} is not a ricochet fleet marker (damaged or foreign); refusing to guess whether \
+             this data dir belongs to a fleet",
             path.display()
         ),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
@@ -51,7 +95,8 @@ pub fn check_marker(data_dir: &Path, fleet_mode: bool, holds: u64) -> anyhow::Re
     match (fleet_mode, marked) {
         (true, true) | (false, false) => Ok(()),
         (false, true) => bail!(
-            "data dir {} belongs to a fleet node ({} is there): start it with --fleet-pg, or              `ricochet export` its links and import them into a single-node data dir",
+            "data dir {} belongs to a fleet node ({} is there): start it with --fleet-pg, or \
+             `ricochet export` its links and import them into a single-node data dir",
             data_dir.display(),
             MARKER_FILE
         ),

@@ -265,12 +265,30 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         }
     });
     let click_stats = Arc::new(crate::analytics::ClickStats::new(cores));
+    let fleet_click_stats = Arc::new(crate::analytics::fleet::FleetClickStats::default());
+    let fleet_clicks = match &opts.fleet {
+        Some(f) if opts.analytics.mode != crate::analytics::Mode::Off => {
+            let totals = click_stats.clone();
+            Some(crate::analytics::fleet::FleetClicksSetup {
+                url: f.url.clone(),
+                node: crate::fleet_node::click_identity(dir.path())?,
+                node_id: f.node_id.clone(),
+                retention_days: opts.analytics.retention_days,
+                cores,
+                stats: fleet_click_stats.clone(),
+                dropped: Arc::new(move || totals.dropped_total()),
+            })
+        }
+        _ => None,
+    };
+    let fleet_clicks_on = fleet_clicks.is_some();
     let analytics = crate::analytics::start(
         &opts.analytics,
         dir.path(),
         router,
         doorbells.clone(),
         click_stats.clone(),
+        fleet_clicks,
     )?;
     let (core_clicks, aggregators) = match analytics {
         Some((c, a)) => (c.into_iter().map(Some).collect(), Some(a)),
@@ -293,6 +311,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         ready_for_creates: Default::default(),
         openapi_json: crate::api::openapi::to_json(),
         clicks: aggregators.as_ref().map(|_| click_stats.clone()),
+        fleet_clicks: fleet_clicks_on.then(|| fleet_click_stats.clone()),
         test_stall: opts
             .test_stall
             .map(|(core, after_ms)| crate::test_faults::TestStall::new(core, after_ms)),
@@ -376,7 +395,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         if let Some(cc) = core_clicks.next().expect("one per core") {
             conns.set_clicks(cc.combiner, cc.client_ip);
             owner.set_clicks(cc.control[core].clone());
-            api.set_clicks(cc.control);
+            api.set_clicks(cc.control, cc.fleet_queries);
             clicks_inbox = Some(cc.inbox);
         }
         let setup = CoreSetup {

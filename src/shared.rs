@@ -28,6 +28,8 @@ pub struct Shared {
     pub openapi_json: Vec<u8>,
     /// Click analytics counters (`None` with `--analytics off`).
     pub clicks: Option<Arc<crate::analytics::ClickStats>>,
+    /// Fleet mode's click flusher counters (`None` outside fleet mode or without analytics).
+    pub fleet_clicks: Option<Arc<crate::analytics::fleet::FleetClickStats>>,
     /// Test only (`--test-stall-core`): a core that blocks its loop once.
     pub test_stall: Option<crate::test_faults::TestStall>,
 }

@@ -15,6 +15,8 @@
 //!   rollback detection.
 //! - `ceiling.rs`: namespace ceilings, their two-step raise, and the reads that let a node
 //!   answer 404 for a never-issued generated key without a query.
+//! - `clicks.rs`: every node's per-link-day click states, flushed once each, and the
+//!   fleet-wide sums the stats API answers from.
 //! - `evidence.rs`: the node's fsynced record of its last confirmed allocation.
 //! - `stats.rs`: counters and latency histogram for `/metrics` and `/readyz`.
 //! - `feed.rs`: the change feed's commit-safe poll of `ricochet_links`.
@@ -25,6 +27,7 @@
 mod admin;
 mod authority;
 pub mod ceiling;
+pub mod clicks;
 mod db;
 mod evidence;
 pub mod feed;

@@ -516,9 +516,15 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
         LinkWrite::Delete { key, now_s } => {
             let row = c
                 .query_opt(
-                    "UPDATE ricochet_links SET deleted = true \
-                      WHERE key = $1 AND NOT deleted AND (expires_at = 0 OR expires_at > $2) \
-                     RETURNING version",
+                    // Every node's clicks of the link go in the same statement; each node
+                    // also drops its own rows when the tombstone reaches it (a flush it made
+                    // before then may have written some back).
+                    "WITH d AS (UPDATE ricochet_links SET deleted = true \
+                                 WHERE key = $1 AND NOT deleted \
+                                   AND (expires_at = 0 OR expires_at > $2) \
+                                RETURNING key, version), \
+                          c AS (DELETE FROM ricochet_click_days WHERE key IN (SELECT key FROM d)) \
+                     SELECT version FROM d",
                     &[key, &(*now_s as i64)],
                 )
                 .await?;

@@ -76,6 +76,9 @@ pub struct AggregatorSetup {
     pub geoip: Option<Arc<maxminddb::Reader<Vec<u8>>>>,
     /// Test only: every click log write fails.
     pub fail_sync: bool,
+    /// Fleet mode: where durable states go to be flushed to the fleet database
+    /// (`analytics::fleet`).
+    pub fleet: Option<Sender<super::fleet::FlushPart>>,
 }
 
 /// What filters a purged key: per source core, the last message number holding clicks of
@@ -113,6 +116,10 @@ pub struct Aggregator {
     /// `--click-export`, and the lines of a sync that failed (written after the retry).
     exporter: Option<super::export::Exporter>,
     retry_lines: (Vec<u8>, u64),
+    /// Fleet mode: states and purges not yet handed to the flusher (its queue was full, or
+    /// the sync that made them durable failed and is retried first).
+    fleet_part: super::fleet::FlushPart,
+    fleet_unsynced: super::fleet::FlushPart,
 }
 
 impl Aggregator {
@@ -143,6 +150,8 @@ impl Aggregator {
             snapshot_after: CLICK_LOG_SNAPSHOT_BYTES,
             exporter,
             retry_lines: (Vec::new(), 0),
+            fleet_part: super::fleet::FlushPart::default(),
+            fleet_unsynced: super::fleet::FlushPart::default(),
             s,
         }
     }
@@ -474,6 +483,16 @@ impl Aggregator {
                 let mut bytes = std::mem::take(&mut self.retry);
                 codec::encode(&r, &mut bytes);
                 let ok = self.write(bytes);
+                if ok && self.s.fleet.is_some() {
+                    // The node's rows of the key go from the fleet database too. States of
+                    // the old link not handed over yet are dropped: every state of the key
+                    // after this purge in a part is a new link's.
+                    let name = key.as_str().to_owned();
+                    self.fleet_unsynced.rows.retain(|r| r.key != name);
+                    self.fleet_part.rows.retain(|r| r.key != name);
+                    self.fleet_part.purged.push(name);
+                    self.hand_to_flusher();
+                }
                 if ok && self.exporter.is_some() {
                     let now = super::combiner::unix_ms();
                     let id = self.exporter.as_ref().expect("checked").next_id(0, now);
@@ -510,10 +529,13 @@ impl Aggregator {
             }
             Control::Stats { reply, query } => {
                 let body = self.answer(&query);
-                let _ = self
-                    .s
-                    .replies
-                    .offer(reply.core as usize, ToCore::Stats { reply, body });
+                let _ = self.s.replies.offer(
+                    reply.core as usize,
+                    ToCore::Stats {
+                        reply,
+                        body: Some(body),
+                    },
+                );
             }
         }
     }
@@ -525,38 +547,59 @@ impl Aggregator {
     }
 
     /// Group commit: logs the state of every link-day changed since the last sync, in one
-    /// fdatasync (after anything a failed write left).
+    /// fdatasync (after anything a failed write left); then exports them and, in fleet mode,
+    /// hands them to the flusher.
     fn sync(&mut self) {
         let mut bytes = std::mem::take(&mut self.retry);
-        let Some(x) = &self.exporter else {
-            self.s.store.encode_dirty(&mut bytes);
-            if !bytes.is_empty() {
-                self.write(bytes);
-            }
-            return;
-        };
         let now = super::combiner::unix_ms();
         let (mut lines, mut n) = std::mem::take(&mut self.retry_lines);
+        let fleet = self.s.fleet.is_some();
+        let part = &mut self.fleet_unsynced;
         let mut nf = Vec::new();
+        let x = self.exporter.as_ref();
         self.s.store.drain_dirty(
             |key, day, l| {
                 codec::encode_state(key, day, l, &mut bytes);
-                let id = x.next_id(n, now);
-                super::export::state_line(&id, now, key, day, l, &mut lines);
-                n += 1;
+                if let Some(x) = x {
+                    let id = x.next_id(n, now);
+                    super::export::state_line(&id, now, key, day, l, &mut lines);
+                    n += 1;
+                }
+                if fleet {
+                    part.rows.push(super::fleet::click_row(key, day, l));
+                }
             },
             |day, count| nf.push(Record::NotFound { day, count }),
         );
         for r in &nf {
             codec::encode(r, &mut bytes);
+            if let (true, Record::NotFound { day, count }) = (fleet, r) {
+                part.not_found.push((*day, *count));
+            }
         }
-        if bytes.is_empty() {
-            return;
-        }
-        if self.write(bytes) {
+        if !bytes.is_empty() {
+            if !self.write(bytes) {
+                self.retry_lines = (lines, n);
+                return;
+            }
             self.export(&lines, n, now);
-        } else {
-            self.retry_lines = (lines, n);
+        }
+        self.hand_to_flusher();
+    }
+
+    /// Fleet mode: hands what is durable here to the flusher, with how far it is complete.
+    /// A full queue keeps it for the next sync.
+    fn hand_to_flusher(&mut self) {
+        let Some(tx) = &self.s.fleet else {
+            return;
+        };
+        let unsynced = std::mem::take(&mut self.fleet_unsynced);
+        self.fleet_part.absorb(unsynced);
+        let mut part = std::mem::take(&mut self.fleet_part);
+        part.core = self.s.me;
+        part.complete_until_ms = self.through_ms.iter().copied().min().unwrap_or(0);
+        if let Err(e) = tx.try_send(part) {
+            self.fleet_part = e.into_inner();
         }
     }
 

@@ -12,6 +12,7 @@ pub mod aggregator;
 pub mod classify;
 pub mod combiner;
 pub mod export;
+pub mod fleet;
 pub mod page;
 pub mod salts;
 pub mod stats;
@@ -125,9 +126,11 @@ pub enum ToCore {
     Purged {
         token: u64,
     },
+    /// A link's (or, in fleet mode, the server-wide) stats as JSON; `None`: the fleet
+    /// database did not answer (503).
     Stats {
         reply: ReplyTo,
-        body: Vec<u8>,
+        body: Option<Vec<u8>>,
     },
     GlobalPart {
         reply: ReplyTo,
@@ -182,11 +185,14 @@ pub struct CoreClicks {
     pub control: Vec<Sender<Control>>,
     pub inbox: Inbox<ToCore>,
     pub client_ip: ClientIp,
+    /// Fleet mode: stats queries go to the fleet stats thread instead of the aggregators.
+    pub fleet_queries: Option<Sender<Control>>,
 }
 
 /// The running aggregator threads.
 pub struct Aggregators {
     handles: Vec<std::thread::JoinHandle<()>>,
+    fleet: Option<fleet::FleetClicks>,
 }
 
 impl Aggregators {
@@ -196,6 +202,9 @@ impl Aggregators {
             if h.join().is_err() {
                 eprintln!("a click aggregator panicked; clicks since its last sync are lost");
             }
+        }
+        if let Some(f) = self.fleet {
+            f.join();
         }
     }
 }
@@ -207,6 +216,7 @@ pub fn start(
     router: Router,
     bells: Arc<Doorbells>,
     stats: Arc<ClickStats>,
+    fleet: Option<fleet::FleetClicksSetup>,
 ) -> anyhow::Result<Option<(Vec<CoreClicks>, Aggregators)>> {
     use anyhow::Context;
     if cfg.mode == Mode::Off {
@@ -236,6 +246,10 @@ pub fn start(
     ));
     let (outlets, inboxes) = Outlets::new(cores, REPLY_QUEUE_CAPACITY, bells);
     let replies = Arc::new(outlets);
+    let fleet = match fleet {
+        Some(f) => Some(fleet::FleetClicks::start(f, replies.clone())?),
+        None => None,
+    };
     let (control_tx, control_rx): (Vec<_>, Vec<_>) =
         (0..cores).map(|_| bounded(CONTROL_QUEUE_CAPACITY)).unzip();
     let (peers_tx, peers_rx): (Vec<_>, Vec<_>) =
@@ -276,6 +290,7 @@ pub fn start(
             stats: stats.clone(),
             geoip: geoip.clone(),
             fail_sync: cfg.fail_sync,
+            fleet: fleet.as_ref().map(|f| f.parts.clone()),
         };
         let exporter = match &cfg.export_dir {
             Some(d) => Some(
@@ -296,9 +311,10 @@ pub fn start(
             control: control_tx.clone(),
             inbox: inboxes.next().expect("one per core"),
             client_ip: cfg.client_ip,
+            fleet_queries: fleet.as_ref().map(|f| f.queries.clone()),
         });
     }
-    Ok(Some((per_core, Aggregators { handles })))
+    Ok(Some((per_core, Aggregators { handles, fleet })))
 }
 
 #[cfg(test)]

@@ -230,34 +230,78 @@ pub fn rfc3339_ms(ms: u64) -> String {
     format!("{}.{:03}Z", s.trim_end_matches('Z'), ms % 1000)
 }
 
-fn counted(bots: Bots, l: &LinkDay) -> u64 {
-    match bots {
-        Bots::Exclude => l.clicks - l.bot_clicks,
-        Bots::Include => l.clicks,
-        Bots::Only => l.bot_clicks,
-    }
+/// One day of one link's figures: from a node's own store (a [`LinkDay`]) or summed over a
+/// fleet's nodes (`analytics::fleet`).
+#[derive(Clone, Debug, Default)]
+pub struct DayFigures {
+    pub clicks: u64,
+    pub bot_clicks: u64,
+    pub unique_humans: u64,
+    pub unique_bots: u64,
+    /// Humans and bots together (one node: their sketches merged).
+    pub unique_all: u64,
+    pub facets: Vec<(FacetKind, bool, std::sync::Arc<str>, u64)>,
 }
 
-fn uniques(bots: Bots, l: &LinkDay) -> u64 {
-    match bots {
-        Bots::Exclude => l.humans.estimate(),
-        Bots::Only => l.bots.estimate(),
-        Bots::Include => {
-            let mut h: Hll = l.humans.clone();
-            h.merge(&l.bots);
-            h.estimate()
+impl DayFigures {
+    fn of(l: &LinkDay) -> DayFigures {
+        let mut all: Hll = l.humans.clone();
+        all.merge(&l.bots);
+        DayFigures {
+            clicks: l.clicks,
+            bot_clicks: l.bot_clicks,
+            unique_humans: l.humans.estimate(),
+            unique_bots: l.bots.estimate(),
+            unique_all: all.estimate(),
+            facets: l
+                .facets
+                .iter()
+                .map(|f| (f.kind, f.bot, f.value.clone(), f.count))
+                .collect(),
+        }
+    }
+
+    fn counted(&self, bots: Bots) -> u64 {
+        match bots {
+            Bots::Exclude => self.clicks - self.bot_clicks,
+            Bots::Include => self.clicks,
+            Bots::Only => self.bot_clicks,
+        }
+    }
+
+    fn uniques(&self, bots: Bots) -> u64 {
+        match bots {
+            Bots::Exclude => self.unique_humans,
+            Bots::Only => self.unique_bots,
+            Bots::Include => self.unique_all,
         }
     }
 }
 
-/// The JSON answer for one link.
+/// The JSON answer for one link from this node's store.
 pub fn link_json(
     store: &ClickStore,
     q: &StatsQuery,
     complete_until_ms: u64,
     dropped: u64,
 ) -> Vec<u8> {
-    let held: HashMap<Day, &LinkDay> = store.days(q.key.as_bytes(), q.from, q.to).collect();
+    let held = store
+        .days(q.key.as_bytes(), q.from, q.to)
+        .map(|(d, l)| (d, DayFigures::of(l)))
+        .collect();
+    link_json_from(q, held, complete_until_ms, dropped, None)
+}
+
+/// The JSON answer for one link from its days' figures (days outside the query, or missing,
+/// count as zero). `nodes`: fleet mode, the figures are sums over that many nodes' rows.
+pub fn link_json_from(
+    q: &StatsQuery,
+    days_held: Vec<(Day, DayFigures)>,
+    complete_until_ms: u64,
+    dropped: u64,
+    nodes: Option<u64>,
+) -> Vec<u8> {
+    let held: HashMap<Day, DayFigures> = days_held.into_iter().collect();
     let (mut clicks, mut humans, mut bots_n, mut uniq) = (0u64, 0u64, 0u64, 0u64);
     let mut days = Vec::with_capacity((q.to - q.from + 1) as usize);
     let mut facets: HashMap<(FacetKind, &str), u64> = HashMap::new();
@@ -266,17 +310,17 @@ pub fn link_json(
             Some(l) => {
                 humans += l.clicks - l.bot_clicks;
                 bots_n += l.bot_clicks;
-                for f in &l.facets {
+                for (kind, bot, value, count) in &l.facets {
                     let take = match q.bots {
-                        Bots::Exclude => !f.bot,
+                        Bots::Exclude => !bot,
                         Bots::Include => true,
-                        Bots::Only => f.bot,
+                        Bots::Only => *bot,
                     };
                     if take {
-                        *facets.entry((f.kind, &f.value)).or_default() += f.count;
+                        *facets.entry((*kind, value)).or_default() += count;
                     }
                 }
-                (counted(q.bots, l), l.bot_clicks, uniques(q.bots, l))
+                (l.counted(q.bots), l.bot_clicks, l.uniques(q.bots))
             }
             None => (0, 0, 0),
         };
@@ -304,7 +348,11 @@ pub fn link_json(
         }
         serde_json::Value::Array(out)
     };
-    let v = serde_json::json!({
+    let method = match nodes {
+        None => "sum of daily unique visitors",
+        Some(_) => "sum of daily unique visitors of each node",
+    };
+    let mut v = serde_json::json!({
         "key": q.key.as_str(),
         "from": format_day(q.from),
         "to": format_day(q.to),
@@ -312,7 +360,7 @@ pub fn link_json(
         "bots": match q.bots { Bots::Exclude => "exclude", Bots::Include => "include", Bots::Only => "only" },
         "summary": {
             "clicks": clicks, "human_clicks": humans, "bot_clicks": bots_n,
-            "unique_visitors": uniq, "unique_visitors_method": "sum of daily unique visitors",
+            "unique_visitors": uniq, "unique_visitors_method": method,
         },
         "days": days,
         "referrers": facet(FacetKind::Referrer),
@@ -323,6 +371,9 @@ pub fn link_json(
         "complete_until": rfc3339_ms(complete_until_ms),
         "dropped_clicks": dropped,
     });
+    if let Some(n) = nodes {
+        v["nodes"] = n.into();
+    }
     serde_json::to_vec(&v).expect("stats serialize")
 }
 

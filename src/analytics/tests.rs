@@ -55,6 +55,7 @@ impl Rig {
             router,
             bells,
             Arc::new(ClickStats::new(CORES)),
+            None,
         )
         .unwrap()
         .unwrap();
@@ -124,7 +125,10 @@ impl Rig {
                 query,
             };
             self.cores[0].control[owner].send(msg).unwrap();
-            let ToCore::Stats { body, .. } = self.next_reply() else {
+            let ToCore::Stats {
+                body: Some(body), ..
+            } = self.next_reply()
+            else {
                 panic!("expected stats");
             };
             let v: serde_json::Value = serde_json::from_slice(&body).unwrap();

@@ -88,6 +88,11 @@ pub struct ApiClient {
     /// Every core's click aggregator (`None`: analytics off), and this core's stats queries
     /// in flight.
     clicks: Option<Vec<crossbeam::channel::Sender<crate::analytics::Control>>>,
+    /// Fleet mode: stats are the fleet's, answered by the fleet stats thread.
+    fleet_stats: Option<crossbeam::channel::Sender<crate::analytics::Control>>,
+    /// Fleet mode: server-wide stats requests whose query found the queue full; the core
+    /// answers them 503 (`take_lost_stats`).
+    lost_stats: Vec<ReplyTo>,
     stats_in_flight: usize,
     /// `GET /api/v1/stats` requests waiting for the aggregators' parts: range, parts so far.
     gathering: std::collections::HashMap<(u32, u32, u32), Gathering>,
@@ -118,6 +123,8 @@ impl ApiClient {
             creates,
             clicks: None,
             stats_in_flight: 0,
+            fleet_stats: None,
+            lost_stats: Vec::new(),
             gathering: Default::default(),
         }
     }
@@ -126,8 +133,10 @@ impl ApiClient {
     pub fn set_clicks(
         &mut self,
         control: Vec<crossbeam::channel::Sender<crate::analytics::Control>>,
+        fleet: Option<crossbeam::channel::Sender<crate::analytics::Control>>,
     ) {
         self.clicks = Some(control);
+        self.fleet_stats = fleet;
     }
 
     /// Sends a stats query to the aggregator of its key's owner. `Err`: the answer to give
@@ -143,12 +152,23 @@ impl ApiClient {
         if self.stats_in_flight >= crate::analytics::MAX_STATS_IN_FLIGHT_PER_CORE {
             return Err(Problem::unavailable(1));
         }
-        let owner = self.router.owner(query.key.as_bytes()).core;
-        control[owner]
-            .try_send(crate::analytics::Control::Stats { reply, query })
+        let to = match &self.fleet_stats {
+            Some(fleet) => fleet,
+            None => &control[self.router.owner(query.key.as_bytes()).core],
+        };
+        to.try_send(crate::analytics::Control::Stats { reply, query })
             .map_err(|_| Problem::unavailable(1))?;
         self.stats_in_flight += 1;
         Ok(())
+    }
+
+    fn fleet_stats_lost(&mut self, reply: ReplyTo) {
+        self.lost_stats.push(reply);
+    }
+
+    /// Stats requests to answer 503 now (fleet mode: the stats thread's queue was full).
+    pub fn take_lost_stats(&mut self) -> Vec<ReplyTo> {
+        std::mem::take(&mut self.lost_stats)
     }
 
     /// A stats answer arrived.
@@ -200,6 +220,23 @@ impl ApiClient {
         };
         if self.stats_in_flight >= crate::analytics::MAX_STATS_IN_FLIGHT_PER_CORE {
             return problem(out, Problem::unavailable(1));
+        }
+        if let Some(fleet) = &self.fleet_stats {
+            // The fleet's figures, whole, from the database: no parts to gather.
+            let msg = crate::analytics::Control::Global {
+                reply: defer(out, ApiOp::GlobalStats),
+                from,
+                to,
+            };
+            if let Err(e) = fleet.try_send(msg) {
+                let crate::analytics::Control::Global { reply, .. } = e.into_inner() else {
+                    unreachable!("sent a Global");
+                };
+                self.stats_in_flight += 1;
+                return self.fleet_stats_lost(reply);
+            }
+            self.stats_in_flight += 1;
+            return;
         }
         let reply = defer(out, ApiOp::GlobalStats);
         self.stats_in_flight += 1;
@@ -331,6 +368,15 @@ impl ApiClient {
                 let mut p = Problem::not_found();
                 p.detail = "click analytics is off on this server (--analytics off)".into();
                 return problem(out, p);
+            }
+            if req.method == Method::Delete && self.fleet_stats.is_some() {
+                return problem(
+                    out,
+                    Problem::not_supported(
+                        "resetting a link's stats is not supported in fleet mode yet (every node \
+                         holds its own part of them); deleting the link purges them on every node",
+                    ),
+                );
             }
             let (op, wreq) = if req.method == Method::Delete {
                 (ApiOp::ResetStats, WriteReq::ResetStats { key: ikey })

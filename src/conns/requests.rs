@@ -689,7 +689,7 @@ impl Conns {
     }
 
     /// Stats JSON from the aggregators: the answer to the deferred request.
-    pub fn on_stats_answer(&mut self, reply: ReplyTo, body: &[u8], clock: &Clock) {
+    pub fn on_stats_answer(&mut self, reply: ReplyTo, body: Option<&[u8]>, clock: &Clock) {
         let Some(c) = self.slots.get_mut(reply.slot as usize) else {
             return;
         };
@@ -703,16 +703,25 @@ impl Conns {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         let ct = Some("application/json");
-        encode::encode_response(
-            &mut scratch,
-            Status::Ok,
-            &[],
-            ct,
-            body,
-            false,
-            persist,
-            &clock.date,
-        );
+        match body {
+            Some(body) => encode::encode_response(
+                &mut scratch,
+                Status::Ok,
+                &[],
+                ct,
+                body,
+                false,
+                persist,
+                &clock.date,
+            ),
+            None => {
+                let mut p = crate::api::problem::Problem::unavailable(1);
+                p.detail = "the fleet database did not answer the stats query in time; retry. \
+                            Redirects keep working."
+                    .into();
+                crate::client::encode_problem(&mut scratch, &p, &[], false, persist, &clock.date);
+            }
+        }
         self.fill_answer(reply.slot, reply.seq, &scratch);
         self.scratch = scratch;
     }

@@ -240,6 +240,9 @@ impl Collector for ServerCollector {
         if let Some(c) = &shared.clicks {
             encode_clicks(&mut enc, c)?;
         }
+        if let Some(c) = &shared.fleet_clicks {
+            encode_fleet_clicks(&mut enc, c)?;
+        }
         encode_process(&mut enc)
     }
 }
@@ -448,6 +451,50 @@ fn plain(
 ) -> fmt::Result {
     let p = Plain(kind, v);
     p.encode(enc.encode_descriptor(name, help, None, p.metric_type())?)
+}
+
+/// Fleet mode's click flusher (`analytics::fleet`).
+fn encode_fleet_clicks(
+    enc: &mut DescriptorEncoder,
+    c: &crate::analytics::fleet::FleetClickStats,
+) -> fmt::Result {
+    use std::sync::atomic::Ordering::Relaxed;
+    use MetricType::{Counter, Gauge};
+    plain(
+        enc,
+        "ricochet_fleet_click_flushes",
+        "Click flushes the fleet database applied (or had applied: a retried one)",
+        Counter,
+        c.flushes.load(Relaxed),
+    )?;
+    plain(
+        enc,
+        "ricochet_fleet_click_flush_failures",
+        "Click flushes that failed (each is retried as it was)",
+        Counter,
+        c.flush_failures.load(Relaxed),
+    )?;
+    plain(
+        enc,
+        "ricochet_fleet_click_rows_flushed",
+        "Link-day click states written to the fleet database",
+        Counter,
+        c.rows_flushed.load(Relaxed),
+    )?;
+    plain(
+        enc,
+        "ricochet_fleet_click_rows_dropped",
+        "Link-day click states not kept for the fleet database (too many waiting during an outage); each is sent again at its next change",
+        Counter,
+        c.rows_dropped.load(Relaxed),
+    )?;
+    plain(
+        enc,
+        "ricochet_fleet_click_complete_until_unix_ms",
+        "Every click this node answered before this instant is in the fleet database",
+        Gauge,
+        c.complete_until_ms.load(Relaxed),
+    )
 }
 
 /// Fleet mode's allocation counters (`--fleet-pg`).
