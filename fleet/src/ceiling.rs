@@ -175,7 +175,7 @@ mod tests {
 
     #[test]
     fn a_raise_starts_below_half_a_step_of_headroom_and_stops_at_the_end() {
-        assert_eq!(raise_for(10, 100, 1000, 100), Some(200));
+        assert_eq!(raise_for(10, 100, 1000, 100), None);
         assert_eq!(raise_for(49, 100, 1000, 100), None);
         assert_eq!(raise_for(51, 100, 1000, 100), Some(200));
         assert_eq!(raise_for(99, 100, 150, 100), Some(150));

@@ -320,3 +320,34 @@ pub fn global(db: &mut Db, from: u32, to: u32, top: usize) -> Result<GlobalDays,
         ))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn facets_round_trip_through_their_json_and_junk_is_skipped() {
+        let f = vec![
+            Facet {
+                kind: 1,
+                bot: false,
+                value: "t.co \"x\" \\ \u{1}".into(),
+                count: 3,
+            },
+            Facet {
+                kind: 5,
+                bot: true,
+                value: "bot".into(),
+                count: 1,
+            },
+        ];
+        let one = facets_json(&f);
+        // jsonb_agg wraps each row's array in one more array.
+        let agg = format!("[{one}, [[9,true]], {one}]");
+        let back = parse_facet_lists(&agg);
+        assert_eq!(back.len(), 4);
+        assert_eq!(back[0], f[0]);
+        assert_eq!(back[1], f[1]);
+        assert!(parse_facet_lists("not json").is_empty());
+    }
+}
