@@ -99,7 +99,7 @@ fn every_nodes_clicks_add_up_in_the_stats_of_any_node() {
     let a = node(&dir_a, &db.url, "a", "2");
     let b = node(&dir_b, &db.url, "b", "1");
     let key = Client::new(&a).create_ok("https://example.com/clicked", Some("clicked-1"));
-    // b's stats API needs the link in b's own store (the feed), not only read through.
+    // Let the feed bring it to b first: b's clicks should be local hits, not read-throughs.
     let t = Instant::now();
     while Client::new(&b).get_link(&key).status != 200 {
         assert!(t.elapsed() < Duration::from_secs(5));
@@ -188,7 +188,7 @@ fn every_nodes_clicks_add_up_in_the_stats_of_any_node() {
     // Created again (on b): zero everywhere, then counts anew.
     Client::new(&b).create_ok("https://example.com/again", Some(&key));
     let t = Instant::now();
-    // The feed brings it (API reads do not read through: a redirect could be served sooner).
+    // The feed brings it, so a's clicks below are counted for the new link.
     while Client::new(&a).get_link(&key).status != 200 {
         assert!(t.elapsed() < Duration::from_secs(5));
         std::thread::sleep(Duration::from_millis(10));

@@ -397,6 +397,12 @@ fn read_through_serves_every_link_after_its_201_without_the_feed() {
                             "GET /{key} on {name} right after its 201"
                         );
                     }
+                    // The API reads through too (every 10th, to keep the test short).
+                    if i % 10 == 3 {
+                        let r = cb.get_link(&key);
+                        assert_eq!(r.status, 200, "GET /api/v1/urls/{key} on b: {}", r.text());
+                        assert_eq!(r.json()["long_url"], url.as_str());
+                    }
                 }
             })
         })
@@ -410,6 +416,17 @@ fn read_through_serves_every_link_after_its_201_without_the_feed() {
     assert_eq!(answer(&b, &k).0, 302);
     assert_eq!(ca.delete(&k).status, 204);
     assert_eq!(answer(&b, &k).0, 404, "a deleted link read through");
+    assert_eq!(
+        Client::new(&b).get_link(&k).status,
+        404,
+        "the API reads the tombstone"
+    );
+    // The stats API's existence check reads through as well (b's feed is paused).
+    let k2 = ca.create_ok("https://example.com/rt/stats", Some("rt-stats"));
+    let r = Client::new(&b)
+        .send("GET", &format!("/api/v1/urls/{k2}/stats"), true, &[], b"")
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
 
     // Negative pre-seed, aliases.
     let aliases: Vec<String> = (0..20).map(|i| format!("future-{i}")).collect();

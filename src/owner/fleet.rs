@@ -45,13 +45,26 @@ pub const MAX_READ_WAITERS_PER_KEY: usize = 1024;
 /// Keys one core may have waiting for the database at once; more answer 503 at once.
 pub const MAX_READS_IN_FLIGHT: usize = 8192;
 
+/// Who waits for a read-through: a redirect lookup, or an API read of the link (`GET
+/// /api/v1/urls/{key}`, or the stats API's existence check, for which an expired link still
+/// exists).
+#[derive(Clone, Copy, Debug)]
+pub enum ReadWaiter {
+    Redirect(ReplyTo),
+    Get(ReplyTo),
+    StatsOf(ReplyTo),
+}
+
 /// Lookups of one key waiting for the database (single-flight). `asked` were waiting when its
 /// query was queued; `later` came after, and a "not found" from that query is not theirs to
 /// share: the link may have been created in between (a 201 they saw).
 struct ReadFlight {
-    asked: Vec<ReplyTo>,
-    later: Vec<ReplyTo>,
+    asked: Vec<ReadWaiter>,
+    later: Vec<ReadWaiter>,
 }
+
+/// A row the database gave a read-through, or that it could not answer.
+type ReadRow = Result<Option<(fleet::links::LinkState, bool)>, ()>;
 
 /// One core's fleet state.
 pub struct FleetLinks {
@@ -136,24 +149,36 @@ impl Owner {
     }
 
     /// A lookup of a key this node does not hold: ask the database, once per key at a time.
-    pub(super) fn read_through(&mut self, reply: ReplyTo, key: InlineKey, mesh: &mut Mesh) {
+    pub(super) fn read_through(
+        &mut self,
+        w: ReadWaiter,
+        key: InlineKey,
+        now_s: u64,
+        mesh: &mut Mesh,
+    ) {
         let fleet = self.fleet.as_mut().expect("fleet mode");
         if fleet.never_issued(&key, Instant::now()) {
             fleet.stats.shed();
-            return fetched_to(mesh, &[reply], key, &Fetched::Absent);
+            return self.answer_read(w, key, &Ok(None), now_s, mesh);
         }
         if let Some(f) = fleet.reads.get_mut(&key) {
             if f.asked.len() + f.later.len() < MAX_READ_WAITERS_PER_KEY {
-                return f.later.push(reply);
+                return f.later.push(w);
             }
-            return fetched_to(mesh, &[reply], key, &Fetched::Unavailable);
+            return self.answer_read(w, key, &Err(()), now_s, mesh);
         }
-        self.ask_database(key, vec![reply], mesh);
+        self.ask_database(key, vec![w], now_s, mesh);
     }
 
     /// Queues `key` for the reader with `asked` waiting on its answer; if that cannot be done
     /// now (too many keys in flight, a full queue), they are answered 503.
-    fn ask_database(&mut self, key: InlineKey, asked: Vec<ReplyTo>, mesh: &mut Mesh) {
+    fn ask_database(
+        &mut self,
+        key: InlineKey,
+        asked: Vec<ReadWaiter>,
+        now_s: u64,
+        mesh: &mut Mesh,
+    ) {
         let me = self.me as u16;
         let fleet = self.fleet.as_mut().expect("fleet mode");
         let job = ReadJob {
@@ -164,7 +189,9 @@ impl Owner {
             let later = Vec::new();
             fleet.reads.insert(key, ReadFlight { asked, later });
         } else {
-            fetched_to(mesh, &asked, key, &Fetched::Unavailable);
+            for w in asked {
+                self.answer_read(w, key, &Err(()), now_s, mesh);
+            }
         }
     }
 
@@ -177,34 +204,100 @@ impl Owner {
         let Some(flight) = self.fleet.as_mut().and_then(|f| f.reads.remove(&key)) else {
             return;
         };
-        let shard = self.shard_of(&key);
-        // The feed (or an API write) may have brought the key meanwhile: what every other
-        // lookup here answers now is the answer.
-        let fetched = match (self.local_answer(shard, key.as_bytes(), now_s), a.result) {
-            (Some(local), _) => Fetched::Found(local),
-            (None, Err(_)) => Fetched::Unavailable,
-            (None, Ok(Stored::Row { state, deleted })) if !deleted => {
-                let answer = Answer {
-                    target: Target::Shared(Arc::from(state.target.as_str())),
-                    status: RedirectStatus::from_code(state.status).unwrap_or_default(),
-                    expires_at_s: state.expires_at_s,
-                };
-                if answer.expired(now_s) {
-                    Fetched::Absent
-                } else {
-                    Fetched::Found(answer)
-                }
-            }
-            (None, Ok(_)) => Fetched::Absent,
+        let row: ReadRow = match a.result {
+            Err(_) => Err(()),
+            Ok(Stored::Row { state, deleted }) => Ok(Some((state, deleted))),
+            Ok(_) => Ok(None),
         };
         let ReadFlight { asked, later } = flight;
-        fetched_to(mesh, &asked, key, &fetched);
-        if !matches!(fetched, Fetched::Absent) {
-            fetched_to(mesh, &later, key, &fetched);
-        } else if !later.is_empty() {
-            // Those that came after the query was queued ask again, together.
-            self.ask_database(key, later, mesh);
+        for w in asked {
+            self.answer_read(w, key, &row, now_s, mesh);
         }
+        // Those that came after the query was queued may not share its "not found": they ask
+        // again, together.
+        let mut again = Vec::new();
+        for w in later {
+            if !self.answer_found(w, key, &row, now_s, mesh) {
+                again.push(w);
+            }
+        }
+        if !again.is_empty() {
+            self.ask_database(key, again, now_s, mesh);
+        }
+    }
+
+    /// Answers `w` from the local state or `row`, "not found" included.
+    fn answer_read(
+        &mut self,
+        w: ReadWaiter,
+        key: InlineKey,
+        row: &ReadRow,
+        now_s: u64,
+        mesh: &mut Mesh,
+    ) {
+        if !self.answer_found(w, key, row, now_s, mesh) {
+            match w {
+                ReadWaiter::Redirect(r) => fetched_to(mesh, &[r], key, &Fetched::Absent),
+                ReadWaiter::Get(r) | ReadWaiter::StatsOf(r) => {
+                    let outcome = WriteOutcome::NotFound;
+                    mesh.deliver(r.core as usize, ApiMsg::WriteDone { reply: r, outcome });
+                }
+            }
+        }
+    }
+
+    /// Answers `w` unless the answer would be "not found" (`false`). The feed (or an API
+    /// write) may have brought the key meanwhile: the local state is then the answer.
+    fn answer_found(
+        &mut self,
+        w: ReadWaiter,
+        key: InlineKey,
+        row: &ReadRow,
+        now_s: u64,
+        mesh: &mut Mesh,
+    ) -> bool {
+        let shard = self.shard_of(&key);
+        let live = |at: u64| match row {
+            Ok(Some((state, false))) if state.expires_at_s == 0 || at < state.expires_at_s => {
+                Some(state)
+            }
+            _ => None,
+        };
+        match w {
+            ReadWaiter::Redirect(r) => {
+                let fetched = match (self.local_answer(shard, key.as_bytes(), now_s), row) {
+                    (Some(local), _) => Fetched::Found(local),
+                    (None, Err(())) => Fetched::Unavailable,
+                    (None, Ok(_)) => match live(now_s) {
+                        Some(state) => Fetched::Found(Answer {
+                            target: Target::Shared(Arc::from(state.target.as_str())),
+                            status: RedirectStatus::from_code(state.status).unwrap_or_default(),
+                            expires_at_s: state.expires_at_s,
+                        }),
+                        None => return false,
+                    },
+                };
+                fetched_to(mesh, &[r], key, &fetched);
+            }
+            ReadWaiter::Get(r) | ReadWaiter::StatsOf(r) => {
+                // An expired link keeps its stats: the stats API judges as if at time 0.
+                let at = if matches!(w, ReadWaiter::Get(_)) {
+                    now_s
+                } else {
+                    0
+                };
+                let outcome = match (self.link_info(shard, &key, at), row) {
+                    (Some(local), _) => WriteOutcome::Found(local),
+                    (None, Err(())) => WriteOutcome::DatabaseUnavailable,
+                    (None, Ok(_)) => match live(at) {
+                        Some(state) => WriteOutcome::Found(info_of(key, state)),
+                        None => return false,
+                    },
+                };
+                mesh.deliver(r.core as usize, ApiMsg::WriteDone { reply: r, outcome });
+            }
+        }
+        true
     }
 
     /// Whether this key's memtable entry must stay (not folded into a table yet).

@@ -148,7 +148,7 @@ impl Owner {
         debug_assert_eq!(owner.core, self.me, "lookups go to the owner");
         let answer = self.local_answer(owner.shard, key.as_bytes(), now_s);
         if answer.is_none() && self.reads_through() {
-            return self.read_through(reply, key, mesh);
+            return self.read_through(fleet::ReadWaiter::Redirect(reply), key, now_s, mesh);
         }
         mesh.deliver(
             reply.core as usize,

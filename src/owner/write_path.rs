@@ -31,6 +31,22 @@ impl Owner {
             mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome })
         };
         match req {
+            WriteReq::Get { .. }
+                if self.reads_through() && self.link_info(shard, &key, now_s).is_none() =>
+            {
+                // Fleet mode: a link this node does not hold (yet) may exist; ask.
+                return self.read_through(super::fleet::ReadWaiter::Get(reply), key, now_s, mesh);
+            }
+            WriteReq::StatsOf { .. }
+                if self.reads_through() && self.link_info(shard, &key, 0).is_none() =>
+            {
+                return self.read_through(
+                    super::fleet::ReadWaiter::StatsOf(reply),
+                    key,
+                    now_s,
+                    mesh,
+                );
+            }
             WriteReq::Get { .. } | WriteReq::Replay { .. } => {
                 let link = self.link_info(shard, &key, now_s);
                 let outcome = match (link, &req) {
