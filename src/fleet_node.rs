@@ -169,6 +169,16 @@ pub enum FleetCommand {
         #[command(subcommand)]
         cmd: FleetKeysCommand,
     },
+    /// Remove tombstones (deleted links) last changed more than --older-than-s seconds ago,
+    /// raising the tombstone horizon past them; nodes do this on their own for tombstones
+    /// older than 7 days. A node whose feed is not past the horizon bootstraps again.
+    GcTombstones {
+        #[arg(long)]
+        pg: String,
+        /// Age in seconds (default: 7 days).
+        #[arg(long, default_value_t = fleet::feed::TOMBSTONE_RETENTION_DAYS * 86_400)]
+        older_than_s: u64,
+    },
     /// Runbook: raise a namespace's next_id past every ID any node may hold (never lowers).
     RaiseNextId {
         #[arg(long)]
@@ -253,6 +263,18 @@ pub fn run_command(cmd: FleetCommand) -> anyhow::Result<()> {
             }
         }
         FleetCommand::Keys { cmd } => run_keys(cmd)?,
+        FleetCommand::GcTombstones { pg, older_than_s } => {
+            let mut db = fleet::Db::new(&pg)?;
+            let mut total = 0;
+            let horizon = loop {
+                let (n, h) = fleet::feed::purge_tombstones(&mut db, older_than_s)?;
+                total += n;
+                if n < fleet::feed::TOMBSTONE_GC_BATCH as u64 {
+                    break h;
+                }
+            };
+            println!("removed {total} tombstones; tombstone horizon: transaction {horizon}");
+        }
         FleetCommand::RaiseNextId { pg, name, to } => {
             let mut db = fleet::Db::new(&pg)?;
             print_namespace(&fleet::raise_next_id(&mut db, &name, to)?);

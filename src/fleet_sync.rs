@@ -43,6 +43,74 @@ pub const FLEET_OUTLET_CAPACITY: usize = 4096;
 /// The follower's cursor, relative to the data dir.
 pub const CURSOR_FILE: &str = "fleet-feed.cursor";
 
+/// How often the follower checks its cursor against the tombstone horizon.
+pub const HORIZON_CHECK_INTERVAL_S: u64 = 60;
+
+/// Tombstone removal batches one run takes at most.
+pub const TOMBSTONE_GC_BATCHES_PER_RUN: usize = 10;
+
+/// Written before a data dir's links are wiped for a new bootstrap, removed once the
+/// bootstrap saved its cursor: found at start, the wipe and bootstrap are done again.
+pub const REBOOTSTRAP_MARKER: &str = "fleet-rebootstrap";
+
+/// Whether a node at `cursor` may have missed a tombstone removed up to `horizon`.
+pub fn cursor_behind(cursor: &fleet::feed::Cursor, horizon: u64) -> bool {
+    horizon > 0 && cursor.xid <= horizon
+}
+
+/// At start, before the logs are read: whether this fleet node's links must be bootstrapped
+/// again (its cursor is not past the tombstone horizon, or a re-bootstrap was cut short), and
+/// if so wipes them: the tables, the logs and the cursor go; the fleet marker, the key
+/// secret, the allocation evidence and the clicks stay. The caller then finds an empty dir and
+/// bootstraps it. The database is the system of record, so redoing this is always safe.
+pub fn rebootstrap_if_behind(dir: &shards::datadir::DataDir, url: &str) -> anyhow::Result<bool> {
+    use anyhow::Context;
+    let path = dir.path();
+    let cut_short = path.join(REBOOTSTRAP_MARKER).exists();
+    if !cut_short {
+        if !path.join(CURSOR_FILE).exists() {
+            return Ok(false);
+        }
+        let cursor = load_cursor(path)?;
+        let mut db = fleet::Db::new(url)?;
+        let horizon = fleet::feed::tombstone_horizon(&mut db)?;
+        if !cursor_behind(&cursor, horizon) {
+            return Ok(false);
+        }
+        eprintln!(
+            "fleet: the feed cursor (transaction {}) is not past the tombstone horizon \
+             ({horizon}): deletes this node has not seen may be gone from the database. \
+             Bootstrapping its links again from a snapshot",
+            cursor.xid
+        );
+    } else {
+        eprintln!("fleet: a bootstrap of this node's links was cut short; doing it again");
+    }
+    shards::durable::write_atomic(path, REBOOTSTRAP_MARKER, b"rebootstrap\n", 0o644)
+        .context("writing the re-bootstrap marker")?;
+    for sub in [shards::datadir::TABLES_DIR, shards::log::LOG_DIR_NAME] {
+        let d = path.join(sub);
+        match std::fs::remove_dir_all(&d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {}", d.display())),
+        }
+    }
+    std::fs::create_dir_all(dir.tables_dir())
+        .with_context(|| format!("creating {}", dir.tables_dir().display()))?;
+    let _ = std::fs::remove_file(path.join(CURSOR_FILE));
+    shards::durable::sync_dir(path).context("syncing the data dir")?;
+    Ok(true)
+}
+
+/// The re-bootstrap is complete (its cursor saved): the marker goes.
+pub fn rebootstrap_done(data_dir: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(data_dir.join(REBOOTSTRAP_MARKER)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => shards::durable::sync_dir(data_dir),
+    }
+}
+
 /// The snapshot copy a bootstrap imports, relative to the data dir (deleted afterwards).
 pub const BOOTSTRAP_FILE: &str = "fleet-bootstrap.ndjson";
 
@@ -220,10 +288,31 @@ impl Follower {
         let mut caught_up_once = false;
         let mut ceilings_read: Option<Instant> = None;
         let mut ceilings_failing = false;
+        let mut horizon_checked: Option<Instant> = None;
+        let mut gc_done: Option<Instant> = None;
         while !self.stop.load(Ordering::Relaxed) {
             if self.pause_file.as_ref().is_some_and(|p| p.exists()) {
                 std::thread::sleep(Duration::from_millis(FEED_POLL_INTERVAL_MS));
                 continue;
+            }
+            if horizon_checked
+                .is_none_or(|t| t.elapsed() >= Duration::from_secs(HORIZON_CHECK_INTERVAL_S))
+            {
+                if gc_done.is_none_or(|t| {
+                    t.elapsed() >= Duration::from_secs(fleet::feed::TOMBSTONE_GC_INTERVAL_S)
+                }) {
+                    gc_done = Some(Instant::now());
+                    self.remove_old_tombstones();
+                }
+                match self.behind_horizon(&cursor) {
+                    Ok(Some(refusal)) => {
+                        eprintln!("fleet: FEED STOPPED: {refusal}");
+                        self.stats.feed_stop();
+                        return;
+                    }
+                    Ok(None) => horizon_checked = Some(Instant::now()),
+                    Err(_) => {} // The poll below reports the database.
+                }
             }
             let refresh = Duration::from_millis(fleet::ceiling::HIGH_WATER_REFRESH_MS);
             if caught_up_once && ceilings_read.is_none_or(|t| t.elapsed() >= refresh) {
@@ -247,8 +336,10 @@ impl Follower {
                     // before following it again, and stop following if so.
                     if let Ok(Some(refusal)) = self.foreign_history(&cursor) {
                         eprintln!("fleet: FEED STOPPED: {refusal}");
+                        self.stats.feed_stop();
                         return;
                     }
+                    horizon_checked = None; // Check it again once the database answers.
                     continue;
                 }
             };
@@ -291,6 +382,47 @@ impl Follower {
             let _ = self.outlets.offer(core, FleetToCore::Ceilings(c.clone()));
         }
         Ok(())
+    }
+
+    /// Why `cursor` must not be followed, if it is not past the tombstone horizon: a tombstone
+    /// this node had not applied may have been removed, and its link would redirect here for
+    /// ever.
+    fn behind_horizon(
+        &mut self,
+        cursor: &fleet::feed::Cursor,
+    ) -> Result<Option<String>, fleet::FleetError> {
+        let horizon = fleet::feed::tombstone_horizon(&mut self.db)?;
+        Ok(cursor_behind(cursor, horizon).then(|| {
+            format!(
+                "the change feed cursor in {} is at transaction {}, not past the tombstone \
+                 horizon {horizon} (tombstones up to it were removed after \
+                 {} days): deletes this node has not applied may be gone. Restart the node: it \
+                 bootstraps again from a database snapshot",
+                self.data_dir.join(CURSOR_FILE).display(),
+                cursor.xid,
+                fleet::feed::TOMBSTONE_RETENTION_DAYS
+            )
+        }))
+    }
+
+    /// Retention: removes tombstones older than `TOMBSTONE_RETENTION_DAYS`, a few batches at
+    /// most per run (the next run goes on).
+    fn remove_old_tombstones(&mut self) {
+        let age = fleet::feed::TOMBSTONE_RETENTION_DAYS * 86_400;
+        for _ in 0..TOMBSTONE_GC_BATCHES_PER_RUN {
+            match fleet::feed::purge_tombstones(&mut self.db, age) {
+                Ok((n, _)) => {
+                    self.stats.tombstones_removed(n);
+                    if n < fleet::feed::TOMBSTONE_GC_BATCH as u64 {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    eprintln!("fleet: removing old tombstones failed: {e}; retrying in an hour");
+                    return;
+                }
+            }
+        }
     }
 
     /// Hands each owner core its rows of `batch` and waits until all are durable there.

@@ -239,10 +239,22 @@ fn readiness_checks(shared: &Shared, creates: bool) -> Vec<Check> {
     checks
 }
 
-/// Fleet mode: how far behind the change feed is. Reported, never gating: a node whose feed
+/// Fleet mode: how far behind the change feed is. Reported, not gating: a node whose feed
 /// lags (or whose database is down) still serves every link it holds, which is what fleet mode
-/// promises during an outage; the lag is for the operator (and `/metrics`).
+/// promises during an outage; the lag is for the operator (and `/metrics`). It gates once the
+/// feed stopped for good (a cursor the database cannot continue): the node may be serving
+/// links deleted elsewhere, and a restart re-bootstraps it.
 fn feed_check(f: &fleet::FleetStatsSnapshot) -> Check {
+    if f.feed_stopped {
+        return Check {
+            name: "feed",
+            ok: false,
+            detail: "change feed STOPPED: this node's cursor cannot be continued (behind the \
+                     tombstone horizon, or ahead of a restored database); restart it to \
+                     bootstrap again"
+                .into(),
+        };
+    }
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);

@@ -142,6 +142,16 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let dir = DataDir::open_or_create(&opts.data_dir)
         .with_context(|| format!("opening data dir {}", opts.data_dir.display()))?;
     let _lock = dir.lock_exclusive()?;
+    // A fleet node whose feed cursor the database can no longer continue (tombstones it had
+    // not applied were removed) starts over from a snapshot: its links are wiped here, before
+    // the logs are read, and bootstrapped below.
+    let rebootstrap = match &opts.fleet {
+        Some(f) if dir.path().join(crate::fleet_node::MARKER_FILE).exists() => {
+            crate::fleet_sync::rebootstrap_if_behind(&dir, &f.url)
+                .context("checking the feed cursor against the tombstone horizon")?
+        }
+        _ => false,
+    };
     let shard_count = dir.manifest().shard_count;
     if cores > shard_count as usize {
         bail!("--cores {cores} is more than the data dir's {shard_count} shards");
@@ -190,6 +200,15 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         {
             let t = Instant::now();
             let n = crate::fleet_sync::bootstrap(&dir, &f.url).context("fleet bootstrap")?;
+            if rebootstrap
+                || dir
+                    .path()
+                    .join(crate::fleet_sync::REBOOTSTRAP_MARKER)
+                    .exists()
+            {
+                crate::fleet_sync::rebootstrap_done(dir.path())
+                    .context("removing the re-bootstrap marker")?;
+            }
             eprintln!(
                 "fleet: bootstrapped {n} links from a database snapshot in {:.1} s",
                 t.elapsed().as_secs_f64()

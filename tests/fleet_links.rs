@@ -873,3 +873,90 @@ fn never_issued_generated_keys_are_answered_without_a_query() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Tombstone retention: a node stopped while links are deleted and their tombstones then
+/// removed (`ricochet fleet gc-tombstones`) could never learn of those deletes from the feed.
+/// At its next start its cursor is not past the tombstone horizon, so it wipes its links and
+/// bootstraps them again from a snapshot: it serves every live link at its newest target and
+/// none of the deleted ones (without the re-bootstrap they would still redirect there).
+#[test]
+fn a_node_behind_the_tombstone_horizon_bootstraps_again() {
+    let Some(db) = TestDb::create("fleet_tombstones") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let (_ta, dir_a) = api::data_dir();
+    let (_tb, dir_b) = api::data_dir();
+    let a = node(&dir_a, &db.url, "a", "1", &[]);
+    let b = node(&dir_b, &db.url, "b", "2", &[]);
+    let mut ca = Client::new(&a);
+    let mut links: Vec<(String, String)> = (0..20)
+        .map(|i| {
+            let url = format!("https://example.com/t/{i}");
+            (ca.create_ok(&url, None), url)
+        })
+        .collect();
+    for (k, u) in &links {
+        wait_for(&b, k, Some(u));
+    }
+    b.kill9();
+    let gone: Vec<String> = links.drain(..5).map(|(k, _)| k).collect();
+    for k in &gone {
+        assert_eq!(ca.delete(k).status, 204);
+    }
+    for (k, u) in links.iter_mut().take(2) {
+        *u = format!("{u}/patched");
+        assert_eq!(ca.patch(k, &json!({"long_url": u})).status, 200);
+    }
+    for i in 0..5 {
+        let url = format!("https://example.com/t/new/{i}");
+        links.push((ca.create_ok(&url, None), url));
+    }
+    let out = std::process::Command::new(common::BIN)
+        .args([
+            "fleet",
+            "gc-tombstones",
+            "--pg",
+            &db.url,
+            "--older-than-s",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("removed 5 tombstones"), "{text}");
+    assert_eq!(
+        db.sql("SELECT count(*) FROM ricochet_links WHERE deleted"),
+        "0"
+    );
+
+    let b = node(&dir_b, &db.url, "b", "2", &[]);
+    assert!(
+        b.wait_stderr("Bootstrapping its links again", Duration::from_secs(1))
+            .is_some(),
+        "{:?}",
+        b.stderr_lines()
+    );
+    assert!(!dir_b
+        .join(ricochet::fleet_sync::REBOOTSTRAP_MARKER)
+        .exists());
+    for (k, u) in &links {
+        assert_eq!(answer(&b, k), (302, Some(u.clone())), "{k} on b");
+    }
+    for k in &gone {
+        assert_eq!(answer(&b, k).0, 404, "{k} was deleted while b was away");
+    }
+    // Started again, b is past the horizon: no second bootstrap.
+    let t = b.terminate();
+    assert!(t.success());
+    let b = node(&dir_b, &db.url, "b", "2", &[]);
+    assert!(b
+        .wait_stderr("Bootstrapping its links again", Duration::from_millis(300))
+        .is_none());
+    assert_eq!(answer(&b, &links[0].0), (302, Some(links[0].1.clone())));
+}

@@ -180,3 +180,70 @@ pub fn snapshot(
         key: String::new(),
     })
 }
+
+/// Tombstones older than this are removed (`purge_tombstones`, run by every node about once an
+/// hour, [`TOMBSTONE_GC_INTERVAL_S`]): a node away longer than this bootstraps again.
+pub const TOMBSTONE_RETENTION_DAYS: u64 = 7;
+
+/// How often a node's follower removes expired tombstones.
+pub const TOMBSTONE_GC_INTERVAL_S: u64 = 3_600;
+
+/// Tombstones one removal transaction takes at most (a bigger backlog takes several).
+pub const TOMBSTONE_GC_BATCH: i64 = 10_000;
+
+/// The highest `changed_xid` of a tombstone ever removed (0: none). A cursor whose xid is not
+/// above it may have missed a removed tombstone.
+pub fn tombstone_horizon(db: &mut Db) -> Result<u64, FleetError> {
+    db.call("tombstone horizon", async |c| {
+        let r = c
+            .query_opt(
+                "SELECT value FROM ricochet_meta WHERE key = 'tombstone_horizon'",
+                &[],
+            )
+            .await?;
+        Ok(r.and_then(|r| r.get::<_, String>(0).parse().ok())
+            .unwrap_or(0))
+    })
+}
+
+/// Removes up to [`TOMBSTONE_GC_BATCH`] tombstones last changed more than `older_than_s`
+/// seconds ago, raising the horizon past them in the same transaction. Returns how many went
+/// and the horizon now.
+pub fn purge_tombstones(db: &mut Db, older_than_s: u64) -> Result<(u64, u64), FleetError> {
+    let age = older_than_s as i64;
+    db.call("tombstone removal", async |c| {
+        c.batch_execute("BEGIN").await?;
+        // The horizon's row, locked: removals by several nodes take turns.
+        let before: String = c
+            .query_one(
+                "SELECT value FROM ricochet_meta WHERE key = 'tombstone_horizon' FOR UPDATE",
+                &[],
+            )
+            .await?
+            .get(0);
+        let r = c
+            .query_one(
+                "WITH gone AS ( \
+                   DELETE FROM ricochet_links WHERE key IN ( \
+                     SELECT key FROM ricochet_links \
+                      WHERE deleted AND changed_at < now() - $1::int8 * interval '1 s' \
+                      ORDER BY changed_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
+                   AND deleted RETURNING changed_xid) \
+                 SELECT count(*), coalesce(max(changed_xid::text::numeric), 0)::text FROM gone",
+                &[&age, &TOMBSTONE_GC_BATCH],
+            )
+            .await?;
+        let (n, max): (i64, String) = (r.get(0), r.get(1));
+        let horizon = before
+            .parse::<u64>()
+            .unwrap_or(0)
+            .max(max.parse().unwrap_or(0));
+        c.execute(
+            "UPDATE ricochet_meta SET value = $1 WHERE key = 'tombstone_horizon'",
+            &[&horizon.to_string()],
+        )
+        .await?;
+        c.batch_execute("COMMIT").await?;
+        Ok((n as u64, horizon))
+    })
+}

@@ -10,10 +10,14 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (4, include_str!("../migrations/0004_api_keys.sql")),
     (5, include_str!("../migrations/0005_ceiling.sql")),
     (6, include_str!("../migrations/0006_clicks.sql")),
+    (
+        7,
+        include_str!("../migrations/0007_tombstone_retention.sql"),
+    ),
 ];
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 6;
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// Serializes concurrent `fleet init` runs (`pg_advisory_xact_lock`; "ricoche" in ASCII).
 const INIT_LOCK: i64 = 0x0072_6963_6f63_6865;

@@ -46,6 +46,11 @@ pub struct FleetStats {
     ceiling_raises: AtomicU64,
     ceiling_waits: AtomicU64,
     shed_lookups: AtomicU64,
+    /// The feed stopped for good (its cursor is ahead of the database, or not past the
+    /// tombstone horizon): the node may serve links deleted elsewhere. Not ready.
+    feed_stopped: AtomicBool,
+    /// Tombstones this node removed (retention).
+    tombstones_removed: AtomicU64,
 }
 
 /// A copy of [`FleetStats`] for encoding.
@@ -73,6 +78,8 @@ pub struct FleetStatsSnapshot {
     pub ceiling_raises: u64,
     pub ceiling_waits: u64,
     pub shed_lookups: u64,
+    pub feed_stopped: bool,
+    pub tombstones_removed: u64,
 }
 
 impl FleetStats {
@@ -122,6 +129,15 @@ impl FleetStats {
     /// A poll found nothing new at Unix ms `now_ms`.
     pub fn feed_caught_up(&self, now_ms: u64) {
         self.feed_caught_up_ms.store(now_ms, Ordering::Relaxed);
+    }
+
+    /// The follower stopped following: the node may be serving links deleted elsewhere.
+    pub fn feed_stop(&self) {
+        self.feed_stopped.store(true, Ordering::Relaxed);
+    }
+
+    pub fn tombstones_removed(&self, n: u64) {
+        self.tombstones_removed.fetch_add(n, Ordering::Relaxed);
     }
 
     pub(crate) fn ceiling_raise(&self) {
@@ -202,6 +218,8 @@ impl FleetStats {
             ceiling_raises: load(&self.ceiling_raises),
             ceiling_waits: load(&self.ceiling_waits),
             shed_lookups: load(&self.shed_lookups),
+            feed_stopped: self.feed_stopped.load(Ordering::Relaxed),
+            tombstones_removed: load(&self.tombstones_removed),
         }
     }
 }
