@@ -59,7 +59,8 @@ pub fn cursor_behind(cursor: &fleet::feed::Cursor, horizon: u64) -> bool {
 }
 
 /// At start, before the logs are read: whether this fleet node's links must be bootstrapped
-/// again (its cursor is not past the tombstone horizon, or a re-bootstrap was cut short), and
+/// again (its cursor is not past the tombstone horizon, or ahead of the database: a restore
+/// from an older backup; or a re-bootstrap was cut short), and
 /// if so wipes them: the tables, the logs and the cursor go; the fleet marker, the key
 /// secret, the allocation evidence and the clicks stay. The caller then finds an empty dir and
 /// bootstraps it. The database is the system of record, so redoing this is always safe.
@@ -74,15 +75,25 @@ pub fn rebootstrap_if_behind(dir: &shards::datadir::DataDir, url: &str) -> anyho
         let cursor = load_cursor(path)?;
         let mut db = fleet::Db::new(url)?;
         let horizon = fleet::feed::tombstone_horizon(&mut db)?;
-        if !cursor_behind(&cursor, horizon) {
+        let next = fleet::feed::next_xid(&mut db)?;
+        if cursor.xid > next {
+            eprintln!(
+                "fleet: the feed cursor (transaction {}) is ahead of the database's next \
+                 transaction ({next}): the database was restored from an older backup or \
+                 replaced, and links this node holds may be gone from it. Bootstrapping its \
+                 links again from a snapshot",
+                cursor.xid
+            );
+        } else if cursor_behind(&cursor, horizon) {
+            eprintln!(
+                "fleet: the feed cursor (transaction {}) is not past the tombstone horizon \
+                 ({horizon}): deletes this node has not seen may be gone from the database. \
+                 Bootstrapping its links again from a snapshot",
+                cursor.xid
+            );
+        } else {
             return Ok(false);
         }
-        eprintln!(
-            "fleet: the feed cursor (transaction {}) is not past the tombstone horizon \
-             ({horizon}): deletes this node has not seen may be gone from the database. \
-             Bootstrapping its links again from a snapshot",
-            cursor.xid
-        );
     } else {
         eprintln!("fleet: a bootstrap of this node's links was cut short; doing it again");
     }

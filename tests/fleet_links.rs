@@ -685,31 +685,41 @@ fn a_fleet_api_key_works_on_every_node_and_its_revocation_too() {
 
 /// A feed cursor ahead of the database (the database was restored from an older backup, so
 /// rows up to the cursor are gone there, and following on would skip every row until its
-/// transaction ids pass the cursor) is refused at start, naming the cursor file.
+/// transaction ids pass the cursor) is not followed: at start the node bootstraps its links
+/// again from the database as it is, so a link the restore lost is gone here too.
 #[test]
-fn a_cursor_ahead_of_the_database_is_refused() {
+fn a_cursor_ahead_of_the_database_bootstraps_again() {
     let Some(db) = TestDb::create("fleet_cursor_ahead") else {
         return;
     };
     prepare_fleet(&db.url);
     let (_t, dir) = api::data_dir();
     let s = node(&dir, &db.url, "a", "1", &[]);
-    Client::new(&s).create_ok("https://example.com/x", Some("before-restore"));
+    let mut c = Client::new(&s);
+    c.create_ok("https://example.com/x", Some("before-restore"));
+    c.create_ok("https://example.com/y", Some("lost-in-restore"));
     let t = Instant::now();
     while !dir.join("fleet-feed.cursor").exists() {
         assert!(t.elapsed() < PROPAGATION_GIVE_UP, "no cursor saved");
         std::thread::sleep(Duration::from_millis(10));
     }
     s.terminate();
+    // The "restore": one row is gone, and the database's transaction ids are behind the cursor.
+    db.sql("DELETE FROM ricochet_links WHERE key = 'lost-in-restore'");
     let body = "ricochet-feed-cursor 1 999999999999 zzz";
     let text = format!("{body} {:08x}\n", crc32c::crc32c(body.as_bytes()));
     std::fs::write(dir.join("fleet-feed.cursor"), text).unwrap();
-    let args = node_args(&db.url, "a", "1");
-    let e = api::try_start(&dir, &args).err().expect("refused");
+    let s = node(&dir, &db.url, "a", "1", &[]);
     assert!(
-        e.contains("restored from an older backup") && e.contains("fleet-feed.cursor"),
-        "{e}"
+        s.wait_stderr("Bootstrapping its links again", Duration::from_secs(1))
+            .is_some(),
+        "{:?}",
+        s.stderr_lines()
     );
+    assert_eq!(answer(&s, "before-restore").0, 302);
+    assert_eq!(answer(&s, "lost-in-restore").0, 404);
+    let cursor = std::fs::read_to_string(dir.join("fleet-feed.cursor")).unwrap();
+    assert!(!cursor.contains("999999999999"), "{cursor}");
 }
 
 /// Concurrent plain creates on one node share one statement per writer round: each still gets
