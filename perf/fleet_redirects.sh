@@ -50,7 +50,7 @@ function init(args)
     math.randomseed(1)
     for b = 1, 4096 do
         local parts = {}
-        for i = 1, depth do parts[i] = wrk.format("GET", "/k" .. math.random(0, $links - 1)) end
+        for i = 1, depth do parts[i] = wrk.format("GET", "/k-" .. math.random(0, $links - 1)) end
         pool[b] = table.concat(parts)
     end
 end
@@ -82,6 +82,9 @@ LUA
                 (cd "$work" && WRK_DEPTH=$depth WRK_JSON="$work/out" taskset -c 1 \
                     wrk -t1 -c64 -d"${duration}s" -s "$work/random.lua" "http://127.0.0.1:${port[$mode]}/" >/dev/null)
                 read -r rps p50 p99 errs <"$work/out"
+                # Every GET is of an existing alias: an error means the setup is wrong, and the
+                # figures would measure 404s (read through to the database in fleet mode).
+                [ "$errs" = 0 ] || { echo "fleet_redirects.sh: $errs errors ($mode, depth $depth)" >&2; exit 1; }
                 echo "round $r $(printf '%-6s' "$mode") depth $(printf '%2d' "$depth"): $rps req/s p50 $p50 us p99 $p99 us errors $errs"
                 echo "$mode $depth $rps $p99" >>"$work/rates"
             done
