@@ -14,6 +14,8 @@ pub struct FleetOptions {
     pub url: String,
     pub namespace: String,
     pub node_id: String,
+    /// `--fleet-click-flush-ms`.
+    pub click_flush_ms: u64,
     pub faults: fleet::FleetFaults,
     /// Test only (`--test-fleet-pause-feed FILE`): the change feed polls nothing while FILE
     /// exists (read-through and creates go on).

@@ -168,6 +168,15 @@ struct ServeArgs {
     /// Test only: the change feed polls nothing while this file exists.
     #[arg(long, hide = true, requires = "fleet_pg")]
     test_fleet_pause_feed: Option<PathBuf>,
+    /// Fleet mode: how often this node flushes its changed click stats to the fleet database
+    /// (milliseconds). Shorter: fresher fleet-wide stats; longer: fewer rows written (each
+    /// flush writes every link-day clicked since the last one).
+    #[arg(long, requires = "fleet_pg",
+          default_value_t = ricochet::analytics::fleet::CLICK_FLUSH_INTERVAL_MS,
+          value_parser = clap::value_parser!(u64).range(
+              ricochet::analytics::fleet::MIN_CLICK_FLUSH_INTERVAL_MS
+              ..=ricochet::analytics::fleet::MAX_CLICK_FLUSH_INTERVAL_MS))]
+    fleet_click_flush_ms: u64,
     /// Fleet mode: the namespace (ID range) this node allocates from.
     #[arg(long, requires = "fleet_pg", value_parser = parse_fleet_name)]
     namespace: Option<String>,
@@ -355,6 +364,7 @@ fn main() -> ExitCode {
                     url,
                     namespace: a.namespace.expect("clap requires --namespace"),
                     node_id: a.node_id.expect("clap requires --node-id"),
+                    click_flush_ms: a.fleet_click_flush_ms,
                     faults: fleet::FleetFaults {
                         lose_commit_reply_from: a.test_fleet_lose_commit_reply_from,
                         rollback_as_uncertain_from: a.test_fleet_rollback_as_uncertain_from,

@@ -293,6 +293,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
                 node: crate::fleet_node::click_identity(dir.path())?,
                 node_id: f.node_id.clone(),
                 retention_days: opts.analytics.retention_days,
+                flush_interval_ms: f.click_flush_ms,
                 cores,
                 stats: fleet_click_stats.clone(),
                 dropped: Arc::new(move || totals.dropped_total()),

@@ -12,6 +12,9 @@ use serde_json::Value;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// A short flush interval keeps the tests quick (the default is 5 s).
+const FLUSH_MS: &str = "500";
+
 const CHROME: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";
 
 fn node(dir: &Path, url: &str, id: &str, cores: &str) -> Server {
@@ -25,6 +28,8 @@ fn node(dir: &Path, url: &str, id: &str, cores: &str) -> Server {
         "eu",
         "--node-id",
         id,
+        "--fleet-click-flush-ms",
+        FLUSH_MS,
     ]);
     api::start(dir, &args)
 }
@@ -176,7 +181,7 @@ fn every_nodes_clicks_add_up_in_the_stats_of_any_node() {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(
-        2 * ricochet::analytics::fleet::CLICK_FLUSH_INTERVAL_MS + 500,
+        2 * FLUSH_MS.parse::<u64>().unwrap() + 500,
     ));
     assert_eq!(rows(), "0", "a later flush revived a deleted link's clicks");
     for s in [&a, &b] {
