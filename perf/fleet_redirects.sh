@@ -4,15 +4,17 @@
 # commits them in PostgreSQL and follows the change feed, polled every 20 ms, throughout), then
 # rounds alternating the two: wrk -t1 -c64 on CPU 1, random GETs of the aliases at depth 1 and
 # 16. The database is a throwaway local cluster (.ci/pg-cluster.sh). Settings:
-# PERF_ROUNDS (3), PERF_DURATION_S (10), PERF_LINKS (20000).
+# PERF_ROUNDS (3), PERF_DURATION_S (10), PERF_LINKS (20000), PERF_ANALYTICS (full: both
+# servers' --analytics; `off` leaves the clicks, and in fleet mode their flushes, out).
 # Writes perf/reports/<date>-<commit>-fleet-redirects.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${PERF_ROUNDS:-3}
 duration=${PERF_DURATION_S:-10}
 links=${PERF_LINKS:-20000}
+analytics=${PERF_ANALYTICS:-full}
 commit=$(git rev-parse --short=10 HEAD)
-report="perf/reports/$(date -u +%Y-%m-%d)-$commit-fleet-redirects.md"
+report="perf/reports/$(date -u +%Y-%m-%d)-$commit-fleet-redirects${PERF_ANALYTICS:+-analytics-$PERF_ANALYTICS}.md"
 cargo build --release --bin ricochet >/dev/null
 command -v wrk >/dev/null || { echo "fleet_redirects.sh: wrk not found" >&2; exit 1; }
 eval "$(.ci/pg-cluster.sh start)"
@@ -35,7 +37,8 @@ for mode in single fleet; do
     fi
     RICOCHET_API_KEY=$key taskset -c 0 ./target/release/ricochet serve --data-dir "$work/$mode" \
         --listen "127.0.0.1:${port[$mode]}" --cores 1 \
-        --create-rate 1000000000 --create-burst 1000000000 "${extra[@]}" >"$work/$mode.log" 2>&1 &
+        --create-rate 1000000000 --create-burst 1000000000 --analytics "$analytics" \
+        "${extra[@]}" >"$work/$mode.log" 2>&1 &
     pids+=($!)
     for _ in $(seq 1 100); do
         curl -sf "http://127.0.0.1:${port[$mode]}/readyz" >/dev/null 2>&1 && break
@@ -70,7 +73,7 @@ LUA
     echo "- commit: $commit"
     echo "- machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r)"
     echo "- PostgreSQL: $(psql -XAt -d "$RICOCHET_TEST_PG" -c 'show server_version'), local cluster from .ci/pg-cluster.sh"
-    echo "- command: \`PERF_ROUNDS=$rounds PERF_DURATION_S=$duration PERF_LINKS=$links bash perf/fleet_redirects.sh\`"
+    echo "- command: \`PERF_ROUNDS=$rounds PERF_DURATION_S=$duration PERF_LINKS=$links PERF_ANALYTICS=$analytics bash perf/fleet_redirects.sh\`"
     echo "- both servers \`--cores 1\` on CPU 0, $links aliases each created through the API; wrk -t1 -c64 on CPU 1, ${duration} s per run"
     echo
     echo '```'
