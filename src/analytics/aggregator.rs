@@ -700,12 +700,19 @@ pub const YIELD_EVERY: usize = 32;
 pub const AGGREGATOR_NICE: libc::c_int = 19;
 
 fn yield_to_cores(me: usize) {
+    yield_thread_to_cores(&format!("clicks core {me}: the aggregator"));
+}
+
+/// Lowers the calling thread to [`AGGREGATOR_NICE`], so a core sharing its CPU preempts it
+/// (the click aggregators, and in fleet mode the click flusher). `who` names it in the report
+/// if that fails.
+pub fn yield_thread_to_cores(who: &str) {
     // SAFETY: setpriority on the calling thread (who 0 with PRIO_PROCESS is the caller's
     // thread id on Linux); no pointers.
     let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, AGGREGATOR_NICE) };
     if rc != 0 {
         eprintln!(
-            "clicks core {me}: cannot lower the aggregator's priority ({}); it competes with the cores",
+            "{who}: cannot lower the thread's priority ({}); it competes with the cores",
             std::io::Error::last_os_error()
         );
     }

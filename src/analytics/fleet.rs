@@ -150,7 +150,10 @@ impl FleetClicks {
         let stats_db = fleet::Db::new(&setup.url)?;
         std::thread::Builder::new()
             .name("ricochet-fleet-stats".into())
-            .spawn(move || answer_queries(stats_db, q_rx, replies))
+            .spawn(move || {
+                super::aggregator::yield_thread_to_cores("the fleet stats thread");
+                answer_queries(stats_db, q_rx, replies)
+            })
             .context("starting the fleet stats thread")?;
         let flusher = Flusher::new(setup, db, last);
         let flusher = std::thread::Builder::new()
@@ -210,6 +213,8 @@ impl Flusher {
     }
 
     fn run(mut self, parts: Receiver<FlushPart>) {
+        // A flush's encoding is a burst of CPU: a core on the same CPU goes first.
+        super::aggregator::yield_thread_to_cores("the fleet click flusher");
         let every = Duration::from_millis(self.s.flush_interval_ms);
         let mut next = Instant::now() + every;
         loop {
