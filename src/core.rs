@@ -292,6 +292,9 @@ impl Core {
                     self.owner.on_read(a, self.clock.now_s, &mut self.mesh)
                 }
                 crate::fleet_sync::FleetToCore::Ceilings(c) => self.owner.on_ceilings(c),
+                crate::fleet_sync::FleetToCore::Resets { batch, keys } => {
+                    self.owner.on_resets(batch, keys, &mut self.mesh)
+                }
             }
         }
         any

@@ -43,6 +43,14 @@ pub const FLEET_OUTLET_CAPACITY: usize = 4096;
 /// The follower's cursor, relative to the data dir.
 pub const CURSOR_FILE: &str = "fleet-feed.cursor";
 
+/// Where the follower is in the stats resets (`ricochet_click_resets`), relative to the data
+/// dir. Same format as [`CURSOR_FILE`]. A bootstrap sets it to the snapshot, like the feed's
+/// (a new node has no stats to purge); a re-bootstrap keeps it (the node's stats stay).
+pub const RESETS_CURSOR_FILE: &str = "fleet-resets.cursor";
+
+/// How often the follower looks for stats resets.
+pub const RESETS_POLL_INTERVAL_MS: u64 = 100;
+
 /// How often the follower checks its cursor against the tombstone horizon.
 pub const HORIZON_CHECK_INTERVAL_S: u64 = 60;
 
@@ -162,6 +170,9 @@ pub fn bootstrap(dir: &shards::datadir::DataDir, url: &str) -> anyhow::Result<u6
     opts.strict = true;
     let summary = shards::import::run_locked(dir, &opts)
         .map_err(|e| anyhow::anyhow!("bootstrap: importing the snapshot: {e}"))?;
+    if !dir.path().join(RESETS_CURSOR_FILE).exists() {
+        save_cursor_file(dir.path(), RESETS_CURSOR_FILE, &cursor)?;
+    }
     save_cursor(dir.path(), &cursor)?;
     let _ = std::fs::remove_file(&path);
     Ok(summary.links)
@@ -178,6 +189,9 @@ pub enum FleetToCore {
     Read(fleet::links::ReadAnswer),
     /// The namespaces' ceilings as just read, for shedding never-issued generated keys.
     Ceilings(Arc<fleet::ceiling::Ceilings>),
+    /// Stats resets of keys this core owns (`ricochet_click_resets`): purge each, then ack
+    /// `batch` like a feed batch.
+    Resets { batch: u64, keys: Vec<InlineKey> },
 }
 
 /// One feed row, checked and in the node's own types.
@@ -209,7 +223,12 @@ fn encode_cursor(c: &fleet::feed::Cursor) -> String {
 
 /// Reads the cursor file: none yet means the start of the feed; a damaged one is refused.
 pub fn load_cursor(data_dir: &Path) -> anyhow::Result<fleet::feed::Cursor> {
-    let path = data_dir.join(CURSOR_FILE);
+    load_cursor_file(data_dir, CURSOR_FILE)
+}
+
+/// Reads a cursor file `name` of the data dir (the links feed's, or the stats resets').
+pub fn load_cursor_file(data_dir: &Path, name: &str) -> anyhow::Result<fleet::feed::Cursor> {
+    let path = data_dir.join(name);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -243,7 +262,11 @@ pub fn load_cursor(data_dir: &Path) -> anyhow::Result<fleet::feed::Cursor> {
 }
 
 fn save_cursor(data_dir: &Path, c: &fleet::feed::Cursor) -> std::io::Result<()> {
-    shards::durable::write_atomic(data_dir, CURSOR_FILE, encode_cursor(c).as_bytes(), 0o644)
+    save_cursor_file(data_dir, CURSOR_FILE, c)
+}
+
+fn save_cursor_file(data_dir: &Path, name: &str, c: &fleet::feed::Cursor) -> std::io::Result<()> {
+    shards::durable::write_atomic(data_dir, name, encode_cursor(c).as_bytes(), 0o644)
 }
 
 /// What the follower thread needs.
@@ -300,6 +323,17 @@ impl Follower {
         let mut ceilings_read: Option<Instant> = None;
         let mut ceilings_failing = false;
         let mut horizon_checked: Option<Instant> = None;
+        let mut resets_polled: Option<Instant> = None;
+        let mut resets_cursor = match load_cursor_file(&self.data_dir, RESETS_CURSOR_FILE) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("fleet: {e}; stats resets are not followed");
+                fleet::feed::Cursor {
+                    xid: u64::MAX,
+                    key: String::new(),
+                }
+            }
+        };
         let mut gc_done: Option<Instant> = None;
         while !self.stop.load(Ordering::Relaxed) {
             if self.pause_file.as_ref().is_some_and(|p| p.exists()) {
@@ -326,6 +360,11 @@ impl Follower {
                 }
             }
             let refresh = Duration::from_millis(fleet::ceiling::HIGH_WATER_REFRESH_MS);
+            let resets_every = Duration::from_millis(RESETS_POLL_INTERVAL_MS);
+            if resets_polled.is_none_or(|t| t.elapsed() >= resets_every) {
+                resets_polled = Some(Instant::now());
+                self.follow_resets(&mut batch, &mut resets_cursor);
+            }
             if caught_up_once && ceilings_read.is_none_or(|t| t.elapsed() >= refresh) {
                 ceilings_read = Some(Instant::now());
                 match self.send_ceilings() {
@@ -449,13 +488,38 @@ impl Follower {
             };
             parts[self.router.owner(link.key.as_bytes()).core].push(link);
         }
+        let items = parts
+            .into_iter()
+            .enumerate()
+            .filter(|(_, rows)| !rows.is_empty())
+            .map(|(core, rows)| (core, FleetToCore::Feed { batch, rows }))
+            .collect();
+        self.deliver_and_wait(batch, items)
+    }
+
+    /// Hands each owner core its keys of a batch of stats resets and waits until each core
+    /// purged them durably.
+    fn apply_resets(&mut self, batch: u64, keys: Vec<String>) -> bool {
+        let mut parts: Vec<Vec<InlineKey>> = vec![Vec::new(); self.outlets.cores()];
+        for k in keys {
+            if let Some(key) = InlineKey::new(k.as_bytes()) {
+                parts[self.router.owner(key.as_bytes()).core].push(key);
+            }
+        }
+        let items = parts
+            .into_iter()
+            .enumerate()
+            .filter(|(_, keys)| !keys.is_empty())
+            .map(|(core, keys)| (core, FleetToCore::Resets { batch, keys }))
+            .collect();
+        self.deliver_and_wait(batch, items)
+    }
+
+    /// Offers each core its item of `batch` and waits for every one's ack (`FeedAck`).
+    fn deliver_and_wait(&mut self, batch: u64, items: Vec<(usize, FleetToCore)>) -> bool {
         while self.acks.try_recv().is_ok() {} // Acks of a batch given up on.
         let mut waiting = 0;
-        for (core, rows) in parts.into_iter().enumerate() {
-            if rows.is_empty() {
-                continue;
-            }
-            let mut item = FleetToCore::Feed { batch, rows };
+        for (core, mut item) in items {
             let deadline = Instant::now() + Duration::from_millis(FEED_APPLY_TIMEOUT_MS);
             loop {
                 match self.outlets.offer(core, item) {
@@ -486,6 +550,33 @@ impl Follower {
             }
         }
         ok
+    }
+
+    /// Follows the stats resets (`ricochet_click_resets`) from `cursor`: each batch is purged
+    /// on its owner cores, then the cursor is saved ([`RESETS_CURSOR_FILE`]). `false` if a
+    /// batch failed (tried again next time from the same cursor).
+    fn follow_resets(&mut self, batch: &mut u64, cursor: &mut fleet::feed::Cursor) -> bool {
+        loop {
+            let rows = match fleet::feed::poll_resets(&mut self.db, cursor, FEED_BATCH_ROWS) {
+                Ok(r) => r,
+                Err(_) => return false, // The links poll reports the database.
+            };
+            let Some(last) = rows.last().map(|r| r.1.clone()) else {
+                return true;
+            };
+            let full = rows.len() as i64 == FEED_BATCH_ROWS;
+            *batch += 1;
+            if !self.apply_resets(*batch, rows.into_iter().map(|r| r.0).collect()) {
+                return false;
+            }
+            if let Err(e) = save_cursor_file(&self.data_dir, RESETS_CURSOR_FILE, &last) {
+                eprintln!("fleet: cannot save the stats resets cursor: {e}");
+            }
+            *cursor = last;
+            if !full {
+                return true;
+            }
+        }
     }
 }
 

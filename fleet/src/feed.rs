@@ -247,3 +247,38 @@ pub fn purge_tombstones(db: &mut Db, older_than_s: u64) -> Result<(u64, u64), Fl
         Ok((n as u64, horizon))
     })
 }
+
+/// The stats resets after `after` whose transactions are all finished, in `(reset_xid, key)`
+/// order, at most `limit`: `(key, cursor after it)`. The same commit-safe rule as [`poll`].
+pub fn poll_resets(
+    db: &mut Db,
+    after: &Cursor,
+    limit: i64,
+) -> Result<Vec<(String, Cursor)>, FleetError> {
+    let limit = limit.clamp(1, MAX_FEED_ROWS);
+    let xid = after.xid.to_string();
+    let key = after.key.clone();
+    db.call("stats reset poll", async |c| {
+        let rows = c
+            .query(
+                "SELECT key, reset_xid::text FROM ricochet_click_resets \
+                  WHERE (reset_xid, key) > ($1::text::xid8, $2::text) \
+                    AND reset_xid < pg_snapshot_xmin(pg_current_snapshot()) \
+                  ORDER BY reset_xid, key LIMIT $3",
+                &[&xid, &key, &limit],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let key: String = r.get(0);
+                let xid = r.get::<_, String>(1).parse().unwrap_or(0);
+                let cursor = Cursor {
+                    xid,
+                    key: key.clone(),
+                };
+                (key, cursor)
+            })
+            .collect())
+    })
+}

@@ -74,6 +74,13 @@ pub enum LinkWrite {
         key: String,
         now_s: u64,
     },
+    /// `DELETE /api/v1/urls/{key}/stats`: every node's click rows of the link go, and a
+    /// reset row tells every node to purge its own (`migrations/0008_click_resets.sql`).
+    /// Answered `Deleted { version: 0 }`, or `NotFound` without a link (an expired one counts:
+    /// its stats stay readable, so resettable).
+    ResetStats {
+        key: String,
+    },
 }
 
 /// A link as the database holds it after a write.
@@ -511,6 +518,24 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
                     version: r.get::<_, i64>(4) as u64,
                 }),
                 None => LinkWritten::NotFound,
+            })
+        }
+        LinkWrite::ResetStats { key } => {
+            let row = c
+                .query_one(
+                    "WITH l AS (SELECT key FROM ricochet_links WHERE key = $1 AND NOT deleted), \
+                          r AS (INSERT INTO ricochet_click_resets (key) SELECT key FROM l \
+                                RETURNING key), \
+                          d AS (DELETE FROM ricochet_click_days \
+                                 WHERE key IN (SELECT key FROM r)) \
+                     SELECT count(*) FROM r",
+                    &[key],
+                )
+                .await?;
+            Ok(if row.get::<_, i64>(0) == 1 {
+                LinkWritten::Deleted { version: 0 }
+            } else {
+                LinkWritten::NotFound
             })
         }
         LinkWrite::Delete { key, now_s } => {

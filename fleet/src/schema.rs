@@ -14,10 +14,15 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
         7,
         include_str!("../migrations/0007_tombstone_retention.sql"),
     ),
+    (8, include_str!("../migrations/0008_click_resets.sql")),
 ];
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 7;
+pub const SCHEMA_VERSION: u32 = 8;
+
+// One migration per version, in order: a version without its migration would be recorded
+// without its tables.
+const _: () = assert!(MIGRATIONS.len() == SCHEMA_VERSION as usize);
 
 /// Serializes concurrent `fleet init` runs (`pg_advisory_xact_lock`; "ricoche" in ASCII).
 const INIT_LOCK: i64 = 0x0072_6963_6f63_6865;

@@ -163,16 +163,6 @@ impl Problem {
     }
 
     /// 429: this API key is over its rate limit; retry after `retry_after_s` seconds.
-    /// 501: this server's mode does not offer the operation (the detail says which).
-    pub fn not_supported(detail: impl Into<String>) -> Problem {
-        Problem::new(
-            501,
-            problem_type!("not-supported"),
-            "Not supported in this mode",
-            detail.into(),
-        )
-    }
-
     pub fn rate_limited(retry_after_s: u64) -> Problem {
         let mut p = Problem::new(
             429,

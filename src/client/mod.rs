@@ -369,15 +369,6 @@ impl ApiClient {
                 p.detail = "click analytics is off on this server (--analytics off)".into();
                 return problem(out, p);
             }
-            if req.method == Method::Delete && self.fleet_stats.is_some() {
-                return problem(
-                    out,
-                    Problem::not_supported(
-                        "resetting a link's stats is not supported in fleet mode yet (every node \
-                         holds its own part of them); deleting the link purges them on every node",
-                    ),
-                );
-            }
             let (op, wreq) = if req.method == Method::Delete {
                 (ApiOp::ResetStats, WriteReq::ResetStats { key: ikey })
             } else {

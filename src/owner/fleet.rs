@@ -354,6 +354,9 @@ impl Owner {
                 key: key.as_str().to_owned(),
                 now_s,
             },
+            WriteReq::ResetStats { .. } => LinkWrite::ResetStats {
+                key: key.as_str().to_owned(),
+            },
             _ => unreachable!("only creates, patches and deletes go to the database"),
         };
         let token = fleet.next_token;
@@ -416,6 +419,13 @@ impl Owner {
                 return refuse(self, mesh, WriteOutcome::DatabaseUnavailable);
             }
             (LinkWritten::NotFound, _) => return refuse(self, mesh, WriteOutcome::NotFound),
+            (LinkWritten::Deleted { .. }, WriteReq::ResetStats { .. }) => {
+                // Every node's rows are gone and the reset is recorded for the other nodes;
+                // this node purges its own now (durably) before the 204.
+                self.writes.in_flight_keys.remove(&key);
+                self.broadcast_invalidate(key, reply, WriteOutcome::Deleted, true, mesh);
+                return self.run_queued(key, now_s, mesh);
+            }
             (
                 LinkWritten::Created { version },
                 WriteReq::Create {
@@ -513,6 +523,19 @@ impl Owner {
             self.apply_feed_row(batch, row);
         }
         // The +1 above keeps the batch open while its rows are queued.
+        self.feed_row_done(batch, true);
+    }
+
+    /// Stats resets made on other nodes (or this one) for keys this core owns: each key's
+    /// clicks are cut on every core and purged durably, then the batch is acknowledged.
+    pub fn on_resets(&mut self, batch: u64, keys: Vec<InlineKey>, mesh: &mut Mesh) {
+        let Some(fleet) = self.fleet.as_mut() else {
+            return;
+        };
+        fleet.batches.insert(batch, (keys.len() + 1, false));
+        for key in keys {
+            self.invalidate_then(key, super::purge::Waiter::Feed(batch), true, mesh);
+        }
         self.feed_row_done(batch, true);
     }
 

@@ -68,6 +68,18 @@ impl Owner {
                 };
                 return done(mesh, outcome);
             }
+            WriteReq::ResetStats { .. } if self.fleet.is_some() => {
+                // The fleet database judges it and tells every node (`fleet.rs`).
+                if self.writes.in_flight_keys.contains(&key) {
+                    let queue = self.writes.queued.entry(key).or_default();
+                    if queue.len() < MAX_QUEUED_WRITES_PER_KEY {
+                        queue.push_back((reply, req));
+                        return;
+                    }
+                    return done(mesh, WriteOutcome::WriteInProgress);
+                }
+                return self.submit_fleet_write(reply, req, now_s, mesh);
+            }
             WriteReq::ResetStats { .. } => {
                 if self.link_info(shard, &key, 0).is_none() {
                     return done(mesh, WriteOutcome::NotFound);
