@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::api::{self, Client, NO_RATE_LIMIT};
+use common::api::{self, Client};
 use common::pg::{prepare_fleet, TestDb};
 use common::Server;
 use fleet::clicks::{ClickRow, Facet, Flush, Flushed};
@@ -18,19 +18,8 @@ const FLUSH_MS: &str = "500";
 const CHROME: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";
 
 fn node(dir: &Path, url: &str, id: &str, cores: &str) -> Server {
-    let mut args = NO_RATE_LIMIT.to_vec();
-    args.extend([
-        "--cores",
-        cores,
-        "--fleet-pg",
-        url,
-        "--namespace",
-        "eu",
-        "--node-id",
-        id,
-        "--fleet-click-flush-ms",
-        FLUSH_MS,
-    ]);
+    let mut args = common::pg::fleet_node_args(url, id, cores);
+    args.extend(["--fleet-click-flush-ms", FLUSH_MS]);
     api::start(dir, &args)
 }
 

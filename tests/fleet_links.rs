@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::api::{self, Client, NO_RATE_LIMIT};
+use common::api::{self, Client};
 use common::pg::{prepare_fleet, TestDb};
 use common::Server;
 use serde_json::json;
@@ -21,20 +21,8 @@ fn node(dir: &Path, url: &str, id: &str, cores: &str, extra: &[&str]) -> Server 
     api::start(dir, &args)
 }
 
-/// `serve` flags of a fleet node in namespace `eu`.
 fn node_args<'a>(url: &'a str, id: &'a str, cores: &'a str) -> Vec<&'a str> {
-    let mut args = NO_RATE_LIMIT.to_vec();
-    args.extend([
-        "--cores",
-        cores,
-        "--fleet-pg",
-        url,
-        "--namespace",
-        "eu",
-        "--node-id",
-        id,
-    ]);
-    args
+    common::pg::fleet_node_args(url, id, cores)
 }
 
 /// What `GET /{key}` answers on `s` now: the status and `Location`.

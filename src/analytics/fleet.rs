@@ -78,24 +78,23 @@ impl FlushPart {
 
 /// A link-day's state as the fleet database stores it.
 pub fn click_row(key: &[u8], day: Day, l: &LinkDay) -> ClickRow {
-    let mut all = l.humans.clone();
-    all.merge(&l.bots);
+    let f = DayFigures::of(l);
     ClickRow {
         key: String::from_utf8_lossy(key).into_owned(),
         day,
-        clicks: l.clicks,
-        bot_clicks: l.bot_clicks,
-        unique_humans: l.humans.estimate(),
-        unique_bots: l.bots.estimate(),
-        unique_all: all.estimate(),
-        facets: l
+        clicks: f.clicks,
+        bot_clicks: f.bot_clicks,
+        unique_humans: f.unique_humans,
+        unique_bots: f.unique_bots,
+        unique_all: f.unique_all,
+        facets: f
             .facets
-            .iter()
-            .map(|f| Facet {
-                kind: f.kind as u8,
-                bot: f.bot,
-                value: f.value.to_string(),
-                count: f.count,
+            .into_iter()
+            .map(|(kind, bot, value, count)| Facet {
+                kind: kind as u8,
+                bot,
+                value: value.to_string(),
+                count,
             })
             .collect(),
     }

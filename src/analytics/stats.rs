@@ -244,7 +244,8 @@ pub struct DayFigures {
 }
 
 impl DayFigures {
-    fn of(l: &LinkDay) -> DayFigures {
+    /// One node's link-day, its uniques estimated (humans, bots, and both merged).
+    pub fn of(l: &LinkDay) -> DayFigures {
         let mut all: Hll = l.humans.clone();
         all.merge(&l.bots);
         DayFigures {

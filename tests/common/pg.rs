@@ -293,3 +293,20 @@ pub fn prepare_fleet(url: &str) {
         );
     }
 }
+
+/// `serve` flags of a fleet node `id` in namespace `eu` (what `prepare_fleet` makes).
+#[allow(dead_code)]
+pub fn fleet_node_args<'a>(url: &'a str, id: &'a str, cores: &'a str) -> Vec<&'a str> {
+    let mut args = super::api::NO_RATE_LIMIT.to_vec();
+    args.extend([
+        "--cores",
+        cores,
+        "--fleet-pg",
+        url,
+        "--namespace",
+        "eu",
+        "--node-id",
+        id,
+    ]);
+    args
+}
