@@ -319,62 +319,14 @@ impl Follower {
 
     fn run(mut self, mut cursor: fleet::feed::Cursor) {
         let mut batch = 0u64;
-        let mut caught_up_once = false;
-        let mut ceilings_read: Option<Instant> = None;
-        let mut ceilings_failing = false;
-        let mut horizon_checked: Option<Instant> = None;
-        let mut resets_polled: Option<Instant> = None;
-        let mut resets_cursor = match load_cursor_file(&self.data_dir, RESETS_CURSOR_FILE) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("fleet: {e}; stats resets are not followed");
-                fleet::feed::Cursor {
-                    xid: u64::MAX,
-                    key: String::new(),
-                }
-            }
-        };
-        let mut gc_done: Option<Instant> = None;
+        let mut chores = Chores::new(&self.data_dir);
         while !self.stop.load(Ordering::Relaxed) {
             if self.pause_file.as_ref().is_some_and(|p| p.exists()) {
                 std::thread::sleep(Duration::from_millis(FEED_POLL_INTERVAL_MS));
                 continue;
             }
-            if horizon_checked
-                .is_none_or(|t| t.elapsed() >= Duration::from_secs(HORIZON_CHECK_INTERVAL_S))
-            {
-                if gc_done.is_none_or(|t| {
-                    t.elapsed() >= Duration::from_secs(fleet::feed::TOMBSTONE_GC_INTERVAL_S)
-                }) {
-                    gc_done = Some(Instant::now());
-                    self.remove_old_tombstones();
-                }
-                match self.behind_horizon(&cursor) {
-                    Ok(Some(refusal)) => {
-                        eprintln!("fleet: FEED STOPPED: {refusal}");
-                        self.stats.feed_stop();
-                        return;
-                    }
-                    Ok(None) => horizon_checked = Some(Instant::now()),
-                    Err(_) => {} // The poll below reports the database.
-                }
-            }
-            let refresh = Duration::from_millis(fleet::ceiling::HIGH_WATER_REFRESH_MS);
-            let resets_every = Duration::from_millis(RESETS_POLL_INTERVAL_MS);
-            if resets_polled.is_none_or(|t| t.elapsed() >= resets_every) {
-                resets_polled = Some(Instant::now());
-                self.follow_resets(&mut batch, &mut resets_cursor);
-            }
-            if caught_up_once && ceilings_read.is_none_or(|t| t.elapsed() >= refresh) {
-                ceilings_read = Some(Instant::now());
-                match self.send_ceilings() {
-                    Ok(()) => ceilings_failing = false,
-                    Err(e) if !ceilings_failing => {
-                        ceilings_failing = true;
-                        eprintln!("fleet: reading the namespaces' ceilings failed: {e}");
-                    }
-                    Err(_) => {}
-                }
+            if !self.run_chores(&mut chores, &cursor, &mut batch) {
+                return;
             }
             let rows = match fleet::feed::poll(&mut self.db, &cursor, FEED_BATCH_ROWS) {
                 Ok(r) => r,
@@ -389,12 +341,12 @@ impl Follower {
                         self.stats.feed_stop();
                         return;
                     }
-                    horizon_checked = None; // Check it again once the database answers.
+                    chores.horizon = None; // Check it again once the database answers.
                     continue;
                 }
             };
             let Some(last) = rows.last().map(|r| r.cursor()) else {
-                caught_up_once = true;
+                chores.caught_up_once = true;
                 self.stats.feed_caught_up(unix_ms());
                 std::thread::sleep(Duration::from_millis(FEED_POLL_INTERVAL_MS));
                 continue;
@@ -415,10 +367,52 @@ impl Follower {
             cursor = last;
             self.stats.feed_applied(n);
             if !full {
-                caught_up_once = true;
+                chores.caught_up_once = true;
                 self.stats.feed_caught_up(unix_ms());
             }
         }
+    }
+
+    /// The follower's periodic work besides the feed, each when due: tombstone removal and
+    /// the horizon check, stats resets, ceilings. `false`: the feed must stop.
+    fn run_chores(
+        &mut self,
+        c: &mut Chores,
+        cursor: &fleet::feed::Cursor,
+        batch: &mut u64,
+    ) -> bool {
+        if due(
+            &mut c.horizon,
+            Duration::from_secs(HORIZON_CHECK_INTERVAL_S),
+        ) {
+            let gc_every = Duration::from_secs(fleet::feed::TOMBSTONE_GC_INTERVAL_S);
+            if due(&mut c.gc, gc_every) {
+                self.remove_old_tombstones();
+            }
+            if let Ok(Some(refusal)) = self.behind_horizon(cursor) {
+                eprintln!("fleet: FEED STOPPED: {refusal}");
+                self.stats.feed_stop();
+                return false;
+            }
+        }
+        if due(
+            &mut c.resets,
+            Duration::from_millis(RESETS_POLL_INTERVAL_MS),
+        ) {
+            self.follow_resets(batch, &mut c.resets_cursor);
+        }
+        let refresh = Duration::from_millis(fleet::ceiling::HIGH_WATER_REFRESH_MS);
+        if c.caught_up_once && due(&mut c.ceilings, refresh) {
+            match self.send_ceilings() {
+                Ok(()) => c.ceilings_failing = false,
+                Err(e) if !c.ceilings_failing => {
+                    c.ceilings_failing = true;
+                    eprintln!("fleet: reading the namespaces' ceilings failed: {e}");
+                }
+                Err(_) => {}
+            }
+        }
+        true
     }
 
     /// Reads the namespaces' ceilings and offers them to every core. Called only once the feed
@@ -578,6 +572,48 @@ impl Follower {
             }
         }
     }
+}
+
+/// When the follower last did each of its periodic chores (`Follower::run_chores`).
+struct Chores {
+    /// The feed has found the node caught up since start (ceilings are read from then on).
+    caught_up_once: bool,
+    horizon: Option<Instant>,
+    gc: Option<Instant>,
+    resets: Option<Instant>,
+    resets_cursor: fleet::feed::Cursor,
+    ceilings: Option<Instant>,
+    ceilings_failing: bool,
+}
+
+impl Chores {
+    fn new(data_dir: &Path) -> Chores {
+        let resets_cursor = load_cursor_file(data_dir, RESETS_CURSOR_FILE).unwrap_or_else(|e| {
+            eprintln!("fleet: {e}; stats resets are not followed");
+            fleet::feed::Cursor {
+                xid: u64::MAX,
+                key: String::new(),
+            }
+        });
+        Chores {
+            caught_up_once: false,
+            horizon: None,
+            gc: None,
+            resets: None,
+            resets_cursor,
+            ceilings: None,
+            ceilings_failing: false,
+        }
+    }
+}
+
+/// Whether a chore last done at `last` is due again after `every`; if so, it counts as done now.
+fn due(last: &mut Option<Instant>, every: Duration) -> bool {
+    if last.is_some_and(|t| t.elapsed() < every) {
+        return false;
+    }
+    *last = Some(Instant::now());
+    true
 }
 
 /// A feed row in the node's types, if it is a valid link.

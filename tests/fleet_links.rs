@@ -5,7 +5,7 @@
 mod common;
 
 use common::api::{self, Client};
-use common::pg::{prepare_fleet, TestDb};
+use common::pg::{fleet_node_args, prepare_fleet, TestDb};
 use common::Server;
 use serde_json::json;
 use std::path::Path;
@@ -16,13 +16,9 @@ use std::time::{Duration, Instant};
 const PROPAGATION_GIVE_UP: Duration = Duration::from_secs(5);
 
 fn node(dir: &Path, url: &str, id: &str, cores: &str, extra: &[&str]) -> Server {
-    let mut args = node_args(url, id, cores);
+    let mut args = fleet_node_args(url, id, cores);
     args.extend(extra);
     api::start(dir, &args)
-}
-
-fn node_args<'a>(url: &'a str, id: &'a str, cores: &'a str) -> Vec<&'a str> {
-    common::pg::fleet_node_args(url, id, cores)
 }
 
 /// What `GET /{key}` answers on `s` now: the status and `Location`.

@@ -197,19 +197,6 @@ pub fn forget_before(db: &mut Db, node: &str, first_kept: u32) -> Result<u64, Fl
     })
 }
 
-/// One day of one link, summed over every node.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DaySum {
-    pub day: u32,
-    pub clicks: u64,
-    pub bot_clicks: u64,
-    pub unique_humans: u64,
-    pub unique_bots: u64,
-    pub unique_all: u64,
-    /// Facet counts of every node's row, not yet merged.
-    pub facets: Vec<Facet>,
-}
-
 /// Where the fleet's click figures stand: the oldest `complete_until` of the nodes that
 /// flushed within [`CLICK_NODE_STALE_S`] (0 if none), and the clicks every node dropped.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -232,13 +219,14 @@ const COMPLETENESS_SQL: &str = "SELECT min(complete_until) FILTER (WHERE flushed
             sum(dropped)::int8, count(*) FILTER (WHERE flushed_at > now() - $1::int8 * interval '1 s') \
        FROM ricochet_click_nodes";
 
-/// Every node's rows of `key` for days `from..=to`, summed per day.
+/// Every node's rows of `key` for days `from..=to`, summed per day (the facets of every
+/// node's row listed, not yet merged).
 pub fn link_days(
     db: &mut Db,
     key: &str,
     from: u32,
     to: u32,
-) -> Result<(Vec<DaySum>, Completeness), FleetError> {
+) -> Result<(Vec<ClickRow>, Completeness), FleetError> {
     let (f, t) = (from as i32, to as i32);
     let stale = CLICK_NODE_STALE_S as i64;
     let (rows, done) = db.call("click stats", async |c| {
@@ -257,7 +245,8 @@ pub fn link_days(
     })?;
     let days = rows
         .iter()
-        .map(|r| DaySum {
+        .map(|r| ClickRow {
+            key: key.to_owned(),
             day: r.get::<_, i32>(0) as u32,
             clicks: r.get::<_, i64>(1) as u64,
             bot_clicks: r.get::<_, i64>(2) as u64,

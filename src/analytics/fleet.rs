@@ -63,10 +63,6 @@ pub struct FlushPart {
 }
 
 impl FlushPart {
-    pub fn is_empty(&self) -> bool {
-        self.purged.is_empty() && self.rows.is_empty() && self.not_found.is_empty()
-    }
-
     /// Adds `later` (a part of the same core after this one) to this one.
     pub fn absorb(&mut self, later: FlushPart) {
         self.complete_until_ms = later.complete_until_ms;

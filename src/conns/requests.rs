@@ -528,14 +528,8 @@ impl Conns {
 
     /// The link database could not say whether the key exists: 503, never a guessed 404.
     fn on_unavailable(&mut self, reply: ReplyTo, clock: &Clock) {
-        let Some(c) = self.slots.get_mut(reply.slot as usize) else {
-            return;
-        };
-        if !c.is_live() || c.gen != reply.gen {
-            return;
-        }
-        let Some(p) = c.answers.get(reply.seq) else {
-            return;
+        let Some(p) = self.waiting(reply) else {
+            return; // The connection went away meanwhile.
         };
         let (head, persist) = (p.head, p.persist);
         self.scratch.clear();
@@ -577,14 +571,8 @@ impl Conns {
         answer: Option<Answer>,
         clock: &Clock,
     ) {
-        let Some(c) = self.slots.get_mut(reply.slot as usize) else {
-            return;
-        };
-        if !c.is_live() || c.gen != reply.gen {
+        let Some(p) = self.waiting(reply) else {
             return; // The connection went away meanwhile.
-        }
-        let Some(p) = c.answers.get(reply.seq) else {
-            return;
         };
         let (head, persist) = (p.head, p.persist);
         let ctx = match p.kind {
@@ -623,14 +611,8 @@ impl Conns {
         clock: &Clock,
         mesh: &mut Mesh,
     ) {
-        let Some(c) = self.slots.get_mut(reply.slot as usize) else {
-            return;
-        };
-        if !c.is_live() || c.gen != reply.gen {
-            return;
-        }
-        let Some(p) = c.answers.get_mut(reply.seq) else {
-            return;
+        let Some(p) = self.waiting(reply) else {
+            return; // The connection went away meanwhile.
         };
         let persist = p.persist;
         let PendingKind::Api(mut op) = std::mem::replace(&mut p.kind, PendingKind::Redirect(None))
@@ -690,14 +672,8 @@ impl Conns {
 
     /// Stats JSON from the aggregators: the answer to the deferred request.
     pub fn on_stats_answer(&mut self, reply: ReplyTo, body: Option<&[u8]>, clock: &Clock) {
-        let Some(c) = self.slots.get_mut(reply.slot as usize) else {
-            return;
-        };
-        if !c.is_live() || c.gen != reply.gen {
-            return;
-        }
-        let Some(p) = c.answers.get(reply.seq) else {
-            return;
+        let Some(p) = self.waiting(reply) else {
+            return; // The connection went away meanwhile.
         };
         let persist = p.persist;
         let mut scratch = std::mem::take(&mut self.scratch);
@@ -724,6 +700,16 @@ impl Conns {
         }
         self.fill_answer(reply.slot, reply.seq, &scratch);
         self.scratch = scratch;
+    }
+
+    /// The deferred request `reply` answers, if its connection is still the one that asked
+    /// (not closed, its slot not reused).
+    fn waiting(&mut self, reply: ReplyTo) -> Option<&mut super::answers::Pending> {
+        let c = self.slots.get_mut(reply.slot as usize)?;
+        if !c.is_live() || c.gen != reply.gen {
+            return None;
+        }
+        c.answers.get_mut(reply.seq)
     }
 
     /// Writes the answer of deferred request `seq` at its place in the connection's batch;

@@ -237,7 +237,7 @@ impl Owner {
     ) {
         if !self.answer_found(w, key, row, now_s, mesh) {
             match w {
-                ReadWaiter::Redirect(r) => fetched_to(mesh, &[r], key, &Fetched::Absent),
+                ReadWaiter::Redirect(r) => fetched_to(mesh, r, key, Fetched::Absent),
                 ReadWaiter::Get(r) | ReadWaiter::StatsOf(r) => {
                     let outcome = WriteOutcome::NotFound;
                     mesh.deliver(r.core as usize, ApiMsg::WriteDone { reply: r, outcome });
@@ -277,7 +277,7 @@ impl Owner {
                         None => return false,
                     },
                 };
-                fetched_to(mesh, &[r], key, &fetched);
+                fetched_to(mesh, r, key, fetched);
             }
             ReadWaiter::Get(r) | ReadWaiter::StatsOf(r) => {
                 // An expired link keeps its stats: the stats API judges as if at time 0.
@@ -357,7 +357,7 @@ impl Owner {
             WriteReq::ResetStats { .. } => LinkWrite::ResetStats {
                 key: key.as_str().to_owned(),
             },
-            _ => unreachable!("only creates, patches and deletes go to the database"),
+            _ => unreachable!("only creates, patches, deletes and stats resets go to the database"),
         };
         let token = fleet.next_token;
         fleet.next_token += 1;
@@ -643,17 +643,14 @@ impl Owner {
     }
 }
 
-/// Answers `replies` with `fetched`.
-fn fetched_to(mesh: &mut Mesh, replies: &[ReplyTo], key: InlineKey, fetched: &Fetched) {
-    for &reply in replies {
-        let fetched = fetched.clone();
-        let msg = RedirectMsg::Fetched {
-            reply,
-            key,
-            fetched,
-        };
-        mesh.deliver(reply.core as usize, msg);
-    }
+/// Answers a redirect lookup that waited for the database.
+fn fetched_to(mesh: &mut Mesh, reply: ReplyTo, key: InlineKey, fetched: Fetched) {
+    let msg = RedirectMsg::Fetched {
+        reply,
+        key,
+        fetched,
+    };
+    mesh.deliver(reply.core as usize, msg);
 }
 
 /// A link as the database holds it, as the API answers it.
