@@ -295,6 +295,9 @@ impl Core {
                 crate::fleet_sync::FleetToCore::Resets { batch, keys } => {
                     self.owner.on_resets(batch, keys, &mut self.mesh)
                 }
+                crate::fleet_sync::FleetToCore::Regen { batch, step } => {
+                    self.owner.on_regen(batch, step)
+                }
             }
         }
         any
@@ -536,8 +539,9 @@ impl Core {
                 from,
                 token,
                 retired,
+                forget_all,
             } => {
-                self.conns.retire_tables(&retired);
+                self.conns.retire_tables(&retired, forget_all);
                 mesh.deliver(from as usize, CacheMsg::RetireAck { token });
             }
             CacheMsg::RetireAck { token } => self.owner.on_retire_ack(token),

@@ -143,6 +143,21 @@ pub const BOOTSTRAP_MIN_LIFE_S: u64 = 60;
 /// midway leaves either no tables (bootstrapped again) or tables without a cursor (the feed
 /// replays from the start, idempotently).
 pub fn bootstrap(dir: &shards::datadir::DataDir, url: &str) -> anyhow::Result<u64> {
+    let (cursor, links) = import_snapshot(dir, url)?;
+    if !dir.path().join(RESETS_CURSOR_FILE).exists() {
+        save_cursor_file(dir.path(), RESETS_CURSOR_FILE, &cursor)?;
+    }
+    save_cursor(dir.path(), &cursor)?;
+    Ok(links)
+}
+
+/// The live links of one database snapshot, through the importer into `dir`'s tables (a
+/// fresh dir: a new node's, or a regeneration's staging dir). Returns the snapshot's cursor
+/// and the links imported; the copy ([`BOOTSTRAP_FILE`] in `dir`) is deleted afterwards.
+pub fn import_snapshot(
+    dir: &shards::datadir::DataDir,
+    url: &str,
+) -> anyhow::Result<(fleet::feed::Cursor, u64)> {
     use std::io::Write;
     let path = dir.path().join(BOOTSTRAP_FILE);
     let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
@@ -170,12 +185,8 @@ pub fn bootstrap(dir: &shards::datadir::DataDir, url: &str) -> anyhow::Result<u6
     opts.strict = true;
     let summary = shards::import::run_locked(dir, &opts)
         .map_err(|e| anyhow::anyhow!("bootstrap: importing the snapshot: {e}"))?;
-    if !dir.path().join(RESETS_CURSOR_FILE).exists() {
-        save_cursor_file(dir.path(), RESETS_CURSOR_FILE, &cursor)?;
-    }
-    save_cursor(dir.path(), &cursor)?;
     let _ = std::fs::remove_file(&path);
-    Ok(summary.links)
+    Ok((cursor, summary.links))
 }
 
 /// What the fleet services hand a core.
@@ -192,6 +203,11 @@ pub enum FleetToCore {
     /// Stats resets of keys this core owns (`ricochet_click_resets`): purge each, then ack
     /// `batch` like a feed batch.
     Resets { batch: u64, keys: Vec<InlineKey> },
+    /// A step of a live regeneration (`fleet_regen`, `owner/regen.rs`), acked like a batch.
+    Regen {
+        batch: u64,
+        step: crate::owner::regen::RegenStep,
+    },
 }
 
 /// One feed row, checked and in the node's own types.
@@ -261,7 +277,7 @@ pub fn load_cursor_file(data_dir: &Path, name: &str) -> anyhow::Result<fleet::fe
     })
 }
 
-fn save_cursor(data_dir: &Path, c: &fleet::feed::Cursor) -> std::io::Result<()> {
+pub(crate) fn save_cursor(data_dir: &Path, c: &fleet::feed::Cursor) -> std::io::Result<()> {
     save_cursor_file(data_dir, CURSOR_FILE, c)
 }
 
@@ -272,6 +288,8 @@ fn save_cursor_file(data_dir: &Path, name: &str, c: &fleet::feed::Cursor) -> std
 /// What the follower thread needs.
 pub struct Follower {
     pub db: fleet::Db,
+    /// The database's URL, for the snapshot of a regeneration (its own connection).
+    pub url: String,
     pub data_dir: PathBuf,
     pub router: Router,
     pub outlets: Arc<Outlets<FleetToCore>>,
@@ -308,8 +326,7 @@ impl Follower {
             return Ok(Some(format!(
                 "the change feed cursor in {} is at transaction {}, but the fleet database's next \
                  transaction is {next}: the database was restored from an older backup or \
-                 replaced, and links this node holds may be gone from it. Refusing to follow it; \
-                 wipe this node's data dir so it catches up from the database as it is now",
+                 replaced, and links this node holds may be gone from it. Refusing to follow it",
                 self.data_dir.join(CURSOR_FILE).display(),
                 cursor.xid
             )));
@@ -320,13 +337,42 @@ impl Follower {
     fn run(mut self, mut cursor: fleet::feed::Cursor) {
         let mut batch = 0u64;
         let mut chores = Chores::new(&self.data_dir);
+        // The cursor cannot be continued: the links are regenerated before the next poll.
+        let mut regenerate = false;
         while !self.stop.load(Ordering::Relaxed) {
             if self.pause_file.as_ref().is_some_and(|p| p.exists()) {
                 std::thread::sleep(Duration::from_millis(FEED_POLL_INTERVAL_MS));
+                // A resumed feed checks the horizon at once, as after an outage.
+                chores.horizon = None;
                 continue;
             }
+            if regenerate {
+                match self.regenerate(&mut batch) {
+                    Ok(resume) => {
+                        regenerate = false;
+                        if chores.resets_cursor > resume {
+                            // Ahead of a restored database: follow its resets from here.
+                            chores.resets_cursor = resume.clone();
+                        }
+                        cursor = resume;
+                    }
+                    Err(e) => {
+                        eprintln!(
+                            "fleet: regenerating this node's links failed: {e:#}; retrying in \
+                             {} ms",
+                            crate::fleet_regen::REGEN_RETRY_MS
+                        );
+                        self.stats.feed_failed();
+                        std::thread::sleep(Duration::from_millis(
+                            crate::fleet_regen::REGEN_RETRY_MS,
+                        ));
+                        continue;
+                    }
+                }
+            }
             if !self.run_chores(&mut chores, &cursor, &mut batch) {
-                return;
+                regenerate = true;
+                continue;
             }
             let rows = match fleet::feed::poll(&mut self.db, &cursor, FEED_BATCH_ROWS) {
                 Ok(r) => r,
@@ -335,11 +381,10 @@ impl Follower {
                     self.stats.feed_failed();
                     std::thread::sleep(Duration::from_millis(FEED_RETRY_MS));
                     // The database may have come back as another history (a restore): check
-                    // before following it again, and stop following if so.
+                    // before following it again, and regenerate from it if so.
                     if let Ok(Some(refusal)) = self.foreign_history(&cursor) {
-                        eprintln!("fleet: FEED STOPPED: {refusal}");
-                        self.stats.feed_stop();
-                        return;
+                        eprintln!("fleet: {refusal}; regenerating this node's links");
+                        regenerate = true;
                     }
                     chores.horizon = None; // Check it again once the database answers.
                     continue;
@@ -374,7 +419,8 @@ impl Follower {
     }
 
     /// The follower's periodic work besides the feed, each when due: tombstone removal and
-    /// the horizon check, stats resets, ceilings. `false`: the feed must stop.
+    /// the horizon check, stats resets, ceilings. `false`: the cursor cannot be continued and
+    /// the links must be regenerated first.
     fn run_chores(
         &mut self,
         c: &mut Chores,
@@ -390,8 +436,7 @@ impl Follower {
                 self.remove_old_tombstones();
             }
             if let Ok(Some(refusal)) = self.behind_horizon(cursor) {
-                eprintln!("fleet: FEED STOPPED: {refusal}");
-                self.stats.feed_stop();
+                eprintln!("fleet: {refusal}; regenerating this node's links");
                 return false;
             }
         }
@@ -440,8 +485,7 @@ impl Follower {
             format!(
                 "the change feed cursor in {} is at transaction {}, not past the tombstone \
                  horizon {horizon} (tombstones up to it were removed after \
-                 {} days): deletes this node has not applied may be gone. Restart the node: it \
-                 bootstraps again from a database snapshot",
+                 {} days): deletes this node has not applied may be gone",
                 self.data_dir.join(CURSOR_FILE).display(),
                 cursor.xid,
                 fleet::feed::TOMBSTONE_RETENTION_DAYS
@@ -510,7 +554,7 @@ impl Follower {
     }
 
     /// Offers each core its item of `batch` and waits for every one's ack (`FeedAck`).
-    fn deliver_and_wait(&mut self, batch: u64, items: Vec<(usize, FleetToCore)>) -> bool {
+    pub(crate) fn deliver_and_wait(&mut self, batch: u64, items: Vec<(usize, FleetToCore)>) -> bool {
         while self.acks.try_recv().is_ok() {} // Acks of a batch given up on.
         let mut waiting = 0;
         for (core, mut item) in items {

@@ -273,6 +273,9 @@ pub enum CacheMsg {
         from: u16,
         token: u64,
         retired: Box<[(u32, u32)]>,
+        /// Also drop every cached answer: a fleet regeneration (`owner/regen.rs`) replaced
+        /// states the owner's memtable held, not only tables.
+        forget_all: bool,
     },
     RetireAck {
         token: u64,

@@ -242,16 +242,16 @@ fn readiness_checks(shared: &Shared, creates: bool) -> Vec<Check> {
 /// Fleet mode: how far behind the change feed is. Reported, not gating: a node whose feed
 /// lags (or whose database is down) still serves every link it holds, which is what fleet mode
 /// promises during an outage; the lag is for the operator (and `/metrics`). It gates once the
-/// feed stopped for good (a cursor the database cannot continue): the node may be serving
-/// links deleted elsewhere, and a restart re-bootstraps it.
+/// feed's cursor cannot be continued and the node regenerates its links from a snapshot
+/// (`fleet_regen`): until the swap it may be serving links deleted elsewhere.
 fn feed_check(f: &fleet::FleetStatsSnapshot) -> Check {
-    if f.feed_stopped {
+    if f.regenerating {
         return Check {
             name: "feed",
             ok: false,
-            detail: "change feed STOPPED: this node's cursor cannot be continued (behind the \
-                     tombstone horizon, or ahead of a restored database); restart it to \
-                     bootstrap again"
+            detail: "change feed REGENERATING: this node's cursor cannot be continued (behind \
+                     the tombstone horizon, or ahead of a restored database); its links are \
+                     being rebuilt from a database snapshot and swapped in while it serves"
                 .into(),
         };
     }

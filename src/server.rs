@@ -686,6 +686,7 @@ fn start_fleet_links(
     let (ack_tx, ack_rx) = crossbeam::channel::bounded(cores * 4);
     Follower {
         db: fleet::Db::new(&f.url)?,
+        url: f.url.clone(),
         data_dir: dir.path().to_path_buf(),
         router,
         outlets,

@@ -93,6 +93,26 @@ pub fn next_xid(db: &mut Db) -> Result<u64, FleetError> {
     })
 }
 
+/// Where a poller that starts now must begin so that it misses nothing committed from now on:
+/// `(xmin, "")` of a fresh snapshot. Every transaction not finished now has an id at or above
+/// xmin, so the feed from here shows all of them (and some rows committed just before,
+/// harmlessly again). A live regeneration takes it before it rotates the cores' logs.
+pub fn current_cursor(db: &mut Db) -> Result<Cursor, FleetError> {
+    let xmin: String = db.call("current cursor", async |c| {
+        let r = c
+            .query_one("SELECT pg_snapshot_xmin(pg_current_snapshot())::text", &[])
+            .await?;
+        Ok(r.get(0))
+    })?;
+    let xid = xmin
+        .parse::<u64>()
+        .map_err(|_| FleetError::Refused(format!("snapshot xmin {xmin:?}")))?;
+    Ok(Cursor {
+        xid,
+        key: String::new(),
+    })
+}
+
 /// Rows one bootstrap page fetches.
 pub const BOOTSTRAP_PAGE_ROWS: i64 = 10_000;
 

@@ -147,6 +147,16 @@ pub struct WriterHandle {
 }
 
 impl WriterHandle {
+    /// A handle whose writer is gone: every job is given back. For the owner's tests without
+    /// a database (`src/owner/tests.rs`), where no write reaches the writer.
+    pub fn closed() -> WriterHandle {
+        let (tx, _) = tokio::sync::mpsc::channel(1);
+        WriterHandle {
+            txs: Arc::from([tx]),
+            next: std::cell::Cell::new(0),
+        }
+    }
+
     /// Queues `job` for the next writer, round-robin, without blocking (an atomic reservation
     /// and a lock-free push); gives it back when that queue is full or the writer is gone.
     pub fn try_submit(&self, job: WriteJob) -> Result<(), WriteJob> {
@@ -604,6 +614,12 @@ pub struct ReaderHandle {
 }
 
 impl ReaderHandle {
+    /// A handle whose reader is gone: every job is given back (see [`WriterHandle::closed`]).
+    pub fn closed() -> ReaderHandle {
+        let (tx, _) = tokio::sync::mpsc::channel(1);
+        ReaderHandle { tx }
+    }
+
     /// Queues `job` without blocking; gives it back when the queue is full.
     pub fn try_submit(&self, job: ReadJob) -> Result<(), ReadJob> {
         self.tx.try_send(job).map_err(|e| match e {

@@ -46,9 +46,12 @@ pub struct FleetStats {
     ceiling_raises: AtomicU64,
     ceiling_waits: AtomicU64,
     shed_lookups: AtomicU64,
-    /// The feed stopped for good (its cursor is ahead of the database, or not past the
-    /// tombstone horizon): the node may serve links deleted elsewhere. Not ready.
-    feed_stopped: AtomicBool,
+    /// The node is regenerating its links from a database snapshot (its feed cursor could
+    /// not be continued: not past the tombstone horizon, or ahead of a restored database): it
+    /// may serve links deleted elsewhere until the swap. Not ready meanwhile.
+    regenerating: AtomicBool,
+    /// Live regenerations finished since start.
+    regenerations: AtomicU64,
     /// Tombstones this node removed (retention).
     tombstones_removed: AtomicU64,
 }
@@ -78,7 +81,8 @@ pub struct FleetStatsSnapshot {
     pub ceiling_raises: u64,
     pub ceiling_waits: u64,
     pub shed_lookups: u64,
-    pub feed_stopped: bool,
+    pub regenerating: bool,
+    pub regenerations: u64,
     pub tombstones_removed: u64,
 }
 
@@ -131,9 +135,16 @@ impl FleetStats {
         self.feed_caught_up_ms.store(now_ms, Ordering::Relaxed);
     }
 
-    /// The follower stopped following: the node may be serving links deleted elsewhere.
-    pub fn feed_stop(&self) {
-        self.feed_stopped.store(true, Ordering::Relaxed);
+    /// The follower cannot continue its cursor and regenerates the node's links: until
+    /// [`FleetStats::regenerated`], the node may be serving links deleted elsewhere.
+    pub fn regenerating(&self) {
+        self.regenerating.store(true, Ordering::Relaxed);
+    }
+
+    /// A regeneration swapped its tables in on every core.
+    pub fn regenerated(&self) {
+        self.regenerations.fetch_add(1, Ordering::Relaxed);
+        self.regenerating.store(false, Ordering::Relaxed);
     }
 
     pub fn tombstones_removed(&self, n: u64) {
@@ -218,7 +229,8 @@ impl FleetStats {
             ceiling_raises: load(&self.ceiling_raises),
             ceiling_waits: load(&self.ceiling_waits),
             shed_lookups: load(&self.shed_lookups),
-            feed_stopped: self.feed_stopped.load(Ordering::Relaxed),
+            regenerating: self.regenerating.load(Ordering::Relaxed),
+            regenerations: load(&self.regenerations),
             tombstones_removed: load(&self.tombstones_removed),
         }
     }

@@ -729,10 +729,13 @@ impl Conns {
     }
 
     /// An owner replaced tables: no answer into them is read here again (cached ones resolve
-    /// to `None` and are asked for anew).
-    pub fn retire_tables(&mut self, retired: &[(u32, u32)]) {
+    /// to `None` and are asked for anew). `forget_all`: every cached answer goes too.
+    pub fn retire_tables(&mut self, retired: &[(u32, u32)], forget_all: bool) {
         for &(shard, gen) in retired {
             self.view.retire(shard, gen);
+        }
+        if forget_all {
+            self.lru.clear();
         }
     }
 }

@@ -619,6 +619,20 @@ fn encode_fleet(enc: &mut DescriptorEncoder, f: &fleet::FleetStatsSnapshot) -> f
         Gauge,
         f.feed_caught_up_ms,
     )?;
+    plain(
+        enc,
+        "ricochet_fleet_regenerations",
+        "Live regenerations of this node's links from a database snapshot (its feed cursor could not be continued)",
+        Counter,
+        f.regenerations,
+    )?;
+    plain(
+        enc,
+        "ricochet_fleet_regenerating",
+        "1 while this node regenerates its links from a database snapshot (not ready meanwhile)",
+        Gauge,
+        u64::from(f.regenerating),
+    )?;
     let mut m = enc.encode_descriptor(
         "ricochet_fleet_allocation_failures",
         "Failed allocation attempts by class",

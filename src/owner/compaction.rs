@@ -33,6 +33,13 @@ impl Owner {
     /// those made durable while the previous fold ran (docs/storage.md, "When compaction
     /// runs").
     pub fn maybe_compact(&mut self, now_ms: u64, now_s: u64, idem: &IdemTable, mesh: &mut Mesh) {
+        if self.regen_may_rotate() {
+            // A regeneration's rotation (`regen.rs`) goes first and drains the log the same way.
+            if !self.try_regen_rotate(now_s, idem) {
+                self.release_held_writes(now_s, mesh);
+            }
+            return;
+        }
         if let Err(e) = self.try_compact(now_ms, now_s, idem) {
             eprintln!("core {}: cannot start compaction: {e}", self.me);
             self.next_compaction_ms = now_ms + COMPACTION_RETRY_MS;
@@ -44,8 +51,14 @@ impl Owner {
         }
     }
 
-    /// Whether a compaction is due and not yet started.
+    /// Whether a compaction (or a regeneration's rotation) is due and not yet started.
     pub fn compaction_due(&self, now_ms: u64) -> bool {
+        if self.regen_may_rotate() {
+            return true;
+        }
+        if self.regen_holds_compaction() {
+            return false;
+        }
         let due = self.compaction.folding || self.writes.memtable.len() >= self.compaction.entries;
         due && self.compacting.is_none() && now_ms >= self.next_compaction_ms
     }
@@ -91,7 +104,7 @@ impl Owner {
     /// The current log becomes the one being folded; a fresh log continues the sequence and
     /// carries the live idempotency records (they live only in logs). Blocking file syscalls
     /// on the core: a bounded pause, once per compaction.
-    fn rotate_log(&mut self, now_s: u64, idem: &IdemTable) -> io::Result<()> {
+    pub(super) fn rotate_log(&mut self, now_s: u64, idem: &IdemTable) -> io::Result<()> {
         let dir = &self.compaction.data_dir;
         let me = self.me as u32;
         let live = shards::log::wal_path(dir, me);
@@ -129,6 +142,7 @@ impl Owner {
 
     /// Swaps in the tables of a finished compaction and drops the folded log.
     pub fn poll_compaction(&mut self, now_ms: u64, mesh: &mut Mesh) {
+        self.poll_regen_swap(mesh);
         let Some(rx) = &self.compacting else {
             return;
         };
@@ -156,7 +170,7 @@ impl Owner {
                     .map(|(t, gen)| (shard, t, gen)),
             );
         }
-        self.retire_tables(old, mesh);
+        self.retire_tables(old, false, mesh);
         let folded = done.snapshot.len();
         self.counts.compactions += 1;
         self.counts.compacted_entries += folded as u64;
@@ -190,9 +204,16 @@ impl Owner {
 
     /// Frees tables a compaction replaced once no core can read them: every core, this one
     /// included, raises its `TableView` past their generations and acknowledges
-    /// (`CacheMsg::RetireTables`); the last ack drops them (`crate::target`).
-    fn retire_tables(&mut self, old: Vec<(u32, Table, u32)>, mesh: &mut Mesh) {
-        if old.is_empty() {
+    /// (`CacheMsg::RetireTables`); the last ack drops them (`crate::target`). `forget_all`:
+    /// every core also drops every cached answer (a regeneration, `regen.rs`), even if no
+    /// table was replaced.
+    pub(super) fn retire_tables(
+        &mut self,
+        old: Vec<(u32, Table, u32)>,
+        forget_all: bool,
+        mesh: &mut Mesh,
+    ) {
+        if old.is_empty() && !forget_all {
             return;
         }
         let token = self.token();
@@ -208,6 +229,7 @@ impl Owner {
                     from,
                     token,
                     retired,
+                    forget_all,
                 },
             );
         }

@@ -76,7 +76,7 @@ pub struct FleetLinks {
     next_token: u64,
     acks: crossbeam::channel::Sender<FeedAck>,
     /// Feed batches being applied: rows left, and whether one failed.
-    batches: HashMap<u64, (usize, bool)>,
+    pub(super) batches: HashMap<u64, (usize, bool)>,
     /// Keys whose API write this node committed at the version given and the feed has not
     /// delivered yet: their memtable entry is not folded away (see the module doc).
     pub unconfirmed: HashMap<InlineKey, u64, ahash::RandomState>,

@@ -10,12 +10,14 @@
 //! - `compaction.rs`: log rotation, the fold thread, table swap and retirement.
 //! - `fold.rs`: the fold itself (runs on a compaction thread).
 //! - `fleet.rs`: fleet mode: writes judged by the fleet database, change feed rows applied.
+//! - `regen.rs`: fleet mode: a new table generation from a database snapshot, swapped in live.
 
 pub mod compaction;
 pub mod fleet;
 pub mod fold;
 pub mod listing;
 mod purge;
+pub mod regen;
 pub mod store;
 mod write_path;
 pub mod writes;
@@ -60,6 +62,8 @@ pub struct Owner {
     unsent_purges: std::collections::VecDeque<crate::analytics::Control>,
     /// Fleet mode: the link writer, writes waiting for the database, the feed's batches.
     fleet: Option<fleet::FleetLinks>,
+    /// Fleet mode: where this core is in a live regeneration of its links (`regen.rs`).
+    regen: Option<regen::Regen>,
     next_token: u64,
     /// Rung by the compaction thread when its fold is done.
     doorbells: Arc<Doorbells>,
@@ -94,6 +98,7 @@ impl Owner {
             purging: HashMap::new(),
             unsent_purges: Default::default(),
             fleet: None,
+            regen: None,
             next_token: 0,
             doorbells,
             counts: Default::default(),

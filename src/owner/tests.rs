@@ -4,6 +4,7 @@
 //! (it asks, and acknowledges invalidations).
 
 use super::*;
+use ::fleet::links as fleet_links;
 use crate::api::request::ExpiryUpdate;
 use crate::mesh::WriteOutcome;
 use crate::mesh::{ApiMsg, CacheMsg, Doorbells, MeshMsg, MeshQueues, WriteReq};
@@ -71,6 +72,8 @@ struct Rig {
     due: HashMap<u32, (InlineKey, Want)>,
     /// Keys whose invalidation the asker has seen and not yet matched to an answer.
     invalidated: Vec<InlineKey>,
+    /// The asker was told to drop every cached answer (a regeneration's swap).
+    forgot_all: bool,
     _dir: tempfile::TempDir,
 }
 
@@ -108,6 +111,7 @@ impl Rig {
             file: Vec::new(),
             due: HashMap::new(),
             invalidated: Vec::new(),
+            forgot_all: false,
             _dir: dir,
         }
     }
@@ -141,6 +145,13 @@ impl Rig {
                     }) => self
                         .owner
                         .on_invalidate_ack(token, from, clicks_seq, &mut self.mesh),
+                    MeshMsg::Cache(CacheMsg::RetireTables { from, token, .. }) => {
+                        self.mesh
+                            .deliver(from as usize, CacheMsg::RetireAck { token })
+                    }
+                    MeshMsg::Cache(CacheMsg::RetireAck { token }) => {
+                        self.owner.on_retire_ack(token)
+                    }
                     other => panic!("the owner got {other:?}"),
                 }
             }
@@ -158,6 +169,15 @@ impl Rig {
                     }
                     MeshMsg::Api(ApiMsg::WriteDone { reply, outcome }) => {
                         self.check(reply.seq, outcome)
+                    }
+                    MeshMsg::Cache(CacheMsg::RetireTables {
+                        from,
+                        token,
+                        forget_all,
+                        ..
+                    }) => {
+                        self.forgot_all |= forget_all;
+                        self.asker.send(from as usize, CacheMsg::RetireAck { token });
                     }
                     other => panic!("the asker got {other:?}"),
                 }
@@ -410,4 +430,128 @@ fn compaction_starts_at_its_trigger_under_sustained_writes() {
         rig.sync();
     }
     assert!(rig.due.is_empty(), "unanswered: {:?}", rig.due.keys());
+}
+
+/// A live regeneration on one core (`regen.rs`): the rotation waits for a quiet log, the swap
+/// replaces every state the memtable held at the rotation with the new tables' (a link
+/// deleted elsewhere whose tombstone this node never saw goes), keeps what changed after it,
+/// removes the folded log, and makes every core forget its cached answers.
+#[test]
+fn a_regeneration_swaps_a_new_generation_in_and_keeps_later_writes() {
+    use crate::fleet_sync::FeedLink;
+    use crate::owner::regen::RegenStep;
+    let mut rig = Rig::compacting_at(usize::MAX);
+    let (ack_tx, acks) = crossbeam::channel::bounded(16);
+    let secret = [7u8; 32];
+    rig.owner.set_fleet(fleet::FleetLinks::new(
+        fleet_links::WriterHandle::closed(),
+        fleet_links::ReaderHandle::closed(),
+        ack_tx,
+        Arc::new(shards::keygen::KeyGen::new(&secret)),
+        Arc::new(::fleet::FleetStats::default()),
+    ));
+    let idem = crate::api::idempotency::IdemTable::new(16, 3600);
+    let router = Router::new(SHARDS, 2);
+    let keys = keys(&router);
+    let row = |k: usize, target: &str, version: u64| FeedLink {
+        key: keys[k],
+        target: Arc::from(target),
+        status: RedirectStatus::Found,
+        created_at_s: 1,
+        expires_at_s: 0,
+        deleted: false,
+        version,
+    };
+    let ack = |acks: &crossbeam::channel::Receiver<crate::fleet_sync::FeedAck>| {
+        let a = acks.try_recv().expect("an ack");
+        assert!(a.ok, "{a:?}");
+        a.batch
+    };
+    // Before: k0 changed elsewhere since, k1 deleted elsewhere (its tombstone purged), k2 as
+    // the database still has it.
+    rig.owner.on_feed_batch(
+        1,
+        vec![row(0, "https://old/0", 1), row(1, "https://gone/1", 2), row(2, "https://same/2", 3)],
+    );
+    rig.sync();
+    assert_eq!(ack(&acks), 1);
+    rig.owner.on_feed_batch(2, vec![row(3, "https://x/3", 4)]); // in flight when asked
+    // Step 1 waits for the batch being written, holding new writes meanwhile.
+    let len = rig.start_batch().expect("batch 2 pending");
+    rig.owner.on_regen(10, RegenStep::Rotate);
+    rig.owner.maybe_compact(1, 100, &idem, &mut rig.mesh);
+    assert!(acks.try_recv().is_err(), "rotated with a batch in flight");
+    assert!(rig.owner.log_is_held());
+    rig.complete_batch(len);
+    assert_eq!(ack(&acks), 2);
+    rig.owner.maybe_compact(1, 100, &idem, &mut rig.mesh);
+    assert_eq!(ack(&acks), 10);
+    assert!(!rig.owner.log_is_held());
+    let folding = fold::folding_path(rig._dir.path(), OWNER as u32);
+    assert!(folding.exists());
+    // No compaction starts while rotated for the regeneration.
+    assert!(!rig.owner.compaction_due(u64::MAX));
+    // After the rotation: k4 arrives (newer than any snapshot taken after).
+    rig.owner.on_feed_batch(3, vec![row(4, "https://new/4", 9)]);
+    rig.sync();
+    assert_eq!(ack(&acks), 3);
+    // Step 2: the generation, as the database snapshot has it.
+    let dir = shards::datadir::DataDir::create(&rig._dir.path().join("d"), SHARDS).unwrap();
+    let mut by_shard: std::collections::BTreeMap<u32, Vec<shards::table::OwnedLink>> =
+        Default::default();
+    for (k, target) in [(0, "https://changed/0"), (2, "https://same/2"), (3, "https://x/3")] {
+        let key = keys[k].as_str().to_owned();
+        by_shard
+            .entry(router.owner(key.as_bytes()).shard)
+            .or_default()
+            .push(shards::table::OwnedLink {
+                key,
+                target: target.into(),
+                status: RedirectStatus::Found,
+                expires_at_s: 0,
+                created_at_s: 1,
+                flags: 0,
+            });
+    }
+    for shard in router.shards_of_core(OWNER) {
+        by_shard.entry(shard).or_default();
+    }
+    let tables = by_shard
+        .into_iter()
+        .map(|(shard, links)| {
+            let path = dir.table_path(shard);
+            shards::table::write_table(&path, shard, SHARDS, 0, links).unwrap();
+            (shard, shards::table::Table::open(&path).unwrap())
+        })
+        .collect();
+    rig.owner.on_regen(11, RegenStep::Swap(tables));
+    rig.owner.poll_compaction(1, &mut rig.mesh);
+    rig.pump();
+    assert_eq!(ack(&acks), 11);
+    let target = |rig: &Rig, k: usize| {
+        let key = keys[k];
+        let shard = router.owner(key.as_bytes()).shard;
+        rig.owner
+            .local_answer(shard, key.as_bytes(), 100)
+            .map(|a| match a.target {
+                crate::mesh::Target::Shared(t) => t.to_string(),
+                t @ crate::mesh::Target::Table(_) => {
+                    let view = crate::target::TableView::new(SHARDS);
+                    String::from_utf8(t.resolve(&view).unwrap().to_vec()).unwrap()
+                }
+            })
+    };
+    assert_eq!(target(&rig, 0).as_deref(), Some("https://changed/0"));
+    assert_eq!(target(&rig, 1), None, "deleted elsewhere, gone here");
+    assert_eq!(target(&rig, 2).as_deref(), Some("https://same/2"));
+    assert_eq!(target(&rig, 3).as_deref(), Some("https://x/3"));
+    assert_eq!(target(&rig, 4).as_deref(), Some("https://new/4"), "written after");
+    assert_eq!(rig.owner.writes.memtable.len(), 1, "only the later entry is kept");
+    assert!(!folding.exists(), "the superseded log is gone");
+    assert!(rig.forgot_all, "every core forgets its cached answers");
+    // Compactions run again.
+    assert!(!rig.owner.regen_holds_compaction());
+    // A step out of order is refused, not applied.
+    rig.owner.on_regen(12, RegenStep::Swap(Vec::new()));
+    assert!(!acks.try_recv().unwrap().ok);
 }

@@ -1,0 +1,134 @@
+//! Live regeneration: what a running fleet node does when its change feed cursor cannot be
+//! continued (not past the tombstone horizon: deletes it never saw may be gone; or ahead of
+//! the database: a restore from an older backup). Its links are rebuilt from one database
+//! snapshot into a fresh table generation, swapped in like compaction's while the node keeps
+//! serving, and the feed resumes. The node reports not ready meanwhile (`/readyz`, the
+//! `feed` check): until the swap it may serve links deleted elsewhere.
+//!
+//! The follower's steps ([`Follower::regenerate`]); each core's side is `owner/regen.rs`:
+//!
+//! 1. Write [`REBOOTSTRAP_MARKER`]: a crash or stop from here on makes the next start wipe the
+//!    links and bootstrap from scratch (`fleet_sync::rebootstrap_if_behind`), so no step
+//!    below needs its own recovery.
+//! 2. Take the resume cursor: `(xmin, "")` of a fresh snapshot. The feed later resumes there,
+//!    so it brings every change that commits after this point.
+//! 3. Every core rotates its log and snapshots its memtable (acked like a feed batch).
+//! 4. One `REPEATABLE READ` snapshot of the live links, taken after every rotation, goes
+//!    through the importer into a staging data dir ([`REGEN_DIR`]); shards that have a table
+//!    here but no links in the snapshot get an empty one, so the generation is complete.
+//! 5. The staging tables are renamed over `tables/` (the cores keep reading their old
+//!    mappings), the directory fsynced, the inventory updated; each core gets its tables,
+//!    opened and checked here, and swaps them in.
+//! 6. The resume cursor is saved, the marker removed, the staging dir deleted.
+//!
+//! A failure before step 6 is retried after [`REGEN_RETRY_MS`] from step 2; the cores keep
+//! their rotation (it holds for a later snapshot too).
+
+use crate::fleet_sync::{FleetToCore, Follower, REBOOTSTRAP_MARKER};
+use crate::owner::regen::RegenStep;
+use anyhow::Context;
+use shards::datadir::DataDir;
+use shards::table::Table;
+
+/// The staging data dir a regeneration builds its table generation in, relative to the data
+/// dir. Removed when the regeneration is done, and at the start of the next one.
+pub const REGEN_DIR: &str = "fleet-regen";
+
+/// Pause after a failed regeneration before the next try.
+pub const REGEN_RETRY_MS: u64 = 5_000;
+
+impl Follower {
+    /// Regenerates this node's links from a database snapshot (the module doc's steps) and
+    /// returns the cursor the feed resumes from. `batch` numbers the steps' core batches.
+    pub(crate) fn regenerate(&mut self, batch: &mut u64) -> anyhow::Result<fleet::feed::Cursor> {
+        self.stats.regenerating();
+        let started = std::time::Instant::now();
+        let dir = self.data_dir.clone();
+        shards::durable::write_atomic(&dir, REBOOTSTRAP_MARKER, b"rebootstrap\n", 0o644)
+            .context("writing the re-bootstrap marker")?;
+        let resume = fleet::feed::current_cursor(&mut self.db)?;
+        *batch += 1;
+        let rotate = (0..self.outlets.cores())
+            .map(|core| {
+                let step = RegenStep::Rotate;
+                (core, FleetToCore::Regen { batch: *batch, step })
+            })
+            .collect();
+        if !self.deliver_and_wait(*batch, rotate) {
+            anyhow::bail!("a core did not rotate its log in time");
+        }
+        let main = DataDir::open(&dir)?;
+        let (links, tables) = self.build_generation(&main)?;
+        let mut parts: Vec<Vec<(u32, Table)>> =
+            (0..self.outlets.cores()).map(|_| Vec::new()).collect();
+        for (shard, table) in tables {
+            parts[self.router.core_of_shard(shard)].push((shard, table));
+        }
+        *batch += 1;
+        let swap = parts
+            .into_iter()
+            .enumerate()
+            .map(|(core, tables)| {
+                let step = RegenStep::Swap(tables);
+                (core, FleetToCore::Regen { batch: *batch, step })
+            })
+            .collect();
+        if !self.deliver_and_wait(*batch, swap) {
+            anyhow::bail!("a core did not swap its new tables in");
+        }
+        crate::fleet_sync::save_cursor(&dir, &resume).context("saving the feed cursor")?;
+        crate::fleet_sync::rebootstrap_done(&dir).context("removing the re-bootstrap marker")?;
+        let _ = std::fs::remove_dir_all(dir.join(REGEN_DIR));
+        self.stats.regenerated();
+        eprintln!(
+            "fleet: regenerated this node's links from a database snapshot while serving: \
+             {links} links in {} ms; the feed resumes at transaction {}",
+            started.elapsed().as_millis(),
+            resume.xid
+        );
+        Ok(resume)
+    }
+
+    /// Steps 4 and 5: the snapshot into a staging dir, published over `main`'s tables, and
+    /// every table of the new generation opened. Returns the links and the tables by shard.
+    fn build_generation(&mut self, main: &DataDir) -> anyhow::Result<(u64, Vec<(u32, Table)>)> {
+        let staging_path = main.path().join(REGEN_DIR);
+        match std::fs::remove_dir_all(&staging_path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(e).with_context(|| format!("removing {}", staging_path.display()))
+            }
+        }
+        let staging = DataDir::create(&staging_path, main.shard_count())?;
+        let (_, links) = crate::fleet_sync::import_snapshot(&staging, &self.url)?;
+        let listed = main.inventory()?.unwrap_or_default();
+        let mut shards = Vec::new();
+        for shard in 0..main.shard_count() {
+            let staged = staging.table_path(shard);
+            if !staged.exists() {
+                if !listed.contains(&shard) && !main.table_path(shard).exists() {
+                    continue;
+                }
+                // The shard's links are all gone: an empty table replaces the old one.
+                shards::table::write_table(&staged, shard, main.shard_count(), 0, [])?;
+            }
+            shards.push(shard);
+        }
+        for &shard in &shards {
+            let (from, to) = (staging.table_path(shard), main.table_path(shard));
+            std::fs::rename(&from, &to)
+                .with_context(|| format!("renaming {} to {}", from.display(), to.display()))?;
+        }
+        shards::durable::sync_dir(&main.tables_dir()).context("syncing the tables dir")?;
+        main.record_tables(shards.iter().copied())?;
+        let mut tables = Vec::with_capacity(shards.len());
+        for shard in shards {
+            let table = main
+                .open_table(shard)?
+                .with_context(|| format!("shard {shard}'s new table vanished"))?;
+            tables.push((shard, table));
+        }
+        Ok((links, tables))
+    }
+}
