@@ -51,7 +51,13 @@ impl Follower {
         let rotate = (0..self.outlets.cores())
             .map(|core| {
                 let step = RegenStep::Rotate;
-                (core, FleetToCore::Regen { batch: *batch, step })
+                (
+                    core,
+                    FleetToCore::Regen {
+                        batch: *batch,
+                        step,
+                    },
+                )
             })
             .collect();
         if !self.deliver_and_wait(*batch, rotate) {
@@ -70,7 +76,13 @@ impl Follower {
             .enumerate()
             .map(|(core, tables)| {
                 let step = RegenStep::Swap(tables);
-                (core, FleetToCore::Regen { batch: *batch, step })
+                (
+                    core,
+                    FleetToCore::Regen {
+                        batch: *batch,
+                        step,
+                    },
+                )
             })
             .collect();
         if !self.deliver_and_wait(*batch, swap) {

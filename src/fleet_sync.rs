@@ -554,7 +554,11 @@ impl Follower {
     }
 
     /// Offers each core its item of `batch` and waits for every one's ack (`FeedAck`).
-    pub(crate) fn deliver_and_wait(&mut self, batch: u64, items: Vec<(usize, FleetToCore)>) -> bool {
+    pub(crate) fn deliver_and_wait(
+        &mut self,
+        batch: u64,
+        items: Vec<(usize, FleetToCore)>,
+    ) -> bool {
         while self.acks.try_recv().is_ok() {} // Acks of a batch given up on.
         let mut waiting = 0;
         for (core, mut item) in items {

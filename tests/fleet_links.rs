@@ -954,3 +954,205 @@ fn a_node_behind_the_tombstone_horizon_bootstraps_again() {
         .is_none());
     assert_eq!(answer(&b, &links[0].0), (302, Some(links[0].1.clone())));
 }
+
+/// A running node whose cursor falls behind the tombstone horizon (its feed paused while
+/// deletes are made elsewhere and their tombstones removed) regenerates its links from a
+/// database snapshot while it serves: a fresh table generation swapped in on every core (3
+/// here, more than the machine's CPUs), not ready meanwhile, 0 errors on a known key under
+/// load throughout. Afterwards it serves every live link at its current target and no
+/// deleted one, keeps the writes it made itself while paused, compacts again, and a restart
+/// changes nothing (the superseded log is gone; no bootstrap).
+#[test]
+fn a_running_node_behind_the_horizon_regenerates_while_serving() {
+    let Some(db) = TestDb::create("fleet_regen") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let (_ta, dir_a) = api::data_dir();
+    let (tb, dir_b) = api::data_dir();
+    let pause = tb.path().join("pause-feed");
+    let pause_arg = pause.to_str().unwrap().to_owned();
+    let b_flags = [
+        "--test-fleet-pause-feed",
+        &pause_arg,
+        "--test-oversubscribe",
+        "--compact-entries",
+        "8",
+    ];
+    let a = node(&dir_a, &db.url, "a", "1", &[]);
+    let b = node(&dir_b, &db.url, "b", "3", &b_flags);
+    let (mut ca, mut cb) = (Client::new(&a), Client::new(&b));
+    let mut links: Vec<(String, String)> = (0..40)
+        .map(|i| {
+            let url = format!("https://example.com/r/{i}");
+            (ca.create_ok(&url, None), url)
+        })
+        .collect();
+    for (k, u) in &links {
+        wait_for(&b, k, Some(u));
+    }
+    // A known key under load on b from here to the end of the regeneration.
+    let known = links.pop().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (stop, addr_b) = (stop.clone(), b.addr);
+        let (key, url) = known.clone();
+        std::thread::spawn(move || {
+            let (mut answered, mut wrong) = (0u64, Vec::new());
+            let mut c = Client::connect(addr_b).expect("connect");
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = c.redirect(&key);
+                answered += 1;
+                if r.status != 302 || r.location() != Some(url.as_str()) {
+                    wrong.push(r.status);
+                }
+            }
+            (answered, wrong)
+        })
+    };
+
+    std::fs::write(&pause, b"").unwrap();
+    std::thread::sleep(Duration::from_millis(200)); // b's follower sees the pause
+    let gone: Vec<String> = links.drain(..5).map(|(k, _)| k).collect();
+    for k in &gone {
+        assert_eq!(ca.delete(k).status, 204);
+    }
+    for (k, u) in links.iter_mut().take(3) {
+        *u = format!("{u}/patched-on-a");
+        assert_eq!(ca.patch(k, &json!({"long_url": u})).status, 200);
+    }
+    for i in 0..3 {
+        let url = format!("https://example.com/r/a-new/{i}");
+        links.push((ca.create_ok(&url, None), url));
+    }
+    // b's own writes while its feed is paused: committed, applied on b.
+    {
+        let (k, u) = &mut links[5];
+        *u = format!("{u}/patched-on-b");
+        assert_eq!(cb.patch(k, &json!({"long_url": u})).status, 200);
+    }
+    for i in 0..3 {
+        let url = format!("https://example.com/r/b-new/{i}");
+        links.push((cb.create_ok(&url, None), url));
+    }
+    let out = std::process::Command::new(common::BIN)
+        .args([
+            "fleet",
+            "gc-tombstones",
+            "--pg",
+            &db.url,
+            "--older-than-s",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("removed 5 tombstones"), "{text}");
+    // The hazard is real: b still redirects links deleted elsewhere.
+    assert_eq!(answer(&b, &gone[0]).0, 302, "b has not seen the delete");
+
+    // Creates on b while it regenerates: each must redirect on b after its 201.
+    let writer = {
+        let (stop, addr_b) = (stop.clone(), b.addr);
+        std::thread::spawn(move || {
+            let mut c = Client::connect(addr_b).expect("connect");
+            let mut made = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let url = format!("https://example.com/r/during/{}", made.len());
+                let key = c.create_ok(&url, None);
+                let r = c.redirect(&key);
+                assert_eq!(
+                    r.location(),
+                    Some(url.as_str()),
+                    "{key} right after its 201"
+                );
+                made.push((key, url));
+            }
+            made
+        })
+    };
+    std::fs::remove_file(&pause).unwrap();
+    let t = Instant::now();
+    while metric(&b, "ricochet_fleet_regenerations_total") == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no regeneration: {:?}",
+            b.stderr_lines()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = t.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (answered, wrong) = load.join().unwrap();
+    let made = writer.join().unwrap();
+    assert!(!made.is_empty());
+    links.extend(made);
+    assert!(answered > 100, "only {answered} lookups");
+    assert!(
+        wrong.is_empty(),
+        "{} of {answered} wrong: {wrong:?}",
+        wrong.len()
+    );
+    std::thread::sleep(Duration::from_millis(50)); // the log line follows the counter
+    let said: Vec<String> = b
+        .stderr_lines()
+        .into_iter()
+        .filter(|l| l.contains("regenerat") || l.contains("tombstone horizon"))
+        .collect();
+    assert!(
+        said.iter()
+            .any(|l| l.contains("regenerated this node's links")),
+        "{said:?}"
+    );
+    eprintln!("regenerated in {took:?}, {answered} lookups of a known key meanwhile");
+    for l in &said {
+        eprintln!("b: {l}");
+    }
+    assert_eq!(
+        cb.send("GET", "/readyz", false, &[], b"").unwrap().status,
+        200
+    );
+    assert!(!dir_b
+        .join(ricochet::fleet_sync::REBOOTSTRAP_MARKER)
+        .exists());
+    assert!(!dir_b.join(ricochet::fleet_regen::REGEN_DIR).exists());
+    let check = |b: &Server, links: &[(String, String)]| {
+        for (k, u) in links {
+            assert_eq!(answer(b, k), (302, Some(u.clone())), "{k} on b");
+        }
+        for k in &gone {
+            assert_eq!(answer(b, k).0, 404, "{k} was deleted elsewhere");
+        }
+    };
+    check(&b, &links);
+    // The feed goes on from the resume cursor; b writes and compacts again.
+    let (k, u) = &mut links[6];
+    *u = format!("{u}/after");
+    assert_eq!(ca.patch(k, &json!({"long_url": u})).status, 200);
+    wait_for(&b, k, Some(u));
+    for i in 0..20 {
+        let url = format!("https://example.com/r/b-after/{i}");
+        links.push((cb.create_ok(&url, None), url));
+    }
+    assert!(
+        b.wait_stderr("compacted", Duration::from_secs(10))
+            .is_some(),
+        "no compaction after the regeneration"
+    );
+    check(&b, &links);
+    // Restarted (SIGTERM, then kill -9): the same answers, and no bootstrap at start.
+    assert!(b.terminate().success());
+    let b = node(&dir_b, &db.url, "b", "3", &b_flags);
+    assert!(b
+        .wait_stderr("Bootstrapping its links again", Duration::from_millis(300))
+        .is_none());
+    check(&b, &links);
+    b.kill9();
+    let b = node(&dir_b, &db.url, "b", "3", &b_flags);
+    check(&b, &links);
+}

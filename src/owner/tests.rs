@@ -4,11 +4,11 @@
 //! (it asks, and acknowledges invalidations).
 
 use super::*;
-use ::fleet::links as fleet_links;
 use crate::api::request::ExpiryUpdate;
 use crate::mesh::WriteOutcome;
 use crate::mesh::{ApiMsg, CacheMsg, Doorbells, MeshMsg, MeshQueues, WriteReq};
 use crate::owner::writes::{Faults, Writes};
+use ::fleet::links as fleet_links;
 use proptest::prelude::*;
 use shards::link::RedirectStatus;
 use shards::log::{LogOp, LogWriter};
@@ -145,10 +145,9 @@ impl Rig {
                     }) => self
                         .owner
                         .on_invalidate_ack(token, from, clicks_seq, &mut self.mesh),
-                    MeshMsg::Cache(CacheMsg::RetireTables { from, token, .. }) => {
-                        self.mesh
-                            .deliver(from as usize, CacheMsg::RetireAck { token })
-                    }
+                    MeshMsg::Cache(CacheMsg::RetireTables { from, token, .. }) => self
+                        .mesh
+                        .deliver(from as usize, CacheMsg::RetireAck { token }),
                     MeshMsg::Cache(CacheMsg::RetireAck { token }) => {
                         self.owner.on_retire_ack(token)
                     }
@@ -177,7 +176,8 @@ impl Rig {
                         ..
                     }) => {
                         self.forgot_all |= forget_all;
-                        self.asker.send(from as usize, CacheMsg::RetireAck { token });
+                        self.asker
+                            .send(from as usize, CacheMsg::RetireAck { token });
                     }
                     other => panic!("the asker got {other:?}"),
                 }
@@ -471,12 +471,16 @@ fn a_regeneration_swaps_a_new_generation_in_and_keeps_later_writes() {
     // the database still has it.
     rig.owner.on_feed_batch(
         1,
-        vec![row(0, "https://old/0", 1), row(1, "https://gone/1", 2), row(2, "https://same/2", 3)],
+        vec![
+            row(0, "https://old/0", 1),
+            row(1, "https://gone/1", 2),
+            row(2, "https://same/2", 3),
+        ],
     );
     rig.sync();
     assert_eq!(ack(&acks), 1);
     rig.owner.on_feed_batch(2, vec![row(3, "https://x/3", 4)]); // in flight when asked
-    // Step 1 waits for the batch being written, holding new writes meanwhile.
+                                                                // Step 1 waits for the batch being written, holding new writes meanwhile.
     let len = rig.start_batch().expect("batch 2 pending");
     rig.owner.on_regen(10, RegenStep::Rotate);
     rig.owner.maybe_compact(1, 100, &idem, &mut rig.mesh);
@@ -499,7 +503,11 @@ fn a_regeneration_swaps_a_new_generation_in_and_keeps_later_writes() {
     let dir = shards::datadir::DataDir::create(&rig._dir.path().join("d"), SHARDS).unwrap();
     let mut by_shard: std::collections::BTreeMap<u32, Vec<shards::table::OwnedLink>> =
         Default::default();
-    for (k, target) in [(0, "https://changed/0"), (2, "https://same/2"), (3, "https://x/3")] {
+    for (k, target) in [
+        (0, "https://changed/0"),
+        (2, "https://same/2"),
+        (3, "https://x/3"),
+    ] {
         let key = keys[k].as_str().to_owned();
         by_shard
             .entry(router.owner(key.as_bytes()).shard)
@@ -545,8 +553,16 @@ fn a_regeneration_swaps_a_new_generation_in_and_keeps_later_writes() {
     assert_eq!(target(&rig, 1), None, "deleted elsewhere, gone here");
     assert_eq!(target(&rig, 2).as_deref(), Some("https://same/2"));
     assert_eq!(target(&rig, 3).as_deref(), Some("https://x/3"));
-    assert_eq!(target(&rig, 4).as_deref(), Some("https://new/4"), "written after");
-    assert_eq!(rig.owner.writes.memtable.len(), 1, "only the later entry is kept");
+    assert_eq!(
+        target(&rig, 4).as_deref(),
+        Some("https://new/4"),
+        "written after"
+    );
+    assert_eq!(
+        rig.owner.writes.memtable.len(),
+        1,
+        "only the later entry is kept"
+    );
     assert!(!folding.exists(), "the superseded log is gone");
     assert!(rig.forgot_all, "every core forgets its cached answers");
     // Compactions run again.
