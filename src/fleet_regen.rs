@@ -1,6 +1,7 @@
 //! Live regeneration: what a running fleet node does when its change feed cursor cannot be
-//! continued (not past the tombstone horizon: deletes it never saw may be gone; or ahead of
-//! the database: a restore from an older backup). Its links are rebuilt from one database
+//! continued (not past the tombstone horizon: deletes it never saw may be gone; ahead of the
+//! database: a restore from an older backup; or from another database identity: a dump
+//! restored into a new one). Its links are rebuilt from one database
 //! snapshot into a fresh table generation, swapped in like compaction's while the node keeps
 //! serving, and the feed resumes. The node reports not ready meanwhile (`/readyz`, the
 //! `feed` check): until the swap it may serve links deleted elsewhere.
@@ -19,7 +20,8 @@
 //! 5. The staging tables are renamed over `tables/` (the cores keep reading their old
 //!    mappings), the directory fsynced, the inventory updated; each core gets its tables,
 //!    opened and checked here, and swaps them in.
-//! 6. The resume cursor is saved, the marker removed, the staging dir deleted.
+//! 6. The database's identity and the resume cursor are saved, the marker removed, the
+//!    staging dir deleted.
 //!
 //! A failure before step 6 is retried after [`REGEN_RETRY_MS`] from step 2; the cores keep
 //! their rotation (it holds for a later snapshot too).
@@ -46,6 +48,7 @@ impl Follower {
         let dir = self.data_dir.clone();
         shards::durable::write_atomic(&dir, REBOOTSTRAP_MARKER, b"rebootstrap\n", 0o644)
             .context("writing the re-bootstrap marker")?;
+        let identity = fleet::feed::database_identity(&mut self.db)?;
         let resume = fleet::feed::current_cursor(&mut self.db)?;
         *batch += 1;
         let rotate = (0..self.outlets.cores())
@@ -88,7 +91,9 @@ impl Follower {
         if !self.deliver_and_wait(*batch, swap) {
             anyhow::bail!("a core did not swap its new tables in");
         }
+        crate::fleet_sync::save_identity(&dir, &identity).context("saving the identity")?;
         crate::fleet_sync::save_cursor(&dir, &resume).context("saving the feed cursor")?;
+        self.identity = identity;
         crate::fleet_sync::rebootstrap_done(&dir).context("removing the re-bootstrap marker")?;
         let _ = std::fs::remove_dir_all(dir.join(REGEN_DIR));
         self.stats.regenerated();

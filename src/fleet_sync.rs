@@ -48,6 +48,12 @@ pub const CURSOR_FILE: &str = "fleet-feed.cursor";
 /// (a new node has no stats to purge); a re-bootstrap keeps it (the node's stats stay).
 pub const RESETS_CURSOR_FILE: &str = "fleet-resets.cursor";
 
+/// Which database this node's links came from (`fleet::feed::database_identity`), relative to
+/// the data dir: `ricochet-fleet-db 1 <identity> <crc32c hex>`. Written with the cursor by a
+/// bootstrap or a regeneration; a node started on, or reconnected to, another identity (a
+/// dump restored into a new cluster, another database) takes its links from there again.
+pub const IDENTITY_FILE: &str = "fleet-db.identity";
+
 /// How often the follower looks for stats resets.
 pub const RESETS_POLL_INTERVAL_MS: u64 = 100;
 
@@ -84,7 +90,19 @@ pub fn rebootstrap_if_behind(dir: &shards::datadir::DataDir, url: &str) -> anyho
         let mut db = fleet::Db::new(url)?;
         let horizon = fleet::feed::tombstone_horizon(&mut db)?;
         let next = fleet::feed::next_xid(&mut db)?;
-        if cursor.xid > next {
+        let identity = fleet::feed::database_identity(&mut db)?;
+        let held = load_identity(path)?;
+        if held.is_none() {
+            // A dir from before identities were recorded: it followed this database.
+            save_identity(path, &identity)?;
+        }
+        if let Some(held) = held.filter(|h| *h != identity) {
+            eprintln!(
+                "fleet: this node's links came from database {held}, but {url:?} is database \
+                 {identity} (a dump restored into a new cluster, or another database): \
+                 Bootstrapping its links again from a snapshot"
+            );
+        } else if cursor.xid > next {
             eprintln!(
                 "fleet: the feed cursor (transaction {}) is ahead of the database's next \
                  transaction ({next}): the database was restored from an older backup or \
@@ -143,12 +161,57 @@ pub const BOOTSTRAP_MIN_LIFE_S: u64 = 60;
 /// midway leaves either no tables (bootstrapped again) or tables without a cursor (the feed
 /// replays from the start, idempotently).
 pub fn bootstrap(dir: &shards::datadir::DataDir, url: &str) -> anyhow::Result<u64> {
+    let identity = fleet::feed::database_identity(&mut fleet::Db::new(url)?)?;
     let (cursor, links) = import_snapshot(dir, url)?;
     if !dir.path().join(RESETS_CURSOR_FILE).exists() {
         save_cursor_file(dir.path(), RESETS_CURSOR_FILE, &cursor)?;
     }
+    save_identity(dir.path(), &identity)?;
     save_cursor(dir.path(), &cursor)?;
     Ok(links)
+}
+
+/// The identity file's bytes: `ricochet-fleet-db 1 <identity> <crc32c hex>\n`.
+fn encode_identity(identity: &str) -> String {
+    let body = format!("ricochet-fleet-db 1 {identity}");
+    let crc = crc32c::crc32c(body.as_bytes());
+    format!("{body} {crc:08x}\n")
+}
+
+/// Reads [`IDENTITY_FILE`]: `None` if there is none yet; a damaged one is refused.
+pub fn load_identity(data_dir: &Path) -> anyhow::Result<Option<String>> {
+    let path = data_dir.join(IDENTITY_FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => anyhow::bail!("reading {}: {e}", path.display()),
+    };
+    let parsed = text
+        .strip_suffix('\n')
+        .and_then(|l| l.rsplit_once(' '))
+        .filter(|(body, crc)| {
+            u32::from_str_radix(crc, 16).ok() == Some(crc32c::crc32c(body.as_bytes()))
+        })
+        .and_then(|(body, _)| body.strip_prefix("ricochet-fleet-db 1 "));
+    match parsed {
+        Some(identity) if !identity.is_empty() => Ok(Some(identity.to_owned())),
+        _ => anyhow::bail!(
+            "{} is damaged (expected `ricochet-fleet-db 1 <identity> <crc>`); refusing to guess \
+             which database this node's links came from. Remove it and the feed cursor (the \
+             node then bootstraps its links again), or restore it",
+            path.display()
+        ),
+    }
+}
+
+/// Writes [`IDENTITY_FILE`] atomically.
+pub(crate) fn save_identity(data_dir: &Path, identity: &str) -> std::io::Result<()> {
+    shards::durable::write_atomic(
+        data_dir,
+        IDENTITY_FILE,
+        encode_identity(identity).as_bytes(),
+        0o644,
+    )
 }
 
 /// The live links of one database snapshot, through the importer into `dir`'s tables (a
@@ -298,6 +361,8 @@ pub struct Follower {
     pub stop: Arc<AtomicBool>,
     /// Test-only (`--fault-pause-feed`): poll nothing while this file exists.
     pub pause_file: Option<PathBuf>,
+    /// Which database the node's links came from ([`IDENTITY_FILE`]); read by `spawn`.
+    pub identity: String,
 }
 
 impl Follower {
@@ -305,6 +370,16 @@ impl Follower {
     /// database's history.
     pub fn spawn(mut self) -> anyhow::Result<()> {
         let cursor = load_cursor(&self.data_dir)?;
+        self.identity = match load_identity(&self.data_dir)? {
+            Some(held) => held,
+            None => {
+                // Tables without a cursor (a bootstrap cut short before it saved both): they
+                // came from this database, whose feed replays from the start.
+                let identity = fleet::feed::database_identity(&mut self.db)?;
+                save_identity(&self.data_dir, &identity)?;
+                identity
+            }
+        };
         if let Some(refusal) = self.foreign_history(&cursor)? {
             anyhow::bail!(refusal);
         }
@@ -321,6 +396,14 @@ impl Follower {
         &mut self,
         cursor: &fleet::feed::Cursor,
     ) -> Result<Option<String>, fleet::FleetError> {
+        let identity = fleet::feed::database_identity(&mut self.db)?;
+        if identity != self.identity {
+            return Ok(Some(format!(
+                "this node's links came from database {}, but the fleet database is now {identity} \
+                 (a dump restored into a new cluster, or another database)",
+                self.identity
+            )));
+        }
         let next = fleet::feed::next_xid(&mut self.db)?;
         if cursor.xid > next {
             return Ok(Some(format!(

@@ -694,6 +694,7 @@ fn start_fleet_links(
         stats: stats.clone(),
         stop: shared.draining.clone(),
         pause_file: f.pause_feed_file.clone(),
+        identity: String::new(),
     }
     .spawn()
     .context("starting the change feed follower")?;

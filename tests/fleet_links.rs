@@ -1156,3 +1156,106 @@ fn a_running_node_behind_the_horizon_regenerates_while_serving() {
     let b = node(&dir_b, &db.url, "b", "3", &b_flags);
     check(&b, &links);
 }
+
+/// The fleet database replaced under a running node by another database of the same name (a
+/// dump restored into a new one: here a copy that lacks one link): the node notices when it
+/// reconnects, serves what it holds meanwhile, and regenerates its links from the new
+/// database; restarted on it, it does not bootstrap again; started on yet another copy, it
+/// bootstraps at start. The cursor alone could not tell: the copy's transaction ids go on
+/// from the same cluster's.
+#[test]
+fn a_node_whose_database_is_replaced_takes_its_links_from_the_new_one() {
+    let Some(db) = TestDb::create("fleet_identity") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let (_t, dir) = api::data_dir();
+    let s = node(&dir, &db.url, "a", "2", &[]);
+    let mut c = Client::new(&s);
+    let kept: Vec<String> = (0..10)
+        .map(|i| {
+            c.create_ok(
+                &format!("https://example.com/i/{i}"),
+                Some(&format!("kept-{i}")),
+            )
+        })
+        .collect();
+    c.create_ok("https://example.com/lost", Some("lost"));
+    let t = Instant::now();
+    while feed_rows(&s) < 11 {
+        assert!(
+            t.elapsed() < PROPAGATION_GIVE_UP,
+            "the feed did not catch up"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let first = ricochet::fleet_sync::load_identity(&dir)
+        .unwrap()
+        .expect("an identity");
+
+    db.replace_with_copy();
+    db.sql("DELETE FROM ricochet_links WHERE key = 'lost'");
+    let t = Instant::now();
+    while metric(&s, "ricochet_fleet_regenerations_total") == 0 {
+        assert_eq!(
+            answer(&s, &kept[0]).0,
+            302,
+            "a held link while the database changed"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no regeneration: {:?}",
+            s.stderr_lines()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        answer(&s, "lost").0,
+        404,
+        "gone from the new database, gone here"
+    );
+    for k in &kept {
+        assert_eq!(answer(&s, k).0, 302, "{k}");
+    }
+    let second = ricochet::fleet_sync::load_identity(&dir).unwrap().unwrap();
+    assert_ne!(first, second);
+    // A writer session ended with the old database may answer its first write 503 (outcome
+    // unknown); the client retries with an Idempotency-Key, as that answer asks.
+    let mut c = Client::new(&s);
+    let body = json!({"long_url": "https://example.com/after"});
+    let t = Instant::now();
+    let after = loop {
+        let r = c.try_create_idem(&body, "after-1").unwrap();
+        if r.status == 201 || r.status == 200 {
+            break r.key();
+        }
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert!(t.elapsed() < PROPAGATION_GIVE_UP, "writes do not resume");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        db.sql(&format!(
+            "SELECT count(*) FROM ricochet_links WHERE key = '{after}'"
+        )),
+        "1"
+    );
+    assert!(s.terminate().success());
+    let s = node(&dir, &db.url, "a", "2", &[]);
+    assert!(s
+        .wait_stderr("Bootstrapping its links again", Duration::from_millis(300))
+        .is_none());
+    assert_eq!(answer(&s, &after).0, 302);
+    assert!(s.terminate().success());
+
+    db.replace_with_copy();
+    db.sql("DELETE FROM ricochet_links WHERE key = 'kept-1'");
+    let s = node(&dir, &db.url, "a", "2", &[]);
+    let said = s.wait_stderr("Bootstrapping its links again", Duration::from_secs(1));
+    assert!(
+        said.as_deref().is_some_and(|l| l.contains(&second)),
+        "{said:?}"
+    );
+    assert_eq!(answer(&s, "kept-1").0, 404);
+    assert_eq!(answer(&s, "kept-2").0, 302);
+    assert_eq!(answer(&s, &after).0, 302);
+}

@@ -113,6 +113,24 @@ pub fn current_cursor(db: &mut Db) -> Result<Cursor, FleetError> {
     })
 }
 
+/// Which database this is, as `<system identifier>/<database oid>`: a new cluster (`initdb`,
+/// then a dump restored into it) has another system identifier, another database of the same
+/// cluster (`CREATE DATABASE .. TEMPLATE`, a rename) another oid. A streaming replica, a
+/// promoted standby and a point-in-time restore keep both; the cursor check (`next_xid`)
+/// covers the last. A node whose links came from another identity regenerates them.
+pub fn database_identity(db: &mut Db) -> Result<String, FleetError> {
+    db.call("database identity", async |c| {
+        let r = c
+            .query_one(
+                "SELECT (SELECT system_identifier FROM pg_control_system())::text || '/' || \
+                        (SELECT oid FROM pg_database WHERE datname = current_database())::text",
+                &[],
+            )
+            .await?;
+        Ok(r.get(0))
+    })
+}
+
 /// Rows one bootstrap page fetches.
 pub const BOOTSTRAP_PAGE_ROWS: i64 = 10_000;
 

@@ -62,6 +62,51 @@ impl TestDb {
     pub fn try_sql(&self, sql: &str) -> Result<String, String> {
         try_psql(&self.url, sql)
     }
+
+    /// Replaces the test's database, under the same name and URL, by a copy of itself: another
+    /// database (another oid), as a dump restored into a new one would be. Its sessions are
+    /// ended and new ones refused while the copy is made.
+    pub fn replace_with_copy(&self) {
+        let (admin, name) = (&self.admin, &self.name);
+        let _ = try_psql(
+            admin,
+            &format!("DROP DATABASE IF EXISTS {name}_old WITH (FORCE)"),
+        );
+        psql(
+            admin,
+            &format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false"),
+        );
+        let mut tries = 0;
+        loop {
+            psql(
+                admin,
+                &format!(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                      WHERE datname = '{name}'"
+                ),
+            );
+            match try_psql(
+                admin,
+                &format!("CREATE DATABASE {name}_new TEMPLATE {name}"),
+            ) {
+                Ok(_) => break,
+                Err(e) if tries < 50 => {
+                    tries += 1;
+                    assert!(e.contains("being accessed"), "{e}");
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => panic!("copying {name}: {e}"),
+            }
+        }
+        psql(
+            admin,
+            &format!("ALTER DATABASE {name} RENAME TO {name}_old"),
+        );
+        psql(
+            admin,
+            &format!("ALTER DATABASE {name}_new RENAME TO {name}"),
+        );
+    }
 }
 
 impl Drop for TestDb {
@@ -69,6 +114,10 @@ impl Drop for TestDb {
         let _ = try_psql(
             &self.admin,
             &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+        );
+        let _ = try_psql(
+            &self.admin,
+            &format!("DROP DATABASE IF EXISTS {}_old WITH (FORCE)", self.name),
         );
     }
 }
