@@ -67,7 +67,17 @@ impl Follower {
             anyhow::bail!("a core did not rotate its log in time");
         }
         let main = DataDir::open(&dir)?;
-        let (links, tables) = self.build_generation(&main)?;
+        let url = self.url.clone();
+        // On a thread of its own at the lowest priority, as a compaction's fold: the import
+        // is CPU work, and a core sharing its CPU must win.
+        let (links, tables) = std::thread::Builder::new()
+            .name("ricochet-fleet-regen".into())
+            .spawn(move || {
+                crate::analytics::aggregator::yield_thread_to_cores("fleet regeneration");
+                build_generation(&main, &url)
+            })?
+            .join()
+            .map_err(|_| anyhow::anyhow!("the regeneration thread panicked"))??;
         let mut parts: Vec<Vec<(u32, Table)>> =
             (0..self.outlets.cores()).map(|_| Vec::new()).collect();
         for (shard, table) in tables {
@@ -105,47 +115,45 @@ impl Follower {
         );
         Ok(resume)
     }
+}
 
-    /// Steps 4 and 5: the snapshot into a staging dir, published over `main`'s tables, and
-    /// every table of the new generation opened. Returns the links and the tables by shard.
-    fn build_generation(&mut self, main: &DataDir) -> anyhow::Result<(u64, Vec<(u32, Table)>)> {
-        let staging_path = main.path().join(REGEN_DIR);
-        match std::fs::remove_dir_all(&staging_path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(e).with_context(|| format!("removing {}", staging_path.display()))
-            }
-        }
-        let staging = DataDir::create(&staging_path, main.shard_count())?;
-        let (_, links) = crate::fleet_sync::import_snapshot(&staging, &self.url)?;
-        let listed = main.inventory()?.unwrap_or_default();
-        let mut shards = Vec::new();
-        for shard in 0..main.shard_count() {
-            let staged = staging.table_path(shard);
-            if !staged.exists() {
-                if !listed.contains(&shard) && !main.table_path(shard).exists() {
-                    continue;
-                }
-                // The shard's links are all gone: an empty table replaces the old one.
-                shards::table::write_table(&staged, shard, main.shard_count(), 0, [])?;
-            }
-            shards.push(shard);
-        }
-        for &shard in &shards {
-            let (from, to) = (staging.table_path(shard), main.table_path(shard));
-            std::fs::rename(&from, &to)
-                .with_context(|| format!("renaming {} to {}", from.display(), to.display()))?;
-        }
-        shards::durable::sync_dir(&main.tables_dir()).context("syncing the tables dir")?;
-        main.record_tables(shards.iter().copied())?;
-        let mut tables = Vec::with_capacity(shards.len());
-        for shard in shards {
-            let table = main
-                .open_table(shard)?
-                .with_context(|| format!("shard {shard}'s new table vanished"))?;
-            tables.push((shard, table));
-        }
-        Ok((links, tables))
+/// Steps 4 and 5: the snapshot into a staging dir, published over `main`'s tables, and every
+/// table of the new generation opened. Returns the links and the tables by shard.
+fn build_generation(main: &DataDir, url: &str) -> anyhow::Result<(u64, Vec<(u32, Table)>)> {
+    let staging_path = main.path().join(REGEN_DIR);
+    match std::fs::remove_dir_all(&staging_path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing {}", staging_path.display())),
     }
+    let staging = DataDir::create(&staging_path, main.shard_count())?;
+    let (_, links) = crate::fleet_sync::import_snapshot(&staging, url)?;
+    let listed = main.inventory()?.unwrap_or_default();
+    let mut shards = Vec::new();
+    for shard in 0..main.shard_count() {
+        let staged = staging.table_path(shard);
+        if !staged.exists() {
+            if !listed.contains(&shard) && !main.table_path(shard).exists() {
+                continue;
+            }
+            // The shard's links are all gone: an empty table replaces the old one.
+            shards::table::write_table(&staged, shard, main.shard_count(), 0, [])?;
+        }
+        shards.push(shard);
+    }
+    for &shard in &shards {
+        let (from, to) = (staging.table_path(shard), main.table_path(shard));
+        std::fs::rename(&from, &to)
+            .with_context(|| format!("renaming {} to {}", from.display(), to.display()))?;
+    }
+    shards::durable::sync_dir(&main.tables_dir()).context("syncing the tables dir")?;
+    main.record_tables(shards.iter().copied())?;
+    let mut tables = Vec::with_capacity(shards.len());
+    for shard in shards {
+        let table = main
+            .open_table(shard)?
+            .with_context(|| format!("shard {shard}'s new table vanished"))?;
+        tables.push((shard, table));
+    }
+    Ok((links, tables))
 }
