@@ -129,3 +129,63 @@ fn poll_settled(db: &mut Db, after: &Cursor, limit: i64, want: usize) -> Vec<fle
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// The bootstrap snapshot's `COPY` read back exactly as PostgreSQL wrote it: every live link,
+/// in pages, none deleted or about to expire, and text columns with every character COPY
+/// escapes (backslash, tab, newline, carriage return, and other control bytes) decoded to
+/// what the database holds. The API never stores such targets; the parser must not depend on it.
+#[test]
+fn the_bootstrap_copy_reads_back_every_live_link_exactly() {
+    let Some(t) = TestDb::create("feed_copy") else {
+        return;
+    };
+    fleet::init(&mut db(&t.url)).unwrap();
+    let pages = fleet::feed::BOOTSTRAP_PAGE_ROWS * 2 + 7;
+    t.sql(&format!(
+        "INSERT INTO ricochet_links (key, target, status, created_at, expires_at) \
+         SELECT 'k' || g, 'https://e.com/' || g, 302, g, 0 FROM generate_series(1, {pages}) g"
+    ));
+    let odd = "https://e.com/a\\b\tc\nd\re\u{1}f\u{7f}g/é";
+    let literal = odd.replace('\\', "\\\\").replace('\'', "''");
+    t.sql(&format!(
+        "INSERT INTO ricochet_links (key, target, status, created_at, expires_at) VALUES \
+         ('odd', E'{}', 308, 5, 4000000000), ('gone', 'https://e.com/x', 302, 1, 0), \
+         ('soon', 'https://e.com/y', 302, 1, 1000)",
+        literal
+            .replace('\t', "\\t")
+            .replace('\n', "\\n")
+            .replace('\r', "\\r")
+            .replace('\u{1}', "\\001")
+            .replace('\u{7f}', "\\177")
+    ));
+    t.sql("UPDATE ricochet_links SET deleted = true WHERE key = 'gone'");
+    let (mut got, mut calls) = (Vec::new(), 0);
+    fleet::feed::snapshot(&t.url, 990, 60, |page| {
+        calls += 1;
+        got.extend_from_slice(page);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(
+        got.len() as i64,
+        pages + 1,
+        "every live link once, none deleted or expiring"
+    );
+    assert!(calls >= 3, "{calls} pages");
+    let odd_row = got.iter().find(|l| l.key == "odd").expect("the odd row");
+    assert_eq!(odd_row.target, odd);
+    assert_eq!(
+        (odd_row.status, odd_row.created_at, odd_row.expires_at),
+        (308, 5, 4000000000)
+    );
+    let k9 = got.iter().find(|l| l.key == "k9").unwrap();
+    assert_eq!((k9.target.as_str(), k9.created_at), ("https://e.com/9", 9));
+    assert!(!got.iter().any(|l| l.key == "gone" || l.key == "soon"));
+    for bad in [
+        &b"k\thttps://e\t302\t1"[..],
+        b"k\thttps://e\t302\t1\t0\t9",
+        b"k\\q\tu\t302\t1\t0",
+    ] {
+        assert!(fleet::feed::parse_copy_line(bad).is_err(), "{bad:?}");
+    }
+}

@@ -131,7 +131,7 @@ pub fn database_identity(db: &mut Db) -> Result<String, FleetError> {
     })
 }
 
-/// Rows one bootstrap page fetches.
+/// Links one bootstrap page hands on.
 pub const BOOTSTRAP_PAGE_ROWS: i64 = 10_000;
 
 /// Longest a bootstrap may take (one transaction over the whole table): 30 minutes.
@@ -148,16 +148,18 @@ pub struct LiveLink {
 }
 
 /// A new or wiped node's start: one `REPEATABLE READ READ ONLY` transaction reads the snapshot's
-/// xmin and every live link that does not expire within `min_life_s` of `now_s`, handing them
-/// to `page` in pages of [`BOOTSTRAP_PAGE_ROWS`]. Returns the cursor the feed continues from:
-/// every change committed below the xmin is in the copy; rows at or above it are polled again
-/// (applying them twice is harmless, by version).
+/// xmin, then `COPY`s out every live link that does not expire within `min_life_s` of `now_s`
+/// (text format, parsed by [`parse_copy_line`]), handing them to `page` in pages of
+/// [`BOOTSTRAP_PAGE_ROWS`]. Returns the cursor the feed continues from: every change committed
+/// below the xmin is in the copy; rows at or above it are polled again (applying them twice is
+/// harmless, by version).
 pub fn snapshot(
     url: &str,
     now_s: u64,
     min_life_s: u64,
     mut page: impl FnMut(&[LiveLink]) -> std::io::Result<()>,
 ) -> Result<Cursor, FleetError> {
+    use futures_util::StreamExt;
     let mut db = Db::new(url)?.with_timeout(BOOTSTRAP_TIMEOUT_MS);
     let mut failed: Option<std::io::Error> = None;
     let horizon = (now_s + min_life_s) as i64;
@@ -168,37 +170,38 @@ pub fn snapshot(
             .query_one("SELECT pg_snapshot_xmin(pg_current_snapshot())::text", &[])
             .await?
             .get(0);
-        c.execute(
-            "DECLARE ricochet_bootstrap NO SCROLL CURSOR FOR \
-             SELECT key, target, status, created_at, expires_at FROM ricochet_links \
-              WHERE NOT deleted AND (expires_at = 0 OR expires_at > $1)",
-            &[&horizon],
-        )
-        .await?;
-        loop {
-            let rows = c
-                .query(
-                    &format!("FETCH {BOOTSTRAP_PAGE_ROWS} FROM ricochet_bootstrap"),
-                    &[],
-                )
-                .await?;
-            if rows.is_empty() {
-                break;
+        // COPY takes no parameters: the horizon is an integer formatted here.
+        let copy = format!(
+            "COPY (SELECT key, target, status, created_at, expires_at FROM ricochet_links \
+                    WHERE NOT deleted AND (expires_at = 0 OR expires_at > {horizon})) TO STDOUT"
+        );
+        let stream = c.copy_out(copy.as_str()).await?;
+        let mut stream = std::pin::pin!(stream);
+        let (mut buf, mut links) = (Vec::new(), Vec::with_capacity(BOOTSTRAP_PAGE_ROWS as usize));
+        while let Some(chunk) = stream.next().await {
+            buf.extend_from_slice(&chunk?);
+            let complete = buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+            for line in buf[..complete]
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.is_empty())
+            {
+                match parse_copy_line(line) {
+                    Ok(l) => links.push(l),
+                    Err(e) if failed.is_none() => failed = Some(e),
+                    Err(_) => {}
+                }
             }
-            let links: Vec<LiveLink> = rows
-                .iter()
-                .map(|r| LiveLink {
-                    key: r.get(0),
-                    target: r.get(1),
-                    status: r.get(2),
-                    created_at: r.get(3),
-                    expires_at: r.get(4),
-                })
-                .collect();
-            if let Err(e) = page(&links) {
-                failed = Some(e);
-                break;
+            buf.drain(..complete);
+            if failed.is_none() && links.len() >= BOOTSTRAP_PAGE_ROWS as usize {
+                failed = page(&links).err();
+                links.clear();
             }
+        }
+        if failed.is_none() && !buf.is_empty() {
+            failed = Some(bad_copy("the copy ended inside a row"));
+        }
+        if failed.is_none() && !links.is_empty() {
+            failed = page(&links).err();
         }
         c.batch_execute("COMMIT").await?;
         Ok(xmin)
@@ -217,6 +220,87 @@ pub fn snapshot(
         xid,
         key: String::new(),
     })
+}
+
+/// One row of the snapshot's `COPY ... TO STDOUT` (text format): key, target, status,
+/// created_at, expires_at, tab-separated, backslash escapes in text columns.
+pub fn parse_copy_line(line: &[u8]) -> std::io::Result<LiveLink> {
+    let mut cols = line.split(|&b| b == b'\t');
+    let mut next = || {
+        cols.next()
+            .ok_or_else(|| bad_copy("a row with fewer than 5 columns"))
+    };
+    let (key, target) = (unescape_copy(next()?)?, unescape_copy(next()?)?);
+    let int = |b: &[u8]| -> std::io::Result<i64> {
+        std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| bad_copy("a non-integer status or time"))
+    };
+    let status = i16::try_from(int(next()?)?).map_err(|_| bad_copy("a status out of range"))?;
+    let (created_at, expires_at) = (int(next()?)?, int(next()?)?);
+    if cols.next().is_some() {
+        return Err(bad_copy("a row with more than 5 columns"));
+    }
+    Ok(LiveLink {
+        key,
+        target,
+        status,
+        created_at,
+        expires_at,
+    })
+}
+
+/// A text column of `COPY` text format: `\\`, `\t`, `\n`, `\r`, `\b`, `\f`, `\v` and octal
+/// `\NNN` decoded (PostgreSQL writes only these); anything else is refused.
+fn unescape_copy(col: &[u8]) -> std::io::Result<String> {
+    if !col.contains(&b'\\') {
+        return String::from_utf8(col.to_vec()).map_err(|_| bad_copy("a column that is not UTF-8"));
+    }
+    let mut out = Vec::with_capacity(col.len());
+    let mut i = 0;
+    while i < col.len() {
+        if col[i] != b'\\' {
+            out.push(col[i]);
+            i += 1;
+            continue;
+        }
+        let c = *col
+            .get(i + 1)
+            .ok_or_else(|| bad_copy("a column ending in a backslash"))?;
+        let (byte, used) = match c {
+            b'\\' => (b'\\', 2),
+            b't' => (b'\t', 2),
+            b'n' => (b'\n', 2),
+            b'r' => (b'\r', 2),
+            b'b' => (8, 2),
+            b'f' => (12, 2),
+            b'v' => (11, 2),
+            b'0'..=b'7' => {
+                let digits = col[i + 1..]
+                    .iter()
+                    .take(3)
+                    .take_while(|d| (b'0'..=b'7').contains(d));
+                let n = digits.clone().count();
+                let v = digits.fold(0u32, |v, d| v * 8 + u32::from(d - b'0'));
+                (
+                    u8::try_from(v).map_err(|_| bad_copy("an octal escape above 255"))?,
+                    1 + n,
+                )
+            }
+            _ => return Err(bad_copy("an unknown backslash escape")),
+        };
+        out.push(byte);
+        i += used;
+    }
+    String::from_utf8(out).map_err(|_| bad_copy("a column that is not UTF-8"))
+}
+
+fn bad_copy(what: &str) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("the snapshot's COPY has {what}"),
+    )
 }
 
 /// Tombstones older than this are removed (`purge_tombstones`, run by every node about once an
