@@ -652,8 +652,12 @@ impl Aggregator {
         }
     }
 
+    /// Replaces the logs with a snapshot, freezing the days closed for more than
+    /// `FREEZE_AFTER_DAYS` into files first (`shards::clicks::frozen`).
     fn snapshot(&mut self) {
-        if let Err(e) = self.s.log.snapshot(&self.s.store) {
+        let today = shards::clicks::day_of(shards::timefmt::now_s());
+        let through = today.checked_sub(1 + shards::clicks::frozen::FREEZE_AFTER_DAYS);
+        if let Err(e) = self.s.log.snapshot(&mut self.s.store, through) {
             eprintln!(
                 "clicks core {}: snapshot failed ({e}); the log keeps growing",
                 self.s.me
@@ -668,7 +672,10 @@ impl Aggregator {
         }
         self.today = today;
         let first = today.saturating_sub(self.s.retention_days.saturating_sub(1));
-        if self.s.store.drop_before(first) > 0 && self.retry.is_empty() {
+        self.s.store.drop_before(first);
+        if self.retry.is_empty() {
+            // Every new day: retention's drops go, and the day that just passed
+            // `FREEZE_AFTER_DAYS` is frozen (changes not logged yet stay in memory).
             self.snapshot();
         }
         if self.s.me == 0 {

@@ -48,26 +48,23 @@ pub struct GlobalPart {
     pub complete_until_ms: u64,
 }
 
-/// What one aggregator holds for the server-wide stats of `from..=to` (a walk over every link
-/// it owns: an operator's query, not a per-click one).
+/// What one aggregator holds for the server-wide stats of `from..=to` (a walk over every
+/// link-day it owns, frozen ones included: an operator's query, not a per-click one).
 pub fn global_part(store: &ClickStore, from: Day, to: Day, complete_until_ms: u64) -> GlobalPart {
     let mut days = vec![[0u64; 3]; (to - from + 1) as usize];
-    let mut top: Vec<(String, u64)> = Vec::new();
-    for (key, link_days) in store.all_links(from, to) {
-        let mut total = 0;
-        for (d, l) in link_days {
-            let row = &mut days[(d - from) as usize];
-            row[0] += l.clicks;
-            row[1] += l.bot_clicks;
-            total += l.clicks;
+    let mut totals: HashMap<Vec<u8>, u64> = HashMap::new();
+    store.for_each_link_day(from, to, |key, d, l| {
+        let row = &mut days[(d - from) as usize];
+        row[0] += l.clicks;
+        row[1] += l.bot_clicks;
+        if l.clicks > 0 {
+            *totals.entry(key.to_vec()).or_default() += l.clicks;
         }
-        if total > 0 {
-            top.push((String::from_utf8_lossy(key).into_owned(), total));
-            if top.len() > 4 * TOP_LINKS {
-                keep_top(&mut top);
-            }
-        }
-    }
+    });
+    let mut top: Vec<(String, u64)> = totals
+        .into_iter()
+        .map(|(k, n)| (String::from_utf8_lossy(&k).into_owned(), n))
+        .collect();
     keep_top(&mut top);
     for (i, row) in days.iter_mut().enumerate() {
         row[2] = store.not_found(from + i as Day);
@@ -288,7 +285,7 @@ pub fn link_json(
 ) -> Vec<u8> {
     let held = store
         .days(q.key.as_bytes(), q.from, q.to)
-        .map(|(d, l)| (d, DayFigures::of(l)))
+        .map(|(d, l)| (d, DayFigures::of(&l)))
         .collect();
     link_json_from(q, held, complete_until_ms, dropped, None)
 }

@@ -2,12 +2,13 @@
 //!
 //! ```text
 //! frame   := len:u32le crc:u32le payload[len]        crc = CRC-32C of payload
-//! payload := 1 state | 2 purge | 3 not_found
+//! payload := 1 state | 2 purge | 3 not_found | 4 purged_up_to
 //! state   := klen:u8 key[klen] day:u32 clicks:u64 bot_clicks:u64
 //!            nh:u16 (idx:u16 rank:u8)*nh  nb:u16 (idx:u16 rank:u8)*nb
 //!            nf:u16 (kind:u8 bot:u8 count:u64 vlen:u8 value[vlen])*nf
 //! purge   := klen:u8 key[klen]
 //! not_found := day:u32 count:u64
+//! purged_up_to := klen:u8 key[klen] seq:u64
 //! ```
 //! All integers little-endian. A decoder reads exactly the payload's bytes or refuses it.
 
@@ -104,6 +105,11 @@ pub fn encode(r: &Record, out: &mut Vec<u8>) {
             out.extend_from_slice(&day.to_le_bytes());
             out.extend_from_slice(&count.to_le_bytes());
         }
+        Record::PurgedUpTo { key, seq } => {
+            out.push(4);
+            put_key(out, key);
+            out.extend_from_slice(&seq.to_le_bytes());
+        }
     }
     let len = out.len() - start - FRAME_HEADER_BYTES;
     assert!(
@@ -191,6 +197,10 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Record, usize)>, DecodeError> {
         3 => Record::NotFound {
             day: r.u32()?,
             count: r.u64()?,
+        },
+        4 => Record::PurgedUpTo {
+            key: r.key()?,
+            seq: r.u64()?,
         },
         _ => return Err(DecodeError::Malformed("record type")),
     };

@@ -2,11 +2,15 @@
 //!
 //! ```text
 //! clicks/MANIFEST                    {"version":1,"generation":G,"cores":N}
-//! clicks/g<G>/core-<c>.snap          "RCSNAP01" log_seq:u64le frame*   (codec.rs frames)
+//! clicks/g<G>/core-<c>.snap          "RCSNAP02" log_seq:u64le n:u32le (day:u32le seq:u64le)*n frame*
 //! clicks/g<G>/core-<c>.<seq>.log     frame*                             (appended, fdatasync'd)
+//! clicks/g<G>/core-<c>.day-<D>.<seq>.frz   a closed day, frozen (frozen.rs)
 //! ```
 //!
-//! A core's store is its snapshot plus every log numbered `>= log_seq`, replayed in order.
+//! A core's store is the frozen days its snapshot lists, the snapshot's frames, and every log
+//! numbered `>= log_seq`, replayed in order. (`RCSNAP01`, without the list, is still read.)
+//! A snapshot freezes the closed days it is given first, then lists them; frozen files no
+//! snapshot lists are deleted after the snapshot is durable, and at start.
 //! Rotation (`ClickLog::snapshot`) opens log `seq + 1` first, then writes a snapshot naming
 //! `seq + 1` atomically, then deletes older logs: a crash at any step leaves either the old
 //! snapshot and every log after it, or the new one and the new log, so no record is applied
@@ -27,7 +31,8 @@ use std::path::{Path, PathBuf};
 
 /// The format version `MANIFEST` carries.
 pub const CLICKS_FORMAT_VERSION: u32 = 1;
-const SNAP_MAGIC: &[u8; 8] = b"RCSNAP01";
+const SNAP_MAGIC_V1: &[u8; 8] = b"RCSNAP01";
+const SNAP_MAGIC: &[u8; 8] = b"RCSNAP02";
 
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Manifest {
@@ -117,6 +122,7 @@ impl ClickDir {
         let mut all = ClickStore::default();
         let mut not_found = std::collections::BTreeMap::new();
         for mut s in stores {
+            s.thaw(); // Frozen days are re-split with the rest, and frozen again later.
             for (d, n) in s.take_not_found() {
                 *not_found.entry(d).or_insert(0) += n;
             }
@@ -219,19 +225,30 @@ impl ClickLog {
     }
 
     /// Replaces every log so far with a snapshot of `store` (which holds at least what they
-    /// hold: records are states, so what it holds beyond them is simply newer). Returns the
+    /// hold: records are states, so what it holds beyond them is simply newer), first freezing
+    /// its closed days up to `freeze_through` into files (`ClickStore::freeze`). Returns the
     /// snapshot's size.
-    pub fn snapshot(&mut self, store: &ClickStore) -> io::Result<u64> {
+    pub fn snapshot(
+        &mut self,
+        store: &mut ClickStore,
+        freeze_through: Option<super::Day>,
+    ) -> io::Result<u64> {
         let next = self.seq + 1;
         let path = log_path(&self.dir, self.core, next);
         let file = OpenOptions::new().create(true).append(true).open(&path)?;
         sync_dir(&self.dir)?;
+        if let Some(through) = freeze_through {
+            store
+                .freeze(&self.dir, self.core, through, next)
+                .map_err(|e| io::Error::other(e.to_string()))?;
+        }
         let bytes = write_snapshot(&self.dir, self.core, next, store)?;
         for seq in log_seqs(&self.dir, self.core)? {
             if seq < next {
                 fs::remove_file(log_path(&self.dir, self.core, seq))?;
             }
         }
+        remove_unlisted_frozen(&self.dir, self.core, &store.frozen().listed())?;
         sync_dir(&self.dir)?;
         self.file = file;
         self.seq = next;
@@ -287,10 +304,30 @@ fn log_seqs(dir: &Path, core: usize) -> io::Result<Vec<u64>> {
     Ok(v)
 }
 
+/// Deletes core `core`'s frozen files that `listed` does not name (replaced, dropped by
+/// retention, or written by a snapshot that never became durable).
+fn remove_unlisted_frozen(dir: &Path, core: usize, listed: &[(super::Day, u64)]) -> io::Result<()> {
+    for e in fs::read_dir(dir)?.flatten() {
+        let name = e.file_name();
+        if let Some(id) = super::frozen::parse_name(core, &name.to_string_lossy()) {
+            if !listed.contains(&id) {
+                fs::remove_file(e.path())?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn write_snapshot(dir: &Path, core: usize, log_seq: u64, store: &ClickStore) -> io::Result<u64> {
     let mut bytes = Vec::with_capacity(4096);
     bytes.extend_from_slice(SNAP_MAGIC);
     bytes.extend_from_slice(&log_seq.to_le_bytes());
+    let listed = store.frozen().listed();
+    bytes.extend_from_slice(&(listed.len() as u32).to_le_bytes());
+    for (day, seq) in &listed {
+        bytes.extend_from_slice(&day.to_le_bytes());
+        bytes.extend_from_slice(&seq.to_le_bytes());
+    }
     for r in store.to_records() {
         codec::encode(&r, &mut bytes);
     }
@@ -303,9 +340,11 @@ fn recover_core(dir: &Path, core: usize) -> Result<(ClickStore, u64, u64), Error
     let mut store = ClickStore::default();
     let spath = dir.join(snap_name(core));
     let mut first_log = 0;
+    let mut listed = Vec::new();
     match fs::read(&spath) {
         Ok(b) => {
-            if b.len() < 16 || &b[..8] != SNAP_MAGIC {
+            let v2 = b.len() >= 20 && &b[..8] == SNAP_MAGIC;
+            if !v2 && (b.len() < 16 || &b[..8] != SNAP_MAGIC_V1) {
                 return Err(Error::Corrupt {
                     path: spath,
                     detail: "not a click snapshot (bad magic)".into(),
@@ -313,6 +352,32 @@ fn recover_core(dir: &Path, core: usize) -> Result<(ClickStore, u64, u64), Error
             }
             first_log = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
             let mut pos = 16;
+            if v2 {
+                let n = u32::from_le_bytes(b[16..20].try_into().expect("4 bytes")) as usize;
+                pos = 20 + 12 * n;
+                if b.len() < pos {
+                    return Err(corrupt(&spath, 16, "the frozen-day list runs past the end"));
+                }
+                let mut days = Vec::with_capacity(n);
+                for i in 0..n {
+                    let at = 20 + 12 * i;
+                    let day = u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+                    let seq = u64::from_le_bytes(b[at + 4..at + 12].try_into().expect("8 bytes"));
+                    listed.push((day, seq));
+                    let path = dir.join(super::frozen::file_name(core, day, seq));
+                    if !path.exists() {
+                        return Err(Error::Corrupt {
+                            path,
+                            detail: format!(
+                                "missing: {} lists this frozen click day",
+                                spath.display()
+                            ),
+                        });
+                    }
+                    days.push(super::frozen::FrozenDay::open(&path, day, seq)?);
+                }
+                store.set_frozen(days);
+            }
             while pos < b.len() {
                 match codec::decode(&b[pos..]) {
                     Ok(Some((r, n))) => {
@@ -366,6 +431,8 @@ fn recover_core(dir: &Path, core: usize) -> Result<(ClickStore, u64, u64), Error
             f.sync_all().map_err(|e| Error::io(&path, "sync", e))?;
         }
     }
+    remove_unlisted_frozen(dir, core, &listed)
+        .map_err(|e| Error::io(dir, "remove unlisted frozen days", e))?;
     let next = seqs.last().map_or(first_log, |s| s + 1);
     Ok((store, next, torn))
 }

@@ -8,6 +8,7 @@
 
 pub mod codec;
 pub mod files;
+pub mod frozen;
 pub mod hll;
 pub mod key;
 
@@ -93,6 +94,9 @@ pub enum Record {
     Purge { key: ShortKey },
     /// GET requests for unknown keys on `day` so far (server-wide, no key kept): replaces.
     NotFound { day: Day, count: u64 },
+    /// The key was purged while frozen files up to `seq` existed: its entries in them are
+    /// hidden (a snapshot's copy of `frozen::Frozen::purged`).
+    PurgedUpTo { key: ShortKey, seq: u64 },
 }
 
 /// One link's clicks on one day.
@@ -173,7 +177,7 @@ impl LinkDay {
         }
     }
 
-    fn from_state(d: &Delta) -> LinkDay {
+    pub(crate) fn from_state(d: &Delta) -> LinkDay {
         let mut l = LinkDay {
             clicks: d.clicks,
             bot_clicks: d.bot_clicks,
@@ -216,18 +220,16 @@ pub struct ClickStore {
     dirty_not_found: Vec<Day>,
     /// Facet values read back from files, shared.
     interned: std::collections::HashSet<Arc<str>>,
+    /// Closed days frozen into files (`frozen.rs`); memory holds what is newer, and late
+    /// clicks of frozen days (added when read).
+    frozen: frozen::Frozen,
 }
 
 impl PartialEq for ClickStore {
-    /// Same link-days and 404 counts (what is dirty does not matter).
+    /// Same link-days (frozen or in memory, an overlay added to its file's) and 404 counts;
+    /// what is dirty or where a day is held does not matter.
     fn eq(&self, other: &ClickStore) -> bool {
-        let days = |s: &ClickStore| -> BTreeMap<(Vec<u8>, Day), LinkDay> {
-            s.links
-                .iter()
-                .flat_map(|(k, v)| v.iter().map(move |h| ((k.to_vec(), h.day), h.data.clone())))
-                .collect()
-        };
-        self.not_found == other.not_found && days(self) == days(other)
+        self.not_found == other.not_found && self.logical() == other.logical()
     }
 }
 
@@ -292,12 +294,17 @@ impl ClickStore {
             Record::NotFound { day, count } => {
                 self.not_found.insert(*day, *count);
             }
+            Record::PurgedUpTo { key, seq } => {
+                let e = self.frozen.purged.entry(key.clone()).or_insert(*seq);
+                *e = (*e).max(*seq);
+            }
         }
     }
 
-    /// Removes every day of `key` (a delete or a reset).
+    /// Removes every day of `key` (a delete or a reset), frozen ones included.
     pub fn purge(&mut self, key: &[u8]) {
         self.links.remove(key);
+        self.frozen.purge(key);
     }
 
     fn intern(&mut self, v: &Arc<str>) -> Arc<str> {
@@ -366,31 +373,174 @@ impl ClickStore {
         self.links.is_empty() && self.not_found.is_empty()
     }
 
-    /// The days of `key` in `from..=to` that have clicks.
-    pub fn days(&self, key: &[u8], from: Day, to: Day) -> impl Iterator<Item = (Day, &LinkDay)> {
-        self.links.get(key).into_iter().flat_map(move |v| {
-            let start = v.partition_point(|h| h.day < from);
-            v[start..]
-                .iter()
-                .take_while(move |h| h.day <= to)
-                .map(|h| (h.day, &h.data))
-        })
+    /// The days of `key` in `from..=to` that have clicks, in day order: memory's, frozen
+    /// ones, and a frozen day's late clicks added to its file's.
+    pub fn days(&self, key: &[u8], from: Day, to: Day) -> std::vec::IntoIter<(Day, LinkDay)> {
+        let mut out: Vec<(Day, LinkDay)> = self
+            .links
+            .get(key)
+            .into_iter()
+            .flat_map(|v| {
+                let start = v.partition_point(|h| h.day < from);
+                v[start..]
+                    .iter()
+                    .take_while(move |h| h.day <= to)
+                    .map(|h| (h.day, h.data.clone()))
+            })
+            .collect();
+        for f in self.frozen.range(from, to) {
+            if !self.frozen.visible(key, f) {
+                continue;
+            }
+            if let Some(l) = f.get(key) {
+                match out.binary_search_by_key(&f.day(), |x| x.0) {
+                    Ok(i) => out[i].1.add(&l.as_state(key, f.day())),
+                    Err(i) => out.insert(i, (f.day(), l)),
+                }
+            }
+        }
+        out.into_iter()
     }
 
-    /// Every link with clicks in `from..=to`, with its days there.
-    pub fn all_links(
-        &self,
-        from: Day,
-        to: Day,
-    ) -> impl Iterator<Item = (&[u8], impl Iterator<Item = (Day, &LinkDay)>)> {
-        self.links.iter().map(move |(k, v)| {
+    /// Calls `f` with every link-day in `from..=to`: memory's, then the frozen files'. A
+    /// frozen day with late clicks comes in two parts (the file's and memory's); their
+    /// counts add up.
+    pub fn for_each_link_day(&self, from: Day, to: Day, mut f: impl FnMut(&[u8], Day, &LinkDay)) {
+        for (k, v) in &self.links {
             let start = v.partition_point(|h| h.day < from);
-            let days = v[start..]
-                .iter()
-                .take_while(move |h| h.day <= to)
-                .map(|h| (h.day, &h.data));
-            (&k[..], days)
-        })
+            for h in v[start..].iter().take_while(|h| h.day <= to) {
+                f(k, h.day, &h.data);
+            }
+        }
+        for file in self.frozen.range(from, to) {
+            for (k, l) in file.iter() {
+                if self.frozen.visible(&k, file) {
+                    f(&k, file.day(), &l);
+                }
+            }
+        }
+    }
+
+    /// Every link-day as one figure each (an overlay added to its file's), for comparisons.
+    fn logical(&self) -> BTreeMap<(Vec<u8>, Day), LinkDay> {
+        let mut all: BTreeMap<(Vec<u8>, Day), LinkDay> = BTreeMap::new();
+        self.for_each_link_day(0, Day::MAX, |k, day, l| {
+            match all.entry((k.to_vec(), day)) {
+                std::collections::btree_map::Entry::Occupied(mut e) => {
+                    e.get_mut().add(&l.as_state(k, day))
+                }
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    e.insert(l.clone());
+                }
+            }
+        });
+        all
+    }
+
+    /// Moves every clean link-day of the days up to `through` into frozen files written at
+    /// `seq` in `dir` (`frozen.rs`); a day frozen before is written again with its late
+    /// clicks added. Link-days changed since the last log write stay in memory (their state
+    /// is logged first; they freeze at a later snapshot). Returns the files written.
+    pub fn freeze(
+        &mut self,
+        dir: &std::path::Path,
+        core: usize,
+        through: Day,
+        seq: u64,
+    ) -> Result<usize, crate::Error> {
+        let mut by_day: BTreeMap<Day, BTreeMap<ShortKey, LinkDay>> = BTreeMap::new();
+        for (k, days) in &self.links {
+            for h in days.iter().filter(|h| h.day <= through && !h.dirty) {
+                by_day
+                    .entry(h.day)
+                    .or_default()
+                    .insert(k.clone(), h.data.clone());
+            }
+        }
+        let mut done = std::collections::BTreeSet::new();
+        let result = self.write_frozen(dir, core, seq, by_day, &mut done);
+        // One pass over memory for every day frozen, also after a failure midway (a day
+        // both frozen and in memory would count twice).
+        self.links.retain(|_, days| {
+            days.retain(|h| h.dirty || !done.contains(&h.day));
+            !days.is_empty()
+        });
+        self.frozen.prune_purges();
+        result.map(|()| done.len())
+    }
+
+    fn write_frozen(
+        &mut self,
+        dir: &std::path::Path,
+        core: usize,
+        seq: u64,
+        by_day: BTreeMap<Day, BTreeMap<ShortKey, LinkDay>>,
+        done: &mut std::collections::BTreeSet<Day>,
+    ) -> Result<(), crate::Error> {
+        for (day, mut entries) in by_day {
+            if let Some(old) = self.frozen.days.get(&day) {
+                for (k, l) in old.iter() {
+                    if !self.frozen.visible(&k, old) {
+                        continue;
+                    }
+                    match entries.get_mut(&k) {
+                        Some(m) => m.add(&l.as_state(&k, day)),
+                        None => {
+                            entries.insert(k, l);
+                        }
+                    }
+                }
+            }
+            let path = frozen::FrozenDay::write(
+                dir,
+                core,
+                day,
+                seq,
+                entries.iter().map(|(k, l)| (&k[..], l)),
+            )
+            .map_err(|e| crate::Error::io(dir, "write a frozen click day", e))?;
+            let f = frozen::FrozenDay::open(&path, day, seq)?;
+            self.frozen.days.insert(day, Arc::new(f));
+            done.insert(day);
+        }
+        Ok(())
+    }
+
+    /// Moves every frozen link-day back into memory (a core-count fold re-splits them).
+    pub fn thaw(&mut self) {
+        let frozen = std::mem::take(&mut self.frozen);
+        for f in frozen.days.values() {
+            for (k, l) in f.iter() {
+                if !frozen.visible(&k, f) {
+                    continue;
+                }
+                let day = f.day();
+                let days = self.links.entry(k.clone()).or_default();
+                match days.binary_search_by_key(&day, |h| h.day) {
+                    Ok(i) => days[i].data.add(&l.as_state(&k, day)),
+                    Err(i) => days.insert(
+                        i,
+                        Held {
+                            day,
+                            dirty: false,
+                            data: l,
+                        },
+                    ),
+                }
+            }
+        }
+    }
+
+    /// The frozen days and purges (the snapshot lists them).
+    pub fn frozen(&self) -> &frozen::Frozen {
+        &self.frozen
+    }
+
+    /// Takes over frozen files recovery opened (before any record is applied).
+    pub fn set_frozen(&mut self, days: Vec<frozen::FrozenDay>) {
+        for f in days {
+            self.frozen.days.insert(f.day(), Arc::new(f));
+        }
     }
 
     /// 404s counted on `day`.
@@ -408,6 +558,12 @@ impl ClickStore {
             !days.is_empty()
         });
         self.not_found = self.not_found.split_off(&first_kept);
+        let kept = self.frozen.days.split_off(&first_kept);
+        dropped += std::mem::replace(&mut self.frozen.days, kept)
+            .values()
+            .map(|f| f.len())
+            .sum::<usize>();
+        self.frozen.prune_purges();
         dropped
     }
 
@@ -421,7 +577,17 @@ impl ClickStore {
             .not_found
             .iter()
             .map(|(&day, &count)| Record::NotFound { day, count });
-        links.chain(nf)
+        let min_seq = self.frozen.days.values().map(|f| f.seq()).min();
+        let purged = self
+            .frozen
+            .purged
+            .iter()
+            .filter(move |(_, &p)| min_seq.is_some_and(|m| p >= m))
+            .map(|(k, &seq)| Record::PurgedUpTo {
+                key: k.clone(),
+                seq,
+            });
+        links.chain(nf).chain(purged)
     }
 
     /// Moves every link for which `keep` says no into a new store (a core-count fold).
@@ -461,7 +627,7 @@ impl ClickStore {
         }
     }
 
-    /// Link-days held.
+    /// Link-days held in memory (frozen ones: `frozen().link_days()`).
     pub fn link_days(&self) -> usize {
         self.links.values().map(|d| d.len()).sum()
     }

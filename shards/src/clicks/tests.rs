@@ -205,7 +205,7 @@ fn logs_snapshots_and_a_core_count_fold_recover_exactly() {
         logs[c].write_and_sync(&b).unwrap();
     }
     // Core 0 snapshots, then logs more.
-    logs[0].snapshot(&stores[0]).unwrap();
+    logs[0].snapshot(&mut stores[0], None).unwrap();
     let c = owner_of(b"a", 2);
     stores[c].merge(&delta("a", 4, 7, 1, &[]));
     let b = state_frames(&mut stores[c]);
@@ -264,4 +264,200 @@ fn damage_inside_a_log_is_refused_naming_the_file() {
         err.contains("core-0.0.log") && err.contains("at byte 0"),
         "{err}"
     );
+}
+
+/// What happens to one core's store on disk: the aggregator's operations, a snapshot that
+/// freezes the days up to a day, retention, and a restart (after a commit).
+#[derive(Clone, Debug)]
+enum DiskStep {
+    Merge(Delta),
+    Purge(&'static str),
+    Commit,
+    Snapshot(Day),
+    Retain(Day),
+    Reopen,
+}
+
+fn arb_disk_step() -> impl Strategy<Value = DiskStep> {
+    let key = prop::sample::select(vec!["a", "bb", "ccc", "dddd", "e5"]);
+    prop_oneof![
+        8 => (key.clone(), 0u32..8, 1u64..50, 0u64..5, prop::collection::vec((0u16..1024, 1u8..20), 0..3))
+            .prop_map(|(k, day, c, b, regs)| DiskStep::Merge(Delta {
+                key: k.as_bytes().into(),
+                day,
+                clicks: c + b,
+                bot_clicks: b,
+                humans: regs,
+                bots: vec![],
+                facets: vec![FacetCount { kind: FacetKind::Os, bot: false, value: "Linux".into(), count: c }],
+            })),
+        1 => key.prop_map(DiskStep::Purge),
+        3 => Just(DiskStep::Commit),
+        2 => (0u32..8).prop_map(DiskStep::Snapshot),
+        1 => (0u32..4).prop_map(DiskStep::Retain),
+        1 => Just(DiskStep::Reopen),
+    ]
+}
+
+fn reopen(path: &std::path::Path) -> (files::ClickLog, ClickStore) {
+    let (dir, mut rec) = ClickDir::open(path, 1, |_| 0).unwrap();
+    let log = dir.open_log(0, rec.next_log[0]).unwrap();
+    (log, rec.stores.pop().unwrap())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// Frozen days against a `HashMap` oracle of clicks per (key, day): through snapshots
+    /// that freeze, late clicks of frozen days, purges of frozen keys, retention and
+    /// restarts, every query answers the oracle, memory keeps no clean link-day of a frozen
+    /// day, and a restart recovers the same store.
+    #[test]
+    fn frozen_days_match_a_map_oracle_through_restarts(steps in prop::collection::vec(arb_disk_step(), 1..60)) {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mut log, mut store) = reopen(tmp.path());
+        let mut oracle: HashMap<(Vec<u8>, Day), (u64, u64)> = HashMap::new();
+        let commit = |store: &mut ClickStore, log: &mut files::ClickLog| {
+            let mut b = Vec::new();
+            store.encode_dirty(&mut b);
+            log.write_and_sync(&b).unwrap();
+        };
+        for st in &steps {
+            match st {
+                DiskStep::Merge(d) => {
+                    store.merge(d);
+                    let e = oracle.entry((d.key.to_vec(), d.day)).or_default();
+                    e.0 += d.clicks;
+                    e.1 += d.bot_clicks;
+                }
+                DiskStep::Purge(key) => {
+                    store.purge(key.as_bytes());
+                    let mut b = Vec::new();
+                    encode(&Record::Purge { key: key.as_bytes().into() }, &mut b);
+                    log.write_and_sync(&b).unwrap();
+                    oracle.retain(|(k, _), _| k[..] != *key.as_bytes());
+                }
+                DiskStep::Commit => commit(&mut store, &mut log),
+                DiskStep::Snapshot(through) => {
+                    log.snapshot(&mut store, Some(*through)).unwrap();
+                    for (k, days) in &store.links {
+                        for h in days.iter().filter(|h| h.day <= *through) {
+                            prop_assert!(h.dirty, "{:?} day {} frozen and in memory", k, h.day);
+                        }
+                    }
+                }
+                DiskStep::Retain(first) => {
+                    store.drop_before(*first);
+                    log.snapshot(&mut store, None).unwrap();
+                    oracle.retain(|(_, d), _| d >= first);
+                }
+                DiskStep::Reopen => {
+                    commit(&mut store, &mut log);
+                    drop(log);
+                    let (l, recovered) = reopen(tmp.path());
+                    prop_assert_eq!(&recovered, &store);
+                    log = l;
+                    store = recovered;
+                }
+            }
+            for key in ["a", "bb", "ccc", "dddd", "e5"] {
+                let got: Vec<(Day, (u64, u64))> = store
+                    .days(key.as_bytes(), 0, 9)
+                    .map(|(d, l)| (d, (l.clicks, l.bot_clicks)))
+                    .collect();
+                let mut want: Vec<(Day, (u64, u64))> = oracle
+                    .iter()
+                    .filter(|((k, _), _)| k[..] == *key.as_bytes())
+                    .map(|((_, d), v)| (*d, *v))
+                    .collect();
+                want.sort();
+                prop_assert_eq!(got, want, "{}", key);
+            }
+            let mut total = 0;
+            store.for_each_link_day(0, 9, |_, _, l| total += l.clicks);
+            prop_assert_eq!(total, oracle.values().map(|v| v.0).sum::<u64>());
+        }
+    }
+}
+
+#[test]
+fn a_damaged_or_missing_frozen_day_is_refused_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut log, mut store) = reopen(tmp.path());
+    for d in 0..3 {
+        store.merge(&delta("k", d, 2, 0, &["x.example"]));
+    }
+    let mut b = Vec::new();
+    store.encode_dirty(&mut b);
+    log.write_and_sync(&b).unwrap();
+    log.snapshot(&mut store, Some(1)).unwrap();
+    assert_eq!(store.frozen().listed().len(), 2);
+    assert_eq!(store.link_days(), 1, "only the open day stays in memory");
+    drop(log);
+    let gen = tmp.path().join("clicks/g1");
+    let name = frozen::file_name(0, 1, 1);
+    // An orphan (a file no snapshot lists) is removed, not read.
+    std::fs::write(gen.join(frozen::file_name(0, 2, 9)), b"orphan").unwrap();
+    let (_, again) = reopen(tmp.path());
+    assert_eq!(again, store);
+    assert!(!gen.join(frozen::file_name(0, 2, 9)).exists());
+    let path = gen.join(&name);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x55;
+    std::fs::write(&path, &bytes).unwrap();
+    let err = ClickDir::open(tmp.path(), 1, |_| 0)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains(&name) && err.contains("checksum"), "{err}");
+    std::fs::remove_file(&path).unwrap();
+    let err = ClickDir::open(tmp.path(), 1, |_| 0)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains(&name) && err.contains("missing"), "{err}");
+}
+
+#[test]
+fn a_core_count_fold_thaws_frozen_days_and_loses_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, rec) = ClickDir::open(tmp.path(), 2, |k| owner_of(k, 2)).unwrap();
+    let mut logs: Vec<_> = (0..2)
+        .map(|c| dir.open_log(c, rec.next_log[c]).unwrap())
+        .collect();
+    let mut stores = [ClickStore::default(), ClickStore::default()];
+    for (i, key) in ["a", "bb", "ccc", "dddd", "e"].iter().enumerate() {
+        let c = owner_of(key.as_bytes(), 2);
+        for d in 0..4 {
+            stores[c].merge(&delta(key, d, i as u64 + d as u64 + 1, 0, &[]));
+        }
+    }
+    for c in 0..2 {
+        let b = state_frames(&mut stores[c]);
+        logs[c].write_and_sync(&b).unwrap();
+        logs[c].snapshot(&mut stores[c], Some(2)).unwrap();
+    }
+    stores[owner_of(b"a", 2)].purge(b"a");
+    let mut b = Vec::new();
+    encode(
+        &Record::Purge {
+            key: b"a"[..].into(),
+        },
+        &mut b,
+    );
+    logs[owner_of(b"a", 2)].write_and_sync(&b).unwrap();
+    drop(logs);
+    let (_, rec3) = ClickDir::open(tmp.path(), 3, |k| owner_of(k, 3)).unwrap();
+    for key in ["a", "bb", "ccc", "dddd", "e"] {
+        let want: Vec<_> = stores[owner_of(key.as_bytes(), 2)]
+            .days(key.as_bytes(), 0, 9)
+            .map(|(d, l)| (d, l.clicks))
+            .collect();
+        let got: Vec<_> = rec3.stores[owner_of(key.as_bytes(), 3)]
+            .days(key.as_bytes(), 0, 9)
+            .map(|(d, l)| (d, l.clicks))
+            .collect();
+        assert_eq!(got, want, "{key}");
+        assert_eq!(want.is_empty(), key == "a", "{key}");
+    }
 }
