@@ -39,10 +39,31 @@ pub const REGEN_DIR: &str = "fleet-regen";
 /// Pause after a failed regeneration before the next try.
 pub const REGEN_RETRY_MS: u64 = 5_000;
 
+/// Why a node regenerates its links.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegenCause {
+    /// The cursor is not past the tombstone horizon: what the node holds and the database
+    /// does not are links deleted elsewhere.
+    Horizon,
+    /// The database went back in time (a restore, a promoted standby that lagged) or is
+    /// another one: links the node holds and the database lacks may be acknowledged links it
+    /// lost. They are saved to a [`LOST_FILE_PREFIX`] file first, for the operator.
+    Rollback,
+}
+
+/// Prefix of the file (in the data dir, `<prefix><unix s>.ndjson`, the importer's and the
+/// API's format) that lists the links a regeneration after a rollback found here and not in
+/// the database.
+pub const LOST_FILE_PREFIX: &str = "fleet-lost-";
+
 impl Follower {
     /// Regenerates this node's links from a database snapshot (the module doc's steps) and
     /// returns the cursor the feed resumes from. `batch` numbers the steps' core batches.
-    pub(crate) fn regenerate(&mut self, batch: &mut u64) -> anyhow::Result<fleet::feed::Cursor> {
+    pub(crate) fn regenerate(
+        &mut self,
+        batch: &mut u64,
+        cause: RegenCause,
+    ) -> anyhow::Result<fleet::feed::Cursor> {
         self.stats.regenerating();
         let started = std::time::Instant::now();
         let dir = self.data_dir.clone();
@@ -74,7 +95,7 @@ impl Follower {
             .name("ricochet-fleet-regen".into())
             .spawn(move || {
                 crate::analytics::aggregator::yield_thread_to_cores("fleet regeneration");
-                build_generation(&main, &url)
+                build_generation(&main, &url, cause)
             })?
             .join()
             .map_err(|_| anyhow::anyhow!("the regeneration thread panicked"))??;
@@ -119,7 +140,11 @@ impl Follower {
 
 /// Steps 4 and 5: the snapshot into a staging dir, published over `main`'s tables, and every
 /// table of the new generation opened. Returns the links and the tables by shard.
-fn build_generation(main: &DataDir, url: &str) -> anyhow::Result<(u64, Vec<(u32, Table)>)> {
+fn build_generation(
+    main: &DataDir,
+    url: &str,
+    cause: RegenCause,
+) -> anyhow::Result<(u64, Vec<(u32, Table)>)> {
     let staging_path = main.path().join(REGEN_DIR);
     match std::fs::remove_dir_all(&staging_path) {
         Ok(()) => {}
@@ -128,6 +153,9 @@ fn build_generation(main: &DataDir, url: &str) -> anyhow::Result<(u64, Vec<(u32,
     }
     let staging = DataDir::create(&staging_path, main.shard_count())?;
     let (_, links) = crate::fleet_sync::import_snapshot(&staging, url)?;
+    if cause == RegenCause::Rollback {
+        save_lost(main, &staging)?;
+    }
     let listed = main.inventory()?.unwrap_or_default();
     let mut shards = Vec::new();
     for shard in 0..main.shard_count() {
@@ -156,4 +184,49 @@ fn build_generation(main: &DataDir, url: &str) -> anyhow::Result<(u64, Vec<(u32,
         tables.push((shard, table));
     }
     Ok((links, tables))
+}
+
+/// Before a regeneration after a rollback replaces them: the links this node holds (its
+/// tables and logs, `shards::export`) that the new generation lacks, to a
+/// [`LOST_FILE_PREFIX`] file, reported in the log. Nothing is written when there are none.
+fn save_lost(main: &DataDir, staging: &DataDir) -> anyhow::Result<()> {
+    use std::io::{BufRead, Write};
+    let held_path = staging.path().join("held.ndjson");
+    let mut held = std::io::BufWriter::new(std::fs::File::create(&held_path)?);
+    let now_s = shards::timefmt::now_s();
+    shards::export::export(main.path(), shards::export::ExportFormat::Ndjson, now_s, &mut held)?;
+    held.flush()?;
+    drop(held);
+    let mut tables: std::collections::HashMap<u32, Option<Table>> = Default::default();
+    let mut lost = Vec::new();
+    for line in std::io::BufReader::new(std::fs::File::open(&held_path)?).lines() {
+        let line = line?;
+        let v: serde_json::Value = serde_json::from_str(&line)?;
+        let Some(key) = v["key"].as_str() else {
+            continue;
+        };
+        let shard = shards::placement::shard_of(key.as_bytes(), main.shard_count());
+        let table = match tables.entry(shard) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(staging.open_table(shard)?),
+        };
+        if !table.as_ref().is_some_and(|t| t.get(key.as_bytes()).is_some()) {
+            lost.extend_from_slice(line.as_bytes());
+            lost.push(b'\n');
+        }
+    }
+    if lost.is_empty() {
+        return Ok(());
+    }
+    let n = lost.iter().filter(|&&b| b == b'\n').count();
+    let name = format!("{LOST_FILE_PREFIX}{now_s}.ndjson");
+    shards::durable::write_atomic(main.path(), &name, &lost, 0o600)?;
+    eprintln!(
+        "fleet: {n} links this node held are not in the database it regenerates from (lost \
+         there by the rollback, or deleted): saved to {}. Re-create the ones that should \
+         exist through the API (`ricochet import` reads the file's format into a single-node \
+         dir)",
+        main.path().join(&name).display()
+    );
+    Ok(())
 }

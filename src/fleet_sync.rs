@@ -421,7 +421,7 @@ impl Follower {
         let mut batch = 0u64;
         let mut chores = Chores::new(&self.data_dir);
         // The cursor cannot be continued: the links are regenerated before the next poll.
-        let mut regenerate = false;
+        let mut regenerate: Option<crate::fleet_regen::RegenCause> = None;
         while !self.stop.load(Ordering::Relaxed) {
             if self.pause_file.as_ref().is_some_and(|p| p.exists()) {
                 std::thread::sleep(Duration::from_millis(FEED_POLL_INTERVAL_MS));
@@ -429,10 +429,10 @@ impl Follower {
                 chores.horizon = None;
                 continue;
             }
-            if regenerate {
-                match self.regenerate(&mut batch) {
+            if let Some(cause) = regenerate {
+                match self.regenerate(&mut batch, cause) {
                     Ok(resume) => {
-                        regenerate = false;
+                        regenerate = None;
                         if chores.resets_cursor > resume {
                             // Ahead of a restored database: follow its resets from here.
                             chores.resets_cursor = resume.clone();
@@ -454,7 +454,7 @@ impl Follower {
                 }
             }
             if !self.run_chores(&mut chores, &cursor, &mut batch) {
-                regenerate = true;
+                regenerate = Some(crate::fleet_regen::RegenCause::Horizon);
                 continue;
             }
             let rows = match fleet::feed::poll(&mut self.db, &cursor, FEED_BATCH_ROWS) {
@@ -467,7 +467,7 @@ impl Follower {
                     // before following it again, and regenerate from it if so.
                     if let Ok(Some(refusal)) = self.foreign_history(&cursor) {
                         eprintln!("fleet: {refusal}; regenerating this node's links");
-                        regenerate = true;
+                        regenerate = Some(crate::fleet_regen::RegenCause::Rollback);
                     }
                     chores.horizon = None; // Check it again once the database answers.
                     continue;
