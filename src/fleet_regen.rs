@@ -194,7 +194,12 @@ fn save_lost(main: &DataDir, staging: &DataDir) -> anyhow::Result<()> {
     let held_path = staging.path().join("held.ndjson");
     let mut held = std::io::BufWriter::new(std::fs::File::create(&held_path)?);
     let now_s = shards::timefmt::now_s();
-    shards::export::export(main.path(), shards::export::ExportFormat::Ndjson, now_s, &mut held)?;
+    shards::export::export(
+        main.path(),
+        shards::export::ExportFormat::Ndjson,
+        now_s,
+        &mut held,
+    )?;
     held.flush()?;
     drop(held);
     let mut tables: std::collections::HashMap<u32, Option<Table>> = Default::default();
@@ -210,7 +215,10 @@ fn save_lost(main: &DataDir, staging: &DataDir) -> anyhow::Result<()> {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => e.insert(staging.open_table(shard)?),
         };
-        if !table.as_ref().is_some_and(|t| t.get(key.as_bytes()).is_some()) {
+        if !table
+            .as_ref()
+            .is_some_and(|t| t.get(key.as_bytes()).is_some())
+        {
             lost.extend_from_slice(line.as_bytes());
             lost.push(b'\n');
         }

@@ -502,7 +502,9 @@ fn a_promoted_lagging_standby_fences_the_node() {
     let t = Instant::now();
     loop {
         let m = c.send("GET", "/metrics", false, &[], b"").unwrap().text();
-        if m.lines().any(|l| l == "ricochet_fleet_regenerations_total 1") {
+        if m.lines()
+            .any(|l| l == "ricochet_fleet_regenerations_total 1")
+        {
             break;
         }
         assert!(t.elapsed() < Duration::from_secs(30), "no regeneration");
@@ -523,10 +525,16 @@ fn a_promoted_lagging_standby_fences_the_node() {
         .lines()
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            (v["key"].as_str().unwrap().to_owned(), v["long_url"].as_str().unwrap().to_owned())
+            (
+                v["key"].as_str().unwrap().to_owned(),
+                v["long_url"].as_str().unwrap().to_owned(),
+            )
         })
         .collect();
-    assert!(!lost.is_empty(), "creates confirmed on the old primary alone are lost");
+    assert!(
+        !lost.is_empty(),
+        "creates confirmed on the old primary alone are lost"
+    );
     for (k, u) in &links {
         let in_db = common::pg::psql(
             &standby_db,

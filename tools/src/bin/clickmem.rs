@@ -1,7 +1,8 @@
 //! `clickmem`: memory of the click store per link-day, for the capacity report. Merges
 //! N link-days (distinct generated 7-character keys, one day each) into a `ClickStore` the way
 //! an owner's aggregator does, in `counts` shape (clicks only) or `full` shape (two unique
-//! visitors and five facet values per link-day), and prints the resident memory it took.
+//! visitors and five facet values per link-day), and prints the resident memory it took, then
+//! freezes the day (`shards::clicks::frozen`) and prints its file's bytes per link-day.
 //!
 //!   clickmem [N=1000000]
 
@@ -70,6 +71,23 @@ fn main() {
             store.link_days(),
             (after.saturating_sub(before)) as f64 / store.link_days() as f64,
             snapshot_bytes as f64 / store.link_days() as f64
+        );
+        // Frozen: the day moved into its immutable file (what a snapshot does once the day has
+        // been closed for `FREEZE_AFTER_DAYS`); memory keeps none of it.
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let days = store.link_days();
+        store
+            .freeze(dir.path(), 0, 20_000, 1)
+            .expect("freezing the day");
+        let file = dir
+            .path()
+            .join(shards::clicks::frozen::file_name(0, 20_000, 1));
+        let bytes = std::fs::metadata(&file).expect("the frozen file").len();
+        println!(
+            "{}: frozen, {:.0} bytes per link-day on disk, {} link-days left in memory",
+            if full { "full" } else { "counts" },
+            bytes as f64 / days as f64,
+            store.link_days()
         );
         drop(store);
     }
