@@ -215,9 +215,9 @@ fn save_lost(main: &DataDir, staging: &DataDir) -> anyhow::Result<()> {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => e.insert(staging.open_table(shard)?),
         };
-        if !table
+        if table
             .as_ref()
-            .is_some_and(|t| t.get(key.as_bytes()).is_some())
+            .is_none_or(|t| t.get(key.as_bytes()).is_none())
         {
             lost.extend_from_slice(line.as_bytes());
             lost.push(b'\n');
