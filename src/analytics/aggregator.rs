@@ -710,9 +710,11 @@ fn yield_to_cores(me: usize) {
     yield_thread_to_cores(&format!("clicks core {me}: the aggregator"));
 }
 
-/// Lowers the calling thread to [`AGGREGATOR_NICE`], so a core sharing its CPU preempts it
-/// (the click aggregators, and in fleet mode the click flusher). `who` names it in the report
-/// if that fails.
+/// Puts the calling thread in `SCHED_IDLE` (and at [`AGGREGATOR_NICE`], which counts should
+/// the policy be refused): the click aggregators, the fleet click flusher and stats thread, a
+/// fleet regeneration's import. A core thread that wakes on a CPU where such a thread runs
+/// preempts it at once; at nice 19 alone the scheduler may let it finish its slice first, and
+/// the core's requests wait behind it. `who` names it in the report if either call fails.
 pub fn yield_thread_to_cores(who: &str) {
     // SAFETY: setpriority on the calling thread (who 0 with PRIO_PROCESS is the caller's
     // thread id on Linux); no pointers.
@@ -720,6 +722,15 @@ pub fn yield_thread_to_cores(who: &str) {
     if rc != 0 {
         eprintln!(
             "{who}: cannot lower the thread's priority ({}); it competes with the cores",
+            std::io::Error::last_os_error()
+        );
+    }
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` outlives the call.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if rc != 0 {
+        eprintln!(
+            "{who}: cannot enter SCHED_IDLE ({}); it runs at nice {AGGREGATOR_NICE}",
             std::io::Error::last_os_error()
         );
     }
