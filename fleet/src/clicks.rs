@@ -1,5 +1,7 @@
-//! Clicks in the fleet database (`migrations/0006_clicks.sql`): each node flushes its
-//! per-link-day states, and the stats API sums them over nodes.
+//! Clicks in the fleet database (`migrations/0006_clicks.sql`, `0009_shared_uniques.sql`):
+//! each node flushes its per-link-day states, and the stats API sums them over nodes; unique
+//! visitors are counted by merging the nodes' HyperLogLog sketches, made under one daily salt
+//! for the whole fleet ([`salt_for`]), so a visitor served by two nodes counts once.
 //!
 //! A flush is one transaction: the node's row in `ricochet_click_nodes` moves to the flush's
 //! number only if that is higher than the one there (else the flush, or a later one, was
@@ -28,6 +30,67 @@ pub struct ClickRow {
     /// Humans and bots together (their sketches merged).
     pub unique_all: u64,
     pub facets: Vec<Facet>,
+    /// The sketches ([`encode_sketch`]): what the stats API merges across nodes.
+    pub humans: Vec<u8>,
+    pub bots: Vec<u8>,
+}
+
+/// A sketch as the database keeps it: `(index u16le, rank u8)` per set register, by index.
+pub fn encode_sketch(h: &shards::clicks::Hll) -> Vec<u8> {
+    let mut out = Vec::with_capacity(3 * h.set_registers());
+    h.for_each_update(|i, r| {
+        out.extend_from_slice(&i.to_le_bytes());
+        out.push(r);
+    });
+    out
+}
+
+/// Merges a sketch from the database into `into`; `false` if the bytes are not one (left
+/// out: the row's own estimate is used instead).
+pub fn merge_sketch(into: &mut shards::clicks::Hll, bytes: &[u8]) -> bool {
+    let valid = bytes.len() % 3 == 0
+        && bytes.chunks_exact(3).all(|c| {
+            let idx = u16::from_le_bytes([c[0], c[1]]) as usize;
+            idx < shards::clicks::hll::HLL_M && c[2] > 0 && c[2] <= 64
+        });
+    if valid {
+        for c in bytes.chunks_exact(3) {
+            into.apply((u16::from_le_bytes([c[0], c[1]]), c[2]));
+        }
+    }
+    valid
+}
+
+/// Days a salt is kept after its own (deleted once `today > day + SALT_KEEP_DAYS`: 48 hours
+/// after its day ended).
+pub const SALT_KEEP_DAYS: u32 = 2;
+
+/// The fleet's salt of `day`: `candidate` if no node made one before, else the one that did.
+pub fn salt_for(db: &mut Db, day: u32, candidate: [u8; 16]) -> Result<[u8; 16], FleetError> {
+    let d = day as i32;
+    let bytes: Vec<u8> = db.call("click salt", async |c| {
+        c.execute(
+            "INSERT INTO ricochet_click_salts (day, salt) VALUES ($1, $2) ON CONFLICT (day) DO NOTHING",
+            &[&d, &&candidate[..]],
+        )
+        .await?;
+        let r = c
+            .query_one("SELECT salt FROM ricochet_click_salts WHERE day = $1", &[&d])
+            .await?;
+        Ok(r.get(0))
+    })?;
+    bytes
+        .try_into()
+        .map_err(|_| FleetError::Refused(format!("the salt of day {day} is not 16 bytes")))
+}
+
+/// Deletes the salts of days that ended more than 48 hours before `today` began.
+pub fn forget_salts_before(db: &mut Db, today: u32) -> Result<u64, FleetError> {
+    let d = today as i32 - SALT_KEEP_DAYS as i32;
+    db.call("click salt retention", async |c| {
+        c.execute("DELETE FROM ricochet_click_salts WHERE day < $1", &[&d])
+            .await
+    })
 }
 
 /// A facet count: kind (1 referrer, 2 country, 3 browser, 4 OS, 5 device), bot flag, value.
@@ -119,6 +182,8 @@ pub fn flush(db: &mut Db, node: &str, node_id: &str, f: &Flush) -> Result<Flushe
         num(|r| r.unique_all),
     );
     let facets: Vec<String> = f.rows.iter().map(|r| facets_json(&r.facets)).collect();
+    let humans: Vec<&[u8]> = f.rows.iter().map(|r| &r.humans[..]).collect();
+    let bots_hll: Vec<&[u8]> = f.rows.iter().map(|r| &r.bots[..]).collect();
     let nf_days: Vec<i32> = f.not_found.iter().map(|n| n.0 as i32).collect();
     let nf_counts: Vec<i64> = f.not_found.iter().map(|n| n.1 as i64).collect();
     db.call("click flush", async |c| {
@@ -150,16 +215,17 @@ pub fn flush(db: &mut Db, node: &str, node_id: &str, f: &Flush) -> Result<Flushe
         if !f.rows.is_empty() {
             c.execute(
                 "INSERT INTO ricochet_click_days \
-                   (key, day, node, clicks, bot_clicks, unique_humans, unique_bots, unique_all, facets, flush) \
-                 SELECT u.key, u.day, $1, u.clicks, u.bots, u.uh, u.ub, u.ua, u.facets::jsonb, $2 \
+                   (key, day, node, clicks, bot_clicks, unique_humans, unique_bots, unique_all, facets, flush, humans, bots) \
+                 SELECT u.key, u.day, $1, u.clicks, u.bots, u.uh, u.ub, u.ua, u.facets::jsonb, $2, u.hh, u.bh \
                    FROM unnest($3::text[], $4::int4[], $5::int8[], $6::int8[], $7::int8[], \
-                               $8::int8[], $9::int8[], $10::text[]) \
-                        AS u(key, day, clicks, bots, uh, ub, ua, facets) \
+                               $8::int8[], $9::int8[], $10::text[], $11::bytea[], $12::bytea[]) \
+                        AS u(key, day, clicks, bots, uh, ub, ua, facets, hh, bh) \
                  ON CONFLICT (key, day, node) DO UPDATE SET clicks = EXCLUDED.clicks, \
                      bot_clicks = EXCLUDED.bot_clicks, unique_humans = EXCLUDED.unique_humans, \
                      unique_bots = EXCLUDED.unique_bots, unique_all = EXCLUDED.unique_all, \
-                     facets = EXCLUDED.facets, flush = EXCLUDED.flush",
-                &[&node, &id, &keys, &days, &clicks, &bots, &uh, &ub, &ua, &facets],
+                     facets = EXCLUDED.facets, flush = EXCLUDED.flush, \
+                     humans = EXCLUDED.humans, bots = EXCLUDED.bots",
+                &[&node, &id, &keys, &days, &clicks, &bots, &uh, &ub, &ua, &facets, &humans, &bots_hll],
             )
             .await?;
         }
@@ -220,7 +286,8 @@ const COMPLETENESS_SQL: &str = "SELECT min(complete_until) FILTER (WHERE flushed
        FROM ricochet_click_nodes";
 
 /// Every node's rows of `key` for days `from..=to`, summed per day (the facets of every
-/// node's row listed, not yet merged).
+/// node's row listed, not yet merged), unique visitors from the nodes' sketches merged (a
+/// day with a row that has none, flushed before schema 9, sums the rows' estimates).
 pub fn link_days(
     db: &mut Db,
     key: &str,
@@ -234,7 +301,7 @@ pub fn link_days(
             .query(
                 "SELECT day, sum(clicks)::int8, sum(bot_clicks)::int8, sum(unique_humans)::int8, \
                         sum(unique_bots)::int8, sum(unique_all)::int8, \
-                        jsonb_agg(facets)::text \
+                        jsonb_agg(facets)::text, array_agg(humans), array_agg(bots) \
                    FROM ricochet_click_days WHERE key = $1 AND day BETWEEN $2 AND $3 \
                   GROUP BY day ORDER BY day",
                 &[&key, &f, &t],
@@ -245,18 +312,46 @@ pub fn link_days(
     })?;
     let days = rows
         .iter()
-        .map(|r| ClickRow {
-            key: key.to_owned(),
-            day: r.get::<_, i32>(0) as u32,
-            clicks: r.get::<_, i64>(1) as u64,
-            bot_clicks: r.get::<_, i64>(2) as u64,
-            unique_humans: r.get::<_, i64>(3) as u64,
-            unique_bots: r.get::<_, i64>(4) as u64,
-            unique_all: r.get::<_, i64>(5) as u64,
-            facets: parse_facet_lists(&r.get::<_, String>(6)),
+        .map(|r| {
+            let mut row = ClickRow {
+                key: key.to_owned(),
+                day: r.get::<_, i32>(0) as u32,
+                clicks: r.get::<_, i64>(1) as u64,
+                bot_clicks: r.get::<_, i64>(2) as u64,
+                unique_humans: r.get::<_, i64>(3) as u64,
+                unique_bots: r.get::<_, i64>(4) as u64,
+                unique_all: r.get::<_, i64>(5) as u64,
+                facets: parse_facet_lists(&r.get::<_, String>(6)),
+                humans: Vec::new(),
+                bots: Vec::new(),
+            };
+            let humans: Vec<Option<Vec<u8>>> = r.get(7);
+            let bots: Vec<Option<Vec<u8>>> = r.get(8);
+            merged_uniques(&mut row, &humans, &bots);
+            row
         })
         .collect();
     Ok((days, completeness(&done)))
+}
+
+/// Replaces the summed estimates of `row` by those of the nodes' merged sketches, if every
+/// node's row of the day has valid ones.
+fn merged_uniques(row: &mut ClickRow, humans: &[Option<Vec<u8>>], bots: &[Option<Vec<u8>>]) {
+    use shards::clicks::Hll;
+    let (mut h, mut b) = (Hll::default(), Hll::default());
+    for (hs, bs) in humans.iter().zip(bots) {
+        let (Some(hs), Some(bs)) = (hs, bs) else {
+            return;
+        };
+        if !merge_sketch(&mut h, hs) || !merge_sketch(&mut b, bs) {
+            return;
+        }
+    }
+    let mut all = h.clone();
+    all.merge(&b);
+    row.unique_humans = h.estimate();
+    row.unique_bots = b.estimate();
+    row.unique_all = all.estimate();
 }
 
 /// The fleet's server-wide figures for `from..=to`: per day (clicks, bot clicks, 404s), the
@@ -338,5 +433,44 @@ mod tests {
         assert_eq!(back[0], f[0]);
         assert_eq!(back[1], f[1]);
         assert!(parse_facet_lists("not json").is_empty());
+    }
+
+    #[test]
+    fn sketches_round_trip_merge_as_a_union_and_junk_is_refused() {
+        use shards::clicks::Hll;
+        // splitmix64: well-mixed hashes, as SipHash gives the real visitors.
+        let mix = |v: u64| {
+            let mut z = v.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        let (mut a, mut b) = (Hll::default(), Hll::default());
+        for v in 0..300u64 {
+            a.insert_hash(mix(v));
+        }
+        for v in 200..400u64 {
+            b.insert_hash(mix(v));
+        }
+        let mut union = Hll::default();
+        assert!(merge_sketch(&mut union, &encode_sketch(&a)));
+        assert!(merge_sketch(&mut union, &encode_sketch(&b)));
+        let mut want = a.clone();
+        want.merge(&b);
+        assert_eq!(union.estimate(), want.estimate());
+        let est = union.estimate() as f64;
+        assert!(
+            (est - 400.0).abs() < 400.0 * 0.1,
+            "{est}: 400 distinct, not 500"
+        );
+        let mut x = Hll::default();
+        assert!(merge_sketch(&mut x, &[]));
+        assert!(!merge_sketch(&mut x, &[1, 2]), "not whole registers");
+        assert!(
+            !merge_sketch(&mut x, &[0xff, 0xff, 1]),
+            "index past the registers"
+        );
+        assert!(!merge_sketch(&mut x, &[1, 0, 0]), "rank 0");
+        assert_eq!(x, Hll::default(), "nothing merged from junk");
     }
 }

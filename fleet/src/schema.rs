@@ -15,10 +15,11 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
         include_str!("../migrations/0007_tombstone_retention.sql"),
     ),
     (8, include_str!("../migrations/0008_click_resets.sql")),
+    (9, include_str!("../migrations/0009_shared_uniques.sql")),
 ];
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 8;
+pub const SCHEMA_VERSION: u32 = 9;
 
 // One migration per version, in order: a version without its migration would be recorded
 // without its tables.

@@ -93,6 +93,8 @@ pub fn click_row(key: &[u8], day: Day, l: &LinkDay) -> ClickRow {
                 count,
             })
             .collect(),
+        humans: fleet::clicks::encode_sketch(&l.humans),
+        bots: fleet::clicks::encode_sketch(&l.bots),
     }
 }
 
@@ -122,6 +124,51 @@ pub struct FleetClicksSetup {
     pub dropped: Arc<dyn Fn() -> u64 + Send + Sync>,
 }
 
+/// Fleet mode's shared salts: the flusher makes the salt book hold the fleet's salts of today
+/// and tomorrow (made by the first node that asks, `fleet::clicks::salt_for`), so every node
+/// hashes a visitor the same way and the stats API can merge their sketches; it also deletes
+/// the fleet's salts 48 hours after their day. Done at start, then once a day (and again
+/// after a failure, at the next flush).
+struct SharedSalts {
+    book: Arc<std::sync::Mutex<super::salts::SaltBook>>,
+    synced: Option<Day>,
+    /// Days this node hashed under a salt of its own (reported once each).
+    own: BTreeSet<Day>,
+}
+
+impl SharedSalts {
+    fn sync(&mut self, db: &mut fleet::Db) -> Result<(), fleet::FleetError> {
+        let today = shards::clicks::day_of(shards::timefmt::now_s());
+        if self.synced == Some(today) {
+            return Ok(());
+        }
+        for day in [today, today + 1] {
+            let have = self.book.lock().expect("salt book").peek(day);
+            let candidate = match have {
+                Some(s) => s,
+                None => {
+                    let mut s = [0u8; 16];
+                    getrandom::getrandom(&mut s).expect("the OS gives random bytes");
+                    s
+                }
+            };
+            let salt = fleet::clicks::salt_for(db, day, candidate)?;
+            let adopted = self.book.lock().expect("salt book").adopt(day, salt);
+            if !adopted && self.own.insert(day) {
+                eprintln!(
+                    "fleet: this node hashed visitors of {} under a salt of its own (the \
+                     database was out of reach when the day began): its unique visitors of \
+                     that day add to the other nodes' instead of merging",
+                    super::stats::format_day(day)
+                );
+            }
+        }
+        fleet::clicks::forget_salts_before(db, today)?;
+        self.synced = Some(today);
+        Ok(())
+    }
+}
+
 /// The running threads: the flusher is joined after the aggregators, so it writes their last
 /// states at shutdown.
 pub struct FleetClicks {
@@ -135,11 +182,21 @@ impl FleetClicks {
     pub fn start(
         setup: FleetClicksSetup,
         replies: Arc<Outlets<ToCore>>,
+        salts: Arc<std::sync::Mutex<super::salts::SaltBook>>,
     ) -> anyhow::Result<FleetClicks> {
         use anyhow::Context;
         let mut db = fleet::Db::new(&setup.url)?;
         let last = fleet::clicks::last_flush(&mut db, &setup.node)
             .with_context(|| "reading this node's last click flush number")?;
+        let mut salts = SharedSalts {
+            book: salts,
+            synced: None,
+            own: BTreeSet::new(),
+        };
+        // Before the first click is hashed: the fleet's salt of today from the start.
+        salts
+            .sync(&mut db)
+            .with_context(|| "reading the fleet's daily salts")?;
         let (parts_tx, parts_rx) = crossbeam::channel::bounded(FLUSH_QUEUE_CAPACITY);
         let (q_tx, q_rx) = crossbeam::channel::bounded(FLEET_STATS_QUEUE_CAPACITY);
         let stats_db = fleet::Db::new(&setup.url)?;
@@ -150,7 +207,7 @@ impl FleetClicks {
                 answer_queries(stats_db, q_rx, replies)
             })
             .context("starting the fleet stats thread")?;
-        let flusher = Flusher::new(setup, db, last);
+        let flusher = Flusher::new(setup, db, last, salts);
         let flusher = std::thread::Builder::new()
             .name("ricochet-fleet-clicks".into())
             .spawn(move || flusher.run(parts_rx))
@@ -187,10 +244,11 @@ struct Flusher {
     retention_day: Day,
     /// The completeness the last flush formed carried.
     flushed_complete: u64,
+    salts: SharedSalts,
 }
 
 impl Flusher {
-    fn new(s: FleetClicksSetup, db: fleet::Db, last: u64) -> Flusher {
+    fn new(s: FleetClicksSetup, db: fleet::Db, last: u64, salts: SharedSalts) -> Flusher {
         let now = super::combiner::unix_ms().saturating_sub(1);
         Flusher {
             complete: vec![now; s.cores],
@@ -204,6 +262,7 @@ impl Flusher {
             failing: false,
             retention_day: 0,
             flushed_complete: 0,
+            salts,
         }
     }
 
@@ -232,6 +291,9 @@ impl Flusher {
                 };
                 next = Instant::now() + pause;
                 self.apply_retention();
+                if let Err(e) = self.salts.sync(&mut self.db) {
+                    eprintln!("fleet: syncing the daily salts failed: {e}; retrying later");
+                }
             }
         }
     }

@@ -247,7 +247,11 @@ pub fn start(
     let (outlets, inboxes) = Outlets::new(cores, REPLY_QUEUE_CAPACITY, bells);
     let replies = Arc::new(outlets);
     let fleet = match fleet {
-        Some(f) => Some(fleet::FleetClicks::start(f, replies.clone())?),
+        Some(f) => Some(fleet::FleetClicks::start(
+            f,
+            replies.clone(),
+            salts.clone(),
+        )?),
         None => None,
     };
     let (control_tx, control_rx): (Vec<_>, Vec<_>) =

@@ -62,6 +62,28 @@ impl SaltBook {
         s
     }
 
+    /// The salt of `day`, if there is one already.
+    pub fn peek(&self, day: Day) -> Option<[u8; 16]> {
+        self.salts.get(&day).copied()
+    }
+
+    /// Fleet mode: takes the fleet's salt of `day` (`fleet::clicks::salt_for`) unless this
+    /// book made its own for the day already (the database was out of reach when the day's
+    /// first click came): `false` then, and the node's uniques of that day cannot be merged
+    /// with the other nodes' (they add up instead, at worst).
+    pub fn adopt(&mut self, day: Day, salt: [u8; 16]) -> bool {
+        match self.salts.get(&day) {
+            Some(s) => *s == salt,
+            None => {
+                self.salts.insert(day, salt);
+                if let Err(e) = self.save() {
+                    eprintln!("clicks: cannot save the fleet's salt of day {day} ({e})");
+                }
+                true
+            }
+        }
+    }
+
     /// Deletes the salts of days that ended more than 48 hours before `today` began.
     pub fn forget_before(&mut self, today: Day) {
         let before = self.salts.len();

@@ -348,7 +348,7 @@ pub fn link_json_from(
     };
     let method = match nodes {
         None => "sum of daily unique visitors",
-        Some(_) => "sum of daily unique visitors of each node",
+        Some(_) => "sum of daily unique visitors, each day's merged over nodes",
     };
     let mut v = serde_json::json!({
         "key": q.key.as_str(),
