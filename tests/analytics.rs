@@ -930,3 +930,71 @@ fn a_failing_click_log_never_fails_a_redirect() {
         "reported once: {errs}"
     );
 }
+
+/// Closed days are frozen by the running server: a data dir whose click log holds three
+/// past days of a link (written here through the store's own files, as a server running on
+/// those days would have) is started; the start-up snapshot freezes the days closed for more
+/// than a day into immutable files, the stats API answers them as before, a delete purges
+/// them too, and a restart after that does not bring them back.
+#[test]
+fn past_days_are_frozen_into_files_and_still_answered_and_purged() {
+    use shards::clicks::{ClickStore, Delta};
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &flags(&["--cores", "1"]));
+    let mut c = Client::new(&s);
+    let key = c.create_ok("https://example.com/frozen", Some("frozen-days"));
+    assert!(s.terminate().success());
+    let today = shards::clicks::day_of(shards::timefmt::now_s());
+    {
+        let (cd, rec) = shards::clicks::files::ClickDir::open(&dir, 1, |_| 0).unwrap();
+        let mut log = cd.open_log(0, rec.next_log[0]).unwrap();
+        let mut store = ClickStore::default();
+        for (ago, n) in [(5u32, 7u64), (3, 11), (2, 13)] {
+            store.merge(&Delta {
+                key: key.as_bytes().into(),
+                day: today - ago,
+                clicks: n,
+                humans: vec![(1, 1)],
+                ..Delta::default()
+            });
+        }
+        let mut bytes = Vec::new();
+        store.encode_dirty(&mut bytes);
+        log.write_and_sync(&bytes).unwrap();
+    }
+    let s = start(&dir, &flags(&["--cores", "1"]));
+    let mut c = Client::new(&s);
+    let v = settled(&mut c, &key, "");
+    assert_eq!(v["summary"]["clicks"], 31, "{v}");
+    let gen = dir.join("clicks/g1");
+    let frozen_files: Vec<String> = std::fs::read_dir(&gen)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".frz"))
+        .collect();
+    let want: Vec<String> = [5u32, 3, 2]
+        .iter()
+        .map(|ago| format!("core-0.day-{}.", today - ago))
+        .collect();
+    for w in &want {
+        assert!(
+            frozen_files.iter().any(|f| f.starts_with(w.as_str())),
+            "{w}* frozen: {frozen_files:?}"
+        );
+    }
+    // Restarted: answered from the frozen files alone.
+    assert!(s.terminate().success());
+    let s = start(&dir, &flags(&["--cores", "1"]));
+    let mut c = Client::new(&s);
+    assert_eq!(settled(&mut c, &key, "")["summary"]["clicks"], 31);
+    // A delete purges the frozen days too, and the link created again starts at zero, after
+    // a restart as well.
+    assert_eq!(c.delete(&key).status, 204);
+    c.create_ok("https://example.com/frozen-again", Some(&key));
+    assert_eq!(settled(&mut c, &key, "")["summary"]["clicks"], 0);
+    assert!(s.terminate().success());
+    let s = start(&dir, &flags(&["--cores", "1"]));
+    let mut c = Client::new(&s);
+    assert_eq!(settled(&mut c, &key, "")["summary"]["clicks"], 0);
+}
