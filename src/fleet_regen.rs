@@ -71,20 +71,10 @@ impl Follower {
             .context("writing the re-bootstrap marker")?;
         let identity = fleet::feed::database_identity(&mut self.db)?;
         let resume = fleet::feed::current_cursor(&mut self.db)?;
-        *batch += 1;
         let rotate = (0..self.outlets.cores())
-            .map(|core| {
-                let step = RegenStep::Rotate;
-                (
-                    core,
-                    FleetToCore::Regen {
-                        batch: *batch,
-                        step,
-                    },
-                )
-            })
+            .map(|_| RegenStep::Rotate)
             .collect();
-        if !self.deliver_and_wait(*batch, rotate) {
+        if !self.regen_step(batch, rotate) {
             anyhow::bail!("a core did not rotate its log in time");
         }
         let main = DataDir::open(&dir)?;
@@ -104,22 +94,8 @@ impl Follower {
         for (shard, table) in tables {
             parts[self.router.core_of_shard(shard)].push((shard, table));
         }
-        *batch += 1;
-        let swap = parts
-            .into_iter()
-            .enumerate()
-            .map(|(core, tables)| {
-                let step = RegenStep::Swap(tables);
-                (
-                    core,
-                    FleetToCore::Regen {
-                        batch: *batch,
-                        step,
-                    },
-                )
-            })
-            .collect();
-        if !self.deliver_and_wait(*batch, swap) {
+        let swap = parts.into_iter().map(RegenStep::Swap).collect();
+        if !self.regen_step(batch, swap) {
             anyhow::bail!("a core did not swap its new tables in");
         }
         crate::fleet_sync::save_identity(&dir, &identity).context("saving the identity")?;
@@ -135,6 +111,18 @@ impl Follower {
             resume.xid
         );
         Ok(resume)
+    }
+
+    /// Hands core `i` its `steps[i]` as a new batch and waits until every core acknowledged.
+    fn regen_step(&mut self, batch: &mut u64, steps: Vec<RegenStep>) -> bool {
+        *batch += 1;
+        let b = *batch;
+        let items = steps
+            .into_iter()
+            .enumerate()
+            .map(|(core, step)| (core, FleetToCore::Regen { batch: b, step }))
+            .collect();
+        self.deliver_and_wait(b, items)
     }
 }
 

@@ -49,6 +49,25 @@ fn wait_for(s: &Server, key: &str, want: Option<&str>) -> Duration {
     }
 }
 
+/// `ricochet fleet gc-tombstones --older-than-s 0`: removes every tombstone now (raising the
+/// horizon past them), and checks it removed `want`.
+fn gc_tombstones_now(url: &str, want: u64) {
+    let out = std::process::Command::new(common::BIN)
+        .args(["fleet", "gc-tombstones", "--pg", url, "--older-than-s", "0"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(&format!("removed {want} tombstones")),
+        "{text}"
+    );
+}
+
 fn percentile(v: &mut [Duration], p: f64) -> Duration {
     v.sort();
     v[((v.len() as f64 - 1.0) * p).round() as usize]
@@ -906,24 +925,7 @@ fn a_node_behind_the_tombstone_horizon_bootstraps_again() {
         let url = format!("https://example.com/t/new/{i}");
         links.push((ca.create_ok(&url, None), url));
     }
-    let out = std::process::Command::new(common::BIN)
-        .args([
-            "fleet",
-            "gc-tombstones",
-            "--pg",
-            &db.url,
-            "--older-than-s",
-            "0",
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(text.contains("removed 5 tombstones"), "{text}");
+    gc_tombstones_now(&db.url, 5);
     assert_eq!(
         db.sql("SELECT count(*) FROM ricochet_links WHERE deleted"),
         "0"
@@ -1035,24 +1037,7 @@ fn a_running_node_behind_the_horizon_regenerates_while_serving() {
         let url = format!("https://example.com/r/b-new/{i}");
         links.push((cb.create_ok(&url, None), url));
     }
-    let out = std::process::Command::new(common::BIN)
-        .args([
-            "fleet",
-            "gc-tombstones",
-            "--pg",
-            &db.url,
-            "--older-than-s",
-            "0",
-        ])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(text.contains("removed 5 tombstones"), "{text}");
+    gc_tombstones_now(&db.url, 5);
     // The hazard is real: b still redirects links deleted elsewhere.
     assert_eq!(answer(&b, &gone[0]).0, 302, "b has not seen the delete");
 
