@@ -51,7 +51,9 @@ fn settled(c: &mut Client, key: &str, query: &str) -> Value {
             .unwrap();
         assert_eq!(r.status, 200, "{}", r.text());
         let v = r.json();
-        if parse_ms(v["complete_until"].as_str().unwrap()) >= since {
+        // Strictly after: `complete_until` covers clicks answered before it, and `since`
+        // (a whole millisecond) may be the one the last click was answered in.
+        if parse_ms(v["complete_until"].as_str().unwrap()) > since {
             return v;
         }
         assert!(
@@ -700,7 +702,9 @@ fn server_wide_stats_sum_every_core_and_list_the_top_links() {
         let r = c.send("GET", "/api/v1/stats", true, &[], b"").unwrap();
         assert_eq!(r.status, 200, "{}", r.text());
         let v = r.json();
-        if parse_ms(v["complete_until"].as_str().unwrap()) >= since {
+        // Strictly after: `complete_until` covers clicks answered before it, and `since`
+        // (a whole millisecond) may be the one the last click was answered in.
+        if parse_ms(v["complete_until"].as_str().unwrap()) > since {
             break v;
         }
         std::thread::sleep(Duration::from_millis(20));

@@ -46,7 +46,8 @@ fn settled(s: &Server, path: &str, done: impl Fn(&Value) -> bool) -> Value {
         let r = c.send("GET", path, true, &[], b"").unwrap();
         assert_eq!(r.status, 200, "{path}: {}", r.text());
         let v = r.json();
-        if parse_ms(v["complete_until"].as_str().unwrap()) >= since && done(&v) {
+        // Strictly after: `since` (a whole millisecond) may hold the last click's answer.
+        if parse_ms(v["complete_until"].as_str().unwrap()) > since && done(&v) {
             return v;
         }
         assert!(Instant::now() < deadline, "{path} never settled: {v}");

@@ -672,10 +672,13 @@ impl Aggregator {
         }
         self.today = today;
         let first = today.saturating_sub(self.s.retention_days.saturating_sub(1));
-        self.s.store.drop_before(first);
-        if self.retry.is_empty() {
-            // Every new day: retention's drops go, and the day that just passed
-            // `FREEZE_AFTER_DAYS` is frozen (changes not logged yet stay in memory).
+        let dropped = self.s.store.drop_before(first);
+        let through = today.checked_sub(1 + shards::clicks::frozen::FREEZE_AFTER_DAYS);
+        let freezable = through.is_some_and(|t| self.s.store.holds_days_through(t));
+        if (dropped > 0 || freezable) && self.retry.is_empty() {
+            // Retention's drops go, and days past `FREEZE_AFTER_DAYS` are frozen (changes
+            // not logged yet stay in memory). Nothing to do: no snapshot (a start writes
+            // none).
             self.snapshot();
         }
         if self.s.me == 0 {

@@ -136,7 +136,10 @@ impl Rig {
             let until_ms = shards::timefmt::parse_rfc3339_s(&format!("{}Z", &until[..19])).unwrap()
                 * 1000
                 + until[20..23].parse::<u64>().unwrap();
-            if until_ms >= since {
+            // `complete_until` is a whole millisecond: every click answered before it is in.
+            // A click answered in the millisecond `since` was read in is covered only by a
+            // later one (`>=` took a seal from earlier in that same millisecond for enough).
+            if until_ms > since {
                 let s = &v["summary"];
                 return (
                     s["clicks"].as_u64().unwrap(),

@@ -506,6 +506,13 @@ impl ClickStore {
         Ok(())
     }
 
+    /// Whether memory holds a link-day of a day up to `through` (a snapshot would freeze it).
+    pub fn holds_days_through(&self, through: Day) -> bool {
+        self.links
+            .values()
+            .any(|days| days.first().is_some_and(|h| h.day <= through))
+    }
+
     /// Moves every frozen link-day back into memory (a core-count fold re-splits them).
     pub fn thaw(&mut self) {
         let frozen = std::mem::take(&mut self.frozen);
