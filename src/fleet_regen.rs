@@ -59,17 +59,19 @@ pub const LOST_FILE_PREFIX: &str = "fleet-lost-";
 impl Follower {
     /// Regenerates this node's links from a database snapshot (the module doc's steps) and
     /// returns the cursor the feed resumes from. `batch` numbers the steps' core batches.
+    /// `identity` becomes the database's.
     pub(crate) fn regenerate(
         &mut self,
         batch: &mut u64,
         cause: RegenCause,
+        identity: &mut String,
     ) -> anyhow::Result<fleet::feed::Cursor> {
         self.stats.regenerating();
         let started = std::time::Instant::now();
         let dir = self.data_dir.clone();
         shards::durable::write_atomic(&dir, REBOOTSTRAP_MARKER, b"rebootstrap\n", 0o644)
             .context("writing the re-bootstrap marker")?;
-        let identity = fleet::feed::database_identity(&mut self.db)?;
+        let now_identity = fleet::feed::database_identity(&mut self.db)?;
         let resume = fleet::feed::current_cursor(&mut self.db)?;
         let rotate = (0..self.outlets.cores())
             .map(|_| RegenStep::Rotate)
@@ -98,9 +100,9 @@ impl Follower {
         if !self.regen_step(batch, swap) {
             anyhow::bail!("a core did not swap its new tables in");
         }
-        crate::fleet_sync::save_identity(&dir, &identity).context("saving the identity")?;
+        crate::fleet_sync::save_identity(&dir, &now_identity).context("saving the identity")?;
         crate::fleet_sync::save_cursor(&dir, &resume).context("saving the feed cursor")?;
-        self.identity = identity;
+        *identity = now_identity;
         crate::fleet_sync::rebootstrap_done(&dir).context("removing the re-bootstrap marker")?;
         let _ = std::fs::remove_dir_all(dir.join(REGEN_DIR));
         self.stats.regenerated();

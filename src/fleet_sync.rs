@@ -13,6 +13,7 @@
 //! A poll or an apply that fails is retried after [`FEED_RETRY_MS`] from the same cursor;
 //! redirects never wait for any of this.
 
+use crate::fleet_regen::RegenCause;
 use crate::key::InlineKey;
 use crate::router::Router;
 use crate::service::Outlets;
@@ -57,7 +58,7 @@ pub const IDENTITY_FILE: &str = "fleet-db.identity";
 /// How often the follower looks for stats resets.
 pub const RESETS_POLL_INTERVAL_MS: u64 = 100;
 
-/// How often the follower checks its cursor against the tombstone horizon.
+/// How often the follower checks that its cursor can be continued ([`unfollowable`]).
 pub const HORIZON_CHECK_INTERVAL_S: u64 = 60;
 
 /// Tombstone removal batches one run takes at most.
@@ -72,11 +73,70 @@ pub fn cursor_behind(cursor: &fleet::feed::Cursor, horizon: u64) -> bool {
     horizon > 0 && cursor.xid <= horizon
 }
 
+/// Why a node at `cursor`, whose links came from database `held` ([`IDENTITY_FILE`]), must
+/// not follow the feed on, and what that calls for: another database (a dump restored into a
+/// new one: its transaction ids need not be behind the cursor), a cursor ahead of the
+/// database (a restore, or a promoted standby that lagged), or a cursor not past the
+/// tombstone horizon (deletes it had not applied may be gone). The one check for a start
+/// (`rebootstrap_if_behind`) and a running follower.
+pub fn unfollowable(
+    db: &mut fleet::Db,
+    cursor: &fleet::feed::Cursor,
+    held: &str,
+) -> Result<Option<(RegenCause, String)>, fleet::FleetError> {
+    let identity = fleet::feed::database_identity(db)?;
+    if identity != held {
+        return Ok(Some((
+            RegenCause::Rollback,
+            format!(
+                "this node's links came from database {held}, but the fleet database is \
+                 {identity} (a dump restored into a new cluster, or another database)"
+            ),
+        )));
+    }
+    let next = fleet::feed::next_xid(db)?;
+    if cursor.xid > next {
+        return Ok(Some((
+            RegenCause::Rollback,
+            format!(
+                "the feed cursor (transaction {}) is ahead of the database's next transaction \
+                 ({next}): the database went back in time (a restore from an older backup, a \
+                 promoted standby that lagged), and links this node holds may be gone from it",
+                cursor.xid
+            ),
+        )));
+    }
+    let horizon = fleet::feed::tombstone_horizon(db)?;
+    if cursor_behind(cursor, horizon) {
+        return Ok(Some((
+            RegenCause::Horizon,
+            format!(
+                "the feed cursor (transaction {}) is not past the tombstone horizon \
+                 ({horizon}): deletes this node has not applied may be gone from the database",
+                cursor.xid
+            ),
+        )));
+    }
+    Ok(None)
+}
+
+/// The database this node's links came from: [`IDENTITY_FILE`], or for a dir without one
+/// (written before identities were recorded, or tables whose bootstrap was cut short before
+/// it saved its files) `db`'s, which it followed, saved now.
+fn held_identity(data_dir: &Path, db: &mut fleet::Db) -> anyhow::Result<String> {
+    if let Some(held) = load_identity(data_dir)? {
+        return Ok(held);
+    }
+    let identity = fleet::feed::database_identity(db)?;
+    save_identity(data_dir, &identity)?;
+    Ok(identity)
+}
+
 /// At start, before the logs are read: whether this fleet node's links must be bootstrapped
-/// again (its cursor is not past the tombstone horizon, or ahead of the database: a restore
-/// from an older backup; or a re-bootstrap was cut short), and
-/// if so wipes them: the tables, the logs and the cursor go; the fleet marker, the key
-/// secret, the allocation evidence and the clicks stay. The caller then finds an empty dir and
+/// again (its cursor cannot be continued, [`unfollowable`]; or a bootstrap or regeneration
+/// was cut short), and if so wipes them: the tables, the logs, a regeneration's staging dir
+/// and the cursor go; the fleet marker, the key secret, the allocation evidence and the
+/// clicks stay. The caller then finds an empty dir and
 /// bootstraps it. The database is the system of record, so redoing this is always safe.
 pub fn rebootstrap_if_behind(dir: &shards::datadir::DataDir, url: &str) -> anyhow::Result<bool> {
     use anyhow::Context;
@@ -88,44 +148,22 @@ pub fn rebootstrap_if_behind(dir: &shards::datadir::DataDir, url: &str) -> anyho
         }
         let cursor = load_cursor(path)?;
         let mut db = fleet::Db::new(url)?;
-        let horizon = fleet::feed::tombstone_horizon(&mut db)?;
-        let next = fleet::feed::next_xid(&mut db)?;
-        let identity = fleet::feed::database_identity(&mut db)?;
-        let held = load_identity(path)?;
-        if held.is_none() {
-            // A dir from before identities were recorded: it followed this database.
-            save_identity(path, &identity)?;
-        }
-        if let Some(held) = held.filter(|h| *h != identity) {
-            eprintln!(
-                "fleet: this node's links came from database {held}, but {url:?} is database \
-                 {identity} (a dump restored into a new cluster, or another database): \
-                 Bootstrapping its links again from a snapshot"
-            );
-        } else if cursor.xid > next {
-            eprintln!(
-                "fleet: the feed cursor (transaction {}) is ahead of the database's next \
-                 transaction ({next}): the database was restored from an older backup or \
-                 replaced, and links this node holds may be gone from it. Bootstrapping its \
-                 links again from a snapshot",
-                cursor.xid
-            );
-        } else if cursor_behind(&cursor, horizon) {
-            eprintln!(
-                "fleet: the feed cursor (transaction {}) is not past the tombstone horizon \
-                 ({horizon}): deletes this node has not seen may be gone from the database. \
-                 Bootstrapping its links again from a snapshot",
-                cursor.xid
-            );
-        } else {
+        let held = held_identity(path, &mut db)?;
+        let Some((_, why)) = unfollowable(&mut db, &cursor, &held)? else {
             return Ok(false);
-        }
+        };
+        eprintln!("fleet: {why}. Bootstrapping its links again from a snapshot");
     } else {
         eprintln!("fleet: a bootstrap of this node's links was cut short; doing it again");
     }
     shards::durable::write_atomic(path, REBOOTSTRAP_MARKER, b"rebootstrap\n", 0o644)
         .context("writing the re-bootstrap marker")?;
-    for sub in [shards::datadir::TABLES_DIR, shards::log::LOG_DIR_NAME] {
+    let subs = [
+        shards::datadir::TABLES_DIR,
+        shards::log::LOG_DIR_NAME,
+        crate::fleet_regen::REGEN_DIR,
+    ];
+    for sub in subs {
         let d = path.join(sub);
         match std::fs::remove_dir_all(&d) {
             Ok(()) => {}
@@ -361,67 +399,33 @@ pub struct Follower {
     pub stop: Arc<AtomicBool>,
     /// Test-only (`--fault-pause-feed`): poll nothing while this file exists.
     pub pause_file: Option<PathBuf>,
-    /// Which database the node's links came from ([`IDENTITY_FILE`]); read by `spawn`.
-    pub identity: String,
 }
 
 impl Follower {
-    /// Starts the follower thread from the saved cursor, once it is known to belong to this
-    /// database's history.
+    /// Starts the follower thread from the saved cursor; one the database cannot continue
+    /// (`unfollowable`) regenerates the links first.
     pub fn spawn(mut self) -> anyhow::Result<()> {
         let cursor = load_cursor(&self.data_dir)?;
-        self.identity = match load_identity(&self.data_dir)? {
-            Some(held) => held,
-            None => {
-                // Tables without a cursor (a bootstrap cut short before it saved both): they
-                // came from this database, whose feed replays from the start.
-                let identity = fleet::feed::database_identity(&mut self.db)?;
-                save_identity(&self.data_dir, &identity)?;
-                identity
-            }
-        };
-        if let Some(refusal) = self.foreign_history(&cursor)? {
-            anyhow::bail!(refusal);
-        }
+        let identity = held_identity(&self.data_dir, &mut self.db)?;
+        let pending = unfollowable(&mut self.db, &cursor, &identity)?.map(|(cause, why)| {
+            eprintln!("fleet: {why}; regenerating this node's links");
+            cause
+        });
         std::thread::Builder::new()
             .name("ricochet-fleet-feed".into())
-            .spawn(move || self.run(cursor))?;
+            .spawn(move || self.run(cursor, identity, pending))?;
         Ok(())
     }
 
-    /// Why `cursor` must not be followed, if it is ahead of the database: the rows up to it
-    /// were lost there (a restore from backup), and following on would silently skip every
-    /// row the database writes until its transaction ids pass the cursor.
-    fn foreign_history(
-        &mut self,
-        cursor: &fleet::feed::Cursor,
-    ) -> Result<Option<String>, fleet::FleetError> {
-        let identity = fleet::feed::database_identity(&mut self.db)?;
-        if identity != self.identity {
-            return Ok(Some(format!(
-                "this node's links came from database {}, but the fleet database is now {identity} \
-                 (a dump restored into a new cluster, or another database)",
-                self.identity
-            )));
-        }
-        let next = fleet::feed::next_xid(&mut self.db)?;
-        if cursor.xid > next {
-            return Ok(Some(format!(
-                "the change feed cursor in {} is at transaction {}, but the fleet database's next \
-                 transaction is {next}: the database was restored from an older backup or \
-                 replaced, and links this node holds may be gone from it. Refusing to follow it",
-                self.data_dir.join(CURSOR_FILE).display(),
-                cursor.xid
-            )));
-        }
-        Ok(None)
-    }
-
-    fn run(mut self, mut cursor: fleet::feed::Cursor) {
+    /// The feed from `cursor` (of the database `identity`), with `regenerate` first if set.
+    fn run(
+        mut self,
+        mut cursor: fleet::feed::Cursor,
+        mut identity: String,
+        mut regenerate: Option<RegenCause>,
+    ) {
         let mut batch = 0u64;
         let mut chores = Chores::new(&self.data_dir);
-        // The cursor cannot be continued: the links are regenerated before the next poll.
-        let mut regenerate: Option<crate::fleet_regen::RegenCause> = None;
         while !self.stop.load(Ordering::Relaxed) {
             if self.pause_file.as_ref().is_some_and(|p| p.exists()) {
                 std::thread::sleep(Duration::from_millis(FEED_POLL_INTERVAL_MS));
@@ -430,9 +434,8 @@ impl Follower {
                 continue;
             }
             if let Some(cause) = regenerate {
-                match self.regenerate(&mut batch, cause) {
+                match self.regenerate(&mut batch, cause, &mut identity) {
                     Ok(resume) => {
-                        regenerate = None;
                         if chores.resets_cursor > resume {
                             // Ahead of a restored database: follow its resets from here.
                             chores.resets_cursor = resume.clone();
@@ -453,8 +456,8 @@ impl Follower {
                     }
                 }
             }
-            if !self.run_chores(&mut chores, &cursor, &mut batch) {
-                regenerate = Some(crate::fleet_regen::RegenCause::Horizon);
+            regenerate = self.run_chores(&mut chores, &cursor, &identity, &mut batch);
+            if regenerate.is_some() {
                 continue;
             }
             let rows = match fleet::feed::poll(&mut self.db, &cursor, FEED_BATCH_ROWS) {
@@ -463,13 +466,9 @@ impl Follower {
                     eprintln!("fleet: change feed poll failed: {e}; retrying");
                     self.stats.feed_failed();
                     std::thread::sleep(Duration::from_millis(FEED_RETRY_MS));
-                    // The database may have come back as another history (a restore): check
-                    // before following it again, and regenerate from it if so.
-                    if let Ok(Some(refusal)) = self.foreign_history(&cursor) {
-                        eprintln!("fleet: {refusal}; regenerating this node's links");
-                        regenerate = Some(crate::fleet_regen::RegenCause::Rollback);
-                    }
-                    chores.horizon = None; // Check it again once the database answers.
+                    // The database may have come back as another one, or gone back in time
+                    // (a restore, a failover): check before following it again.
+                    regenerate = self.check_cursor(&cursor, &identity);
                     continue;
                 }
             };
@@ -502,14 +501,15 @@ impl Follower {
     }
 
     /// The follower's periodic work besides the feed, each when due: tombstone removal and
-    /// the horizon check, stats resets, ceilings. `false`: the cursor cannot be continued and
-    /// the links must be regenerated first.
+    /// the cursor check (`unfollowable`), stats resets, ceilings. `Some`: the cursor cannot
+    /// be continued and the links must be regenerated first.
     fn run_chores(
         &mut self,
         c: &mut Chores,
         cursor: &fleet::feed::Cursor,
+        identity: &str,
         batch: &mut u64,
-    ) -> bool {
+    ) -> Option<RegenCause> {
         if due(
             &mut c.horizon,
             Duration::from_secs(HORIZON_CHECK_INTERVAL_S),
@@ -518,9 +518,9 @@ impl Follower {
             if due(&mut c.gc, gc_every) {
                 self.remove_old_tombstones();
             }
-            if let Ok(Some(refusal)) = self.behind_horizon(cursor) {
-                eprintln!("fleet: {refusal}; regenerating this node's links");
-                return false;
+            let cause = self.check_cursor(cursor, identity);
+            if cause.is_some() {
+                return cause;
             }
         }
         if due(
@@ -540,7 +540,15 @@ impl Follower {
                 Err(_) => {}
             }
         }
-        true
+        None
+    }
+
+    /// [`unfollowable`] for the running feed: reports what it found; a database that does not
+    /// answer is no finding (the poll reports it, and the check runs again).
+    fn check_cursor(&mut self, cursor: &fleet::feed::Cursor, identity: &str) -> Option<RegenCause> {
+        let (cause, why) = unfollowable(&mut self.db, cursor, identity).ok()??;
+        eprintln!("fleet: {why}; regenerating this node's links");
+        Some(cause)
     }
 
     /// Reads the namespaces' ceilings and offers them to every core. Called only once the feed
@@ -554,26 +562,6 @@ impl Follower {
             let _ = self.outlets.offer(core, FleetToCore::Ceilings(c.clone()));
         }
         Ok(())
-    }
-
-    /// Why `cursor` must not be followed, if it is not past the tombstone horizon: a tombstone
-    /// this node had not applied may have been removed, and its link would redirect here for
-    /// ever.
-    fn behind_horizon(
-        &mut self,
-        cursor: &fleet::feed::Cursor,
-    ) -> Result<Option<String>, fleet::FleetError> {
-        let horizon = fleet::feed::tombstone_horizon(&mut self.db)?;
-        Ok(cursor_behind(cursor, horizon).then(|| {
-            format!(
-                "the change feed cursor in {} is at transaction {}, not past the tombstone \
-                 horizon {horizon} (tombstones up to it were removed after \
-                 {} days): deletes this node has not applied may be gone",
-                self.data_dir.join(CURSOR_FILE).display(),
-                cursor.xid,
-                fleet::feed::TOMBSTONE_RETENTION_DAYS
-            )
-        }))
     }
 
     /// Retention: removes tombstones older than `TOMBSTONE_RETENTION_DAYS`, a few batches at

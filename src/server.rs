@@ -145,13 +145,12 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     // A fleet node whose feed cursor the database can no longer continue (tombstones it had
     // not applied were removed) starts over from a snapshot: its links are wiped here, before
     // the logs are read, and bootstrapped below.
-    let rebootstrap = match &opts.fleet {
-        Some(f) if dir.path().join(crate::fleet_node::MARKER_FILE).exists() => {
+    if let Some(f) = &opts.fleet {
+        if dir.path().join(crate::fleet_node::MARKER_FILE).exists() {
             crate::fleet_sync::rebootstrap_if_behind(&dir, &f.url)
-                .context("checking the feed cursor against the tombstone horizon")?
+                .context("checking the feed cursor against the database")?;
         }
-        _ => false,
-    };
+    }
     let shard_count = dir.manifest().shard_count;
     if cores > shard_count as usize {
         bail!("--cores {cores} is more than the data dir's {shard_count} shards");
@@ -200,15 +199,9 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         {
             let t = Instant::now();
             let n = crate::fleet_sync::bootstrap(&dir, &f.url).context("fleet bootstrap")?;
-            if rebootstrap
-                || dir
-                    .path()
-                    .join(crate::fleet_sync::REBOOTSTRAP_MARKER)
-                    .exists()
-            {
-                crate::fleet_sync::rebootstrap_done(dir.path())
-                    .context("removing the re-bootstrap marker")?;
-            }
+            // A re-bootstrap (its marker) is complete once the cursor is saved.
+            crate::fleet_sync::rebootstrap_done(dir.path())
+                .context("removing the re-bootstrap marker")?;
             eprintln!(
                 "fleet: bootstrapped {n} links from a database snapshot in {:.1} s",
                 t.elapsed().as_secs_f64()
@@ -694,7 +687,6 @@ fn start_fleet_links(
         stats: stats.clone(),
         stop: shared.draining.clone(),
         pause_file: f.pause_feed_file.clone(),
-        identity: String::new(),
     }
     .spawn()
     .context("starting the change feed follower")?;

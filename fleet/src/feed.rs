@@ -104,6 +104,12 @@ pub fn current_cursor(db: &mut Db) -> Result<Cursor, FleetError> {
             .await?;
         Ok(r.get(0))
     })?;
+    xmin_cursor(&xmin)
+}
+
+/// `(xmin, "")` from a snapshot's xmin as text: keys are never empty, so it sorts before
+/// every row the feed has yet to show at or above xmin.
+fn xmin_cursor(xmin: &str) -> Result<Cursor, FleetError> {
     let xid = xmin
         .parse::<u64>()
         .map_err(|_| FleetError::Refused(format!("snapshot xmin {xmin:?}")))?;
@@ -211,15 +217,8 @@ pub fn snapshot(
             "bootstrap: writing the copy: {e}"
         )));
     }
-    // Changes committed below xmin are all in the copy; keys are never empty, so (xmin, "")
-    // sorts before every row the feed has yet to show at or above xmin.
-    let xid = xmin
-        .parse::<u64>()
-        .map_err(|_| FleetError::Refused(format!("bootstrap: snapshot xmin {xmin:?}")))?;
-    Ok(Cursor {
-        xid,
-        key: String::new(),
-    })
+    // Changes committed below xmin are all in the copy.
+    xmin_cursor(&xmin)
 }
 
 /// One row of the snapshot's `COPY ... TO STDOUT` (text format): key, target, status,

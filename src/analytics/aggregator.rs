@@ -656,7 +656,7 @@ impl Aggregator {
     /// `FREEZE_AFTER_DAYS` into files first (`shards::clicks::frozen`).
     fn snapshot(&mut self) {
         let today = shards::clicks::day_of(shards::timefmt::now_s());
-        let through = today.checked_sub(1 + shards::clicks::frozen::FREEZE_AFTER_DAYS);
+        let through = shards::clicks::frozen::freeze_through(today);
         if let Err(e) = self.s.log.snapshot(&mut self.s.store, through) {
             eprintln!(
                 "clicks core {}: snapshot failed ({e}); the log keeps growing",
@@ -673,12 +673,11 @@ impl Aggregator {
         self.today = today;
         let first = today.saturating_sub(self.s.retention_days.saturating_sub(1));
         let dropped = self.s.store.drop_before(first);
-        let through = today.checked_sub(1 + shards::clicks::frozen::FREEZE_AFTER_DAYS);
-        let freezable = through.is_some_and(|t| self.s.store.holds_days_through(t));
+        let freezable = shards::clicks::frozen::freeze_through(today)
+            .is_some_and(|t| self.s.store.holds_days_through(t));
         if (dropped > 0 || freezable) && self.retry.is_empty() {
             // Retention's drops go, and days past `FREEZE_AFTER_DAYS` are frozen (changes
-            // not logged yet stay in memory). Nothing to do: no snapshot (a start writes
-            // none).
+            // not logged yet stay in memory). With neither, no snapshot is written.
             self.snapshot();
         }
         if self.s.me == 0 {

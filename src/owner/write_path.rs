@@ -68,19 +68,8 @@ impl Owner {
                 };
                 return done(mesh, outcome);
             }
-            WriteReq::ResetStats { .. } if self.fleet.is_some() => {
-                // The fleet database judges it and tells every node (`fleet.rs`).
-                if self.writes.in_flight_keys.contains(&key) {
-                    let queue = self.writes.queued.entry(key).or_default();
-                    if queue.len() < MAX_QUEUED_WRITES_PER_KEY {
-                        queue.push_back((reply, req));
-                        return;
-                    }
-                    return done(mesh, WriteOutcome::WriteInProgress);
-                }
-                return self.submit_fleet_write(reply, req, now_s, mesh);
-            }
-            WriteReq::ResetStats { .. } => {
+            // In fleet mode the database judges it and tells every node: below, like a write.
+            WriteReq::ResetStats { .. } if self.fleet.is_none() => {
                 if self.link_info(shard, &key, 0).is_none() {
                     return done(mesh, WriteOutcome::NotFound);
                 }
@@ -114,7 +103,10 @@ impl Owner {
         if self.fleet.is_some()
             && matches!(
                 req,
-                WriteReq::Create { .. } | WriteReq::Patch { .. } | WriteReq::Delete { .. }
+                WriteReq::Create { .. }
+                    | WriteReq::Patch { .. }
+                    | WriteReq::Delete { .. }
+                    | WriteReq::ResetStats { .. }
             )
         {
             // The fleet database judges it (`fleet.rs`); the key waits like any in flight.

@@ -37,6 +37,11 @@ use std::sync::Arc;
 /// count (as an overlay).
 pub const FREEZE_AFTER_DAYS: Day = 1;
 
+/// The last day a snapshot taken on `today` freezes (`None` near the epoch: none).
+pub fn freeze_through(today: Day) -> Option<Day> {
+    today.checked_sub(1 + FREEZE_AFTER_DAYS)
+}
+
 const MAGIC: &[u8; 8] = b"RCFRZ001";
 const HEADER_BYTES: usize = 24;
 
