@@ -1,6 +1,7 @@
 //! A click recorded on the core (`analytics::combiner`): what each redirect answered to a GET
-//! pays for analytics. `counts` records a key; `full` also takes the click's context (hashes
-//! of the user agent and referrer host, the address) and then records it. Keys are uniform
+//! pays for analytics, from the request's header fields on: `counts` records a key; `full`
+//! also takes the click's context (the client address parsed from `X-Forwarded-For`, the
+//! referrer's host cut from its URL, the hashes of both strings) and then records it. Keys are uniform
 //! over 100,000 links or one hot link (every click lands in the same slot). Every 1,024 clicks
 //! the bench itself plays the aggregator: it takes the handed-off batches, clears them and
 //! gives them back (a thread would fall behind at this rate, 100 times a real core's, and
@@ -14,10 +15,12 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughpu
 use crossbeam::channel::{bounded, Receiver, Sender};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use ricochet::analytics::combiner::{Batch, Combiner, CoreMsg, BATCHES_PER_CORE};
+use ricochet::analytics::combiner::{Batch, ClickFields, Combiner, CoreMsg, BATCHES_PER_CORE};
+use ricochet::analytics::ClientIp;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+const REFERER: &[u8] = b"https://news.example.com/item?id=12345";
 const UA: &[u8] = b"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";
 
 /// A combiner and its stand-in aggregator.
@@ -55,6 +58,17 @@ fn clicks(c: &mut Criterion) {
         .collect();
     let packed = common::packed(&keys);
     let now_s = 1_764_547_200;
+    // 5,000 visitors, each behind the fleet's balancer.
+    let forwarded: Vec<Vec<u8>> = (0..5000u32)
+        .map(|n| format!("198.51.100.7, 10.0.{}.{}", n / 256, n % 256).into_bytes())
+        .collect();
+    let fields = |xff: &'static [u8]| ClickFields {
+        peer: [0; 16],
+        forwarded_for: Some(xff),
+        user_agent: Some(UA),
+        referer: Some(REFERER),
+    };
+    let forwarded: &'static [Vec<u8>] = forwarded.leak();
     let mut g = c.benchmark_group("click");
     g.throughput(Throughput::Elements(1));
     for (name, full) in [("counts", false), ("full", true)] {
@@ -64,10 +78,9 @@ fn clicks(c: &mut Criterion) {
             let mut n = 0u64;
             b.iter(|| {
                 n += 1;
-                let mut ip = [0u8; 16];
-                ip[8..].copy_from_slice(&(n % 5000).to_le_bytes());
-                let ctx = r.k.context(ip, Some(UA), Some(b"news.example.com"), now_s);
-                r.k.record(black_box(cycle.next_key()), &ctx, now_s);
+                let f = fields(&forwarded[(n % 5000) as usize]);
+                let click = r.k.take(ClientIp::XForwardedFor, black_box(&f), now_s);
+                r.k.record(black_box(cycle.next_key()), &click, now_s);
                 if n % 1024 == 0 {
                     r.aggregate();
                 }
@@ -77,10 +90,10 @@ fn clicks(c: &mut Criterion) {
         g.bench_function(format!("{name}_hot"), |b| {
             let mut r = Rig::new(full);
             let key = keys[0].as_bytes();
+            let f = fields(&forwarded[1]);
             b.iter(|| {
-                let ctx =
-                    r.k.context([1; 16], Some(UA), Some(b"news.example.com"), now_s);
-                r.k.record(black_box(key), &ctx, now_s)
+                let click = r.k.take(ClientIp::XForwardedFor, black_box(&f), now_s);
+                r.k.record(black_box(key), &click, now_s)
             });
             assert_eq!(r.k.tally.dropped, 0);
         });

@@ -2,7 +2,7 @@
 //! other by owner, merges and queries, against a `HashMap` oracle of clicks per key (proptest),
 //! with purges among the clicks.
 
-use super::combiner::ClickCtx;
+use super::combiner::ClickFields;
 use super::stats::{Bots, StatsQuery};
 use super::*;
 use crate::key::InlineKey;
@@ -177,9 +177,10 @@ proptest! {
                 Step::Click { core, k, bot } => {
                     let ua: &[u8] = if bot { b"Googlebot/2.1" } else { b"Mozilla/5.0 Firefox/121.0" };
                     let c = &mut rig.cores[core].combiner;
-                    let ctx: ClickCtx = c.context([k; 16], Some(ua), None, now_s);
+                    let fields = ClickFields { peer: [k; 16], forwarded_for: None, user_agent: Some(ua), referer: None };
+                    let click = c.take(ClientIp::Peer, &fields, now_s);
                     let dropped = c.tally.dropped;
-                    c.record(key(k).as_bytes(), &ctx, now_s);
+                    c.record(key(k).as_bytes(), &click, now_s);
                     // Dropped when no clean batch was free (the aggregators are behind): by
                     // design, and counted; the oracle counts what the combiner took.
                     if c.tally.dropped == dropped {

@@ -32,7 +32,7 @@ use crate::http::encode::Conn as Persist;
 pub enum PendingKind {
     /// A redirect lookup forwarded to the key's owner, with the click it counts if answered
     /// with a redirect (`None`: not counted, e.g. HEAD or analytics off).
-    Redirect(Option<crate::analytics::combiner::ClickCtx>),
+    Redirect(Option<crate::analytics::combiner::Click>),
     /// An API request (read or write) sent to its owner.
     Api(Box<ApiOp>),
 }

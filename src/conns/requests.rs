@@ -3,7 +3,7 @@
 //! owner (a forwarded lookup, an API request), and fill deferred answers when owners reply.
 
 use super::{Conns, PendingKind, Recv, MAX_INBUF_BYTES};
-use crate::analytics::combiner::ClickCtx;
+use crate::analytics::combiner::{Click, ClickFields};
 use crate::client::{ApiClient, ApiOp, API_PREFIX};
 use crate::clock::Clock;
 use crate::http::encode::{self, Conn as Persist};
@@ -436,10 +436,13 @@ impl Conns {
         // redirect.
         let ctx = match &mut self.clicks {
             Some(k) if !head => {
-                let ip = crate::analytics::client_ip(self.client_ip, c.peer, req.forwarded_for);
-                let referrer = req.referer.and_then(crate::analytics::referrer_host);
-                let clock = env.clock;
-                Some(k.context(ip, req.user_agent, referrer, clock.now_s))
+                let fields = ClickFields {
+                    peer: c.peer,
+                    forwarded_for: req.forwarded_for,
+                    user_agent: req.user_agent,
+                    referer: req.referer,
+                };
+                Some(k.take(self.client_ip, &fields, env.clock.now_s))
             }
             _ => None,
         };
@@ -455,7 +458,7 @@ impl Conns {
         key: &[u8],
         head: bool,
         persist: Persist,
-        ctx: Option<ClickCtx>,
+        ctx: Option<Click>,
         env: &mut Env,
     ) {
         let clock = env.clock;
@@ -758,7 +761,7 @@ impl Counted<'_> {
         found: Option<(shards::link::RedirectStatus, &[u8])>,
         key: &[u8],
         head: bool,
-        ctx: Option<ClickCtx>,
+        ctx: Option<Click>,
         persist: Persist,
         clock: &Clock,
     ) {
