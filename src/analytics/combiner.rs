@@ -299,22 +299,20 @@ impl Combiner {
         }
         let ip = client_ip(mode, f.peer, f.forwarded_for);
         let referrer = f.referer.and_then(referrer_host);
-        Click::Take(self.context(ip, f.user_agent, referrer, now_s))
+        Click::Take(self.context(ip, f.user_agent, referrer, day))
     }
 
-    /// The context of a click with these request fields (hashes only; a string the aggregator
-    /// may not have yet is copied into the current batch).
+    /// The `full` context of a click on `day` with these request fields (hashes only; a
+    /// string the aggregator may not have yet is copied into the current batch).
     #[inline]
     fn context(
         &mut self,
         ip: [u8; 16],
         user_agent: Option<&[u8]>,
         referrer_host: Option<&[u8]>,
-        now_s: u64,
+        day: Day,
     ) -> ClickCtx {
-        if !self.full {
-            return ClickCtx::default();
-        }
+        debug_assert!(self.full, "counts mode keeps no context");
         let ua = user_agent
             .filter(|u| !u.is_empty())
             .map(|u| &u[..u.len().min(MAX_UA_BYTES)]);
@@ -324,7 +322,6 @@ impl Combiner {
             ua: ua.map_or(0, |u| self.hash_str(u)),
             referrer: rf.map_or(0, |r| self.hash_str(r)),
         };
-        let day = shards::clicks::day_of(now_s);
         if let Some(u) = ua {
             self.carry_once(StrKind::UserAgent, ctx.ua, u, day);
         }
