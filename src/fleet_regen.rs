@@ -64,14 +64,15 @@ impl Follower {
         &mut self,
         batch: &mut u64,
         cause: RegenCause,
-        identity: &mut String,
+        identity: &mut crate::fleet_sync::Held,
     ) -> anyhow::Result<fleet::feed::Cursor> {
         self.stats.regenerating();
         let started = std::time::Instant::now();
         let dir = self.data_dir.clone();
         shards::durable::write_atomic(&dir, REBOOTSTRAP_MARKER, b"rebootstrap\n", 0o644)
             .context("writing the re-bootstrap marker")?;
-        let now_identity = fleet::feed::database_identity(&mut self.db)?;
+        // Read before the snapshot (in `build_generation`): it reflects every removal counted.
+        let now_identity = crate::fleet_sync::Held::now(&mut self.db)?;
         let resume = fleet::feed::current_cursor(&mut self.db)?;
         let rotate = (0..self.outlets.cores())
             .map(|_| RegenStep::Rotate)

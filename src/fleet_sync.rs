@@ -82,10 +82,11 @@ pub fn cursor_behind(cursor: &fleet::feed::Cursor, horizon: u64) -> bool {
 pub fn unfollowable(
     db: &mut fleet::Db,
     cursor: &fleet::feed::Cursor,
-    held: &str,
+    held: &Held,
 ) -> Result<Option<(RegenCause, String)>, fleet::FleetError> {
     let identity = fleet::feed::database_identity(db)?;
-    if identity != held {
+    if identity != held.identity {
+        let held = &held.identity;
         return Ok(Some((
             RegenCause::Rollback,
             format!(
@@ -106,8 +107,11 @@ pub fn unfollowable(
             ),
         )));
     }
-    let horizon = fleet::feed::tombstone_horizon(db)?;
-    if cursor_behind(cursor, horizon) {
+    let fleet::feed::Tombstones { horizon, removals } = fleet::feed::tombstones(db)?;
+    // Nothing removed since the snapshot the links came from: it reflected every earlier
+    // removal, even with a cursor (its xmin, held down by an open transaction) below the
+    // horizon.
+    if held.removals != Some(removals) && cursor_behind(cursor, horizon) {
         return Ok(Some((
             RegenCause::Horizon,
             format!(
@@ -123,13 +127,16 @@ pub fn unfollowable(
 /// The database this node's links came from: [`IDENTITY_FILE`], or for a dir without one
 /// (written before identities were recorded, or tables whose bootstrap was cut short before
 /// it saved its files) `db`'s, which it followed, saved now.
-fn held_identity(data_dir: &Path, db: &mut fleet::Db) -> anyhow::Result<String> {
+fn held_identity(data_dir: &Path, db: &mut fleet::Db) -> anyhow::Result<Held> {
     if let Some(held) = load_identity(data_dir)? {
         return Ok(held);
     }
-    let identity = fleet::feed::database_identity(db)?;
-    save_identity(data_dir, &identity)?;
-    Ok(identity)
+    let held = Held {
+        identity: fleet::feed::database_identity(db)?,
+        removals: None,
+    };
+    save_identity(data_dir, &held)?;
+    Ok(held)
 }
 
 /// At start, before the logs are read: whether this fleet node's links must be bootstrapped
@@ -199,25 +206,71 @@ pub const BOOTSTRAP_MIN_LIFE_S: u64 = 60;
 /// midway leaves either no tables (bootstrapped again) or tables without a cursor (the feed
 /// replays from the start, idempotently).
 pub fn bootstrap(dir: &shards::datadir::DataDir, url: &str) -> anyhow::Result<u64> {
-    let identity = fleet::feed::database_identity(&mut fleet::Db::new(url)?)?;
+    // Read before the snapshot: every removal counted here is reflected in it.
+    let held = Held::now(&mut fleet::Db::new(url)?)?;
     let (cursor, links) = import_snapshot(dir, url)?;
     if !dir.path().join(RESETS_CURSOR_FILE).exists() {
         save_cursor_file(dir.path(), RESETS_CURSOR_FILE, &cursor)?;
     }
-    save_identity(dir.path(), &identity)?;
+    save_identity(dir.path(), &held)?;
     save_cursor(dir.path(), &cursor)?;
     Ok(links)
 }
 
-/// The identity file's bytes: `ricochet-fleet-db 1 <identity> <crc32c hex>\n`.
-fn encode_identity(identity: &str) -> String {
-    let body = format!("ricochet-fleet-db 1 {identity}");
+/// Where this node's links came from: the database ([`IDENTITY_FILE`]) and how many tombstone
+/// removals it had made before the snapshot they were taken from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub identity: String,
+    /// `None`: unknown (a file written before schema 10, or links followed from the start),
+    /// so the cursor must be past the horizon.
+    pub removals: Option<u64>,
+}
+
+impl Held {
+    /// The database's identity and removal count now; taken before a snapshot, it describes
+    /// the links that snapshot gives.
+    pub fn now(db: &mut fleet::Db) -> Result<Held, fleet::FleetError> {
+        Ok(Held {
+            identity: fleet::feed::database_identity(db)?,
+            removals: Some(fleet::feed::tombstones(db)?.removals),
+        })
+    }
+}
+
+/// The identity file's bytes: `ricochet-fleet-db 2 <identity> <removals or -> <crc32c hex>\n`
+/// (version 1, still read, had no removal count).
+fn encode_identity(held: &Held) -> String {
+    let removals = held.removals.map_or("-".to_owned(), |n| n.to_string());
+    let body = format!("ricochet-fleet-db 2 {} {removals}", held.identity);
     let crc = crc32c::crc32c(body.as_bytes());
     format!("{body} {crc:08x}\n")
 }
 
+/// The body of an identity file (without its checksum) as a [`Held`].
+fn decode_identity(body: &str) -> Option<Held> {
+    let held = if let Some(identity) = body.strip_prefix("ricochet-fleet-db 1 ") {
+        Held {
+            identity: identity.to_owned(),
+            removals: None,
+        }
+    } else {
+        let (identity, removals) = body
+            .strip_prefix("ricochet-fleet-db 2 ")?
+            .rsplit_once(' ')?;
+        Held {
+            identity: identity.to_owned(),
+            removals: match removals {
+                "-" => None,
+                n => Some(n.parse().ok()?),
+            },
+        }
+    };
+    (!held.identity.is_empty() && !held.identity.contains(' ')).then_some(held)
+}
+
 /// Reads [`IDENTITY_FILE`]: `None` if there is none yet; a damaged one is refused.
-pub fn load_identity(data_dir: &Path) -> anyhow::Result<Option<String>> {
+pub fn load_identity(data_dir: &Path) -> anyhow::Result<Option<Held>> {
     let path = data_dir.join(IDENTITY_FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
@@ -230,11 +283,11 @@ pub fn load_identity(data_dir: &Path) -> anyhow::Result<Option<String>> {
         .filter(|(body, crc)| {
             u32::from_str_radix(crc, 16).ok() == Some(crc32c::crc32c(body.as_bytes()))
         })
-        .and_then(|(body, _)| body.strip_prefix("ricochet-fleet-db 1 "));
+        .and_then(|(body, _)| decode_identity(body));
     match parsed {
-        Some(identity) if !identity.is_empty() => Ok(Some(identity.to_owned())),
-        _ => anyhow::bail!(
-            "{} is damaged (expected `ricochet-fleet-db 1 <identity> <crc>`); refusing to guess \
+        Some(held) => Ok(Some(held)),
+        None => anyhow::bail!(
+            "{} is damaged (expected `ricochet-fleet-db 2 <identity> <removals> <crc>`); refusing to guess \
              which database this node's links came from. Remove it and the feed cursor (the \
              node then bootstraps its links again), or restore it",
             path.display()
@@ -243,11 +296,11 @@ pub fn load_identity(data_dir: &Path) -> anyhow::Result<Option<String>> {
 }
 
 /// Writes [`IDENTITY_FILE`] atomically.
-pub(crate) fn save_identity(data_dir: &Path, identity: &str) -> std::io::Result<()> {
+pub(crate) fn save_identity(data_dir: &Path, held: &Held) -> std::io::Result<()> {
     shards::durable::write_atomic(
         data_dir,
         IDENTITY_FILE,
-        encode_identity(identity).as_bytes(),
+        encode_identity(held).as_bytes(),
         0o644,
     )
 }
@@ -421,7 +474,7 @@ impl Follower {
     fn run(
         mut self,
         mut cursor: fleet::feed::Cursor,
-        mut identity: String,
+        mut identity: Held,
         mut regenerate: Option<RegenCause>,
     ) {
         let mut batch = 0u64;
@@ -507,7 +560,7 @@ impl Follower {
         &mut self,
         c: &mut Chores,
         cursor: &fleet::feed::Cursor,
-        identity: &str,
+        identity: &Held,
         batch: &mut u64,
     ) -> Option<RegenCause> {
         if due(
@@ -545,7 +598,11 @@ impl Follower {
 
     /// [`unfollowable`] for the running feed: reports what it found; a database that does not
     /// answer is no finding (the poll reports it, and the check runs again).
-    fn check_cursor(&mut self, cursor: &fleet::feed::Cursor, identity: &str) -> Option<RegenCause> {
+    fn check_cursor(
+        &mut self,
+        cursor: &fleet::feed::Cursor,
+        identity: &Held,
+    ) -> Option<RegenCause> {
         let (cause, why) = unfollowable(&mut self.db, cursor, identity).ok()??;
         eprintln!("fleet: {why}; regenerating this node's links");
         Some(cause)
@@ -775,5 +832,41 @@ mod tests {
         assert!(e.contains("damaged") && e.contains(CURSOR_FILE), "{e}");
         std::fs::write(&path, "").unwrap();
         assert!(load_cursor(dir.path()).is_err());
+    }
+
+    #[test]
+    fn the_identity_file_round_trips_reads_version_1_and_refuses_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(load_identity(dir.path()).unwrap(), None);
+        for removals in [Some(7), None] {
+            let held = Held {
+                identity: "7311234567890123456/16384".into(),
+                removals,
+            };
+            save_identity(dir.path(), &held).unwrap();
+            assert_eq!(load_identity(dir.path()).unwrap(), Some(held));
+        }
+        // Written before schema 10: no removal count, so the horizon rule applies in full.
+        let path = dir.path().join(IDENTITY_FILE);
+        let body = "ricochet-fleet-db 1 7311234567890123456/16384";
+        let crc = crc32c::crc32c(body.as_bytes());
+        std::fs::write(&path, format!("{body} {crc:08x}\n")).unwrap();
+        let held = load_identity(dir.path()).unwrap().unwrap();
+        assert_eq!(
+            (held.identity.as_str(), held.removals),
+            ("7311234567890123456/16384", None)
+        );
+        save_identity(
+            dir.path(),
+            &Held {
+                identity: "1/2".into(),
+                removals: Some(3),
+            },
+        )
+        .unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace(" 3 ", " 4 ")).unwrap();
+        let e = load_identity(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("damaged") && e.contains(IDENTITY_FILE), "{e}");
     }
 }

@@ -913,6 +913,23 @@ fn a_node_behind_the_tombstone_horizon_bootstraps_again() {
         wait_for(&b, k, Some(u));
     }
     b.kill9();
+    // A transaction older than the deletes stays open throughout: every snapshot's xmin (so
+    // b's new cursor) stays below the horizon the removal sets. The snapshot still reflects
+    // the removal, so b must neither regenerate right after its bootstrap nor bootstrap again
+    // at its next start (it did both before the removal count, schema 10).
+    let mut old_tx = std::process::Command::new("psql")
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", &db.url])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("psql");
+    {
+        use std::io::Write;
+        let stdin = old_tx.stdin.as_mut().unwrap();
+        writeln!(stdin, "BEGIN; SELECT pg_current_xact_id();").unwrap();
+        stdin.flush().unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
     let gone: Vec<String> = links.drain(..5).map(|(k, _)| k).collect();
     for k in &gone {
         assert_eq!(ca.delete(k).status, 204);
@@ -938,9 +955,19 @@ fn a_node_behind_the_tombstone_horizon_bootstraps_again() {
         "{:?}",
         b.stderr_lines()
     );
+    assert!(
+        b.wait_stderr("regenerating this node's links", Duration::from_millis(500))
+            .is_none(),
+        "a fresh bootstrap regenerated: {:?}",
+        b.stderr_lines()
+    );
     assert!(!dir_b
         .join(ricochet::fleet_sync::REBOOTSTRAP_MARKER)
         .exists());
+    let held = ricochet::fleet_sync::load_identity(&dir_b)
+        .unwrap()
+        .unwrap();
+    assert_eq!(held.removals, Some(1), "{held:?}");
     for (k, u) in &links {
         assert_eq!(answer(&b, k), (302, Some(u.clone())), "{k} on b");
     }
@@ -955,6 +982,8 @@ fn a_node_behind_the_tombstone_horizon_bootstraps_again() {
         .wait_stderr("Bootstrapping its links again", Duration::from_millis(300))
         .is_none());
     assert_eq!(answer(&b, &links[0].0), (302, Some(links[0].1.clone())));
+    drop(old_tx.stdin.take()); // psql ends; its transaction rolls back
+    assert!(old_tx.wait().unwrap().success());
 }
 
 /// A running node whose cursor falls behind the tombstone horizon (its feed paused while
@@ -1237,7 +1266,8 @@ fn a_node_whose_database_is_replaced_takes_its_links_from_the_new_one() {
     let s = node(&dir, &db.url, "a", "2", &[]);
     let said = s.wait_stderr("Bootstrapping its links again", Duration::from_secs(1));
     assert!(
-        said.as_deref().is_some_and(|l| l.contains(&second)),
+        said.as_deref()
+            .is_some_and(|l| l.contains(&second.identity)),
         "{said:?}"
     );
     assert_eq!(answer(&s, "kept-1").0, 404);

@@ -312,18 +312,37 @@ pub const TOMBSTONE_GC_INTERVAL_S: u64 = 3_600;
 /// Tombstones one removal transaction takes at most (a bigger backlog takes several).
 pub const TOMBSTONE_GC_BATCH: i64 = 10_000;
 
-/// The highest `changed_xid` of a tombstone ever removed (0: none). A cursor whose xid is not
-/// above it may have missed a removed tombstone.
-pub fn tombstone_horizon(db: &mut Db) -> Result<u64, FleetError> {
+/// What tombstone removal has done so far.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tombstones {
+    /// The highest `changed_xid` of a tombstone ever removed (0: none). A cursor whose xid is
+    /// not above it may have missed a removed tombstone.
+    pub horizon: u64,
+    /// How many removal transactions removed any (schema 10). Unchanged since a node's
+    /// snapshot: nothing was removed since, whatever the horizon says of its cursor.
+    pub removals: u64,
+}
+
+/// The horizon and the removal count, read together.
+pub fn tombstones(db: &mut Db) -> Result<Tombstones, FleetError> {
     db.call("tombstone horizon", async |c| {
-        let r = c
-            .query_opt(
-                "SELECT value FROM ricochet_meta WHERE key = 'tombstone_horizon'",
+        let rows = c
+            .query(
+                "SELECT key, value FROM ricochet_meta \
+                  WHERE key IN ('tombstone_horizon', 'tombstone_removals')",
                 &[],
             )
             .await?;
-        Ok(r.and_then(|r| r.get::<_, String>(0).parse().ok())
-            .unwrap_or(0))
+        let value = |name: &str| {
+            rows.iter()
+                .find(|r| r.get::<_, &str>(0) == name)
+                .and_then(|r| r.get::<_, &str>(1).parse().ok())
+                .unwrap_or(0)
+        };
+        Ok(Tombstones {
+            horizon: value("tombstone_horizon"),
+            removals: value("tombstone_removals"),
+        })
     })
 }
 
@@ -364,6 +383,13 @@ pub fn purge_tombstones(db: &mut Db, older_than_s: u64) -> Result<(u64, u64), Fl
             &[&horizon.to_string()],
         )
         .await?;
+        if n > 0 {
+            c.batch_execute(
+                "UPDATE ricochet_meta SET value = (value::int8 + 1)::text \
+                  WHERE key = 'tombstone_removals'",
+            )
+            .await?;
+        }
         c.batch_execute("COMMIT").await?;
         Ok((n as u64, horizon))
     })

@@ -16,10 +16,14 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     ),
     (8, include_str!("../migrations/0008_click_resets.sql")),
     (9, include_str!("../migrations/0009_shared_uniques.sql")),
+    (
+        10,
+        include_str!("../migrations/0010_tombstone_removals.sql"),
+    ),
 ];
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 9;
+pub const SCHEMA_VERSION: u32 = 10;
 
 // One migration per version, in order: a version without its migration would be recorded
 // without its tables.
