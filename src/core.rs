@@ -91,6 +91,8 @@ pub struct Core {
     /// This core counted itself in `Shared::drained_cores`.
     drained: bool,
     doorbell_buf: Box<u64>,
+    /// Whether idle moments may go to the click aggregator (`idle`).
+    idle: crate::idle::IdleMeter,
 }
 
 impl Core {
@@ -113,6 +115,7 @@ impl Core {
             draining_since_ms: None,
             drained: false,
             doorbell_buf: Box::new(0),
+            idle: crate::idle::IdleMeter::new(0),
         };
         core.arm_accept()?;
         core.arm_doorbell()?;
@@ -152,6 +155,7 @@ impl Core {
         self.shared.ready_cores.fetch_add(1, Ordering::AcqRel);
         loop {
             self.clock.tick();
+            self.idle.turn(self.clock.now_us);
             self.ring.drain_completions(&mut cqes);
             let mut work = !cqes.is_empty();
             for cqe in &cqes {
@@ -182,6 +186,7 @@ impl Core {
 
             if self.clock.now_ms >= next_sweep_ms {
                 next_sweep_ms = self.clock.now_ms + TIMEOUT_SWEEP_INTERVAL_MS;
+                self.idle.close_window(self.clock.now_us);
                 self.sweep();
                 self.finish_turn()?;
             }
@@ -200,10 +205,13 @@ impl Core {
             if work {
                 idle_since_us = None;
             } else if let Parking::Adaptive { spin_us } = parking {
+                self.idle.idle();
                 let since = *idle_since_us.get_or_insert(self.clock.now_us);
                 // With clicks waiting for the aggregator (which shares CPUs with the cores),
-                // spinning would only keep it off the CPU: park at once.
-                if self.clock.now_us - since >= spin_us || self.conns.clicks_waiting() {
+                // spinning would only keep it off the CPU: park at once, unless the core is
+                // saturated (`idle`: then its clicks are dropped, not its redirects slowed).
+                let lend = self.idle.lends() && self.conns.clicks_waiting();
+                if self.clock.now_us - since >= spin_us || lend {
                     self.park().await?;
                     idle_since_us = None;
                 }

@@ -14,6 +14,7 @@ pub mod fleet_regen;
 pub mod fleet_sync;
 pub mod flights;
 pub mod http;
+pub mod idle;
 pub mod key;
 pub mod keywatch;
 pub mod listener;
