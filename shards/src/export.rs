@@ -19,6 +19,14 @@ use crate::table::OwnedLink;
 /// Reads that may be repeated because a compaction replaced files meanwhile.
 pub const EXPORT_MAX_TRIES: usize = 20;
 
+/// Pause before the first repeated read; it doubles on each further one, up to
+/// [`EXPORT_RETRY_MAX_PAUSE_MS`]. Without pauses, a server compacting every few dozen writes
+/// under a burst of creates invalidated all 20 reads of a debug build within a second (seen in
+/// `tests/export.rs`); with them an export waits out such a burst (about 12 s in all at most).
+pub const EXPORT_RETRY_FIRST_PAUSE_MS: u64 = 10;
+/// The longest pause between two reads.
+pub const EXPORT_RETRY_MAX_PAUSE_MS: u64 = 1_000;
+
 /// Output formats, each one `ricochet import` reads (`import::Format`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExportFormat {
@@ -57,6 +65,11 @@ pub fn export(
             _ => {}
         }
         retries += 1;
+        if retries < EXPORT_MAX_TRIES {
+            let pause = (EXPORT_RETRY_FIRST_PAUSE_MS << (retries - 1).min(16))
+                .min(EXPORT_RETRY_MAX_PAUSE_MS);
+            std::thread::sleep(std::time::Duration::from_millis(pause));
+        }
         if retries >= EXPORT_MAX_TRIES {
             return Err(Error::io(
                 dir.to_path_buf(),
