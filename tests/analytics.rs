@@ -319,7 +319,11 @@ fn unique_visitors_follow_the_forwarded_address() {
     );
     let v = settled(&mut c, &k, "");
     assert_eq!(v["summary"]["clicks"], json!(17), "{v}");
-    assert_eq!(v["summary"]["unique_visitors"], json!(7), "{v}");
+    // Seven visitors. HyperLogLog counts a handful by the registers they set, so two of them
+    // share one of the 1,024 registers (under the day's random salt) in about 2% of runs: 6
+    // then, never more than 7. Ignoring the header would give 2 (the peer with two browsers).
+    let uniques = v["summary"]["unique_visitors"].as_u64().unwrap();
+    assert!((6..=7).contains(&uniques), "{v}");
     drop(c);
     s.terminate();
     // Without --client-ip the header is ignored: every click is the peer 127.0.0.1.
@@ -349,7 +353,7 @@ fn unique_visitors_follow_the_forwarded_address() {
     assert_eq!(v["summary"]["clicks"], json!(22), "{v}");
     assert_eq!(
         v["summary"]["unique_visitors"],
-        json!(7),
+        json!(uniques),
         "the same visitors after a restart: {v}"
     );
 }
