@@ -21,6 +21,16 @@ fn node(dir: &Path, url: &str, id: &str, cores: &str, extra: &[&str]) -> Server 
     api::start(dir, &args)
 }
 
+/// A psql session reading statements from its stdin, for a transaction a test holds open.
+fn psql_session(url: &str) -> std::process::Child {
+    std::process::Command::new("psql")
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", url])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("psql")
+}
+
 /// What `GET /{key}` answers on `s` now: the status and `Location`.
 fn answer(s: &Server, key: &str) -> (u16, Option<String>) {
     let mut c = Client::new(s);
@@ -289,12 +299,7 @@ fn an_open_transaction_holds_the_feed_back_and_nothing_is_skipped() {
     let b = node(&dir_b, &db.url, "b", "1", &[]);
     let mut ca = Client::new(&a);
     // An external writer takes its xid first and commits last.
-    let mut held = std::process::Command::new("psql")
-        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", &db.url])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("psql");
+    let mut held = psql_session(&db.url);
     use std::io::Write;
     let stdin = held.stdin.as_mut().unwrap();
     writeln!(
@@ -917,12 +922,7 @@ fn a_node_behind_the_tombstone_horizon_bootstraps_again() {
     // b's new cursor) stays below the horizon the removal sets. The snapshot still reflects
     // the removal, so b must neither regenerate right after its bootstrap nor bootstrap again
     // at its next start (it did both before the removal count, schema 10).
-    let mut old_tx = std::process::Command::new("psql")
-        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", &db.url])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("psql");
+    let mut old_tx = psql_session(&db.url);
     {
         use std::io::Write;
         let stdin = old_tx.stdin.as_mut().unwrap();
