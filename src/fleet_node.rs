@@ -113,24 +113,93 @@ pub fn check_marker(data_dir: &Path, fleet_mode: bool, holds: u64) -> anyhow::Re
     }
 }
 
-/// Connects (bounded by `fleet::DB_CALL_TIMEOUT_MS`), checks the schema, adopts the fleet's
-/// key-space secret into `data_dir` (refusing a dir that holds another), and builds the
-/// authority. The database must be reachable to start: without its secret this node could
-/// not generate keys in the fleet's key space.
-pub fn open(data_dir: &Path, opts: &FleetOptions) -> anyhow::Result<FleetNode> {
+/// Whether the fleet database answered at start, and if not, why this node may start without
+/// it ([`database_at_start`]).
+#[derive(Clone, Debug)]
+pub enum DbAtStart {
+    Answers,
+    /// It did not answer (the error): the node serves the links it holds, and everything
+    /// that needs the database (the change feed, the fleet's API keys, click flushes,
+    /// allocation, read-through) waits for it on its own thread.
+    Down(String),
+}
+
+impl DbAtStart {
+    pub fn answers(&self) -> bool {
+        matches!(self, DbAtStart::Answers)
+    }
+}
+
+/// Asks the fleet database one cheap question (bounded by `fleet::DB_CALL_TIMEOUT_MS`). A
+/// database that does not answer is fine for a node whose data dir can serve on its own (it
+/// was bootstrapped: the fleet marker, a feed cursor and the adopted secret are there, and no
+/// re-bootstrap is pending); such a node starts and serves what it holds, which is what fleet
+/// mode promises during an outage (a restart included). A node with nothing to serve yet is
+/// refused: it must bootstrap from the database first.
+pub fn database_at_start(data_dir: &Path, url: &str) -> anyhow::Result<DbAtStart> {
+    let mut db = fleet::Db::new(url)?;
+    use fleet::FailureClass::{Connect, Connection, Timeout};
+    let e = match fleet::schema_version(&mut db) {
+        Err(e) if matches!(e.class(), Some(Connect | Connection | Timeout)) => e,
+        // An answer, even an error: the steps after this one report it.
+        _ => return Ok(DbAtStart::Answers),
+    };
+    let has = |f: &str| data_dir.join(f).exists();
+    let serves_alone = has(MARKER_FILE)
+        && has(crate::fleet_sync::CURSOR_FILE)
+        && has(shards::keygen::SECRET_FILE_NAME)
+        && !has(crate::fleet_sync::REBOOTSTRAP_MARKER);
+    if !serves_alone {
+        bail!(
+            "the fleet database does not answer ({e}), and data dir {} holds no bootstrapped \
+             links to serve without it: a new or re-bootstrapping node needs the database to \
+             start",
+            data_dir.display()
+        );
+    }
+    eprintln!(
+        "fleet: the database does not answer ({e}); serving the links this node holds. \
+         Creates, edits and misses answer 503 until it does; the change feed, the fleet's API \
+         keys and click flushes start by themselves once it answers"
+    );
+    Ok(DbAtStart::Down(e.to_string()))
+}
+
+/// Adopts the fleet's key-space secret into `data_dir` (refusing a dir that holds another),
+/// checks the schema and the namespace, and builds the authority. With the database down at
+/// start ([`DbAtStart::Down`]) the secret adopted at an earlier start is used, and the schema
+/// and namespace are not checked; the authority connects when a create first needs an ID.
+pub fn open(
+    data_dir: &Path,
+    opts: &FleetOptions,
+    at_start: &DbAtStart,
+) -> anyhow::Result<FleetNode> {
     let mut db = fleet::Db::new(&opts.url)?;
     let target = db.target().to_owned();
-    let secret = fleet::load_secret(&mut db)
-        .with_context(|| format!("loading the fleet's key-space secret from {target}"))?;
-    let Some(ns) = fleet::show_namespace(&mut db, &opts.namespace)? else {
-        bail!(
-            "namespace {:?} does not exist in {target}; create it with `ricochet fleet namespace \
-             create --pg URL {} --lo N --hi M`",
-            opts.namespace,
-            opts.namespace
-        );
+    let secret = match at_start {
+        DbAtStart::Answers => {
+            let secret = fleet::load_secret(&mut db)
+                .with_context(|| format!("loading the fleet's key-space secret from {target}"))?;
+            let Some(ns) = fleet::show_namespace(&mut db, &opts.namespace)? else {
+                bail!(
+                    "namespace {:?} does not exist in {target}; create it with `ricochet fleet \
+                     namespace create --pg URL {} --lo N --hi M`",
+                    opts.namespace,
+                    opts.namespace
+                );
+            };
+            shards::keygen::adopt_secret(data_dir, &secret)
+                .context("adopting the fleet's secret")?;
+            eprintln!(
+                "fleet: node {} allocates from namespace {} [{}, {}) at {target} (next_id {})",
+                opts.node_id, ns.name, ns.lo, ns.hi, ns.next_id
+            );
+            secret
+        }
+        DbAtStart::Down(_) => shards::keygen::read_secret(data_dir)
+            .context("reading the fleet's secret adopted at an earlier start")?
+            .context("this data dir holds no fleet secret yet; it needs the database to start")?,
     };
-    shards::keygen::adopt_secret(data_dir, &secret).context("adopting the fleet's secret")?;
     let stats = Arc::new(fleet::FleetStats::default());
     let setup = fleet::FleetSetup {
         url: opts.url.clone(),
@@ -141,10 +210,6 @@ pub fn open(data_dir: &Path, opts: &FleetOptions) -> anyhow::Result<FleetNode> {
         ceiling_step: fleet::CEILING_STEP,
     };
     let authority = fleet::PgAuthority::new(db, setup, stats.clone())?;
-    eprintln!(
-        "fleet: node {} allocates from namespace {} [{}, {}) at {target} (next_id {})",
-        opts.node_id, ns.name, ns.lo, ns.hi, ns.next_id
-    );
     Ok(FleetNode {
         authority,
         secret,

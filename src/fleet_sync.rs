@@ -455,38 +455,36 @@ pub struct Follower {
 }
 
 impl Follower {
-    /// Starts the follower thread from the saved cursor; one the database cannot continue
-    /// (`unfollowable`) regenerates the links first.
+    /// Starts the follower thread from the saved cursor. Nothing here waits for the database
+    /// (a node may start while it is down and serve the links it holds): the thread checks the
+    /// cursor (`unfollowable`) before its first poll, and regenerates the links first if the
+    /// database cannot continue it. Only a dir written before identities were recorded needs
+    /// the database here, to learn which one its links came from.
     pub fn spawn(mut self) -> anyhow::Result<()> {
         let cursor = load_cursor(&self.data_dir)?;
         let identity = held_identity(&self.data_dir, &mut self.db)?;
-        let pending = unfollowable(&mut self.db, &cursor, &identity)?.map(|(cause, why)| {
-            eprintln!("fleet: {why}; regenerating this node's links");
-            cause
-        });
         std::thread::Builder::new()
             .name("ricochet-fleet-feed".into())
-            .spawn(move || self.run(cursor, identity, pending))?;
+            .spawn(move || self.run(cursor, identity))?;
         Ok(())
     }
 
-    /// The feed from `cursor` (of the database `identity`), with `regenerate` first if set.
-    fn run(
-        mut self,
-        mut cursor: fleet::feed::Cursor,
-        mut identity: Held,
-        mut regenerate: Option<RegenCause>,
-    ) {
+    /// The feed from `cursor` (of the database `identity`). It polls only once the cursor was
+    /// checked against the database since the database last failed to answer: a database that
+    /// comes back may be another one or may have gone back in time (a restore, a failover).
+    fn run(mut self, mut cursor: fleet::feed::Cursor, mut identity: Held) {
         let mut batch = 0u64;
         let mut chores = Chores::new(&self.data_dir);
+        let mut regenerate: Option<RegenCause> = None;
+        let mut checked = false;
         while !self.stop.load(Ordering::Relaxed) {
             if self.pause_file.as_ref().is_some_and(|p| p.exists()) {
                 std::thread::sleep(Duration::from_millis(FEED_POLL_INTERVAL_MS));
-                // A resumed feed checks the horizon at once, as after an outage.
-                chores.horizon = None;
+                // A resumed feed checks the cursor at once, as after an outage.
+                checked = false;
                 continue;
             }
-            if let Some(cause) = regenerate {
+            if let Some(cause) = regenerate.take() {
                 match self.regenerate(&mut batch, cause, &mut identity) {
                     Ok(resume) => {
                         if chores.resets_cursor > resume {
@@ -494,6 +492,7 @@ impl Follower {
                             chores.resets_cursor = resume.clone();
                         }
                         cursor = resume;
+                        checked = true; // A fresh snapshot's cursor.
                     }
                     Err(e) => {
                         eprintln!(
@@ -502,12 +501,25 @@ impl Follower {
                             crate::fleet_regen::REGEN_RETRY_MS
                         );
                         self.stats.feed_failed();
+                        regenerate = Some(cause);
                         std::thread::sleep(Duration::from_millis(
                             crate::fleet_regen::REGEN_RETRY_MS,
                         ));
                         continue;
                     }
                 }
+            }
+            if !checked {
+                match self.check_cursor(&cursor, &identity) {
+                    Ok(None) => checked = true,
+                    Ok(Some(cause)) => regenerate = Some(cause),
+                    Err(e) => {
+                        eprintln!("fleet: checking the feed cursor failed: {e}; retrying");
+                        self.stats.feed_failed();
+                        std::thread::sleep(Duration::from_millis(FEED_RETRY_MS));
+                    }
+                }
+                continue;
             }
             regenerate = self.run_chores(&mut chores, &cursor, &identity, &mut batch);
             if regenerate.is_some() {
@@ -519,9 +531,7 @@ impl Follower {
                     eprintln!("fleet: change feed poll failed: {e}; retrying");
                     self.stats.feed_failed();
                     std::thread::sleep(Duration::from_millis(FEED_RETRY_MS));
-                    // The database may have come back as another one, or gone back in time
-                    // (a restore, a failover): check before following it again.
-                    regenerate = self.check_cursor(&cursor, &identity);
+                    checked = false;
                     continue;
                 }
             };
@@ -571,9 +581,10 @@ impl Follower {
             if due(&mut c.gc, gc_every) {
                 self.remove_old_tombstones();
             }
-            let cause = self.check_cursor(cursor, identity);
-            if cause.is_some() {
-                return cause;
+            // A database that does not answer is no finding here: the poll fails too, and
+            // the cursor is checked again before the next one.
+            if let Ok(Some(cause)) = self.check_cursor(cursor, identity) {
+                return Some(cause);
             }
         }
         if due(
@@ -596,16 +607,17 @@ impl Follower {
         None
     }
 
-    /// [`unfollowable`] for the running feed: reports what it found; a database that does not
-    /// answer is no finding (the poll reports it, and the check runs again).
+    /// [`unfollowable`] for the running feed, reporting what it found.
     fn check_cursor(
         &mut self,
         cursor: &fleet::feed::Cursor,
         identity: &Held,
-    ) -> Option<RegenCause> {
-        let (cause, why) = unfollowable(&mut self.db, cursor, identity).ok()??;
+    ) -> Result<Option<RegenCause>, fleet::FleetError> {
+        let Some((cause, why)) = unfollowable(&mut self.db, cursor, identity)? else {
+            return Ok(None);
+        };
         eprintln!("fleet: {why}; regenerating this node's links");
-        Some(cause)
+        Ok(Some(cause))
     }
 
     /// Reads the namespaces' ceilings and offers them to every core. Called only once the feed

@@ -14,19 +14,24 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+/// Fleet mode's key source: a database session and the fleet's keys last read (`None`: not
+/// read yet).
+pub type FleetKeys = (fleet::Db, Option<Vec<fleet::keys::FleetKey>>);
+
 /// How often the key file is checked for changes.
 pub const KEY_RELOAD_INTERVAL_MS: u64 = 1_000;
 
 /// Starts the watcher; returns one receiver per core. The thread ends when `stop` is set.
-/// In fleet mode (`fleet`: a session and the keys read at start) it also reads the fleet's
-/// keys from the database at every tick and offers the local keys with them whenever either
-/// changed; while the database cannot be read, the keys it last gave stay.
+/// In fleet mode (`fleet`: a session and the keys read at start, `None` if the database did
+/// not answer then) it also reads the fleet's keys from the database at every tick and offers
+/// the local keys with them whenever either changed; while the database cannot be read, the
+/// keys it last gave stay.
 pub fn start(
     data_dir: PathBuf,
     bells: Arc<Doorbells>,
     stop: Arc<AtomicBool>,
     mut local: ApiKeyStore,
-    mut fleet: Option<(fleet::Db, Vec<fleet::keys::FleetKey>)>,
+    mut fleet: Option<FleetKeys>,
 ) -> std::io::Result<Vec<Inbox<Arc<ApiKeyStore>>>> {
     let (outlets, rxs) = Outlets::new(bells.0.len(), 1, bells);
     let path = data_dir.join(API_KEYS_FILE);
@@ -47,8 +52,8 @@ pub fn start(
                 let mut changed = false;
                 if let Some((db, keys)) = &mut fleet {
                     match fleet::keys::list_keys(db) {
-                        Ok(now) if now != *keys => {
-                            *keys = now;
+                        Ok(now) if keys.as_ref() != Some(&now) => {
+                            *keys = Some(now);
                             changed = true;
                         }
                         Ok(_) => {}
@@ -84,7 +89,7 @@ pub fn start(
                 }
                 if changed {
                     let store = match &fleet {
-                        Some((_, keys)) => local.clone().with_fleet_keys(keys),
+                        Some((_, keys)) => local.clone().with_fleet_keys(keys.as_deref()),
                         None => local.clone(),
                     };
                     latest = Some(Arc::new(store));

@@ -142,10 +142,18 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let dir = DataDir::open_or_create(&opts.data_dir)
         .with_context(|| format!("opening data dir {}", opts.data_dir.display()))?;
     let _lock = dir.lock_exclusive()?;
+    // Fleet mode: whether the database answers. A bootstrapped node starts without it and
+    // serves what it holds; one with nothing to serve yet is refused.
+    let fleet_db = match &opts.fleet {
+        Some(f) => Some(crate::fleet_node::database_at_start(dir.path(), &f.url)?),
+        None => None,
+    };
+    let fleet_db_answers = fleet_db.as_ref().is_some_and(|d| d.answers());
     // A fleet node whose feed cursor the database can no longer continue (tombstones it had
     // not applied were removed) starts over from a snapshot: its links are wiped here, before
-    // the logs are read, and bootstrapped below.
-    if let Some(f) = &opts.fleet {
+    // the logs are read, and bootstrapped below. (With the database down, the follower makes
+    // the same check once it answers, and regenerates the links while serving.)
+    if let Some(f) = opts.fleet.as_ref().filter(|_| fleet_db_answers) {
         if dir.path().join(crate::fleet_node::MARKER_FILE).exists() {
             crate::fleet_sync::rebootstrap_if_behind(&dir, &f.url)
                 .context("checking the feed cursor against the database")?;
@@ -225,7 +233,8 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             (allocator, secret, None)
         }
         Some(f) => {
-            let node = crate::fleet_node::open(dir.path(), f)?;
+            let at_start = fleet_db.as_ref().expect("fleet mode");
+            let node = crate::fleet_node::open(dir.path(), f, at_start)?;
             let allocator = shards::alloc::AllocatorService::start(Box::new(node.authority), false)
                 .context("starting the allocator thread")?;
             (allocator, node.secret, Some(node.stats))
@@ -241,18 +250,24 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         println!("generated API key (shown once, store it now): {generated}");
     }
     let local_keys = crate::api::keys::ApiKeyStore::load(dir.path()).context("loading API keys")?;
-    // Fleet mode: the fleet's keys too, read now (the database is needed to start) and then
-    // by the key watcher about once a second.
+    // Fleet mode: the fleet's keys too, read now and then by the key watcher about once a
+    // second. With the database down they are unread until it answers: a token that is not
+    // a local key is then answered 503, not 401 (it may be a fleet key).
     let fleet_keys = match &opts.fleet {
         Some(f) => {
             let mut db = fleet::Db::new(&f.url)?;
-            let keys = fleet::keys::list_keys(&mut db).context("reading the fleet's API keys")?;
+            let keys = match fleet_db_answers {
+                true => {
+                    Some(fleet::keys::list_keys(&mut db).context("reading the fleet's API keys")?)
+                }
+                false => None,
+            };
             Some((db, keys))
         }
         None => None,
     };
     let api_keys = Arc::new(match &fleet_keys {
-        Some((_, keys)) => local_keys.clone().with_fleet_keys(keys),
+        Some((_, keys)) => local_keys.clone().with_fleet_keys(keys.as_deref()),
         None => local_keys.clone(),
     });
     let seg_cfg = shards::alloc::SegmentConfig {
@@ -290,6 +305,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
                 cores,
                 stats: fleet_click_stats.clone(),
                 dropped: Arc::new(move || totals.dropped_total()),
+                db_answers_at_start: fleet_db_answers,
             })
         }
         _ => None,

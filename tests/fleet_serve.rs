@@ -751,3 +751,180 @@ fn lost_commit_acks_on_a_serving_node_publish_only_audited_ranges() {
         );
     }
 }
+
+/// `GET /api/v1/urls?limit=1` on `s` with bearer `token`: the status and `Retry-After`.
+fn list_with(s: &Server, token: &str) -> (u16, Option<String>) {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(s.addr).unwrap();
+    write!(
+        c,
+        "GET /api/v1/urls?limit=1 HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).unwrap();
+    let retry = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Retry-After: "))
+        .map(str::to_owned);
+    (out[9..12].parse().unwrap(), retry)
+}
+
+/// A bootstrapped node restarted while the database is stopped, then while it hangs, starts
+/// within a bound and serves every link it holds; a miss, a create and a token that may be a
+/// fleet API key answer 503 with `Retry-After` (never 404 or 401). Once the database answers,
+/// the node catches up by itself: a PATCH and a create made on another node while it was away
+/// reach it, the fleet key works, creates resume. A node with nothing to serve yet refuses to
+/// start without the database, saying why.
+#[test]
+fn a_node_restarted_during_an_outage_serves_what_it_holds_then_catches_up() {
+    let Some(cluster) = Cluster::start("outage_restart") else {
+        return;
+    };
+    let db = TestDb::on(&cluster.url, "outage_restart");
+    prepare(&db.url);
+    let out = std::process::Command::new(common::BIN)
+        .args(["fleet", "keys", "create", "--pg", &db.url, "shared"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let fleet_key = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let (_ta, dir_a) = api::data_dir();
+    let (_tb, dir_b) = api::data_dir();
+    let a = node(&dir_a, &db.url, "a", "5");
+    let mut ca = Client::new(&a);
+    let mut links: Vec<(String, String)> = (0..10)
+        .map(|i| {
+            let url = format!("https://example.com/held/{i}");
+            (ca.create_ok(&url, None), url)
+        })
+        .collect();
+    let b = node(&dir_b, &db.url, "b", "5");
+    b.wait_stderr("fleet: bootstrapped 10 links", Duration::from_secs(5))
+        .expect("b bootstraps the 10 links");
+    assert_eq!(b.terminate().code(), Some(0));
+    // While b is away: a PATCH and a create it has not seen.
+    let patched = "https://example.com/held/0/patched".to_owned();
+    assert_eq!(
+        ca.patch(&links[0].0, &json!({ "long_url": patched }))
+            .status,
+        200
+    );
+    let late = (
+        ca.create_ok("https://example.com/late", None),
+        "https://example.com/late".to_owned(),
+    );
+
+    for (signal, label) in [("stop", "stopped"), ("STOP", "hung")] {
+        if signal == "stop" {
+            cluster.pg_ctl("stop");
+        } else {
+            cluster.signal("STOP");
+        }
+        let t = Instant::now();
+        let b = node(&dir_b, &db.url, "b", "5");
+        let took = t.elapsed();
+        eprintln!("{label}: b started in {took:?} without the database");
+        assert!(
+            took < Duration::from_secs(10),
+            "{label}: start took {took:?}"
+        );
+        assert!(b
+            .wait_stderr("the database does not answer", Duration::ZERO)
+            .is_some());
+        let mut cb = Client::new(&b);
+        for (k, u) in links.iter().skip(1) {
+            api::assert_redirects(&mut cb, k, u, None);
+        }
+        // `late` was written while b was away: b learns of it once the database answers.
+        let misses = match signal {
+            "stop" => vec![late.0.as_str(), "neverwritten"],
+            _ => vec!["neverwritten"],
+        };
+        for key in misses {
+            let t = Instant::now();
+            let r = cb.redirect(key);
+            assert_eq!(r.status, 503, "{label}: a miss answered {}", r.status);
+            assert!(r.header("retry-after").is_some(), "503 without Retry-After");
+            assert!(
+                t.elapsed() < Duration::from_millis(1500),
+                "{label}: slow miss"
+            );
+        }
+        let t = Instant::now();
+        let r = create(&mut cb, "https://example.com/offline");
+        assert_eq!(r.status, 503, "{label}: create answered {}", r.status);
+        assert!(r.header("retry-after").is_some());
+        assert!(
+            t.elapsed() < Duration::from_millis(3000),
+            "{label}: slow create"
+        );
+        let (status, retry) = list_with(&b, &fleet_key);
+        assert_eq!(
+            status, 503,
+            "{label}: an unread fleet key answered {status}"
+        );
+        assert_eq!(retry.as_deref(), Some("1"));
+        assert_eq!(list_with(&b, "rk_nosuchkey_x").0, 503);
+        // The node's own key works without the database.
+        assert_eq!(list_with(&b, api::API_KEY).0, 200);
+
+        if signal == "stop" {
+            cluster.pg_ctl("start");
+        } else {
+            cluster.signal("CONT");
+        }
+        let t = Instant::now();
+        for (k, u) in [&links[0].0, &late.0].into_iter().zip([&patched, &late.1]) {
+            loop {
+                let r = cb.redirect(k);
+                if r.status == 302 && r.location() == Some(u.as_str()) {
+                    break;
+                }
+                assert!(
+                    t.elapsed() < Duration::from_secs(15),
+                    "{label}: {k} still answers {} {:?}",
+                    r.status,
+                    r.location()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        eprintln!(
+            "{label}: b caught up {:?} after the database came back",
+            t.elapsed()
+        );
+        while list_with(&b, &fleet_key).0 != 200 {
+            assert!(t.elapsed() < Duration::from_secs(15), "{label}: fleet key");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(list_with(&b, "rk_nosuchkey_x").0, 401);
+        while create(&mut cb, "https://example.com/back").status != 201 {
+            assert!(t.elapsed() < Duration::from_secs(15), "{label}: creates");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert_eq!(b.terminate().code(), Some(0));
+    }
+    links[0].1 = patched;
+    links.push(late);
+
+    // A node with no links yet cannot start without the database, and says why.
+    cluster.pg_ctl("stop");
+    let (_tc, dir_c) = api::data_dir();
+    let mut args = NO_RATE_LIMIT.to_vec();
+    args.extend([
+        "--cores",
+        "1",
+        "--fleet-pg",
+        &db.url,
+        "--namespace",
+        "eu",
+        "--node-id",
+        "c",
+    ]);
+    let e = api::try_start(&dir_c, &args)
+        .err()
+        .expect("c must not start");
+    assert!(e.contains("holds no bootstrapped links"), "{e}");
+    cluster.pg_ctl("start");
+}

@@ -230,6 +230,17 @@ pub fn load_or_create_secret(dir: &Path) -> io::Result<[u8; 32]> {
     }
 }
 
+/// The data dir's key-generation secret, if it has one (a fleet node adopted the fleet's at
+/// an earlier start: it starts from it while the database does not answer). A damaged file
+/// is refused as in [`load_or_create_secret`].
+pub fn read_secret(dir: &Path) -> io::Result<Option<[u8; 32]>> {
+    match fs::metadata(dir.join(SECRET_FILE_NAME)) {
+        Ok(_) => load_or_create_secret(dir).map(Some),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Makes `secret` (the fleet's, from its database) this data dir's key-generation secret:
 /// written if the dir has none, accepted if it holds the same one. A dir holding a different
 /// secret is refused: its keys were generated under another permutation, so fleet IDs would
@@ -242,7 +253,9 @@ pub fn adopt_secret(dir: &Path, secret: &[u8; 32]) -> io::Result<()> {
             Some(_) => Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
-                    "{} holds a different key-generation secret than the fleet database: this                      data dir generated keys under another permutation, and fleet IDs would                      map onto keys it already issued. Use a fresh data dir for this node",
+                    "{} holds a different key-generation secret than the fleet database: this \
+                     data dir generated keys under another permutation, and fleet IDs would \
+                     map onto keys it already issued. Use a fresh data dir for this node",
                     path.display()
                 ),
             )),

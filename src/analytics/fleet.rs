@@ -122,6 +122,9 @@ pub struct FleetClicksSetup {
     pub stats: Arc<FleetClickStats>,
     /// Clicks dropped on every core (`ClickStats::dropped_total`).
     pub dropped: Arc<dyn Fn() -> u64 + Send + Sync>,
+    /// The database answered at start (`fleet_node::DbAtStart`); if not, the flusher reads
+    /// its last flush number and the fleet's salts once it does.
+    pub db_answers_at_start: bool,
 }
 
 /// Fleet mode's shared salts: the flusher makes the salt book hold the fleet's salts of today
@@ -186,17 +189,22 @@ impl FleetClicks {
     ) -> anyhow::Result<FleetClicks> {
         use anyhow::Context;
         let mut db = fleet::Db::new(&setup.url)?;
-        let last = fleet::clicks::last_flush(&mut db, &setup.node)
-            .with_context(|| "reading this node's last click flush number")?;
         let mut salts = SharedSalts {
             book: salts,
             synced: None,
             own: BTreeSet::new(),
         };
-        // Before the first click is hashed: the fleet's salt of today from the start.
-        salts
-            .sync(&mut db)
-            .with_context(|| "reading the fleet's daily salts")?;
+        let mut last = None;
+        if setup.db_answers_at_start {
+            last = Some(
+                fleet::clicks::last_flush(&mut db, &setup.node)
+                    .with_context(|| "reading this node's last click flush number")?,
+            );
+            // Before the first click is hashed: the fleet's salt of today from the start.
+            salts
+                .sync(&mut db)
+                .with_context(|| "reading the fleet's daily salts")?;
+        }
         let (parts_tx, parts_rx) = crossbeam::channel::bounded(FLUSH_QUEUE_CAPACITY);
         let (q_tx, q_rx) = crossbeam::channel::bounded(FLEET_STATS_QUEUE_CAPACITY);
         let stats_db = fleet::Db::new(&setup.url)?;
@@ -232,7 +240,8 @@ impl FleetClicks {
 struct Flusher {
     s: FleetClicksSetup,
     db: fleet::Db,
-    next_id: u64,
+    /// The next flush's number; `None` until this node's last one was read from the database.
+    next_id: Option<u64>,
     /// Newest state per (key, day), purges, 404 counts, per-core completeness.
     rows: BTreeMap<(String, Day), ClickRow>,
     purged: BTreeSet<String>,
@@ -248,13 +257,13 @@ struct Flusher {
 }
 
 impl Flusher {
-    fn new(s: FleetClicksSetup, db: fleet::Db, last: u64, salts: SharedSalts) -> Flusher {
+    fn new(s: FleetClicksSetup, db: fleet::Db, last: Option<u64>, salts: SharedSalts) -> Flusher {
         let now = super::combiner::unix_ms().saturating_sub(1);
         Flusher {
             complete: vec![now; s.cores],
             s,
             db,
-            next_id: last + 1,
+            next_id: last.map(|n| n + 1),
             rows: BTreeMap::new(),
             purged: BTreeSet::new(),
             not_found: BTreeMap::new(),
@@ -334,6 +343,7 @@ impl Flusher {
         if idle && complete <= self.flushed_complete {
             return None; // Nothing new, not even how far the figures are complete.
         }
+        let id = self.next_id?;
         let mut rows = Vec::with_capacity(self.rows.len().min(fleet::clicks::MAX_FLUSH_ROWS));
         while rows.len() < fleet::clicks::MAX_FLUSH_ROWS {
             let Some((_, r)) = self.rows.pop_first() else {
@@ -341,8 +351,7 @@ impl Flusher {
             };
             rows.push(r);
         }
-        let id = self.next_id;
-        self.next_id += 1;
+        self.next_id = Some(id + 1);
         Some(Flush {
             id,
             complete_until_ms: if self.rows.is_empty() {
@@ -361,6 +370,20 @@ impl Flusher {
     /// Writes one flush; `false` if it failed (it is kept to be sent again as it is).
     fn flush_once(&mut self) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
+        if self.next_id.is_none() {
+            // Started while the database did not answer: numbering continues from its record.
+            match fleet::clicks::last_flush(&mut self.db, &self.s.node) {
+                Ok(last) => self.next_id = Some(last + 1),
+                Err(e) => {
+                    self.s.stats.flush_failures.fetch_add(1, Relaxed);
+                    if !self.failing {
+                        eprintln!("fleet: reading this node's last click flush failed: {e}");
+                        self.failing = true;
+                    }
+                    return false;
+                }
+            }
+        }
         let Some(f) = self.next_flush() else {
             return true;
         };

@@ -167,6 +167,9 @@ type Entries = HashMap<KeyId, Entry>;
 pub struct ApiKeyStore {
     dir: PathBuf,
     entries: Entries,
+    /// Fleet mode with the fleet's keys not read yet (the database has not answered since
+    /// start): a token that matches no key here may still be a fleet key.
+    fleet_unread: bool,
 }
 
 impl ApiKeyStore {
@@ -175,6 +178,7 @@ impl ApiKeyStore {
         Ok(ApiKeyStore {
             dir: dir.to_owned(),
             entries: read_entries(&dir.join(API_KEYS_FILE))?,
+            fleet_unread: false,
         })
     }
 
@@ -238,10 +242,11 @@ impl ApiKeyStore {
     }
 
     /// This store with the fleet's keys added (fleet mode: `ricochet_api_keys`, read by the
-    /// key watcher). A fleet key replaces a local key of the same id. The result is for
-    /// verification only: fleet keys are never written to `api_keys.json`.
-    pub fn with_fleet_keys(mut self, keys: &[fleet::keys::FleetKey]) -> ApiKeyStore {
-        for k in keys {
+    /// key watcher; `None`: not read yet). A fleet key replaces a local key of the same id.
+    /// The result is for verification only: fleet keys are never written to `api_keys.json`.
+    pub fn with_fleet_keys(mut self, keys: Option<&[fleet::keys::FleetKey]>) -> ApiKeyStore {
+        self.fleet_unread = keys.is_none();
+        for k in keys.unwrap_or_default() {
             let Some(id) = KeyId::parse(&k.id) else {
                 continue;
             };
@@ -254,6 +259,12 @@ impl ApiKeyStore {
             self.entries.insert(id, entry);
         }
         self
+    }
+
+    /// Whether a token [`Self::verify`] refused may still be valid: the fleet's keys were not
+    /// read yet (the caller answers 503, not 401).
+    pub fn fleet_keys_unread(&self) -> bool {
+        self.fleet_unread
     }
 
     /// Number of keys that are not revoked.

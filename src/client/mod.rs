@@ -36,6 +36,11 @@ const STATS_SUFFIX: &[u8] = b"/stats";
 /// ID this many times before giving up with 503.
 pub const MAX_CREATE_TRIES: u8 = 8;
 
+/// `Retry-After` of a 503 for a token that matches no key while the fleet's keys are not read
+/// yet (a fleet node started while its database did not answer; the keys are read about once
+/// a second once it does).
+pub const FLEET_KEYS_RETRY_AFTER_S: u64 = 1;
+
 /// What an API request was, so its answer can be encoded (and a create retried).
 #[derive(Debug)]
 pub enum ApiOp {
@@ -478,6 +483,12 @@ impl ApiClient {
             .filter(|a| a.len() > 7 && a[..7].eq_ignore_ascii_case(b"bearer "))
             .and_then(|a| self.keys.verify(a[7..].trim_ascii()))
         else {
+            if self.keys.fleet_keys_unread() {
+                // It may be a fleet key: "try again", never a wrong "not allowed".
+                return Err(Refusal::plain(Problem::unavailable(
+                    FLEET_KEYS_RETRY_AFTER_S,
+                )));
+            }
             return Err(Box::new(Refusal {
                 problem: Problem::unauthorized(),
                 header: Some(("WWW-Authenticate", b"Bearer")),

@@ -263,8 +263,11 @@ impl ApiClient {
             return e.encode(out, head, persist, date);
         };
         let Some(key_id) = self.keys.verify(api_key.trim_ascii()) else {
-            return ShlinkError::from_native(&Problem::unauthorized())
-                .encode(out, head, persist, date);
+            let p = match self.keys.fleet_keys_unread() {
+                true => Problem::unavailable(super::FLEET_KEYS_RETRY_AFTER_S),
+                false => Problem::unauthorized(),
+            };
+            return ShlinkError::from_native(&p).encode(out, head, persist, date);
         };
         if req.content_length > crate::api::request::MAX_REQUEST_BODY_BYTES {
             let p = Problem::payload_too_large(crate::api::request::MAX_REQUEST_BODY_BYTES);
