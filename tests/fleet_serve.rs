@@ -754,11 +754,17 @@ fn lost_commit_acks_on_a_serving_node_publish_only_audited_ranges() {
 
 /// `GET /api/v1/urls?limit=1` on `s` with bearer `token`: the status and `Retry-After`.
 fn list_with(s: &Server, token: &str) -> (u16, Option<String>) {
+    let auth = format!("Authorization: Bearer {token}");
+    get_with(s, "/api/v1/urls?limit=1", &auth)
+}
+
+/// `GET path` on `s` with the header line `auth`: the status and `Retry-After`.
+fn get_with(s: &Server, path: &str, auth: &str) -> (u16, Option<String>) {
     use std::io::{Read, Write};
     let mut c = std::net::TcpStream::connect(s.addr).unwrap();
     write!(
         c,
-        "GET /api/v1/urls?limit=1 HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: t\r\n{auth}\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut out = String::new();
@@ -866,6 +872,13 @@ fn a_node_restarted_during_an_outage_serves_what_it_holds_then_catches_up() {
         );
         assert_eq!(retry.as_deref(), Some("1"));
         assert_eq!(list_with(&b, "rk_nosuchkey_x").0, 503);
+        // Shlink's API too, with its header.
+        let shlink = get_with(
+            &b,
+            "/rest/v3/short-urls",
+            &format!("X-Api-Key: {fleet_key}"),
+        );
+        assert_eq!(shlink, (503, Some("1".to_owned())), "{label}: Shlink API");
         // The node's own key works without the database.
         assert_eq!(list_with(&b, api::API_KEY).0, 200);
 

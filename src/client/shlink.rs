@@ -49,6 +49,8 @@ struct ShlinkError {
     title: &'static str,
     detail: String,
     extra: Option<(&'static str, Value)>,
+    /// Sent as `Retry-After` (a 503 or 429 taken from a native problem).
+    retry_after_s: Option<u64>,
 }
 
 impl ShlinkError {
@@ -59,6 +61,7 @@ impl ShlinkError {
             title: "Invalid data",
             detail: detail.into(),
             extra: field.map(|f| ("invalidElements", json!([f]))),
+            retry_after_s: None,
         }
     }
 
@@ -72,6 +75,7 @@ impl ShlinkError {
                 None => "No URL found with this short code".into(),
             },
             extra: code.map(|c| ("shortCode", json!(c))),
+            retry_after_s: None,
         }
     }
 
@@ -97,6 +101,7 @@ impl ShlinkError {
                 title: "Invalid custom slug",
                 detail: p.detail.clone(),
                 extra: None,
+                retry_after_s: None,
             },
             "unauthorized" => ShlinkError {
                 status: 401,
@@ -104,6 +109,7 @@ impl ShlinkError {
                 title: "Invalid API key",
                 detail: "Provided API key does not exist or is invalid.".into(),
                 extra: None,
+                retry_after_s: None,
             },
             _ => ShlinkError {
                 status: p.status,
@@ -111,6 +117,7 @@ impl ShlinkError {
                 title: p.title,
                 detail: p.detail.clone(),
                 extra: None,
+                retry_after_s: p.retry_after_s(),
             },
         }
     }
@@ -123,7 +130,12 @@ impl ShlinkError {
         let status = Status::from_code(self.status).unwrap_or(Status::InternalServerError);
         let bytes = serde_json::to_vec(&body).expect("json");
         let ct = Some(crate::api::problem::PROBLEM_CONTENT_TYPE);
-        encode::encode_response(out, status, &[], ct, &bytes, head, persist, date);
+        let retry = self.retry_after_s.map(|s| s.to_string());
+        let headers: Vec<(&str, &[u8])> = retry
+            .iter()
+            .map(|r| ("Retry-After", r.as_bytes()))
+            .collect();
+        encode::encode_response(out, status, &headers, ct, &bytes, head, persist, date);
     }
 }
 
@@ -232,6 +244,7 @@ impl ApiClient {
                 title: "Not found",
                 detail: "this endpoint is not offered (see README \"Shlink's REST API\")".into(),
                 extra: None,
+                retry_after_s: None,
             };
             return e.encode(out, head, persist, date);
         };
@@ -259,7 +272,7 @@ impl ApiClient {
             );
         }
         let Some(api_key) = req.x_api_key else {
-            let e = ShlinkError { status: 401, type_: MISSING_AUTH, title: "Invalid authorization", detail: "Expected one of the following authentication headers, [\"X-Api-Key\"], but none were provided".into(), extra: None };
+            let e = ShlinkError { status: 401, type_: MISSING_AUTH, title: "Invalid authorization", detail: "Expected one of the following authentication headers, [\"X-Api-Key\"], but none were provided".into(), extra: None, retry_after_s: None };
             return e.encode(out, head, persist, date);
         };
         let Some(key_id) = self.keys.verify(api_key.trim_ascii()) else {
@@ -429,6 +442,7 @@ impl ApiClient {
                         title: "Invalid custom slug",
                         detail: format!("Provided slug \"{slug}\" is already in use."),
                         extra: Some(("customSlug", json!(slug))),
+                        retry_after_s: None,
                     };
                     fail(out, e);
                 } else if *tries + 1 < MAX_CREATE_TRIES {
