@@ -49,8 +49,9 @@ struct ShlinkError {
     title: &'static str,
     detail: String,
     extra: Option<(&'static str, Value)>,
-    /// Sent as `Retry-After` (a 503 or 429 taken from a native problem).
-    retry_after_s: Option<u64>,
+    /// Sent as `Retry-After` (a 503 or 429 taken from a native problem). `u16`: it fits
+    /// beside `status`, keeping the error within clippy's `result_large_err` bound.
+    retry_after_s: Option<u16>,
 }
 
 impl ShlinkError {
@@ -117,7 +118,9 @@ impl ShlinkError {
                 title: p.title,
                 detail: p.detail.clone(),
                 extra: None,
-                retry_after_s: p.retry_after_s(),
+                retry_after_s: p
+                    .retry_after_s()
+                    .map(|s| u16::try_from(s).unwrap_or(u16::MAX)),
             },
         }
     }
