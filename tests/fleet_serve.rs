@@ -941,3 +941,199 @@ fn a_node_restarted_during_an_outage_serves_what_it_holds_then_catches_up() {
     assert!(e.contains("holds no bootstrapped links"), "{e}");
     cluster.pg_ctl("start");
 }
+
+/// What an open-loop load of known keys saw on one node.
+#[derive(Debug, Default)]
+struct LoadSeen {
+    answered: u64,
+    /// Anything but the link's redirect: a status, a wrong target, an I/O error.
+    errors: Vec<String>,
+    /// From each request's scheduled send time to its answer: includes any wait behind an
+    /// earlier slow answer (no coordinated omission).
+    latencies_us: Vec<u64>,
+}
+
+/// Requests per second each load connection sends.
+const OUTAGE_LOAD_RATE_PER_CONN: u64 = 400;
+
+/// An open loop of GETs of `links` on `addr` over `conns` connections, each at
+/// [`OUTAGE_LOAD_RATE_PER_CONN`] on a fixed schedule, until `stop`.
+fn known_key_load(
+    addr: std::net::SocketAddr,
+    links: std::sync::Arc<Vec<(String, String)>>,
+    conns: usize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<std::thread::JoinHandle<LoadSeen>> {
+    (0..conns)
+        .map(|t| {
+            let (links, stop) = (links.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut seen = LoadSeen::default();
+                let mut c = Client::connect(addr).expect("connect");
+                let every = Duration::from_micros(1_000_000 / OUTAGE_LOAD_RATE_PER_CONN);
+                let start = Instant::now();
+                let mut n = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let due = start + every * n;
+                    if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                    let (k, u) = &links[(n as usize * 7 + t) % links.len()];
+                    match c.try_redirect(k) {
+                        Ok(r) if r.status == 302 && r.location() == Some(u.as_str()) => {}
+                        Ok(r) => seen
+                            .errors
+                            .push(format!("{k}: {} {:?}", r.status, r.location())),
+                        Err(e) => {
+                            seen.errors.push(format!("{k}: {e}"));
+                            c = Client::connect(addr).expect("reconnect");
+                        }
+                    }
+                    seen.answered += 1;
+                    seen.latencies_us.push(due.elapsed().as_micros() as u64);
+                    n += 1;
+                }
+                seen
+            })
+        })
+        .collect()
+}
+
+/// Three nodes under an open-loop load of known keys while the database is stopped, then
+/// hung (SIGSTOP): not one known-key GET fails on any node; on every node creates and misses
+/// answer 503 with `Retry-After` within their timeouts; every node recovers by itself after
+/// the restart and after SIGCONT.
+#[test]
+fn three_nodes_under_load_serve_every_known_key_through_an_outage() {
+    let Some(cluster) = Cluster::start("outage_load") else {
+        return;
+    };
+    let db = TestDb::on(&cluster.url, "outage_load");
+    prepare(&db.url);
+    let dirs: Vec<_> = (0..3).map(|_| api::data_dir()).collect();
+    let nodes: Vec<Server> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, d))| node(d, &db.url, &format!("n{i}"), "5"))
+        .collect();
+    let mut c0 = Client::new(&nodes[0]);
+    let links: Vec<(String, String)> = (0..60)
+        .map(|i| {
+            let url = format!("https://example.com/known/{i}");
+            (c0.create_ok(&url, None), url)
+        })
+        .collect();
+    // Every node holds every link (from the feed, not read-through) before the outage.
+    let t = Instant::now();
+    for s in &nodes[1..] {
+        let mut c = Client::new(s);
+        for (k, u) in &links {
+            let held = |c: &mut Client| {
+                let r = c.send("GET", &format!("/api/v1/urls/{k}"), true, &[], b"");
+                r.is_ok_and(|r| r.status == 200 && r.text().contains(u.as_str()))
+            };
+            while !held(&mut c) {
+                assert!(
+                    t.elapsed() < Duration::from_secs(10),
+                    "{k} never reached {}",
+                    s.addr
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    let links = std::sync::Arc::new(links);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let loads: Vec<_> = nodes
+        .iter()
+        .map(|s| known_key_load(s.addr, links.clone(), 2, stop.clone()))
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+
+    for (signal, label) in [("stop", "stopped"), ("STOP", "hung")] {
+        if signal == "stop" {
+            cluster.pg_ctl("stop");
+        } else {
+            cluster.signal("STOP");
+        }
+        for s in &nodes {
+            let mut c = Client::new(s);
+            let t = Instant::now();
+            let r = create(&mut c, &format!("https://example.com/{label}"));
+            assert_eq!(r.status, 503, "{label} on {}: create {}", s.addr, r.text());
+            assert!(r.header("retry-after").is_some(), "503 without Retry-After");
+            assert!(
+                t.elapsed() < Duration::from_millis(3000),
+                "{label}: create took {:?}",
+                t.elapsed()
+            );
+            let t = Instant::now();
+            let r = c.redirect("neverwritten");
+            assert_eq!(r.status, 503, "{label} on {}: miss {}", s.addr, r.status);
+            assert!(r.header("retry-after").is_some(), "503 without Retry-After");
+            assert!(
+                t.elapsed() < Duration::from_millis(1500),
+                "{label}: miss took {:?}",
+                t.elapsed()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+        if signal == "stop" {
+            cluster.pg_ctl("start");
+        } else {
+            cluster.signal("CONT");
+        }
+        let t = Instant::now();
+        for s in &nodes {
+            let mut c = Client::new(s);
+            while create(&mut c, "https://example.com/back").status != 201 {
+                assert!(
+                    t.elapsed() < Duration::from_secs(15),
+                    "{label}: {} did not recover",
+                    s.addr
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            assert_eq!(
+                c.redirect("neverwritten").status,
+                404,
+                "{label}: misses read through again"
+            );
+        }
+        eprintln!(
+            "{label}: every node creates again {:?} after the database came back",
+            t.elapsed()
+        );
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for (i, load) in loads.into_iter().enumerate() {
+        let mut all = LoadSeen::default();
+        for h in load {
+            let seen = h.join().expect("a load thread panicked");
+            all.answered += seen.answered;
+            all.errors.extend(seen.errors);
+            all.latencies_us.extend(seen.latencies_us);
+        }
+        all.latencies_us.sort_unstable();
+        let pct = |p: f64| all.latencies_us[((all.latencies_us.len() - 1) as f64 * p) as usize];
+        eprintln!(
+            "n{i}: {} known-key GETs, {} errors, latency from schedule p50 {} us p99 {} us max {} us",
+            all.answered,
+            all.errors.len(),
+            pct(0.5),
+            pct(0.99),
+            pct(1.0)
+        );
+        assert!(
+            all.errors.is_empty(),
+            "n{i}: {:?}",
+            &all.errors[..all.errors.len().min(5)]
+        );
+        assert!(
+            all.answered > 2_000,
+            "n{i}: the load ran ({})",
+            all.answered
+        );
+    }
+}
