@@ -12,7 +12,8 @@
 #
 # Needs perf/run.sh's data (PERF_WORK, default /tmp/ricochet-perf), wrk on PATH and the
 # release loadgen (cargo build --release -p ricochet-tools). Settings: CLICKS_ROUNDS=5,
-# CLICKS_DURATION_S=10. Writes perf/reports/<date>-<commit>-clicks.md.
+# CLICKS_DURATION_S=10, CLICKS_OPEN_LOOP=1 (0: the wrk phase only, for more rounds of it in
+# the same time). Writes perf/reports/<date>-<commit>-clicks.md.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -21,6 +22,7 @@ loadgen="$here/target/release/loadgen"
 work="${PERF_WORK:-/tmp/ricochet-perf}"
 rounds="${CLICKS_ROUNDS:-5}"
 duration="${CLICKS_DURATION_S:-10}"
+open_loop="${CLICKS_OPEN_LOOP:-1}"
 data="$work/data-1000000"
 keys="$work/keys-1000000.txt"
 links="$work/links-1000000.tsv"
@@ -120,6 +122,7 @@ for round in $(seq 1 "$rounds"); do
         echo "wrkdrop $mode $d_wrk" >>"$results"
         stop_server
         rm -rf "$data/clicks"
+        [[ "$open_loop" == 1 ]] || continue
         start_server "$mode"
         for dist in uniform zipf:1.1; do
             for rate in 5000 20000; do
@@ -161,6 +164,17 @@ for depth in ("1", "16"):
     # wrk's latency percentiles are not per request when pipelining (depth 16 reports 0).
     p99s = "n/a" if depth != "1" else f"{med(p['off']):.0f} / {med(p['counts']):.0f} / {med(p['full']):.0f}"
     out.append(f"| {depth} | {o:.0f} | {c:.0f} | {f:.0f} | {c/o:.3f} | {f/o:.3f} | {p99s} |")
+# The spread, and the ratio within each round (the modes of one round run minutes apart, so
+# a drift of the VM between rounds cancels out of these).
+out.append("\nSpread of the rounds (req/s, min - max) and the ratio within each round:\n")
+out.append("| depth | off | counts | full | counts/off per round: median (min - max) | full/off per round: median (min - max) |\n|---|---|---|---|---|---|")
+for depth in ("1", "16"):
+    r = {m: [float(x[3]) for x in rows if x[0] == "wrk" and x[1] == m and x[2] == depth] for m in ("off", "counts", "full")}
+    span = lambda xs: f"{min(xs):.0f} - {max(xs):.0f}" if xs else "n/a"
+    def per_round(m):
+        q = [a / b for a, b in zip(r[m], r["off"])]
+        return f"{med(q):.3f} ({min(q):.3f} - {max(q):.3f})" if q else "n/a"
+    out.append(f"| {depth} | {span(r['off'])} | {span(r['counts'])} | {span(r['full'])} | {per_round('counts')} | {per_round('full')} |")
 # Share of the wrk phase's clicks dropped: each round's drops over the GETs answered at both
 # depths (req/s times the duration).
 def dropped_share(m):
@@ -176,20 +190,21 @@ out.append(f"\nShare of the wrk phase's clicks dropped (median of rounds): count
            "next to no CPU, so its batches do not come back and clicks are dropped and counted, never waited for; "
            "a click taken with no batch free looks at no header (`Combiner::take`), so these ratios are the cost "
            "of analytics to a core whose aggregator cannot keep up, not of counting every click at this rate.\n")
-out.append("\n## Open loop (loadgen --click-headers): p99, drops, aggregator CPU\n")
-out.append("| keys | rate | p50 off / counts / full (us) | p90 off / counts / full (us) | p99 off / counts / full (us) | full/off p99 | counts/off p99 | dropped (counts, full) | aggregator CPU per 1M clicks (counts, full) |\n|---|---|---|---|---|---|---|---|---|")
-for dist in ("uniform", "zipf:1.1"):
-    for rate in ("5000", "20000"):
-        sel = lambda m: [x for x in rows if x[0] == "lg" and x[1] == m and x[2] == dist and x[3] == rate]
-        p99 = {m: med([float(x[4]) for x in sel(m)]) for m in ("off", "counts", "full")}
-        p50 = {m: med([float(x[8]) for x in sel(m) if len(x) > 9]) for m in ("off", "counts", "full")}
-        p90 = {m: med([float(x[9]) for x in sel(m) if len(x) > 9]) for m in ("off", "counts", "full")}
-        trio = lambda p: f"{p['off']:.0f} / {p['counts']:.0f} / {p['full']:.0f}"
-        drop = {m: sum(int(x[5]) for x in sel(m)) for m in ("counts", "full")}
-        def cpu_per_m(m):
-            merged = sum(int(x[6]) for x in sel(m)); ticks = sum(int(x[7]) for x in sel(m))
-            return f"{ticks / hz / merged * 1e6:.2f} s" if merged else "n/a"
-        out.append(f"| {dist} | {rate}/s | {trio(p50)} | {trio(p90)} | {trio(p99)} | {p99['full']/p99['off']:.3f} | {p99['counts']/p99['off']:.3f} | {drop['counts']}, {drop['full']} | {cpu_per_m('counts')}, {cpu_per_m('full')} |")
+if any(x[0] == "lg" for x in rows):
+    out.append("\n## Open loop (loadgen --click-headers): p99, drops, aggregator CPU\n")
+    out.append("| keys | rate | p50 off / counts / full (us) | p90 off / counts / full (us) | p99 off / counts / full (us) | full/off p99 | counts/off p99 | dropped (counts, full) | aggregator CPU per 1M clicks (counts, full) |\n|---|---|---|---|---|---|---|---|---|")
+    for dist in ("uniform", "zipf:1.1"):
+        for rate in ("5000", "20000"):
+            sel = lambda m: [x for x in rows if x[0] == "lg" and x[1] == m and x[2] == dist and x[3] == rate]
+            p99 = {m: med([float(x[4]) for x in sel(m)]) for m in ("off", "counts", "full")}
+            p50 = {m: med([float(x[8]) for x in sel(m) if len(x) > 9]) for m in ("off", "counts", "full")}
+            p90 = {m: med([float(x[9]) for x in sel(m) if len(x) > 9]) for m in ("off", "counts", "full")}
+            trio = lambda p: f"{p['off']:.0f} / {p['counts']:.0f} / {p['full']:.0f}"
+            drop = {m: sum(int(x[5]) for x in sel(m)) for m in ("counts", "full")}
+            def cpu_per_m(m):
+                merged = sum(int(x[6]) for x in sel(m)); ticks = sum(int(x[7]) for x in sel(m))
+                return f"{ticks / hz / merged * 1e6:.2f} s" if merged else "n/a"
+            out.append(f"| {dist} | {rate}/s | {trio(p50)} | {trio(p90)} | {trio(p99)} | {p99['full']/p99['off']:.3f} | {p99['counts']/p99['off']:.3f} | {drop['counts']}, {drop['full']} | {cpu_per_m('counts')}, {cpu_per_m('full')} |")
 out.append("\n## Raw\n\n```")
 out += [" ".join(x) for x in rows]
 out.append("```\n")
