@@ -482,7 +482,8 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(1));
     }
     println!(
-        "ricochet listening on {bound} with {cores} cores, {links} links in {shard_count} shards (tables opened in {open_ms:.1} ms)"
+        "ricochet listening on {bound} with {cores} cores, {links} links in {shard_count} shards \
+         and {logged} keys from the logs (tables opened in {open_ms:.1} ms)"
     );
     if let Some(url) = &opts.public_url {
         println!("public URL {url}");
