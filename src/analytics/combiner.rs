@@ -742,6 +742,42 @@ mod tests {
             );
         }
 
+        /// The window path answers for every canonical rightmost dotted quad, whatever comes
+        /// before it (so the window's edge falls anywhere), and answers it right.
+        #[test]
+        fn the_fast_path_answers_the_common_shape(
+            before in "([0-9a-f:.]{1,20}, ?){0,3}",
+            a in any::<[u8; 4]>(),
+        ) {
+            let addr = core::net::Ipv4Addr::from(a);
+            let s = format!("{before}{addr}");
+            prop_assert_eq!(rightmost_ipv4(s.as_bytes()), Some(a), "{}", s);
+        }
+
+        /// Near misses of the common shape (a byte changed, dropped or added anywhere near the
+        /// end) agree with the general path too.
+        #[test]
+        fn near_misses_agree_with_the_general_path(
+            before in "([0-9]{1,3}[.]){0,3}[0-9]{0,3}(, ?)?",
+            a in any::<[u8; 4]>(),
+            edit in 0usize..20,
+            byte in prop::sample::select(b"0123456789., \t,:x".to_vec()),
+            how in 0u8..3,
+        ) {
+            let mut s = format!("{before}{}", core::net::Ipv4Addr::from(a)).into_bytes();
+            let i = s.len().saturating_sub(edit);
+            match how {
+                0 if i < s.len() => s[i] = byte,
+                1 if i < s.len() => { s.remove(i); }
+                _ => s.insert(i, byte),
+            }
+            let peer = [9; 16];
+            if let Some(v4) = rightmost_ipv4(&s) {
+                let want = core::net::Ipv4Addr::from(v4).to_ipv6_mapped().octets();
+                prop_assert_eq!(rightmost_address(peer, &s), want, "{:?}", String::from_utf8_lossy(&s));
+            }
+        }
+
         /// The word-at-a-time host end is the first `/`, `?` or `#`, as a byte loop finds it.
         #[test]
         fn the_host_ends_where_a_byte_loop_says(s in "[a-z./?#:0-9]{0,40}") {
