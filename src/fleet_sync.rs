@@ -452,6 +452,11 @@ pub struct Follower {
     pub stop: Arc<AtomicBool>,
     /// Test-only (`--fault-pause-feed`): poll nothing while this file exists.
     pub pause_file: Option<PathBuf>,
+    /// What the database is checked against whenever it answers again
+    /// ([`Follower::check_database`]), and where a failed check stops the server.
+    pub shared: Arc<crate::shared::Shared>,
+    pub secret: [u8; 32],
+    pub namespace: String,
 }
 
 impl Follower {
@@ -510,6 +515,16 @@ impl Follower {
                 }
             }
             if !checked {
+                match self.check_database() {
+                    Ok(None) => {}
+                    Ok(Some(why)) => return self.shared.halt(why),
+                    Err(e) => {
+                        eprintln!("fleet: checking the database failed: {e}; retrying");
+                        self.stats.feed_failed();
+                        std::thread::sleep(Duration::from_millis(FEED_RETRY_MS));
+                        continue;
+                    }
+                }
                 match self.check_cursor(&cursor, &identity) {
                     Ok(None) => checked = true,
                     Ok(Some(cause)) => regenerate = Some(cause),
@@ -608,6 +623,36 @@ impl Follower {
     }
 
     /// [`unfollowable`] for the running feed, reporting what it found.
+    /// What a start checks before it serves with the database (`fleet_node::open`: the
+    /// schema version, the fleet's key-space secret, the namespace), checked again each time
+    /// the database answers after not answering: the node may have started while it was down
+    /// (`DbAtStart::Down`), and what answers now may be an older restore or another fleet's
+    /// database. `Some`: why this node must stop rather than go on with it (new keys under
+    /// another secret could collide with keys other nodes issue).
+    fn check_database(&mut self) -> Result<Option<String>, fleet::FleetError> {
+        let target = self.db.target().to_owned();
+        let secret = match fleet::load_secret(&mut self.db) {
+            Ok(s) => s,
+            Err(fleet::FleetError::Schema(why)) => return Ok(Some(format!("fleet: {why}"))),
+            Err(e) => return Err(e),
+        };
+        if secret != self.secret {
+            return Ok(Some(format!(
+                "fleet: the key-space secret in {target} is not the one data dir {} adopted: \
+                 it is another fleet's database; point --fleet-pg at this fleet's, or start \
+                 the node on an empty data dir",
+                self.data_dir.display()
+            )));
+        }
+        if fleet::show_namespace(&mut self.db, &self.namespace)?.is_none() {
+            return Ok(Some(format!(
+                "fleet: namespace {:?} does not exist in {target}",
+                self.namespace
+            )));
+        }
+        Ok(None)
+    }
+
     fn check_cursor(
         &mut self,
         cursor: &fleet::feed::Cursor,

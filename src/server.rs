@@ -344,11 +344,12 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         test_stall: opts
             .test_stall
             .map(|(core, after_ms)| crate::test_faults::TestStall::new(core, after_ms)),
+        halted: std::sync::OnceLock::new(),
     });
 
     // Fleet mode: the link writer and the change feed follower, each on its own thread.
     let mut fleet_cores =
-        start_fleet_links(&opts, &dir, router, &doorbells, &shared, &keygen)?.into_iter();
+        start_fleet_links(&opts, &dir, router, &doorbells, &shared, &keygen, secret)?.into_iter();
 
     let queues = Arc::new(MeshQueues::new(cores));
     let keywatch_stop = Arc::new(AtomicBool::new(false));
@@ -510,6 +511,9 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     if failed {
         bail!("a core failed");
     }
+    if let Some(why) = shared.halted.get() {
+        bail!("{why}");
+    }
     keywatch_stop.store(true, Ordering::Relaxed);
     drop(allocator);
     eprintln!("ricochet drained and stopped");
@@ -650,6 +654,7 @@ fn start_fleet_links(
     doorbells: &Arc<Doorbells>,
     shared: &Arc<Shared>,
     keygen: &Arc<shards::keygen::KeyGen>,
+    secret: [u8; 32],
 ) -> anyhow::Result<
     Vec<(
         crate::owner::fleet::FleetLinks,
@@ -704,6 +709,9 @@ fn start_fleet_links(
         stats: stats.clone(),
         stop: shared.draining.clone(),
         pause_file: f.pause_feed_file.clone(),
+        shared: shared.clone(),
+        secret,
+        namespace: f.namespace.clone(),
     }
     .spawn()
     .context("starting the change feed follower")?;

@@ -942,6 +942,64 @@ fn a_node_restarted_during_an_outage_serves_what_it_holds_then_catches_up() {
     cluster.pg_ctl("start");
 }
 
+/// A node that started while its database was down checks the database, once it answers, as
+/// a start would have: at another schema version, or holding another fleet's key-space secret,
+/// it stops the node (drained, exit status 1, the reason on stderr) rather than serving beside
+/// it; new keys under another secret could collide with the keys other nodes issue. Meanwhile
+/// it served what it holds. Once the database is put right, the node starts and serves again.
+#[test]
+fn a_node_started_offline_stops_for_a_database_its_start_would_refuse() {
+    let Some(cluster) = Cluster::start("offline_refuse") else {
+        return;
+    };
+    let db = TestDb::on(&cluster.url, "offline_refuse");
+    prepare(&db.url);
+    let (_t, dir) = api::data_dir();
+    let a = node(&dir, &db.url, "a", "5");
+    let kept = "https://example.com/kept";
+    let key = Client::new(&a).create_ok(kept, None);
+    assert_eq!(a.terminate().code(), Some(0));
+    let psql = |sql: &str| common::pg::psql(&db.url, sql);
+    let version = psql("SELECT value FROM ricochet_meta WHERE key = 'schema_version'");
+    let secret = psql("SELECT encode(secret, 'hex') FROM ricochet_keyspace WHERE id = 1");
+    let cases = [
+        (
+            "schema",
+            "UPDATE ricochet_meta SET value = '9' WHERE key = 'schema_version'".to_owned(),
+            format!("UPDATE ricochet_meta SET value = '{version}' WHERE key = 'schema_version'"),
+            "has schema version 9",
+        ),
+        (
+            "secret",
+            "UPDATE ricochet_keyspace SET secret = decode(repeat('ab', 32), 'hex')".to_owned(),
+            format!("UPDATE ricochet_keyspace SET secret = decode('{secret}', 'hex')"),
+            "is not the one data dir",
+        ),
+    ];
+    for (label, break_it, restore, needle) in cases {
+        psql(&break_it);
+        cluster.pg_ctl("stop");
+        let mut a = node(&dir, &db.url, "a", "5");
+        assert!(
+            a.wait_stderr("the database does not answer", Duration::ZERO)
+                .is_some(),
+            "{label}: started offline"
+        );
+        api::assert_redirects(&mut Client::new(&a), &key, kept, None);
+        cluster.pg_ctl("start");
+        let status = a
+            .wait_exit(Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("{label}: the node did not stop"));
+        assert_eq!(status.code(), Some(1), "{label}");
+        let said = a.stderr_lines().join("\n");
+        assert!(said.contains(needle), "{label}: {said}");
+        psql(&restore);
+    }
+    let a = node(&dir, &db.url, "a", "5");
+    api::assert_redirects(&mut Client::new(&a), &key, kept, None);
+    assert_eq!(a.terminate().code(), Some(0));
+}
+
 /// What an open-loop load of known keys saw on one node.
 #[derive(Debug, Default)]
 struct LoadSeen {
