@@ -622,7 +622,6 @@ impl Follower {
         None
     }
 
-    /// [`unfollowable`] for the running feed, reporting what it found.
     /// What a start checks before it serves with the database (`fleet_node::open`: the
     /// schema version, the fleet's key-space secret, the namespace), checked again each time
     /// the database answers after not answering: the node may have started while it was down
@@ -653,6 +652,7 @@ impl Follower {
         Ok(None)
     }
 
+    /// [`unfollowable`] for the running feed, reporting what it found.
     fn check_cursor(
         &mut self,
         cursor: &fleet::feed::Cursor,
