@@ -8,8 +8,9 @@
 //! adapter answers (README "Shlink's REST API"): tags, `validSince`, `maxVisits`, titles,
 //! device URLs and `findIfExists: true` are refused with `invalid-data` naming the field;
 //! `shortCodeLength` is ignored (generated keys are 7 characters); `domain` other than none is
-//! refused; visits are not counted yet (`visitsSummary` is zeros); no other endpoint exists
-//! (`not-found`).
+//! refused; `visitsSummary` is zeros (the adapter does not ask the click aggregators; a
+//! link's clicks are on `/api/v1/urls/{key}/stats`) and the `/visits` endpoints, which list
+//! individual visits ricochet never stores, are `not-found`, as is any other endpoint.
 
 use serde_json::{json, Map, Value};
 
