@@ -165,10 +165,40 @@ pub fn database_at_start(data_dir: &Path, url: &str) -> anyhow::Result<DbAtStart
     Ok(DbAtStart::Down(e.to_string()))
 }
 
+/// What a node requires of the fleet database ([`requirements`]).
+pub struct Required {
+    pub secret: [u8; 32],
+    pub namespace: fleet::NamespaceRow,
+}
+
+/// Checks what a node requires of the fleet database: this build's schema version, the
+/// fleet's key-space secret, and the node's namespace. `Ok(Err(why))`: the database answered
+/// and refuses this node; `Err`: it did not answer. Used at start ([`open`]) and by the feed
+/// whenever the database answers again (`fleet_sync::Follower::check_database`).
+pub fn requirements(
+    db: &mut fleet::Db,
+    namespace: &str,
+) -> Result<Result<Required, String>, fleet::FleetError> {
+    let target = db.target().to_owned();
+    let secret = match fleet::load_secret(db) {
+        Ok(s) => s,
+        Err(fleet::FleetError::Schema(why)) => return Ok(Err(why)),
+        Err(e) => return Err(e),
+    };
+    Ok(match fleet::show_namespace(db, namespace)? {
+        Some(namespace) => Ok(Required { secret, namespace }),
+        None => Err(format!(
+            "namespace {namespace:?} does not exist in {target}; create it with `ricochet fleet \
+             namespace create --pg URL {namespace} --lo N --hi M`"
+        )),
+    })
+}
+
 /// Adopts the fleet's key-space secret into `data_dir` (refusing a dir that holds another),
 /// checks the schema and the namespace, and builds the authority. With the database down at
-/// start ([`DbAtStart::Down`]) the secret adopted at an earlier start is used, and the schema
-/// and namespace are not checked; the authority connects when a create first needs an ID.
+/// start ([`DbAtStart::Down`]) the secret adopted at an earlier start is used; the feed checks
+/// the schema, the secret and the namespace once the database answers. The authority
+/// connects when a create first needs an ID.
 pub fn open(
     data_dir: &Path,
     opts: &FleetOptions,
@@ -178,16 +208,12 @@ pub fn open(
     let target = db.target().to_owned();
     let secret = match at_start {
         DbAtStart::Answers => {
-            let secret = fleet::load_secret(&mut db)
-                .with_context(|| format!("loading the fleet's key-space secret from {target}"))?;
-            let Some(ns) = fleet::show_namespace(&mut db, &opts.namespace)? else {
-                bail!(
-                    "namespace {:?} does not exist in {target}; create it with `ricochet fleet \
-                     namespace create --pg URL {} --lo N --hi M`",
-                    opts.namespace,
-                    opts.namespace
-                );
-            };
+            let Required {
+                secret,
+                namespace: ns,
+            } = requirements(&mut db, &opts.namespace)
+                .with_context(|| format!("checking the fleet database at {target}"))?
+                .map_err(|why| anyhow::anyhow!(why))?;
             shards::keygen::adopt_secret(data_dir, &secret)
                 .context("adopting the fleet's secret")?;
             eprintln!(

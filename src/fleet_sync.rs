@@ -622,34 +622,26 @@ impl Follower {
         None
     }
 
-    /// What a start checks before it serves with the database (`fleet_node::open`: the
-    /// schema version, the fleet's key-space secret, the namespace), checked again each time
+    /// What a start checks before it serves with the database (`fleet_node::requirements`:
+    /// the schema version, the fleet's key-space secret, the namespace), checked again each time
     /// the database answers after not answering: the node may have started while it was down
     /// (`DbAtStart::Down`), and what answers now may be an older restore or another fleet's
     /// database. `Some`: why this node must stop rather than go on with it (new keys under
     /// another secret could collide with keys other nodes issue).
     fn check_database(&mut self) -> Result<Option<String>, fleet::FleetError> {
         let target = self.db.target().to_owned();
-        let secret = match fleet::load_secret(&mut self.db) {
-            Ok(s) => s,
-            Err(fleet::FleetError::Schema(why)) => return Ok(Some(format!("fleet: {why}"))),
-            Err(e) => return Err(e),
-        };
-        if secret != self.secret {
-            return Ok(Some(format!(
-                "fleet: the key-space secret in {target} is not the one data dir {} adopted: \
-                 it is another fleet's database; point --fleet-pg at this fleet's, or start \
-                 the node on an empty data dir",
-                self.data_dir.display()
-            )));
-        }
-        if fleet::show_namespace(&mut self.db, &self.namespace)?.is_none() {
-            return Ok(Some(format!(
-                "fleet: namespace {:?} does not exist in {target}",
-                self.namespace
-            )));
-        }
-        Ok(None)
+        Ok(
+            match crate::fleet_node::requirements(&mut self.db, &self.namespace)? {
+                Err(why) => Some(format!("fleet: {why}")),
+                Ok(r) if r.secret != self.secret => Some(format!(
+                    "fleet: the key-space secret in {target} is not the one data dir {} \
+                     adopted: it is another fleet's database; point --fleet-pg at this fleet's, \
+                     or start the node on an empty data dir",
+                    self.data_dir.display()
+                )),
+                Ok(_) => None,
+            },
+        )
     }
 
     /// [`unfollowable`] for the running feed, reporting what it found.
