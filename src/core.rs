@@ -117,6 +117,9 @@ impl Core {
             doorbell_buf: Box::new(0),
             idle: crate::idle::IdleMeter::new(0),
         };
+        // SAFETY: sched_getcpu has no arguments; the executor is pinned, so the answer holds.
+        let cpu = unsafe { libc::sched_getcpu() };
+        core.mesh.my_doorbell().cpu.store(cpu, Ordering::Release);
         core.arm_accept()?;
         core.arm_doorbell()?;
         Ok(core)

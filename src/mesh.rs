@@ -23,7 +23,7 @@ use crate::key::InlineKey;
 use crossbeam::queue::ArrayQueue;
 use shards::link::RedirectStatus;
 use std::collections::VecDeque;
-use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;
 
 /// Capacity of each core-to-core queue. A full queue is not an error: the sender keeps the
@@ -304,6 +304,10 @@ impl From<CacheMsg> for MeshMsg {
 pub struct Doorbell {
     pub fd: i32,
     pub parked: AtomicBool,
+    /// The CPU the core runs on (-1 until it started): service threads that share CPUs with
+    /// cores read it with `parked` to step aside for a core that wants its CPU
+    /// (`analytics::step_aside`).
+    pub cpu: AtomicI32,
 }
 
 /// All cores' doorbells, shared by every core.
@@ -321,6 +325,7 @@ impl Doorbells {
             v.push(Doorbell {
                 fd,
                 parked: AtomicBool::new(false),
+                cpu: AtomicI32::new(-1),
             });
         }
         Ok(Doorbells(v))

@@ -19,6 +19,7 @@ use super::classify::{self, Classifier, StringCache, UaClass, Vocabulary};
 use super::combiner::{Batch, CoreMsg, StrKind};
 use super::salts::SaltBook;
 use super::stats::{self, StatsQuery};
+use super::step_aside::StepAside;
 use super::{ClickStats, Control, ToCore, CLICK_SYNC_INTERVAL_MS};
 use crate::router::Router;
 use crate::service::Outlets;
@@ -79,6 +80,8 @@ pub struct AggregatorSetup {
     /// Fleet mode: where durable states go to be flushed to the fleet database
     /// (`analytics::fleet`).
     pub fleet: Option<Sender<super::fleet::FlushPart>>,
+    /// The cores' doorbells: where each core runs and whether it is parked (`step_aside`).
+    pub bells: Arc<crate::mesh::Doorbells>,
 }
 
 /// What filters a purged key: per source core, the last message number holding clicks of
@@ -120,9 +123,8 @@ pub struct Aggregator {
     /// the sync that made them durable failed and is retried first).
     fleet_part: super::fleet::FlushPart,
     fleet_unsynced: super::fleet::FlushPart,
-    /// Whether the thread runs at nice 19 only (`SCHED_IDLE` refused) and so must step aside
-    /// itself every [`YIELD_EVERY`] entries.
-    must_yield: bool,
+    /// Yield points of the long loops: the CPU goes back to a core that wants it.
+    pause: StepAside,
 }
 
 impl Aggregator {
@@ -155,14 +157,14 @@ impl Aggregator {
             retry_lines: (Vec::new(), 0),
             fleet_part: super::fleet::FlushPart::default(),
             fleet_unsynced: super::fleet::FlushPart::default(),
-            must_yield: true,
+            pause: StepAside::new(s.bells.clone(), true),
             s,
         }
     }
 
     /// The thread's loop; returns once its core and every peer closed.
     pub fn run(mut self) {
-        self.must_yield = !yield_to_cores(self.s.me);
+        self.pause = StepAside::new(self.s.bells.clone(), yield_to_cores(self.s.me));
         self.apply_retention(true);
         let n = self.s.router.cores();
         loop {
@@ -207,15 +209,6 @@ impl Aggregator {
                 self.apply_retention(false);
                 self.expire_filters();
             }
-        }
-    }
-
-    /// Under nice 19 alone, yields the CPU every [`YIELD_EVERY`] entries. Under `SCHED_IDLE` a
-    /// waking core preempts the thread at once, and a `sched_yield` per 32 entries only cost:
-    /// 17% of the aggregator's CPU in a profile at 20k clicks/s (perf record on the thread).
-    fn step_aside(&self, i: usize) {
-        if self.must_yield && i % YIELD_EVERY == YIELD_EVERY - 1 {
-            std::thread::yield_now();
         }
     }
 
@@ -325,8 +318,8 @@ impl Aggregator {
             .s
             .full
             .then(|| self.s.salts.lock().expect("salt book").salt(b.day));
-        for (i, (key, ctx, count)) in b.entries().enumerate() {
-            self.step_aside(i);
+        for (key, ctx, count) in b.entries() {
+            self.pause.point();
             let owner = self.s.router.owner(key.as_bytes()).core;
             let count = u64::from(count);
             let mut d = Delta {
@@ -458,8 +451,8 @@ impl Aggregator {
         self.last_seq[src] = seq;
         self.through_ms[src] = sealed_ms;
         let st = &self.s.stats.per_core[self.s.me];
-        for (i, d) in deltas.into_iter().enumerate() {
-            self.step_aside(i);
+        for d in deltas {
+            self.pause.point();
             if self
                 .filters
                 .get(&d.key)
@@ -566,8 +559,10 @@ impl Aggregator {
         let part = &mut self.fleet_unsynced;
         let mut nf = Vec::new();
         let x = self.exporter.as_ref();
+        let pause = &mut self.pause;
         self.s.store.drain_dirty(
             |key, day, l| {
+                pause.point();
                 codec::encode_state(key, day, l, &mut bytes);
                 if let Some(x) = x {
                     let id = x.next_id(n, now);
@@ -709,11 +704,6 @@ impl Aggregator {
 /// time and the core's requests waited behind it (p99 from 60 us to 2-4 ms at 5k-20k req/s).
 /// The cost: a core saturated for long leaves its aggregator little CPU, its batches are not
 /// returned, and clicks are dropped (counted) rather than redirects slowed.
-/// Entries classified or merged between two `sched_yield`s when `SCHED_IDLE` was refused and
-/// the thread runs at nice 19 only: a core that wants its CPU waits for at most this many
-/// (tens of microseconds), not for a whole batch (milliseconds).
-pub const YIELD_EVERY: usize = 32;
-
 /// The aggregators' nice value: the lowest, so a busy core keeps nearly all of its CPU (at
 /// 10 they took ~3% of a saturated core's; perf/reports/2026-12-01-cbe994046c-clicks.md).
 pub const AGGREGATOR_NICE: libc::c_int = 19;

@@ -16,6 +16,7 @@ pub mod fleet;
 pub mod page;
 pub mod salts;
 pub mod stats;
+pub mod step_aside;
 
 pub use combiner::{client_ip, referrer_host};
 
@@ -244,7 +245,7 @@ pub fn start(
     let salts = Arc::new(Mutex::new(
         salts::SaltBook::open(&data_dir.join("clicks")).map_err(|e| anyhow::anyhow!(e))?,
     ));
-    let (outlets, inboxes) = Outlets::new(cores, REPLY_QUEUE_CAPACITY, bells);
+    let (outlets, inboxes) = Outlets::new(cores, REPLY_QUEUE_CAPACITY, bells.clone());
     let replies = Arc::new(outlets);
     let fleet = match fleet {
         Some(f) => Some(fleet::FleetClicks::start(
@@ -295,6 +296,7 @@ pub fn start(
             geoip: geoip.clone(),
             fail_sync: cfg.fail_sync,
             fleet: fleet.as_ref().map(|f| f.parts.clone()),
+            bells: bells.clone(),
         };
         let exporter = match &cfg.export_dir {
             Some(d) => Some(
