@@ -11,11 +11,13 @@ pub mod files;
 pub mod frozen;
 pub mod hll;
 pub mod key;
+mod table;
 
 pub use key::ShortKey;
+pub use table::{INDEX_PARTS, MAX_FACET_COUNT, MAX_FACET_VALUES, SLAB_CHUNK};
 
 pub use hll::{Hll, RegUpdate};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A UTC day: days since 1970-01-01.
@@ -194,32 +196,21 @@ impl LinkDay {
     }
 }
 
-/// A link's days, sorted; the first one inline (most links are clicked on one day of the
-/// ones held), so a merge reads one cache line set instead of chasing a pointer.
-type Days = smallvec::SmallVec<[Held; 1]>;
-
-/// A link-day held, and whether it changed since the last [`ClickStore::drain_dirty`].
-#[derive(Clone, Debug)]
-struct Held {
-    day: Day,
-    dirty: bool,
-    data: LinkDay,
-}
-
 /// Every link-day one owner core keeps, plus its server-wide 404 counts, and which of them
 /// changed since they were last logged.
 ///
-/// Layout for millions of links: one hash map entry per link, holding its days in a short
-/// vector sorted by day (most links are clicked on few days); facet values are shared.
+/// Layout for millions of links (`table.rs` draws it): a split index of u32s into a slab of
+/// 64-byte records, one per link, holding its days sorted by day; `full` mode's sketches and
+/// facets in one small allocation per link-day, facet values interned.
 #[derive(Clone, Debug, Default)]
 pub struct ClickStore {
-    links: HashMap<ShortKey, Days, ahash::RandomState>,
+    links: table::Links,
+    values: table::Values,
     not_found: BTreeMap<Day, u64>,
-    /// Link-days changed since the last `drain_dirty` (each listed once: `Held::dirty`).
-    dirty: Vec<(ShortKey, Day)>,
+    /// Slab places of records with link-days changed since the last `drain_dirty` (a place is
+    /// listed when one of its days turns dirty; `Held::dirty` decides what is logged).
+    dirty: Vec<u32>,
     dirty_not_found: Vec<Day>,
-    /// Facet values read back from files, shared.
-    interned: std::collections::HashSet<Arc<str>>,
     /// Closed days frozen into files (`frozen.rs`); memory holds what is newer, and late
     /// clicks of frozen days (added when read).
     frozen: frozen::Frozen,
@@ -236,29 +227,20 @@ impl PartialEq for ClickStore {
 impl ClickStore {
     /// Adds a delta (a flush's clicks of one link-day) and marks the link-day changed.
     pub fn merge(&mut self, d: &Delta) {
-        let days = match self.links.get_mut(&d.key) {
-            Some(v) => v,
-            None => self.links.entry(d.key.clone()).or_default(),
-        };
-        let i = match days.binary_search_by_key(&d.day, |h| h.day) {
-            Ok(i) => i,
-            Err(i) => {
-                days.insert(
-                    i,
-                    Held {
-                        day: d.day,
-                        dirty: false,
-                        data: LinkDay::default(),
-                    },
-                );
-                i
+        let i = self.links.position_or_insert(&d.key);
+        let rec = self.links.at_mut(i);
+        let at = match rec.days.binary_search_by_key(&d.day, |h| h.day) {
+            Ok(at) => at,
+            Err(at) => {
+                rec.days.insert(at, table::Held::new(d.day));
+                at
             }
         };
-        let h = &mut days[i];
-        h.data.add(d);
+        let h = &mut rec.days[at];
+        h.add(d, &mut self.values);
         if !h.dirty {
             h.dirty = true;
-            self.dirty.push((d.key.clone(), d.day));
+            self.dirty.push(i as u32);
         }
     }
 
@@ -275,20 +257,8 @@ impl ClickStore {
     pub fn apply(&mut self, r: &Record) {
         match r {
             Record::State(d) => {
-                let mut data = LinkDay::from_state(d);
-                for f in &mut data.facets {
-                    f.value = self.intern(&f.value);
-                }
-                let days = self.links.entry(d.key.clone()).or_default();
-                let held = Held {
-                    day: d.day,
-                    dirty: false,
-                    data,
-                };
-                match days.binary_search_by_key(&d.day, |h| h.day) {
-                    Ok(i) => days[i] = held,
-                    Err(i) => days.insert(i, held),
-                }
+                let held = table::Held::from_state(d, &mut self.values);
+                self.put(&d.key, held);
             }
             Record::Purge { key } => self.purge(key),
             Record::NotFound { day, count } => {
@@ -301,18 +271,22 @@ impl ClickStore {
         }
     }
 
-    /// Removes every day of `key` (a delete or a reset), frozen ones included.
-    pub fn purge(&mut self, key: &[u8]) {
-        self.links.remove(key);
-        self.frozen.purge(key);
+    /// Sets `key`'s link-day `held.day` to `held` (clean).
+    fn put(&mut self, key: &ShortKey, held: table::Held) {
+        let i = self.links.position_or_insert(key);
+        let days = &mut self.links.at_mut(i).days;
+        match days.binary_search_by_key(&held.day, |h| h.day) {
+            Ok(at) => days[at] = held,
+            Err(at) => days.insert(at, held),
+        }
     }
 
-    fn intern(&mut self, v: &Arc<str>) -> Arc<str> {
-        if let Some(x) = self.interned.get(v) {
-            return x.clone();
+    /// Removes every day of `key` (a delete or a reset), frozen ones included.
+    pub fn purge(&mut self, key: &[u8]) {
+        if let Some((_, Some(moved))) = self.links.remove(key) {
+            self.dirty.push(moved as u32);
         }
-        self.interned.insert(v.clone());
-        v.clone()
+        self.frozen.purge(key);
     }
 
     /// Appends the state record of everything changed since the last call to `out` (what a
@@ -335,17 +309,17 @@ impl ClickStore {
         mut link: impl FnMut(&[u8], Day, &LinkDay),
         mut not_found: impl FnMut(Day, u64),
     ) {
-        for (key, day) in std::mem::take(&mut self.dirty) {
-            let Some(days) = self.links.get_mut(&key) else {
-                continue; // Purged since.
-            };
-            let Ok(i) = days.binary_search_by_key(&day, |h| h.day) else {
-                continue; // Dropped by retention since.
-            };
-            let h = &mut days[i];
-            if h.dirty {
+        let mut view = LinkDay::default();
+        for i in std::mem::take(&mut self.dirty) {
+            let i = i as usize;
+            if i >= self.links.len() {
+                continue; // Listed before a removal shortened the slab.
+            }
+            let rec = self.links.at_mut(i);
+            for h in rec.days.iter_mut().filter(|h| h.dirty) {
                 h.dirty = false;
-                link(&key, day, &h.data);
+                h.view_into(&self.values, &mut view);
+                link(rec.key.as_bytes(), h.day, &view);
             }
         }
         for day in std::mem::take(&mut self.dirty_not_found) {
@@ -370,24 +344,23 @@ impl ClickStore {
 
     /// Whether nothing is held.
     pub fn is_empty(&self) -> bool {
-        self.links.is_empty() && self.not_found.is_empty()
+        self.links.len() == 0 && self.not_found.is_empty()
     }
 
     /// The days of `key` in `from..=to` that have clicks, in day order: memory's, frozen
     /// ones, and a frozen day's late clicks added to its file's.
     pub fn days(&self, key: &[u8], from: Day, to: Day) -> std::vec::IntoIter<(Day, LinkDay)> {
-        let mut out: Vec<(Day, LinkDay)> = self
-            .links
-            .get(key)
-            .into_iter()
-            .flat_map(|v| {
-                let start = v.partition_point(|h| h.day < from);
-                v[start..]
+        let mut out: Vec<(Day, LinkDay)> = match self.links.get(key) {
+            None => Vec::new(),
+            Some(rec) => {
+                let start = rec.days.partition_point(|h| h.day < from);
+                rec.days[start..]
                     .iter()
-                    .take_while(move |h| h.day <= to)
-                    .map(|h| (h.day, h.data.clone()))
-            })
-            .collect();
+                    .take_while(|h| h.day <= to)
+                    .map(|h| (h.day, h.view(&self.values)))
+                    .collect()
+            }
+        };
         for f in self.frozen.range(from, to) {
             if !self.frozen.visible(key, f) {
                 continue;
@@ -406,10 +379,12 @@ impl ClickStore {
     /// frozen day with late clicks comes in two parts (the file's and memory's); their
     /// counts add up.
     pub fn for_each_link_day(&self, from: Day, to: Day, mut f: impl FnMut(&[u8], Day, &LinkDay)) {
-        for (k, v) in &self.links {
-            let start = v.partition_point(|h| h.day < from);
-            for h in v[start..].iter().take_while(|h| h.day <= to) {
-                f(k, h.day, &h.data);
+        let mut view = LinkDay::default();
+        for rec in self.links.iter() {
+            let start = rec.days.partition_point(|h| h.day < from);
+            for h in rec.days[start..].iter().take_while(|h| h.day <= to) {
+                h.view_into(&self.values, &mut view);
+                f(rec.key.as_bytes(), h.day, &view);
             }
         }
         for file in self.frozen.range(from, to) {
@@ -449,22 +424,26 @@ impl ClickStore {
         seq: u64,
     ) -> Result<usize, crate::Error> {
         let mut by_day: BTreeMap<Day, BTreeMap<ShortKey, LinkDay>> = BTreeMap::new();
-        for (k, days) in &self.links {
-            for h in days.iter().filter(|h| h.day <= through && !h.dirty) {
+        for rec in self.links.iter() {
+            for h in rec.days.iter().filter(|h| h.day <= through && !h.dirty) {
                 by_day
                     .entry(h.day)
                     .or_default()
-                    .insert(k.clone(), h.data.clone());
+                    .insert(rec.key.clone(), h.view(&self.values));
             }
         }
         let mut done = std::collections::BTreeSet::new();
         let result = self.write_frozen(dir, core, seq, by_day, &mut done);
         // One pass over memory for every day frozen, also after a failure midway (a day
         // both frozen and in memory would count twice).
-        self.links.retain(|_, days| {
-            days.retain(|h| h.dirty || !done.contains(&h.day));
-            !days.is_empty()
-        });
+        let dirty = &mut self.dirty;
+        self.links.retain(
+            |rec| {
+                rec.days.retain(|h| h.dirty || !done.contains(&h.day));
+                !rec.days.is_empty()
+            },
+            |moved| dirty.push(moved as u32),
+        );
         self.frozen.prune_purges();
         result.map(|()| done.len())
     }
@@ -509,8 +488,8 @@ impl ClickStore {
     /// Whether memory holds a link-day of a day up to `through` (a snapshot would freeze it).
     pub fn holds_days_through(&self, through: Day) -> bool {
         self.links
-            .values()
-            .any(|days| days.first().is_some_and(|h| h.day <= through))
+            .iter()
+            .any(|rec| rec.days.first().is_some_and(|h| h.day <= through))
     }
 
     /// Moves every frozen link-day back into memory (a core-count fold re-splits them).
@@ -521,20 +500,18 @@ impl ClickStore {
                 if !frozen.visible(&k, f) {
                     continue;
                 }
-                let day = f.day();
-                let days = self.links.entry(k.clone()).or_default();
-                match days.binary_search_by_key(&day, |h| h.day) {
-                    Ok(i) => days[i].data.add(&l.as_state(&k, day)),
-                    Err(i) => days.insert(
-                        i,
-                        Held {
-                            day,
-                            dirty: false,
-                            data: l,
-                        },
-                    ),
-                }
+                self.add_day(&k, f.day(), &l);
             }
+        }
+    }
+
+    /// Adds a link-day's figures to what is held of it (clean).
+    fn add_day(&mut self, key: &ShortKey, day: Day, l: &LinkDay) {
+        let i = self.links.position_or_insert(key);
+        let days = &mut self.links.at_mut(i).days;
+        match days.binary_search_by_key(&day, |h| h.day) {
+            Ok(at) => days[at].add(&l.as_state(key, day), &mut self.values),
+            Err(at) => days.insert(at, table::Held::from_view(day, l, &mut self.values)),
         }
     }
 
@@ -558,12 +535,16 @@ impl ClickStore {
     /// Drops every day before `first_kept` (retention); returns the link-days dropped.
     pub fn drop_before(&mut self, first_kept: Day) -> usize {
         let mut dropped = 0;
-        self.links.retain(|_, days| {
-            let cut = days.partition_point(|h| h.day < first_kept);
-            dropped += cut;
-            days.drain(..cut);
-            !days.is_empty()
-        });
+        let dirty = &mut self.dirty;
+        self.links.retain(
+            |rec| {
+                let cut = rec.days.partition_point(|h| h.day < first_kept);
+                dropped += cut;
+                rec.days.drain(..cut);
+                !rec.days.is_empty()
+            },
+            |moved| dirty.push(moved as u32),
+        );
         self.not_found = self.not_found.split_off(&first_kept);
         let kept = self.frozen.days.split_off(&first_kept);
         dropped += std::mem::replace(&mut self.frozen.days, kept)
@@ -576,9 +557,10 @@ impl ClickStore {
 
     /// The whole store as records that rebuild it (a snapshot).
     pub fn to_records(&self) -> impl Iterator<Item = Record> + '_ {
-        let links = self.links.iter().flat_map(|(k, days)| {
-            days.iter()
-                .map(move |h| Record::State(h.data.as_state(k, h.day)))
+        let links = self.links.iter().flat_map(move |rec| {
+            rec.days
+                .iter()
+                .map(move |h| Record::State(h.view(&self.values).as_state(&rec.key, h.day)))
         });
         let nf = self
             .not_found
@@ -600,33 +582,34 @@ impl ClickStore {
     /// Moves every link for which `keep` says no into a new store (a core-count fold).
     pub fn split_off_by(&mut self, mut keep: impl FnMut(&[u8]) -> bool) -> ClickStore {
         let mut out = ClickStore::default();
-        let keys: Vec<ShortKey> = self.links.keys().filter(|k| !keep(k)).cloned().collect();
-        for k in keys {
-            let v = self.links.remove(&k).expect("listed");
-            out.links.insert(k, v);
+        let mut moved = Vec::new();
+        let values = &self.values;
+        let dirty = &mut self.dirty;
+        self.links.retain(
+            |rec| {
+                if keep(rec.key.as_bytes()) {
+                    return true;
+                }
+                for h in &rec.days {
+                    moved.push((rec.key.clone(), h.day, h.view(values)));
+                }
+                false
+            },
+            |i| dirty.push(i as u32),
+        );
+        for (k, day, l) in moved {
+            out.add_day(&k, day, &l);
         }
         out
     }
 
     /// Merges `other` into this store (a fold: a link is on one core only, so its days are
     /// taken whole; 404 counts add up).
-    pub fn absorb(&mut self, other: ClickStore) {
-        for (k, v) in other.links {
-            match self.links.get_mut(&k) {
-                None => {
-                    self.links.insert(k, v);
-                }
-                Some(mine) => {
-                    for h in v {
-                        match mine.binary_search_by_key(&h.day, |x| x.day) {
-                            Ok(i) => {
-                                let d = h.data.as_state(&k, h.day);
-                                mine[i].data.add(&d);
-                            }
-                            Err(i) => mine.insert(i, h),
-                        }
-                    }
-                }
+    pub fn absorb(&mut self, mut other: ClickStore) {
+        let values = std::mem::take(&mut other.values);
+        for rec in other.links.drain() {
+            for h in &rec.days {
+                self.add_day(&rec.key, h.day, &h.view(&values));
             }
         }
         for (d, n) in other.not_found {
@@ -636,7 +619,7 @@ impl ClickStore {
 
     /// Link-days held in memory (frozen ones: `frozen().link_days()`).
     pub fn link_days(&self) -> usize {
-        self.links.values().map(|d| d.len()).sum()
+        self.links.iter().map(|r| r.days.len()).sum()
     }
 
     /// Takes the 404 counts out (a fold keeps them on core 0 only).

@@ -4,21 +4,117 @@
 //! visitors and five facet values per link-day), and prints the resident memory it took, then
 //! freezes the day (`shards::clicks::frozen`) and prints its file's bytes per link-day.
 //!
-//!   clickmem [N=1000000]
+//! Then the traffic workloads the latency benchmarks send (`loadgen --click-headers`): M clicks
+//! (default 3 N) over N links with uniform and with Zipf(1.1) popularity, each click one delta
+//! as an owner aggregator merges it: the visitor (one of 65,536 addresses and six user agents)
+//! in the sketch, and its referrer (five hosts or none), country, browser, OS and device
+//! (a crawler's as bot clicks). It prints the bytes per link-day held.
+//!
+//!   clickmem [N=1000000] [M=3N]
 
+use ricochet_tools::loadgen::zipf::{KeyDist, KeySampler};
+use ricochet_tools::rng::Rng;
 use shards::clicks::{hll, ClickStore, Delta, FacetCount, FacetKind, ShortKey};
 use std::sync::Arc;
 
+/// Resident bytes now, after giving freed memory back (a workload measured after another must
+/// not reuse its freed pages unseen).
 fn rss_bytes() -> u64 {
+    // SAFETY: malloc_trim has no preconditions.
+    unsafe { libc::malloc_trim(0) };
     let s = std::fs::read_to_string("/proc/self/statm").expect("procfs");
     let pages: u64 = s.split_whitespace().nth(1).unwrap().parse().unwrap();
     pages * 4096
+}
+
+/// The classes of the user agents `loadgen --click-headers` rotates through: browser, OS,
+/// device, and whether it is a crawler.
+const UA_CLASSES: [(&str, &str, &str, bool); 6] = [
+    ("Chrome", "Windows", "desktop", false),
+    ("Safari", "macOS", "desktop", false),
+    ("Firefox", "Linux", "desktop", false),
+    ("Mobile Safari", "iOS", "mobile", false),
+    ("Chrome Mobile", "Android", "mobile", false),
+    ("Googlebot", "Other", "bot", true),
+];
+/// The referrer hosts it rotates through, and none.
+const REFERRERS: [&str; 6] = [
+    "www.google.com",
+    "t.co",
+    "news.ycombinator.com",
+    "www.reddit.com",
+    "mail.example.com",
+    "(direct)",
+];
+
+/// M clicks over N links with `dist` popularity, merged one delta per click; prints the
+/// resident bytes per link-day held.
+fn traffic(n: u64, m: u64, dist: &str) {
+    let sampler = KeySampler::new(n, dist.parse::<KeyDist>().expect("a distribution"));
+    let mut rng = Rng::new(1);
+    let intern = |v: &str| -> Arc<str> { Arc::from(v) };
+    let uas: Vec<[Arc<str>; 3]> = UA_CLASSES
+        .iter()
+        .map(|(b, o, d, _)| [intern(b), intern(o), intern(d)])
+        .collect();
+    let refs: Vec<Arc<str>> = REFERRERS.iter().map(|r| intern(r)).collect();
+    let country = intern("ZZ");
+    let before = rss_bytes();
+    let mut store = ClickStore::default();
+    for c in 0..m {
+        let i = sampler.sample(&mut rng);
+        let key = format!("{:07x}", i.wrapping_mul(0x9E37_79B9) & 0xfff_ffff);
+        let mix = c.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let ua = (mix >> 60) as usize % UA_CLASSES.len();
+        let referrer = &refs[(mix >> 40) as usize % refs.len()];
+        let ip = (mix >> 16) & 0xffff;
+        let bot = UA_CLASSES[ua].3;
+        let visitor = hll::update_of(
+            (ip << 8 | ua as u64 ^ i.rotate_left(17)).wrapping_mul(0xff51_afd7_ed55_8ccd),
+        );
+        let facets = [
+            (FacetKind::Referrer, referrer),
+            (FacetKind::Country, &country),
+            (FacetKind::Browser, &uas[ua][0]),
+            (FacetKind::Os, &uas[ua][1]),
+            (FacetKind::Device, &uas[ua][2]),
+        ];
+        store.merge(&Delta {
+            key: ShortKey::new(key.as_bytes()),
+            day: 20_000,
+            clicks: 1,
+            bot_clicks: u64::from(bot),
+            humans: if bot { vec![] } else { vec![visitor] },
+            bots: if bot { vec![visitor] } else { vec![] },
+            facets: facets
+                .iter()
+                .map(|(kind, v)| FacetCount {
+                    kind: *kind,
+                    bot,
+                    value: (*v).clone(),
+                    count: 1,
+                })
+                .collect(),
+        });
+    }
+    let mut sink = Vec::new();
+    store.encode_dirty(&mut sink);
+    drop(sink);
+    let after = rss_bytes();
+    println!(
+        "full, {dist}: {m} clicks on {} link-days, {:.0} bytes resident per link-day",
+        store.link_days(),
+        (after.saturating_sub(before)) as f64 / store.link_days() as f64,
+    );
 }
 
 fn main() {
     let n: u64 = std::env::args()
         .nth(1)
         .map_or(1_000_000, |s| s.parse().expect("a count"));
+    let m: u64 = std::env::args()
+        .nth(2)
+        .map_or(3 * n, |s| s.parse().expect("a count of clicks"));
     let values: Vec<Arc<str>> = ["t.co", "ZZ", "Chrome", "Windows 10", "desktop"]
         .iter()
         .map(|v| Arc::from(*v))
@@ -90,5 +186,8 @@ fn main() {
             store.link_days()
         );
         drop(store);
+    }
+    for dist in ["uniform", "zipf:1.1"] {
+        traffic(n, m, dist);
     }
 }
