@@ -38,6 +38,8 @@ use std::time::{Duration, Instant};
 pub const MAX_PEER_OUTBOX: usize = 64;
 /// The click log is replaced by a snapshot once it passes this many bytes.
 pub const CLICK_LOG_SNAPSHOT_BYTES: u64 = 64 << 20;
+/// Capacity of the sync buffer kept for the next sync (a larger one, after a burst, is freed).
+pub const SYNC_BUFFER_KEPT_BYTES: usize = 16 << 20;
 /// How long a purged key's filter (what keeps late batches from reviving it) lives at most
 /// when some core never sends again.
 pub const PURGE_FILTER_TTL: Duration = Duration::from_secs(600);
@@ -113,6 +115,9 @@ pub struct Aggregator {
     peers_closed: usize,
     /// A sync failed: these frames are written first by the next one.
     retry: Vec<u8>,
+    /// The sync's buffer, kept between syncs (growing it anew each second cost page faults
+    /// and copies on the cores' CPUs).
+    buf: Vec<u8>,
     failing: bool,
     /// Log bytes past which the next snapshot is written.
     snapshot_after: u64,
@@ -152,6 +157,7 @@ impl Aggregator {
             peers_closed: 0,
             failing: false,
             retry: Vec::new(),
+            buf: Vec::new(),
             snapshot_after: CLICK_LOG_SNAPSHOT_BYTES,
             exporter,
             retry_lines: (Vec::new(), 0),
@@ -164,7 +170,12 @@ impl Aggregator {
 
     /// The thread's loop; returns once its core and every peer closed.
     pub fn run(mut self) {
-        self.pause = StepAside::new(self.s.bells.clone(), yield_to_cores(self.s.me));
+        let sched_idle = yield_to_cores(self.s.me);
+        self.pause = StepAside::new(self.s.bells.clone(), sched_idle);
+        // The store's own long loops (logging, snapshots, retention, whole-store queries)
+        // step aside the same way.
+        let mut store_pause = StepAside::new(self.s.bells.clone(), sched_idle);
+        self.s.store.set_pause(Box::new(move || store_pause.point()));
         self.apply_retention(true);
         let n = self.s.router.cores();
         loop {
@@ -270,6 +281,7 @@ impl Aggregator {
             self.s.epoch.fetch_add(1, Ordering::AcqRel);
         }
         for c in &b.carried {
+            self.pause.point();
             let bytes = b.string(c);
             match c.kind {
                 StrKind::UserAgent => {
@@ -552,17 +564,19 @@ impl Aggregator {
     /// fdatasync (after anything a failed write left); then exports them and, in fleet mode,
     /// hands them to the flusher.
     fn sync(&mut self) {
-        let mut bytes = std::mem::take(&mut self.retry);
+        let mut bytes = if self.retry.is_empty() {
+            std::mem::take(&mut self.buf)
+        } else {
+            std::mem::take(&mut self.retry)
+        };
         let now = super::combiner::unix_ms();
         let (mut lines, mut n) = std::mem::take(&mut self.retry_lines);
         let fleet = self.s.fleet.is_some();
         let part = &mut self.fleet_unsynced;
         let mut nf = Vec::new();
         let x = self.exporter.as_ref();
-        let pause = &mut self.pause;
         self.s.store.drain_dirty(
             |key, day, l| {
-                pause.point();
                 codec::encode_state(key, day, l, &mut bytes);
                 if let Some(x) = x {
                     let id = x.next_id(n, now);
@@ -581,7 +595,9 @@ impl Aggregator {
                 part.not_found.push((*day, *count));
             }
         }
-        if !bytes.is_empty() {
+        if bytes.is_empty() {
+            self.buf = bytes;
+        } else {
             if !self.write(bytes) {
                 self.retry_lines = (lines, n);
                 return;
@@ -631,6 +647,11 @@ impl Aggregator {
         };
         match result {
             Ok(()) => {
+                let mut bytes = bytes;
+                if bytes.capacity() <= SYNC_BUFFER_KEPT_BYTES {
+                    bytes.clear();
+                    self.buf = bytes;
+                }
                 st.syncs.fetch_add(1, Ordering::Relaxed);
                 if self.failing {
                     eprintln!("clicks core {}: click log writes work again", self.s.me);

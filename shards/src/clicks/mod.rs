@@ -196,6 +196,34 @@ impl LinkDay {
     }
 }
 
+/// A yield point the store's owner installs ([`ClickStore::set_pause`]): the store's long
+/// loops (logging, snapshots, freezing, retention, whole-store queries) call it once per
+/// link-day, so a thread that shares a CPU with a latency-bound one can step aside mid-loop.
+#[derive(Default)]
+pub struct Pause(Option<std::cell::RefCell<Box<dyn FnMut() + Send>>>);
+
+impl Pause {
+    #[inline]
+    fn point(&self) {
+        if let Some(p) = &self.0 {
+            (p.borrow_mut())();
+        }
+    }
+}
+
+impl Clone for Pause {
+    /// A copy of a store (tests, folds) has no yield point of its own.
+    fn clone(&self) -> Pause {
+        Pause(None)
+    }
+}
+
+impl std::fmt::Debug for Pause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Pause(set)" } else { "Pause(none)" })
+    }
+}
+
 /// Every link-day one owner core keeps, plus its server-wide 404 counts, and which of them
 /// changed since they were last logged.
 ///
@@ -214,6 +242,7 @@ pub struct ClickStore {
     /// Closed days frozen into files (`frozen.rs`); memory holds what is newer, and late
     /// clicks of frozen days (added when read).
     frozen: frozen::Frozen,
+    pause: Pause,
 }
 
 impl PartialEq for ClickStore {
@@ -225,6 +254,11 @@ impl PartialEq for ClickStore {
 }
 
 impl ClickStore {
+    /// Installs the yield point the long loops call once per link-day.
+    pub fn set_pause(&mut self, f: Box<dyn FnMut() + Send>) {
+        self.pause = Pause(Some(std::cell::RefCell::new(f)));
+    }
+
     /// Adds a delta (a flush's clicks of one link-day) and marks the link-day changed.
     pub fn merge(&mut self, d: &Delta) {
         let i = self.links.position_or_insert(&d.key);
@@ -317,6 +351,7 @@ impl ClickStore {
             }
             let rec = self.links.at_mut(i);
             for h in rec.days.iter_mut().filter(|h| h.dirty) {
+                self.pause.point();
                 h.dirty = false;
                 h.view_into(&self.values, &mut view);
                 link(rec.key.as_bytes(), h.day, &view);
@@ -383,12 +418,14 @@ impl ClickStore {
         for rec in self.links.iter() {
             let start = rec.days.partition_point(|h| h.day < from);
             for h in rec.days[start..].iter().take_while(|h| h.day <= to) {
+                self.pause.point();
                 h.view_into(&self.values, &mut view);
                 f(rec.key.as_bytes(), h.day, &view);
             }
         }
         for file in self.frozen.range(from, to) {
             for (k, l) in file.iter() {
+                self.pause.point();
                 if self.frozen.visible(&k, file) {
                     f(&k, file.day(), &l);
                 }
@@ -426,6 +463,7 @@ impl ClickStore {
         let mut by_day: BTreeMap<Day, BTreeMap<ShortKey, LinkDay>> = BTreeMap::new();
         for rec in self.links.iter() {
             for h in rec.days.iter().filter(|h| h.day <= through && !h.dirty) {
+                self.pause.point();
                 by_day
                     .entry(h.day)
                     .or_default()
@@ -436,9 +474,10 @@ impl ClickStore {
         let result = self.write_frozen(dir, core, seq, by_day, &mut done);
         // One pass over memory for every day frozen, also after a failure midway (a day
         // both frozen and in memory would count twice).
-        let dirty = &mut self.dirty;
+        let (dirty, pause) = (&mut self.dirty, &self.pause);
         self.links.retain(
             |rec| {
+                pause.point();
                 rec.days.retain(|h| h.dirty || !done.contains(&h.day));
                 !rec.days.is_empty()
             },
@@ -535,9 +574,10 @@ impl ClickStore {
     /// Drops every day before `first_kept` (retention); returns the link-days dropped.
     pub fn drop_before(&mut self, first_kept: Day) -> usize {
         let mut dropped = 0;
-        let dirty = &mut self.dirty;
+        let (dirty, pause) = (&mut self.dirty, &self.pause);
         self.links.retain(
             |rec| {
+                pause.point();
                 let cut = rec.days.partition_point(|h| h.day < first_kept);
                 dropped += cut;
                 rec.days.drain(..cut);
@@ -558,9 +598,10 @@ impl ClickStore {
     /// The whole store as records that rebuild it (a snapshot).
     pub fn to_records(&self) -> impl Iterator<Item = Record> + '_ {
         let links = self.links.iter().flat_map(move |rec| {
-            rec.days
-                .iter()
-                .map(move |h| Record::State(h.view(&self.values).as_state(&rec.key, h.day)))
+            rec.days.iter().map(move |h| {
+                self.pause.point();
+                Record::State(h.view(&self.values).as_state(&rec.key, h.day))
+            })
         });
         let nf = self
             .not_found
