@@ -4,7 +4,9 @@
 # On a clean Debian machine: installs nginx and wrk, generates links with datagen, builds
 # ricochet (release), imports, writes an nginx config serving the same links, then measures
 #   (a) wrk throughput, non-pipelined and pipelined (depth 16), random keys;
-#   (b) loadgen open-loop latency at fixed rates and the max rate holding the p99 SLO;
+#   (b) loadgen open-loop latency at fixed rates and the max rate holding the p99 SLO, with
+#       the headers real clients send (User-Agent, Referer, X-Forwarded-For: --click-headers),
+#       ricochet as users run it (click analytics at its default, `full`);
 #   (c) RSS, startup time (until /readyz answers 200) and disk bytes, at PERF_LINKS links
 #       (and 10M with PERF_10M=1);
 #   (d) ricochet's durable creates per second (skipped if POST /api/v1/urls is not served).
@@ -416,14 +418,14 @@ run_loadgen() {
     for rate in $rates; do
         log "loadgen $server at $rate req/s"
         run taskset -c "$load_cpu" "$bin/loadgen" --target "127.0.0.1:$port" --links "$tsv" \
-            --rate "$rate" --duration "${duration_s}s" --warmup "${warmup_s}s" \
+            --rate "$rate" --duration "${duration_s}s" --warmup "${warmup_s}s" --click-headers \
             --connections "$conns" --cpu "$load_cpu" --json "$out/loadgen-$server-$rate.json" \
             >"$out/loadgen-$server-$rate.txt" 2>&1 ||
             log "loadgen $server $rate reported errors (see loadgen-$server-$rate.txt)"
     done
     log "loadgen $server --max (SLO p99 $slo)"
     run taskset -c "$load_cpu" "$bin/loadgen" --target "127.0.0.1:$port" --links "$tsv" \
-        --max --slo-p99 "$slo" --rate 10000 --duration "${duration_s}s" --warmup "${warmup_s}s" \
+        --max --slo-p99 "$slo" --rate 10000 --duration "${duration_s}s" --warmup "${warmup_s}s" --click-headers \
         --connections "$conns" --cpu "$load_cpu" --json "$out/loadgen-$server-max.json" \
         >"$out/loadgen-$server-max.txt" 2>&1 ||
         log "loadgen $server --max reported errors (see loadgen-$server-max.txt)"

@@ -9,6 +9,7 @@ pub mod client;
 pub mod clock;
 pub mod conns;
 pub mod core;
+pub mod cpus;
 pub mod fleet_node;
 pub mod fleet_regen;
 pub mod fleet_sync;

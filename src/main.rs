@@ -102,6 +102,12 @@ struct ServeArgs {
     /// Cores to run on (default: every CPU this process may use).
     #[arg(long)]
     cores: Option<usize>,
+    /// CPUs of the click aggregators' own (a list like `taskset -c` takes: `6,7` or `6-7`):
+    /// the cores run on the other CPUs this process may use, and never share theirs. Without
+    /// it, aggregators share the cores' CPUs at the lowest priority and step aside for them.
+    #[arg(long, value_name = "LIST", env = "RICOCHET_SERVICE_CPUS",
+          value_parser = ricochet::cpus::parse_list)]
+    service_cpus: Option<Vec<usize>>,
     /// Base of `short_url` in API responses, e.g. https://sho.rt
     #[arg(long, value_parser = parse_public_url)]
     public_url: Option<String>,
@@ -359,6 +365,7 @@ fn main() -> ExitCode {
                     export_dir: a.click_export,
                     geoip: a.geoip,
                     fail_sync: a.fault_fail_click_sync,
+                    service_cpus: a.service_cpus,
                 },
                 fleet: a.fleet_pg.map(|url| ricochet::fleet_node::FleetOptions {
                     url,

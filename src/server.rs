@@ -117,7 +117,10 @@ fn open_local_authority(
 
 /// Runs the server until SIGTERM/SIGINT has drained it.
 pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
-    let cpus = allowed_cpus().context("reading the CPU affinity mask")?;
+    let allowed = crate::cpus::allowed().context("reading the CPU affinity mask")?;
+    // `--service-cpus`: the aggregators' own CPUs are not the cores'.
+    let cpus = crate::cpus::split(&allowed, opts.analytics.service_cpus.as_deref())
+        .map_err(|e| anyhow::anyhow!(e))?;
     let cores = opts.cores.unwrap_or(cpus.len());
     if cores == 0 {
         bail!("--cores must be at least 1");
@@ -566,22 +569,6 @@ fn open_tables(dir: &DataDir, router: &Router) -> anyhow::Result<Vec<Option<Tabl
         }
     }
     Ok(tables)
-}
-
-/// The CPUs this process may run on.
-fn allowed_cpus() -> std::io::Result<Vec<usize>> {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most its size.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 is the calling thread; the pointer and size describe `set`.
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok((0..libc::CPU_SETSIZE as usize)
-        // SAFETY: `i` is below CPU_SETSIZE and `set` is initialized.
-        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
-        .collect())
 }
 
 /// Makes `cores` executors fit the locked-memory limit: raise the limit if we may, else

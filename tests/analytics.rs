@@ -1006,3 +1006,71 @@ fn past_days_are_frozen_into_files_and_still_answered_and_purged() {
     let mut c = Client::new(&s);
     assert_eq!(settled(&mut c, &key, "")["summary"]["clicks"], 0);
 }
+
+/// The CPUs a thread of `pid` named `name` may run on, from /proc (`Cpus_allowed_list`).
+fn thread_cpus(pid: u32, name: &str) -> String {
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let t = t.unwrap().path();
+        let comm = std::fs::read_to_string(t.join("comm")).unwrap_or_default();
+        if comm.trim() == name {
+            let status = std::fs::read_to_string(t.join("status")).unwrap();
+            let line = status
+                .lines()
+                .find(|l| l.starts_with("Cpus_allowed_list:"))
+                .unwrap();
+            return line.split_once(':').unwrap().1.trim().to_owned();
+        }
+    }
+    panic!("no thread named {name}");
+}
+
+#[test]
+fn service_cpus_give_the_aggregators_cpus_the_cores_do_not_use() {
+    let allowed = ricochet::cpus::allowed().unwrap();
+    assert!(
+        allowed.len() >= 2,
+        "this test needs 2 CPUs (the CI machine has them): {allowed:?}"
+    );
+    let (core_cpu, service_cpu) = (allowed[0], allowed[1]);
+    let (_t, dir) = data_dir();
+    let service = service_cpu.to_string();
+    let s = start(&dir, &flags(&["--cores", "1", "--service-cpus", &service]));
+    assert_eq!(thread_cpus(s.child.id(), "ricochet-clicks"), service);
+    assert_eq!(
+        thread_cpus(s.child.id(), "ricochet-core-0"),
+        core_cpu.to_string()
+    );
+    // Clicks are counted as without it.
+    let mut c = Client::new(&s);
+    let r = c.create(&json!({"long_url": "https://example.com/s", "custom_alias": "svc"}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    for _ in 0..3 {
+        assert_eq!(click(&mut c, "svc", &[("User-Agent", CHROME)]), 302);
+    }
+    let v = settled(&mut c, "svc", "bots=include");
+    assert_eq!(v["summary"]["clicks"].as_u64().unwrap(), 3, "{v}");
+    drop(c);
+    s.terminate();
+
+    // A list that leaves the cores nothing, or names a CPU the process may not use, is
+    // refused naming the flag.
+    let every: Vec<String> = allowed.iter().map(|c| c.to_string()).collect();
+    let e = common::api::try_start(&dir, &flags(&["--service-cpus", &every.join(",")]))
+        .err()
+        .expect("refused");
+    assert!(
+        e.contains("--service-cpus") && e.contains("leaves none"),
+        "{e}"
+    );
+    let e = common::api::try_start(&dir, &flags(&["--service-cpus", "1023"]))
+        .err()
+        .expect("refused");
+    assert!(
+        e.contains("--service-cpus") && e.contains("CPU 1023"),
+        "{e}"
+    );
+    let e = common::api::try_start(&dir, &flags(&["--service-cpus", "x"]))
+        .err()
+        .expect("refused");
+    assert!(e.contains("--service-cpus") && e.contains("'x'"), "{e}");
+}

@@ -84,6 +84,8 @@ pub struct AggregatorSetup {
     pub fleet: Option<Sender<super::fleet::FlushPart>>,
     /// The cores' doorbells: where each core runs and whether it is parked (`step_aside`).
     pub bells: Arc<crate::mesh::Doorbells>,
+    /// `--service-cpus`: the CPUs this thread is pinned to (none of them a core's).
+    pub cpus: Option<Vec<usize>>,
 }
 
 /// What filters a purged key: per source core, the last message number holding clicks of
@@ -170,12 +172,22 @@ impl Aggregator {
 
     /// The thread's loop; returns once its core and every peer closed.
     pub fn run(mut self) {
+        if let Some(cpus) = &self.s.cpus {
+            if let Err(e) = crate::cpus::pin_current_thread(cpus) {
+                eprintln!(
+                    "clicks core {}: cannot pin the aggregator to --service-cpus {cpus:?} ({e}); it shares the cores' CPUs",
+                    self.s.me
+                );
+            }
+        }
         let sched_idle = yield_to_cores(self.s.me);
         self.pause = StepAside::new(self.s.bells.clone(), sched_idle);
         // The store's own long loops (logging, snapshots, retention, whole-store queries)
         // step aside the same way.
         let mut store_pause = StepAside::new(self.s.bells.clone(), sched_idle);
-        self.s.store.set_pause(Box::new(move || store_pause.point()));
+        self.s
+            .store
+            .set_pause(Box::new(move || store_pause.point()));
         self.apply_retention(true);
         let n = self.s.router.cores();
         loop {

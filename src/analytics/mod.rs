@@ -82,6 +82,9 @@ pub struct AnalyticsConfig {
     pub geoip: Option<PathBuf>,
     /// Test only (`--fault-fail-click-sync`): every click log write fails.
     pub fail_sync: bool,
+    /// `--service-cpus`: the CPUs the aggregators are pinned to (the cores run on the others);
+    /// `None`: they share the cores' CPUs and step aside (`step_aside`).
+    pub service_cpus: Option<Vec<usize>>,
 }
 
 impl Default for AnalyticsConfig {
@@ -94,6 +97,7 @@ impl Default for AnalyticsConfig {
             export_dir: None,
             geoip: None,
             fail_sync: false,
+            service_cpus: None,
         }
     }
 }
@@ -297,6 +301,7 @@ pub fn start(
             fail_sync: cfg.fail_sync,
             fleet: fleet.as_ref().map(|f| f.parts.clone()),
             bells: bells.clone(),
+            cpus: cfg.service_cpus.clone(),
         };
         let exporter = match &cfg.export_dir {
             Some(d) => Some(

@@ -56,6 +56,11 @@ impl Hll {
                     true
                 }
                 Err(i) => {
+                    // Grown by a quarter: most sketches stay small, and a doubling would
+                    // leave a third of each one unused (the click store holds millions).
+                    if v.len() == v.capacity() {
+                        v.reserve_exact(v.len() / 4 + 1);
+                    }
                     v.insert(i, (idx, rank));
                     if v.len() > SPARSE_MAX {
                         let mut d = Box::new([0u8; HLL_M]);

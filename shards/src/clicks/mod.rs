@@ -220,7 +220,11 @@ impl Clone for Pause {
 
 impl std::fmt::Debug for Pause {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "Pause(set)" } else { "Pause(none)" })
+        f.write_str(if self.0.is_some() {
+            "Pause(set)"
+        } else {
+            "Pause(none)"
+        })
     }
 }
 
@@ -452,7 +456,8 @@ impl ClickStore {
     /// Moves every clean link-day of the days up to `through` into frozen files written at
     /// `seq` in `dir` (`frozen.rs`); a day frozen before is written again with its late
     /// clicks added. Link-days changed since the last log write stay in memory (their state
-    /// is logged first; they freeze at a later snapshot). Returns the files written.
+    /// is logged first; they freeze at a later snapshot). The interned facet values are cut
+    /// to those memory still holds. Returns the files written.
     pub fn freeze(
         &mut self,
         dir: &std::path::Path,
@@ -484,6 +489,8 @@ impl ClickStore {
             |moved| dirty.push(moved as u32),
         );
         self.frozen.prune_purges();
+        let pause = &self.pause;
+        table::compact_values(&mut self.links, &mut self.values, &mut || pause.point());
         result.map(|()| done.len())
     }
 

@@ -49,16 +49,39 @@ pub const MAX_FACET_COUNT: u32 = u32::MAX;
 /// Distinct facet values one store interns; later new values count as [`OTHER_REFERRER`].
 pub const MAX_FACET_VALUES: u32 = 1 << 27;
 
+/// Slots of [`Values`]' memory of the `Arc`s it was last handed (direct-mapped by address).
+const RECENT_SLOTS: usize = 256;
+
 /// Facet values interned: a facet holds an id, the string is held once.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Values {
     list: Vec<Arc<str>>,
     ids: HashMap<Arc<str>, u32, ahash::RandomState>,
+    /// The aggregator hands the same `Arc` for the same value (its vocabulary), so most
+    /// lookups are answered by the `Arc`'s address instead of hashing the string. Each slot
+    /// keeps its `Arc` alive, so an address is never reused for another string while cached.
+    recent: Vec<Option<(Arc<str>, u32)>>,
 }
 
 impl Values {
     /// The id of `v`, interned now if new.
     fn id(&mut self, v: &Arc<str>) -> u32 {
+        if self.recent.is_empty() {
+            self.recent.resize(RECENT_SLOTS, None);
+        }
+        let addr = Arc::as_ptr(v) as *const u8 as usize;
+        let slot = (addr >> 4).wrapping_mul(0x9E37_79B9) % RECENT_SLOTS;
+        if let Some((a, id)) = &self.recent[slot] {
+            if Arc::ptr_eq(a, v) {
+                return *id;
+            }
+        }
+        let id = self.intern(v);
+        self.recent[slot] = Some((v.clone(), id));
+        id
+    }
+
+    fn intern(&mut self, v: &Arc<str>) -> u32 {
         if let Some(&id) = self.ids.get(v) {
             return id;
         }
@@ -87,6 +110,33 @@ impl Values {
     fn get(&self, id: u32) -> &Arc<str> {
         &self.list[id as usize]
     }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+}
+
+/// Interns only the values `links` still use and renumbers their facets (a snapshot's
+/// clean-up: values of dropped and frozen link-days would otherwise stay interned for good).
+pub(crate) fn compact_values(links: &mut Links, values: &mut Values, pause: &mut dyn FnMut()) {
+    let mut fresh = Values::default();
+    let mut map: HashMap<u32, u32, ahash::RandomState> = HashMap::default();
+    for c in &mut links.chunks {
+        for rec in c.iter_mut() {
+            pause();
+            for h in rec.days.iter_mut() {
+                let Some(ext) = h.ext.as_mut() else { continue };
+                for f in ext.facets.iter_mut() {
+                    let id = *map
+                        .entry(f.id())
+                        .or_insert_with(|| fresh.id(values.get(f.id())));
+                    f.tag = Facet::tag(id, f.kind(), f.bot());
+                }
+            }
+        }
+    }
+    *values = fresh;
 }
 
 /// One facet value's clicks on a link-day: `tag` packs the value id, the kind and whether the
@@ -332,24 +382,31 @@ impl Ext {
         let referrer = |f: &&Facet| f.kind() == FacetKind::Referrer;
         if kind == FacetKind::Referrer && !self.facets.iter().filter(referrer).any(|f| f.id() == id)
         {
-            let other = values.id_of(OTHER_REFERRER);
+            let other = values.ids.get(OTHER_REFERRER).copied();
             let mut distinct: SmallVec<[u32; 64]> = self
                 .facets
                 .iter()
                 .filter(referrer)
                 .map(|f| f.id())
-                .filter(|&i| i != other)
+                .filter(|&i| Some(i) != other)
                 .collect();
             distinct.sort_unstable();
             distinct.dedup();
             if distinct.len() >= MAX_REFERRERS_PER_LINK_DAY {
-                id = other;
+                id = values.id_of(OTHER_REFERRER);
             }
         }
         let tag = Facet::tag(id, kind, bot);
         match self.facets.iter_mut().find(|f| f.tag == tag) {
             Some(f) => f.count = f.count.saturating_add(n),
-            None => self.facets.push(Facet { tag, count: n }),
+            None => {
+                // Past the inline five, grow by a quarter: a doubling would leave a third of
+                // a link-day's facets unused on average.
+                if self.facets.len() == self.facets.capacity() {
+                    self.facets.reserve_exact(self.facets.len() / 4 + 1);
+                }
+                self.facets.push(Facet { tag, count: n })
+            }
         }
     }
 }

@@ -550,3 +550,23 @@ proptest! {
         prop_assert_eq!(&replayed, &store);
     }
 }
+
+#[test]
+fn freezing_forgets_the_facet_values_only_frozen_days_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = ClickStore::default();
+    store.merge(&delta("old", 10, 1, 0, &["a.example", "b.example"]));
+    store.merge(&delta("new", 12, 1, 0, &["c.example"]));
+    store.take_dirty();
+    assert_eq!(store.values.len(), 3);
+    store.freeze(dir.path(), 0, 11, 1).unwrap();
+    assert_eq!(
+        store.values.len(),
+        1,
+        "only c.example is still held in memory"
+    );
+    let (_, l) = store.days(b"new", 12, 12).next().unwrap();
+    assert_eq!(&*l.facets[0].value, "c.example");
+    let (_, l) = store.days(b"old", 10, 10).next().unwrap();
+    assert_eq!(l.facets.len(), 2, "the frozen day answers from its file");
+}

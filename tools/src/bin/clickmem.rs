@@ -61,6 +61,7 @@ fn traffic(n: u64, m: u64, dist: &str) {
     let country = intern("ZZ");
     let before = rss_bytes();
     let mut store = ClickStore::default();
+    let t0 = std::time::Instant::now();
     for c in 0..m {
         let i = sampler.sample(&mut rng);
         let key = format!("{:07x}", i.wrapping_mul(0x9E37_79B9) & 0xfff_ffff);
@@ -97,12 +98,13 @@ fn traffic(n: u64, m: u64, dist: &str) {
                 .collect(),
         });
     }
+    let merge_ns = t0.elapsed().as_nanos() as f64 / m as f64;
     let mut sink = Vec::new();
     store.encode_dirty(&mut sink);
     drop(sink);
     let after = rss_bytes();
     println!(
-        "full, {dist}: {m} clicks on {} link-days, {:.0} bytes resident per link-day",
+        "full, {dist}: {m} clicks on {} link-days, {:.0} bytes resident per link-day, {merge_ns:.0} ns per merge (one click, building its delta included)",
         store.link_days(),
         (after.saturating_sub(before)) as f64 / store.link_days() as f64,
     );
