@@ -25,6 +25,17 @@ pub fn allowed() -> std::io::Result<Vec<usize>> {
         .collect())
 }
 
+/// A CPU list as a flag takes it (`--service-cpus 6,7`): sorted, no repeats.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+impl std::str::FromStr for CpuList {
+    type Err = String;
+    fn from_str(s: &str) -> Result<CpuList, String> {
+        parse_list(s).map(CpuList)
+    }
+}
+
 /// Parses a CPU list as `taskset -c` and cpusets write it: `0,2,4-7`. Sorted, no repeats.
 pub fn parse_list(s: &str) -> Result<Vec<usize>, String> {
     let mut out = Vec::new();

@@ -105,9 +105,8 @@ struct ServeArgs {
     /// CPUs of the click aggregators' own (a list like `taskset -c` takes: `6,7` or `6-7`):
     /// the cores run on the other CPUs this process may use, and never share theirs. Without
     /// it, aggregators share the cores' CPUs at the lowest priority and step aside for them.
-    #[arg(long, value_name = "LIST", env = "RICOCHET_SERVICE_CPUS",
-          value_parser = ricochet::cpus::parse_list)]
-    service_cpus: Option<Vec<usize>>,
+    #[arg(long, value_name = "LIST", env = "RICOCHET_SERVICE_CPUS")]
+    service_cpus: Option<ricochet::cpus::CpuList>,
     /// Base of `short_url` in API responses, e.g. https://sho.rt
     #[arg(long, value_parser = parse_public_url)]
     public_url: Option<String>,
@@ -365,7 +364,7 @@ fn main() -> ExitCode {
                     export_dir: a.click_export,
                     geoip: a.geoip,
                     fail_sync: a.fault_fail_click_sync,
-                    service_cpus: a.service_cpus,
+                    service_cpus: a.service_cpus.map(|l| l.0),
                 },
                 fleet: a.fleet_pg.map(|url| ricochet::fleet_node::FleetOptions {
                     url,
