@@ -6,7 +6,7 @@
 //!                                                      └ days: SmallVec<[Held; 1]> 40 B ┘
 //!  Held (32 B): day u32 · dirty · clicks u64 · bot_clicks u64 · ext: Option<Box<Ext>>
 //!  Ext (80 B, one allocation, `full` mode only):
-//!      humans, bots: SmallHll (16 B each: up to 3 registers inline, else a boxed `Hll`)
+//!      humans, bots: SmallHll (16 B each: up to 7 registers inline, else a boxed `Hll`)
 //!      facets: SmallVec<[Facet; 5]> (5 inline: one click's referrer, country, browser,
 //!              OS and device), a Facet = value id · kind · bot (u32) + count (u32)
 //! ```
@@ -168,10 +168,11 @@ fn count32(n: u64) -> u32 {
 }
 
 /// Registers kept inline before a sketch moves to the heap.
-const INLINE_REGISTERS: usize = 3;
+const INLINE_REGISTERS: usize = 7;
 
-/// A HyperLogLog sketch that holds its first registers inline (most link-days see one to
-/// three visitors): `idx << 6 | rank` per register, sorted by index.
+/// A HyperLogLog sketch that holds its first registers inline (most link-days see a handful
+/// of visitors; seven fit in the 16 bytes the boxed form takes anyway): `idx << 6 | rank` per
+/// register, sorted by index.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum SmallHll {
     Inline {
@@ -607,7 +608,7 @@ mod tests {
     fn a_small_sketch_spills_to_the_heap_and_answers_as_a_plain_one() {
         let mut plain = Hll::Empty;
         let mut small = SmallHll::default();
-        for (n, h) in [7u64, 1 << 60, 99, 7, 12345, 1 << 33, 5].iter().enumerate() {
+        for (n, h) in [7u64, 1 << 60, 99, 7, 12345, 1 << 33, 5, 8, 9, 10, 11, 12].iter().enumerate() {
             let u = super::super::hll::update_of(h.wrapping_mul(0x9E37_79B9_7F4A_7C15));
             plain.apply(u);
             small.apply(u);
