@@ -608,7 +608,10 @@ mod tests {
     fn a_small_sketch_spills_to_the_heap_and_answers_as_a_plain_one() {
         let mut plain = Hll::Empty;
         let mut small = SmallHll::default();
-        for (n, h) in [7u64, 1 << 60, 99, 7, 12345, 1 << 33, 5, 8, 9, 10, 11, 12].iter().enumerate() {
+        for (n, h) in [7u64, 1 << 60, 99, 7, 12345, 1 << 33, 5, 8, 9, 10, 11, 12]
+            .iter()
+            .enumerate()
+        {
             let u = super::super::hll::update_of(h.wrapping_mul(0x9E37_79B9_7F4A_7C15));
             plain.apply(u);
             small.apply(u);
