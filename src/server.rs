@@ -131,8 +131,12 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             cpus.len()
         );
     } else if cores > cpus.len() {
+        let besides = match &opts.analytics.service_cpus {
+            Some(s) => format!(" besides --service-cpus {s:?}"),
+            None => String::new(),
+        };
         bail!(
-            "--cores {cores} is more than the {} CPUs this process may use ({:?})",
+            "--cores {cores} is more than the {} CPUs this process may use{besides} ({:?})",
             cpus.len(),
             cpus
         );

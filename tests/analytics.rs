@@ -1062,6 +1062,21 @@ fn service_cpus_give_the_aggregators_cpus_the_cores_do_not_use() {
         e.contains("--service-cpus") && e.contains("leaves none"),
         "{e}"
     );
+    let e = common::api::try_start(
+        &dir,
+        &flags(&[
+            "--cores",
+            &allowed.len().to_string(),
+            "--service-cpus",
+            &service,
+        ]),
+    )
+    .err()
+    .expect("refused");
+    assert!(
+        e.contains("--cores") && e.contains("besides --service-cpus"),
+        "{e}"
+    );
     let e = common::api::try_start(&dir, &flags(&["--service-cpus", "1023"]))
         .err()
         .expect("refused");
