@@ -130,8 +130,6 @@ pub struct Aggregator {
     /// the sync that made them durable failed and is retried first).
     fleet_part: super::fleet::FlushPart,
     fleet_unsynced: super::fleet::FlushPart,
-    /// Yield points of the long loops: the CPU goes back to a core that wants it.
-    pause: StepAside,
 }
 
 impl Aggregator {
@@ -165,7 +163,6 @@ impl Aggregator {
             retry_lines: (Vec::new(), 0),
             fleet_part: super::fleet::FlushPart::default(),
             fleet_unsynced: super::fleet::FlushPart::default(),
-            pause: StepAside::new(s.bells.clone(), true),
             s,
         }
     }
@@ -180,14 +177,10 @@ impl Aggregator {
                 );
             }
         }
-        let sched_idle = yield_to_cores(self.s.me);
-        self.pause = StepAside::new(self.s.bells.clone(), sched_idle);
-        // The store's own long loops (logging, snapshots, retention, whole-store queries)
-        // step aside the same way.
-        let mut store_pause = StepAside::new(self.s.bells.clone(), sched_idle);
-        self.s
-            .store
-            .set_pause(Box::new(move || store_pause.point()));
+        // One yield point for this thread's long loops and the store's own (logging,
+        // snapshots, retention, whole-store queries): the CPU goes back to a core that wants it.
+        let mut pause = StepAside::new(self.s.bells.clone(), yield_to_cores(self.s.me));
+        self.s.store.set_pause(Box::new(move || pause.point()));
         self.apply_retention(true);
         let n = self.s.router.cores();
         loop {
@@ -293,7 +286,7 @@ impl Aggregator {
             self.s.epoch.fetch_add(1, Ordering::AcqRel);
         }
         for c in &b.carried {
-            self.pause.point();
+            self.s.store.pause_point();
             let bytes = b.string(c);
             match c.kind {
                 StrKind::UserAgent => {
@@ -343,7 +336,7 @@ impl Aggregator {
             .full
             .then(|| self.s.salts.lock().expect("salt book").salt(b.day));
         for (key, ctx, count) in b.entries() {
-            self.pause.point();
+            self.s.store.pause_point();
             let owner = self.s.router.owner(key.as_bytes()).core;
             let count = u64::from(count);
             let mut d = Delta {
@@ -476,7 +469,7 @@ impl Aggregator {
         self.through_ms[src] = sealed_ms;
         let st = &self.s.stats.per_core[self.s.me];
         for d in deltas {
-            self.pause.point();
+            self.s.store.pause_point();
             if self
                 .filters
                 .get(&d.key)

@@ -103,13 +103,7 @@ mod tests {
     fn pin_here() -> i32 {
         // SAFETY: no arguments.
         let cpu = unsafe { libc::sched_getcpu() };
-        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes inside it.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `cpu` is below CPU_SETSIZE (the kernel answered it).
-        unsafe { libc::CPU_SET(cpu as usize, &mut set) };
-        // SAFETY: pid 0 is the calling thread; `set` lives across the call.
-        let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
-        assert_eq!(rc, 0, "sched_setaffinity");
+        crate::cpus::pin_current_thread(&[cpu as usize]).expect("sched_setaffinity");
         cpu
     }
 

@@ -204,7 +204,7 @@ pub struct Pause(Option<std::cell::RefCell<Box<dyn FnMut() + Send>>>);
 
 impl Pause {
     #[inline]
-    fn point(&self) {
+    pub fn point(&self) {
         if let Some(p) = &self.0 {
             (p.borrow_mut())();
         }
@@ -261,6 +261,13 @@ impl ClickStore {
     /// Installs the yield point the long loops call once per link-day.
     pub fn set_pause(&mut self, f: Box<dyn FnMut() + Send>) {
         self.pause = Pause(Some(std::cell::RefCell::new(f)));
+    }
+
+    /// Calls the installed yield point (the owner's own loops around the store use it too, so
+    /// one thread has one).
+    #[inline]
+    pub fn pause_point(&self) {
+        self.pause.point();
     }
 
     /// Adds a delta (a flush's clicks of one link-day) and marks the link-day changed.
