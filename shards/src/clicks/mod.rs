@@ -338,7 +338,8 @@ impl ClickStore {
     /// group commit logs, encoded straight from the store), and forgets the changes.
     pub fn encode_dirty(&mut self, out: &mut Vec<u8>) {
         let mut nf = Vec::new();
-        self.drain_dirty(
+        self.drain_dirty_as(
+            table::Held::state_into,
             |key, day, l| codec::encode_state(key, day, l, out),
             |day, count| nf.push(Record::NotFound { day, count }),
         );
@@ -351,6 +352,17 @@ impl ClickStore {
     /// every day whose 404 count changed (with the count), and forgets the changes.
     pub fn drain_dirty(
         &mut self,
+        link: impl FnMut(&[u8], Day, &LinkDay),
+        not_found: impl FnMut(Day, u64),
+    ) {
+        self.drain_dirty_as(table::Held::view_into, link, not_found)
+    }
+
+    /// [`ClickStore::drain_dirty`], each link-day written by `form` (its view, or its state
+    /// record's facets).
+    fn drain_dirty_as(
+        &mut self,
+        form: fn(&table::Held, &table::Values, &mut LinkDay),
         mut link: impl FnMut(&[u8], Day, &LinkDay),
         mut not_found: impl FnMut(Day, u64),
     ) {
@@ -364,7 +376,7 @@ impl ClickStore {
             for h in rec.days.iter_mut().filter(|h| h.dirty) {
                 self.pause.point();
                 h.dirty = false;
-                h.view_into(&self.values, &mut view);
+                form(h, &self.values, &mut view);
                 link(rec.key.as_bytes(), h.day, &view);
             }
         }
@@ -380,7 +392,8 @@ impl ClickStore {
     pub fn take_dirty(&mut self) -> Vec<Record> {
         let mut out = Vec::new();
         let mut nf = Vec::new();
-        self.drain_dirty(
+        self.drain_dirty_as(
+            table::Held::state_into,
             |key, day, l| out.push(Record::State(l.as_state(key, day))),
             |day, count| nf.push(Record::NotFound { day, count }),
         );
@@ -614,7 +627,9 @@ impl ClickStore {
         let links = self.links.iter().flat_map(move |rec| {
             rec.days.iter().map(move |h| {
                 self.pause.point();
-                Record::State(h.view(&self.values).as_state(&rec.key, h.day))
+                let mut l = LinkDay::default();
+                h.state_into(&self.values, &mut l);
+                Record::State(l.as_state(&rec.key, h.day))
             })
         });
         let nf = self

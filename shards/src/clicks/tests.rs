@@ -494,6 +494,28 @@ fn arb_op() -> impl Strategy<Value = Op> {
                 bots,
                 facets,
             })),
+        // One click's shape, as the aggregator merges it (held as one interned profile):
+        // referrers many enough to pass the cap, the other four values few.
+        12 => (0u16..20, 0u32..2, any::<bool>(), 1u64..4, 0usize..70, prop::array::uniform4(0usize..3), 0u16..1024)
+            .prop_map(|(k, day, bot, n, referrer, rest, reg)| {
+                let values = [format!("v{referrer}")]
+                    .into_iter()
+                    .chain(rest.iter().map(|v| format!("w{v}")));
+                let visitor = vec![(reg, 1 + (referrer % 50) as u8)];
+                Op::Merge(Delta {
+                    key: format!("k{k}").as_bytes().into(),
+                    day,
+                    clicks: n,
+                    bot_clicks: if bot { n } else { 0 },
+                    humans: if bot { vec![] } else { visitor.clone() },
+                    bots: if bot { visitor } else { vec![] },
+                    facets: FacetKind::ALL
+                        .into_iter()
+                        .zip(values)
+                        .map(|(kind, v)| FacetCount { kind, bot, value: v.into(), count: n })
+                        .collect(),
+                })
+            }),
         1 => key.prop_map(Op::Purge),
         1 => (0u32..3).prop_map(Op::DropBefore),
         2 => Just(Op::Drain),
@@ -549,6 +571,147 @@ proptest! {
         }
         prop_assert_eq!(&replayed, &store);
     }
+}
+
+/// One click's delta: the five facets of one visitor profile.
+fn click(key: &str, bot: bool, referrer: &str, agent: usize) -> Delta {
+    let values = [
+        referrer,
+        "ZZ",
+        ["Chrome", "Firefox"][agent % 2],
+        ["Linux", "iOS"][agent % 2],
+        "desktop",
+    ];
+    Delta {
+        key: key.as_bytes().into(),
+        day: 3,
+        clicks: 1,
+        bot_clicks: u64::from(bot),
+        facets: FacetKind::ALL
+            .into_iter()
+            .zip(values)
+            .map(|(kind, v)| FacetCount {
+                kind,
+                bot,
+                value: v.into(),
+                count: 1,
+            })
+            .collect(),
+        ..Delta::default()
+    }
+}
+
+#[test]
+fn profiles_and_plain_facets_share_the_referrer_cap_as_linkday_does() {
+    let mut store = ClickStore::default();
+    let mut want = LinkDay::default();
+    let mut merge = |d: Delta| {
+        store.merge(&d);
+        want.add(&d);
+    };
+    for i in 0..MAX_REFERRERS_PER_LINK_DAY + 10 {
+        merge(click("a", i % 3 == 0, &format!("r{}.example", i % 40), i));
+        if i % 5 == 0 {
+            // A state-shaped delta (not one click's): held as plain facets.
+            merge(delta(
+                "a",
+                3,
+                2,
+                0,
+                &[&format!("p{i}.example"), "r1.example"],
+            ));
+        }
+    }
+    merge(click("a", false, "r1.example", 1));
+    merge(click("a", false, "new.example", 1));
+    let (_, got) = store.days(b"a", 3, 3).next().unwrap();
+    assert_eq!(got, want);
+    assert!(
+        got.facets.iter().any(|f| &*f.value == OTHER_REFERRER),
+        "the cap was reached"
+    );
+}
+
+#[test]
+fn a_restart_reads_profiles_back_as_profiles() {
+    let mut store = ClickStore::default();
+    for (i, r) in ["a.example", "b.example", "c.example", "a.example"]
+        .iter()
+        .enumerate()
+    {
+        store.merge(&click("a", i == 2, r, 0));
+    }
+    store.merge(&delta("a", 3, 1, 0, &["plain.example"]));
+    let entries = |s: &ClickStore| s.links.get(b"a").unwrap().days[0].entries();
+    assert_eq!(
+        entries(&store),
+        4,
+        "three profiles (one clicked twice) and a plain facet"
+    );
+    let mut log = Vec::new();
+    store.encode_dirty(&mut log);
+    let mut restarted = ClickStore::default();
+    let mut at = &log[..];
+    while let Some((r, len)) = decode(at).unwrap() {
+        restarted.apply(&r);
+        at = &at[len..];
+    }
+    assert_eq!(restarted, store);
+    assert_eq!(entries(&restarted), 4);
+    let snapshot: Vec<Record> = store.to_records().collect();
+    let mut again = ClickStore::default();
+    for r in &snapshot {
+        again.apply(r);
+    }
+    assert_eq!(entries(&again), 4);
+}
+
+#[test]
+fn a_link_day_of_many_profiles_is_logged_with_each_value_once() {
+    let mut store = ClickStore::default();
+    let profiles = table::MAX_STATE_RUN_FACETS / 5 + 1;
+    for i in 0..profiles {
+        let mut d = click("a", false, "r.example", 0);
+        d.facets[1].value = format!("C{i}").into();
+        store.merge(&d);
+    }
+    let log = store.take_dirty();
+    let Record::State(d) = &log[0] else {
+        panic!("a state first")
+    };
+    assert_eq!(d.facets.len(), 4 + profiles, "each value once");
+    let mut restarted = ClickStore::default();
+    restarted.apply(&log[0]);
+    assert_eq!(restarted, store);
+}
+
+#[test]
+fn freezing_renumbers_the_profiles_still_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = ClickStore::default();
+    let mut old = click("old", false, "gone.example", 0);
+    old.day = 10;
+    store.merge(&old);
+    let mut want = LinkDay::default();
+    for (i, r) in ["a.example", "b.example", "a.example"].iter().enumerate() {
+        let mut d = click("new", i == 1, r, i);
+        d.day = 12;
+        store.merge(&d);
+        want.add(&d);
+    }
+    store.take_dirty();
+    store.freeze(dir.path(), 0, 11, 1).unwrap();
+    assert_eq!(
+        store.values.len(),
+        8,
+        "gone.example is forgotten, the rest kept"
+    );
+    assert_eq!(store.days(b"new", 12, 12).next().unwrap().1, want);
+    let mut more = click("new", false, "b.example", 0);
+    more.day = 12;
+    store.merge(&more);
+    want.add(&more);
+    assert_eq!(store.days(b"new", 12, 12).next().unwrap().1, want);
 }
 
 #[test]

@@ -108,6 +108,36 @@ fn traffic(n: u64, m: u64, dist: &str) {
         store.link_days(),
         (after.saturating_sub(before)) as f64 / store.link_days() as f64,
     );
+    // A restart: the same link-days read back from their state records (summed facets, no
+    // longer one click's shape).
+    let records: Vec<_> = store.to_records().collect();
+    let days = store.link_days();
+    drop(store);
+    let before = rss_bytes();
+    let mut restarted = ClickStore::default();
+    for r in &records {
+        restarted.apply(r);
+    }
+    let after = rss_bytes();
+    // Click log bytes: the state records as written (a profile as a run of its five values)
+    // and as they would be with every value once (the link-day's view).
+    let (mut written, mut once) = (Vec::new(), Vec::new());
+    for r in &records {
+        shards::clicks::codec::encode(r, &mut written);
+        if let shards::clicks::Record::State(d) = r {
+            for (day, l) in restarted.days(&d.key, d.day, d.day) {
+                shards::clicks::codec::encode_state(&d.key, day, &l, &mut once);
+            }
+        }
+    }
+    drop(records);
+    println!(
+        "full, {dist}, read back after a restart: {} link-days, {:.0} bytes resident per link-day; click log {:.0} bytes per link-day ({:.0} with each value once)",
+        restarted.link_days(),
+        (after.saturating_sub(before)) as f64 / days as f64,
+        written.len() as f64 / days as f64,
+        once.len() as f64 / days as f64,
+    );
 }
 
 fn main() {
