@@ -174,22 +174,27 @@ pub struct Required {
 /// Checks what a node requires of the fleet database: this build's schema version, the
 /// fleet's key-space secret, and the node's namespace. `Ok(Err(why))`: the database answered
 /// and refuses this node; `Err`: it did not answer. Used at start ([`open`]) and by the feed
-/// whenever the database answers again (`fleet_sync::Follower::check_database`).
+/// whenever the database answers again (`fleet_sync::Follower::check_database`), where a
+/// refusal does not stop the node: it serves what it holds and refuses what needs the
+/// database until the check passes.
 pub fn requirements(
     db: &mut fleet::Db,
     namespace: &str,
-) -> Result<Result<Required, String>, fleet::FleetError> {
+) -> Result<Result<Required, (fleet::DbRefusal, String)>, fleet::FleetError> {
     let target = db.target().to_owned();
     let secret = match fleet::load_secret(db) {
         Ok(s) => s,
-        Err(fleet::FleetError::Schema(why)) => return Ok(Err(why)),
+        Err(fleet::FleetError::Schema(why)) => return Ok(Err((fleet::DbRefusal::Schema, why))),
         Err(e) => return Err(e),
     };
     Ok(match fleet::show_namespace(db, namespace)? {
         Some(namespace) => Ok(Required { secret, namespace }),
-        None => Err(format!(
-            "namespace {namespace:?} does not exist in {target}; create it with `ricochet fleet \
-             namespace create --pg URL {namespace} --lo N --hi M`"
+        None => Err((
+            fleet::DbRefusal::Namespace,
+            format!(
+                "namespace {namespace:?} does not exist in {target}; create it with `ricochet \
+                 fleet namespace create --pg URL {namespace} --lo N --hi M`"
+            ),
         )),
     })
 }
@@ -213,7 +218,7 @@ pub fn open(
                 namespace: ns,
             } = requirements(&mut db, &opts.namespace)
                 .with_context(|| format!("checking the fleet database at {target}"))?
-                .map_err(|why| anyhow::anyhow!(why))?;
+                .map_err(|(_, why)| anyhow::anyhow!(why))?;
             shards::keygen::adopt_secret(data_dir, &secret)
                 .context("adopting the fleet's secret")?;
             eprintln!(
@@ -227,6 +232,10 @@ pub fn open(
             .context("this data dir holds no fleet secret yet; it needs the database to start")?,
     };
     let stats = Arc::new(fleet::FleetStats::default());
+    if matches!(at_start, DbAtStart::Down(_)) {
+        // Nothing the database says is used before the feed has checked it (`fleet_sync`).
+        stats.set_refused(Some(fleet::DbRefusal::Unchecked));
+    }
     let setup = fleet::FleetSetup {
         url: opts.url.clone(),
         namespace: opts.namespace.clone(),

@@ -37,6 +37,10 @@ pub const FEED_APPLY_TIMEOUT_MS: u64 = 10_000;
 /// Pause after a failed poll or apply before the next try.
 pub const FEED_RETRY_MS: u64 = 500;
 
+/// How often a database that failed the start's checks (another schema version, another
+/// fleet's secret, no namespace) is checked again while the node serves what it holds.
+pub const DB_REFUSED_RECHECK_MS: u64 = 1_000;
+
 /// Items the fleet outlet queues per core: one feed batch part and the writer's answers; a
 /// full queue makes the sender wait (service threads only).
 pub const FLEET_OUTLET_CAPACITY: usize = 4096;
@@ -452,9 +456,6 @@ pub struct Follower {
     pub stop: Arc<AtomicBool>,
     /// Test-only (`--fault-pause-feed`): poll nothing while this file exists.
     pub pause_file: Option<PathBuf>,
-    /// What the database is checked against whenever it answers again
-    /// ([`Follower::check_database`]), and where a failed check stops the server.
-    pub shared: Arc<crate::shared::Shared>,
     pub secret: [u8; 32],
     pub namespace: String,
 }
@@ -516,8 +517,12 @@ impl Follower {
             }
             if !checked {
                 match self.check_database() {
-                    Ok(None) => {}
-                    Ok(Some(why)) => return self.shared.halt(why),
+                    Ok(None) => self.accept_database(),
+                    Ok(Some((refusal, why))) => {
+                        self.refuse_database(refusal, &why);
+                        std::thread::sleep(Duration::from_millis(DB_REFUSED_RECHECK_MS));
+                        continue;
+                    }
                     Err(e) => {
                         eprintln!("fleet: checking the database failed: {e}; retrying");
                         self.stats.feed_failed();
@@ -626,22 +631,49 @@ impl Follower {
     /// the schema version, the fleet's key-space secret, the namespace), checked again each time
     /// the database answers after not answering: the node may have started while it was down
     /// (`DbAtStart::Down`), and what answers now may be an older restore or another fleet's
-    /// database. `Some`: why this node must stop rather than go on with it (new keys under
-    /// another secret could collide with keys other nodes issue).
-    fn check_database(&mut self) -> Result<Option<String>, fleet::FleetError> {
+    /// database. `Some`: why this node must not use it (new keys under another secret could
+    /// collide with keys other nodes issue; its rows are not this fleet's links).
+    fn check_database(&mut self) -> Result<Option<(fleet::DbRefusal, String)>, fleet::FleetError> {
         let target = self.db.target().to_owned();
         Ok(
             match crate::fleet_node::requirements(&mut self.db, &self.namespace)? {
-                Err(why) => Some(format!("fleet: {why}")),
-                Ok(r) if r.secret != self.secret => Some(format!(
-                    "fleet: the key-space secret in {target} is not the one data dir {} \
-                     adopted: it is another fleet's database; point --fleet-pg at this fleet's, \
-                     or start the node on an empty data dir",
-                    self.data_dir.display()
+                Err(refusal) => Some(refusal),
+                Ok(r) if r.secret != self.secret => Some((
+                    fleet::DbRefusal::Secret,
+                    format!(
+                        "the key-space secret in {target} is not the one data dir {} adopted: \
+                         it is another fleet's database; point --fleet-pg at this fleet's, or \
+                         start the node on an empty data dir",
+                        self.data_dir.display()
+                    ),
                 )),
                 Ok(_) => None,
             },
         )
+    }
+
+    /// The database failed the check: nothing it says is used (no feed, no IDs, no writes,
+    /// no read-through, no API keys) until it passes; the node serves what it holds. Never a
+    /// stop: only a start may refuse to run.
+    fn refuse_database(&mut self, refusal: fleet::DbRefusal, why: &str) {
+        if self.stats.refused() != Some(refusal) {
+            eprintln!(
+                "fleet: {why}; serving the links this node holds, refusing creates, edits and \
+                 lookups of others until the database is put right (checked again every \
+                 {DB_REFUSED_RECHECK_MS} ms)"
+            );
+        }
+        self.stats.set_refused(Some(refusal));
+    }
+
+    /// The database passed the check.
+    fn accept_database(&mut self) {
+        if let Some(was) = self.stats.refused() {
+            if was != fleet::DbRefusal::Unchecked {
+                eprintln!("fleet: the database passes its check again; using it");
+            }
+            self.stats.set_refused(None);
+        }
     }
 
     /// [`unfollowable`] for the running feed, reporting what it found.

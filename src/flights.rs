@@ -188,6 +188,7 @@ fn clone_failure(o: &WriteOutcome) -> WriteOutcome {
         WriteOutcome::IdemMismatch => WriteOutcome::IdemMismatch,
         WriteOutcome::Busy => WriteOutcome::Busy,
         WriteOutcome::DatabaseUnavailable => WriteOutcome::DatabaseUnavailable,
+        WriteOutcome::DatabaseRefused(r) => WriteOutcome::DatabaseRefused(*r),
         _ => WriteOutcome::StorageFailed,
     }
 }

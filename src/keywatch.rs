@@ -16,7 +16,11 @@ use std::time::{Duration, SystemTime};
 
 /// Fleet mode's key source: a database session and the fleet's keys last read (`None`: not
 /// read yet).
-pub type FleetKeys = (fleet::Db, Option<Vec<fleet::keys::FleetKey>>);
+pub type FleetKeys = (
+    fleet::Db,
+    Option<Vec<fleet::keys::FleetKey>>,
+    Arc<fleet::FleetStats>,
+);
 
 /// How often the key file is checked for changes.
 pub const KEY_RELOAD_INTERVAL_MS: u64 = 1_000;
@@ -50,7 +54,12 @@ pub fn start(
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(KEY_RELOAD_INTERVAL_MS));
                 let mut changed = false;
-                if let Some((db, keys)) = &mut fleet {
+                // A database that failed the node's checks may be another fleet's: its keys
+                // are not read (the last good ones stay).
+                if let Some((db, keys, _)) = fleet
+                    .as_mut()
+                    .filter(|(_, _, stats)| stats.refused().is_none())
+                {
                     match fleet::keys::list_keys(db) {
                         Ok(now) if keys.as_ref() != Some(&now) => {
                             *keys = Some(now);
@@ -89,7 +98,7 @@ pub fn start(
                 }
                 if changed {
                     let store = match &fleet {
-                        Some((_, keys)) => local.clone().with_fleet_keys(keys.as_deref()),
+                        Some((_, keys, _)) => local.clone().with_fleet_keys(keys.as_deref()),
                         None => local.clone(),
                     };
                     latest = Some(Arc::new(store));

@@ -202,6 +202,14 @@ fn readiness_checks(shared: &Shared, creates: bool) -> Vec<Check> {
     ];
     if let Some(f) = &shared.fleet {
         checks.push(feed_check(&f.snapshot()));
+        if let Some(r) = f.refused() {
+            // Redirects of held links are safe: reported; gating only `?creates`.
+            checks.push(Check {
+                name: "fleet-database",
+                ok: !creates,
+                detail: format!("fleet database refused ({}): {}", r.slug(), r.explain()),
+            });
+        }
     }
     let fenced = shared.fleet.as_ref().is_some_and(|f| f.is_fenced());
     if creates {

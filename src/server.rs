@@ -229,7 +229,11 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let open_ms = started.elapsed().as_secs_f64() * 1e3;
 
     let io_memory = size_io_memory(cores);
-    let (listener_fds, bound) = crate::listener::open(opts.listen, cores)?;
+    let crate::listener::Listeners {
+        fds: listener_fds,
+        bound,
+        lock: port_lock,
+    } = crate::listener::open(opts.listen, cores)?;
 
     let doorbells = Arc::new(Doorbells::new(cores).context("creating doorbell eventfds")?);
 
@@ -269,12 +273,13 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
                 }
                 false => None,
             };
-            Some((db, keys))
+            let stats = fleet_stats.clone().expect("fleet mode has fleet stats");
+            Some((db, keys, stats))
         }
         None => None,
     };
     let api_keys = Arc::new(match &fleet_keys {
-        Some((_, keys)) => local_keys.clone().with_fleet_keys(keys.as_deref()),
+        Some((_, keys, _)) => local_keys.clone().with_fleet_keys(keys.as_deref()),
         None => local_keys.clone(),
     });
     let seg_cfg = shards::alloc::SegmentConfig {
@@ -341,7 +346,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         drained_cores: AtomicUsize::new(0),
         draining,
         doorbells: doorbells.clone(),
-        fleet: fleet_stats,
+        fleet: fleet_stats.clone(),
         started: Instant::now(),
         ready: Default::default(),
         ready_for_creates: Default::default(),
@@ -351,7 +356,6 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         test_stall: opts
             .test_stall
             .map(|(core, after_ms)| crate::test_faults::TestStall::new(core, after_ms)),
-        halted: std::sync::OnceLock::new(),
     });
 
     // Fleet mode: the link writer and the change feed follower, each on its own thread.
@@ -384,7 +388,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             shards::alloc::SegmentBuffer::new(seg_cfg),
             allocator.client(core, crate::service::waker(&doorbells, core)),
             keygen.clone(),
-            opts.fleet.is_some(),
+            fleet_stats.clone(),
         );
         let api = crate::client::ApiClient::new(
             router,
@@ -518,11 +522,10 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     if failed {
         bail!("a core failed");
     }
-    if let Some(why) = shared.halted.get() {
-        bail!("{why}");
-    }
     keywatch_stop.store(true, Ordering::Relaxed);
     drop(allocator);
+    // Held to the end: a server started meanwhile would share the port with a draining one.
+    drop(port_lock);
     eprintln!("ricochet drained and stopped");
     Ok(())
 }
@@ -700,7 +703,6 @@ fn start_fleet_links(
         stats: stats.clone(),
         stop: shared.draining.clone(),
         pause_file: f.pause_feed_file.clone(),
-        shared: shared.clone(),
         secret,
         namespace: f.namespace.clone(),
     }

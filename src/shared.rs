@@ -33,9 +33,6 @@ pub struct Shared {
     pub fleet_clicks: Option<Arc<crate::analytics::fleet::FleetClickStats>>,
     /// Test only (`--test-stall-core`): a core that blocks its loop once.
     pub test_stall: Option<crate::test_faults::TestStall>,
-    /// Why a service thread stopped the server (`Shared::halt`); the server drains and exits
-    /// with it as its error.
-    pub halted: std::sync::OnceLock<String>,
 }
 
 impl Shared {
@@ -43,18 +40,6 @@ impl Shared {
     /// core has beaten, so 0 can mean "not yet").
     pub fn uptime_ms(&self) -> u64 {
         self.started.elapsed().as_millis() as u64 + 1
-    }
-
-    /// Stops the server for `why`: every core drains as on SIGTERM, and the process exits
-    /// with `why` as its error (the first reason given wins). For a service thread that finds
-    /// the server cannot go on, e.g. a fleet database that a start would have refused.
-    pub fn halt(&self, why: String) {
-        eprintln!("stopping: {why}");
-        let _ = self.halted.set(why);
-        self.draining.store(true, Ordering::SeqCst);
-        for core in 0..self.cores {
-            self.doorbells.ring(core);
-        }
     }
 
     /// Every core is serving and the server is not draining (`/readyz`).

@@ -942,13 +942,14 @@ fn a_node_restarted_during_an_outage_serves_what_it_holds_then_catches_up() {
     cluster.pg_ctl("start");
 }
 
-/// A node that started while its database was down checks the database, once it answers, as
-/// a start would have: at another schema version, or holding another fleet's key-space secret,
-/// it stops the node (drained, exit status 1, the reason on stderr) rather than serving beside
-/// it; new keys under another secret could collide with the keys other nodes issue. Meanwhile
-/// it served what it holds. Once the database is put right, the node starts and serves again.
+/// A database that fails the checks a start makes (another schema version, another fleet's
+/// key-space secret, no namespace) when it answers again never stops a node: after a start
+/// without the database, and after an outage of a running node (its sessions cut), the node
+/// serves every link it holds, answers creates and edits 503 with a problem type naming the
+/// reason, says so in `/readyz?verbose` (gating only `?creates`) and `/metrics`, and uses the
+/// database again without a restart once it is put right.
 #[test]
-fn a_node_started_offline_stops_for_a_database_its_start_would_refuse() {
+fn a_database_that_fails_the_nodes_checks_stops_writes_never_redirects() {
     let Some(cluster) = Cluster::start("offline_refuse") else {
         return;
     };
@@ -975,29 +976,113 @@ fn a_node_started_offline_stops_for_a_database_its_start_would_refuse() {
             format!("UPDATE ricochet_keyspace SET secret = decode('{secret}', 'hex')"),
             "is not the one data dir",
         ),
+        (
+            "namespace",
+            // The audit rows reference the name: renamed with their check off (superuser).
+            "SET session_replication_role = replica; \
+             UPDATE ricochet_namespace SET name = 'eu-moved' WHERE name = 'eu'"
+                .to_owned(),
+            "SET session_replication_role = replica; \
+             UPDATE ricochet_namespace SET name = 'eu' WHERE name = 'eu-moved'"
+                .to_owned(),
+            "does not exist",
+        ),
     ];
-    for (label, break_it, restore, needle) in cases {
-        psql(&break_it);
-        cluster.pg_ctl("stop");
-        let mut a = node(&dir, &db.url, "a", "5");
-        assert!(
-            a.wait_stderr("the database does not answer", Duration::ZERO)
-                .is_some(),
-            "{label}: started offline"
+    // Cut every session of the node (an outage as the node sees it): its feed must check the
+    // database again before it polls.
+    let cut = || {
+        psql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
         );
-        api::assert_redirects(&mut Client::new(&a), &key, kept, None);
-        cluster.pg_ctl("start");
-        let status = a
-            .wait_exit(Duration::from_secs(30))
-            .unwrap_or_else(|| panic!("{label}: the node did not stop"));
-        assert_eq!(status.code(), Some(1), "{label}");
-        let said = a.stderr_lines().join("\n");
-        assert!(said.contains(needle), "{label}: {said}");
-        psql(&restore);
+    };
+    for offline in [true, false] {
+        for (label, break_it, restore, needle) in &cases {
+            let label = format!(
+                "{label}, {}",
+                if offline {
+                    "started offline"
+                } else {
+                    "running"
+                }
+            );
+            let a = match offline {
+                true => {
+                    psql(break_it);
+                    cluster.pg_ctl("stop");
+                    let a = node(&dir, &db.url, "a", "5");
+                    assert!(
+                        a.wait_stderr("the database does not answer", Duration::ZERO)
+                            .is_some(),
+                        "{label}: started offline"
+                    );
+                    cluster.pg_ctl("start");
+                    a
+                }
+                false => {
+                    let a = node(&dir, &db.url, "a", "5");
+                    psql(break_it);
+                    a
+                }
+            };
+            // Cut until the node has seen it: a session opened after a cut is checked only
+            // at its next failure.
+            let t = Instant::now();
+            loop {
+                if !offline {
+                    cut();
+                }
+                if a.wait_stderr(needle, Duration::from_secs(1)).is_some() {
+                    break;
+                }
+                assert!(
+                    t.elapsed() < Duration::from_secs(30),
+                    "{label}: the refusal is never logged: {}",
+                    a.stderr_lines().join("\n")
+                );
+            }
+            let mut c = Client::new(&a);
+            api::assert_redirects(&mut c, &key, kept, None);
+            let r = create(&mut c, "https://example.com/refused");
+            let p = r.assert_problem(503);
+            let slug = label.split(',').next().unwrap();
+            assert_eq!(
+                p["type"],
+                format!("https://ricochet.dev/problems/database-refused-{slug}"),
+                "{label}"
+            );
+            let r = c.patch(&key, &json!({"long_url": "https://example.com/moved"}));
+            r.assert_problem(503);
+            let r = c.send("GET", "/readyz?verbose", false, &[], b"").unwrap();
+            assert_eq!(r.status, 200, "{label}: redirects are ready: {}", r.text());
+            assert!(r.text().contains("fleet database refused"), "{}", r.text());
+            let r = c.send("GET", "/readyz?creates", false, &[], b"").unwrap();
+            assert_eq!(r.status, 503, "{label}: creates are not ready");
+            let r = c.send("GET", "/metrics", false, &[], b"").unwrap();
+            let want = format!("ricochet_fleet_database_refused{{reason=\"{slug}\"}} 1");
+            assert!(r.text().contains(&want), "{label}: {want}");
+            assert!(
+                a.child.id() > 0 && std::fs::metadata(format!("/proc/{}", a.child.id())).is_ok()
+            );
+            psql(restore);
+            let t = Instant::now();
+            loop {
+                let r = create(&mut c, "https://example.com/after");
+                if r.status == 201 {
+                    break;
+                }
+                assert!(
+                    t.elapsed() < Duration::from_secs(20),
+                    "{label}: creates never resumed: {} {}",
+                    r.status,
+                    r.text()
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            api::assert_redirects(&mut c, &key, kept, None);
+            assert_eq!(a.terminate().code(), Some(0), "{label}");
+        }
     }
-    let a = node(&dir, &db.url, "a", "5");
-    api::assert_redirects(&mut Client::new(&a), &key, kept, None);
-    assert_eq!(a.terminate().code(), Some(0));
 }
 
 /// What an open-loop load of known keys saw on one node.

@@ -448,6 +448,11 @@ impl Authority for PgAuthority {
                 reason: reason.clone(),
             });
         }
+        // A database the node does not use (another fleet's, an older schema, unchecked
+        // since a start without it) must not hand it IDs.
+        if let Some(r) = self.stats.refused() {
+            return Err(AuthorityError::Unavailable(r.explain().to_owned()));
+        }
         let started = Instant::now();
         let result = self.try_allocate(len);
         match &result {

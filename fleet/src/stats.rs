@@ -2,7 +2,7 @@
 //! latency histogram, waste inputs and whether it is fenced. Written by the allocator thread,
 //! read by whichever core answers `/metrics` or `/readyz`: atomics only, no lock.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
 use crate::db::FailureClass;
@@ -11,6 +11,62 @@ use crate::db::FailureClass;
 pub const LATENCY_BUCKETS_US: [u64; 12] = [
     250, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 500_000, 1_000_000, 2_000_000,
 ];
+
+/// Why a node does not use the database that answers (it serves the links it holds and
+/// refuses creates, edits and misses meanwhile; checked again while it lasts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum DbRefusal {
+    /// The node started while the database did not answer and has not checked it since.
+    Unchecked = 1,
+    /// The database is at another schema version than this build's.
+    Schema = 2,
+    /// The database holds another fleet's key-space secret.
+    Secret = 3,
+    /// The node's namespace does not exist there.
+    Namespace = 4,
+}
+
+impl DbRefusal {
+    pub const ALL: [DbRefusal; 4] = [
+        DbRefusal::Unchecked,
+        DbRefusal::Schema,
+        DbRefusal::Secret,
+        DbRefusal::Namespace,
+    ];
+
+    /// The metric label and problem-type suffix.
+    pub fn slug(self) -> &'static str {
+        match self {
+            DbRefusal::Unchecked => "unchecked",
+            DbRefusal::Schema => "schema",
+            DbRefusal::Secret => "secret",
+            DbRefusal::Namespace => "namespace",
+        }
+    }
+
+    /// What an operator reads in `/readyz?verbose` and a 503's detail.
+    pub fn explain(self) -> &'static str {
+        match self {
+            DbRefusal::Unchecked => {
+                "the fleet database has not been checked since this node started without it"
+            }
+            DbRefusal::Schema => {
+                "the fleet database is at another schema version than this build's (a restore                  or a downgrade?); run `ricochet fleet init` or restore the right database"
+            }
+            DbRefusal::Secret => {
+                "the fleet database holds another fleet's key-space secret: --fleet-pg points                  at another fleet's database"
+            }
+            DbRefusal::Namespace => {
+                "this node's namespace does not exist in the fleet database; create it with                  `ricochet fleet namespace create`"
+            }
+        }
+    }
+
+    fn from_u8(v: u8) -> Option<DbRefusal> {
+        DbRefusal::ALL.into_iter().find(|r| *r as u8 == v)
+    }
+}
 
 /// Shared counters of one node's fleet authority.
 #[derive(Default)]
@@ -54,6 +110,8 @@ pub struct FleetStats {
     regenerations: AtomicU64,
     /// Tombstones this node removed (retention).
     tombstones_removed: AtomicU64,
+    /// Why the database that answers is not used (`DbRefusal as u8`), 0 if it is.
+    refused: AtomicU8,
 }
 
 /// A copy of [`FleetStats`] for encoding.
@@ -84,6 +142,7 @@ pub struct FleetStatsSnapshot {
     pub regenerating: bool,
     pub regenerations: u64,
     pub tombstones_removed: u64,
+    pub refused: Option<DbRefusal>,
 }
 
 impl FleetStats {
@@ -182,6 +241,17 @@ impl FleetStats {
         self.fenced.load(Ordering::Relaxed)
     }
 
+    /// Marks the database refused for `why` (or, with `None`, usable again).
+    pub fn set_refused(&self, why: Option<DbRefusal>) {
+        self.refused
+            .store(why.map_or(0, |r| r as u8), Ordering::SeqCst);
+    }
+
+    /// Why the database is not used now, if it is not.
+    pub fn refused(&self) -> Option<DbRefusal> {
+        DbRefusal::from_u8(self.refused.load(Ordering::SeqCst))
+    }
+
     fn latency(&self, took: Duration) {
         let us = took.as_micros().min(u128::from(u64::MAX)) as u64;
         let i = LATENCY_BUCKETS_US
@@ -232,6 +302,7 @@ impl FleetStats {
             regenerating: self.regenerating.load(Ordering::Relaxed),
             regenerations: load(&self.regenerations),
             tombstones_removed: load(&self.tombstones_removed),
+            refused: self.refused(),
         }
     }
 }

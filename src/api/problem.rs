@@ -202,6 +202,27 @@ impl Problem {
         )
     }
 
+    /// 503 without `Retry-After`: the fleet database that answers failed this node's checks
+    /// (`why`); the type names the reason (`database-refused-schema`, `-secret`, `-namespace`).
+    pub fn database_refused(why: fleet::DbRefusal) -> Problem {
+        Problem::new(
+            503,
+            match why {
+                fleet::DbRefusal::Unchecked => problem_type!("database-refused-unchecked"),
+                fleet::DbRefusal::Schema => problem_type!("database-refused-schema"),
+                fleet::DbRefusal::Secret => problem_type!("database-refused-secret"),
+                fleet::DbRefusal::Namespace => problem_type!("database-refused-namespace"),
+            },
+            "Fleet database refused",
+            format!(
+                "{}. Nothing was written. Redirects of the links this node holds keep working; \
+                 creates and edits resume once the database passes the check (every {} ms).",
+                why.explain(),
+                crate::fleet_sync::DB_REFUSED_RECHECK_MS
+            ),
+        )
+    }
+
     /// 507: storage is full; no new links can be stored.
     pub fn insufficient_storage() -> Problem {
         Problem::new(

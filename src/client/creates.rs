@@ -42,8 +42,9 @@ pub struct Creates {
     /// Generated IDs taken from the segment buffer (`/metrics`).
     ids_used: u64,
     /// Fleet mode: custom aliases shaped like generated keys are refused
-    /// ([`Creates::check_alias`]).
-    generated_shape_reserved: bool,
+    /// ([`Creates::check_alias`]), and no create is tried while the fleet database is refused
+    /// (`FleetStats::refused`).
+    fleet: Option<Arc<fleet::FleetStats>>,
 }
 
 impl Creates {
@@ -53,7 +54,7 @@ impl Creates {
         segments: SegmentBuffer,
         alloc: AllocClient,
         keygen: Arc<KeyGen>,
-        generated_shape_reserved: bool,
+        fleet: Option<Arc<fleet::FleetStats>>,
     ) -> Creates {
         Creates {
             me,
@@ -64,7 +65,7 @@ impl Creates {
             waiters: VecDeque::new(),
             fenced: false,
             ids_used: 0,
-            generated_shape_reserved,
+            fleet,
         }
     }
 
@@ -77,9 +78,7 @@ impl Creates {
         let Some(alias) = &req.custom_alias else {
             return Ok(());
         };
-        if self.generated_shape_reserved
-            && shards::keygen::base62_decode7(alias.as_bytes()).is_some()
-        {
+        if self.fleet.is_some() && shards::keygen::base62_decode7(alias.as_bytes()).is_some() {
             return Err(Problem::invalid_field(
                 Some("custom_alias"),
                 format!(
@@ -133,6 +132,12 @@ impl Creates {
         idem: Option<IdemTag>,
         mesh: &mut Mesh,
     ) {
+        let refused = self.fleet.as_ref().and_then(|f| f.refused());
+        if let Some(r) = refused.filter(|&r| r != fleet::DbRefusal::Unchecked) {
+            // Not even an ID is taken: the database that answers is not this fleet's to use.
+            let outcome = WriteOutcome::DatabaseRefused(r);
+            return mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+        }
         let (key, id) = match &req.custom_alias {
             Some(a) => (InlineKey::new(a.as_bytes()).expect("validated alias"), 0),
             None if self.fenced => return busy(reply, mesh),

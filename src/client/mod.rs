@@ -591,6 +591,7 @@ impl ApiClient {
                 p.detail = "the fleet database did not confirm the write in time (unreachable, hung or overloaded); it may or may not have been committed. Retry, with an Idempotency-Key to be safe. Redirects keep working.".into();
                 problem(out, p)
             }
+            (_, WriteOutcome::DatabaseRefused(r)) => problem(out, Problem::database_refused(r)),
             (_, WriteOutcome::IdemMismatch) => problem(out, Problem::idempotency_mismatch()),
             (_, WriteOutcome::Busy) if self.creates.is_fenced() => {
                 problem(out, Problem::allocation_fenced())

@@ -634,6 +634,16 @@ fn encode_fleet(enc: &mut DescriptorEncoder, f: &fleet::FleetStatsSnapshot) -> f
         u64::from(f.regenerating),
     )?;
     let mut m = enc.encode_descriptor(
+        "ricochet_fleet_database_refused",
+        "1 for the reason the fleet database that answers is not used (schema, secret, namespace, unchecked since a start without it): the node serves what it holds and refuses creates, edits and lookups of others",
+        None,
+        Gauge,
+    )?;
+    for r in fleet::DbRefusal::ALL {
+        let on = u64::from(f.refused == Some(r));
+        value(m.encode_family(&[("reason", r.slug())])?, Gauge, on)?;
+    }
+    let mut m = enc.encode_descriptor(
         "ricochet_fleet_allocation_failures",
         "Failed allocation attempts by class",
         None,

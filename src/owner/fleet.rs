@@ -157,6 +157,10 @@ impl Owner {
         mesh: &mut Mesh,
     ) {
         let fleet = self.fleet.as_mut().expect("fleet mode");
+        if fleet.stats.refused().is_some() {
+            // Its rows may be another fleet's links: answered as if it did not answer.
+            return self.answer_read(w, key, &Err(()), now_s, mesh);
+        }
         if fleet.never_issued(&key, Instant::now()) {
             fleet.stats.shed();
             return self.answer_read(w, key, &Ok(None), now_s, mesh);
@@ -359,6 +363,13 @@ impl Owner {
             },
             _ => unreachable!("only creates, patches, deletes and stats resets go to the database"),
         };
+        if let Some(r) = fleet.stats.refused() {
+            let outcome = match r {
+                fleet::DbRefusal::Unchecked => WriteOutcome::DatabaseUnavailable,
+                r => WriteOutcome::DatabaseRefused(r),
+            };
+            return mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+        }
         let token = fleet.next_token;
         fleet.next_token += 1;
         let job = WriteJob {

@@ -117,19 +117,22 @@ impl Server {
     /// Starts `serve` through `cmd` (the server binary, or a wrapper that execs it with the
     /// arguments it is given, e.g. to lower a resource limit) on a free port.
     pub fn try_start_command(
+        cmd: Command,
+        data_dir: &Path,
+        extra: &[&str],
+    ) -> Result<Server, String> {
+        Self::try_start_at(cmd, "127.0.0.1:0", data_dir, extra)
+    }
+
+    /// [`Server::try_start_command`] on a given `--listen` address.
+    pub fn try_start_at(
         mut cmd: Command,
+        listen: &str,
         data_dir: &Path,
         extra: &[&str],
     ) -> Result<Server, String> {
         let mut child = cmd
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--cores",
-                "2",
-                "--data-dir",
-            ])
+            .args(["serve", "--listen", listen, "--cores", "2", "--data-dir"])
             .arg(data_dir)
             .args(extra)
             .stdout(Stdio::piped())
