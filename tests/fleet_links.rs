@@ -1274,3 +1274,81 @@ fn a_node_whose_database_is_replaced_takes_its_links_from_the_new_one() {
     assert_eq!(answer(&s, "kept-2").0, 302);
     assert_eq!(answer(&s, &after).0, 302);
 }
+
+/// The database's clock decides expiry in the SQL that revives, edits and deletes, not the
+/// node's: a node whose clock runs 10 minutes ahead (Debian's `faketime`) neither takes over
+/// the key of a link that has 5 minutes left by the database's clock (its create is told the
+/// alias is taken) nor is told such a link is gone when it edits or deletes it; every node
+/// ends at what the database holds.
+#[test]
+fn a_node_whose_clock_runs_ahead_judges_expiry_by_the_databases_clock() {
+    let Some(db) = TestDb::create("fleet_clock_ahead") else {
+        return;
+    };
+    let faketime = std::process::Command::new("faketime")
+        .arg("--version")
+        .output()
+        .is_ok();
+    assert!(faketime, "faketime is needed (apt install faketime)");
+    prepare_fleet(&db.url);
+    let (_ta, dir_a) = api::data_dir();
+    let (_tb, dir_b) = api::data_dir();
+    let a = node(&dir_a, &db.url, "a", "1", &[]);
+    let mut cmd = std::process::Command::new("faketime");
+    cmd.args(["-f", "+10m"])
+        .arg(common::server_bin())
+        // Only the wall clock: io_uring timeouts are the kernel's monotonic clock.
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .env("RICOCHET_API_KEY", api::API_KEY);
+    let args = fleet_node_args(&db.url, "b", "1");
+    let b = Server::try_start_command(cmd, &dir_b, &args).expect("node b under faketime");
+    let now = ricochet::api::timefmt::now_s();
+    let mut ca = Client::new(&a);
+    let mut cb = Client::new(&b);
+    let r = ca.create(&json!({
+        "long_url": "https://example.com/five-minutes-left",
+        "custom_alias": "clock-ahead",
+        "expires_at": ricochet::api::timefmt::format_rfc3339_utc(now + 300),
+    }));
+    assert_eq!(r.status, 201, "{}", r.text());
+    // B's clock says it expired 5 minutes ago; the database's says it has 5 minutes left.
+    let r = cb.create(&json!({
+        "long_url": "https://example.com/taken-over",
+        "custom_alias": "clock-ahead",
+    }));
+    assert_eq!(
+        r.status,
+        409,
+        "B must not take over a live key: {}",
+        r.text()
+    );
+    wait_for(
+        &a,
+        "clock-ahead",
+        Some("https://example.com/five-minutes-left"),
+    );
+    let r = cb.patch(
+        "clock-ahead",
+        &json!({"long_url": "https://example.com/edited"}),
+    );
+    assert_eq!(
+        r.status,
+        200,
+        "the database finds the link live: {}",
+        r.text()
+    );
+    wait_for(&a, "clock-ahead", Some("https://example.com/edited"));
+    let r = cb.delete("clock-ahead");
+    assert_eq!(
+        r.status,
+        204,
+        "the database finds the link live: {}",
+        r.text()
+    );
+    wait_for(&a, "clock-ahead", None);
+    let held = common::pg::psql(
+        &db.url,
+        "SELECT deleted, target FROM ricochet_links WHERE key = 'clock-ahead'",
+    );
+    assert_eq!(held.trim(), "t|https://example.com/edited");
+}

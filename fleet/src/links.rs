@@ -48,8 +48,10 @@ pub enum ExpiryChange {
     Set(u64),
 }
 
-/// One API write, as the database executes it. `now_s` decides expiry the way the node does:
-/// an expired link is absent (a create may take its key; PATCH and DELETE find nothing).
+/// One API write, as the database executes it. Expiry is judged as the node judges it (an
+/// expired link is absent: a create may take its key, PATCH and DELETE find nothing), but by
+/// the **database's** clock ([`db_now_s`]): every node's writes of a key then agree on whether
+/// it has expired, however far a node's clock is off.
 #[derive(Clone, Debug)]
 pub enum LinkWrite {
     Create {
@@ -58,7 +60,6 @@ pub enum LinkWrite {
         status: u16,
         created_at_s: u64,
         expires_at_s: u64,
-        now_s: u64,
         /// Under an Idempotency-Key: its scope and the request's hash, claimed in the database
         /// together with the link.
         idem: Option<Box<(String, [u8; 32])>>,
@@ -68,11 +69,9 @@ pub enum LinkWrite {
         target: Option<String>,
         status: Option<u16>,
         expiry: ExpiryChange,
-        now_s: u64,
     },
     Delete {
         key: String,
-        now_s: u64,
     },
     /// `DELETE /api/v1/urls/{key}/stats`: every node's click rows of the link go, and a
     /// reset row tells every node to purge its own (`migrations/0008_click_resets.sql`).
@@ -311,7 +310,6 @@ pub async fn create_batch(
 ) -> Result<Vec<LinkWritten>, tokio_postgres::Error> {
     let (mut keys, mut targets, mut statuses, mut created, mut expires) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut now = 0i64;
     for w in creates {
         let LinkWrite::Create {
             key,
@@ -319,7 +317,6 @@ pub async fn create_batch(
             status,
             created_at_s,
             expires_at_s,
-            now_s,
             idem: None,
         } = w
         else {
@@ -330,7 +327,6 @@ pub async fn create_batch(
         statuses.push(*status as i16);
         created.push(*created_at_s as i64);
         expires.push(*expires_at_s as i64);
-        now = now.max(*now_s as i64);
     }
     let rows = c
         .query(
@@ -341,7 +337,7 @@ pub async fn create_batch(
                 revive_dead_key!(),
                 "RETURNING key, version"
             ),
-            &[&keys, &targets, &statuses, &created, &expires, &now],
+            &[&keys, &targets, &statuses, &created, &expires],
         )
         .await?;
     let made: std::collections::HashMap<String, i64> =
@@ -355,16 +351,28 @@ pub async fn create_batch(
         .collect())
 }
 
-/// The upsert clause every create uses: a tombstone or an expired link (as of `$6`, the
-/// node's now) gives its key up, as on a single node; a live one keeps it (no row back). The
-/// update restamps version and xid (trigger), so the feed carries the key again.
+/// The database's clock in Unix seconds, in SQL: what every statement judges expiry by.
+macro_rules! db_now_s {
+    () => {
+        "floor(extract(epoch FROM now()))::bigint"
+    };
+}
+use db_now_s;
+
+/// The upsert clause every create uses: a tombstone or an expired link (by the database's
+/// clock) gives its key up, as on a single node; a live one keeps it (no row back). The update
+/// restamps version and xid (trigger), so the feed carries the key again.
 macro_rules! revive_dead_key {
     () => {
-        "ON CONFLICT (key) DO UPDATE SET target = EXCLUDED.target, \
-             status = EXCLUDED.status, created_at = EXCLUDED.created_at, \
-             expires_at = EXCLUDED.expires_at, deleted = false \
-           WHERE ricochet_links.deleted \
-              OR (ricochet_links.expires_at <> 0 AND ricochet_links.expires_at <= $6) "
+        concat!(
+            "ON CONFLICT (key) DO UPDATE SET target = EXCLUDED.target, \
+                 status = EXCLUDED.status, created_at = EXCLUDED.created_at, \
+                 expires_at = EXCLUDED.expires_at, deleted = false \
+               WHERE ricochet_links.deleted \
+                  OR (ricochet_links.expires_at <> 0 AND ricochet_links.expires_at <= ",
+            db_now_s!(),
+            ") "
+        )
     };
 }
 use revive_dead_key;
@@ -378,20 +386,21 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
             status,
             created_at_s,
             expires_at_s,
-            now_s,
             idem: Some(idem),
         } => {
             let (scope, hash) = &**idem;
-            let cutoff = now_s.saturating_sub(IDEMPOTENCY_RETENTION_S) as i64;
+            let retention = IDEMPOTENCY_RETENTION_S as i64;
             let result = c
                 .query_one(
                     concat!(
                         "WITH claim AS ( \
                          INSERT INTO ricochet_idempotency (scope, request_hash, key, created_at) \
-                         VALUES ($7, $8, $1, $4) \
+                         VALUES ($6, $7, $1, $4) \
                          ON CONFLICT (scope) DO UPDATE SET request_hash = EXCLUDED.request_hash, \
                              key = EXCLUDED.key, created_at = EXCLUDED.created_at \
-                           WHERE ricochet_idempotency.created_at < $9 \
+                           WHERE ricochet_idempotency.created_at < ",
+                        db_now_s!(),
+                        " - $8 \
                          RETURNING 1), \
                      link AS ( \
                          INSERT INTO ricochet_links (key, target, status, created_at, expires_at) \
@@ -401,7 +410,7 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
                      SELECT (SELECT version FROM link), EXISTS (SELECT 1 FROM claim), \
                             CASE WHEN EXISTS (SELECT 1 FROM claim) \
                                   AND NOT EXISTS (SELECT 1 FROM link) \
-                                 THEN ricochet_abort($10) END"
+                                 THEN ricochet_abort($9) END"
                     ),
                     &[
                         key,
@@ -409,10 +418,9 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
                         &(*status as i16),
                         &(*created_at_s as i64),
                         &(*expires_at_s as i64),
-                        &(*now_s as i64),
                         scope,
                         &&hash[..],
-                        &cutoff,
+                        &retention,
                         &ALIAS_TAKEN,
                     ],
                 )
@@ -461,7 +469,6 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
             status,
             created_at_s,
             expires_at_s,
-            now_s,
             idem: None,
         } => {
             let row = c
@@ -478,7 +485,6 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
                         &(*status as i16),
                         &(*created_at_s as i64),
                         &(*expires_at_s as i64),
-                        &(*now_s as i64),
                     ],
                 )
                 .await?;
@@ -494,7 +500,6 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
             target,
             status,
             expiry,
-            now_s,
         } => {
             let (kind, at): (i16, i64) = match expiry {
                 ExpiryChange::Keep => (0, 0),
@@ -503,20 +508,17 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
             };
             let row = c
                 .query_opt(
-                    "UPDATE ricochet_links SET target = COALESCE($2, target), \
-                         status = COALESCE($3, status), \
-                         expires_at = CASE $4::smallint WHEN 0 THEN expires_at \
-                                                        WHEN 1 THEN 0 ELSE $5 END \
-                      WHERE key = $1 AND NOT deleted AND (expires_at = 0 OR expires_at > $6) \
-                     RETURNING target, status, created_at, expires_at, version",
-                    &[
-                        key,
-                        target,
-                        &status.map(|s| s as i16),
-                        &kind,
-                        &at,
-                        &(*now_s as i64),
-                    ],
+                    concat!(
+                        "UPDATE ricochet_links SET target = COALESCE($2, target), \
+                             status = COALESCE($3, status), \
+                             expires_at = CASE $4::smallint WHEN 0 THEN expires_at \
+                                                            WHEN 1 THEN 0 ELSE $5 END \
+                          WHERE key = $1 AND NOT deleted \
+                            AND (expires_at = 0 OR expires_at > ",
+                        db_now_s!(),
+                        ") RETURNING target, status, created_at, expires_at, version"
+                    ),
+                    &[key, target, &status.map(|s| s as i16), &kind, &at],
                 )
                 .await?;
             Ok(match row {
@@ -548,19 +550,23 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
                 LinkWritten::NotFound
             })
         }
-        LinkWrite::Delete { key, now_s } => {
+        LinkWrite::Delete { key } => {
             let row = c
                 .query_opt(
                     // Every node's clicks of the link go in the same statement; each node
                     // also drops its own rows when the tombstone reaches it (a flush it made
                     // before then may have written some back).
-                    "WITH d AS (UPDATE ricochet_links SET deleted = true \
-                                 WHERE key = $1 AND NOT deleted \
-                                   AND (expires_at = 0 OR expires_at > $2) \
-                                RETURNING key, version), \
-                          c AS (DELETE FROM ricochet_click_days WHERE key IN (SELECT key FROM d)) \
-                     SELECT version FROM d",
-                    &[key, &(*now_s as i64)],
+                    concat!(
+                        "WITH d AS (UPDATE ricochet_links SET deleted = true \
+                                     WHERE key = $1 AND NOT deleted \
+                                       AND (expires_at = 0 OR expires_at > ",
+                        db_now_s!(),
+                        ") RETURNING key, version), \
+                              c AS (DELETE FROM ricochet_click_days \
+                                     WHERE key IN (SELECT key FROM d)) \
+                         SELECT version FROM d"
+                    ),
+                    &[key],
                 )
                 .await?;
             Ok(match row {

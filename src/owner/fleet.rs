@@ -312,13 +312,7 @@ impl Owner {
     }
 
     /// Sends an API write to the link writer; the key is in flight until it answers.
-    pub(super) fn submit_fleet_write(
-        &mut self,
-        reply: ReplyTo,
-        req: WriteReq,
-        now_s: u64,
-        mesh: &mut Mesh,
-    ) {
+    pub(super) fn submit_fleet_write(&mut self, reply: ReplyTo, req: WriteReq, mesh: &mut Mesh) {
         let fleet = self.fleet.as_mut().expect("fleet mode");
         let key = req.key();
         let write = match &req {
@@ -335,7 +329,6 @@ impl Owner {
                 status: status.code(),
                 created_at_s: *created_at_s,
                 expires_at_s: *expires_at_s,
-                now_s,
                 idem: idem.clone(),
             },
             WriteReq::Patch {
@@ -352,11 +345,9 @@ impl Owner {
                     ExpiryUpdate::Clear => ExpiryChange::Clear,
                     ExpiryUpdate::Set(t) => ExpiryChange::Set(*t),
                 },
-                now_s,
             },
             WriteReq::Delete { .. } => LinkWrite::Delete {
                 key: key.as_str().to_owned(),
-                now_s,
             },
             WriteReq::ResetStats { .. } => LinkWrite::ResetStats {
                 key: key.as_str().to_owned(),

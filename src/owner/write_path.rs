@@ -110,7 +110,7 @@ impl Owner {
             )
         {
             // The fleet database judges it (`fleet.rs`); the key waits like any in flight.
-            return self.submit_fleet_write(reply, req, now_s, mesh);
+            return self.submit_fleet_write(reply, req, mesh);
         }
         let current = self.link_info(shard, &key, now_s);
         let mut idem: Option<Box<(String, [u8; 32])>> = None;
