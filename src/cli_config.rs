@@ -32,6 +32,27 @@ fn settable(serve: &Command) -> Vec<&clap::Arg> {
         .collect()
 }
 
+/// One warning per hidden test-only or fault flag `serve` was given (on its command line: a
+/// file or the environment cannot set them, [`settable`]), naming the flag and what it does.
+pub fn test_flag_warnings(serve_matches: &clap::ArgMatches, cli: &Command) -> Vec<String> {
+    let serve = cli.find_subcommand("serve").expect("serve subcommand");
+    serve
+        .get_arguments()
+        .filter(|a| a.is_hide_set() && a.get_long().is_some())
+        .filter(|a| {
+            serve_matches.value_source(a.get_id().as_str()) == Some(ValueSource::CommandLine)
+        })
+        .map(|a| {
+            let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+            format!(
+                "warning: --{} is a test-only flag, never for production: {}",
+                a.get_long().expect("filtered"),
+                help.trim_start_matches("Test only: ")
+            )
+        })
+        .collect()
+}
+
 /// `RICOCHET_<KEY>` for key `id`.
 pub fn env_name(id: &str) -> String {
     format!("{ENV_PREFIX}{}", id.to_uppercase())

@@ -545,8 +545,25 @@ impl Follower {
             if regenerate.is_some() {
                 continue;
             }
-            let rows = match fleet::feed::poll(&mut self.db, &cursor, FEED_BATCH_ROWS) {
-                Ok(r) => r,
+            let polled = fleet::feed::poll_with_horizon(&mut self.db, &cursor, FEED_BATCH_ROWS);
+            let rows = match polled {
+                Ok((rows, tombstones)) => {
+                    // Read with the rows: a removal since the last poll may have taken a
+                    // delete this node had not applied.
+                    if identity.removals != Some(tombstones.removals)
+                        && cursor_behind(&cursor, tombstones.horizon)
+                    {
+                        eprintln!(
+                            "fleet: the feed cursor (transaction {}) is not past the tombstone \
+                             horizon ({}) read with this poll: deletes this node has not \
+                             applied may be gone; regenerating this node's links",
+                            cursor.xid, tombstones.horizon
+                        );
+                        regenerate = Some(RegenCause::Horizon);
+                        continue;
+                    }
+                    rows
+                }
                 Err(e) => {
                     eprintln!("fleet: change feed poll failed: {e}; retrying");
                     self.stats.feed_failed();

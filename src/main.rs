@@ -327,6 +327,11 @@ fn main() -> ExitCode {
     };
     let matches = command.clone().get_matches_from(argv);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let Some(("serve", serve)) = matches.subcommand() {
+        for w in cli_config::test_flag_warnings(serve, &command) {
+            eprintln!("{w}");
+        }
+    }
     let result = match cli.cmd.expect("a subcommand (serve by default)") {
         Cmd::Serve(a) => {
             let a = *a;

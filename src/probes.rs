@@ -12,7 +12,7 @@
 //!   database outage, the opposite of what fleet mode promises; route creates by this one.
 //!
 //! Readiness is damped ([`Damped`]): it falls only after its checks failed for
-//! [`READY_FALL_MS`] (draining and a missing core fall at once) and rises again only after they
+//! [`READY_FALL_MS`] (draining, a missing core and a regeneration fall at once) and rises again only after they
 //! passed for [`READY_RISE_MS`]; the first rise after start is immediate. `?verbose` (with or
 //! without `creates`) answers JSON with one entry per check.
 
@@ -25,8 +25,8 @@ use crate::shared::Shared;
 /// sweeps, far from a busy core and well inside a typical probe period.
 pub const LIVENESS_STALL_MS: u64 = 2_000;
 
-/// A readiness check must fail this long before the verdict falls (except draining and
-/// missing cores, which fall at once).
+/// A readiness check must fail this long before the verdict falls (except draining, missing
+/// cores and a regeneration, which fall at once).
 pub const READY_FALL_MS: u64 = 2_000;
 
 /// After a fall, the checks must pass this long before the verdict rises again.
@@ -110,9 +110,11 @@ pub fn answer(path: &[u8], query: Option<&[u8]>, shared: &Shared) -> Option<Prob
             let creates = has(b"creates");
             let checks = readiness_checks(shared, creates);
             let raw = checks.iter().all(|c| c.ok);
+            // A regeneration (the `feed` check fails only then) may be serving links deleted
+            // elsewhere: out of rotation at once, like a drain.
             let urgent = checks
                 .iter()
-                .any(|c| !c.ok && matches!(c.name, "draining" | "cores"));
+                .any(|c| !c.ok && matches!(c.name, "draining" | "cores" | "feed"));
             let damped = if creates {
                 &shared.ready_for_creates
             } else {

@@ -120,6 +120,15 @@ fn bad_files_are_refused_naming_file_line_and_key() {
         ),
         ("lru_capacity = \n", "TOML parse error at line 1"),
         ("config = \"x\"\n", "unknown key `config`"),
+        // Test-only and fault flags cannot come from a file.
+        (
+            "test_oversubscribe = true\n",
+            ":1: unknown key `test_oversubscribe`",
+        ),
+        (
+            "fault_fail_click_sync = true\n",
+            ":1: unknown key `fault_fail_click_sync`",
+        ),
     ];
     for (text, want) in cases {
         let path = write(t.path(), text);
@@ -175,4 +184,44 @@ fn a_server_runs_from_a_file_with_the_environment_on_top() {
             .starts_with("https://env.example/"),
         "{v}"
     );
+}
+
+/// Every test-only or fault flag given prints one warning at start naming it; none comes from
+/// the environment (a `RICOCHET_*` variable of such a flag sets nothing and says nothing).
+#[test]
+fn each_test_or_fault_flag_warns_once_at_start_and_none_comes_from_the_environment() {
+    let (_t, dir) = data_dir();
+    let s = Server::start_with_env(
+        &dir,
+        &[
+            "--test-oversubscribe",
+            "--fault-fail-click-sync",
+            "--cores",
+            "1",
+        ],
+        &[
+            ("RICOCHET_API_KEY", API_KEY),
+            ("RICOCHET_FAULT_ABORT_AFTER_CARRY", "true"),
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let lines = s.stderr_lines();
+    let warned = |flag: &str| {
+        lines
+            .iter()
+            .filter(|l| l.starts_with(&format!("warning: --{flag} is a test-only flag")))
+            .count()
+    };
+    assert_eq!(warned("test-oversubscribe"), 1, "{lines:?}");
+    assert_eq!(warned("fault-fail-click-sync"), 1, "{lines:?}");
+    assert_eq!(warned("fault-abort-after-carry"), 0, "{lines:?}");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("test-only flag"))
+            .count(),
+        2,
+        "{lines:?}"
+    );
+    assert_eq!(Client::new(&s).redirect("nothing-here").status, 404);
 }

@@ -189,3 +189,55 @@ fn the_bootstrap_copy_reads_back_every_live_link_exactly() {
         assert!(fleet::feed::parse_copy_line(bad).is_err(), "{bad:?}");
     }
 }
+
+/// A poll reads the tombstone horizon and the removal count in its own statement, with rows
+/// and without; a removal takes only tombstones below the snapshot's xmin and raises both.
+#[test]
+fn a_poll_reads_the_tombstone_horizon_with_its_rows() {
+    use fleet::feed::{poll_with_horizon, purge_tombstones, Tombstones};
+    let Some(t) = TestDb::create("feed_horizon") else {
+        return;
+    };
+    fleet::init(&mut db(&t.url)).unwrap();
+    let mut d = db(&t.url);
+    let (rows, none) = poll_with_horizon(&mut d, &Cursor::START, 100).unwrap();
+    assert!(rows.is_empty());
+    assert_eq!(
+        none,
+        Tombstones {
+            horizon: 0,
+            removals: 0
+        }
+    );
+    // An open transaction with an xid, older than the tombstone, holds xmin below it.
+    let mut stall = db(&t.url);
+    exec(&mut stall, "BEGIN; SELECT pg_current_xact_id()");
+    exec(
+        &mut d,
+        "INSERT INTO ricochet_links (key, target, status, created_at) \
+         VALUES ('gone', 'https://example.com/g', 302, 1), \
+                ('kept', 'https://example.com/k', 302, 1); \
+         UPDATE ricochet_links SET deleted = true WHERE key = 'gone'",
+    );
+    assert_eq!(
+        purge_tombstones(&mut d, 0).unwrap().0,
+        0,
+        "a tombstone no poll shows yet"
+    );
+    exec(&mut stall, "COMMIT");
+    let (n, horizon) = purge_tombstones(&mut d, 0).unwrap();
+    assert_eq!(n, 1);
+    let (rows, seen) = poll_with_horizon(&mut d, &Cursor::START, 100).unwrap();
+    assert_eq!(keys(&rows), vec!["kept"]);
+    assert_eq!(
+        seen,
+        Tombstones {
+            horizon,
+            removals: 1
+        }
+    );
+    let after = rows[0].cursor();
+    let (rows, seen) = poll_with_horizon(&mut d, &after, 100).unwrap();
+    assert!(rows.is_empty());
+    assert_eq!(seen.horizon, horizon, "read without rows too");
+}

@@ -78,6 +78,25 @@ fn gc_tombstones_now(url: &str, want: u64) {
     );
 }
 
+/// Runs `ricochet fleet gc-tombstones --older-than-s 0`; how many it removed.
+fn gc_tombstones_count(url: &str) -> u64 {
+    let out = std::process::Command::new(common::BIN)
+        .args(["fleet", "gc-tombstones", "--pg", url, "--older-than-s", "0"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.split("removed ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {text}"))
+}
+
 fn percentile(v: &mut [Duration], p: f64) -> Duration {
     v.sort();
     v[((v.len() as f64 - 1.0) * p).round() as usize]
@@ -1092,14 +1111,29 @@ fn a_running_node_behind_the_horizon_regenerates_while_serving() {
     };
     std::fs::remove_file(&pause).unwrap();
     let t = Instant::now();
+    // Readiness meanwhile: whenever `/readyz?verbose` reports the regeneration, it is 503 (it
+    // may serve links deleted elsewhere until the swap), and it is seen at least once.
+    let mut probe = Client::new(&b);
+    let mut not_ready_while_regenerating = 0;
     while metric(&b, "ricochet_fleet_regenerations_total") == 0 {
         assert!(
             t.elapsed() < Duration::from_secs(30),
             "no regeneration: {:?}",
             b.stderr_lines()
         );
-        std::thread::sleep(Duration::from_millis(20));
+        let r = probe
+            .send("GET", "/readyz?verbose", false, &[], b"")
+            .unwrap();
+        if r.text().contains("REGENERATING") {
+            assert_eq!(r.status, 503, "ready while regenerating: {}", r.text());
+            not_ready_while_regenerating += 1;
+        }
+        std::thread::sleep(Duration::from_millis(2));
     }
+    assert!(
+        not_ready_while_regenerating > 0,
+        "/readyz never seen during the regeneration"
+    );
     let took = t.elapsed();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (answered, wrong) = load.join().unwrap();
@@ -1127,10 +1161,13 @@ fn a_running_node_behind_the_horizon_regenerates_while_serving() {
     for l in &said {
         eprintln!("b: {l}");
     }
-    assert_eq!(
-        cb.send("GET", "/readyz", false, &[], b"").unwrap().status,
-        200
-    );
+    // Ready again once the checks have passed for the rise delay.
+    let t = Instant::now();
+    while cb.send("GET", "/readyz", false, &[], b"").unwrap().status != 200 {
+        let rise = Duration::from_millis(ricochet::probes::READY_RISE_MS);
+        assert!(t.elapsed() < rise * 5, "not ready again after the swap");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert!(!dir_b
         .join(ricochet::fleet_sync::REBOOTSTRAP_MARKER)
         .exists());
@@ -1351,4 +1388,49 @@ fn a_node_whose_clock_runs_ahead_judges_expiry_by_the_databases_clock() {
         "SELECT deleted, target FROM ricochet_links WHERE key = 'clock-ahead'",
     );
     assert_eq!(held.trim(), "t|https://example.com/edited");
+}
+
+/// Tombstones go only once every feed can have seen them (below the snapshot's xmin): a
+/// delete committed while an open transaction holds xmin below it is not removed by a purge
+/// meanwhile, however old, so once the stall ends every node applies it. (Were one removed, a
+/// poll reads the horizon with its rows and regenerates rather than skip it.)
+#[test]
+fn a_purge_during_an_xmin_stall_never_makes_a_node_skip_a_delete() {
+    let Some(db) = TestDb::create("fleet_purge_stall") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let (_ta, dir_a) = api::data_dir();
+    let (_tb, dir_b) = api::data_dir();
+    let a = node(&dir_a, &db.url, "a", "1", &[]);
+    let b = node(&dir_b, &db.url, "b", "1", &[]);
+    let mut ca = Client::new(&a);
+    let url = "https://example.com/deleted-during-a-stall";
+    let k = ca.create_ok(url, Some("stalled-delete"));
+    wait_for(&b, &k, Some(url));
+    // An open transaction with an xid: xmin stays below everything committed after it.
+    let mut held = psql_session(&db.url);
+    use std::io::Write;
+    let stdin = held.stdin.as_mut().unwrap();
+    writeln!(stdin, "BEGIN; SELECT pg_current_xact_id();").unwrap();
+    stdin.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(ca.delete(&k).status, 204);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        answer(&b, &k).0,
+        302,
+        "b's feed is held back by the open transaction"
+    );
+    assert_eq!(
+        gc_tombstones_count(&db.url),
+        0,
+        "a tombstone no feed has shown yet was removed"
+    );
+    writeln!(stdin, "COMMIT;").unwrap();
+    stdin.flush().unwrap();
+    drop(held.stdin.take());
+    assert!(held.wait().unwrap().success());
+    wait_for(&b, &k, None);
+    wait_for(&a, &k, None);
 }

@@ -130,13 +130,23 @@ fn readiness_reports_each_check_and_gates_creates_apart() {
     c.send(b"POST /readyz HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
     assert_eq!(c.read_response(false).status, 405);
     // Draining (SIGTERM): not ready at once. A draining server accepts no new connection and
-    // closes idle ones, so a probe fails (no answer) or, on a connection mid-request, is told
-    // 503 `draining`; it is never told 200.
+    // closes idle ones; a probe whose request is being received when the signal comes is
+    // answered `503 draining` with `Connection: close`; it is never told 200.
     drop(c);
-    // SAFETY: a signal to our own child process.
+    let mut mid = common::Reader::new(s.connect());
+    mid.send(b"GET /readyz?verbose HTTP/1.1\r\nHost: t\r\n");
+    std::thread::sleep(Duration::from_millis(100)); // The server has read the first part.
+                                                    // SAFETY: a signal to our own child process.
     unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
     std::thread::sleep(Duration::from_millis(100));
+    mid.send(b"\r\n");
+    let r = mid.read_response(false);
+    let body = String::from_utf8_lossy(&r.body);
+    assert_eq!(r.status, 503, "{body}");
+    assert!(body.contains("draining (SIGTERM)"), "{body}");
+    assert_eq!(r.header("connection"), Some("close"));
     for _ in 0..5 {
+        // A new connection is refused (no answer), never told 200.
         match probe(s.addr, "/readyz", Duration::from_millis(500)) {
             None => {}
             Some((st, body)) => assert!(st == 503 && body.contains("draining"), "{st} {body}"),

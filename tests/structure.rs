@@ -67,6 +67,15 @@ fn code(path: &Path) -> Option<String> {
     Some(lines.join("\n"))
 }
 
+/// Whether `line` names `word`: a word ending in a letter or digit must not continue as a
+/// longer name (`fleet::Db` is not `fleet::DbRefusal`, a plain value type).
+fn contains_name(line: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let open_ended = word.chars().last().is_some_and(ident);
+    line.match_indices(word)
+        .any(|(at, _)| !open_ended || !line[at + word.len()..].chars().next().is_some_and(ident))
+}
+
 fn offenders(dirs: &[&str], forbidden: &[&str]) -> Vec<String> {
     let mut found = Vec::new();
     for d in dirs {
@@ -74,7 +83,7 @@ fn offenders(dirs: &[&str], forbidden: &[&str]) -> Vec<String> {
             let Some(code) = code(&f) else { continue };
             for (i, line) in code.lines().enumerate() {
                 for word in forbidden {
-                    if line.contains(word) {
+                    if contains_name(line, word) {
                         found.push(format!(
                             "{}:{}: `{word}`: {}",
                             f.display(),

@@ -39,35 +39,65 @@ pub struct FeedRow {
 /// `(changed_xid, key)` order, at most `limit` (1 to [`MAX_FEED_ROWS`]). Feeding the last
 /// row's `(xid, key)` back as `after` resumes without gaps or repeats.
 pub fn poll(db: &mut Db, after: &Cursor, limit: i64) -> Result<Vec<FeedRow>, FleetError> {
+    poll_with_horizon(db, after, limit).map(|(rows, _)| rows)
+}
+
+/// [`poll`], and the tombstone horizon and removal count read **in the same statement** (one
+/// snapshot): if the horizon is not behind `after`, no tombstone this poll should have shown
+/// was removed before it ran; a removal that commits later removed nothing it could see.
+pub fn poll_with_horizon(
+    db: &mut Db,
+    after: &Cursor,
+    limit: i64,
+) -> Result<(Vec<FeedRow>, Tombstones), FleetError> {
     let limit = limit.clamp(1, MAX_FEED_ROWS);
     let xid = after.xid.to_string();
     let key = after.key.clone();
     db.call("feed poll", async |c| {
         let rows = c
             .query(
-                "SELECT key, target, status, created_at, expires_at, deleted, version, \
-                        changed_xid::text \
-                   FROM ricochet_links \
-                  WHERE (changed_xid, key) > ($1::text::xid8, $2::text) \
-                    AND changed_xid < pg_snapshot_xmin(pg_current_snapshot()) \
-                  ORDER BY changed_xid, key \
-                  LIMIT $3",
+                "SELECT m.horizon, m.removals, l.key, l.target, l.status, l.created_at, \
+                        l.expires_at, l.deleted, l.version, l.changed_xid::text \
+                   FROM (SELECT (SELECT value FROM ricochet_meta \
+                                  WHERE key = 'tombstone_horizon') AS horizon, \
+                                (SELECT value FROM ricochet_meta \
+                                  WHERE key = 'tombstone_removals') AS removals) m \
+                   LEFT JOIN LATERAL ( \
+                        SELECT key, target, status, created_at, expires_at, deleted, version, \
+                               changed_xid \
+                          FROM ricochet_links \
+                         WHERE (changed_xid, key) > ($1::text::xid8, $2::text) \
+                           AND changed_xid < pg_snapshot_xmin(pg_current_snapshot()) \
+                         ORDER BY changed_xid, key \
+                         LIMIT $3) l ON true \
+                  ORDER BY l.changed_xid, l.key",
                 &[&xid, &key, &limit],
             )
             .await?;
-        Ok(rows
+        let number = |r: &tokio_postgres::Row, i: usize| {
+            r.get::<_, Option<String>>(i)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        let tombstones = Tombstones {
+            horizon: rows.first().map_or(0, |r| number(r, 0)),
+            removals: rows.first().map_or(0, |r| number(r, 1)),
+        };
+        let feed = rows
             .iter()
+            .filter(|r| r.get::<_, Option<String>>(2).is_some())
             .map(|r| FeedRow {
-                key: r.get(0),
-                target: r.get(1),
-                status: r.get(2),
-                created_at: r.get(3),
-                expires_at: r.get(4),
-                deleted: r.get(5),
-                version: r.get(6),
-                xid: r.get::<_, String>(7).parse().unwrap_or(0),
+                key: r.get(2),
+                target: r.get(3),
+                status: r.get(4),
+                created_at: r.get(5),
+                expires_at: r.get(6),
+                deleted: r.get(7),
+                version: r.get(8),
+                xid: r.get::<_, String>(9).parse().unwrap_or(0),
             })
-            .collect())
+            .collect();
+        Ok((feed, tombstones))
     })
 }
 
@@ -347,7 +377,9 @@ pub fn tombstones(db: &mut Db) -> Result<Tombstones, FleetError> {
 }
 
 /// Removes up to [`TOMBSTONE_GC_BATCH`] tombstones last changed more than `older_than_s`
-/// seconds ago, raising the horizon past them in the same transaction. Returns how many went
+/// seconds ago and below the snapshot's xmin (every feed can have seen them: a tombstone of a
+/// transaction at or above xmin is not yet shown by any poll, whatever its age), raising the
+/// horizon past them in the same transaction. Returns how many went
 /// and the horizon now.
 pub fn purge_tombstones(db: &mut Db, older_than_s: u64) -> Result<(u64, u64), FleetError> {
     let age = older_than_s as i64;
@@ -367,6 +399,7 @@ pub fn purge_tombstones(db: &mut Db, older_than_s: u64) -> Result<(u64, u64), Fl
                    DELETE FROM ricochet_links WHERE key IN ( \
                      SELECT key FROM ricochet_links \
                       WHERE deleted AND changed_at < now() - $1::int8 * interval '1 s' \
+                        AND changed_xid < pg_snapshot_xmin(pg_current_snapshot()) \
                       ORDER BY changed_at LIMIT $2 FOR UPDATE SKIP LOCKED) \
                    AND deleted RETURNING changed_xid) \
                  SELECT count(*), coalesce(max(changed_xid::text::numeric), 0)::text FROM gone",

@@ -569,7 +569,9 @@ impl Conns {
     }
 
     /// SIGTERM: refuse new connections, close idle ones, let busy ones finish their batch
-    /// with `Connection: close`.
+    /// with `Connection: close`. A request still being received (part of it in `inbuf`) is
+    /// read on and answered, within its own read deadline, with `Connection: close` (every
+    /// answer while draining has it): a readiness probe is told `503 draining`, not cut off.
     pub fn start_drain(&mut self, now_ms: u64) {
         self.draining = true;
         for slot in 0..self.slots.len() as u32 {
@@ -579,6 +581,8 @@ impl Conns {
             }
             if c.busy() || !c.out.is_empty() {
                 c.close_after_send();
+            } else if !c.inbuf.is_empty() {
+                // Mid-request: left open; its answer closes it.
             } else {
                 self.begin_close(slot, false, now_ms);
             }

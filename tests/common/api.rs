@@ -400,3 +400,15 @@ pub fn concurrently<T: Send + 'static>(
     }
     results.into_iter().map(|r| r.expect("checked")).collect()
 }
+
+/// `field` of a stats answer's `days` (or a page's bars) summed over the last two days, which
+/// must hold all of it: the clicks a test just made land on today, or on yesterday and today
+/// when UTC midnight passed meanwhile. A test reading only the last day breaks at midnight.
+pub fn last_two_days(days: &[Value], field: impl Fn(&Value) -> u64) -> u64 {
+    let (older, recent) = days.split_at(days.len().saturating_sub(2));
+    assert!(
+        older.iter().all(|d| field(d) == 0),
+        "clicks before yesterday: {days:?}"
+    );
+    recent.iter().map(field).sum()
+}
