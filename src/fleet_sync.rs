@@ -37,6 +37,10 @@ pub const FEED_APPLY_TIMEOUT_MS: u64 = 10_000;
 /// Pause after a failed poll or apply before the next try.
 pub const FEED_RETRY_MS: u64 = 500;
 
+/// How often a node whose feed is held back by an open transaction looks up which backend
+/// holds it (`pg_stat_activity`).
+pub const XMIN_HOLDER_CHECK_MS: u64 = 1_000;
+
 /// How often a database that failed the start's checks (another schema version, another
 /// fleet's secret, no namespace) is checked again while the node serves what it holds.
 pub const DB_REFUSED_RECHECK_MS: u64 = 1_000;
@@ -546,8 +550,12 @@ impl Follower {
                 continue;
             }
             let polled = fleet::feed::poll_with_horizon(&mut self.db, &cursor, FEED_BATCH_ROWS);
-            let rows = match polled {
-                Ok((rows, tombstones)) => {
+            let (rows, held_back) = match polled {
+                Ok(fleet::feed::Polled {
+                    rows,
+                    tombstones,
+                    held_back,
+                }) => {
                     // Read with the rows: a removal since the last poll may have taken a
                     // delete this node had not applied.
                     if identity.removals != Some(tombstones.removals)
@@ -562,7 +570,7 @@ impl Follower {
                         regenerate = Some(RegenCause::Horizon);
                         continue;
                     }
-                    rows
+                    (rows, held_back)
                 }
                 Err(e) => {
                     eprintln!("fleet: change feed poll failed: {e}; retrying");
@@ -573,8 +581,13 @@ impl Follower {
                 }
             };
             let Some(last) = rows.last().map(|r| r.cursor()) else {
-                chores.caught_up_once = true;
-                self.stats.feed_caught_up(unix_ms());
+                match held_back {
+                    true => self.note_held_back(&mut chores),
+                    false => {
+                        chores.caught_up_once = true;
+                        self.stats.feed_caught_up(unix_ms());
+                    }
+                }
                 std::thread::sleep(Duration::from_millis(FEED_POLL_INTERVAL_MS));
                 continue;
             };
@@ -593,10 +606,29 @@ impl Follower {
             }
             cursor = last;
             self.stats.feed_applied(n);
-            if !full {
+            if !full && !held_back {
                 chores.caught_up_once = true;
                 self.stats.feed_caught_up(unix_ms());
+            } else if held_back {
+                self.note_held_back(&mut chores);
             }
+        }
+    }
+
+    /// Rows wait behind an open transaction: the node is not caught up (its lag grows), and
+    /// the backend holding it is looked up (at most every [`XMIN_HOLDER_CHECK_MS`]) for
+    /// `/readyz?verbose` and `/metrics`.
+    fn note_held_back(&mut self, chores: &mut Chores) {
+        let refresh = Duration::from_millis(XMIN_HOLDER_CHECK_MS);
+        if !due(&mut chores.holder, refresh) {
+            return;
+        }
+        match fleet::feed::xmin_holder(&mut self.db) {
+            Ok(Some((pid, age_s))) => self
+                .stats
+                .feed_held_back(pid.max(0) as u64, age_s.max(0) as u64),
+            Ok(None) => {}
+            Err(e) => eprintln!("fleet: looking up the transaction that holds the feed back: {e}"),
         }
     }
 
@@ -853,6 +885,8 @@ struct Chores {
     /// The feed has found the node caught up since start (ceilings are read from then on).
     caught_up_once: bool,
     horizon: Option<Instant>,
+    /// The last lookup of the backend holding the feed back (`note_held_back`).
+    holder: Option<Instant>,
     gc: Option<Instant>,
     resets: Option<Instant>,
     resets_cursor: fleet::feed::Cursor,
@@ -872,6 +906,7 @@ impl Chores {
         Chores {
             caught_up_once: false,
             horizon: None,
+            holder: None,
             gc: None,
             resets: None,
             resets_cursor,

@@ -268,7 +268,7 @@ fn feed_check(f: &fleet::FleetStatsSnapshot) -> Check {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    let detail = match f.feed_caught_up_ms {
+    let mut detail = match f.feed_caught_up_ms {
         0 => "change feed: not caught up yet since start".to_owned(),
         t => format!(
             "change feed: caught up {} ms ago; {} rows applied, {} failed polls or applies",
@@ -277,6 +277,13 @@ fn feed_check(f: &fleet::FleetStatsSnapshot) -> Check {
             f.feed_failures
         ),
     };
+    if f.feed_held_by_pid != 0 {
+        detail.push_str(&format!(
+            "; HELD BACK by the open transaction of database backend pid {} (open {} s): rows \
+             committed after it wait until it ends (pg_stat_activity.backend_xid)",
+            f.feed_held_by_pid, f.feed_held_for_s
+        ));
+    }
     Check {
         name: "feed",
         ok: true,

@@ -200,15 +200,13 @@ fn a_poll_reads_the_tombstone_horizon_with_its_rows() {
     };
     fleet::init(&mut db(&t.url)).unwrap();
     let mut d = db(&t.url);
-    let (rows, none) = poll_with_horizon(&mut d, &Cursor::START, 100).unwrap();
-    assert!(rows.is_empty());
-    assert_eq!(
-        none,
-        Tombstones {
-            horizon: 0,
-            removals: 0
-        }
-    );
+    let p = poll_with_horizon(&mut d, &Cursor::START, 100).unwrap();
+    assert!(p.rows.is_empty() && !p.held_back);
+    let none = Tombstones {
+        horizon: 0,
+        removals: 0,
+    };
+    assert_eq!(p.tombstones, none);
     // An open transaction with an xid, older than the tombstone, holds xmin below it.
     let mut stall = db(&t.url);
     exec(&mut stall, "BEGIN; SELECT pg_current_xact_id()");
@@ -219,25 +217,25 @@ fn a_poll_reads_the_tombstone_horizon_with_its_rows() {
                 ('kept', 'https://example.com/k', 302, 1); \
          UPDATE ricochet_links SET deleted = true WHERE key = 'gone'",
     );
-    assert_eq!(
-        purge_tombstones(&mut d, 0).unwrap().0,
-        0,
-        "a tombstone no poll shows yet"
+    let p = poll_with_horizon(&mut d, &Cursor::START, 100).unwrap();
+    assert!(
+        p.rows.is_empty() && p.held_back,
+        "rows wait behind the open transaction"
     );
+    let n = purge_tombstones(&mut d, 0).unwrap().0;
+    assert_eq!(n, 0, "a tombstone no poll shows yet was removed");
     exec(&mut stall, "COMMIT");
     let (n, horizon) = purge_tombstones(&mut d, 0).unwrap();
     assert_eq!(n, 1);
-    let (rows, seen) = poll_with_horizon(&mut d, &Cursor::START, 100).unwrap();
-    assert_eq!(keys(&rows), vec!["kept"]);
-    assert_eq!(
-        seen,
-        Tombstones {
-            horizon,
-            removals: 1
-        }
-    );
-    let after = rows[0].cursor();
-    let (rows, seen) = poll_with_horizon(&mut d, &after, 100).unwrap();
-    assert!(rows.is_empty());
-    assert_eq!(seen.horizon, horizon, "read without rows too");
+    let p = poll_with_horizon(&mut d, &Cursor::START, 100).unwrap();
+    assert_eq!(keys(&p.rows), vec!["kept"]);
+    let seen = Tombstones {
+        horizon,
+        removals: 1,
+    };
+    assert_eq!(p.tombstones, seen);
+    let after = p.rows[0].cursor();
+    let p = poll_with_horizon(&mut d, &after, 100).unwrap();
+    assert!(p.rows.is_empty() && !p.held_back);
+    assert_eq!(p.tombstones.horizon, horizon, "read without rows too");
 }

@@ -346,6 +346,33 @@ fn an_open_transaction_holds_the_feed_back_and_nothing_is_skipped() {
         0,
         "b's feed delivered a row above an open transaction"
     );
+    // An honest lag: b is not caught up meanwhile, and names the backend that holds it.
+    let holder = common::pg::psql(
+        &db.url,
+        "SELECT pid FROM pg_stat_activity WHERE backend_xid IS NOT NULL \
+           AND application_name = 'psql' AND pid <> pg_backend_pid()",
+    );
+    let holder = holder.trim();
+    let caught_up = metric(&b, "ricochet_fleet_feed_caught_up_unix_ms");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        metric(&b, "ricochet_fleet_feed_caught_up_unix_ms"),
+        caught_up,
+        "b counted itself caught up with rows waiting"
+    );
+    assert_eq!(
+        metric(&b, "ricochet_fleet_feed_held_back_by_pid").to_string(),
+        holder
+    );
+    let ready = Client::new(&b)
+        .send("GET", "/readyz?verbose", false, &[], b"")
+        .unwrap();
+    assert_eq!(ready.status, 200, "reported, not gating: {}", ready.text());
+    assert!(
+        ready.text().contains(&format!("backend pid {holder}")),
+        "{}",
+        ready.text()
+    );
     writeln!(stdin, "COMMIT;").unwrap();
     stdin.flush().unwrap();
     drop(held.stdin.take());
@@ -361,6 +388,15 @@ fn an_open_transaction_holds_the_feed_back_and_nothing_is_skipped() {
     );
     wait_for(&b, "slowwriter", Some("https://example.com/slow"));
     wait_for(&b, &k, Some(url));
+    let t = Instant::now();
+    while metric(&b, "ricochet_fleet_feed_held_back_by_pid") != 0 {
+        assert!(
+            t.elapsed() < PROPAGATION_GIVE_UP,
+            "still held back after the commit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(metric(&b, "ricochet_fleet_feed_caught_up_unix_ms") > caught_up);
 }
 
 /// `ricochet_fleet_feed_rows_total` of `s`.

@@ -39,17 +39,39 @@ pub struct FeedRow {
 /// `(changed_xid, key)` order, at most `limit` (1 to [`MAX_FEED_ROWS`]). Feeding the last
 /// row's `(xid, key)` back as `after` resumes without gaps or repeats.
 pub fn poll(db: &mut Db, after: &Cursor, limit: i64) -> Result<Vec<FeedRow>, FleetError> {
-    poll_with_horizon(db, after, limit).map(|(rows, _)| rows)
+    poll_with_horizon(db, after, limit).map(|p| p.rows)
+}
+
+/// What one poll read, in one statement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Polled {
+    pub rows: Vec<FeedRow>,
+    pub tombstones: Tombstones,
+    /// Rows past the cursor exist but are at or above the snapshot's xmin: an open
+    /// transaction holds the feed back, and the poller is not caught up (see [`xmin_holder`]).
+    pub held_back: bool,
+}
+
+/// The backend whose open transaction holds the snapshot's xmin (the oldest assigned xid):
+/// its pid and how long its transaction has been open, in seconds.
+pub fn xmin_holder(db: &mut Db) -> Result<Option<(i32, i64)>, FleetError> {
+    db.call("xmin holder", async |c| {
+        let row = c
+            .query_opt(
+                "SELECT pid, coalesce(extract(epoch FROM now() - xact_start), 0)::bigint \
+                   FROM pg_stat_activity WHERE backend_xid IS NOT NULL \
+                  ORDER BY age(backend_xid) DESC LIMIT 1",
+                &[],
+            )
+            .await?;
+        Ok(row.map(|r| (r.get(0), r.get(1))))
+    })
 }
 
 /// [`poll`], and the tombstone horizon and removal count read **in the same statement** (one
 /// snapshot): if the horizon is not behind `after`, no tombstone this poll should have shown
 /// was removed before it ran; a removal that commits later removed nothing it could see.
-pub fn poll_with_horizon(
-    db: &mut Db,
-    after: &Cursor,
-    limit: i64,
-) -> Result<(Vec<FeedRow>, Tombstones), FleetError> {
+pub fn poll_with_horizon(db: &mut Db, after: &Cursor, limit: i64) -> Result<Polled, FleetError> {
     let limit = limit.clamp(1, MAX_FEED_ROWS);
     let xid = after.xid.to_string();
     let key = after.key.clone();
@@ -57,11 +79,15 @@ pub fn poll_with_horizon(
         let rows = c
             .query(
                 "SELECT m.horizon, m.removals, l.key, l.target, l.status, l.created_at, \
-                        l.expires_at, l.deleted, l.version, l.changed_xid::text \
+                        l.expires_at, l.deleted, l.version, l.changed_xid::text, m.held \
                    FROM (SELECT (SELECT value FROM ricochet_meta \
                                   WHERE key = 'tombstone_horizon') AS horizon, \
                                 (SELECT value FROM ricochet_meta \
-                                  WHERE key = 'tombstone_removals') AS removals) m \
+                                  WHERE key = 'tombstone_removals') AS removals, \
+                                EXISTS (SELECT 1 FROM ricochet_links \
+                                  WHERE (changed_xid, key) > ($1::text::xid8, $2::text) \
+                                    AND changed_xid >= pg_snapshot_xmin(pg_current_snapshot())) \
+                                  AS held) m \
                    LEFT JOIN LATERAL ( \
                         SELECT key, target, status, created_at, expires_at, deleted, version, \
                                changed_xid \
@@ -83,6 +109,7 @@ pub fn poll_with_horizon(
             horizon: rows.first().map_or(0, |r| number(r, 0)),
             removals: rows.first().map_or(0, |r| number(r, 1)),
         };
+        let held_back = rows.first().is_some_and(|r| r.get::<_, bool>(10));
         let feed = rows
             .iter()
             .filter(|r| r.get::<_, Option<String>>(2).is_some())
@@ -97,7 +124,11 @@ pub fn poll_with_horizon(
                 xid: r.get::<_, String>(9).parse().unwrap_or(0),
             })
             .collect();
-        Ok((feed, tombstones))
+        Ok(Polled {
+            rows: feed,
+            tombstones,
+            held_back,
+        })
     })
 }
 

@@ -93,6 +93,10 @@ pub struct FleetStats {
     feed_rows: AtomicU64,
     feed_failures: AtomicU64,
     feed_caught_up_ms: AtomicU64,
+    /// While an open transaction holds the feed back (rows committed after it wait): the pid
+    /// of its backend (0: none) and how long it had been open when last seen, in seconds.
+    feed_held_by_pid: AtomicU64,
+    feed_held_for_s: AtomicU64,
     /// Read-through: queries sent and keys asked for in them.
     read_queries: AtomicU64,
     read_keys: AtomicU64,
@@ -134,6 +138,8 @@ pub struct FleetStatsSnapshot {
     pub feed_rows: u64,
     pub feed_failures: u64,
     pub feed_caught_up_ms: u64,
+    pub feed_held_by_pid: u64,
+    pub feed_held_for_s: u64,
     pub read_queries: u64,
     pub read_keys: u64,
     pub ceiling_raises: u64,
@@ -189,8 +195,16 @@ impl FleetStats {
         self.feed_failures.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A poll found rows waiting behind the open transaction of backend `pid`, open `age_s`
+    /// seconds: not caught up.
+    pub fn feed_held_back(&self, pid: u64, age_s: u64) {
+        self.feed_held_for_s.store(age_s, Ordering::Relaxed);
+        self.feed_held_by_pid.store(pid, Ordering::Relaxed);
+    }
+
     /// A poll found nothing new at Unix ms `now_ms`.
     pub fn feed_caught_up(&self, now_ms: u64) {
+        self.feed_held_by_pid.store(0, Ordering::Relaxed);
         self.feed_caught_up_ms.store(now_ms, Ordering::Relaxed);
     }
 
@@ -294,6 +308,8 @@ impl FleetStats {
             feed_rows: load(&self.feed_rows),
             feed_failures: load(&self.feed_failures),
             feed_caught_up_ms: load(&self.feed_caught_up_ms),
+            feed_held_by_pid: load(&self.feed_held_by_pid),
+            feed_held_for_s: load(&self.feed_held_for_s),
             read_queries: load(&self.read_queries),
             read_keys: load(&self.read_keys),
             ceiling_raises: load(&self.ceiling_raises),

@@ -614,6 +614,20 @@ fn encode_fleet(enc: &mut DescriptorEncoder, f: &fleet::FleetStatsSnapshot) -> f
     )?;
     plain(
         enc,
+        "ricochet_fleet_feed_held_back_by_pid",
+        "The database backend whose open transaction holds this node's feed back (rows committed after it wait), 0 if none",
+        Gauge,
+        f.feed_held_by_pid,
+    )?;
+    plain(
+        enc,
+        "ricochet_fleet_feed_held_back_seconds",
+        "How long that transaction had been open when last looked up",
+        Gauge,
+        f.feed_held_for_s,
+    )?;
+    plain(
+        enc,
         "ricochet_fleet_feed_caught_up_unix_ms",
         "When a change feed poll last found this node caught up (Unix ms; lag = now - this)",
         Gauge,
