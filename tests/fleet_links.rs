@@ -973,18 +973,6 @@ fn a_node_behind_the_tombstone_horizon_bootstraps_again() {
         wait_for(&b, k, Some(u));
     }
     b.kill9();
-    // A transaction older than the deletes stays open throughout: every snapshot's xmin (so
-    // b's new cursor) stays below the horizon the removal sets. The snapshot still reflects
-    // the removal, so b must neither regenerate right after its bootstrap nor bootstrap again
-    // at its next start (it did both before the removal count, schema 10).
-    let mut old_tx = psql_session(&db.url);
-    {
-        use std::io::Write;
-        let stdin = old_tx.stdin.as_mut().unwrap();
-        writeln!(stdin, "BEGIN; SELECT pg_current_xact_id();").unwrap();
-        stdin.flush().unwrap();
-    }
-    std::thread::sleep(Duration::from_millis(300));
     let gone: Vec<String> = links.drain(..5).map(|(k, _)| k).collect();
     for k in &gone {
         assert_eq!(ca.delete(k).status, 204);
@@ -997,6 +985,20 @@ fn a_node_behind_the_tombstone_horizon_bootstraps_again() {
         let url = format!("https://example.com/t/new/{i}");
         links.push((ca.create_ok(&url, None), url));
     }
+    // A transaction opened after the deletes stays open throughout: every snapshot's xmin (so
+    // b's new cursor) stays at it. The removal takes only tombstones below xmin, so that
+    // cursor is past the horizon it sets; b must neither regenerate right after its bootstrap
+    // nor bootstrap again at its next start. (Before removals kept below xmin, a transaction
+    // older than the deletes held the cursor below the horizon: the removal count, schema
+    // 10, covered that case.)
+    let mut old_tx = psql_session(&db.url);
+    {
+        use std::io::Write;
+        let stdin = old_tx.stdin.as_mut().unwrap();
+        writeln!(stdin, "BEGIN; SELECT pg_current_xact_id();").unwrap();
+        stdin.flush().unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
     gc_tombstones_now(&db.url, 5);
     assert_eq!(
         db.sql("SELECT count(*) FROM ricochet_links WHERE deleted"),
@@ -1469,4 +1471,186 @@ fn a_purge_during_an_xmin_stall_never_makes_a_node_skip_a_delete() {
     assert!(held.wait().unwrap().success());
     wait_for(&b, &k, None);
     wait_for(&a, &k, None);
+}
+
+/// The TCP ports `pid`'s sockets are bound to locally (from `/proc/<pid>/fd` and
+/// `/proc/net/tcp{,6}`): for a node, the client ports of its database sessions.
+fn local_ports_of(pid: u32) -> Vec<u16> {
+    let mut inodes = Vec::new();
+    for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+    {
+        if let Ok(l) = std::fs::read_link(fd.path()) {
+            let l = l.to_string_lossy().into_owned();
+            if let Some(i) = l.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')) {
+                inodes.push(i.to_owned());
+            }
+        }
+    }
+    let mut ports = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        for line in std::fs::read_to_string(table)
+            .unwrap_or_default()
+            .lines()
+            .skip(1)
+        {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() > 9 && inodes.iter().any(|i| i == f[9]) {
+                let port = f[1].rsplit(':').next().unwrap();
+                ports.push(u16::from_str_radix(port, 16).unwrap());
+            }
+        }
+    }
+    ports
+}
+
+/// No zombie writes: a node's writer backends are frozen (SIGSTOP) with PATCH X sent to one
+/// of them; X is answered 503; PATCH Y of the same link through another node is answered 200;
+/// the backends resume (SIGCONT). X, still unread in a frozen backend's socket, must never
+/// run after Y: every node and the database end at Y.
+#[test]
+fn a_write_sent_to_a_frozen_backend_never_lands_after_a_later_acknowledged_one() {
+    let Some(db) = TestDb::create("fleet_zombie") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let (_ta, dir_a) = api::data_dir();
+    let (_tb, dir_b) = api::data_dir();
+    let a = node(&dir_a, &db.url, "a", "1", &[]);
+    let b = node(&dir_b, &db.url, "b", "1", &[]);
+    let mut ca = Client::new(&a);
+    let k = ca.create_ok("https://example.com/zombie/0", Some("zombie-target"));
+    // Every writer session of a connects and leaves a PATCH as its last statement.
+    for i in 0..2 * fleet::links::WRITER_SESSIONS {
+        let url = format!("https://example.com/zombie/warm/{i}");
+        assert_eq!(ca.patch(&k, &json!({ "long_url": url })).status, 200);
+    }
+    wait_for(&b, &k, Some("https://example.com/zombie/warm/7"));
+    let ports: Vec<String> = local_ports_of(a.child.id())
+        .iter()
+        .map(|p| p.to_string())
+        .collect();
+    let writers = common::pg::psql(
+        &db.url,
+        &format!(
+            "SELECT pid FROM pg_stat_activity WHERE client_port IN ({}) \
+               AND query LIKE 'UPDATE ricochet_links SET target%'",
+            ports.join(",")
+        ),
+    );
+    let writers: Vec<&str> = writers.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(
+        writers.len(),
+        fleet::links::WRITER_SESSIONS,
+        "a's writer backends"
+    );
+    let signal = |sig: &str| {
+        for pid in &writers {
+            let ok = std::process::Command::new("kill")
+                .args([sig, pid])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "kill {sig} {pid}");
+        }
+    };
+    /// Resumes the frozen backends however the test ends (a stopped backend would hang the
+    /// database's removal, and the server's shutdown, for ever).
+    struct Resume(Vec<String>);
+    impl Drop for Resume {
+        fn drop(&mut self) {
+            for pid in &self.0 {
+                let _ = std::process::Command::new("kill")
+                    .args(["-CONT", pid])
+                    .status();
+            }
+        }
+    }
+    let _resume = Resume(writers.iter().map(|p| p.to_string()).collect());
+    signal("-STOP");
+    let x = {
+        let (addr, k) = (a.addr, k.clone());
+        std::thread::spawn(move || {
+            let mut c = Client::connect(addr).unwrap();
+            let r = c.patch(&k, &json!({ "long_url": "https://example.com/zombie/X" }));
+            (r.status, r.text())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300)); // X is in a frozen backend's socket.
+    let mut cb = Client::new(&b);
+    let y = cb.patch(&k, &json!({ "long_url": "https://example.com/zombie/Y" }));
+    assert_eq!(y.status, 200, "Y through b: {}", y.text());
+    let (x_status, x_text) = x.join().unwrap();
+    assert_eq!(x_status, 503, "X on a: {x_text}");
+    signal("-CONT");
+    std::thread::sleep(Duration::from_millis(1000));
+    let held = common::pg::psql(
+        &db.url,
+        "SELECT target FROM ricochet_links WHERE key = 'zombie-target'",
+    );
+    assert_eq!(
+        held.trim(),
+        "https://example.com/zombie/Y",
+        "X landed after Y"
+    );
+    wait_for(&a, &k, Some("https://example.com/zombie/Y"));
+    wait_for(&b, &k, Some("https://example.com/zombie/Y"));
+}
+
+/// A row lock held elsewhere (an operator's open transaction) costs a node no connections:
+/// each write of the locked link fails on the server's `lock_timeout` (503) on its own
+/// session, instead of leaving a backend waiting on the lock for every client retry.
+#[test]
+fn retries_against_a_held_row_lock_keep_the_connection_count_bounded() {
+    let Some(db) = TestDb::create("fleet_row_lock") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let (_ta, dir_a) = api::data_dir();
+    let a = node(&dir_a, &db.url, "a", "1", &[]);
+    let mut ca = Client::new(&a);
+    let k = ca.create_ok("https://example.com/locked/0", Some("locked-link"));
+    for i in 0..2 * fleet::links::WRITER_SESSIONS {
+        let url = format!("https://example.com/locked/warm/{i}");
+        assert_eq!(ca.patch(&k, &json!({ "long_url": url })).status, 200);
+    }
+    let count = || -> usize {
+        common::pg::psql(
+            &db.url,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+               AND pid <> pg_backend_pid()",
+        )
+        .trim()
+        .parse()
+        .unwrap()
+    };
+    let mut held = psql_session(&db.url);
+    use std::io::Write;
+    let stdin = held.stdin.as_mut().unwrap();
+    writeln!(
+        stdin,
+        "BEGIN; SELECT 1 FROM ricochet_links WHERE key = 'locked-link' FOR UPDATE;"
+    )
+    .unwrap();
+    stdin.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = count();
+    for i in 0..10 {
+        let url = format!("https://example.com/locked/retry/{i}");
+        let r = ca.patch(&k, &json!({ "long_url": url }));
+        assert_eq!(r.status, 503, "retry {i}: {}", r.text());
+    }
+    let after = count();
+    assert!(
+        after <= before + 1,
+        "{before} sessions before 10 retries against the lock, {after} after"
+    );
+    writeln!(stdin, "COMMIT;").unwrap();
+    stdin.flush().unwrap();
+    drop(held.stdin.take());
+    assert!(held.wait().unwrap().success());
+    let url = "https://example.com/locked/after";
+    assert_eq!(ca.patch(&k, &json!({ "long_url": url })).status, 200);
+    wait_for(&a, &k, Some(url));
 }

@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls};
 
-use crate::{DB_CALL_TIMEOUT_MS, IDLE_IN_TRANSACTION_TIMEOUT_MS};
+use crate::{CLIENT_CHECK_INTERVAL_MS, DB_CALL_TIMEOUT_MS, IDLE_IN_TRANSACTION_TIMEOUT_MS};
 
 /// Why a database call failed: a bounded vocabulary, used as the `class` label in `/metrics`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -200,6 +200,14 @@ impl Db {
         self.session.as_ref().map(|s| s.id.clone())
     }
 
+    /// Connects if not connected; the session's identity.
+    pub fn ensure_session(&mut self) -> Result<SessionId, FleetError> {
+        if self.session.is_none() {
+            self.session = Some(self.connect()?);
+        }
+        Ok(self.session.as_ref().expect("just connected").id.clone())
+    }
+
     /// Drops the session (the server rolls back whatever it had open).
     pub fn disconnect(&mut self) {
         self.session = None;
@@ -244,15 +252,26 @@ impl Db {
 
     /// Sleeps on the runtime (between resolution polls).
     pub fn sleep(&self, d: Duration) {
-        self.rt.block_on(tokio::time::sleep(d));
+        // Made inside the runtime: a `Sleep` built outside it finds no timer and panics.
+        self.rt.block_on(async move { tokio::time::sleep(d).await });
     }
 
     fn connect(&self) -> Result<Session, FleetError> {
         let config = self.config.clone();
         let timeout = self.timeout;
+        // The server gives up before we do: a statement we stopped waiting for cannot commit
+        // long after its caller was told it failed (a zombie write), barring a backend that
+        // is frozen (the writer's `resolve_zombie` covers that one).
+        let statement_ms = (timeout.as_millis() as u64 * 3 / 4).max(1);
+        let lock_ms = (timeout.as_millis() as u64 / 2).max(1);
         let setup = format!(
             "SET synchronous_commit = on; \
-             SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_TIMEOUT_MS}ms'"
+             SET idle_in_transaction_session_timeout = '{IDLE_IN_TRANSACTION_TIMEOUT_MS}ms'; \
+             SET statement_timeout = '{statement_ms}ms'; \
+             SET lock_timeout = '{lock_ms}ms'; \
+             SELECT set_config('client_connection_check_interval', \
+                               '{CLIENT_CHECK_INTERVAL_MS}ms', false) \
+              WHERE current_setting('server_version_num')::int >= 140000"
         );
         let result = self.rt.block_on(async {
             tokio::time::timeout(timeout, async {

@@ -61,6 +61,11 @@ pub const STATEMENT_TIMEOUT_MS: u64 = 1_000;
 /// (client timeout, network partition) releases its row lock after this long at most.
 pub const IDLE_IN_TRANSACTION_TIMEOUT_MS: u64 = 5_000;
 
+/// `client_connection_check_interval` of every session (PostgreSQL 14+): a backend whose
+/// client went away (we dropped a timed-out session) notices within this long while it runs a
+/// statement, and stops it, instead of running on.
+pub const CLIENT_CHECK_INTERVAL_MS: u64 = 500;
+
 /// After a lost COMMIT reply: how long to wait for the old session to be gone (terminating it
 /// if it lingers) before the audit row is trusted either way. Past it the outcome stays
 /// unknown and the range is wasted.

@@ -208,7 +208,14 @@ fn spawn_one_writer(
                         Err(_) => break,
                     }
                 }
-                for a in run_round(&mut db, &stats, jobs) {
+                let (answers, uncertain) = run_round(&mut db, &stats, jobs);
+                if let Some(old) = uncertain {
+                    // Its writes may still commit: their keys stay in flight (unanswered)
+                    // until the old backend is gone, so no later write of theirs can be
+                    // overtaken by one of them.
+                    resolve_zombie(&mut db, &old, &mut rx, &*deliver);
+                }
+                for a in answers {
                     deliver(a);
                 }
             }
@@ -217,9 +224,113 @@ fn spawn_one_writer(
     Ok(())
 }
 
-/// Runs `jobs` concurrently on the session; one answer per job, in order.
-fn run_round(db: &mut Db, stats: &FleetStats, jobs: Vec<WriteJob>) -> Vec<WriteAnswer> {
+/// How often `resolve_zombie` looks for the old backend again.
+pub const ZOMBIE_POLL_MS: u64 = 50;
+
+/// Longest `resolve_zombie` holds a timed-out round's answers once the old backend has been
+/// sent its termination (or the database cannot be reached to send it): by then the server's
+/// own `statement_timeout` (3/4 of [`LINK_WRITE_TIMEOUT_MS`]) has ended any statement it was
+/// running, and a backend frozen with statements still unread dies of the pending termination
+/// when it resumes, before reading them.
+pub const ZOMBIE_HOLD_MS: u64 = 2_000;
+
+/// Waits until backend `old` (a session whose round of writes timed out or broke, so its
+/// statements may still be running or queued in its socket) is gone, terminating it while it
+/// lingers. A backend that was sent its statements and then stopped (SIGSTOP, a frozen VM)
+/// would otherwise run them whenever it resumes, after later writes of the same keys were
+/// answered. Meanwhile new jobs on this writer are answered unavailable without being sent
+/// (their keys are free: nothing of theirs reached the database).
+fn resolve_zombie(
+    db: &mut Db,
+    old: &crate::db::SessionId,
+    rx: &mut tokio::sync::mpsc::Receiver<WriteJob>,
+    deliver: &(dyn Fn(WriteAnswer) + Send + Sync),
+) {
+    db.disconnect();
+    let mut said = false;
     let started = std::time::Instant::now();
+    let mut terminated = false;
+    loop {
+        let gone = db.call("resolve a timed-out write session", async |c| {
+            let alive: i64 = c
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 \
+                     AND backend_start::text = $2",
+                    &[&old.pid, &old.backend_start],
+                )
+                .await?
+                .get(0);
+            if alive > 0 {
+                c.execute("SELECT pg_terminate_backend($1)", &[&old.pid])
+                    .await?;
+            }
+            Ok(alive == 0)
+        });
+        match gone {
+            Ok(true) => {
+                if said {
+                    eprintln!(
+                        "fleet: link write session (backend {}) gone; its keys are free",
+                        old.pid
+                    );
+                }
+                return;
+            }
+            Ok(false) => terminated = true,
+            Err(_) => {}
+        }
+        let held = started.elapsed() >= std::time::Duration::from_millis(ZOMBIE_HOLD_MS);
+        if held && (terminated || db.session_id().is_none()) {
+            eprintln!(
+                "fleet: link write session (backend {}) {} after {ZOMBIE_HOLD_MS} ms; its keys \
+                 are free",
+                old.pid,
+                if terminated {
+                    "terminated but not gone (frozen?)"
+                } else {
+                    "not reachable"
+                }
+            );
+            return;
+        }
+        if !said {
+            said = true;
+            eprintln!(
+                "fleet: a round of link writes timed out on backend {}; its keys wait until that \
+                 backend is gone (terminated)",
+                old.pid
+            );
+        }
+        while let Ok(j) = rx.try_recv() {
+            deliver(WriteAnswer {
+                core: j.core,
+                token: j.token,
+                result: Err(FailureClass::Timeout),
+            });
+        }
+        db.sleep(std::time::Duration::from_millis(ZOMBIE_POLL_MS));
+    }
+}
+
+/// Runs `jobs` concurrently on the session; one answer per job, in order, and the session
+/// whose writes may still commit if the round timed out or broke mid-way.
+fn run_round(
+    db: &mut Db,
+    stats: &FleetStats,
+    jobs: Vec<WriteJob>,
+) -> (Vec<WriteAnswer>, Option<crate::db::SessionId>) {
+    let started = std::time::Instant::now();
+    let session = match db.ensure_session() {
+        Ok(id) => Some(id),
+        // Not connected: nothing of this round can reach the database.
+        Err(e) => {
+            eprintln!("fleet: {} link writes failed: {e}", jobs.len());
+            let class = e.class().unwrap_or(FailureClass::Database);
+            let results = vec![Err(class); jobs.len()];
+            stats.record_link_writes(&results, started.elapsed());
+            return (answers_of(jobs, results), None);
+        }
+    };
     let writes: Vec<&LinkWrite> = jobs.iter().map(|j| &j.write).collect();
     // Plain creates (no Idempotency-Key) go in one multi-row statement: one commit, one WAL
     // flush for all of them. A key is never in two writes of a round (its owner keeps one in
@@ -277,20 +388,30 @@ fn run_round(db: &mut Db, stats: &FleetStats, jobs: Vec<WriteJob>) -> Vec<WriteA
             .collect();
         Ok((out, broken))
     });
+    let mut uncertain = None;
     let results: Vec<Result<LinkWritten, FailureClass>> = match results {
         Ok((rs, broken)) => {
             if broken {
                 db.disconnect();
+                uncertain = session;
             }
             rs
         }
         Err(e) => {
             let class = e.class().unwrap_or(FailureClass::Database);
             eprintln!("fleet: {} link writes failed: {e}", jobs.len());
+            uncertain = session;
             vec![Err(class); jobs.len()]
         }
     };
     stats.record_link_writes(&results, started.elapsed());
+    (answers_of(jobs, results), uncertain)
+}
+
+fn answers_of(
+    jobs: Vec<WriteJob>,
+    results: Vec<Result<LinkWritten, FailureClass>>,
+) -> Vec<WriteAnswer> {
     jobs.into_iter()
         .zip(results)
         .map(|(j, result)| WriteAnswer {
