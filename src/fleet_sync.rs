@@ -705,14 +705,16 @@ impl Follower {
     /// no read-through, no API keys) until it passes; the node serves what it holds. Never a
     /// stop: only a start may refuse to run.
     fn refuse_database(&mut self, refusal: fleet::DbRefusal, why: &str) {
-        if self.stats.refused() != Some(refusal) {
+        let was = self.stats.refused();
+        // Set before it is said: whoever reads the log line finds the node refusing.
+        self.stats.set_refused(Some(refusal));
+        if was != Some(refusal) {
             eprintln!(
                 "fleet: {why}; serving the links this node holds, refusing creates, edits and \
                  lookups of others until the database is put right (checked again every \
                  {DB_REFUSED_RECHECK_MS} ms)"
             );
         }
-        self.stats.set_refused(Some(refusal));
     }
 
     /// The database passed the check.

@@ -1360,18 +1360,23 @@ fn a_node_whose_clock_runs_ahead_judges_expiry_by_the_databases_clock() {
     let Some(db) = TestDb::create("fleet_clock_ahead") else {
         return;
     };
-    let faketime = std::process::Command::new("faketime")
-        .arg("--version")
-        .output()
-        .is_ok();
-    assert!(faketime, "faketime is needed (apt install faketime)");
+    // libfaketime preloaded into the server itself (the `faketime` wrapper forks, so killing
+    // it would leave the server running).
+    let lib = [
+        "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/aarch64-linux-gnu/faketime/libfaketimeMT.so.1",
+        "/usr/lib/faketime/libfaketimeMT.so.1",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists())
+    .expect("libfaketime is needed (apt install faketime)");
     prepare_fleet(&db.url);
     let (_ta, dir_a) = api::data_dir();
     let (_tb, dir_b) = api::data_dir();
     let a = node(&dir_a, &db.url, "a", "1", &[]);
-    let mut cmd = std::process::Command::new("faketime");
-    cmd.args(["-f", "+10m"])
-        .arg(common::server_bin())
+    let mut cmd = std::process::Command::new(common::server_bin());
+    cmd.env("LD_PRELOAD", lib)
+        .env("FAKETIME", "+10m")
         // Only the wall clock: io_uring timeouts are the kernel's monotonic clock.
         .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
         .env("RICOCHET_API_KEY", api::API_KEY);
@@ -1380,6 +1385,17 @@ fn a_node_whose_clock_runs_ahead_judges_expiry_by_the_databases_clock() {
     let now = ricochet::api::timefmt::now_s();
     let mut ca = Client::new(&a);
     let mut cb = Client::new(&b);
+    // B's clock really runs ahead (its Date header), or this test could not fail.
+    let date = cb.redirect("no-such-link");
+    let b_now = httpdate::parse_http_date(date.header("date").expect("a Date header"))
+        .unwrap()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(
+        (now + 540..now + 660).contains(&b_now),
+        "b's clock is not 10 minutes ahead: {b_now} vs {now}"
+    );
     let r = ca.create(&json!({
         "long_url": "https://example.com/five-minutes-left",
         "custom_alias": "clock-ahead",

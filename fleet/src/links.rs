@@ -181,7 +181,8 @@ pub fn spawn_writer(
     for n in 0..WRITER_SESSIONS {
         let (tx, rx) = tokio::sync::mpsc::channel::<WriteJob>(WRITE_QUEUE_CAPACITY);
         let db = Db::new(url)?.with_timeout(LINK_WRITE_TIMEOUT_MS);
-        spawn_one_writer(n, db, rx, stats.clone(), deliver.clone())?;
+        let probe = Db::new(url)?.with_timeout(ZOMBIE_PROBE_TIMEOUT_MS);
+        spawn_one_writer(n, db, probe, rx, stats.clone(), deliver.clone())?;
         txs.push(tx);
     }
     Ok(WriterHandle {
@@ -193,6 +194,7 @@ pub fn spawn_writer(
 fn spawn_one_writer(
     n: usize,
     mut db: Db,
+    mut probe: Db,
     mut rx: tokio::sync::mpsc::Receiver<WriteJob>,
     stats: Arc<FleetStats>,
     deliver: Arc<dyn Fn(WriteAnswer) + Send + Sync>,
@@ -213,7 +215,8 @@ fn spawn_one_writer(
                     // Its writes may still commit: their keys stay in flight (unanswered)
                     // until the old backend is gone, so no later write of theirs can be
                     // overtaken by one of them.
-                    resolve_zombie(&mut db, &old, &mut rx, &*deliver);
+                    db.disconnect();
+                    resolve_zombie(&mut probe, &old, &mut rx, &*deliver);
                 }
                 for a in answers {
                     deliver(a);
@@ -227,11 +230,16 @@ fn spawn_one_writer(
 /// How often `resolve_zombie` looks for the old backend again.
 pub const ZOMBIE_POLL_MS: u64 = 50;
 
+/// The call timeout of `resolve_zombie`'s own session: a database that does not answer this
+/// fast is treated as down or hung as a whole (nothing waited for), so an outage is still
+/// answered within about [`LINK_WRITE_TIMEOUT_MS`] plus this.
+pub const ZOMBIE_PROBE_TIMEOUT_MS: u64 = 300;
+
 /// Longest `resolve_zombie` holds a timed-out round's answers once the old backend has been
-/// sent its termination (or the database cannot be reached to send it): by then the server's
-/// own `statement_timeout` (3/4 of [`LINK_WRITE_TIMEOUT_MS`]) has ended any statement it was
-/// running, and a backend frozen with statements still unread dies of the pending termination
-/// when it resumes, before reading them.
+/// sent its termination: by then the server's own `statement_timeout` (3/4 of
+/// [`LINK_WRITE_TIMEOUT_MS`]) has ended any statement it was running, and a backend frozen
+/// with statements still unread dies of the pending termination when it resumes, before
+/// reading them. A database that does not answer the check is not waited for.
 pub const ZOMBIE_HOLD_MS: u64 = 2_000;
 
 /// Waits until backend `old` (a session whose round of writes timed out or broke, so its
@@ -246,10 +254,8 @@ fn resolve_zombie(
     rx: &mut tokio::sync::mpsc::Receiver<WriteJob>,
     deliver: &(dyn Fn(WriteAnswer) + Send + Sync),
 ) {
-    db.disconnect();
     let mut said = false;
     let started = std::time::Instant::now();
-    let mut terminated = false;
     loop {
         let gone = db.call("resolve a timed-out write session", async |c| {
             let alive: i64 = c
@@ -276,20 +282,18 @@ fn resolve_zombie(
                 }
                 return;
             }
-            Ok(false) => terminated = true,
-            Err(_) => {}
+            Ok(false) => {} // Alive: its termination was sent.
+            // The database does not answer (down, or the whole server frozen): no later write
+            // can overtake the old backend's through it, and one that is merely cut off from
+            // us runs or cancels its statement at once (`statement_timeout`). Answer now, as
+            // an outage must be answered: fast.
+            Err(_) => return,
         }
-        let held = started.elapsed() >= std::time::Duration::from_millis(ZOMBIE_HOLD_MS);
-        if held && (terminated || db.session_id().is_none()) {
+        if started.elapsed() >= std::time::Duration::from_millis(ZOMBIE_HOLD_MS) {
             eprintln!(
-                "fleet: link write session (backend {}) {} after {ZOMBIE_HOLD_MS} ms; its keys \
-                 are free",
-                old.pid,
-                if terminated {
-                    "terminated but not gone (frozen?)"
-                } else {
-                    "not reachable"
-                }
+                "fleet: link write session (backend {}) terminated but not gone after \
+                 {ZOMBIE_HOLD_MS} ms (frozen?); its keys are free",
+                old.pid
             );
             return;
         }

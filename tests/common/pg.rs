@@ -111,14 +111,15 @@ impl TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        let _ = try_psql(
-            &self.admin,
-            &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
-        );
-        let _ = try_psql(
-            &self.admin,
-            &format!("DROP DATABASE IF EXISTS {}_old WITH (FORCE)", self.name),
-        );
+        // Bounded: a test that failed with its server still SIGSTOPped (its `Cluster`, dropped
+        // after this, resumes it) must fail, not hang the whole run on this connect.
+        for name in [self.name.clone(), format!("{}_old", self.name)] {
+            let _ = Command::new("psql")
+                .env("PGCONNECT_TIMEOUT", "5")
+                .args(["-X", "-At", "-d", &self.admin, "-c"])
+                .arg(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .output();
+        }
     }
 }
 
