@@ -778,9 +778,14 @@ impl Follower {
         let mut parts: Vec<Vec<FeedLink>> = vec![Vec::new(); self.outlets.cores()];
         for r in rows {
             let Some(link) = feed_link(&r) else {
+                // Not silent: counted (`/metrics`, `/readyz?verbose`) and logged. It comes again
+                // once the row is changed (a new xid).
+                self.stats.feed_row_unusable();
                 eprintln!(
-                    "fleet: feed row for {:?} is not a valid link; skipped",
-                    r.key
+                    "fleet: feed row for {:?} (version {}) is not a link this node can hold \
+                     (status {}, created_at {}, expires_at {}); not applied, counted in \
+                     ricochet_fleet_feed_rows_unusable_total; fix the row in ricochet_links",
+                    r.key, r.version, r.status, r.created_at, r.expires_at
                 );
                 continue;
             };
@@ -928,7 +933,26 @@ fn due(last: &mut Option<Instant>, every: Duration) -> bool {
 }
 
 /// A feed row in the node's types, if it is a valid link.
+/// A feed row as a link, if it is one this node can hold. A tombstone needs only a valid key
+/// and version (its other fields are not served): a delete is never skipped for a field it
+/// does not use.
 fn feed_link(r: &fleet::feed::FeedRow) -> Option<FeedLink> {
+    let full = feed_link_fields(r);
+    if full.is_some() || !r.deleted {
+        return full;
+    }
+    Some(FeedLink {
+        key: InlineKey::new(r.key.as_bytes())?,
+        target: Arc::from(""),
+        status: RedirectStatus::default(),
+        created_at_s: 0,
+        expires_at_s: 0,
+        deleted: true,
+        version: u64::try_from(r.version).ok()?,
+    })
+}
+
+fn feed_link_fields(r: &fleet::feed::FeedRow) -> Option<FeedLink> {
     Some(FeedLink {
         key: InlineKey::new(r.key.as_bytes())?,
         target: Arc::from(r.target.as_str()),

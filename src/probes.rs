@@ -277,6 +277,12 @@ fn feed_check(f: &fleet::FleetStatsSnapshot) -> Check {
             f.feed_failures
         ),
     };
+    if f.feed_rows_unusable != 0 {
+        detail.push_str(&format!(
+            "; {} feed rows NOT APPLIED: not links this node can hold (see the log)",
+            f.feed_rows_unusable
+        ));
+    }
     if f.feed_held_by_pid != 0 {
         detail.push_str(&format!(
             "; HELD BACK by the open transaction of database backend pid {} (open {} s): rows \

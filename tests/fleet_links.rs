@@ -1670,3 +1670,59 @@ fn retries_against_a_held_row_lock_keep_the_connection_count_bounded() {
     assert_eq!(ca.patch(&k, &json!({ "long_url": url })).status, 200);
     wait_for(&a, &k, Some(url));
 }
+
+/// A feed row a node cannot hold (here a negative `created_at`, which the table's CHECKs let
+/// through) is never skipped silently: counted in `/metrics`, named in `/readyz?verbose`
+/// (reported, not gating) and logged; the rows after it apply; and its tombstone, which
+/// needs only its key, applies.
+#[test]
+fn a_feed_row_a_node_cannot_hold_is_counted_and_reported() {
+    let Some(db) = TestDb::create("fleet_bad_row") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let (_ta, dir_a) = api::data_dir();
+    let a = node(&dir_a, &db.url, "a", "1", &[]);
+    common::pg::psql(
+        &db.url,
+        "INSERT INTO ricochet_links (key, target, status, created_at) \
+         VALUES ('bad-row', 'https://example.com/bad', 302, -5)",
+    );
+    let url = "https://example.com/after-the-bad-row";
+    let k = Client::new(&a).create_ok(url, Some("after-bad"));
+    wait_for(&a, &k, Some(url));
+    let t = Instant::now();
+    while metric(&a, "ricochet_fleet_feed_rows_unusable_total") == 0 {
+        assert!(
+            t.elapsed() < PROPAGATION_GIVE_UP,
+            "the bad row was not counted"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ready = Client::new(&a)
+        .send("GET", "/readyz?verbose", false, &[], b"")
+        .unwrap();
+    assert_eq!(ready.status, 200, "reported, not gating");
+    assert!(
+        ready.text().contains("1 feed rows NOT APPLIED"),
+        "{}",
+        ready.text()
+    );
+    assert!(a
+        .wait_stderr("\"bad-row\"", Duration::from_secs(1))
+        .is_some());
+    let rows = metric(&a, "ricochet_fleet_feed_rows_total");
+    common::pg::psql(
+        &db.url,
+        "UPDATE ricochet_links SET deleted = true WHERE key = 'bad-row'",
+    );
+    let t = Instant::now();
+    while metric(&a, "ricochet_fleet_feed_rows_total") == rows {
+        assert!(
+            t.elapsed() < PROPAGATION_GIVE_UP,
+            "the tombstone was not applied"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(metric(&a, "ricochet_fleet_feed_rows_unusable_total"), 1);
+}

@@ -97,6 +97,8 @@ pub struct FleetStats {
     /// of its backend (0: none) and how long it had been open when last seen, in seconds.
     feed_held_by_pid: AtomicU64,
     feed_held_for_s: AtomicU64,
+    /// Feed rows that are not links a node can hold (not applied; counted, never silent).
+    feed_rows_unusable: AtomicU64,
     /// Read-through: queries sent and keys asked for in them.
     read_queries: AtomicU64,
     read_keys: AtomicU64,
@@ -140,6 +142,7 @@ pub struct FleetStatsSnapshot {
     pub feed_caught_up_ms: u64,
     pub feed_held_by_pid: u64,
     pub feed_held_for_s: u64,
+    pub feed_rows_unusable: u64,
     pub read_queries: u64,
     pub read_keys: u64,
     pub ceiling_raises: u64,
@@ -200,6 +203,11 @@ impl FleetStats {
     pub fn feed_held_back(&self, pid: u64, age_s: u64) {
         self.feed_held_for_s.store(age_s, Ordering::Relaxed);
         self.feed_held_by_pid.store(pid, Ordering::Relaxed);
+    }
+
+    /// A feed row could not be applied (not a link this node can hold).
+    pub fn feed_row_unusable(&self) {
+        self.feed_rows_unusable.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A poll found nothing new at Unix ms `now_ms`.
@@ -310,6 +318,7 @@ impl FleetStats {
             feed_caught_up_ms: load(&self.feed_caught_up_ms),
             feed_held_by_pid: load(&self.feed_held_by_pid),
             feed_held_for_s: load(&self.feed_held_for_s),
+            feed_rows_unusable: load(&self.feed_rows_unusable),
             read_queries: load(&self.read_queries),
             read_keys: load(&self.read_keys),
             ceiling_raises: load(&self.ceiling_raises),

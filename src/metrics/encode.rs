@@ -614,6 +614,13 @@ fn encode_fleet(enc: &mut DescriptorEncoder, f: &fleet::FleetStatsSnapshot) -> f
     )?;
     plain(
         enc,
+        "ricochet_fleet_feed_rows_unusable",
+        "Change feed rows that are not links this node can hold (not applied, each logged)",
+        Counter,
+        f.feed_rows_unusable,
+    )?;
+    plain(
+        enc,
         "ricochet_fleet_feed_held_back_by_pid",
         "The database backend whose open transaction holds this node's feed back (rows committed after it wait), 0 if none",
         Gauge,
