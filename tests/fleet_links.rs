@@ -62,20 +62,7 @@ fn wait_for(s: &Server, key: &str, want: Option<&str>) -> Duration {
 /// `ricochet fleet gc-tombstones --older-than-s 0`: removes every tombstone now (raising the
 /// horizon past them), and checks it removed `want`.
 fn gc_tombstones_now(url: &str, want: u64) {
-    let out = std::process::Command::new(common::BIN)
-        .args(["fleet", "gc-tombstones", "--pg", url, "--older-than-s", "0"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        text.contains(&format!("removed {want} tombstones")),
-        "{text}"
-    );
+    assert_eq!(gc_tombstones_count(url), want, "tombstones removed");
 }
 
 /// Runs `ricochet fleet gc-tombstones --older-than-s 0`; how many it removed.
