@@ -26,7 +26,7 @@
 //! A failure before step 6 is retried after [`REGEN_RETRY_MS`] from step 2; the cores keep
 //! their rotation (it holds for a later snapshot too).
 
-use crate::fleet_sync::{FleetToCore, Follower, REBOOTSTRAP_MARKER};
+use crate::fleet_sync::{FleetToCore, Followed, Follower, REBOOTSTRAP_MARKER};
 use crate::owner::regen::RegenStep;
 use anyhow::Context;
 use shards::datadir::DataDir;
@@ -58,22 +58,26 @@ pub const LOST_FILE_PREFIX: &str = "fleet-lost-";
 
 impl Follower {
     /// Regenerates this node's links from a database snapshot (the module doc's steps) and
-    /// returns the cursor the feed resumes from. `batch` numbers the steps' core batches.
-    /// `identity` becomes the database's.
+    /// returns the cursor the feed resumes from and where in the database's history the
+    /// node then is. `batch` numbers the steps' core batches. `identity` becomes the
+    /// database's.
     pub(crate) fn regenerate(
         &mut self,
         batch: &mut u64,
         cause: RegenCause,
         identity: &mut crate::fleet_sync::Held,
-    ) -> anyhow::Result<fleet::feed::Cursor> {
+    ) -> anyhow::Result<(fleet::feed::Cursor, Followed)> {
         self.stats.regenerating();
         let started = std::time::Instant::now();
+        // Answers counted here committed before the snapshot, which holds them.
+        let writes = self.stats.link_writes_done();
         let dir = self.data_dir.clone();
         shards::durable::write_atomic(&dir, REBOOTSTRAP_MARKER, b"rebootstrap\n", 0o644)
             .context("writing the re-bootstrap marker")?;
         // Read before the snapshot (in `build_generation`): it reflects every removal counted.
         let now_identity = crate::fleet_sync::Held::now(&mut self.db)?;
         let resume = fleet::feed::current_cursor(&mut self.db)?;
+        let resume_at = fleet::history::position(&mut self.db)?;
         let rotate = (0..self.outlets.cores())
             .map(|_| RegenStep::Rotate)
             .collect();
@@ -84,7 +88,7 @@ impl Follower {
         let url = self.url.clone();
         // On a thread of its own at the lowest priority, as a compaction's fold: the import
         // is CPU work, and a core sharing its CPU must win.
-        let (links, tables) = std::thread::Builder::new()
+        let Generation { links, at, tables } = std::thread::Builder::new()
             .name("ricochet-fleet-regen".into())
             .spawn(move || {
                 crate::analytics::aggregator::yield_thread_to_cores("fleet regeneration");
@@ -92,6 +96,10 @@ impl Follower {
             })?
             .join()
             .map_err(|_| anyhow::anyhow!("the regeneration thread panicked"))??;
+        if at.map(|p| p.timeline) != resume_at.map(|p| p.timeline) {
+            // The resume cursor's transaction ids are another history's than the snapshot's.
+            anyhow::bail!("the database changed timeline during the snapshot");
+        }
         let mut parts: Vec<Vec<(u32, Table)>> =
             (0..self.outlets.cores()).map(|_| Vec::new()).collect();
         for (shard, table) in tables {
@@ -102,7 +110,8 @@ impl Follower {
             anyhow::bail!("a core did not swap its new tables in");
         }
         crate::fleet_sync::save_identity(&dir, &now_identity).context("saving the identity")?;
-        crate::fleet_sync::save_cursor(&dir, &resume).context("saving the feed cursor")?;
+        crate::fleet_sync::save_cursor(&dir, &resume, at.as_ref())
+            .context("saving the feed cursor")?;
         *identity = now_identity;
         crate::fleet_sync::rebootstrap_done(&dir).context("removing the re-bootstrap marker")?;
         let _ = std::fs::remove_dir_all(dir.join(REGEN_DIR));
@@ -113,7 +122,11 @@ impl Follower {
             started.elapsed().as_millis(),
             resume.xid
         );
-        Ok(resume)
+        let followed = Followed {
+            at,
+            writes_before: Some(writes),
+        };
+        Ok((resume, followed))
     }
 
     /// Hands core `i` its `steps[i]` as a new batch and waits until every core acknowledged.
@@ -130,12 +143,8 @@ impl Follower {
 }
 
 /// Steps 4 and 5: the snapshot into a staging dir, published over `main`'s tables, and every
-/// table of the new generation opened. Returns the links and the tables by shard.
-fn build_generation(
-    main: &DataDir,
-    url: &str,
-    cause: RegenCause,
-) -> anyhow::Result<(u64, Vec<(u32, Table)>)> {
+/// table of the new generation opened.
+fn build_generation(main: &DataDir, url: &str, cause: RegenCause) -> anyhow::Result<Generation> {
     let staging_path = main.path().join(REGEN_DIR);
     match std::fs::remove_dir_all(&staging_path) {
         Ok(()) => {}
@@ -143,7 +152,7 @@ fn build_generation(
         Err(e) => return Err(e).with_context(|| format!("removing {}", staging_path.display())),
     }
     let staging = DataDir::create(&staging_path, main.shard_count())?;
-    let (_, links) = crate::fleet_sync::import_snapshot(&staging, url)?;
+    let (_, at, links) = crate::fleet_sync::import_snapshot(&staging, url)?;
     if cause == RegenCause::Rollback {
         save_lost(main, &staging)?;
     }
@@ -174,25 +183,52 @@ fn build_generation(
             .with_context(|| format!("shard {shard}'s new table vanished"))?;
         tables.push((shard, table));
     }
-    Ok((links, tables))
+    Ok(Generation { links, at, tables })
 }
 
-/// Before a regeneration after a rollback replaces them: the links this node holds (its
-/// tables and logs, `shards::export`) that the new generation lacks, to a
-/// [`LOST_FILE_PREFIX`] file, reported in the log. Nothing is written when there are none.
+/// What [`build_generation`] made: the links, the database's position as of the snapshot,
+/// and the tables by shard.
+struct Generation {
+    links: u64,
+    at: Option<fleet::history::Position>,
+    tables: Vec<(u32, Table)>,
+}
+
+/// Before a regeneration after a rollback replaces them: the links this node holds that the
+/// new generation (`staging`) lacks or holds with another target or status, to a
+/// [`LOST_FILE_PREFIX`] file ([`write_lost`]).
 fn save_lost(main: &DataDir, staging: &DataDir) -> anyhow::Result<()> {
-    use std::io::{BufRead, Write};
     let held_path = staging.path().join("held.ndjson");
-    let mut held = std::io::BufWriter::new(std::fs::File::create(&held_path)?);
-    let now_s = shards::timefmt::now_s();
+    export_held(main, &held_path)?;
+    write_lost(&held_path, main.path(), staging)
+}
+
+/// The links `dir` holds (its tables and logs, `shards::export`), to `to` (NDJSON).
+pub(crate) fn export_held(dir: &DataDir, to: &std::path::Path) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut held = std::io::BufWriter::new(std::fs::File::create(to)?);
     shards::export::export(
-        main.path(),
+        dir.path(),
         shards::export::ExportFormat::Ndjson,
-        now_s,
+        shards::timefmt::now_s(),
         &mut held,
     )?;
     held.flush()?;
-    drop(held);
+    held.get_ref().sync_all()?;
+    Ok(())
+}
+
+/// The links of `held_path` (an [`export_held`] file) that `generation`'s tables lack or hold
+/// with another target or status, as they were held, to a [`LOST_FILE_PREFIX`] file in
+/// `data_dir`, reported in the log. Nothing is written when there are none.
+pub(crate) fn write_lost(
+    held_path: &std::path::Path,
+    data_dir: &std::path::Path,
+    generation: &DataDir,
+) -> anyhow::Result<()> {
+    use std::io::BufRead;
+    let now_s = shards::timefmt::now_s();
+    let main_shards = generation.shard_count();
     let mut tables: std::collections::HashMap<u32, Option<Table>> = Default::default();
     let mut lost = Vec::new();
     for line in std::io::BufReader::new(std::fs::File::open(&held_path)?).lines() {
@@ -201,15 +237,19 @@ fn save_lost(main: &DataDir, staging: &DataDir) -> anyhow::Result<()> {
         let Some(key) = v["key"].as_str() else {
             continue;
         };
-        let shard = shards::placement::shard_of(key.as_bytes(), main.shard_count());
+        let shard = shards::placement::shard_of(key.as_bytes(), main_shards);
         let table = match tables.entry(shard) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(staging.open_table(shard)?),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(generation.open_table(shard)?),
         };
-        if table
-            .as_ref()
-            .is_none_or(|t| t.get(key.as_bytes()).is_none())
-        {
+        // Lost: gone from the database, or there with another target or status (a change
+        // the database lost; the node served this one).
+        let kept = table.as_ref().and_then(|t| t.get(key.as_bytes()));
+        let same = kept.is_some_and(|l| {
+            v["long_url"].as_str() == Some(l.target)
+                && v["status"].as_u64() == Some(u64::from(l.status.code()))
+        });
+        if !same {
             lost.extend_from_slice(line.as_bytes());
             lost.push(b'\n');
         }
@@ -219,13 +259,14 @@ fn save_lost(main: &DataDir, staging: &DataDir) -> anyhow::Result<()> {
     }
     let n = lost.iter().filter(|&&b| b == b'\n').count();
     let name = format!("{LOST_FILE_PREFIX}{now_s}.ndjson");
-    shards::durable::write_atomic(main.path(), &name, &lost, 0o600)?;
+    shards::durable::write_atomic(data_dir, &name, &lost, 0o600)?;
     eprintln!(
-        "fleet: {n} links this node held are not in the database it regenerates from (lost \
-         there by the rollback, or deleted): saved to {}. Re-create the ones that should \
-         exist through the API (`ricochet import` reads the file's format into a single-node \
-         dir)",
-        main.path().join(&name).display()
+        "fleet: {n} links this node held are not in the database it regenerates from, or are \
+         there with another target or status (lost there by the rollback, or changed or \
+         deleted since): saved to {}, as this node held them. Re-create or change the ones \
+         that should be so through the API (`ricochet import` reads the file's format into a \
+         single-node dir)",
+        data_dir.join(&name).display()
     );
     Ok(())
 }

@@ -17,6 +17,7 @@ use crate::fleet_regen::RegenCause;
 use crate::key::InlineKey;
 use crate::router::Router;
 use crate::service::Outlets;
+use fleet::history::Position;
 use shards::link::RedirectStatus;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -85,12 +86,16 @@ pub fn cursor_behind(cursor: &fleet::feed::Cursor, horizon: u64) -> bool {
 /// not follow the feed on, and what that calls for: another database (a dump restored into a
 /// new one: its transaction ids need not be behind the cursor), a cursor ahead of the
 /// database (a restore, or a promoted standby that lagged), or a cursor not past the
-/// tombstone horizon (deletes it had not applied may be gone). The one check for a start
-/// (`rebootstrap_if_behind`) and a running follower.
+/// tombstone horizon (deletes it had not applied may be gone), or another history of the
+/// database that lacks changes the node followed ([`history_diverged`]). The one check for a
+/// start (`rebootstrap_if_behind`) and a running follower; `followed` moves to the database's
+/// new timeline when the node's history is still the database's.
 pub fn unfollowable(
     db: &mut fleet::Db,
     cursor: &fleet::feed::Cursor,
     held: &Held,
+    followed: &mut Followed,
+    writes_now: u64,
 ) -> Result<Option<(RegenCause, String)>, fleet::FleetError> {
     let identity = fleet::feed::database_identity(db)?;
     if identity != held.identity {
@@ -102,6 +107,9 @@ pub fn unfollowable(
                  {identity} (a dump restored into a new cluster, or another database)"
             ),
         )));
+    }
+    if let Some(why) = history_diverged(db, followed, writes_now)? {
+        return Ok(Some((RegenCause::Rollback, why)));
     }
     let next = fleet::feed::next_xid(db)?;
     if cursor.xid > next {
@@ -130,6 +138,82 @@ pub fn unfollowable(
         )));
     }
     Ok(None)
+}
+
+/// What this node has followed of the database's history (`fleet::history`): the position
+/// of its last poll (every change it applied committed before it) and how many link writes
+/// the node had had answered when that poll began (`None`: unknown, as after a restart; an
+/// answer counted later may have committed after the position).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Followed {
+    pub at: Option<Position>,
+    pub writes_before: Option<u64>,
+}
+
+impl Followed {
+    /// A poll read at `at`, begun when `writes` link writes had been answered.
+    fn polled(&mut self, at: Position, writes: u64) {
+        self.at = Some(at);
+        self.writes_before = Some(writes);
+    }
+}
+
+/// Whether the database's history lacks something this node followed (issue #24, hole 1): on
+/// another timeline (a promoted standby, a point-in-time restore), the node's history is
+/// still the database's only if its timeline is an ancestor that forked at or after its
+/// position, and no link write was answered since its last poll there (`writes_now` is the
+/// count now). `Some`: why not. A history kept moves `followed` to the new timeline.
+fn history_diverged(
+    db: &mut fleet::Db,
+    followed: &mut Followed,
+    writes_now: u64,
+) -> Result<Option<String>, fleet::FleetError> {
+    use fleet::history::{format_lsn, Fork};
+    let Some(at) = followed.at else {
+        // Nothing recorded (a cursor file of version 1): the next poll records it.
+        return Ok(None);
+    };
+    let unanswered = followed.writes_before != Some(writes_now);
+    let why = match fleet::history::fork_of(db, at.timeline)? {
+        Fork::Same => return Ok(None),
+        Fork::At(fork) if at.lsn <= fork && !unanswered => {
+            let now = fleet::history::position(db)?;
+            eprintln!(
+                "fleet: the database moved from timeline {} to {} (a failover or a restore), \
+                 which forked at {} after everything this node followed ({at}); following it",
+                at.timeline,
+                now.map_or("?".to_owned(), |p| p.timeline.to_string()),
+                format_lsn(fork)
+            );
+            followed.at = now;
+            followed.writes_before = Some(writes_now);
+            return Ok(None);
+        }
+        Fork::At(fork) if at.lsn <= fork => format!(
+            "the database moved from timeline {} to another one (a failover or a restore) that \
+             forked at {}, after this node's last poll ({at}), but this node had link writes \
+             answered since that poll, which may have committed after the fork",
+            at.timeline,
+            format_lsn(fork)
+        ),
+        Fork::At(fork) => format!(
+            "the database moved from timeline {} to another one (a failover to a standby that \
+             lagged, or a restore) that forked at {}, before this node's position ({at}): \
+             changes this node holds may be gone from the database",
+            at.timeline,
+            format_lsn(fork)
+        ),
+        Fork::Unrelated => format!(
+            "the database's timeline does not descend from this node's ({at}): it is another \
+             branch of a restore"
+        ),
+        Fork::Unknown(e) => format!(
+            "the database is on another timeline than this node's ({at}) and its history \
+             cannot be read ({e}; grant pg_read_server_files to let nodes check it), so \
+             nothing proves this node's changes are still the database's"
+        ),
+    };
+    Ok(Some(why))
 }
 
 /// The database this node's links came from: [`IDENTITY_FILE`], or for a dir without one
@@ -161,13 +245,23 @@ pub fn rebootstrap_if_behind(dir: &shards::datadir::DataDir, url: &str) -> anyho
         if !path.join(CURSOR_FILE).exists() {
             return Ok(false);
         }
-        let cursor = load_cursor(path)?;
+        let (cursor, at) = load_cursor_at(path)?;
         let mut db = fleet::Db::new(url)?;
         let held = held_identity(path, &mut db)?;
-        let Some((_, why)) = unfollowable(&mut db, &cursor, &held)? else {
+        let mut followed = Followed {
+            at,
+            writes_before: None,
+        };
+        let Some((cause, why)) = unfollowable(&mut db, &cursor, &held, &mut followed, 0)? else {
             return Ok(false);
         };
         eprintln!("fleet: {why}. Bootstrapping its links again from a snapshot");
+        let held_path = path.join(HELD_BEFORE_REBOOTSTRAP_FILE);
+        if cause == RegenCause::Rollback && !held_path.exists() {
+            // Links the database lost may be here: kept until the bootstrap lists them.
+            crate::fleet_regen::export_held(dir, &held_path)
+                .context("saving the links held before the re-bootstrap")?;
+        }
     } else {
         eprintln!("fleet: a bootstrap of this node's links was cut short; doing it again");
     }
@@ -201,6 +295,11 @@ pub fn rebootstrap_done(data_dir: &Path) -> std::io::Result<()> {
     }
 }
 
+/// The links a node held when a start found the database rolled back (a failover to a
+/// standby that lagged, a restore), relative to the data dir: written before they are wiped,
+/// compared with the bootstrap's snapshot into a `fleet-lost-*` file, then deleted.
+pub const HELD_BEFORE_REBOOTSTRAP_FILE: &str = "fleet-rebootstrap-held.ndjson";
+
 /// The snapshot copy a bootstrap imports, relative to the data dir (deleted afterwards).
 pub const BOOTSTRAP_FILE: &str = "fleet-bootstrap.ndjson";
 
@@ -216,12 +315,17 @@ pub const BOOTSTRAP_MIN_LIFE_S: u64 = 60;
 pub fn bootstrap(dir: &shards::datadir::DataDir, url: &str) -> anyhow::Result<u64> {
     // Read before the snapshot: every removal counted here is reflected in it.
     let held = Held::now(&mut fleet::Db::new(url)?)?;
-    let (cursor, links) = import_snapshot(dir, url)?;
+    let (cursor, at, links) = import_snapshot(dir, url)?;
+    let held_before = dir.path().join(HELD_BEFORE_REBOOTSTRAP_FILE);
+    if held_before.exists() {
+        crate::fleet_regen::write_lost(&held_before, dir.path(), dir)?;
+        std::fs::remove_file(&held_before)?;
+    }
     if !dir.path().join(RESETS_CURSOR_FILE).exists() {
-        save_cursor_file(dir.path(), RESETS_CURSOR_FILE, &cursor)?;
+        save_cursor_file(dir.path(), RESETS_CURSOR_FILE, &cursor, None)?;
     }
     save_identity(dir.path(), &held)?;
-    save_cursor(dir.path(), &cursor)?;
+    save_cursor(dir.path(), &cursor, at.as_ref())?;
     Ok(links)
 }
 
@@ -314,17 +418,18 @@ pub(crate) fn save_identity(data_dir: &Path, held: &Held) -> std::io::Result<()>
 }
 
 /// The live links of one database snapshot, through the importer into `dir`'s tables (a
-/// fresh dir: a new node's, or a regeneration's staging dir). Returns the snapshot's cursor
-/// and the links imported; the copy ([`BOOTSTRAP_FILE`] in `dir`) is deleted afterwards.
+/// fresh dir: a new node's, or a regeneration's staging dir). Returns the snapshot's cursor,
+/// the database's position as of it and the links imported; the copy ([`BOOTSTRAP_FILE`] in
+/// `dir`) is deleted afterwards.
 pub fn import_snapshot(
     dir: &shards::datadir::DataDir,
     url: &str,
-) -> anyhow::Result<(fleet::feed::Cursor, u64)> {
+) -> anyhow::Result<(fleet::feed::Cursor, Option<Position>, u64)> {
     use std::io::Write;
     let path = dir.path().join(BOOTSTRAP_FILE);
     let mut out = std::io::BufWriter::new(std::fs::File::create(&path)?);
     let now_s = shards::timefmt::now_s();
-    let cursor = fleet::feed::snapshot(url, now_s, BOOTSTRAP_MIN_LIFE_S, |links| {
+    let (cursor, at) = fleet::feed::snapshot(url, now_s, BOOTSTRAP_MIN_LIFE_S, |links| {
         for l in links {
             let mut line = serde_json::json!({
                 "key": l.key,
@@ -348,7 +453,7 @@ pub fn import_snapshot(
     let summary = shards::import::run_locked(dir, &opts)
         .map_err(|e| anyhow::anyhow!("bootstrap: importing the snapshot: {e}"))?;
     let _ = std::fs::remove_file(&path);
-    Ok((cursor, summary.links))
+    Ok((cursor, at, summary.links))
 }
 
 /// What the fleet services hand a core.
@@ -392,33 +497,46 @@ pub struct FeedAck {
     pub ok: bool,
 }
 
-/// The cursor file's bytes: `ricochet-feed-cursor 1 <xid> <key> <crc32c hex>\n`.
-fn encode_cursor(c: &fleet::feed::Cursor) -> String {
-    let body = format!("ricochet-feed-cursor 1 {} {}", c.xid, c.key);
+/// The cursor file's bytes: `ricochet-feed-cursor 2 <xid> <timeline> <lsn> <key> <crc32c
+/// hex>\n`, the timeline and WAL position ([`Followed`]) `- -` when unknown. Version 1 (still
+/// read) had no position.
+fn encode_cursor(c: &fleet::feed::Cursor, at: Option<&Position>) -> String {
+    let at = at.map_or("- -".to_owned(), |p| {
+        format!("{} {}", p.timeline, fleet::history::format_lsn(p.lsn))
+    });
+    let body = format!("ricochet-feed-cursor 2 {} {at} {}", c.xid, c.key);
     let crc = crc32c::crc32c(body.as_bytes());
     format!("{body} {crc:08x}\n")
 }
 
 /// Reads the cursor file: none yet means the start of the feed; a damaged one is refused.
 pub fn load_cursor(data_dir: &Path) -> anyhow::Result<fleet::feed::Cursor> {
+    load_cursor_file(data_dir, CURSOR_FILE).map(|(c, _)| c)
+}
+
+/// The cursor file and the position saved with it (`None`: unknown).
+pub fn load_cursor_at(data_dir: &Path) -> anyhow::Result<(fleet::feed::Cursor, Option<Position>)> {
     load_cursor_file(data_dir, CURSOR_FILE)
 }
 
 /// Reads a cursor file `name` of the data dir (the links feed's, or the stats resets').
-pub fn load_cursor_file(data_dir: &Path, name: &str) -> anyhow::Result<fleet::feed::Cursor> {
+fn load_cursor_file(
+    data_dir: &Path,
+    name: &str,
+) -> anyhow::Result<(fleet::feed::Cursor, Option<Position>)> {
     let path = data_dir.join(name);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(fleet::feed::Cursor::START)
+            return Ok((fleet::feed::Cursor::START, None))
         }
         Err(e) => anyhow::bail!("reading {}: {e}", path.display()),
     };
     let bad = || {
         anyhow::anyhow!(
-            "{} is damaged (expected `ricochet-feed-cursor 1 <xid> <key> <crc>`); refusing to \
-             guess where the change feed stopped. Restore it, or wipe the data dir and let the \
-             node catch up from the start",
+            "{} is damaged (expected `ricochet-feed-cursor 2 <xid> <timeline> <lsn> <key> \
+             <crc>`); refusing to guess where the change feed stopped. Restore it, or wipe the \
+             data dir and let the node catch up from the start",
             path.display()
         )
     };
@@ -427,24 +545,54 @@ pub fn load_cursor_file(data_dir: &Path, name: &str) -> anyhow::Result<fleet::fe
     if u32::from_str_radix(crc, 16).ok() != Some(crc32c::crc32c(body.as_bytes())) {
         return Err(bad());
     }
-    let mut parts = body.splitn(4, ' ');
-    let (Some("ricochet-feed-cursor"), Some("1"), Some(xid), key) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(bad());
+    decode_cursor(body).ok_or_else(bad)
+}
+
+/// The body of a cursor file (without its checksum).
+fn decode_cursor(body: &str) -> Option<(fleet::feed::Cursor, Option<Position>)> {
+    let (version, rest) = body
+        .strip_prefix("ricochet-feed-cursor ")?
+        .split_once(' ')?;
+    let (xid, rest) = rest.split_once(' ').unwrap_or((rest, ""));
+    let (at, key) = match version {
+        "1" => (None, rest),
+        "2" => {
+            let mut parts = rest.splitn(3, ' ');
+            let (tli, lsn) = (parts.next()?, parts.next()?);
+            let at = match (tli, lsn) {
+                ("-", "-") => None,
+                _ => Some(Position {
+                    timeline: tli.parse().ok()?,
+                    lsn: fleet::history::parse_lsn(lsn)?,
+                }),
+            };
+            (at, parts.next().unwrap_or(""))
+        }
+        _ => return None,
     };
-    Ok(fleet::feed::Cursor {
-        xid: xid.parse().map_err(|_| bad())?,
-        key: key.unwrap_or("").to_owned(),
-    })
+    let cursor = fleet::feed::Cursor {
+        xid: xid.parse().ok()?,
+        key: key.to_owned(),
+    };
+    Some((cursor, at))
 }
 
-pub(crate) fn save_cursor(data_dir: &Path, c: &fleet::feed::Cursor) -> std::io::Result<()> {
-    save_cursor_file(data_dir, CURSOR_FILE, c)
+/// Saves the feed's cursor and the position it was read at.
+pub(crate) fn save_cursor(
+    data_dir: &Path,
+    c: &fleet::feed::Cursor,
+    at: Option<&Position>,
+) -> std::io::Result<()> {
+    save_cursor_file(data_dir, CURSOR_FILE, c, at)
 }
 
-fn save_cursor_file(data_dir: &Path, name: &str, c: &fleet::feed::Cursor) -> std::io::Result<()> {
-    shards::durable::write_atomic(data_dir, name, encode_cursor(c).as_bytes(), 0o644)
+fn save_cursor_file(
+    data_dir: &Path,
+    name: &str,
+    c: &fleet::feed::Cursor,
+    at: Option<&Position>,
+) -> std::io::Result<()> {
+    shards::durable::write_atomic(data_dir, name, encode_cursor(c, at).as_bytes(), 0o644)
 }
 
 /// What the follower thread needs.
@@ -471,22 +619,29 @@ impl Follower {
     /// database cannot continue it. Only a dir written before identities were recorded needs
     /// the database here, to learn which one its links came from.
     pub fn spawn(mut self) -> anyhow::Result<()> {
-        let cursor = load_cursor(&self.data_dir)?;
+        let (cursor, at) = load_cursor_at(&self.data_dir)?;
         let identity = held_identity(&self.data_dir, &mut self.db)?;
+        // Link writes answered before this start are not counted: unknown until a poll.
+        let followed = Followed {
+            at,
+            writes_before: None,
+        };
         std::thread::Builder::new()
             .name("ricochet-fleet-feed".into())
-            .spawn(move || self.run(cursor, identity))?;
+            .spawn(move || self.run(cursor, identity, followed))?;
         Ok(())
     }
 
     /// The feed from `cursor` (of the database `identity`). It polls only once the cursor was
     /// checked against the database since the database last failed to answer: a database that
     /// comes back may be another one or may have gone back in time (a restore, a failover).
-    fn run(mut self, mut cursor: fleet::feed::Cursor, mut identity: Held) {
+    /// `followed` is where in the database's history the node is (`fleet::history`).
+    fn run(mut self, mut cursor: fleet::feed::Cursor, mut identity: Held, mut followed: Followed) {
         let mut batch = 0u64;
         let mut chores = Chores::new(&self.data_dir);
         let mut regenerate: Option<RegenCause> = None;
         let mut checked = false;
+        let retry = Duration::from_millis(FEED_RETRY_MS);
         while !self.stop.load(Ordering::Relaxed) {
             if self.pause_file.as_ref().is_some_and(|p| p.exists()) {
                 std::thread::sleep(Duration::from_millis(FEED_POLL_INTERVAL_MS));
@@ -494,9 +649,13 @@ impl Follower {
                 checked = false;
                 continue;
             }
+            if self.stats.ids_unproven() && due(&mut chores.ids, retry) {
+                self.prove_ids();
+            }
             if let Some(cause) = regenerate.take() {
                 match self.regenerate(&mut batch, cause, &mut identity) {
-                    Ok(resume) => {
+                    Ok((resume, now_followed)) => {
+                        followed = now_followed;
                         if chores.resets_cursor > resume {
                             // Ahead of a restored database: follow its resets from here.
                             chores.resets_cursor = resume.clone();
@@ -534,7 +693,7 @@ impl Follower {
                         continue;
                     }
                 }
-                match self.check_cursor(&cursor, &identity) {
+                match self.check_cursor(&cursor, &identity, &mut followed) {
                     Ok(None) => checked = true,
                     Ok(Some(cause)) => regenerate = Some(cause),
                     Err(e) => {
@@ -545,17 +704,40 @@ impl Follower {
                 }
                 continue;
             }
-            regenerate = self.run_chores(&mut chores, &cursor, &identity, &mut batch);
+            regenerate =
+                self.run_chores(&mut chores, &cursor, &identity, &mut followed, &mut batch);
             if regenerate.is_some() {
                 continue;
             }
+            // Read before the poll: answers counted here committed before it (`Followed`).
+            let writes = self.stats.link_writes_done();
             let polled = fleet::feed::poll_with_horizon(&mut self.db, &cursor, FEED_BATCH_ROWS);
             let (rows, held_back) = match polled {
+                Ok(fleet::feed::Polled { at: None, .. }) => {
+                    eprintln!(
+                        "fleet: the database is in recovery (a standby): no history to follow \
+                         writes on; retrying"
+                    );
+                    self.stats.feed_failed();
+                    std::thread::sleep(Duration::from_millis(FEED_RETRY_MS));
+                    checked = false;
+                    continue;
+                }
+                Ok(fleet::feed::Polled { at: Some(at), .. })
+                    if followed.at.is_some_and(|f| f.timeline != at.timeline) =>
+                {
+                    // Another history under the same connection (a pooler that followed a
+                    // failover): nothing of this poll is applied before the check.
+                    checked = false;
+                    continue;
+                }
                 Ok(fleet::feed::Polled {
                     rows,
                     tombstones,
                     held_back,
+                    at: Some(at),
                 }) => {
+                    followed.polled(at, writes);
                     // Read with the rows: a removal since the last poll may have taken a
                     // delete this node had not applied.
                     if identity.removals != Some(tombstones.removals)
@@ -574,6 +756,12 @@ impl Follower {
                 }
                 Err(e) => {
                     eprintln!("fleet: change feed poll failed: {e}; retrying");
+                    use fleet::FailureClass::{Connect, Connection};
+                    if matches!(e.class(), Some(Connect | Connection)) {
+                        // What answers next may be a promoted standby: the writer may reach it
+                        // before this thread does, so the IDs on hand wait until it is checked.
+                        self.stats.suspect_ids();
+                    }
                     self.stats.feed_failed();
                     std::thread::sleep(Duration::from_millis(FEED_RETRY_MS));
                     checked = false;
@@ -599,7 +787,7 @@ impl Follower {
                 std::thread::sleep(Duration::from_millis(FEED_RETRY_MS));
                 continue;
             }
-            if let Err(e) = save_cursor(&self.data_dir, &last) {
+            if let Err(e) = save_cursor(&self.data_dir, &last, followed.at.as_ref()) {
                 // The rows are durable; only the resume point is not. Keep going from memory:
                 // a restart re-applies from the older cursor, which is harmless.
                 eprintln!("fleet: cannot save the feed cursor: {e}");
@@ -640,6 +828,7 @@ impl Follower {
         c: &mut Chores,
         cursor: &fleet::feed::Cursor,
         identity: &Held,
+        followed: &mut Followed,
         batch: &mut u64,
     ) -> Option<RegenCause> {
         if due(
@@ -652,7 +841,7 @@ impl Follower {
             }
             // A database that does not answer is no finding here: the poll fails too, and
             // the cursor is checked again before the next one.
-            if let Ok(Some(cause)) = self.check_cursor(cursor, identity) {
+            if let Ok(Some(cause)) = self.check_cursor(cursor, identity, followed) {
                 return Some(cause);
             }
         }
@@ -732,12 +921,44 @@ impl Follower {
         &mut self,
         cursor: &fleet::feed::Cursor,
         identity: &Held,
+        followed: &mut Followed,
     ) -> Result<Option<RegenCause>, fleet::FleetError> {
-        let Some((cause, why)) = unfollowable(&mut self.db, cursor, identity)? else {
+        let writes = self.stats.link_writes_done();
+        let timeline = followed.at.map(|a| a.timeline);
+        let found = unfollowable(&mut self.db, cursor, identity, followed, writes)?;
+        let moved = followed.at.map(|a| a.timeline) != timeline;
+        if moved || matches!(found, Some((RegenCause::Rollback, _))) {
+            // Another history: the IDs on hand may be ones it hands out again. None is used
+            // until the allocation they came from is proven there (issue #24, hole 2).
+            self.stats.suspect_ids();
+            self.prove_ids();
+        }
+        let Some((cause, why)) = found else {
+            if self.stats.ids_unproven() {
+                self.prove_ids();
+            }
             return Ok(None);
         };
         eprintln!("fleet: {why}; regenerating this node's links");
         Ok(Some(cause))
+    }
+
+    /// Proves that the database holds this node's last confirmed allocation, so the IDs on
+    /// hand are still good, or fences the node (`fleet::evidence_lost`). A database that does
+    /// not answer leaves them on hold; the run loop asks again.
+    fn prove_ids(&mut self) {
+        match fleet::evidence_lost(&mut self.db, &self.data_dir, &self.namespace) {
+            Ok(None) => self.stats.ids_proven(),
+            Ok(Some(reason)) => {
+                eprintln!("fleet: FENCED: {reason}");
+                self.stats.fence();
+                self.stats.ids_proven();
+            }
+            Err(e) => eprintln!(
+                "fleet: checking this node's allocation evidence failed: {e}; generated-key \
+                 creates wait"
+            ),
+        }
     }
 
     /// Reads the namespaces' ceilings and offers them to every core. Called only once the feed
@@ -876,7 +1097,7 @@ impl Follower {
             if !self.apply_resets(*batch, rows.into_iter().map(|r| r.0).collect()) {
                 return false;
             }
-            if let Err(e) = save_cursor_file(&self.data_dir, RESETS_CURSOR_FILE, &last) {
+            if let Err(e) = save_cursor_file(&self.data_dir, RESETS_CURSOR_FILE, &last, None) {
                 eprintln!("fleet: cannot save the stats resets cursor: {e}");
             }
             *cursor = last;
@@ -899,17 +1120,21 @@ struct Chores {
     resets_cursor: fleet::feed::Cursor,
     ceilings: Option<Instant>,
     ceilings_failing: bool,
+    /// Last try to prove the IDs on hand (`Follower::prove_ids`).
+    ids: Option<Instant>,
 }
 
 impl Chores {
     fn new(data_dir: &Path) -> Chores {
-        let resets_cursor = load_cursor_file(data_dir, RESETS_CURSOR_FILE).unwrap_or_else(|e| {
-            eprintln!("fleet: {e}; stats resets are not followed");
-            fleet::feed::Cursor {
-                xid: u64::MAX,
-                key: String::new(),
-            }
-        });
+        let resets_cursor = load_cursor_file(data_dir, RESETS_CURSOR_FILE)
+            .map(|(c, _)| c)
+            .unwrap_or_else(|e| {
+                eprintln!("fleet: {e}; stats resets are not followed");
+                fleet::feed::Cursor {
+                    xid: u64::MAX,
+                    key: String::new(),
+                }
+            });
         Chores {
             caught_up_once: false,
             horizon: None,
@@ -919,6 +1144,7 @@ impl Chores {
             resets_cursor,
             ceilings: None,
             ceilings_failing: false,
+            ids: None,
         }
     }
 }
@@ -982,8 +1208,29 @@ mod tests {
             xid: 12345,
             key: "aB-_9".into(),
         };
-        save_cursor(dir.path(), &c).unwrap();
-        assert_eq!(load_cursor(dir.path()).unwrap(), c);
+        let at = Position {
+            timeline: 3,
+            lsn: 0x1_6B37_4D48,
+        };
+        let empty = fleet::feed::Cursor {
+            xid: 7,
+            key: String::new(),
+        };
+        for (c, at) in [
+            (&c, None),
+            (&c, Some(at)),
+            (&empty, Some(at)),
+            (&empty, None),
+        ] {
+            save_cursor(dir.path(), c, at.as_ref()).unwrap();
+            assert_eq!(load_cursor_at(dir.path()).unwrap(), (c.clone(), at));
+        }
+        // Version 1, written before positions were recorded, is still read.
+        let body = "ricochet-feed-cursor 1 12345 aB-_9";
+        let v1 = format!("{body} {:08x}\n", crc32c::crc32c(body.as_bytes()));
+        std::fs::write(dir.path().join(CURSOR_FILE), v1).unwrap();
+        assert_eq!(load_cursor_at(dir.path()).unwrap(), (c.clone(), None));
+        save_cursor(dir.path(), &c, Some(&at)).unwrap();
         let path = dir.path().join(CURSOR_FILE);
         let text = std::fs::read_to_string(&path).unwrap();
         std::fs::write(&path, text.replace("12345", "12346")).unwrap();

@@ -770,6 +770,26 @@ fn a_cursor_ahead_of_the_database_bootstraps_again() {
     assert_eq!(answer(&s, "lost-in-restore").0, 404);
     let cursor = std::fs::read_to_string(dir.join("fleet-feed.cursor")).unwrap();
     assert!(!cursor.contains("999999999999"), "{cursor}");
+    // What the node held and the restored database lacks is listed for the operator, as a
+    // running node's regeneration lists it; the copy it was taken from is gone.
+    let lost: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(ricochet::fleet_regen::LOST_FILE_PREFIX)
+        })
+        .map(|e| std::fs::read_to_string(e.path()).unwrap())
+        .collect();
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert!(
+        lost[0].contains("\"lost-in-restore\"") && !lost[0].contains("before-restore"),
+        "{lost:?}"
+    );
+    assert!(!dir
+        .join(ricochet::fleet_sync::HELD_BEFORE_REBOOTSTRAP_FILE)
+        .exists());
 }
 
 /// Concurrent plain creates on one node share one statement per writer round: each still gets

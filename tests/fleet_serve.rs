@@ -478,9 +478,24 @@ fn a_promoted_lagging_standby_fences_the_node() {
         promoted >= replicated.parse().unwrap() && promoted < on_primary.parse().unwrap(),
         "the promoted standby lags: {promoted} audit rows, the primary had {on_primary}"
     );
+    // From the moment the node meets the promoted standby, no ID on hand is used: they came
+    // from ranges it may lack, which it would hand out again (hole 2). Every generated key
+    // made after the failover must lie in a range the promoted standby audited.
+    let keygen = api::keygen(&dir);
     let t = Instant::now();
     let fenced = loop {
         let r = make(&mut c, &mut links);
+        if r.status == 201 {
+            let id = api::id_of(&keygen, &r.key());
+            assert!(
+                audit(&standby_db)
+                    .iter()
+                    .any(|(range, _)| range.contains(id)),
+                "{} (ID {id}) was made after the failover from a range the promoted standby \
+                 lacks",
+                r.key()
+            );
+        }
         if r.status == 503 && r.text().contains("allocation-fenced") {
             break r;
         }

@@ -443,6 +443,10 @@ impl Authority for PgAuthority {
         if !(MIN_SEGMENT_LEN..=MAX_SEGMENT_LEN).contains(&len) {
             return Err(AuthorityError::BadLength(len));
         }
+        if self.fenced.is_none() && self.stats.is_fenced() {
+            // The follower proved it first (`evidence_lost`), on finding another history.
+            self.fenced = Some("the database lost this node's confirmed allocation".into());
+        }
         if let Some(reason) = &self.fenced {
             return Err(AuthorityError::Fenced {
                 reason: reason.clone(),
@@ -469,6 +473,47 @@ impl Authority for PgAuthority {
             .as_ref()
             .map_or(shards::alloc::FIRST_ID, |e| e.end)
     }
+}
+
+/// Whether the database lost this node's last confirmed allocation (the evidence in
+/// `data_dir`): its audit row gone, or `next_id` below its end. Checked at once when the node
+/// finds the database on another history (issue #24, hole 2): the IDs on hand came from that
+/// allocation or an earlier one, and none is used until this answers. `Ok(None)`: it holds
+/// (or the node never confirmed one); `Some`: why the node is fenced.
+pub fn evidence_lost(
+    db: &mut Db,
+    data_dir: &std::path::Path,
+    namespace: &str,
+) -> Result<Option<String>, FleetError> {
+    let Some(e) = Evidence::load(data_dir)? else {
+        return Ok(None);
+    };
+    let ns = namespace.to_owned();
+    let (next_id, audited) = db.call("allocation evidence", async |c| {
+        let r = c
+            .query_one(
+                "SELECT (SELECT next_id FROM ricochet_namespace WHERE name = $2), \
+                        (SELECT count(*) FROM ricochet_alloc_audit WHERE request_id = $1 \
+                          AND namespace = $2 AND start_id = $3 AND end_id = $4)",
+                &[&e.request_id, &ns, &(e.start as i64), &(e.end as i64)],
+            )
+            .await?;
+        Ok((r.get::<_, Option<i64>>(0), r.get::<_, i64>(1)))
+    })?;
+    let next_id = next_id.unwrap_or(0).max(0) as u64;
+    if next_id >= e.end && audited == 1 {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "the database's next_id for namespace {namespace:?} is {next_id} and it holds {audited} \
+         audit rows for request {}, but this node confirmed [{}, {}) by that request (evidence \
+         in {}): the authority lost confirmed allocations (a lagging replica promoted, or a \
+         restore) and would issue IDs again",
+        e.request_id,
+        e.start,
+        e.end,
+        Evidence::path(data_dir).display()
+    )))
 }
 
 fn unavailable(e: FleetError) -> (FailureClass, AuthorityError) {

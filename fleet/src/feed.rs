@@ -3,6 +3,7 @@
 //! `(changed_xid, key)` below the snapshot's xmin, and not `version`).
 
 use crate::db::{Db, FleetError};
+use crate::history::POSITION_SQL;
 
 /// Rows one poll returns at most.
 pub const MAX_FEED_ROWS: i64 = 10_000;
@@ -50,6 +51,9 @@ pub struct Polled {
     /// Rows past the cursor exist but are at or above the snapshot's xmin: an open
     /// transaction holds the feed back, and the poller is not caught up (see [`xmin_holder`]).
     pub held_back: bool,
+    /// The database's history and WAL position as of this poll (`None`: in recovery): every
+    /// row the poll shows committed before it (`history.rs`).
+    pub at: Option<crate::history::Position>,
 }
 
 /// The backend whose open transaction holds the snapshot's xmin (the oldest assigned xid):
@@ -75,11 +79,10 @@ pub fn poll_with_horizon(db: &mut Db, after: &Cursor, limit: i64) -> Result<Poll
     let limit = limit.clamp(1, MAX_FEED_ROWS);
     let xid = after.xid.to_string();
     let key = after.key.clone();
-    db.call("feed poll", async |c| {
-        let rows = c
-            .query(
-                "SELECT m.horizon, m.removals, l.key, l.target, l.status, l.created_at, \
-                        l.expires_at, l.deleted, l.version, l.changed_xid::text, m.held \
+    let sql = format!(
+        "SELECT m.horizon, m.removals, l.key, l.target, l.status, l.created_at, \
+                        l.expires_at, l.deleted, l.version, l.changed_xid::text, m.held, \
+                        m.tli, m.lsn \
                    FROM (SELECT (SELECT value FROM ricochet_meta \
                                   WHERE key = 'tombstone_horizon') AS horizon, \
                                 (SELECT value FROM ricochet_meta \
@@ -87,7 +90,8 @@ pub fn poll_with_horizon(db: &mut Db, after: &Cursor, limit: i64) -> Result<Poll
                                 EXISTS (SELECT 1 FROM ricochet_links \
                                   WHERE (changed_xid, key) > ($1::text::xid8, $2::text) \
                                     AND changed_xid >= pg_snapshot_xmin(pg_current_snapshot())) \
-                                  AS held) m \
+                                  AS held, \
+                                {POSITION_SQL}) m \
                    LEFT JOIN LATERAL ( \
                         SELECT key, target, status, created_at, expires_at, deleted, version, \
                                changed_xid \
@@ -96,10 +100,10 @@ pub fn poll_with_horizon(db: &mut Db, after: &Cursor, limit: i64) -> Result<Poll
                            AND changed_xid < pg_snapshot_xmin(pg_current_snapshot()) \
                          ORDER BY changed_xid, key \
                          LIMIT $3) l ON true \
-                  ORDER BY l.changed_xid, l.key",
-                &[&xid, &key, &limit],
-            )
-            .await?;
+                  ORDER BY l.changed_xid, l.key"
+    );
+    db.call("feed poll", async |c| {
+        let rows = c.query(sql.as_str(), &[&xid, &key, &limit]).await?;
         let number = |r: &tokio_postgres::Row, i: usize| {
             r.get::<_, Option<String>>(i)
                 .and_then(|v| v.parse().ok())
@@ -110,6 +114,9 @@ pub fn poll_with_horizon(db: &mut Db, after: &Cursor, limit: i64) -> Result<Poll
             removals: rows.first().map_or(0, |r| number(r, 1)),
         };
         let held_back = rows.first().is_some_and(|r| r.get::<_, bool>(10));
+        let at = rows.first().and_then(|r| {
+            crate::history::Position::from_columns(r.get(11), r.get::<_, Option<&str>>(12))
+        });
         let feed = rows
             .iter()
             .filter(|r| r.get::<_, Option<String>>(2).is_some())
@@ -128,6 +135,7 @@ pub fn poll_with_horizon(db: &mut Db, after: &Cursor, limit: i64) -> Result<Poll
             rows: feed,
             tombstones,
             held_back,
+            at,
         })
     })
 }
@@ -219,24 +227,28 @@ pub struct LiveLink {
 /// (text format, parsed by [`parse_copy_line`]), handing them to `page` in pages of
 /// [`BOOTSTRAP_PAGE_ROWS`]. Returns the cursor the feed continues from: every change committed
 /// below the xmin is in the copy; rows at or above it are polled again (applying them twice is
-/// harmless, by version).
+/// harmless, by version), and the database's position as of the snapshot (`history.rs`).
 pub fn snapshot(
     url: &str,
     now_s: u64,
     min_life_s: u64,
     mut page: impl FnMut(&[LiveLink]) -> std::io::Result<()>,
-) -> Result<Cursor, FleetError> {
+) -> Result<(Cursor, Option<crate::history::Position>), FleetError> {
     use futures_util::StreamExt;
     let mut db = Db::new(url)?.with_timeout(BOOTSTRAP_TIMEOUT_MS);
     let mut failed: Option<std::io::Error> = None;
     let horizon = (now_s + min_life_s) as i64;
-    let xmin = db.call("bootstrap snapshot", async |c| {
+    let (xmin, at) = db.call("bootstrap snapshot", async |c| {
         c.batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .await?;
-        let xmin: String = c
-            .query_one("SELECT pg_snapshot_xmin(pg_current_snapshot())::text", &[])
-            .await?
-            .get(0);
+        let first = c
+            .query_one(
+                &format!("SELECT pg_snapshot_xmin(pg_current_snapshot())::text, {POSITION_SQL}"),
+                &[],
+            )
+            .await?;
+        let xmin: String = first.get(0);
+        let at = crate::history::Position::from_columns(first.get(1), first.get(2));
         // COPY takes no parameters: the horizon is an integer formatted here.
         let copy = format!(
             "COPY (SELECT key, target, status, created_at, expires_at FROM ricochet_links \
@@ -271,15 +283,16 @@ pub fn snapshot(
             failed = page(&links).err();
         }
         c.batch_execute("COMMIT").await?;
-        Ok(xmin)
+        Ok((xmin, at))
     })?;
     if let Some(e) = failed {
         return Err(FleetError::Refused(format!(
             "bootstrap: writing the copy: {e}"
         )));
     }
-    // Changes committed below xmin are all in the copy.
-    xmin_cursor(&xmin)
+    // Changes committed below xmin are all in the copy, and every change in it committed
+    // before `at`.
+    Ok((xmin_cursor(&xmin)?, at))
 }
 
 /// One row of the snapshot's `COPY ... TO STDOUT` (text format): key, target, status,

@@ -20,6 +20,7 @@
 //! - `evidence.rs`: the node's fsynced record of its last confirmed allocation.
 //! - `stats.rs`: counters and latency histogram for `/metrics` and `/readyz`.
 //! - `feed.rs`: the change feed's commit-safe poll of `ricochet_links`.
+//! - `history.rs`: which history (timeline, WAL position) of the database a node followed.
 //! - `keys.rs`: API keys shared by the fleet (`ricochet fleet keys`, read by every node).
 //! - `links.rs`: the link writer: creates, changes and deletes committed on the primary
 //!   before a node answers them, on their own service thread.
@@ -31,13 +32,14 @@ pub mod clicks;
 mod db;
 mod evidence;
 pub mod feed;
+pub mod history;
 pub mod keys;
 pub mod links;
 mod schema;
 mod stats;
 
 pub use admin::{create_namespace, raise_next_id, show_namespace, NamespaceRow};
-pub use authority::{FleetFaults, FleetSetup, PgAuthority};
+pub use authority::{evidence_lost, FleetFaults, FleetSetup, PgAuthority};
 pub use ceiling::{CEILING_STEP, RANGE_MATURITY_MS};
 pub use db::{check_url, Db, FailureClass, FleetError};
 pub use evidence::{Evidence, EVIDENCE_FILE_NAME};

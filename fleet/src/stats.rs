@@ -118,6 +118,9 @@ pub struct FleetStats {
     tombstones_removed: AtomicU64,
     /// Why the database that answers is not used (`DbRefusal as u8`), 0 if it is.
     refused: AtomicU8,
+    /// The database was found on another history (a failover, a restore) and this node's last
+    /// confirmed allocation is not yet proven to be in it: no ID on hand is used meanwhile.
+    ids_unproven: AtomicBool,
 }
 
 /// A copy of [`FleetStats`] for encoding.
@@ -132,6 +135,7 @@ pub struct FleetStatsSnapshot {
     pub latency_sum_s: f64,
     pub latency_count: u64,
     pub fenced: bool,
+    pub ids_unproven: bool,
     pub next_id_seen: u64,
     pub namespace_hi: u64,
     pub link_writes: u64,
@@ -172,10 +176,18 @@ impl FleetStats {
         _took: Duration,
     ) {
         let failed = results.iter().filter(|r| r.is_err()).count() as u64;
+        // Release: a thread that reads the count (`link_writes_done`) and sees these writes
+        // knows they committed before anything it sends next (the feed's history check).
         self.link_writes
-            .fetch_add(results.len() as u64 - failed, Ordering::Relaxed);
+            .fetch_add(results.len() as u64 - failed, Ordering::Release);
         self.link_write_failures
             .fetch_add(failed, Ordering::Relaxed);
+    }
+
+    /// Link writes the database committed or judged so far; counted before their answers
+    /// reach the cores.
+    pub fn link_writes_done(&self) -> u64 {
+        self.link_writes.load(Ordering::Acquire)
     }
 
     pub(crate) fn read_query(&self, keys: usize) {
@@ -249,8 +261,29 @@ impl FleetStats {
         self.unknown_outcomes.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn fence(&self) {
-        self.fenced.store(true, Ordering::Relaxed);
+    /// The authority lost this node's confirmed allocations: no generated key is made again.
+    pub fn fence(&self) {
+        self.fenced.store(true, Ordering::Release);
+    }
+
+    /// Stops the use of IDs on hand until [`FleetStats::ids_proven`] (or [`FleetStats::fence`]).
+    pub fn suspect_ids(&self) {
+        self.ids_unproven.store(true, Ordering::Release);
+    }
+
+    /// The database holds this node's last confirmed allocation again: IDs on hand are good.
+    pub fn ids_proven(&self) {
+        self.ids_unproven.store(false, Ordering::Release);
+    }
+
+    /// Whether the IDs on hand wait for proof ([`FleetStats::suspect_ids`]).
+    pub fn ids_unproven(&self) -> bool {
+        self.ids_unproven.load(Ordering::Acquire)
+    }
+
+    /// Whether IDs on hand must not be used now (unproven, or fenced).
+    pub fn ids_on_hold(&self) -> bool {
+        self.ids_unproven.load(Ordering::Acquire) || self.is_fenced()
     }
 
     pub(crate) fn saw(&self, next_id: u64, hi: u64) {
@@ -260,7 +293,7 @@ impl FleetStats {
 
     /// Whether the authority refuses to allocate until an operator intervenes.
     pub fn is_fenced(&self) -> bool {
-        self.fenced.load(Ordering::Relaxed)
+        self.fenced.load(Ordering::Acquire)
     }
 
     /// Marks the database refused for `why` (or, with `None`, usable again).
@@ -308,6 +341,7 @@ impl FleetStats {
             latency_sum_s: load(&self.latency_sum_us) as f64 / 1e6,
             latency_count: cumulative,
             fenced: self.is_fenced(),
+            ids_unproven: self.ids_unproven.load(Ordering::Acquire),
             next_id_seen: load(&self.next_id_seen),
             namespace_hi: load(&self.namespace_hi),
             link_writes: load(&self.link_writes),

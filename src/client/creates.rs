@@ -112,6 +112,17 @@ impl Creates {
         self.fenced
     }
 
+    /// No ID on hand may be used now: the authority is fenced (told by an allocation, or by
+    /// the follower, which checks at once when it finds the database on another history), or
+    /// the follower has yet to prove the IDs on hand still the database's (issue #24, hole 2).
+    fn ids_on_hold(&mut self) -> bool {
+        if let Some(f) = &self.fleet {
+            self.fenced |= f.is_fenced();
+            return self.fenced || f.ids_on_hold();
+        }
+        self.fenced
+    }
+
     /// The key space is used up: no generated key can be made any more.
     pub fn is_exhausted(&self) -> bool {
         self.segments.is_exhausted()
@@ -140,7 +151,7 @@ impl Creates {
         }
         let (key, id) = match &req.custom_alias {
             Some(a) => (InlineKey::new(a.as_bytes()).expect("validated alias"), 0),
-            None if self.fenced => return busy(reply, mesh),
+            None if self.ids_on_hold() => return busy(reply, mesh),
             None => match self.next_generated_key() {
                 Ok(k) => k,
                 Err(NextIdError::NeedRange { deadline }) => {
@@ -215,7 +226,7 @@ impl Creates {
             let Some(w) = self.waiters.pop_front() else {
                 break;
             };
-            if self.fenced {
+            if self.ids_on_hold() {
                 busy(w.reply, mesh);
             } else if self.segments.remaining() > 0 {
                 self.start(w.reply, w.req, w.created_at_s, w.tries, w.idem, mesh);

@@ -530,6 +530,13 @@ fn encode_fleet(enc: &mut DescriptorEncoder, f: &fleet::FleetStatsSnapshot) -> f
     )?;
     plain(
         enc,
+        "ricochet_fleet_ids_unproven",
+        "1 while the database is on another history and this node's last confirmed allocation is not yet proven there (generated-key creates wait)",
+        Gauge,
+        u64::from(f.ids_unproven),
+    )?;
+    plain(
+        enc,
         "ricochet_fleet_namespace_next_id",
         "The namespace's next_id as last seen by this node",
         Gauge,

@@ -1,0 +1,228 @@
+//! Fleet mode through failovers (issue #24): a real primary, a `pg_basebackup -R` streaming
+//! standby promoted after it lagged, and several writing nodes. What a node followed on the
+//! old primary's timeline after the standby's fork is not the new primary's history; the
+//! nodes must notice (the timeline, not the transaction ids, says so), save what they held
+//! that the database lost, and serve exactly the database's state.
+
+mod common;
+
+use common::api::{self, Client, NO_RATE_LIMIT};
+use common::pg::{Cluster, TestDb};
+use common::Server;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::pg::prepare_fleet as prepare;
+
+fn node(dir: &Path, url: &str, id: &str) -> Server {
+    let mut args = NO_RATE_LIMIT.to_vec();
+    args.extend([
+        "--cores",
+        "1",
+        "--fleet-pg",
+        url,
+        "--namespace",
+        "eu",
+        "--node-id",
+        id,
+    ]);
+    api::start(dir, &args)
+}
+
+/// Waits until `ok` holds, up to `limit`, or panics with `what`.
+fn wait_for(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !ok() {
+        assert!(t.elapsed() < limit, "{what} (after {limit:?})");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Where `key` sends a visitor now on `c`: the target, or `None` for 404. A key the node does
+/// not hold is looked up in the database, which may not answer yet (503): `Some("503")`, never
+/// a state of the database.
+fn served(c: &mut Client, key: &str) -> Option<String> {
+    let r = c.redirect(key);
+    match r.status {
+        404 => None,
+        503 => Some("503".into()),
+        s if (300..400).contains(&s) => r.location().map(str::to_owned),
+        s => panic!("GET /{key}: {s} {}", r.text()),
+    }
+}
+
+/// The database's state of `keys`: the target of each live one.
+fn db_state(url: &str, keys: &[String]) -> Vec<(String, Option<String>)> {
+    keys.iter()
+        .map(|k| {
+            let t = common::pg::psql(
+                url,
+                &format!("SELECT target FROM ricochet_links WHERE key = '{k}' AND NOT deleted"),
+            );
+            (k.clone(), (!t.is_empty()).then_some(t))
+        })
+        .collect()
+}
+
+/// The links in a node's `fleet-lost-*` files, by key.
+fn lost_links(dir: &Path) -> std::collections::HashMap<String, String> {
+    let mut lost = std::collections::HashMap::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(ricochet::fleet_regen::LOST_FILE_PREFIX) {
+            continue;
+        }
+        for l in std::fs::read_to_string(e.path()).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            lost.insert(
+                v["key"].as_str().unwrap().to_owned(),
+                v["long_url"].as_str().unwrap().to_owned(),
+            );
+        }
+    }
+    lost
+}
+
+/// Hole 1. Three nodes write through a primary whose standby was stopped (so it lags); every
+/// node follows every change. The primary stops, the standby is promoted, and before any node
+/// reaches it, more transactions run there than the lost stretch had: the new primary's
+/// transaction ids are past every node's cursor, so no cursor looks ahead of it. The nodes
+/// must still serve exactly the new primary's state, list what they held that it lost
+/// (changed targets and new links) in their `fleet-lost` files, and follow what is written
+/// after the failover.
+#[test]
+fn a_promoted_standby_is_a_new_history_even_when_its_xids_are_past_the_cursors() {
+    let Some(primary) = Cluster::start("timeline") else {
+        return;
+    };
+    let db = TestDb::on(&primary.url, "timeline");
+    prepare(&db.url);
+    // Link writes of the lost stretch need no allocation: aliases only.
+    let standby = primary.standby();
+    let db_name = db.url.rsplit('/').next().unwrap().to_owned();
+    let standby_db = format!("postgres://postgres@127.0.0.1:{}/{db_name}", standby.port());
+    let both = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{db_name}?target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    let dirs: Vec<_> = (0..3).map(|_| api::data_dir()).collect();
+    let nodes: Vec<Server> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, d))| node(d, &both, &format!("n{i}")))
+        .collect();
+    let mut clients: Vec<Client> = nodes.iter().map(Client::new).collect();
+    let mut keys = Vec::new();
+    for (n, c) in clients.iter_mut().enumerate() {
+        for i in 0..4 {
+            let key = format!("tl-{n}x{i}");
+            c.create_ok(&format!("https://example.com/{key}/v1"), Some(&key));
+            keys.push(key);
+        }
+    }
+    let count = |url: &str| common::pg::psql(url, "SELECT count(*) FROM ricochet_links");
+    wait_for(Duration::from_secs(10), "the standby replays", || {
+        count(&standby_db) == count(&db.url)
+    });
+    standby.pg_ctl("stop");
+    // The stretch the failover loses: each node changes its keys, deletes one and creates
+    // new ones, all acknowledged by the primary alone.
+    for (n, c) in clients.iter_mut().enumerate() {
+        for i in 0..3 {
+            let key = format!("tl-{n}x{i}");
+            let r = c.patch(
+                &key,
+                &serde_json::json!({"long_url": format!("https://example.com/{key}/lost")}),
+            );
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+        assert_eq!(c.delete(&format!("tl-{n}x3")).status, 204);
+        for i in 0..2 {
+            let key = format!("tl-{n}new{i}");
+            c.create_ok(&format!("https://example.com/{key}/lost"), Some(&key));
+            keys.push(key);
+        }
+    }
+    let before = db_state(&db.url, &keys);
+    // Every node followed every change of the stretch (its feed applied them).
+    for c in clients.iter_mut() {
+        wait_for(
+            Duration::from_secs(10),
+            "the nodes follow the stretch",
+            || before.iter().all(|(k, t)| served(c, k) == *t),
+        );
+    }
+    let next_xid = |url: &str| -> u64 {
+        common::pg::psql(url, "SELECT pg_snapshot_xmax(pg_current_snapshot())")
+            .parse()
+            .unwrap()
+    };
+    let primary_next = next_xid(&primary.url);
+    primary.pg_ctl("stop");
+    // No node may reach the promoted standby before its transaction ids are past theirs.
+    let hba = format!("{}/data/pg_hba.conf", standby.dir);
+    let allowed = std::fs::read_to_string(&hba).unwrap();
+    std::fs::write(
+        &hba,
+        format!("host {db_name} all 127.0.0.1/32 reject\n{allowed}"),
+    )
+    .unwrap();
+    standby.pg_ctl("start");
+    standby.pg_ctl("promote");
+    common::pg::psql(
+        &standby.url,
+        "CREATE PROCEDURE burn(n int) LANGUAGE plpgsql AS $$ BEGIN \
+           FOR i IN 1..n LOOP PERFORM pg_current_xact_id(); COMMIT; END LOOP; END $$",
+    );
+    while next_xid(&standby.url) <= primary_next + 100 {
+        common::pg::psql(&standby.url, "CALL burn(500)");
+    }
+    std::fs::write(&hba, allowed).unwrap();
+    standby.pg_ctl("reload");
+    // Nothing writes through the nodes from here until the check below.
+    let after = db_state(&standby_db, &keys);
+    assert_ne!(before, after, "the promoted standby lacks the stretch");
+
+    // Every node serves exactly the new primary's state.
+    for (n, c) in clients.iter_mut().enumerate() {
+        wait_for(
+            Duration::from_secs(30),
+            &format!("node {n} serves the promoted standby's state"),
+            || after.iter().all(|(k, t)| served(c, k) == *t),
+        );
+    }
+    // What each node held that the database lost is listed for the operator: the links it
+    // created and the targets it changed in the stretch, each with what the node served.
+    for (n, (_, dir)) in dirs.iter().enumerate() {
+        let lost = lost_links(dir);
+        for (k, t) in &before {
+            let had = t.as_deref();
+            let kept = after.iter().find(|(a, _)| a == k).unwrap().1.as_deref();
+            match (had, kept) {
+                (Some(had), kept) if Some(had) != kept => {
+                    assert_eq!(lost.get(k).map(String::as_str), Some(had), "node {n}: {k}")
+                }
+                _ => assert!(!lost.contains_key(k), "node {n}: {k} was not lost"),
+            }
+        }
+    }
+    // The feed goes on from the new history: a change made now reaches every node.
+    let key = "tl-0x0";
+    let url = "https://example.com/tl-0x0/after";
+    wait_for(
+        Duration::from_secs(10),
+        "a write after the failover",
+        || {
+            clients[1]
+                .patch(key, &serde_json::json!({ "long_url": url }))
+                .status
+                == 200
+        },
+    );
+    for c in clients.iter_mut() {
+        wait_for(Duration::from_secs(10), "every node follows it", || {
+            served(c, key).as_deref() == Some(url)
+        });
+    }
+}
