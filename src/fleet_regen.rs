@@ -231,7 +231,7 @@ pub(crate) fn write_lost(
     let main_shards = generation.shard_count();
     let mut tables: std::collections::HashMap<u32, Option<Table>> = Default::default();
     let mut lost = Vec::new();
-    for line in std::io::BufReader::new(std::fs::File::open(&held_path)?).lines() {
+    for line in std::io::BufReader::new(std::fs::File::open(held_path)?).lines() {
         let line = line?;
         let v: serde_json::Value = serde_json::from_str(&line)?;
         let Some(key) = v["key"].as_str() else {
