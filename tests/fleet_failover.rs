@@ -226,3 +226,142 @@ fn a_promoted_standby_is_a_new_history_even_when_its_xids_are_past_the_cursors()
         });
     }
 }
+
+/// Hole 2, and the fault harness's synchronous case: the primary has a synchronous standby,
+/// which stops. Commits on the primary are then local only and wait for it (past any
+/// `statement_timeout`); a backend terminated while waiting (the allocator's resolution of a
+/// lost COMMIT reply does that) ends the wait with a WARNING and its commit stands locally.
+/// None of those may be acknowledged or published: after the primary stops and the standby is
+/// promoted, every create (alias or generated) and change the node answered 2xx is there,
+/// every generated key lies in a range it audited, and the node is not fenced (it never
+/// published a range the standby lacks), so it goes on making generated keys.
+#[test]
+fn with_a_synchronous_standby_no_acknowledged_write_is_lost_by_a_failover() {
+    let Some(primary) = Cluster::start("sync_standby") else {
+        return;
+    };
+    let db = TestDb::on(&primary.url, "sync_standby");
+    prepare(&db.url);
+    let standby = primary.standby();
+    common::pg::psql(
+        &primary.url,
+        "ALTER SYSTEM SET synchronous_standby_names = '*'",
+    );
+    common::pg::psql(&primary.url, "SELECT pg_reload_conf()");
+    wait_for(
+        Duration::from_secs(10),
+        "the standby is synchronous",
+        || common::pg::psql(&primary.url, "SELECT sync_state FROM pg_stat_replication") == "sync",
+    );
+    let db_name = db.url.rsplit('/').next().unwrap().to_owned();
+    let standby_db = format!("postgres://postgres@127.0.0.1:{}/{db_name}", standby.port());
+    let both = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{db_name}?target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    let (_t, dir) = api::data_dir();
+    let mut args = NO_RATE_LIMIT.to_vec();
+    args.extend([
+        "--cores",
+        "1",
+        "--fleet-pg",
+        &both,
+        "--namespace",
+        "eu",
+        "--node-id",
+        "n0",
+        "--segment-len",
+        "2",
+    ]);
+    let s = api::start(&dir, &args);
+    let mut c = Client::new(&s);
+    // Acknowledged writes: key -> target.
+    let mut acked: Vec<(String, String)> = Vec::new();
+    let mut generated = Vec::new();
+    for i in 0..2 {
+        let url = format!("https://example.com/sync/before/{i}");
+        let r = c.create(&serde_json::json!({ "long_url": url }));
+        assert_eq!(r.status, 201, "{}", r.text());
+        generated.push(r.key());
+        acked.push((r.key(), url));
+    }
+    standby.pg_ctl("stop");
+    let mut answered = std::collections::BTreeMap::<u16, u32>::new();
+    for i in 0..4 {
+        let url = format!("https://example.com/sync/during/{i}");
+        let r = c.create(&serde_json::json!({ "long_url": url }));
+        *answered.entry(r.status).or_default() += 1;
+        if r.status == 201 {
+            generated.push(r.key());
+            acked.push((r.key(), url.clone()));
+        }
+        let alias = format!("sync-alias-{i}");
+        let r = c.create(&serde_json::json!({ "long_url": url, "custom_alias": alias }));
+        *answered.entry(r.status).or_default() += 1;
+        if r.status == 201 {
+            acked.push((alias, url));
+        }
+    }
+    let (key, _) = acked[0].clone();
+    let url = "https://example.com/sync/changed".to_owned();
+    let r = c.patch(&key, &serde_json::json!({ "long_url": url }));
+    *answered.entry(r.status).or_default() += 1;
+    if r.status == 200 {
+        acked[0].1 = url;
+    }
+    eprintln!("answers while the synchronous standby was down: {answered:?}");
+    primary.pg_ctl("stop");
+    standby.pg_ctl("start");
+    standby.pg_ctl("promote");
+    // The node goes on making generated keys on the promoted standby. A range whose commit
+    // was never replicated was never published, so the node is not fenced by its loss.
+    let t = Instant::now();
+    let mut after = 0;
+    while after < 3 {
+        let url = format!("https://example.com/sync/after/{after}");
+        let r = c.create(&serde_json::json!({ "long_url": url }));
+        match r.status {
+            201 => {
+                generated.push(r.key());
+                acked.push((r.key(), url));
+                after += 1;
+            }
+            503 => {
+                assert!(
+                    !r.text().contains("allocation-fenced"),
+                    "fenced: a range was published that the standby never had"
+                );
+                assert!(t.elapsed() < Duration::from_secs(30), "{}", r.text());
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            other => panic!("{other} {}", r.text()),
+        }
+    }
+    for (k, u) in &acked {
+        let t = common::pg::psql(
+            &standby_db,
+            &format!("SELECT target FROM ricochet_links WHERE key = '{k}' AND NOT deleted"),
+        );
+        assert_eq!(
+            &t, u,
+            "{k} was acknowledged, and the promoted standby lacks it"
+        );
+    }
+    let keygen = api::keygen(&dir);
+    let ranges = common::pg::psql(
+        &standby_db,
+        "SELECT start_id, end_id FROM ricochet_alloc_audit",
+    );
+    for k in &generated {
+        let id = api::id_of(&keygen, k);
+        let audited = ranges.lines().any(|l| {
+            let (a, b) = l.split_once('|').unwrap();
+            (a.parse::<u64>().unwrap()..b.parse::<u64>().unwrap()).contains(&id)
+        });
+        assert!(
+            audited,
+            "{k} (ID {id}) is outside every range the standby audited"
+        );
+    }
+}

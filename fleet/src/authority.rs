@@ -17,7 +17,9 @@
 //! 4. `COMMIT`. A server error before or at COMMIT means nothing was committed. No reply to
 //!    COMMIT (timeout, broken connection) is uncertain: the old session is made to be gone
 //!    (`pg_terminate_backend` if it lingers), then the audit row of `request_id` decides. Found:
-//!    the range is confirmed and published. Absent: nothing was committed. Not provable within
+//!    the range is confirmed, once a commit made after it returns (with a synchronous standby,
+//!    that commit waits until all earlier WAL is replicated), and published. Absent: nothing
+//!    was committed. Not provable within
 //!    [`UNCERTAIN_RESOLVE_MS`]: the range, if it was committed, is wasted (it shows in the
 //!    audit with no IDs used), and a later allocation asks afresh. Never published on a guess.
 //! 5. Publish: the evidence is fsynced first, then the range is returned.
@@ -367,14 +369,15 @@ impl PgAuthority {
 
     /// After a lost COMMIT reply: `Some(Some(range))` committed, `Some(None)` not committed,
     /// `None` unknown. Proof needs the old session gone first: while it lives, its commit
-    /// could still be on its way.
+    /// could still be on its way. A commit found must also be replicated ([`Self::barrier`]).
     fn resolve(&mut self, request_id: &str, old: Option<SessionId>) -> Option<Option<IdRange>> {
         self.db.disconnect();
         let deadline = Instant::now() + Duration::from_millis(UNCERTAIN_RESOLVE_MS);
+        let mut old = old;
         loop {
-            let old = old.clone();
+            let gone = old.clone();
             let r = self.db.call("resolve uncertain commit", async |c| {
-                if let Some(old) = &old {
+                if let Some(old) = &gone {
                     let alive: i64 = c
                         .query_one(
                             "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 \
@@ -401,13 +404,39 @@ impl PgAuthority {
                 })))
             });
             match r {
-                Ok(Some(outcome)) => return Some(outcome),
-                Ok(None) | Err(_) if Instant::now() < deadline => {
-                    self.db.sleep(Duration::from_millis(50));
-                }
-                Ok(None) | Err(_) => return None,
+                Ok(Some(None)) => return Some(None),
+                Ok(Some(Some(range))) => match self.barrier(request_id) {
+                    Ok(()) => return Some(Some(range)),
+                    // Its backend may wait on: ended before the next try, like the first.
+                    Err(session) => old = session,
+                },
+                Ok(None) | Err(_) => {}
             }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            self.db.sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Proves an allocation found committed is replicated: a terminated backend stops waiting
+    /// for the synchronous standby and its commit stays local, yet reads as committed. A
+    /// commit made now (a no-op update of the allocation's own audit row: it must write WAL
+    /// and take an xid to wait) cannot return before all earlier WAL is on the synchronous
+    /// standby; without one configured it returns at once. `Err`: not proven, with the
+    /// session that may still be waiting.
+    fn barrier(&mut self, request_id: &str) -> Result<(), Option<SessionId>> {
+        let session = self.db.ensure_session().ok();
+        self.db
+            .call("replication barrier", async |c| {
+                c.execute(
+                    "UPDATE ricochet_alloc_audit SET node_id = node_id WHERE request_id = $1",
+                    &[&request_id],
+                )
+                .await
+            })
+            .map(drop)
+            .map_err(|_| session)
     }
 
     /// Fsyncs the evidence, then hands the range out. If the evidence cannot be written, the

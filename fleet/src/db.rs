@@ -1,6 +1,8 @@
 //! One PostgreSQL session with timeouts on both sides, and the classes its failures fall into.
 
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::runtime::Runtime;
@@ -33,11 +35,16 @@ pub enum FailureClass {
     RolledBack,
     /// The node's own evidence file could not be written (the range is then not published).
     Evidence,
+    /// The server committed on the primary but stopped waiting for its synchronous standby
+    /// (a WARNING, not an error: a cancel request hit the wait; `statement_timeout` does not
+    /// cover it): the change is not known to be replicated and a failover may lose it, so it
+    /// is not acknowledged.
+    Unreplicated,
 }
 
 impl FailureClass {
     /// Every class, in label order (for exporting zero counters too).
-    pub const ALL: [FailureClass; 10] = [
+    pub const ALL: [FailureClass; 11] = [
         FailureClass::Connect,
         FailureClass::Timeout,
         FailureClass::LockTimeout,
@@ -48,6 +55,7 @@ impl FailureClass {
         FailureClass::Uncertain,
         FailureClass::RolledBack,
         FailureClass::Evidence,
+        FailureClass::Unreplicated,
     ];
 
     /// The metric label value.
@@ -63,6 +71,7 @@ impl FailureClass {
             FailureClass::Uncertain => "uncertain_commit",
             FailureClass::RolledBack => "rolled_back",
             FailureClass::Evidence => "evidence",
+            FailureClass::Unreplicated => "unreplicated",
         }
     }
 
@@ -141,6 +150,10 @@ struct Session {
     client: Client,
     task: JoinHandle<()>,
     id: SessionId,
+    /// Commits on this session whose wait for the synchronous standby was cancelled
+    /// ([`is_unreplicated_commit`]), counted by the connection task as the notice arrives,
+    /// before the reply it precedes.
+    unreplicated: Arc<AtomicU64>,
 }
 
 impl Drop for Session {
@@ -225,10 +238,21 @@ impl Db {
         }
         let session = self.session.as_ref().expect("just connected");
         let timeout = self.timeout;
+        let unreplicated = session.unreplicated.load(Ordering::SeqCst);
         let result = self
             .rt
             .block_on(async { tokio::time::timeout(timeout, f(&session.client)).await });
         match result {
+            Ok(Ok(_)) if session.unreplicated.load(Ordering::SeqCst) != unreplicated => {
+                self.session = None;
+                Err(self.error(
+                    FailureClass::Unreplicated,
+                    what,
+                    "committed on the primary, but the wait for the synchronous standby was \
+                     cancelled: not known to be replicated"
+                        .into(),
+                ))
+            }
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
                 self.session = None;
@@ -276,9 +300,8 @@ impl Db {
         let result = self.rt.block_on(async {
             tokio::time::timeout(timeout, async {
                 let (client, connection) = config.connect(NoTls).await?;
-                let task = tokio::spawn(async move {
-                    let _ = connection.await;
-                });
+                let unreplicated = Arc::new(AtomicU64::new(0));
+                let task = tokio::spawn(drive(connection, unreplicated.clone()));
                 let session = async {
                     client.batch_execute(&setup).await?;
                     let row = client
@@ -296,7 +319,12 @@ impl Db {
                 }
                 .await;
                 match session {
-                    Ok(id) => Ok(Session { client, task, id }),
+                    Ok(id) => Ok(Session {
+                        client,
+                        task,
+                        id,
+                        unreplicated,
+                    }),
                     Err(e) => {
                         task.abort();
                         Err(e)
@@ -331,6 +359,37 @@ impl Db {
             detail,
         }
     }
+}
+
+/// Runs a session's connection until it ends, counting in `unreplicated` the notices that say
+/// a commit stopped waiting for the synchronous standby.
+async fn drive(
+    mut connection: tokio_postgres::Connection<
+        tokio_postgres::Socket,
+        tokio_postgres::tls::NoTlsStream,
+    >,
+    unreplicated: Arc<AtomicU64>,
+) {
+    use futures_util::StreamExt;
+    let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+    while let Some(m) = messages.next().await {
+        match m {
+            Ok(tokio_postgres::AsyncMessage::Notice(n)) if is_unreplicated_commit(&n) => {
+                unreplicated.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(_) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// PostgreSQL's WARNING when a commit's wait for the synchronous standby is cancelled
+/// (a cancel request, a termination; "The transaction has already committed locally, but might
+/// not have been replicated to the standby"). Matched on its SQLSTATE (01000, a plain
+/// warning) and English text: a server with translated messages (`lc_messages`) is not
+/// recognized, which docs/fleet.md says.
+pub fn is_unreplicated_commit(n: &tokio_postgres::error::DbError) -> bool {
+    n.code() == &SqlState::WARNING && n.message().contains("wait for synchronous replication")
 }
 
 /// Checks `url` as [`Db::new`] would, without starting anything (a flag check).
