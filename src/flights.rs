@@ -111,6 +111,15 @@ impl Flights {
             // The original response, rebuilt from the link as it is now, if it is still the
             // link that request created (not one made under the same alias since a DELETE).
             Begin::Replay(key, created_at_s) => match InlineKey::new(key.as_bytes()) {
+                Some(k)
+                    if creates.replay_through_fleet(
+                        reply,
+                        k,
+                        &req,
+                        created_at_s,
+                        Box::new((scope_string(&scope), hash.0)),
+                        mesh,
+                    ) => {}
                 Some(k) => {
                     let owner = self.router.owner(k.as_bytes()).core;
                     let req = WriteReq::Replay {

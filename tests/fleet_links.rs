@@ -595,6 +595,51 @@ fn a_node_killed_mid_creates_lost_no_acknowledged_link() {
 /// in the database with the link); the same key with another request is a 422 on any node;
 /// the same request sent to two nodes at once makes one link; and an alias conflict under an
 /// Idempotency-Key leaves no claim behind.
+/// Hole 11: a retried create whose link was deleted and created again by someone else within
+/// the same second is not told it created the other link. The database says which
+/// transaction created each incarnation, not only its second. Tried until the three writes
+/// fall in one database second (checked from the rows), on two nodes.
+#[test]
+fn an_idempotent_retry_after_a_same_second_re_creation_is_not_the_other_link() {
+    let Some(db) = TestDb::create("fleet_idem_same_second") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let dirs: Vec<_> = (0..2).map(|_| api::data_dir()).collect();
+    let nodes: Vec<Server> = dirs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, d))| node(d, &db.url, &format!("s{i}"), "1", &[]))
+        .collect();
+    let mut cl: Vec<Client> = nodes.iter().map(Client::new).collect();
+    for round in 0..20 {
+        let alias = format!("same-second-{round}");
+        let mine = json!({"long_url": "https://mine.example/", "custom_alias": alias});
+        let r = cl[0].try_create_idem(&mine, &alias).unwrap();
+        assert_eq!(r.status, 201, "{}", r.text());
+        assert_eq!(cl[1].delete(&alias).status, 204);
+        cl[1].create_ok("https://theirs.example/", Some(&alias));
+        let seconds = db.sql(&format!(
+            "SELECT (SELECT created_at FROM ricochet_idempotency WHERE key = '{alias}') = \
+                    (SELECT created_at FROM ricochet_links WHERE key = '{alias}')"
+        ));
+        if seconds != "t" {
+            continue; // A second boundary fell between: not the case under test.
+        }
+        for c in cl.iter_mut() {
+            let r = c.try_create_idem(&mine, &alias).unwrap();
+            assert_eq!(
+                r.status,
+                404,
+                "the replay answered with another request's link: {}",
+                r.text()
+            );
+        }
+        return;
+    }
+    panic!("no round fell within one second");
+}
+
 #[test]
 fn an_idempotency_key_retried_on_another_node_replays_the_same_link() {
     let Some(db) = TestDb::create("fleet_idem") else {

@@ -112,6 +112,9 @@ pub enum LinkWritten {
         request_hash: [u8; 32],
         key: String,
         created_at_s: u64,
+        /// Whether the live `link` is the incarnation that claim's request created (its
+        /// creating transaction); `None` when a row predates schema 11 or there is no link.
+        same_creation: Option<bool>,
         link: Option<LinkState>,
     },
 }
@@ -492,7 +495,8 @@ macro_rules! revive_dead_key {
         concat!(
             "ON CONFLICT (key) DO UPDATE SET target = EXCLUDED.target, \
                  status = EXCLUDED.status, created_at = EXCLUDED.created_at, \
-                 expires_at = EXCLUDED.expires_at, deleted = false \
+                 expires_at = EXCLUDED.expires_at, deleted = false, \
+                 created_xid = pg_current_xact_id() \
                WHERE ricochet_links.deleted \
                   OR (ricochet_links.expires_at <> 0 AND ricochet_links.expires_at <= ",
             db_now_s!(),
@@ -522,7 +526,8 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
                          INSERT INTO ricochet_idempotency (scope, request_hash, key, created_at) \
                          VALUES ($6, $7, $1, $4) \
                          ON CONFLICT (scope) DO UPDATE SET request_hash = EXCLUDED.request_hash, \
-                             key = EXCLUDED.key, created_at = EXCLUDED.created_at \
+                             key = EXCLUDED.key, created_at = EXCLUDED.created_at, \
+                             created_xid = pg_current_xact_id() \
                            WHERE ricochet_idempotency.created_at < ",
                         db_now_s!(),
                         " - $8 \
@@ -566,7 +571,8 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
             let r = c
                 .query_one(
                     "SELECT i.request_hash, i.key, i.created_at, l.target, l.status, \
-                            l.created_at, l.expires_at, l.version \
+                            l.created_at, l.expires_at, l.version, \
+                            i.created_xid = l.created_xid \
                        FROM ricochet_idempotency i \
                        LEFT JOIN ricochet_links l ON l.key = i.key AND NOT l.deleted \
                       WHERE i.scope = $1",
@@ -585,6 +591,7 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
                 request_hash: request_hash.try_into().unwrap_or([0; 32]),
                 key: r.get(1),
                 created_at_s: r.get::<_, i64>(2) as u64,
+                same_creation: r.get(8),
                 link,
             })
         }

@@ -182,6 +182,37 @@ impl Creates {
         mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
     }
 
+    /// Fleet mode: a retried create whose scope this core recorded is judged by the database,
+    /// not the local record: the database knows which transaction created the link now under
+    /// `key` (a re-creation within the same second is another link; issue #24, hole 11). The
+    /// create goes to `key`'s owner under the same tag; the scope's claim there answers it.
+    /// `false` on a single node (the caller replays from its record).
+    pub fn replay_through_fleet(
+        &self,
+        reply: ReplyTo,
+        key: InlineKey,
+        req: &CreateRequest,
+        created_at_s: u64,
+        idem: IdemTag,
+        mesh: &mut Mesh,
+    ) -> bool {
+        if self.fleet.is_none() {
+            return false;
+        }
+        let wreq = WriteReq::Create {
+            key,
+            target: Arc::from(req.long_url.as_str()),
+            status: req.redirect_status,
+            expires_at_s: req.expires_at_s.unwrap_or(0),
+            created_at_s,
+            id: self.keygen.id_for(key.as_bytes()).unwrap_or(0),
+            idem: Some(idem),
+        };
+        let owner = self.router.owner(key.as_bytes()).core;
+        mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
+        true
+    }
+
     /// The next generated key and its ID, skipping the (astronomically rare) IDs whose key is
     /// a reserved word such as `healthz`.
     fn next_generated_key(&mut self) -> Result<(InlineKey, u64), NextIdError> {

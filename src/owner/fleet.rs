@@ -401,15 +401,19 @@ impl Owner {
                     request_hash,
                     key: made,
                     created_at_s,
+                    same_creation,
                     link,
                 },
                 WriteReq::Create { idem, .. },
             ) => {
                 // Another request (on any node) holds this Idempotency-Key: the same request
-                // replays its link, if that link is still the one it created.
+                // replays its link, if that link is still the one it created (the same
+                // creating transaction; rows older than schema 11: the same second).
                 let outcome = match (idem, InlineKey::new(made.as_bytes()), link) {
                     (Some(i), _, _) if i.1 != request_hash => WriteOutcome::IdemMismatch,
-                    (_, Some(made), Some(state)) if state.created_at_s == created_at_s => {
+                    (_, Some(made), Some(state))
+                        if same_creation.unwrap_or(state.created_at_s == created_at_s) =>
+                    {
                         WriteOutcome::Created(info_of(made, &state))
                     }
                     _ => WriteOutcome::NotFound,
