@@ -159,6 +159,17 @@ impl WriterHandle {
         }
     }
 
+    /// A handle whose jobs land in the returned queue, for tests that play the writer and the
+    /// database themselves (`src/owner/tests.rs`).
+    pub fn capturing(capacity: usize) -> (WriterHandle, tokio::sync::mpsc::Receiver<WriteJob>) {
+        let (tx, rx) = tokio::sync::mpsc::channel(capacity);
+        let handle = WriterHandle {
+            txs: Arc::from([tx]),
+            next: std::cell::Cell::new(0),
+        };
+        (handle, rx)
+    }
+
     /// Queues `job` for the next writer, round-robin, without blocking (an atomic reservation
     /// and a lock-free push); gives it back when that queue is full or the writer is gone.
     pub fn try_submit(&self, job: WriteJob) -> Result<(), WriteJob> {

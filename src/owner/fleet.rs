@@ -39,6 +39,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// The floor of a key whose write was at the database when a regeneration swapped the node's
+/// tables: the new generation holds the key as a snapshot saw it, at a version the node does
+/// not know. The answer is then not applied; the feed, which resumes from before the
+/// snapshot, brings the key's newest state.
+pub const SUPERSEDED_BY_REGENERATION: u64 = u64::MAX;
+
 /// Lookups one key may have waiting for the database; more answer 503 at once.
 pub const MAX_READ_WAITERS_PER_KEY: usize = 1024;
 
@@ -80,6 +86,12 @@ pub struct FleetLinks {
     /// Keys whose API write this node committed at the version given and the feed has not
     /// delivered yet: their memtable entry is not folded away (see the module doc).
     pub unconfirmed: HashMap<InlineKey, u64, ahash::RandomState>,
+    /// Keys with a write at the database: the newest version this core applied for each since
+    /// it was sent ([`SUPERSEDED_BY_REGENERATION`] after a regeneration's swap). An answer
+    /// not above it is older than what the node already holds, whether or not that state is
+    /// still in the memtable (a compaction or a swap may have folded a tombstone away), and is
+    /// not applied (issue #24, hole 3).
+    pub(super) floors: HashMap<InlineKey, u64, ahash::RandomState>,
     /// The namespaces' ceilings as last read (`fleet_sync`), and what decodes a generated
     /// key to its ID: a miss whose ID is above every ceiling of a fresh read is answered 404
     /// without a query ([`Owner::read_through`]).
@@ -105,6 +117,7 @@ impl FleetLinks {
             acks,
             batches: HashMap::new(),
             unconfirmed: HashMap::default(),
+            floors: HashMap::default(),
             ceilings: None,
             keygen,
             stats,
@@ -373,6 +386,8 @@ impl Owner {
             return mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
         }
         fleet.pending.insert(token, (reply, req));
+        let holds = self.writes.memtable.get(&key).map_or(0, MemEntry::version);
+        fleet.floors.insert(key, holds);
         self.writes.in_flight_keys.insert(key);
     }
 
@@ -385,6 +400,7 @@ impl Owner {
             return;
         };
         let key = req.key();
+        let floor = fleet.floors.remove(&key).unwrap_or(0);
         let refuse = |owner: &mut Owner, mesh: &mut Mesh, outcome: WriteOutcome| {
             owner.writes.in_flight_keys.remove(&key);
             mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
@@ -394,6 +410,10 @@ impl Owner {
             Ok(w) => w,
             Err(_) => return refuse(self, mesh, WriteOutcome::DatabaseUnavailable),
         };
+        if let Some(outcome) = superseded(&written, &req, floor) {
+            // Committed, and already overtaken here: answered, not applied.
+            return refuse(self, mesh, outcome);
+        }
         let (seq, entry, outcome, invalidate) = match (written, req) {
             (LinkWritten::Exists, _) => return refuse(self, mesh, WriteOutcome::Exists),
             (
@@ -525,8 +545,16 @@ impl Owner {
             return;
         };
         fleet.batches.insert(batch, (rows.len() + 1, false));
+        // Keys a row of this batch brings live: their rows wait for durability before they
+        // reach the memtable, so a later tombstone in the same batch must not take them for
+        // keys this node never held.
+        let mut live: std::collections::HashSet<InlineKey, ahash::RandomState> = Default::default();
         for row in rows {
-            self.apply_feed_row(batch, row);
+            let earlier = live.contains(&row.key);
+            if !row.deleted {
+                live.insert(row.key);
+            }
+            self.apply_feed_row(batch, row, earlier);
         }
         // The +1 above keeps the batch open while its rows are queued.
         self.feed_row_done(batch, true);
@@ -545,7 +573,8 @@ impl Owner {
         self.feed_row_done(batch, true);
     }
 
-    fn apply_feed_row(&mut self, batch: u64, row: FeedLink) {
+    /// `earlier`: a row before this one in its batch brought the key live.
+    fn apply_feed_row(&mut self, batch: u64, row: FeedLink, earlier: bool) {
         let key = row.key;
         let shard = self.shard_of(&key);
         let local = self.writes.memtable.get(&key).map(MemEntry::version);
@@ -553,8 +582,17 @@ impl Owner {
             if f.unconfirmed.get(&key).is_some_and(|&v| v <= row.version) {
                 f.unconfirmed.remove(&key);
             }
+            if let Some(floor) = f.floors.get_mut(&key) {
+                // Applied below, or already here: either way this core holds it.
+                *floor = (*floor).max(row.version);
+            }
         }
-        let known = local.is_some() || self.store.get_ref(shard, key.as_bytes()).is_some();
+        // Held here, or about to be: a row earlier in the batch, or an API write of this
+        // node waiting for its answer or its durability.
+        let known = local.is_some()
+            || earlier
+            || self.writes.in_flight_keys.contains(&key)
+            || self.store.get_ref(shard, key.as_bytes()).is_some();
         if local.is_some_and(|v| v >= row.version) || (row.deleted && !known) {
             // Already here (or newer), or a tombstone of a key this node never held.
             return self.feed_row_done(batch, true);
@@ -650,6 +688,41 @@ impl Owner {
 }
 
 /// Answers a redirect lookup that waited for the database.
+/// The answer to a write the database committed at a version not above `floor` (the newest
+/// this core applied for the key while the write was out): what the client is told, without
+/// the older state being logged or applied. `None`: apply it as usual.
+fn superseded(written: &LinkWritten, req: &WriteReq, floor: u64) -> Option<WriteOutcome> {
+    let key = req.key();
+    let (version, outcome) = match (written, req) {
+        (LinkWritten::Deleted { .. }, WriteReq::ResetStats { .. }) => return None,
+        (
+            LinkWritten::Created { version },
+            WriteReq::Create {
+                target,
+                status,
+                expires_at_s,
+                created_at_s,
+                ..
+            },
+        ) => {
+            let info = LinkInfo {
+                key,
+                target: target.clone(),
+                status: *status,
+                created_at_s: *created_at_s,
+                expires_at_s: *expires_at_s,
+            };
+            (*version, WriteOutcome::Created(info))
+        }
+        (LinkWritten::Updated(state), _) => {
+            (state.version, WriteOutcome::Updated(info_of(key, state)))
+        }
+        (LinkWritten::Deleted { version }, _) => (*version, WriteOutcome::Deleted),
+        _ => return None,
+    };
+    (version <= floor).then_some(outcome)
+}
+
 fn fetched_to(mesh: &mut Mesh, reply: ReplyTo, key: InlineKey, fetched: Fetched) {
     let msg = RedirectMsg::Fetched {
         reply,

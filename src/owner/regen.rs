@@ -170,6 +170,10 @@ impl Owner {
             // older than the swap is in flight (the feed is stopped until it is done).
             let memtable = &self.writes.memtable;
             f.unconfirmed.retain(|k, _| memtable.contains_key(k));
+            // A write still at the database may be older than what the new tables hold.
+            for floor in f.floors.values_mut() {
+                *floor = super::fleet::SUPERSEDED_BY_REGENERATION;
+            }
         }
         let dir = &self.compaction.data_dir;
         let path = folding_path(dir, self.me as u32);

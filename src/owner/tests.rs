@@ -60,6 +60,8 @@ enum Want {
     Deleted,
     NotFound,
     Exists,
+    /// Whatever the owner answers (a test that judges the end state instead).
+    Any,
 }
 
 struct Rig {
@@ -84,8 +86,18 @@ impl Rig {
 
     /// A rig whose owner compacts at `entries`, with a real log file to rotate.
     fn compacting_at(entries: usize) -> Rig {
-        let router = Router::new(SHARDS, 2);
+        Rig::in_dir(tempfile::tempdir().unwrap(), entries)
+    }
+
+    /// A rig on a real data dir (a manifest, so compactions can fold into its tables).
+    fn in_data_dir() -> Rig {
         let dir = tempfile::tempdir().unwrap();
+        shards::datadir::DataDir::create(dir.path(), SHARDS).unwrap();
+        Rig::in_dir(dir, usize::MAX)
+    }
+
+    fn in_dir(dir: tempfile::TempDir, entries: usize) -> Rig {
+        let router = Router::new(SHARDS, 2);
         let store = Store::new((0..SHARDS).map(|_| None).collect());
         let log_dir = dir.path().join(shards::log::LOG_DIR_NAME);
         std::fs::create_dir_all(&log_dir).unwrap();
@@ -190,6 +202,9 @@ impl Rig {
 
     fn check(&mut self, seq: u32, outcome: WriteOutcome) {
         let (key, want) = self.due.remove(&seq).expect("one answer per request");
+        if want == Want::Any {
+            return;
+        }
         let got = match outcome {
             WriteOutcome::Created(i) => Want::Link("created", i.target.to_string()),
             WriteOutcome::Updated(i) => Want::Link("updated", i.target.to_string()),
@@ -570,4 +585,375 @@ fn a_regeneration_swaps_a_new_generation_in_and_keeps_later_writes() {
     // A step out of order is refused, not applied.
     rig.owner.on_regen(12, RegenStep::Swap(Vec::new()));
     assert!(!acks.try_recv().unwrap().ok);
+}
+
+/// One step of the fleet model test: what the node's API, the database, the other nodes, the
+/// feed and the owner's housekeeping do, in any interleaving.
+#[derive(Clone, Debug)]
+enum FleetStep {
+    /// An API write on this node: create (target v), patch (target v) or delete of key k.
+    Api(usize, u8, u32),
+    /// The database commits the oldest write this node sent and has not committed yet (its
+    /// answer is held back: answers come late).
+    Commit,
+    /// The oldest committed answer reaches the owner.
+    Answer,
+    /// Another node changes key k (kind, target v) at the database.
+    Other(usize, u8, u32),
+    /// The feed delivers up to n committed rows.
+    Feed(usize),
+    /// A compaction folds the memtable into tables.
+    Compact,
+    /// A live regeneration: a snapshot of the database replaces the tables.
+    Regen,
+}
+
+fn fleet_step() -> impl Strategy<Value = FleetStep> {
+    prop_oneof![
+        3 => (0..3usize, 0..3u8, any::<u32>()).prop_map(|(k, o, v)| FleetStep::Api(k, o, v)),
+        3 => Just(FleetStep::Commit),
+        3 => Just(FleetStep::Answer),
+        2 => (0..3usize, 0..3u8, any::<u32>()).prop_map(|(k, o, v)| FleetStep::Other(k, o, v)),
+        3 => (1..4usize).prop_map(FleetStep::Feed),
+        1 => Just(FleetStep::Compact),
+        1 => Just(FleetStep::Regen),
+    ]
+}
+
+/// The fleet database of the model: one version sequence, each key's newest state, and the
+/// feed's rows in commit order.
+#[derive(Default)]
+struct ModelDb {
+    version: u64,
+    rows: Model<usize, (u64, Option<String>)>,
+    feed: Vec<(usize, u64, Option<String>)>,
+}
+
+impl ModelDb {
+    fn live(&self, k: usize) -> bool {
+        self.rows.get(&k).is_some_and(|(_, t)| t.is_some())
+    }
+
+    /// Applies op `o` (0 create, 1 patch, 2 delete) with target `t` as the writer's SQL
+    /// would; the answer, and a feed row if it changed anything.
+    fn write(&mut self, k: usize, o: u8, t: String) -> fleet_links::LinkWritten {
+        use fleet_links::{LinkState, LinkWritten};
+        let change = match (o, self.live(k)) {
+            (0, true) => return LinkWritten::Exists,
+            (1 | 2, false) => return LinkWritten::NotFound,
+            (2, true) => None,
+            _ => Some(t),
+        };
+        self.version += 1;
+        let v = self.version;
+        self.rows.insert(k, (v, change.clone()));
+        self.feed.push((k, v, change.clone()));
+        let state = |target: String| LinkState {
+            target,
+            status: 302,
+            created_at_s: 1,
+            expires_at_s: 0,
+            version: v,
+        };
+        match (o, change) {
+            (0, Some(_)) => LinkWritten::Created { version: v },
+            (_, Some(t)) => LinkWritten::Updated(state(t)),
+            (_, None) => LinkWritten::Deleted { version: v },
+        }
+    }
+}
+
+/// Hole 3 of issue #24, as a property: a fleet owner whose API answers come back late while
+/// the feed brings other nodes' changes, compactions fold tombstones away and regenerations
+/// swap snapshots in ends, once everything is delivered, holding exactly the database's
+/// state of every key. A late answer older than a delete the node applied meanwhile must
+/// not bring the link back.
+fn run_fleet(steps: &[FleetStep]) {
+    use crate::fleet_sync::FeedLink;
+    use crate::owner::regen::RegenStep;
+    let mut rig = Rig::in_data_dir();
+    let (ack_tx, acks) = crossbeam::channel::bounded(1024);
+    let (writer, mut jobs) = fleet_links::WriterHandle::capturing(1024);
+    rig.owner.set_fleet(fleet::FleetLinks::new(
+        writer,
+        fleet_links::ReaderHandle::closed(),
+        ack_tx,
+        Arc::new(shards::keygen::KeyGen::new(&[7u8; 32])),
+        Arc::new(::fleet::FleetStats::default()),
+    ));
+    let idem = crate::api::idempotency::IdemTable::new(16, 3600);
+    let router = Router::new(SHARDS, 2);
+    let keys = keys(&router);
+    let mut db = ModelDb::default();
+    let mut sent: std::collections::VecDeque<fleet_links::WriteJob> = Default::default();
+    let mut answers: std::collections::VecDeque<fleet_links::WriteAnswer> = Default::default();
+    let (mut delivered, mut batch, mut seq) = (0usize, 0u64, 0u32);
+    let op_of = |w: &fleet_links::LinkWrite| match w {
+        fleet_links::LinkWrite::Create { key, target, .. } => (key.clone(), 0, target.clone()),
+        fleet_links::LinkWrite::Patch { key, target, .. } => {
+            (key.clone(), 1, target.clone().unwrap_or_default())
+        }
+        fleet_links::LinkWrite::Delete { key } => (key.clone(), 2, String::new()),
+        other => panic!("unexpected write {other:?}"),
+    };
+    let slot = |key: &str| keys.iter().position(|k| k.as_str() == key).unwrap();
+    let drain_acks = |acks: &crossbeam::channel::Receiver<crate::fleet_sync::FeedAck>| {
+        while let Ok(a) = acks.try_recv() {
+            assert!(a.ok, "{a:?}");
+        }
+    };
+    let settle = |rig: &mut Rig| {
+        rig.pump();
+        for _ in 0..3 {
+            rig.sync();
+        }
+    };
+    for step in steps.iter().cloned().chain([FleetStep::Commit]) {
+        while let Ok(j) = jobs.try_recv() {
+            sent.push_back(j);
+        }
+        match step {
+            FleetStep::Api(k, o, v) => {
+                let key = keys[k];
+                let req = match o {
+                    0 => WriteReq::Create {
+                        key,
+                        target: Arc::from(url(v).as_str()),
+                        status: RedirectStatus::Found,
+                        expires_at_s: 0,
+                        created_at_s: 1,
+                        id: 0,
+                        idem: None,
+                    },
+                    1 => WriteReq::Patch {
+                        key,
+                        target: Some(Arc::from(url(v).as_str())),
+                        expiry: ExpiryUpdate::Keep,
+                        status: None,
+                    },
+                    _ => WriteReq::Delete { key },
+                };
+                seq += 1;
+                rig.ask(seq, req, Want::Any);
+            }
+            FleetStep::Commit => {
+                if let Some(j) = sent.pop_front() {
+                    let (key, o, t) = op_of(&j.write);
+                    let result = Ok(db.write(slot(&key), o, t));
+                    answers.push_back(fleet_links::WriteAnswer {
+                        core: j.core,
+                        token: j.token,
+                        result,
+                    });
+                }
+            }
+            FleetStep::Answer => {
+                if let Some(a) = answers.pop_front() {
+                    rig.owner.on_fleet_written(a, 100, &mut rig.mesh);
+                    settle(&mut rig);
+                }
+            }
+            FleetStep::Other(k, o, v) => {
+                db.write(k, o, url(v));
+            }
+            FleetStep::Feed(n) => {
+                let rows: Vec<FeedLink> = db.feed[delivered..]
+                    .iter()
+                    .take(n)
+                    .map(|(k, v, t)| FeedLink {
+                        key: keys[*k],
+                        target: Arc::from(t.as_deref().unwrap_or("")),
+                        status: RedirectStatus::Found,
+                        created_at_s: 1,
+                        expires_at_s: 0,
+                        deleted: t.is_none(),
+                        version: *v,
+                    })
+                    .collect();
+                delivered += rows.len();
+                batch += 1;
+                rig.owner.on_feed_batch(batch, rows);
+                settle(&mut rig);
+                drain_acks(&acks);
+            }
+            FleetStep::Compact => {
+                settle(&mut rig);
+                rig.owner.compaction.entries = 0;
+                rig.owner.maybe_compact(1, 100, &idem, &mut rig.mesh);
+                let t = std::time::Instant::now();
+                while rig.owner.compacting.is_some() {
+                    assert!(t.elapsed() < std::time::Duration::from_secs(10));
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    rig.owner.poll_compaction(1, &mut rig.mesh);
+                    rig.pump();
+                }
+                rig.owner.compaction.entries = usize::MAX;
+                settle(&mut rig);
+            }
+            FleetStep::Regen => {
+                settle(&mut rig);
+                batch += 1;
+                rig.owner.on_regen(batch, RegenStep::Rotate);
+                let rotated = batch;
+                let mut acked = false;
+                for _ in 0..8 {
+                    settle(&mut rig);
+                    rig.owner.maybe_compact(1, 100, &idem, &mut rig.mesh);
+                    while let Ok(a) = acks.try_recv() {
+                        assert!(a.ok, "{a:?}");
+                        acked |= a.batch == rotated;
+                    }
+                    if acked {
+                        break;
+                    }
+                }
+                assert!(acked, "the rotation was not acknowledged");
+                // The snapshot, taken after the rotation: the database as it is now. The feed
+                // resumes from there (rows before it are in the snapshot).
+                delivered = db.feed.len();
+                let dir = rig._dir.path().join(format!("gen{batch}"));
+                let gen = shards::datadir::DataDir::create(&dir, SHARDS).unwrap();
+                let mut by_shard: std::collections::BTreeMap<u32, Vec<shards::table::OwnedLink>> =
+                    router
+                        .shards_of_core(OWNER)
+                        .map(|s| (s, Vec::new()))
+                        .collect();
+                for (k, (_, t)) in &db.rows {
+                    let Some(t) = t else { continue };
+                    let key = keys[*k].as_str().to_owned();
+                    by_shard
+                        .entry(router.owner(key.as_bytes()).shard)
+                        .or_default()
+                        .push(shards::table::OwnedLink {
+                            key,
+                            target: t.clone(),
+                            status: RedirectStatus::Found,
+                            expires_at_s: 0,
+                            created_at_s: 1,
+                            flags: 0,
+                        });
+                }
+                let tables = by_shard
+                    .into_iter()
+                    .map(|(shard, links)| {
+                        let path = gen.table_path(shard);
+                        shards::table::write_table(&path, shard, SHARDS, 0, links).unwrap();
+                        (shard, shards::table::Table::open(&path).unwrap())
+                    })
+                    .collect();
+                batch += 1;
+                rig.owner.on_regen(batch, RegenStep::Swap(tables));
+                rig.owner.poll_compaction(1, &mut rig.mesh);
+                rig.pump();
+                settle(&mut rig);
+                drain_acks(&acks);
+            }
+        }
+    }
+    // Everything delivered: every write committed and answered (queued ones are sent as
+    // their key frees up), every feed row applied.
+    for _ in 0..64 {
+        while let Ok(j) = jobs.try_recv() {
+            sent.push_back(j);
+        }
+        while let Some(j) = sent.pop_front() {
+            let (key, o, t) = op_of(&j.write);
+            let result = Ok(db.write(slot(&key), o, t));
+            answers.push_back(fleet_links::WriteAnswer {
+                core: j.core,
+                token: j.token,
+                result,
+            });
+        }
+        while let Some(a) = answers.pop_front() {
+            rig.owner.on_fleet_written(a, 100, &mut rig.mesh);
+            settle(&mut rig);
+        }
+        if jobs.is_empty() && sent.is_empty() {
+            break;
+        }
+    }
+    let rows: Vec<FeedLink> = db.feed[delivered..]
+        .iter()
+        .map(|(k, v, t)| FeedLink {
+            key: keys[*k],
+            target: Arc::from(t.as_deref().unwrap_or("")),
+            status: RedirectStatus::Found,
+            created_at_s: 1,
+            expires_at_s: 0,
+            deleted: t.is_none(),
+            version: *v,
+        })
+        .collect();
+    batch += 1;
+    rig.owner.on_feed_batch(batch, rows);
+    settle(&mut rig);
+    drain_acks(&acks);
+    assert!(rig.due.is_empty(), "unanswered: {:?}", rig.due.keys());
+    for (k, key) in keys.iter().enumerate() {
+        let shard = router.owner(key.as_bytes()).shard;
+        let held = rig
+            .owner
+            .local_answer(shard, key.as_bytes(), 100)
+            .map(|a| match a.target {
+                crate::mesh::Target::Shared(t) => t.to_string(),
+                t @ crate::mesh::Target::Table(_) => {
+                    let view = crate::target::TableView::new(SHARDS);
+                    String::from_utf8(t.resolve(&view).unwrap().to_vec()).unwrap()
+                }
+            });
+        let want = db.rows.get(&k).and_then(|(_, t)| t.clone());
+        assert_eq!(held, want, "key {k} ({key:?}) after {steps:?}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+    #[test]
+    fn a_fleet_owner_converges_to_the_database_whatever_comes_late(
+        steps in prop::collection::vec(fleet_step(), 1..40)
+    ) {
+        run_fleet(&steps);
+    }
+}
+
+/// Found by the model: another node creates and deletes a key this node never held, and
+/// both rows come in one feed batch. The create waits for durability before it reaches the
+/// memtable; the tombstone must not be skipped as one of a key never held.
+#[test]
+fn a_create_and_its_delete_in_one_feed_batch_leave_the_key_deleted() {
+    use FleetStep::*;
+    run_fleet(&[Other(2, 0, 0), Other(2, 2, 0)]);
+}
+
+/// The case hole 3 names, spelled out: a PATCH answered after another node's DELETE was
+/// applied and compacted away must not bring the link back.
+#[test]
+fn a_late_answer_does_not_resurrect_a_link_deleted_and_compacted_meanwhile() {
+    use FleetStep::*;
+    run_fleet(&[
+        Other(0, 0, 1),
+        Feed(1),
+        Api(0, 1, 2),
+        Commit,
+        Other(0, 2, 0),
+        Feed(2),
+        Compact,
+        Answer,
+    ]);
+}
+
+/// The same with a regeneration's swap in place of the compaction.
+#[test]
+fn a_late_answer_does_not_resurrect_a_link_a_regeneration_dropped() {
+    use FleetStep::*;
+    run_fleet(&[
+        Other(0, 0, 1),
+        Feed(1),
+        Api(0, 1, 2),
+        Commit,
+        Other(0, 2, 0),
+        Regen,
+        Answer,
+    ]);
 }
