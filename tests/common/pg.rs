@@ -231,6 +231,17 @@ impl Cluster {
 
     /// A streaming standby of this cluster (`pg_basebackup -R`), started, on its own port.
     pub fn standby(&self) -> Cluster {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        self.standby_on(port)
+    }
+
+    /// [`Cluster::standby`] on a given port (a failed primary's, so a URL listing both
+    /// hosts stays right).
+    pub fn standby_on(&self, port: u16) -> Cluster {
         let out = Command::new("mktemp")
             .args(["-d", "/tmp/ricochet-pg.XXXXXX"])
             .output()
@@ -242,11 +253,6 @@ impl Cluster {
                 .status()
                 .unwrap();
         }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
         let data = format!("{dir}/data");
         let primary_port = self.port().to_string();
         let st = as_postgres(
