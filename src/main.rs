@@ -379,6 +379,7 @@ fn main() -> ExitCode {
                     faults: fleet::FleetFaults {
                         lose_commit_reply_from: a.test_fleet_lose_commit_reply_from,
                         rollback_as_uncertain_from: a.test_fleet_rollback_as_uncertain_from,
+                        freeze_at_commit_from: None,
                     },
                     pause_feed_file: a.test_fleet_pause_feed,
                 }),

@@ -265,6 +265,7 @@ fn lost_commit_replies_publish_only_what_the_audit_proves() {
     let faults = FleetFaults {
         lose_commit_reply_from: Some(1),
         rollback_as_uncertain_from: Some(2),
+        freeze_at_commit_from: None,
     };
     let mut a = authority(&db.url, "eu", "n", dir.path(), faults);
     let mut published = Vec::new();
@@ -292,6 +293,50 @@ fn lost_commit_replies_publish_only_what_the_audit_proves() {
         10
     );
     assert_eq!(s.unknown_outcomes, 0);
+}
+
+/// The hard case of a lost COMMIT reply: the old session is still alive, its COMMIT sent but
+/// not yet read (its backend frozen just before), while the allocator resolves. Reading the
+/// audit then would find nothing although the COMMIT may still run; the allocator must end
+/// that backend and wait until it is gone first. Every frozen allocation is then judged not
+/// committed, never published, and what was published is exactly the audit.
+#[test]
+fn a_commit_still_in_flight_is_resolved_only_once_its_backend_is_gone() {
+    let Some(db) = TestDb::create("frozen_commit") else {
+        return;
+    };
+    init(&db);
+    fleet::create_namespace(&mut Db::new(&db.url).unwrap(), "eu", 1, 1_000_000).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let faults = FleetFaults {
+        freeze_at_commit_from: Some(1),
+        ..FleetFaults::default()
+    };
+    let mut a = authority(&db.url, "eu", "n", dir.path(), faults);
+    let mut published = Vec::new();
+    for n in 1..=4 {
+        let t = Instant::now();
+        match a.allocate(10) {
+            Ok(r) => {
+                assert_eq!(n % 2, 0, "allocation {n} was frozen and published");
+                published.push(r);
+            }
+            Err(AuthorityError::Unavailable(m)) => {
+                assert_eq!(n % 2, 1, "allocation {n}: {m}");
+                assert!(m.contains("was not committed"), "{m}");
+                // Judged only after the frozen backend was gone.
+                assert!(
+                    t.elapsed() >= Duration::from_millis(fleet::DB_CALL_TIMEOUT_MS),
+                    "{:?}",
+                    t.elapsed()
+                );
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let rows: Vec<IdRange> = audit(&db, "eu").into_iter().map(|(r, _)| r).collect();
+    assert_eq!(published, rows);
+    assert_eq!(published.len(), 2);
 }
 
 /// Someone holds the namespace row: the allocation fails as `lock_timeout` in about

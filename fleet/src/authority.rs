@@ -45,7 +45,16 @@ pub struct FleetFaults {
     /// From this allocation on, every other one rolls back instead of committing and acts as
     /// if the reply was lost: the uncertain path must find no row and publish nothing.
     pub rollback_as_uncertain_from: Option<u64>,
+    /// From this allocation on, every other one freezes its own backend (SIGSTOP, needs the
+    /// right to signal it: root, or the same user) for [`FROZEN_COMMIT_MS`] just before its
+    /// COMMIT is sent: the reply does not come, and the old session is still alive, its
+    /// COMMIT unread, while the uncertain path runs (issue #24, item 12's hard case).
+    pub freeze_at_commit_from: Option<u64>,
 }
+
+/// How long `FleetFaults::freeze_at_commit_from` freezes the backend: past the call's
+/// timeout, inside [`UNCERTAIN_RESOLVE_MS`].
+pub const FROZEN_COMMIT_MS: u64 = 3_000;
 
 /// Where a node allocates from.
 #[derive(Clone, Debug)]
@@ -344,6 +353,11 @@ impl PgAuthority {
     fn commit(&mut self) -> Committed {
         let n = self.allocations;
         let faulted = |from: Option<u64>| from.is_some_and(|f| n >= f && (n - f) % 2 == 0);
+        if faulted(self.setup.faults.freeze_at_commit_from) {
+            if let Some(id) = self.db.session_id() {
+                freeze_backend(id.pid, Duration::from_millis(FROZEN_COMMIT_MS));
+            }
+        }
         let (sql, lost) = if faulted(self.setup.faults.lose_commit_reply_from) {
             ("COMMIT", true)
         } else if faulted(self.setup.faults.rollback_as_uncertain_from) {
@@ -548,6 +562,20 @@ pub fn evidence_lost(
 fn unavailable(e: FleetError) -> (FailureClass, AuthorityError) {
     let class = e.class().unwrap_or(FailureClass::Database);
     (class, AuthorityError::Unavailable(e.to_string()))
+}
+
+/// Test fault: stops backend `pid` now and continues it after `for_`, from a thread.
+fn freeze_backend(pid: i32, for_: Duration) {
+    let signal = move |s: &str| {
+        let _ = std::process::Command::new("kill")
+            .args([s, &pid.to_string()])
+            .status();
+    };
+    signal("-STOP");
+    std::thread::spawn(move || {
+        std::thread::sleep(for_);
+        signal("-CONT");
+    });
 }
 
 /// `bytes` random bytes as lowercase hex.
