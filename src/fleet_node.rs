@@ -339,7 +339,9 @@ pub enum NamespaceCommand {
 pub fn run_command(cmd: FleetCommand) -> anyhow::Result<()> {
     match cmd {
         FleetCommand::Init { pg } => {
-            let mut db = fleet::Db::new(&pg)?;
+            // Reached within the usual bound first: the long one is for the migrations only.
+            fleet::schema_version(&mut fleet::Db::new(&pg)?)?;
+            let mut db = fleet::Db::new(&pg)?.with_timeout(fleet::MIGRATION_TIMEOUT_MS);
             let r = fleet::init(&mut db)?;
             println!(
                 "fleet schema at {}: version {} -> {}; key-space secret {}",

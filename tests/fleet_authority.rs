@@ -593,3 +593,42 @@ fn no_range_is_handed_out_above_a_fresh_ceiling_read() {
     let ids: u64 = handed.iter().map(|(_, r)| r.len()).sum();
     assert!(ids >= 16, "{ids} IDs");
 }
+
+/// Hole 9: migrations do not run under the nodes' 2 s call timeout. An upgrade whose table
+/// lock waits 3 s behind another application's open transaction (a read of
+/// `ricochet_links`) still completes, through the CLI as an operator runs it.
+#[test]
+fn fleet_init_waits_out_a_table_lock_held_for_longer_than_a_node_call() {
+    let Some(db) = TestDb::create("slow_migration") else {
+        return;
+    };
+    init(&db);
+    let from = fleet::SCHEMA_VERSION - 1;
+    db.sql(&format!(
+        "UPDATE ricochet_meta SET value = '{from}' WHERE key = 'schema_version'"
+    ));
+    let url = db.url.clone();
+    let holder = std::thread::spawn(move || {
+        common::pg::psql(
+            &url,
+            "BEGIN; SELECT count(*) FROM ricochet_links; SELECT pg_sleep(3); COMMIT;",
+        )
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    let out = std::process::Command::new(common::server_bin())
+        .args(["fleet", "init", "--pg", &db.url])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(t.elapsed() >= Duration::from_secs(2), "{:?}", t.elapsed());
+    holder.join().unwrap();
+    assert_eq!(
+        db.sql("SELECT value FROM ricochet_meta WHERE key = 'schema_version'"),
+        fleet::SCHEMA_VERSION.to_string()
+    );
+}

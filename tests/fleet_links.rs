@@ -1784,3 +1784,29 @@ fn a_feed_row_a_node_cannot_hold_is_counted_and_reported() {
     }
     assert_eq!(metric(&a, "ricochet_fleet_feed_rows_unusable_total"), 1);
 }
+
+/// Hole 9: a row written around the API that the importer would refuse (a target that is not
+/// a URL) must not make every new node's bootstrap fail: it is left out and said, and the
+/// node starts and serves the rest.
+#[test]
+fn a_bad_row_in_the_database_does_not_stop_a_bootstrap() {
+    let Some(db) = TestDb::create("fleet_bad_bootstrap") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    common::pg::psql(
+        &db.url,
+        "INSERT INTO ricochet_links (key, target, status, created_at) VALUES \
+         ('good-row', 'https://example.com/good', 302, 1), \
+         ('bad-target', 'https://exa mple.com/x', 302, 1)",
+    );
+    let (_t, dir) = api::data_dir();
+    let s = node(&dir, &db.url, "b", "1", &[]);
+    assert_eq!(
+        answer(&s, "good-row"),
+        (302, Some("https://example.com/good".into()))
+    );
+    assert!(s
+        .wait_stderr("\"bad-target\" is not a link", Duration::from_secs(1))
+        .is_some());
+}

@@ -7,7 +7,7 @@
 -- default applies to new rows only); a replay of such a record falls back to the creation
 -- second. A revival (a dead key created again, `revive_dead_key!`) sets it explicitly.
 
-ALTER TABLE ricochet_links ADD COLUMN created_xid xid8;
+ALTER TABLE ricochet_links ADD COLUMN IF NOT EXISTS created_xid xid8;
 ALTER TABLE ricochet_links ALTER COLUMN created_xid SET DEFAULT pg_current_xact_id();
-ALTER TABLE ricochet_idempotency ADD COLUMN created_xid xid8;
+ALTER TABLE ricochet_idempotency ADD COLUMN IF NOT EXISTS created_xid xid8;
 ALTER TABLE ricochet_idempotency ALTER COLUMN created_xid SET DEFAULT pg_current_xact_id();

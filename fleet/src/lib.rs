@@ -68,6 +68,16 @@ pub const IDLE_IN_TRANSACTION_TIMEOUT_MS: u64 = 5_000;
 /// statement, and stops it, instead of running on.
 pub const CLIENT_CHECK_INTERVAL_MS: u64 = 500;
 
+/// Longest `ricochet fleet init` (the migrations, one transaction) may take on our side: a
+/// migration on a big table takes longer than any call the nodes make, and runs with no
+/// `statement_timeout`.
+pub const MIGRATION_TIMEOUT_MS: u64 = 60 * 60 * 1000;
+
+/// `lock_timeout` of the migrations: a table lock they cannot get at once (a long query of
+/// another application) fails the init (nothing changed; run it again) instead of queueing
+/// every node's writes behind the waiting lock.
+pub const MIGRATION_LOCK_TIMEOUT_MS: u64 = 5_000;
+
 /// After a lost COMMIT reply: how long to wait for the old session to be gone (terminating it
 /// if it lingers) before the audit row is trusted either way. Past it the outcome stays
 /// unknown and the range is wasted.

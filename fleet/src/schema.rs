@@ -1,6 +1,7 @@
 //! The fleet schema: versioned migrations applied by `ricochet fleet init`.
 
 use crate::db::{Db, FleetError};
+use crate::MIGRATION_LOCK_TIMEOUT_MS;
 
 /// Migrations in order; entry `i` takes the schema from version `i` to `i + 1`.
 pub const MIGRATIONS: &[(u32, &str)] = &[
@@ -43,14 +44,20 @@ pub struct InitReport {
 }
 
 /// Brings the database to [`SCHEMA_VERSION`] in one transaction, idempotently, and creates
-/// the fleet's key-space secret once. A database with a newer schema is refused.
+/// the fleet's key-space secret once. A database with a newer schema is refused. Runs with
+/// no `statement_timeout` and a short `lock_timeout` ([`crate::MIGRATION_LOCK_TIMEOUT_MS`]);
+/// give `db` a long call timeout ([`crate::MIGRATION_TIMEOUT_MS`]). A migration that builds an
+/// index on an existing table cannot use `CONCURRENTLY` inside this transaction: none does
+/// yet, and one that must would run on its own, outside it.
 pub fn init(db: &mut Db) -> Result<InitReport, FleetError> {
     let mut secret = [0u8; 32];
     getrandom::getrandom(&mut secret)
         .map_err(|e| FleetError::Refused(format!("no randomness for the secret: {e}")))?;
     let outcome = db.call("init", async |c| {
         c.batch_execute(&format!(
-            "BEGIN; SELECT pg_advisory_xact_lock({INIT_LOCK}); \
+            "BEGIN; SET LOCAL statement_timeout = 0; \
+             SET LOCAL lock_timeout = '{MIGRATION_LOCK_TIMEOUT_MS}ms'; \
+             SELECT pg_advisory_xact_lock({INIT_LOCK}); \
              CREATE TABLE IF NOT EXISTS ricochet_meta ( \
                  key text COLLATE \"C\" PRIMARY KEY, value text NOT NULL)"
         ))
