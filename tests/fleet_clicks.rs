@@ -339,3 +339,43 @@ fn a_flush_number_is_applied_once_and_states_replace() {
     assert_eq!(days, vec![(20_000, 7, 1, 3 + 2)]);
     assert_eq!(top, vec![("k".to_owned(), 7)]);
 }
+
+/// Hole 8: click retention deletes in batches of `CLICK_FORGET_BATCH`, each its own
+/// transaction (one big delete would hold every node's feed back for as long as it runs):
+/// 25,000 old rows of one node, more than two batches, all go; the node's kept days and
+/// another node's rows stay.
+#[test]
+fn click_retention_removes_a_nodes_old_days_batch_by_batch() {
+    let Some(db) = TestDb::create("click_forget") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let (me, other) = ("a".repeat(32), "b".repeat(32));
+    for n in [&me, &other] {
+        db.sql(&format!(
+            "INSERT INTO ricochet_click_nodes (node, node_id, last_flush, complete_until, dropped) \
+             VALUES ('{n}', 'x', 1, 0, 0)"
+        ));
+    }
+    db.sql(&format!(
+        "INSERT INTO ricochet_click_days (key, day, node, clicks, bot_clicks, unique_humans, \
+             unique_bots, unique_all, facets, flush) \
+         SELECT 'k' || i, 10 + i % 5, n, 1, 0, 1, 0, 1, '[]', 1 \
+           FROM generate_series(1, 25000) i, (VALUES ('{me}'), ('{other}')) v(n)"
+    ));
+    db.sql(&format!(
+        "INSERT INTO ricochet_click_days (key, day, node, clicks, bot_clicks, unique_humans, \
+             unique_bots, unique_all, facets, flush) \
+         SELECT 'k' || i, 20, '{me}', 1, 0, 1, 0, 1, '[]', 1 FROM generate_series(1, 100) i"
+    ));
+    let removed =
+        fleet::clicks::forget_before(&mut fleet::Db::new(&db.url).unwrap(), &me, 15).unwrap();
+    assert_eq!(removed, 25_000);
+    let count = |n: &str| {
+        db.sql(&format!(
+            "SELECT count(*) FROM ricochet_click_days WHERE node = '{n}'"
+        ))
+    };
+    assert_eq!(count(&me), "100");
+    assert_eq!(count(&other), "25000");
+}

@@ -243,24 +243,33 @@ pub fn flush(db: &mut Db, node: &str, node_id: &str, f: &Flush) -> Result<Flushe
     })
 }
 
-/// Deletes `node`'s rows of days before `first_kept` (its retention).
+/// Rows one retention delete removes at most: each batch is its own transaction, which holds
+/// every node's change feed back while it runs (its xid keeps the snapshot's xmin down), so it
+/// stays small (a tombstone removal batch of the same size took ~60 ms, docs/fleet.md).
+pub const CLICK_FORGET_BATCH: i64 = 10_000;
+
+/// Deletes `node`'s rows of days before `first_kept` (its retention), in batches of
+/// [`CLICK_FORGET_BATCH`], each its own call and transaction. Returns the rows removed.
 pub fn forget_before(db: &mut Db, node: &str, first_kept: u32) -> Result<u64, FleetError> {
     let d = first_kept as i32;
-    db.call("click retention", async |c| {
-        let a = c
-            .execute(
-                "DELETE FROM ricochet_click_days WHERE node = $1 AND day < $2",
-                &[&node, &d],
-            )
-            .await?;
-        let b = c
-            .execute(
-                "DELETE FROM ricochet_click_not_found WHERE node = $1 AND day < $2",
-                &[&node, &d],
-            )
-            .await?;
-        Ok(a + b)
-    })
+    let mut removed = 0;
+    for table in ["ricochet_click_days", "ricochet_click_not_found"] {
+        let sql = format!(
+            "DELETE FROM {table} WHERE ctid IN \
+               (SELECT ctid FROM {table} WHERE node = $1 AND day < $2 LIMIT $3)"
+        );
+        loop {
+            let n = db.call("click retention", async |c| {
+                c.execute(sql.as_str(), &[&node, &d, &CLICK_FORGET_BATCH])
+                    .await
+            })?;
+            removed += n;
+            if n < CLICK_FORGET_BATCH as u64 {
+                break;
+            }
+        }
+    }
+    Ok(removed)
 }
 
 /// Where the fleet's click figures stand: the oldest `complete_until` of the nodes that
