@@ -739,7 +739,10 @@ impl Follower {
             let writes = self.stats.link_writes_done();
             let polled = fleet::feed::poll_with_horizon(&mut self.db, &cursor, FEED_BATCH_ROWS);
             let (rows, held_back) = match polled {
-                Ok(fleet::feed::Polled { at: None, .. }) => {
+                Ok(fleet::feed::Polled {
+                    at: fleet::history::Where::InRecovery,
+                    ..
+                }) => {
                     eprintln!(
                         "fleet: the database is in recovery (a standby): no history to follow \
                          writes on; retrying"
@@ -749,9 +752,10 @@ impl Follower {
                     checked = false;
                     continue;
                 }
-                Ok(fleet::feed::Polled { at: Some(at), .. })
-                    if followed.at.is_some_and(|f| f.timeline != at.timeline) =>
-                {
+                Ok(fleet::feed::Polled {
+                    at: fleet::history::Where::At(at),
+                    ..
+                }) if followed.at.is_some_and(|f| f.timeline != at.timeline) => {
                     // Another history under the same connection (a pooler that followed a
                     // failover): nothing of this poll is applied before the check.
                     checked = false;
@@ -761,9 +765,13 @@ impl Follower {
                     rows,
                     tombstones,
                     held_back,
-                    at: Some(at),
+                    at,
                 }) => {
-                    followed.polled(at, writes);
+                    // A server that cannot say (`Where::Unknown`) leaves the identity and
+                    // transaction-id checks alone to catch a rollback.
+                    if let Some(at) = at.position() {
+                        followed.polled(at, writes);
+                    }
                     // Read with the rows: a removal since the last poll may have taken a
                     // delete this node had not applied.
                     if identity.removals != Some(tombstones.removals)

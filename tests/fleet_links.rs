@@ -1810,3 +1810,31 @@ fn a_bad_row_in_the_database_does_not_stop_a_bootstrap() {
         .wait_stderr("\"bad-target\" is not a link", Duration::from_secs(1))
         .is_some());
 }
+
+/// A server without the timeline functions (some managed services: `ricochet_wal_position`
+/// gives a timeline of -1 there) still has a working fleet: the nodes follow the feed on the
+/// identity and transaction-id checks alone.
+#[test]
+fn a_server_that_cannot_say_its_timeline_still_has_a_working_feed() {
+    let Some(db) = TestDb::create("fleet_no_timeline") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    db.sql(
+        "CREATE OR REPLACE FUNCTION ricochet_wal_position(OUT tli integer, OUT lsn text) \
+         LANGUAGE plpgsql AS $$ BEGIN tli := -1; lsn := NULL; END $$",
+    );
+    let dirs: Vec<_> = (0..2).map(|_| api::data_dir()).collect();
+    let a = node(&dirs[0].1, &db.url, "a", "1", &[]);
+    let b = node(&dirs[1].1, &db.url, "b", "1", &[]);
+    Client::new(&a).create_ok("https://example.com/v1", Some("no-timeline"));
+    wait_for(&b, "no-timeline", Some("https://example.com/v1"));
+    let r = Client::new(&a).patch(
+        "no-timeline",
+        &json!({"long_url": "https://example.com/v2"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    wait_for(&b, "no-timeline", Some("https://example.com/v2"));
+    let cursor = std::fs::read_to_string(dirs[1].1.join("fleet-feed.cursor")).unwrap();
+    assert!(cursor.contains(" - - "), "no position recorded: {cursor}");
+}

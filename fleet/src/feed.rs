@@ -51,9 +51,9 @@ pub struct Polled {
     /// Rows past the cursor exist but are at or above the snapshot's xmin: an open
     /// transaction holds the feed back, and the poller is not caught up (see [`xmin_holder`]).
     pub held_back: bool,
-    /// The database's history and WAL position as of this poll (`None`: in recovery): every
-    /// row the poll shows committed before it (`history.rs`).
-    pub at: Option<crate::history::Position>,
+    /// The database's history and WAL position as of this poll: every row the poll shows
+    /// committed before it (`history.rs`).
+    pub at: crate::history::Where,
 }
 
 /// The backend whose open transaction holds the snapshot's xmin (the oldest assigned xid):
@@ -82,7 +82,7 @@ pub fn poll_with_horizon(db: &mut Db, after: &Cursor, limit: i64) -> Result<Poll
     let sql = format!(
         "SELECT m.horizon, m.removals, l.key, l.target, l.status, l.created_at, \
                         l.expires_at, l.deleted, l.version, l.changed_xid::text, m.held, \
-                        m.tli, m.lsn \
+                        m.tli, m.lsn, m.recovery \
                    FROM (SELECT (SELECT value FROM ricochet_meta \
                                   WHERE key = 'tombstone_horizon') AS horizon, \
                                 (SELECT value FROM ricochet_meta \
@@ -114,8 +114,8 @@ pub fn poll_with_horizon(db: &mut Db, after: &Cursor, limit: i64) -> Result<Poll
             removals: rows.first().map_or(0, |r| number(r, 1)),
         };
         let held_back = rows.first().is_some_and(|r| r.get::<_, bool>(10));
-        let at = rows.first().and_then(|r| {
-            crate::history::Position::from_columns(r.get(11), r.get::<_, Option<&str>>(12))
+        let at = rows.first().map_or(crate::history::Where::Unknown, |r| {
+            crate::history::Where::of_row(r, 11)
         });
         let feed = rows
             .iter()
@@ -248,7 +248,7 @@ pub fn snapshot(
             )
             .await?;
         let xmin: String = first.get(0);
-        let at = crate::history::Position::from_columns(first.get(1), first.get(2));
+        let at = crate::history::Where::of_row(&first, 1).position();
         // COPY takes no parameters: the horizon is an integer formatted here.
         let copy = format!(
             "COPY (SELECT key, target, status, created_at, expires_at FROM ricochet_links \

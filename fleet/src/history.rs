@@ -17,12 +17,11 @@
 use crate::db::{Db, FleetError};
 
 /// The current insert timeline and WAL insert position, as columns `tli` (int) and `lsn`
-/// (text), or NULLs on a server in recovery (a standby: not a history a node can follow
-/// writes on).
-pub const POSITION_SQL: &str = "CASE WHEN pg_is_in_recovery() THEN NULL ELSE \
-     ('x' || substr(pg_walfile_name(pg_current_wal_insert_lsn()), 1, 8))::bit(32)::int END \
-     AS tli, \
-     CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_insert_lsn()::text END AS lsn";
+/// (text), and whether the server is in recovery (`recovery`), to put in a select list; it
+/// calls `ricochet_wal_position()` (migration 0011), which gives NULLs on a server in recovery
+/// and a timeline of -1 where the server cannot say (some managed services).
+pub const POSITION_SQL: &str = "(SELECT tli FROM ricochet_wal_position()) AS tli, \
+     (SELECT lsn FROM ricochet_wal_position()) AS lsn, pg_is_in_recovery() AS recovery";
 
 /// A point in one history of the database: a WAL position on a timeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,7 +37,8 @@ impl std::fmt::Display for Position {
 }
 
 impl Position {
-    /// From the two columns of [`POSITION_SQL`]; `None` on a server in recovery.
+    /// From the `tli` and `lsn` columns of [`POSITION_SQL`]; `None` on a server in recovery
+    /// or one that cannot say.
     pub fn from_columns(timeline: Option<i32>, lsn: Option<&str>) -> Option<Position> {
         Some(Position {
             timeline: u32::try_from(timeline?).ok()?,
@@ -47,11 +47,41 @@ impl Position {
     }
 }
 
-/// The database's position now (`None` if it is in recovery).
+/// What the database says of its history now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Where {
+    At(Position),
+    /// A standby: no history a node can follow writes on.
+    InRecovery,
+    /// The server has no timeline functions (some managed services).
+    Unknown,
+}
+
+impl Where {
+    /// From the three columns of [`POSITION_SQL`], starting at `first`.
+    pub fn of_row(r: &tokio_postgres::Row, first: usize) -> Where {
+        if r.get::<_, Option<bool>>(first + 2).unwrap_or(false) {
+            return Where::InRecovery;
+        }
+        match Position::from_columns(r.get(first), r.get::<_, Option<&str>>(first + 1)) {
+            Some(p) => Where::At(p),
+            None => Where::Unknown,
+        }
+    }
+
+    pub fn position(self) -> Option<Position> {
+        match self {
+            Where::At(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+/// The database's position now (`None` if it is in recovery or cannot say).
 pub fn position(db: &mut Db) -> Result<Option<Position>, FleetError> {
     db.call("wal position", async |c| {
         let r = c.query_one(&format!("SELECT {POSITION_SQL}"), &[]).await?;
-        Ok(Position::from_columns(r.get(0), r.get(1)))
+        Ok(Where::of_row(&r, 0).position())
     })
 }
 
@@ -75,7 +105,9 @@ pub enum Fork {
 pub fn fork_of(db: &mut Db, timeline: u32) -> Result<Fork, FleetError> {
     let now = position(db)?;
     let Some(now) = now else {
-        return Ok(Fork::Unknown("the database is in recovery".into()));
+        return Ok(Fork::Unknown(
+            "the database is in recovery, or cannot say its timeline".into(),
+        ));
     };
     if now.timeline == timeline {
         return Ok(Fork::Same);
