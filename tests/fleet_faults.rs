@@ -5,8 +5,10 @@
 //! and started, the primary frozen (SIGSTOP), a writer backend frozen, a row lock held, a long
 //! open transaction, the standby stopped so it lags, a node killed (`kill -9`) and restarted
 //! at once on its address, and at the end of each cycle the primary killed and the lagging
-//! standby promoted (asynchronous replication: what it lacked is lost). After healing, a
-//! checker reads the history and the database and prints its figures:
+//! standby promoted. Run twice: with asynchronous replication (what the standby lacked is
+//! lost, and must be in the nodes' `fleet-lost` files) and with a synchronous standby (nothing
+//! acknowledged may be lost). After healing, a checker reads the history and the database and
+//! prints its figures:
 //!
 //! - convergence: every node serves exactly the database's state of every key ever written;
 //! - acknowledged writes: each key's final state is that of a write that no acknowledged
@@ -494,20 +496,55 @@ fn lost_links(dir: &std::path::Path) -> HashMap<String, String> {
     lost
 }
 
+/// Asynchronous replication: what the promotion loses must be in the `fleet-lost` files.
 #[test]
 fn a_fleet_under_faults_converges_and_loses_no_acknowledged_write() {
-    let Some(first) = Cluster::start("faults") else {
+    run_harness("faults", false);
+}
+
+/// A synchronous standby: the promotion may lose no acknowledged write at all.
+#[test]
+fn a_fleet_under_faults_with_a_synchronous_standby_loses_nothing_acknowledged() {
+    run_harness("faults_sync", true);
+}
+
+/// Makes `primary`'s standbys synchronous and waits until `standby` is.
+fn make_synchronous(primary: &Cluster) {
+    common::pg::psql(
+        &primary.url,
+        "ALTER SYSTEM SET synchronous_standby_names = '*'",
+    );
+    common::pg::psql(&primary.url, "SELECT pg_reload_conf()");
+    let t = Instant::now();
+    while common::pg::psql(&primary.url, "SELECT sync_state FROM pg_stat_replication") != "sync" {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the standby is not synchronous"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The two runs take turns: each loads both CPUs of a small machine on its own.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn run_harness(name: &str, synchronous: bool) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(first) = Cluster::start(name) else {
         return;
     };
     let minutes: u64 = std::env::var("RICOCHET_FAULT_MINUTES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let db = TestDb::on(&first.url, "faults");
+    let db = TestDb::on(&first.url, name);
     common::pg::prepare_fleet(&db.url);
     let db_name = db.url.rsplit('/').next().unwrap().to_owned();
     let mut primary = first;
     let mut standby = primary.standby();
+    if synchronous {
+        make_synchronous(&primary);
+    }
     // Both hosts, the writable one chosen: a failover needs no change on the nodes.
     let url = format!(
         "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{db_name}?target_session_attrs=read-write",
@@ -578,7 +615,7 @@ fn a_fleet_under_faults_converges_and_loses_no_acknowledged_write() {
         std::thread::sleep(Duration::from_millis(300));
         standby.pg_ctl("start");
         standby.pg_ctl("promote");
-        *faults.entry("async-failover").or_default() += 1;
+        *faults.entry("failover").or_default() += 1;
         std::thread::sleep(Duration::from_secs(3));
         if last {
             break;
@@ -588,6 +625,9 @@ fn a_fleet_under_faults_converges_and_loses_no_acknowledged_write() {
         drop(primary);
         primary = standby;
         standby = primary.standby_on(port);
+        if synchronous {
+            make_synchronous(&primary);
+        }
     }
     // Healed: the nodes catch up (regenerations included) before the check.
     let final_db = db_on(&standby);
@@ -600,9 +640,14 @@ fn a_fleet_under_faults_converges_and_loses_no_acknowledged_write() {
         figures = check(&history, &fleet, &final_db, faults.clone());
     }
     eprintln!(
-        "fault harness: {} s, {} writes ({} acknowledged, {} indeterminate) on {} keys, {} \
+        "fault harness ({}): {} s, {} writes ({} acknowledged, {} indeterminate) on {} keys, {} \
          stable-key reads; faults {:?}; lost and listed {}, acknowledged deletes undone by the \
          promotion {}; not converged {}; anomalies {}",
+        if synchronous {
+            "synchronous standby"
+        } else {
+            "asynchronous standby"
+        },
         started.elapsed().as_secs(),
         figures.writes,
         figures.acked,
@@ -615,6 +660,14 @@ fn a_fleet_under_faults_converges_and_loses_no_acknowledged_write() {
         figures.not_converged.len(),
         figures.anomalies.len()
     );
+    if synchronous {
+        // Nothing acknowledged may be lost: every final state is explained by the history.
+        assert_eq!(
+            (figures.lost_listed, figures.lost_deletes),
+            (0, 0),
+            "acknowledged writes lost with a synchronous standby"
+        );
+    }
     let problems: Vec<&String> = figures
         .not_converged
         .iter()
