@@ -675,7 +675,13 @@ impl Follower {
                 checked = false;
                 continue;
             }
-            if self.stats.ids_unproven() && due(&mut chores.ids, retry) {
+            // Only against a database checked since it last failed (one the node refuses is
+            // not this fleet's to judge by): the IDs stay on hold until then.
+            if self.stats.ids_unproven()
+                && checked
+                && self.stats.refused().is_none()
+                && due(&mut chores.ids, retry)
+            {
                 self.prove_ids();
             }
             if let Some(cause) = regenerate.take() {

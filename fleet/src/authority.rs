@@ -543,7 +543,14 @@ pub fn evidence_lost(
             .await?;
         Ok((r.get::<_, Option<i64>>(0), r.get::<_, i64>(1)))
     })?;
-    let next_id = next_id.unwrap_or(0).max(0) as u64;
+    let Some(next_id) = next_id else {
+        // No namespace: a database the node refuses, not proof of a lost allocation.
+        return Err(FleetError::Refused(format!(
+            "namespace {namespace:?} does not exist in {}",
+            db.target()
+        )));
+    };
+    let next_id = next_id.max(0) as u64;
     if next_id >= e.end && audited == 1 {
         return Ok(None);
     }
