@@ -132,7 +132,8 @@ impl Fleet {
         }
         let args = self.args(i);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let cmd = std::process::Command::new(common::server_bin());
+        let mut cmd = std::process::Command::new(common::server_bin());
+        cmd.env("RICOCHET_API_KEY", api::API_KEY);
         let listen = self.addrs[i].to_string();
         let s = Server::try_start_at(cmd, &listen, &self.dirs[i].1, &args)
             .unwrap_or_else(|e| panic!("node {i} did not restart at once: {e}"));
@@ -332,6 +333,8 @@ struct Figures {
     indeterminate: usize,
     reads: u64,
     keys: usize,
+    /// Answers by status (0: no answer).
+    statuses: BTreeMap<u16, u64>,
     faults: BTreeMap<&'static str, u32>,
     not_converged: Vec<String>,
     lost_listed: usize,
@@ -361,6 +364,10 @@ fn check(
         indeterminate: history.writes.iter().filter(|o| o.indeterminate()).count(),
         reads: history.reads,
         faults,
+        statuses: history.writes.iter().fold(BTreeMap::new(), |mut m, o| {
+            *m.entry(o.status).or_default() += 1;
+            m
+        }),
         ..Figures::default()
     };
     let rows = common::pg::psql(
@@ -408,21 +415,35 @@ fn check(
         if never_made || ops.iter().any(|w| explains(w, &now, ops)) {
             continue;
         }
-        // Acknowledged writes the database does not reflect: lost by the async promotion?
-        let last = ops
+        // The writes that may have been the key's last (no acknowledged write began after
+        // one ended): the database lost all of them, so the promotion lost the key's last
+        // word. A node that held it lists it in its `fleet-lost` file (a lost delete cannot
+        // be listed: the file lists links).
+        let last: Vec<&&Op> = ops
             .iter()
-            .filter(|o| o.acked())
-            .max_by_key(|o| o.completed)
-            .expect("unexplained state with no acknowledged write");
-        match &last.target {
-            Some(t) if lost.iter().any(|l| l.get(*key) == Some(t)) => f.lost_listed += 1,
-            None => f.lost_deletes += 1,
-            Some(t) => f.anomalies.push(format!(
-                "{key}: the database holds {now:?}, but {t} was acknowledged by node {} and \
-                 is in no fleet-lost file ({} writes of the key)",
-                last.node,
+            .filter(|w| w.acked() || w.indeterminate())
+            .filter(|w| !ops.iter().any(|a| a.acked() && a.invoked > w.completed))
+            .collect();
+        let listed = last.iter().any(|w| {
+            w.target
+                .as_ref()
+                .is_some_and(|t| lost.iter().any(|l| l.get(*key) == Some(t)))
+        });
+        if listed {
+            f.lost_listed += 1;
+        } else if last.iter().any(|w| w.target.is_none() && w.acked()) {
+            f.lost_deletes += 1;
+        } else {
+            let acked: Vec<String> = last
+                .iter()
+                .filter(|w| w.acked())
+                .map(|w| format!("{:?} by node {}", w.target, w.node))
+                .collect();
+            f.anomalies.push(format!(
+                "{key}: the database holds {now:?}; the key's last acknowledged writes {acked:?} \
+                 are in no fleet-lost file ({} writes of the key)",
                 ops.len()
-            )),
+            ));
         }
     }
     // Generated keys: none issued twice; each inside an audited range of its node.
@@ -641,8 +662,8 @@ fn run_harness(name: &str, synchronous: bool) {
     }
     eprintln!(
         "fault harness ({}): {} s, {} writes ({} acknowledged, {} indeterminate) on {} keys, {} \
-         stable-key reads; faults {:?}; lost and listed {}, acknowledged deletes undone by the \
-         promotion {}; not converged {}; anomalies {}",
+         stable-key reads; answers by status {:?}; faults {:?}; lost and listed {}, \
+         acknowledged deletes undone by the promotion {}; not converged {}; anomalies {}",
         if synchronous {
             "synchronous standby"
         } else {
@@ -654,6 +675,7 @@ fn run_harness(name: &str, synchronous: bool) {
         figures.indeterminate,
         figures.keys,
         figures.reads,
+        figures.statuses,
         figures.faults,
         figures.lost_listed,
         figures.lost_deletes,
@@ -668,6 +690,9 @@ fn run_harness(name: &str, synchronous: bool) {
             "acknowledged writes lost with a synchronous standby"
         );
     }
+    // The harness's own sanity: every client was let in (a node restarted without its key
+    // would answer 401 to everything, and the history would say nothing).
+    assert_eq!(figures.statuses.get(&401), None, "unauthorized writes");
     let problems: Vec<&String> = figures
         .not_converged
         .iter()
