@@ -169,6 +169,21 @@ impl Creates {
                 Err(NextIdError::Exhausted) => return busy(reply, mesh),
             },
         };
+        self.send_create(reply, key, id, &req, created_at_s, idem, mesh);
+    }
+
+    /// Sends the create of `key` (ID `id`, 0 for an alias) to its owner.
+    #[allow(clippy::too_many_arguments)]
+    fn send_create(
+        &self,
+        reply: ReplyTo,
+        key: InlineKey,
+        id: u64,
+        req: &CreateRequest,
+        created_at_s: u64,
+        idem: Option<IdemTag>,
+        mesh: &mut Mesh,
+    ) {
         let owner = self.router.owner(key.as_bytes()).core;
         let wreq = WriteReq::Create {
             key,
@@ -199,17 +214,8 @@ impl Creates {
         if self.fleet.is_none() {
             return false;
         }
-        let wreq = WriteReq::Create {
-            key,
-            target: Arc::from(req.long_url.as_str()),
-            status: req.redirect_status,
-            expires_at_s: req.expires_at_s.unwrap_or(0),
-            created_at_s,
-            id: self.keygen.id_for(key.as_bytes()).unwrap_or(0),
-            idem: Some(idem),
-        };
-        let owner = self.router.owner(key.as_bytes()).core;
-        mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
+        let id = self.keygen.id_for(key.as_bytes()).unwrap_or(0);
+        self.send_create(reply, key, id, req, created_at_s, Some(idem), mesh);
         true
     }
 

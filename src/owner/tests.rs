@@ -697,6 +697,16 @@ fn run_fleet(steps: &[FleetStep]) {
         other => panic!("unexpected write {other:?}"),
     };
     let slot = |key: &str| keys.iter().position(|k| k.as_str() == key).unwrap();
+    // A feed row of the model's feed, as the follower hands it over.
+    let feed_link = |(k, v, t): &(usize, u64, Option<String>)| FeedLink {
+        key: keys[*k],
+        target: Arc::from(t.as_deref().unwrap_or("")),
+        status: RedirectStatus::Found,
+        created_at_s: 1,
+        expires_at_s: 0,
+        deleted: t.is_none(),
+        version: *v,
+    };
     let drain_acks = |acks: &crossbeam::channel::Receiver<crate::fleet_sync::FeedAck>| {
         while let Ok(a) = acks.try_recv() {
             assert!(a.ok, "{a:?}");
@@ -757,19 +767,8 @@ fn run_fleet(steps: &[FleetStep]) {
                 db.write(k, o, url(v));
             }
             FleetStep::Feed(n) => {
-                let rows: Vec<FeedLink> = db.feed[delivered..]
-                    .iter()
-                    .take(n)
-                    .map(|(k, v, t)| FeedLink {
-                        key: keys[*k],
-                        target: Arc::from(t.as_deref().unwrap_or("")),
-                        status: RedirectStatus::Found,
-                        created_at_s: 1,
-                        expires_at_s: 0,
-                        deleted: t.is_none(),
-                        version: *v,
-                    })
-                    .collect();
+                let rows: Vec<FeedLink> =
+                    db.feed[delivered..].iter().take(n).map(feed_link).collect();
                 delivered += rows.len();
                 batch += 1;
                 rig.owner.on_feed_batch(batch, rows);
@@ -873,18 +872,7 @@ fn run_fleet(steps: &[FleetStep]) {
             break;
         }
     }
-    let rows: Vec<FeedLink> = db.feed[delivered..]
-        .iter()
-        .map(|(k, v, t)| FeedLink {
-            key: keys[*k],
-            target: Arc::from(t.as_deref().unwrap_or("")),
-            status: RedirectStatus::Found,
-            created_at_s: 1,
-            expires_at_s: 0,
-            deleted: t.is_none(),
-            version: *v,
-        })
-        .collect();
+    let rows: Vec<FeedLink> = db.feed[delivered..].iter().map(feed_link).collect();
     batch += 1;
     rig.owner.on_feed_batch(batch, rows);
     settle(&mut rig);
