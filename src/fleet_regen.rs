@@ -258,7 +258,14 @@ pub(crate) fn write_lost(
         return Ok(());
     }
     let n = lost.iter().filter(|&&b| b == b'\n').count();
-    let name = format!("{LOST_FILE_PREFIX}{now_s}.ndjson");
+    // Never over another one: two regenerations in one second each keep their own file.
+    let name = (0u32..)
+        .map(|i| match i {
+            0 => format!("{LOST_FILE_PREFIX}{now_s}.ndjson"),
+            i => format!("{LOST_FILE_PREFIX}{now_s}-{i}.ndjson"),
+        })
+        .find(|name| !data_dir.join(name).exists())
+        .expect("some suffix is free");
     shards::durable::write_atomic(data_dir, &name, &lost, 0o600)?;
     eprintln!(
         "fleet: {n} links this node held are not in the database it regenerates from, or are \

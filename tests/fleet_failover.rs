@@ -365,3 +365,107 @@ fn with_a_synchronous_standby_no_acknowledged_write_is_lost_by_a_failover() {
         );
     }
 }
+
+/// Hole 2 with an asynchronous standby, and the harness's "no generated key issued twice": a
+/// range the primary committed is published only once every standby a failover could promote
+/// has flushed it (its replication slot says so). Here the standby stops, so new ranges wait
+/// and creates past the IDs in hand answer 503; then the primary stops and the standby is
+/// promoted. Another node then allocates from the promoted standby: before the fix it was
+/// handed the ranges the first node had published while the standby was down, and issued the
+/// same keys again.
+#[test]
+fn a_range_is_published_only_once_the_standbys_slot_has_it_so_a_promotion_reissues_no_key() {
+    let Some(primary) = Cluster::start("slot_standby") else {
+        return;
+    };
+    let db = TestDb::on(&primary.url, "slot_standby");
+    prepare(&db.url);
+    let standby = primary.standby_with_slot();
+    let db_name = db.url.rsplit('/').next().unwrap().to_owned();
+    let standby_db = format!("postgres://postgres@127.0.0.1:{}/{db_name}", standby.port());
+    let both = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{db_name}?target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    let start = |id: &str| {
+        let (t, dir) = api::data_dir();
+        let mut args = NO_RATE_LIMIT.to_vec();
+        args.extend([
+            "--cores",
+            "1",
+            "--fleet-pg",
+            &both,
+            "--namespace",
+            "eu",
+            "--node-id",
+            id,
+            "--segment-len",
+            "2",
+        ]);
+        let s = api::start(&dir, &args);
+        (t, dir, s)
+    };
+    let (_t0, dir0, n0) = start("n0");
+    let (_t1, _dir1, n1) = start("n1");
+    let mut c0 = Client::new(&n0);
+    let mut c1 = Client::new(&n1);
+    // Generated keys by node, as answered 201.
+    let mut issued: Vec<(String, &str)> = Vec::new();
+    let mut create = |c: &mut Client, node: &'static str, what: &str| -> u16 {
+        let r = c.create(&serde_json::json!({ "long_url": format!("https://example.com/{what}") }));
+        if r.status == 201 {
+            issued.push((r.key(), node));
+        }
+        r.status
+    };
+    for i in 0..4 {
+        assert_eq!(create(&mut c0, "n0", &format!("before/{i}")), 201);
+    }
+    standby.pg_ctl("stop");
+    let mut answered = std::collections::BTreeMap::<u16, u32>::new();
+    for i in 0..10 {
+        *answered
+            .entry(create(&mut c0, "n0", &format!("during/{i}")))
+            .or_default() += 1;
+    }
+    eprintln!("n0's generated creates while the standby was down: {answered:?}");
+    primary.pg_ctl("stop");
+    standby.pg_ctl("start");
+    standby.pg_ctl("promote");
+    let t = Instant::now();
+    let mut made = 0;
+    while made < 14 {
+        match create(&mut c1, "n1", &format!("after/{made}")) {
+            201 => made += 1,
+            503 => {
+                assert!(t.elapsed() < Duration::from_secs(60), "n1 makes no keys");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            other => panic!("n1's create: {other}"),
+        }
+    }
+    let mut seen = std::collections::HashMap::new();
+    for (k, node) in &issued {
+        if let Some(other) = seen.insert(k.clone(), *node) {
+            panic!("{k} was issued by {other} and again by {node} (answers while the standby was down: {answered:?})");
+        }
+    }
+    let keygen = api::keygen(&dir0);
+    let audit = common::pg::psql(
+        &standby_db,
+        "SELECT start_id, end_id, node_id FROM ricochet_alloc_audit",
+    );
+    for (k, node) in &issued {
+        let id = api::id_of(&keygen, k);
+        let audited = audit.lines().any(|l| {
+            let c: Vec<&str> = l.split('|').collect();
+            (c[0].parse::<u64>().unwrap()..c[1].parse::<u64>().unwrap()).contains(&id)
+                && c[2] == *node
+        });
+        assert!(
+            audited,
+            "{k} (ID {id}) of {node} is in none of its ranges the promoted standby holds"
+        );
+    }
+}

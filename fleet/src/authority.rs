@@ -22,7 +22,12 @@
 //!    was committed. Not provable within
 //!    [`UNCERTAIN_RESOLVE_MS`]: the range, if it was committed, is wasted (it shows in the
 //!    audit with no IDs used), and a later allocation asks afresh. Never published on a guess.
-//! 5. Publish: the evidence is fsynced first, then the range is returned.
+//! 5. Replicated: every standby a failover could promote has flushed the commit
+//!    (`crate::replication`), waited for up to [`crate::replication::REPLICATION_WAIT_MS`];
+//!    else the range waits, unpublished, and the next attempt on the same session checks it
+//!    again (another session: wasted). An asynchronous standby promoted without it would
+//!    hand the range out again.
+//! 6. Publish: the evidence is fsynced first, then the range is returned.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,6 +38,7 @@ use shards::alloc::{Authority, AuthorityError, IdRange, MAX_SEGMENT_LEN, MIN_SEG
 use crate::ceiling::{raise_for, Advanced, ADVANCE_SQL, RANGE_MATURITY_MS};
 use crate::db::{Db, FailureClass, FleetError, SessionId};
 use crate::evidence::Evidence;
+use crate::replication;
 use crate::stats::FleetStats;
 use crate::{LOCK_TIMEOUT_MS, STATEMENT_TIMEOUT_MS, UNCERTAIN_RESOLVE_MS};
 
@@ -103,8 +109,21 @@ pub struct PgAuthority {
     instance: String,
     evidence: Option<Evidence>,
     fenced: Option<String>,
+    /// A committed allocation some standby has not flushed yet: published once it has
+    /// (`crate::replication`), checked again at the next attempt while its session lives.
+    unconfirmed: Option<Unconfirmed>,
     allocations: u64,
     stats: Arc<FleetStats>,
+}
+
+/// A committed range that waits for the standbys before it is published.
+struct Unconfirmed {
+    request_id: String,
+    range: IdRange,
+    needed: replication::Needed,
+    /// The session whose position `needed` was read on: another session may be on another
+    /// history, where that position means something else.
+    session: Option<SessionId>,
 }
 
 impl PgAuthority {
@@ -139,6 +158,7 @@ impl PgAuthority {
             instance: random_hex(8),
             evidence,
             fenced: None,
+            unconfirmed: None,
             allocations: 0,
             stats,
         })
@@ -150,6 +170,16 @@ impl PgAuthority {
     }
 
     fn try_allocate(&mut self, len: u64) -> Result<IdRange, (FailureClass, AuthorityError)> {
+        if let Some(u) = self.unconfirmed.take() {
+            if u.session.is_some() && self.db.session_id() == u.session {
+                return self.await_standbys(u);
+            }
+            eprintln!(
+                "fleet: allocation {} of [{}, {}) was never proven replicated and its session \
+                 is gone: not published (wasted; the audit shows it)",
+                u.request_id, u.range.start, u.range.end
+            );
+        }
         self.allocations += 1;
         let request_id = random_hex(16);
         let mut tries = 0;
@@ -211,12 +241,12 @@ impl PgAuthority {
         };
         let old_session = self.db.session_id();
         match self.commit() {
-            Committed::Yes => self.publish(request_id, range),
+            Committed::Yes => self.confirm(request_id, range),
             Committed::No(e) => Err(unavailable(e)),
             Committed::Uncertain(e) => {
                 eprintln!("fleet: allocation {request_id}: {e}; resolving from the audit");
                 match self.resolve(&request_id, old_session) {
-                    Some(Some(found)) => self.publish(request_id, found),
+                    Some(Some(found)) => self.confirm(request_id, found),
                     Some(None) => Err((
                         FailureClass::Uncertain,
                         AuthorityError::Unavailable(format!(
@@ -453,6 +483,52 @@ impl PgAuthority {
             .map_err(|_| session)
     }
 
+    /// A committed range, published once every standby a failover could promote holds it
+    /// (`crate::replication`): else another node could be handed it again by that standby.
+    fn confirm(
+        &mut self,
+        request_id: String,
+        range: IdRange,
+    ) -> Result<IdRange, (FailureClass, AuthorityError)> {
+        let session = self.db.session_id();
+        match replication::after_commit(&mut self.db) {
+            Ok(needed) => self.await_standbys(Unconfirmed {
+                request_id,
+                range,
+                needed,
+                session,
+            }),
+            Err(e) => Err(not_proven(&request_id, range, e)),
+        }
+    }
+
+    /// Publishes `u` once the standbys have it; else keeps it for the next attempt.
+    fn await_standbys(
+        &mut self,
+        u: Unconfirmed,
+    ) -> Result<IdRange, (FailureClass, AuthorityError)> {
+        match replication::wait_for(&mut self.db, &u.needed) {
+            Ok(Ok(())) => self.publish(u.request_id, u.range),
+            Ok(Err(behind)) => {
+                let reason = format!(
+                    "allocation {} of [{}, {}) is committed but not yet flushed by {} (a \
+                     failover to one of them would hand its IDs out again); it is published \
+                     once they have it",
+                    u.request_id,
+                    u.range.start,
+                    u.range.end,
+                    behind.join(", ")
+                );
+                self.unconfirmed = Some(u);
+                Err((
+                    FailureClass::Unreplicated,
+                    AuthorityError::Unavailable(reason),
+                ))
+            }
+            Err(e) => Err(not_proven(&u.request_id, u.range, e)),
+        }
+    }
+
     /// Fsyncs the evidence, then hands the range out. If the evidence cannot be written, the
     /// range is not published (wasted, visible in the audit).
     fn publish(
@@ -564,6 +640,19 @@ pub fn evidence_lost(
         e.end,
         Evidence::path(data_dir).display()
     )))
+}
+
+/// A committed range whose replication could not be read: never published (wasted).
+fn not_proven(request_id: &str, range: IdRange, e: FleetError) -> (FailureClass, AuthorityError) {
+    let class = e.class().unwrap_or(FailureClass::Database);
+    (
+        class,
+        AuthorityError::Unavailable(format!(
+            "allocation {request_id} of [{}, {}) is committed, but whether the standbys hold \
+             it could not be read ({e}): not published (wasted; the audit shows it)",
+            range.start, range.end
+        )),
+    )
 }
 
 fn unavailable(e: FleetError) -> (FailureClass, AuthorityError) {

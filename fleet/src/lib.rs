@@ -22,6 +22,8 @@
 //! - `feed.rs`: the change feed's commit-safe poll of `ricochet_links`.
 //! - `history.rs`: which history (timeline, WAL position) of the database a node followed.
 //! - `keys.rs`: API keys shared by the fleet (`ricochet fleet keys`, read by every node).
+//! - `replication.rs`: whether the standbys a failover could promote hold a commit (an
+//!   allocation is published only then).
 //! - `links.rs`: the link writer: creates, changes and deletes committed on the primary
 //!   before a node answers them, on their own service thread.
 
@@ -35,6 +37,7 @@ pub mod feed;
 pub mod history;
 pub mod keys;
 pub mod links;
+pub mod replication;
 mod schema;
 mod stats;
 

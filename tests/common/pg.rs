@@ -242,6 +242,27 @@ impl Cluster {
     /// [`Cluster::standby`] on a given port (a failed primary's, so a URL listing both
     /// hosts stays right).
     pub fn standby_on(&self, port: u16) -> Cluster {
+        self.standby_made(port, false)
+    }
+
+    /// [`Cluster::standby`] streaming through a physical replication slot on this cluster
+    /// (`pg_basebackup -C -S`), as HA managers set them up: the slot keeps the standby's
+    /// flushed position while it is stopped.
+    pub fn standby_with_slot(&self) -> Cluster {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        self.standby_made(port, true)
+    }
+
+    /// [`Cluster::standby_with_slot`] on a given port.
+    pub fn standby_with_slot_on(&self, port: u16) -> Cluster {
+        self.standby_made(port, true)
+    }
+
+    fn standby_made(&self, port: u16, slot: bool) -> Cluster {
         let out = Command::new("mktemp")
             .args(["-d", "/tmp/ricochet-pg.XXXXXX"])
             .output()
@@ -255,6 +276,8 @@ impl Cluster {
         }
         let data = format!("{dir}/data");
         let primary_port = self.port().to_string();
+        let slot_name = format!("standby_{port}");
+        let slot_args: &[&str] = if slot { &["-C", "-S", &slot_name] } else { &[] };
         let st = as_postgres(
             &format!("{}/pg_basebackup", self.bin),
             &[
@@ -271,7 +294,10 @@ impl Cluster {
                 "stream",
                 "-c",
                 "fast",
-            ],
+            ]
+            .into_iter()
+            .chain(slot_args.iter().copied())
+            .collect::<Vec<_>>(),
         )
         .status()
         .unwrap();
