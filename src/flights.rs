@@ -110,7 +110,7 @@ impl Flights {
             }
             // The original response, rebuilt from the link as it is now, if it is still the
             // link that request created (not one made under the same alias since a DELETE).
-            Begin::Replay(key, created_at_s) => match InlineKey::new(key.as_bytes()) {
+            Begin::Replay(key, created_at_s, created_tag) => match InlineKey::new(key.as_bytes()) {
                 Some(k)
                     if creates.replay_through_fleet(
                         reply,
@@ -125,6 +125,7 @@ impl Flights {
                     let req = WriteReq::Replay {
                         key: k,
                         created_at_s,
+                        created_tag,
                     };
                     mesh.deliver(owner, ApiMsg::Write { reply, req });
                 }
@@ -170,7 +171,7 @@ impl Flights {
             return;
         };
         let outcome = match &result {
-            Ok(info) => IdemOutcome::Created(info.key.as_str().to_string()),
+            Ok(info) => IdemOutcome::Created(info.key.as_str().to_string(), info.created_tag),
             Err(_) => IdemOutcome::Failed,
         };
         // The record is stamped with the link's creation time, as recovery stamps it from the

@@ -79,6 +79,9 @@ pub struct LinkInfo {
     pub target: Arc<str>,
     pub status: RedirectStatus,
     pub created_at_s: u64,
+    /// Which creation of the key within `created_at_s` this is
+    /// (`shards::link::CREATION_TAG_MASK`); 0: unknown.
+    pub created_tag: u32,
     /// 0 = never.
     pub expires_at_s: u64,
 }
@@ -125,6 +128,8 @@ pub enum WriteReq {
     Replay {
         key: InlineKey,
         created_at_s: u64,
+        /// The creation's tag (`shards::link::CREATION_TAG_MASK`); 0: unknown.
+        created_tag: u32,
     },
 }
 

@@ -246,7 +246,7 @@ fn apply(
                 | LogOp::FleetPut {
                     idem: Some((scope, request_hash)),
                     ..
-                } => push_idem(idem, scope, request_hash, &l.key, l.created_at_s),
+                } => push_idem(idem, scope, request_hash, &l.key, creation_of(l)),
                 _ => {}
             }
             if stale(&l.key, memtable) {
@@ -258,6 +258,7 @@ fn apply(
                 target: Arc::from(l.target.as_str()),
                 status: l.status,
                 created_at_s: l.created_at_s,
+                created_tag: l.flags & shards::link::CREATION_TAG_MASK,
                 expires_at_s: l.expires_at_s,
             };
             memtable.insert(
@@ -282,7 +283,14 @@ fn apply(
             request_hash,
             response_key,
             created_at_s,
-        } => push_idem(idem, scope, request_hash, response_key, *created_at_s),
+            created_tag,
+        } => push_idem(
+            idem,
+            scope,
+            request_hash,
+            response_key,
+            (*created_at_s, *created_tag),
+        ),
     }
 }
 
@@ -327,7 +335,7 @@ fn push_idem(
     scope: &str,
     request_hash: &[u8; 32],
     key: &str,
-    created_at_s: u64,
+    (created_at_s, created_tag): (u64, u32),
 ) {
     if let Some(s) = crate::api::idempotency::parse_scope(scope) {
         idem.push((
@@ -336,13 +344,19 @@ fn push_idem(
                 request_hash: RequestHash(*request_hash),
                 key: key.to_string(),
                 created_at_s,
+                created_tag,
             },
         ));
     }
 }
 
-/// An idempotency record being carried: request hash, the key it created, when.
-type Carried<'a> = (&'a [u8; 32], &'a str, u64);
+/// A logged link's creation: its second and tag (`shards::link::CREATION_TAG_MASK`).
+fn creation_of(l: &shards::log::LinkFields) -> (u64, u32) {
+    (l.created_at_s, l.flags & shards::link::CREATION_TAG_MASK)
+}
+
+/// An idempotency record being carried: request hash, the key it created, its creation.
+type Carried<'a> = (&'a [u8; 32], &'a str, (u64, u32));
 
 /// Suffix of a log being written with carried idempotency records (see `carry_idempotency`).
 const CARRY_SUFFIX: &str = "carry";
@@ -367,20 +381,26 @@ fn carry_idempotency(
                 link,
                 scope,
                 request_hash,
-            } => (scope, request_hash, &link.key, link.created_at_s),
+            } => (scope, request_hash, &link.key, creation_of(link)),
             LogOp::IdemRecord {
                 scope,
                 request_hash,
                 response_key,
                 created_at_s,
-            } => (scope, request_hash, response_key, *created_at_s),
+                created_tag,
+            } => (
+                scope,
+                request_hash,
+                response_key,
+                (*created_at_s, *created_tag),
+            ),
             _ => continue,
         };
-        if at.saturating_add(IDEMPOTENCY_RETENTION_S) <= now_s {
+        if at.0.saturating_add(IDEMPOTENCY_RETENTION_S) <= now_s {
             continue;
         }
         let e = latest.entry(scope.as_str()).or_insert((hash, key, at));
-        if at >= e.2 {
+        if at.0 >= e.2 .0 {
             *e = (hash, key, at);
         }
     }
@@ -403,7 +423,8 @@ fn carry_idempotency(
                 scope: scope.to_string(),
                 request_hash: *hash,
                 response_key: key.to_string(),
-                created_at_s: at,
+                created_at_s: at.0,
+                created_tag: at.1,
             };
             log.append(router.owner(scope.as_bytes()).shard, &op)
                 .with_context(|| format!("writing {}", tmp.display()))?;

@@ -987,6 +987,61 @@ fn idempotent_replay_after_delete_and_recreate_is_not_the_new_link() {
     assert_redirects(&mut c, "taken-over", "https://theirs.example/", Some(302));
 }
 
+/// Issue #24, hole 11 (single node): the same when the DELETE and the other creation fall in
+/// the original creation's second, with the same target and status, so nothing but the
+/// creation itself tells the two links apart. Tried until the two creations share a second
+/// (their `created_at`); checked again after a `kill -9` (the tags come back from the log)
+/// and after a restart that folds the log into the tables (they come back from the tables).
+#[test]
+fn idempotent_replay_after_a_same_second_re_creation_is_not_the_new_link() {
+    let (_t, dir) = data_dir();
+    let mut args = NO_RATE_LIMIT.to_vec();
+    args.extend(["--cores", "1"]);
+    let s = start(&dir, &args);
+    let mut c = Client::new(&s);
+    let mut cases = Vec::new();
+    for round in 0..40 {
+        let alias = format!("same-second-{round}");
+        let mine = json!({"long_url": "https://same.example/", "custom_alias": alias});
+        let r = c.try_create_idem(&mine, &alias).unwrap();
+        assert_eq!(r.status, 201, "{}", r.text());
+        let first = r.json()["created_at"].clone();
+        assert_eq!(c.delete(&alias).status, 204);
+        let r = c
+            .try_create(&json!({"long_url": "https://same.example/", "custom_alias": alias}))
+            .unwrap();
+        assert_eq!(r.status, 201, "{}", r.text());
+        if r.json()["created_at"] == first {
+            cases.push((mine, alias));
+        }
+        if cases.len() == 3 {
+            break;
+        }
+    }
+    assert!(!cases.is_empty(), "no round fell within one second");
+    let check = |c: &mut Client, when: &str| {
+        for (mine, alias) in &cases {
+            let r = c.try_create_idem(mine, alias).unwrap();
+            assert_eq!(
+                r.status,
+                404,
+                "{when}: the replay answered with another request's link: {}",
+                r.text()
+            );
+        }
+    };
+    check(&mut c, "running");
+    s.kill9();
+    let s = start(&dir, &args);
+    check(&mut Client::new(&s), "after kill -9");
+    drop(s);
+    let mut folded = args.clone();
+    let last = folded.len() - 1;
+    folded[last] = "2";
+    let s = start(&dir, &folded);
+    check(&mut Client::new(&s), "after a core-count change");
+}
+
 /// `--compact-entries` is a bound, not a hint: under sustained concurrent creates (the log
 /// never quiet) the first compaction starts within two batches of the trigger, and every
 /// create is answered and served. Each of the 16 clients has one write outstanding, so two

@@ -8,6 +8,43 @@ pub const MAX_KEY_BYTES: usize = 64;
 /// (nginx's `large_client_header_buffers`, browsers) accept, so any stored target can be followed.
 pub const MAX_URL_BYTES: usize = 8192;
 
+/// The bits of a link's `flags` (tables and logs) that say which creation of its key it is
+/// within its creation second: 1 + the microseconds into that second when its owner made it,
+/// raised so it strictly increases per owner within one second ([`CreationTag`]). With
+/// `created_at_s` it tells two incarnations of one key apart, which the second alone cannot
+/// when a key is deleted and created again within it (an idempotent retry must not be told
+/// it created the other one). 0: unknown (a link written before tags, imported, or in fleet
+/// mode, where the database's creating transaction decides). The other bits are reserved, 0.
+pub const CREATION_TAG_MASK: u32 = 0x00FF_FFFF;
+
+/// Makes creation tags (see [`CREATION_TAG_MASK`]) for one owner.
+#[derive(Debug, Default)]
+pub struct CreationTag {
+    second: u64,
+    last: u32,
+}
+
+impl CreationTag {
+    /// The tag of a creation at `now_s` (the owner's clock) made `micros` into the current
+    /// second by the system clock: the two may disagree at a second's edge, which only the
+    /// raise to `last + 1` has to absorb.
+    pub fn next(&mut self, now_s: u64, micros: u32) -> u32 {
+        let mut tag = (micros.min(999_999) + 1) & CREATION_TAG_MASK;
+        if now_s == self.second && tag <= self.last {
+            tag = (self.last + 1).min(CREATION_TAG_MASK);
+        }
+        self.second = now_s;
+        self.last = tag;
+        tag
+    }
+}
+
+/// Whether two creation records (second, tag) may be the same creation: the same second,
+/// and the same tag unless either is unknown (0).
+pub fn same_creation(a: (u64, u32), b: (u64, u32)) -> bool {
+    a.0 == b.0 && (a.1 == 0 || b.1 == 0 || a.1 == b.1)
+}
+
 /// The redirect status a link answers with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 #[repr(u16)]
@@ -243,6 +280,44 @@ pub fn check_storable_url(url: &str) -> Result<(), LinkError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn creation_tags_strictly_increase_within_a_second_and_restart_with_the_next() {
+        let mut t = CreationTag::default();
+        assert_eq!(t.next(10, 500), 501);
+        // The system clock's micros went back (a second's edge between the two clocks).
+        assert_eq!(t.next(10, 3), 502);
+        assert_eq!(t.next(10, 900), 901);
+        assert_eq!(t.next(11, 3), 4);
+        assert_eq!(
+            t.next(11, 2_000_000),
+            1_000_000,
+            "micros past a second are clamped"
+        );
+        let tags: Vec<u32> = (0..5).map(|_| t.next(11, 0)).collect();
+        assert_eq!(
+            tags,
+            [1_000_001, 1_000_002, 1_000_003, 1_000_004, 1_000_005]
+        );
+        let mut full = CreationTag::default();
+        full.next(1, 999_999);
+        full.last = CREATION_TAG_MASK;
+        assert_eq!(
+            full.next(1, 0),
+            CREATION_TAG_MASK,
+            "saturates within the mask"
+        );
+    }
+
+    #[test]
+    fn same_creation_needs_the_same_second_and_tag_unless_one_is_unknown() {
+        assert!(same_creation((5, 7), (5, 7)));
+        assert!(!same_creation((5, 7), (5, 8)));
+        assert!(!same_creation((5, 7), (6, 7)));
+        assert!(same_creation((5, 0), (5, 8)));
+        assert!(same_creation((5, 7), (5, 0)));
+        assert!(!same_creation((5, 0), (6, 0)));
+    }
+
     use super::*;
 
     #[test]

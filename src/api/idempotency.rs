@@ -131,6 +131,9 @@ pub struct IdemRecord {
     pub key: String,
     /// Unix second the result was recorded; retention counts from here.
     pub created_at_s: u64,
+    /// The link's creation tag (`shards::link::CREATION_TAG_MASK`): with `created_at_s` it
+    /// names this creation, not only its second. 0: unknown.
+    pub created_tag: u32,
 }
 
 /// What to do with a create, given the scope's record.
@@ -140,7 +143,11 @@ pub enum IdemDecision {
     Fresh,
     /// Same request seen: answer with link `key`, if it is still the link that request
     /// created (created at `created_at_s`).
-    Replay { key: String, created_at_s: u64 },
+    Replay {
+        key: String,
+        created_at_s: u64,
+        created_tag: u32,
+    },
     /// Different request under the same idempotency key: refuse.
     Mismatch,
 }
@@ -152,6 +159,7 @@ pub fn decide(existing: Option<&IdemRecord>, request_hash: &RequestHash) -> Idem
         Some(r) if r.request_hash == *request_hash => IdemDecision::Replay {
             key: r.key.clone(),
             created_at_s: r.created_at_s,
+            created_tag: r.created_tag,
         },
         Some(_) => IdemDecision::Mismatch,
     }
@@ -170,7 +178,7 @@ pub enum Begin {
     Wait,
     /// The same request already completed: answer with link `key`, created at the second
     /// given (a link under that key created at another time is someone else's: 404).
-    Replay(String, u64),
+    Replay(String, u64, u32),
     /// A different request used this idempotency key: answer 422.
     Mismatch,
     /// The table is full of in-flight creates: answer 503.
@@ -180,8 +188,8 @@ pub enum Begin {
 /// How an owned create ended, for [`IdemTable::finish`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// The link was created under this key.
-    Created(String),
+    /// The link was created under this key, with this creation tag.
+    Created(String, u32),
     /// Nothing was created (alias taken, storage full, ...).
     Failed,
 }
@@ -270,9 +278,11 @@ impl IdemTable {
                 }
                 Slot::Done { record, .. } if is_live(record, now_s, retention_s) => {
                     match decide(Some(record), &request_hash) {
-                        IdemDecision::Replay { key, created_at_s } => {
-                            Begin::Replay(key, created_at_s)
-                        }
+                        IdemDecision::Replay {
+                            key,
+                            created_at_s,
+                            created_tag,
+                        } => Begin::Replay(key, created_at_s, created_tag),
                         IdemDecision::Mismatch => Begin::Mismatch,
                         IdemDecision::Fresh => unreachable!("decide(Some) is never Fresh"),
                     }
@@ -305,13 +315,14 @@ impl IdemTable {
         else {
             unreachable!("checked above");
         };
-        if let Outcome::Created(key) = outcome {
+        if let Outcome::Created(key, created_tag) = outcome {
             let generation = self.next_generation;
             self.next_generation += 1;
             let record = IdemRecord {
                 request_hash,
                 key,
                 created_at_s: now_s,
+                created_tag,
             };
             self.slots
                 .insert(scope.clone(), Slot::Done { record, generation });
@@ -574,13 +585,15 @@ mod tests {
             request_hash: h(1),
             key: "abc".into(),
             created_at_s: NOW,
+            created_tag: 7,
         };
         assert_eq!(decide(None, &h(1)), IdemDecision::Fresh);
         assert_eq!(
             decide(Some(&rec), &h(1)),
             IdemDecision::Replay {
                 key: "abc".into(),
-                created_at_s: rec.created_at_s
+                created_at_s: rec.created_at_s,
+                created_tag: 7,
             }
         );
         assert_eq!(decide(Some(&rec), &h(2)), IdemDecision::Mismatch);
@@ -610,11 +623,11 @@ mod tests {
 
         assert!(t.cancel_wait(&s, WaiterToken(12)));
         assert!(!t.cancel_wait(&s, WaiterToken(12)));
-        let waiters = t.finish(&s, Outcome::Created("aB3".into()), NOW + 1);
+        let waiters = t.finish(&s, Outcome::Created("aB3".into(), 5), NOW + 1);
         assert_eq!(waiters, vec![WaiterToken(11)]);
         assert_eq!(
             t.begin(s.clone(), h(1), NOW + 2, WaiterToken(14)),
-            Begin::Replay("aB3".into(), NOW + 1)
+            Begin::Replay("aB3".into(), NOW + 1, 5)
         );
         assert_eq!(
             t.begin(s.clone(), h(2), NOW + 2, WaiterToken(15)),
@@ -642,10 +655,12 @@ mod tests {
             t.begin(s.clone(), h(3), NOW, WaiterToken(3)),
             Begin::Proceed
         );
-        assert!(t.finish(&s, Outcome::Created("k".into()), NOW).is_empty());
+        assert!(t
+            .finish(&s, Outcome::Created("k".into(), 0), NOW)
+            .is_empty());
         assert_eq!(
             t.begin(s, h(3), NOW, WaiterToken(4)),
-            Begin::Replay("k".into(), NOW)
+            Begin::Replay("k".into(), NOW, 0)
         );
     }
 
@@ -655,9 +670,9 @@ mod tests {
         let s1 = scope("k", "one");
         let s2 = scope("k", "two");
         t.begin(s1.clone(), h(1), NOW, WaiterToken(0));
-        t.finish(&s1, Outcome::Created("a".into()), NOW);
+        t.finish(&s1, Outcome::Created("a".into(), 0), NOW);
         t.begin(s2.clone(), h(2), NOW + 50, WaiterToken(0));
-        t.finish(&s2, Outcome::Created("b".into()), NOW + 50);
+        t.finish(&s2, Outcome::Created("b".into(), 0), NOW + 50);
 
         assert!(t.get(&s1, NOW + 99).is_some());
         assert_eq!(t.get(&s1, NOW + 100), None);
@@ -666,7 +681,7 @@ mod tests {
             t.begin(s1.clone(), h(9), NOW + 100, WaiterToken(0)),
             Begin::Proceed
         );
-        t.finish(&s1, Outcome::Created("c".into()), NOW + 100);
+        t.finish(&s1, Outcome::Created("c".into(), 0), NOW + 100);
 
         assert_eq!(t.expire(NOW + 149), 0);
         assert_eq!(t.expire(NOW + 150), 1);
@@ -686,9 +701,9 @@ mod tests {
             scope("k", "d"),
         );
         t.begin(a.clone(), h(1), NOW, WaiterToken(0));
-        t.finish(&a, Outcome::Created("ka".into()), NOW);
+        t.finish(&a, Outcome::Created("ka".into(), 0), NOW);
         t.begin(b.clone(), h(2), NOW, WaiterToken(0));
-        t.finish(&b, Outcome::Created("kb".into()), NOW + 1);
+        t.finish(&b, Outcome::Created("kb".into(), 0), NOW + 1);
         assert_eq!(
             t.begin(c.clone(), h(3), NOW + 2, WaiterToken(0)),
             Begin::Proceed
@@ -719,12 +734,13 @@ mod tests {
             request_hash: h(1),
             key: key.into(),
             created_at_s: at,
+            created_tag: 0,
         };
         assert!(!t.insert(s.clone(), rec("old", NOW - 100), NOW));
         assert!(t.insert(s.clone(), rec("k1", NOW - 10), NOW));
         assert_eq!(
             t.begin(s.clone(), h(1), NOW, WaiterToken(0)),
-            Begin::Replay("k1".into(), NOW - 10)
+            Begin::Replay("k1".into(), NOW - 10, 0)
         );
         assert!(t.insert(s.clone(), rec("k2", NOW), NOW));
         assert_eq!(t.get(&s, NOW).unwrap().key, "k2");
@@ -747,7 +763,7 @@ mod tests {
                 t.begin(s.clone(), h(1), now, WaiterToken(0)),
                 Begin::Proceed
             );
-            t.finish(&s, Outcome::Created(format!("k{i}")), now);
+            t.finish(&s, Outcome::Created(format!("k{i}"), 0), now);
         }
         assert!(t.order.len() <= 8, "{}", t.order.len());
         assert_eq!(t.len(), 1);
@@ -785,7 +801,7 @@ mod tests {
                         link_no += 1;
                         let key = format!("L{link_no}");
                         created.entry(si).or_default().push(key.clone());
-                        (Outcome::Created(key.clone()), Ok(key))
+                        (Outcome::Created(key.clone(), 0), Ok(key))
                     };
                     answers[owner] = Some(answer.clone());
                     for w in t.finish(&scopes[si], outcome, NOW) {
@@ -801,7 +817,7 @@ mod tests {
                     match t.begin(scopes[si].clone(), h(body), NOW, WaiterToken(i as u64)) {
                         Begin::Proceed => assert!(owners.insert(si, i).is_none(), "seed {seed}"),
                         Begin::Wait => {}
-                        Begin::Replay(key, _) => answers[i] = Some(Ok(key)),
+                        Begin::Replay(key, ..) => answers[i] = Some(Ok(key)),
                         Begin::Mismatch => answers[i] = Some(Err("mismatch")),
                         Begin::Busy => panic!("seed {seed}: table of 64 cannot fill"),
                     }

@@ -131,6 +131,7 @@ impl Owner {
                 request_hash: &rec.request_hash.0,
                 response_key: &rec.key,
                 created_at_s: rec.created_at_s,
+                created_tag: rec.created_tag,
             };
             if let Ok(seq) = w.log.append_ref(shard, op) {
                 relog_seq = seq;

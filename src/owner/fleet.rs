@@ -469,6 +469,7 @@ impl Owner {
                     target,
                     status,
                     created_at_s,
+                    created_tag: 0,
                     expires_at_s,
                 };
                 let op = LogOpRef::FleetPut {
@@ -615,6 +616,7 @@ impl Owner {
                 target: row.target.clone(),
                 status: row.status,
                 created_at_s: row.created_at_s,
+                created_tag: 0,
                 expires_at_s: row.expires_at_s,
             };
             let op = LogOpRef::FleetPut {
@@ -710,6 +712,7 @@ fn superseded(written: &LinkWritten, req: &WriteReq, floor: u64) -> Option<Write
                 target: target.clone(),
                 status: *status,
                 created_at_s: *created_at_s,
+                created_tag: 0,
                 expires_at_s: *expires_at_s,
             };
             (*version, WriteOutcome::Created(info))
@@ -739,6 +742,7 @@ fn info_of(key: InlineKey, state: &fleet::links::LinkState) -> LinkInfo {
         target: Arc::from(state.target.as_str()),
         status: RedirectStatus::from_code(state.status).unwrap_or_default(),
         created_at_s: state.created_at_s,
+        created_tag: 0,
         expires_at_s: state.expires_at_s,
     }
 }

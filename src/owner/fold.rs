@@ -82,7 +82,7 @@ pub fn fold_snapshot(
                                 status: info.status,
                                 expires_at_s: info.expires_at_s,
                                 created_at_s: info.created_at_s,
-                                flags: 0,
+                                flags: info.created_tag,
                             },
                         );
                     }

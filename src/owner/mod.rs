@@ -65,6 +65,8 @@ pub struct Owner {
     /// Fleet mode: where this core is in a live regeneration of its links (`regen.rs`).
     regen: Option<regen::Regen>,
     next_token: u64,
+    /// Tags this owner's creations within their second (`shards::link::CREATION_TAG_MASK`).
+    creations: shards::link::CreationTag,
     /// Rung by the compaction thread when its fold is done.
     doorbells: Arc<Doorbells>,
     /// What `/metrics` reports of this role (log, compaction); gauges filled by `tally`.
@@ -100,6 +102,7 @@ impl Owner {
             fleet: None,
             regen: None,
             next_token: 0,
+            creations: shards::link::CreationTag::default(),
             doorbells,
             counts: Default::default(),
             batch_started: None,
@@ -177,6 +180,7 @@ impl Owner {
             target: Arc::from(l.target),
             status: l.status,
             created_at_s: l.created_at_s,
+            created_tag: l.flags & shards::link::CREATION_TAG_MASK,
             expires_at_s: l.expires_at_s,
         })
     }

@@ -13,6 +13,14 @@ use shards::log::{Batch, LinkFields, LogOpRef};
 use std::io;
 use std::os::fd::RawFd;
 
+/// Microseconds into the current second by the system clock (a vDSO read, no syscall): the
+/// raw material of a creation tag (`shards::link::CreationTag`).
+fn micros_into_second() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_micros())
+}
+
 /// A planned `Put`: the new link, its generated ID, the key to invalidate on other cores, and
 /// how to report it.
 type Planned = (
@@ -50,8 +58,17 @@ impl Owner {
             WriteReq::Get { .. } | WriteReq::Replay { .. } => {
                 let link = self.link_info(shard, &key, now_s);
                 let outcome = match (link, &req) {
-                    (Some(i), WriteReq::Replay { created_at_s, .. })
-                        if i.created_at_s != *created_at_s =>
+                    (
+                        Some(i),
+                        WriteReq::Replay {
+                            created_at_s,
+                            created_tag,
+                            ..
+                        },
+                    ) if !shards::link::same_creation(
+                        (i.created_at_s, i.created_tag),
+                        (*created_at_s, *created_tag),
+                    ) =>
                     {
                         WriteOutcome::NotFound
                     }
@@ -133,6 +150,7 @@ impl Owner {
                     target,
                     status,
                     created_at_s,
+                    created_tag: self.creations.next(created_at_s, micros_into_second()),
                     expires_at_s,
                 };
                 (info, id, None, WriteOutcome::Created)
@@ -193,7 +211,7 @@ impl Owner {
             status: info.status,
             expires_at_s: info.expires_at_s,
             created_at_s: info.created_at_s,
-            flags: 0,
+            flags: info.created_tag,
             id,
         };
         let op = match &idem {

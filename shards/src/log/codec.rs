@@ -22,6 +22,9 @@ const TAG_IDEM_RECORD: u8 = 3;
 const TAG_PUT_WITH_IDEM: u8 = 4;
 const TAG_FLEET_PUT: u8 = 5;
 const TAG_FLEET_DELETE: u8 = 6;
+/// An idempotency record with its link's creation tag (`link::CREATION_TAG_MASK`); records of
+/// `TAG_IDEM_RECORD`, written before tags, read as tag 0 (unknown).
+const TAG_IDEM_RECORD_TAGGED: u8 = 7;
 
 /// Encodes the file header for `writer`.
 pub fn encode_header(writer: u32) -> [u8; HEADER_BYTES] {
@@ -83,7 +86,7 @@ pub fn payload_len(op: &LogOpRef<'_>) -> usize {
                 scope,
                 response_key,
                 ..
-            } => 8 + 32 + 2 + 2 + scope.len() + response_key.len(),
+            } => 8 + 4 + 32 + 2 + 2 + scope.len() + response_key.len(),
         }
 }
 
@@ -150,9 +153,11 @@ pub fn encode_frame(out: &mut Vec<u8>, seq: u64, batch_start: u64, shard: u32, o
             request_hash,
             response_key,
             created_at_s,
+            created_tag,
         } => {
-            out.push(TAG_IDEM_RECORD);
+            out.push(TAG_IDEM_RECORD_TAGGED);
             out.extend_from_slice(&created_at_s.to_le_bytes());
+            out.extend_from_slice(&created_tag.to_le_bytes());
             out.extend_from_slice(&request_hash[..]);
             out.extend_from_slice(&(scope.len() as u16).to_le_bytes());
             out.extend_from_slice(&(response_key.len() as u16).to_le_bytes());
@@ -206,7 +211,8 @@ pub fn decode_payload(p: &[u8]) -> Result<Decoded, String> {
     let seq = r.u64()?;
     let batch_start = r.u64()?;
     let shard = r.u32()?;
-    let op = match r.u8()? {
+    let tag = r.u8()?;
+    let op = match tag {
         TAG_PUT => LogOp::Put(decode_link(&mut r)?),
         TAG_PUT_WITH_IDEM => {
             let link = decode_link(&mut r)?;
@@ -256,8 +262,13 @@ pub fn decode_payload(p: &[u8]) -> Result<Decoded, String> {
                 key: r.string(key_len, "key")?,
             }
         }
-        TAG_IDEM_RECORD => {
+        TAG_IDEM_RECORD | TAG_IDEM_RECORD_TAGGED => {
             let created_at_s = r.u64()?;
+            let created_tag = if tag == TAG_IDEM_RECORD_TAGGED {
+                r.u32()?
+            } else {
+                0
+            };
             let request_hash: [u8; 32] = r
                 .bytes(32)?
                 .try_into()
@@ -271,6 +282,7 @@ pub fn decode_payload(p: &[u8]) -> Result<Decoded, String> {
                 request_hash,
                 response_key,
                 created_at_s,
+                created_tag,
             }
         }
         tag => return Err(format!("unknown op tag {tag}")),
@@ -385,6 +397,32 @@ mod tests {
         assert_eq!(decode_header(&v2), Err(HeaderError::Version(2)));
     }
 
+    /// An idempotency record written before creation tags reads back with tag 0 (unknown).
+    #[test]
+    fn an_idempotency_record_from_before_tags_reads_as_tag_zero() {
+        let mut p = Vec::new();
+        p.extend_from_slice(&9u64.to_le_bytes());
+        p.extend_from_slice(&9u64.to_le_bytes());
+        p.extend_from_slice(&2u32.to_le_bytes());
+        p.push(TAG_IDEM_RECORD);
+        p.extend_from_slice(&77u64.to_le_bytes());
+        p.extend_from_slice(&[5; 32]);
+        p.extend_from_slice(&3u16.to_le_bytes());
+        p.extend_from_slice(&1u16.to_le_bytes());
+        p.extend_from_slice(b"a:bk");
+        let d = decode_payload(&p).unwrap();
+        assert_eq!(
+            d.record.op,
+            LogOp::IdemRecord {
+                scope: "a:b".into(),
+                request_hash: [5; 32],
+                response_key: "k".into(),
+                created_at_s: 77,
+                created_tag: 0,
+            }
+        );
+    }
+
     #[test]
     fn frame_roundtrip_all_ops() {
         let ops = [
@@ -403,6 +441,7 @@ mod tests {
                 request_hash: [9; 32],
                 response_key: "zzzzzzz".into(),
                 created_at_s: 77,
+                created_tag: 123_456,
             },
         ];
         for (i, op) in ops.iter().enumerate() {

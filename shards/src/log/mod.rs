@@ -54,6 +54,7 @@ pub struct LinkFields<S = String> {
     /// Unix seconds after which the link is gone; 0 = never.
     pub expires_at_s: u64,
     pub created_at_s: u64,
+    /// Bits 0..24: the creation tag (`link::CREATION_TAG_MASK`); the others reserved (0).
     pub flags: u32,
     /// The generated ID behind `key`; 0 for a custom alias.
     pub id: u64,
@@ -112,6 +113,8 @@ pub enum LogOp {
         /// The key created by the original request.
         response_key: String,
         created_at_s: u64,
+        /// Its link's creation tag (`link::CREATION_TAG_MASK`); 0: unknown.
+        created_tag: u32,
     },
 }
 
@@ -142,6 +145,7 @@ pub enum LogOpRef<'a> {
         request_hash: &'a [u8; 32],
         response_key: &'a str,
         created_at_s: u64,
+        created_tag: u32,
     },
 }
 
@@ -178,11 +182,13 @@ impl LogOp {
                 request_hash,
                 response_key,
                 created_at_s,
+                created_tag,
             } => LogOpRef::IdemRecord {
                 scope,
                 request_hash,
                 response_key,
                 created_at_s: *created_at_s,
+                created_tag: *created_tag,
             },
         }
     }

@@ -63,6 +63,7 @@ fn op(i: u64) -> LogOp {
             request_hash: [i as u8; 32],
             response_key: format!("r{i}"),
             created_at_s: i,
+            created_tag: (i % 1_000_000) as u32,
         },
     }
 }

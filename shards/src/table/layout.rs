@@ -12,7 +12,7 @@
 //! off  size  field
 //!   0     8  expires_at_s (0 = never)
 //!   8     8  created_at_s
-//!  16     4  flags
+//!  16     4  flags (bits 0..24: creation tag, `link::CREATION_TAG_MASK`; others 0)
 //!  20     4  target_len
 //!  24     2  status (301/302/307/308)
 //!  26     1  key_len

@@ -33,7 +33,7 @@ pub struct LinkRef<'a> {
     pub expires_at_s: u64,
     /// When the link was created, seconds since the Unix epoch.
     pub created_at_s: u64,
-    /// Reserved per-link flags.
+    /// Per-link flags: the creation tag (`link::CREATION_TAG_MASK`); other bits reserved.
     pub flags: u32,
 }
 

@@ -30,7 +30,7 @@ pub struct OwnedLink {
     pub expires_at_s: u64,
     /// When the link was created, seconds since the Unix epoch.
     pub created_at_s: u64,
-    /// Reserved per-link flags (0 today).
+    /// Per-link flags: the creation tag (`link::CREATION_TAG_MASK`); other bits reserved (0).
     pub flags: u32,
 }
 
