@@ -1794,11 +1794,24 @@ fn a_bad_row_in_the_database_does_not_stop_a_bootstrap() {
         return;
     };
     prepare_fleet(&db.url);
+    // Schema 12 refuses a target no node could store, written around the API.
+    let refused = db.try_sql(
+        "INSERT INTO ricochet_links (key, target, status, created_at) VALUES \
+         ('spaced-target', 'https://exa mple.com/x', 302, 1)",
+    );
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.contains("ricochet_links_target_storable")),
+        "{refused:?}"
+    );
+    // A storable target the importer still refuses (not a URL a browser parses), as rows
+    // from before the check may be too: left out of the bootstrap, logged.
     common::pg::psql(
         &db.url,
         "INSERT INTO ricochet_links (key, target, status, created_at) VALUES \
          ('good-row', 'https://example.com/good', 302, 1), \
-         ('bad-target', 'https://exa mple.com/x', 302, 1)",
+         ('bad-target', 'http://[zzz]/x', 302, 1)",
     );
     let (_t, dir) = api::data_dir();
     let s = node(&dir, &db.url, "b", "1", &[]);
@@ -1809,6 +1822,96 @@ fn a_bad_row_in_the_database_does_not_stop_a_bootstrap() {
     assert!(s
         .wait_stderr("\"bad-target\" is not a link", Duration::from_secs(1))
         .is_some());
+    // A bad row can still be deleted through the API (tombstones are exempt from the check).
+    assert_eq!(Client::new(&s).delete("bad-target").status, 204);
+}
+
+/// Hole 9: the database's check on `ricochet_links.target` (migration 12) states exactly
+/// `shards::link::check_storable_url`: 3,000 strings built from URL fragments, separators,
+/// whitespace and control characters (ASCII and not), each judged by both. The constraint's
+/// own text is read back from the catalog and evaluated, so the test checks what the
+/// database enforces, not a copy.
+#[test]
+fn the_databases_target_check_is_the_storable_url_rule() {
+    let Some(db) = TestDb::create("fleet_target_check") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let def = db.sql(
+        "SELECT pg_get_constraintdef(oid) FROM pg_constraint \
+         WHERE conname = 'ricochet_links_target_storable'",
+    );
+    let expr = def
+        .strip_prefix("CHECK ")
+        .and_then(|d| d.strip_suffix(" NOT VALID"))
+        .unwrap_or_else(|| panic!("unexpected constraint text: {def}"));
+    const PIECES: [&str; 30] = [
+        "http://", "https://", "HTTPS://", "hTtP://", "ftp://", "http:/", "a", "b.c", "é", "@",
+        ":", "80", "[", "]", "::1", "/", "?", "#", " ", "\u{2028}", "\u{85}", "\t", "\u{a0}",
+        "\u{3000}", "\u{7f}", "%20", "x", "\u{200b}", "\u{1}", "-",
+    ];
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |n: usize| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng % n as u64) as usize
+    };
+    let mut cases: Vec<String> = Vec::new();
+    for _ in 0..3_000 {
+        let mut s = String::from(PIECES[next(6)]);
+        for _ in 0..next(7) {
+            s.push_str(PIECES[next(PIECES.len())]);
+        }
+        cases.push(s);
+    }
+    cases.push("https://".to_string() + &"a".repeat(8_184));
+    cases.push("https://".to_string() + &"a".repeat(8_185));
+    cases.push(String::new());
+    let rows: Vec<String> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let hex: String = c.bytes().map(|b| format!("{b:02x}")).collect();
+            format!("({i}, false, convert_from(decode('{hex}', 'hex'), 'UTF8'))")
+        })
+        .collect();
+    // In chunks: one psql argument is at most 128 KiB.
+    let got: String = rows
+        .chunks(300)
+        .map(|chunk| {
+            db.sql(&format!(
+                "SELECT string_agg(CASE WHEN {expr} THEN '1' ELSE '0' END, '' ORDER BY i) \
+                 FROM (VALUES {}) v(i, deleted, target)",
+                chunk.join(", ")
+            ))
+        })
+        .collect();
+    let want: String = cases
+        .iter()
+        .map(|c| {
+            if shards::link::check_storable_url(c).is_ok() {
+                '1'
+            } else {
+                '0'
+            }
+        })
+        .collect();
+    let differ: Vec<(&String, char)> = cases
+        .iter()
+        .zip(got.chars())
+        .zip(want.chars())
+        .filter(|((_, g), w)| g != w)
+        .map(|((c, g), _)| (c, g))
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "the database judged differently (its verdict): {differ:?}"
+    );
+    assert!(
+        want.contains('1') && want.contains('0'),
+        "both verdicts drawn"
+    );
 }
 
 /// A server without the timeline functions (some managed services: `ricochet_wal_position`

@@ -22,10 +22,11 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
         include_str!("../migrations/0010_tombstone_removals.sql"),
     ),
     (11, include_str!("../migrations/0011_creation_xid.sql")),
+    (12, include_str!("../migrations/0012_target_check.sql")),
 ];
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 11;
+pub const SCHEMA_VERSION: u32 = 12;
 
 // One migration per version, in order: a version without its migration would be recorded
 // without its tables.
