@@ -285,13 +285,11 @@ fn inject(fault: &str, primary: &Cluster, standby: &Cluster, db: &str, fleet: &m
             );
             let pids: Vec<&str> = pids.lines().filter(|l| !l.is_empty()).collect();
             if let Some(pid) = pids.get(i as usize % pids.len().max(1)) {
-                let _ = std::process::Command::new("kill")
-                    .args(["-STOP", pid])
-                    .status();
+                // Only while it is still that cluster's backend: the pid may be reused.
+                let pid: i32 = pid.trim().parse().unwrap();
+                primary.signal_backend(pid, "STOP");
                 std::thread::sleep(hold);
-                let _ = std::process::Command::new("kill")
-                    .args(["-CONT", pid])
-                    .status();
+                primary.signal_backend(pid, "CONT");
             }
         }
         "row-lock-held" => {

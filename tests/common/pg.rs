@@ -198,12 +198,23 @@ impl Cluster {
         pids
     }
 
-    /// Sends `signal` to the postmaster and every backend.
+    /// Sends `signal` (`STOP`, `CONT`, `KILL`, `TERM`) to the postmaster and every backend,
+    /// each only while it still is one ([`signal_postgres`]).
     pub fn signal(&self, signal: &str) {
-        for pid in self.pids() {
-            let _ = Command::new("kill")
-                .args([&format!("-{signal}"), &pid.to_string()])
-                .status();
+        let pids = self.pids();
+        if let Some((&main, children)) = pids.split_first() {
+            signal_postgres(main, signal, None);
+            for &pid in children {
+                signal_postgres(pid, signal, Some(main));
+            }
+        }
+    }
+
+    /// Sends `signal` to backend `pid` if it is still a child of this cluster's postmaster.
+    pub fn signal_backend(&self, pid: i32, signal: &str) -> bool {
+        match self.pids().first() {
+            Some(&main) => signal_postgres(pid, signal, Some(main)),
+            None => false,
         }
     }
 
@@ -315,6 +326,49 @@ impl Cluster {
         };
         standby.pg_ctl("start");
         standby
+    }
+}
+
+/// Sends `signal` to `pid` only if it is still a `postgres` process (a child of `parent`,
+/// when given), through a pidfd: a pid listed earlier may have been reused since (a long fault
+/// run wraps the pid space, 32,768 here), and its next owner may be a node or a thread of the
+/// test itself, which a SIGSTOP would freeze. The pidfd pins the process checked, so the
+/// signal reaches that one or none. Returns whether it was sent.
+pub fn signal_postgres(pid: i32, signal: &str, parent: Option<i32>) -> bool {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let signo = match signal {
+        "STOP" => libc::SIGSTOP,
+        "CONT" => libc::SIGCONT,
+        "KILL" => libc::SIGKILL,
+        "TERM" => libc::SIGTERM,
+        other => panic!("signal_postgres: unknown signal {other}"),
+    };
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: `fd` was just returned by pidfd_open and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // `pid (comm) state ppid ...`; comm may hold spaces and parentheses: split at the last ')'.
+    let Some((head, rest)) = stat.rsplit_once(')') else {
+        return false;
+    };
+    let comm = head.split_once('(').map_or("", |(_, c)| c);
+    let ppid: Option<i32> = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok());
+    if comm != "postgres" || parent.is_some_and(|p| ppid != Some(p)) {
+        return false;
+    }
+    // SAFETY: a pidfd we own, a valid signal number, no siginfo, no flags.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            signo,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        ) == 0
     }
 }
 
