@@ -28,7 +28,7 @@ key=bench-key-0123456789abcdef
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 declare -A port
 for mode in A B; do
-    db="fleet_ab_$mode"
+    db="fleet_ab_${mode,,}" # unquoted SQL names fold to lower case
     psql -XqAt -d "$RICOCHET_TEST_PG" -c "CREATE DATABASE $db"
     "${bin[$mode]}" fleet init --pg "$base/$db" >/dev/null
     "${bin[$mode]}" fleet namespace create --pg "$base/$db" perf --lo 1 --hi 1000000000 >/dev/null
