@@ -29,6 +29,42 @@ fn node(dir: &Path, url: &str, id: &str) -> Server {
     api::start(dir, &args)
 }
 
+/// A primary with one streaming standby (through a replication slot with `slot`), the fleet
+/// prepared on a database of the primary, and the URLs the tests use: the standby's own, and
+/// both hosts with the writable one chosen (a failover needs no change on the nodes).
+struct Ha {
+    primary: Cluster,
+    db: TestDb,
+    standby: Cluster,
+    standby_db: String,
+    both: String,
+}
+
+fn ha(name: &str, slot: bool) -> Option<Ha> {
+    let primary = Cluster::start(name)?;
+    let db = TestDb::on(&primary.url, name);
+    prepare(&db.url);
+    let standby = if slot {
+        primary.standby_with_slot()
+    } else {
+        primary.standby()
+    };
+    let db_name = db.url.rsplit('/').next().unwrap().to_owned();
+    let standby_db = format!("postgres://postgres@127.0.0.1:{}/{db_name}", standby.port());
+    let both = format!(
+        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{db_name}?target_session_attrs=read-write",
+        primary.port(),
+        standby.port()
+    );
+    Some(Ha {
+        primary,
+        db,
+        standby,
+        standby_db,
+        both,
+    })
+}
+
 /// Waits until `ok` holds, up to `limit`, or panics with `what`.
 fn wait_for(limit: Duration, what: &str, mut ok: impl FnMut() -> bool) {
     let t = Instant::now();
@@ -92,20 +128,17 @@ fn lost_links(dir: &Path) -> std::collections::HashMap<String, String> {
 /// after the failover.
 #[test]
 fn a_promoted_standby_is_a_new_history_even_when_its_xids_are_past_the_cursors() {
-    let Some(primary) = Cluster::start("timeline") else {
+    // Link writes of the lost stretch need no allocation: aliases only.
+    let Some(Ha {
+        primary,
+        db,
+        standby,
+        standby_db,
+        both,
+    }) = ha("timeline", false)
+    else {
         return;
     };
-    let db = TestDb::on(&primary.url, "timeline");
-    prepare(&db.url);
-    // Link writes of the lost stretch need no allocation: aliases only.
-    let standby = primary.standby();
-    let db_name = db.url.rsplit('/').next().unwrap().to_owned();
-    let standby_db = format!("postgres://postgres@127.0.0.1:{}/{db_name}", standby.port());
-    let both = format!(
-        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{db_name}?target_session_attrs=read-write",
-        primary.port(),
-        standby.port()
-    );
     let dirs: Vec<_> = (0..3).map(|_| api::data_dir()).collect();
     let nodes: Vec<Server> = dirs
         .iter()
@@ -161,6 +194,7 @@ fn a_promoted_standby_is_a_new_history_even_when_its_xids_are_past_the_cursors()
     let primary_next = next_xid(&primary.url);
     primary.pg_ctl("stop");
     // No node may reach the promoted standby before its transaction ids are past theirs.
+    let db_name = db.url.rsplit('/').next().unwrap();
     let hba = format!("{}/data/pg_hba.conf", standby.dir);
     let allowed = std::fs::read_to_string(&hba).unwrap();
     std::fs::write(
@@ -237,12 +271,16 @@ fn a_promoted_standby_is_a_new_history_even_when_its_xids_are_past_the_cursors()
 /// published a range the standby lacks), so it goes on making generated keys.
 #[test]
 fn with_a_synchronous_standby_no_acknowledged_write_is_lost_by_a_failover() {
-    let Some(primary) = Cluster::start("sync_standby") else {
+    let Some(Ha {
+        primary,
+        db: _db,
+        standby,
+        standby_db,
+        both,
+    }) = ha("sync_standby", false)
+    else {
         return;
     };
-    let db = TestDb::on(&primary.url, "sync_standby");
-    prepare(&db.url);
-    let standby = primary.standby();
     common::pg::psql(
         &primary.url,
         "ALTER SYSTEM SET synchronous_standby_names = '*'",
@@ -252,13 +290,6 @@ fn with_a_synchronous_standby_no_acknowledged_write_is_lost_by_a_failover() {
         Duration::from_secs(10),
         "the standby is synchronous",
         || common::pg::psql(&primary.url, "SELECT sync_state FROM pg_stat_replication") == "sync",
-    );
-    let db_name = db.url.rsplit('/').next().unwrap().to_owned();
-    let standby_db = format!("postgres://postgres@127.0.0.1:{}/{db_name}", standby.port());
-    let both = format!(
-        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{db_name}?target_session_attrs=read-write",
-        primary.port(),
-        standby.port()
     );
     let (_t, dir) = api::data_dir();
     let mut args = NO_RATE_LIMIT.to_vec();
@@ -375,19 +406,16 @@ fn with_a_synchronous_standby_no_acknowledged_write_is_lost_by_a_failover() {
 /// same keys again.
 #[test]
 fn a_range_is_published_only_once_the_standbys_slot_has_it_so_a_promotion_reissues_no_key() {
-    let Some(primary) = Cluster::start("slot_standby") else {
+    let Some(Ha {
+        primary,
+        db: _db,
+        standby,
+        standby_db,
+        both,
+    }) = ha("slot_standby", true)
+    else {
         return;
     };
-    let db = TestDb::on(&primary.url, "slot_standby");
-    prepare(&db.url);
-    let standby = primary.standby_with_slot();
-    let db_name = db.url.rsplit('/').next().unwrap().to_owned();
-    let standby_db = format!("postgres://postgres@127.0.0.1:{}/{db_name}", standby.port());
-    let both = format!(
-        "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{db_name}?target_session_attrs=read-write",
-        primary.port(),
-        standby.port()
-    );
     let start = |id: &str| {
         let (t, dir) = api::data_dir();
         let mut args = NO_RATE_LIMIT.to_vec();
