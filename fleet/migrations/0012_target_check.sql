@@ -8,6 +8,9 @@
 -- NOT VALID: rows already there are not scanned (no table-long lock on a large table); a
 -- bootstrap still leaves out any such row (`snapshot_link_usable`). Tombstones are exempt, so
 -- an old bad row can still be deleted through the API.
+-- Re-runnable, like every migration (an init interrupted after it, or a test that lowers the
+-- recorded version, runs it again): the constraint is dropped and added back.
+ALTER TABLE ricochet_links DROP CONSTRAINT IF EXISTS ricochet_links_target_storable;
 ALTER TABLE ricochet_links ADD CONSTRAINT ricochet_links_target_storable CHECK (
     deleted
     OR (
