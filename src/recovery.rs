@@ -258,7 +258,7 @@ fn apply(
                 target: Arc::from(l.target.as_str()),
                 status: l.status,
                 created_at_s: l.created_at_s,
-                created_tag: l.flags & shards::link::CREATION_TAG_MASK,
+                created_tag: shards::link::creation_tag(l.flags),
                 expires_at_s: l.expires_at_s,
             };
             memtable.insert(
@@ -352,7 +352,7 @@ fn push_idem(
 
 /// A logged link's creation: its second and tag (`shards::link::CREATION_TAG_MASK`).
 fn creation_of(l: &shards::log::LinkFields) -> (u64, u32) {
-    (l.created_at_s, l.flags & shards::link::CREATION_TAG_MASK)
+    (l.created_at_s, shards::link::creation_tag(l.flags))
 }
 
 /// An idempotency record being carried: request hash, the key it created, its creation.

@@ -17,6 +17,11 @@ pub const MAX_URL_BYTES: usize = 8192;
 /// mode, where the database's creating transaction decides). The other bits are reserved, 0.
 pub const CREATION_TAG_MASK: u32 = 0x00FF_FFFF;
 
+/// The creation tag a link's stored `flags` hold (see [`CREATION_TAG_MASK`]).
+pub fn creation_tag(flags: u32) -> u32 {
+    flags & CREATION_TAG_MASK
+}
+
 /// Makes creation tags (see [`CREATION_TAG_MASK`]) for one owner.
 #[derive(Debug, Default)]
 pub struct CreationTag {

@@ -180,7 +180,7 @@ impl Owner {
             target: Arc::from(l.target),
             status: l.status,
             created_at_s: l.created_at_s,
-            created_tag: l.flags & shards::link::CREATION_TAG_MASK,
+            created_tag: shards::link::creation_tag(l.flags),
             expires_at_s: l.expires_at_s,
         })
     }
