@@ -5,6 +5,24 @@
 //! `RICOCHET_REQUIRE_PG` is set (CI sets it): then a missing server fails them.
 
 use std::process::Command;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// The tests of one binary share one PostgreSQL cluster, and a snapshot's xmin is
+/// cluster-wide: a test that holds a transaction with an xid open holds back the change feed
+/// of every other test's nodes, whatever their database. A test that bounds propagation time
+/// takes [`timed`]; a test that holds xmin takes [`xmin_stall`]; the two never overlap (stalls
+/// may overlap each other; other tests take neither).
+static XMIN: RwLock<()> = RwLock::new(());
+
+/// Held by a test that keeps a transaction with an xid open (see [`XMIN`]).
+pub fn xmin_stall() -> RwLockReadGuard<'static, ()> {
+    XMIN.read().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Held by a test that bounds how fast changes propagate (see [`XMIN`]).
+pub fn timed() -> RwLockWriteGuard<'static, ()> {
+    XMIN.write().unwrap_or_else(|e| e.into_inner())
+}
 
 /// One database of its own per test, dropped at the end.
 pub struct TestDb {
