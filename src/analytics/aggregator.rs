@@ -130,6 +130,55 @@ pub struct Aggregator {
     /// the sync that made them durable failed and is retried first).
     fleet_part: super::fleet::FlushPart,
     fleet_unsynced: super::fleet::FlushPart,
+    /// Merged deltas and their lists, reused by the next batch's classification.
+    spare: Spare,
+}
+
+/// Most merged deltas an aggregator keeps for reuse: two full batches' worth.
+pub const MAX_SPARE_DELTAS: usize = 2 * super::combiner::BATCH_MAX_ENTRIES;
+
+/// Most emptied delta lists an aggregator keeps for reuse.
+const MAX_SPARE_LISTS: usize = 64;
+
+/// Deltas already merged, kept with their vectors' capacity: classifying a click reuses one
+/// instead of allocating the delta's three vectors and growing the owner's list (malloc and
+/// free were a sixth of an aggregator's CPU at 20k clicks/s, perf/reports/
+/// 2026-12-05-issue23-aggregator-allocations.md), CPU the cores' CPUs then lack.
+#[derive(Default)]
+struct Spare {
+    deltas: Vec<Delta>,
+    lists: Vec<Vec<Delta>>,
+}
+
+impl Spare {
+    /// A delta with no clicks, sketches or facets (its key and day are the caller's to set).
+    fn delta(&mut self) -> Delta {
+        self.deltas.pop().unwrap_or_default()
+    }
+
+    /// An empty list for one owner's deltas of a batch.
+    fn list(&mut self) -> Vec<Delta> {
+        self.lists.pop().unwrap_or_default()
+    }
+
+    /// `deltas` were merged: keep them (up to the bounds) for the next batches, emptied at
+    /// once (a kept facet value would keep an interned string alive past its freeze).
+    fn give_back(&mut self, mut deltas: Vec<Delta>) {
+        let room = MAX_SPARE_DELTAS.saturating_sub(self.deltas.len());
+        let keep = deltas.len().min(room);
+        self.deltas.extend(deltas.drain(..keep).map(|mut d| {
+            d.clicks = 0;
+            d.bot_clicks = 0;
+            d.humans.clear();
+            d.bots.clear();
+            d.facets.clear();
+            d
+        }));
+        deltas.clear();
+        if self.lists.len() < MAX_SPARE_LISTS {
+            self.lists.push(deltas);
+        }
+    }
 }
 
 impl Aggregator {
@@ -163,6 +212,7 @@ impl Aggregator {
             retry_lines: (Vec::new(), 0),
             fleet_part: super::fleet::FlushPart::default(),
             fleet_unsynced: super::fleet::FlushPart::default(),
+            spare: Spare::default(),
             s,
         }
     }
@@ -330,7 +380,7 @@ impl Aggregator {
     /// The batch's clicks as deltas (one per combined entry), grouped by owner core.
     fn classify(&mut self, b: &Batch) -> Vec<Vec<Delta>> {
         let n = self.s.router.cores();
-        let mut out: Vec<Vec<Delta>> = (0..n).map(|_| Vec::new()).collect();
+        let mut out: Vec<Vec<Delta>> = (0..n).map(|_| self.spare.list()).collect();
         let salt = self
             .s
             .full
@@ -339,12 +389,10 @@ impl Aggregator {
             self.s.store.pause_point();
             let owner = self.s.router.owner(key.as_bytes()).core;
             let count = u64::from(count);
-            let mut d = Delta {
-                key: key.as_bytes().into(),
-                day: b.day,
-                clicks: count,
-                ..Delta::default()
-            };
+            let mut d = self.spare.delta();
+            d.key = key.as_bytes().into();
+            d.day = b.day;
+            d.clicks = count;
             if let Some(salt) = salt {
                 let class = if ctx.ua == 0 {
                     &self.no_ua
@@ -381,15 +429,13 @@ impl Aggregator {
                     (FacetKind::Os, &class.os),
                     (FacetKind::Device, &class.device),
                 ];
-                d.facets = facets
-                    .into_iter()
-                    .map(|(kind, value)| FacetCount {
+                d.facets
+                    .extend(facets.into_iter().map(|(kind, value)| FacetCount {
                         kind,
                         bot,
                         value: value.clone(),
                         count,
-                    })
-                    .collect();
+                    }));
             }
             out[owner].push(d);
         }
@@ -468,7 +514,7 @@ impl Aggregator {
         self.last_seq[src] = seq;
         self.through_ms[src] = sealed_ms;
         let st = &self.s.stats.per_core[self.s.me];
-        for d in deltas {
+        for d in &deltas {
             self.s.store.pause_point();
             if self
                 .filters
@@ -479,10 +525,11 @@ impl Aggregator {
                 st.filtered.fetch_add(d.clicks, Ordering::Relaxed);
                 continue;
             }
-            self.s.store.merge(&d);
+            self.s.store.merge(d);
             st.records.fetch_add(1, Ordering::Relaxed);
             st.merged_clicks.fetch_add(d.clicks, Ordering::Relaxed);
         }
+        self.spare.give_back(deltas);
     }
 
     fn on_control(&mut self, c: Control) {
@@ -764,4 +811,58 @@ pub fn yield_thread_to_cores(who: &str) -> bool {
         );
     }
     rc == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shards::clicks::{FacetKind, ShortKey};
+
+    fn full_delta(key: &str) -> Delta {
+        let value: Arc<str> = Arc::from("example.com");
+        Delta {
+            key: ShortKey::new(key.as_bytes()),
+            day: 20_000,
+            clicks: 3,
+            bot_clicks: 1,
+            humans: vec![hll::update_of(7)],
+            bots: vec![hll::update_of(9)],
+            facets: vec![FacetCount {
+                kind: FacetKind::Referrer,
+                bot: false,
+                value,
+                count: 3,
+            }],
+        }
+    }
+
+    /// A reused delta carries nothing of the click it held (its counts, sketch updates and
+    /// facet values are gone, so no interned value is kept alive), and the spares stay within
+    /// their bounds however much is given back.
+    #[test]
+    fn a_spare_delta_is_empty_and_the_spares_are_bounded() {
+        let mut spare = Spare::default();
+        let value = full_delta("a").facets[0].value.clone();
+        let mut given: Vec<Delta> = (0..MAX_SPARE_DELTAS + 10)
+            .map(|i| {
+                let mut d = full_delta(&format!("k{i}"));
+                d.facets[0].value = value.clone();
+                d
+            })
+            .collect();
+        given.reserve(1);
+        spare.give_back(given);
+        assert_eq!(spare.deltas.len(), MAX_SPARE_DELTAS);
+        assert_eq!(Arc::strong_count(&value), 1, "no spare holds a facet value");
+        let d = spare.delta();
+        assert_eq!((d.clicks, d.bot_clicks), (0, 0));
+        assert!(d.humans.is_empty() && d.bots.is_empty() && d.facets.is_empty());
+        assert!(d.facets.capacity() >= 1, "the vectors keep their room");
+        let list = spare.list();
+        assert!(list.is_empty() && list.capacity() > MAX_SPARE_DELTAS);
+        for _ in 0..2 * MAX_SPARE_LISTS {
+            spare.give_back(Vec::with_capacity(4));
+        }
+        assert_eq!(spare.lists.len(), MAX_SPARE_LISTS);
+    }
 }
