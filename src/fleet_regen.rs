@@ -91,7 +91,7 @@ impl Follower {
         let Generation { links, at, tables } = std::thread::Builder::new()
             .name("ricochet-fleet-regen".into())
             .spawn(move || {
-                crate::analytics::aggregator::yield_thread_to_cores("fleet regeneration");
+                crate::cpus::yield_thread_to_cores("fleet regeneration");
                 build_generation(&main, &url, cause)
             })?
             .join()

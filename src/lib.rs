@@ -10,6 +10,7 @@ pub mod clock;
 pub mod conns;
 pub mod core;
 pub mod cpus;
+pub mod damped;
 pub mod fleet_node;
 pub mod fleet_regen;
 pub mod fleet_sync;

@@ -22,9 +22,9 @@ pub struct Shared {
     pub fleet: Option<Arc<fleet::FleetStats>>,
     /// The one clock every core's heartbeat is measured on (`probes`).
     pub started: std::time::Instant,
-    /// Damped verdicts of `/readyz` and `/readyz?creates` (`probes::Damped`).
-    pub ready: crate::probes::Damped,
-    pub ready_for_creates: crate::probes::Damped,
+    /// Damped verdicts of `/readyz` and `/readyz?creates` (`damped::Damped`).
+    pub ready: crate::damped::Damped,
+    pub ready_for_creates: crate::damped::Damped,
     /// `docs/openapi.yaml` as JSON (`GET /api/v1/openapi.json`), converted at start.
     pub openapi_json: Vec<u8>,
     /// Click analytics counters (`None` with `--analytics off`).

@@ -61,12 +61,14 @@ pub enum Error {
         /// A file that shows the dir is not empty.
         found: String,
     },
-    /// Tables the inventory lists are gone: the links in them would silently 404.
+    /// Tables the inventory lists are gone: the links in them would silently 404. (The
+    /// message spells `datadir::TABLE_INVENTORY_FILE` out, as the others spell
+    /// MANIFEST.json: errors are the bottom layer and import nothing above them. A test holds
+    /// the two equal.)
     #[error(
-        "{}: {} listed in {} {} missing; refusing to start without the links in them. Restore from a backup, or start with --accept-data-loss to serve without them",
+        "{}: {} listed in tables/INVENTORY {} missing; refusing to start without the links in them. Restore from a backup, or start with --accept-data-loss to serve without them",
         dir.display(),
         missing.join(", "),
-        crate::datadir::TABLE_INVENTORY_FILE,
         if missing.len() == 1 { "is" } else { "are" }
     )]
     MissingTables {
@@ -119,5 +121,22 @@ impl Error {
             op,
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The missing-tables message names the inventory file the data dir really uses.
+    #[test]
+    fn the_missing_tables_message_names_the_inventory_file() {
+        let e = super::Error::MissingTables {
+            dir: "/d".into(),
+            missing: vec!["tables/0007.rtbl".into()],
+        };
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!(" {} ", crate::datadir::TABLE_INVENTORY_FILE)),
+            "{text}"
+        );
     }
 }

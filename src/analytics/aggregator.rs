@@ -771,46 +771,8 @@ impl Aggregator {
     }
 }
 
-/// Puts the calling thread in `SCHED_IDLE`: it runs only when no core thread on its CPU wants
-/// to, and a core that wakes up preempts it at once. Measured (perf/clicks.sh): at normal
-/// priority a batch's classification and merge ran on the core's CPU for milliseconds at a
-/// time and the core's requests waited behind it (p99 from 60 us to 2-4 ms at 5k-20k req/s).
-/// The cost: a core saturated for long leaves its aggregator little CPU, its batches are not
-/// returned, and clicks are dropped (counted) rather than redirects slowed.
-/// The aggregators' nice value: the lowest, so a busy core keeps nearly all of its CPU (at
-/// 10 they took ~3% of a saturated core's; perf/reports/2026-12-01-cbe994046c-clicks.md).
-pub const AGGREGATOR_NICE: libc::c_int = 19;
-
 fn yield_to_cores(me: usize) -> bool {
-    yield_thread_to_cores(&format!("clicks core {me}: the aggregator"))
-}
-
-/// Puts the calling thread in `SCHED_IDLE` (and at [`AGGREGATOR_NICE`], which counts should
-/// the policy be refused): the click aggregators, the fleet click flusher and stats thread, a
-/// fleet regeneration's import. A core thread that wakes on a CPU where such a thread runs
-/// preempts it at once; at nice 19 alone the scheduler may let it finish its slice first, and
-/// the core's requests wait behind it. `who` names it in the report if either call fails.
-/// Returns whether the thread is in `SCHED_IDLE`.
-pub fn yield_thread_to_cores(who: &str) -> bool {
-    // SAFETY: setpriority on the calling thread (who 0 with PRIO_PROCESS is the caller's
-    // thread id on Linux); no pointers.
-    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, AGGREGATOR_NICE) };
-    if rc != 0 {
-        eprintln!(
-            "{who}: cannot lower the thread's priority ({}); it competes with the cores",
-            std::io::Error::last_os_error()
-        );
-    }
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: pid 0 is the calling thread; `param` outlives the call.
-    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-    if rc != 0 {
-        eprintln!(
-            "{who}: cannot enter SCHED_IDLE ({}); it runs at nice {AGGREGATOR_NICE}",
-            std::io::Error::last_os_error()
-        );
-    }
-    rc == 0
+    crate::cpus::yield_thread_to_cores(&format!("clicks core {me}: the aggregator"))
 }
 
 #[cfg(test)]

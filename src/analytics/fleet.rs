@@ -211,7 +211,7 @@ impl FleetClicks {
         std::thread::Builder::new()
             .name("ricochet-fleet-stats".into())
             .spawn(move || {
-                super::aggregator::yield_thread_to_cores("the fleet stats thread");
+                crate::cpus::yield_thread_to_cores("the fleet stats thread");
                 answer_queries(stats_db, q_rx, replies)
             })
             .context("starting the fleet stats thread")?;
@@ -277,7 +277,7 @@ impl Flusher {
 
     fn run(mut self, parts: Receiver<FlushPart>) {
         // A flush's encoding is a burst of CPU: a core on the same CPU goes first.
-        super::aggregator::yield_thread_to_cores("the fleet click flusher");
+        crate::cpus::yield_thread_to_cores("the fleet click flusher");
         let every = Duration::from_millis(self.s.flush_interval_ms);
         let mut next = Instant::now() + every;
         loop {

@@ -22,11 +22,12 @@
 
 mod error;
 mod parse;
+mod record;
 mod spill;
 pub mod vendor;
 
 pub use error::{ImportError, LineError};
-pub use parse::MAX_LINE_BYTES;
+pub use parse::{Format, MAX_LINE_BYTES};
 pub use spill::{MAX_SPILL_FILES, SPILL_BUFFER_BYTES};
 
 use crate::datadir::DataDir;
@@ -36,7 +37,7 @@ use crate::table::{write_table_file, OwnedLink};
 use spill::{read_bucket, SpillWriter};
 use std::fmt;
 use std::ops::ControlFlow;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 /// Most bad lines kept for the report; further errors are only counted. 100 is enough to
@@ -53,36 +54,6 @@ pub const SPILL_DIR: &str = "import.spill";
 
 /// Suffix of a staged (not yet published) table.
 pub const STAGED_SUFFIX: &str = "import";
-
-/// Input format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    /// `key<TAB>long_url[<TAB>status]`; `#` comment lines and blank lines skipped.
-    Tsv,
-    /// `key,long_url[,status]`, RFC 4180 quoting.
-    Csv,
-    /// One JSON object per line: `{"key": .., "long_url": .., "status": ..}` (status optional).
-    Ndjson,
-    /// Another shortener's CSV export (`vendor.rs`); `drop_unsupported` imports rows whose
-    /// unsupported columns hold values (counted in the summary) instead of refusing them.
-    Vendor {
-        vendor: vendor::Vendor,
-        drop_unsupported: bool,
-    },
-}
-
-impl Format {
-    /// The format implied by a file extension (`.tsv`, `.csv`, `.ndjson`, `.jsonl`).
-    pub fn from_path(path: &Path) -> Option<Format> {
-        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
-        match ext.as_str() {
-            "tsv" => Some(Format::Tsv),
-            "csv" => Some(Format::Csv),
-            "ndjson" | "jsonl" => Some(Format::Ndjson),
-            _ => None,
-        }
-    }
-}
 
 /// What to import, and how.
 #[derive(Clone, Debug)]

@@ -1,31 +1,45 @@
 //! Reading TSV, CSV and NDJSON link lists into validated records, one at a time.
 
 use super::error::LineError;
-use super::Format;
-use crate::link::{
-    validate_key, validate_url, LinkError, RedirectStatus, MAX_KEY_BYTES, MAX_URL_BYTES,
-};
+use super::record::{validated, Record};
+use crate::link::{LinkError, RedirectStatus, MAX_KEY_BYTES, MAX_URL_BYTES};
 use std::borrow::Cow;
 use std::io::{BufRead, Read};
 use std::ops::ControlFlow;
+use std::path::Path;
 
 /// Longest input line accepted (TSV, NDJSON), in bytes: a maximal key and URL with room for
 /// JSON quoting and escapes. Longer lines are reported and skipped without being buffered.
 pub const MAX_LINE_BYTES: usize = 4 * (MAX_URL_BYTES + MAX_KEY_BYTES) + 1024;
 
-/// A valid input record.
-pub(crate) struct Record<'a> {
-    pub line: u64,
-    pub key: Cow<'a, str>,
-    pub url: Cow<'a, str>,
-    pub status: RedirectStatus,
-    /// 0 = never (`expires_at`, RFC 3339; refused if not in the future).
-    pub expires_at_s: u64,
-    /// `created_at` (NDJSON), or `None`: the import's own time.
-    pub created_at_s: Option<u64>,
-    /// Columns of another shortener's export whose values were left out
-    /// (`--drop-unsupported`), for the summary.
-    pub dropped: Vec<&'static str>,
+/// Input format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// `key<TAB>long_url[<TAB>status]`; `#` comment lines and blank lines skipped.
+    Tsv,
+    /// `key,long_url[,status]`, RFC 4180 quoting.
+    Csv,
+    /// One JSON object per line: `{"key": .., "long_url": .., "status": ..}` (status optional).
+    Ndjson,
+    /// Another shortener's CSV export (`vendor.rs`); `drop_unsupported` imports rows whose
+    /// unsupported columns hold values (counted in the summary) instead of refusing them.
+    Vendor {
+        vendor: super::vendor::Vendor,
+        drop_unsupported: bool,
+    },
+}
+
+impl Format {
+    /// The format implied by a file extension (`.tsv`, `.csv`, `.ndjson`, `.jsonl`).
+    pub fn from_path(path: &Path) -> Option<Format> {
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        match ext.as_str() {
+            "tsv" => Some(Format::Tsv),
+            "csv" => Some(Format::Csv),
+            "ndjson" | "jsonl" => Some(Format::Ndjson),
+            _ => None,
+        }
+    }
 }
 
 /// Calls `each` with every record or bad line of `input`, in order, until it breaks.
@@ -255,27 +269,4 @@ fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
     r.expires_at_s = expires_at_s;
     r.created_at_s = created_at_s;
     Ok(r)
-}
-
-pub(crate) fn validated<'a>(
-    line: u64,
-    key: Cow<'a, str>,
-    url: Cow<'a, str>,
-    status: RedirectStatus,
-) -> Result<Record<'a>, LineError> {
-    let err = |e: LinkError| LineError {
-        line,
-        message: e.to_string(),
-    };
-    validate_key(key.as_bytes()).map_err(err)?;
-    validate_url(&url).map_err(err)?;
-    Ok(Record {
-        line,
-        key,
-        url,
-        status,
-        expires_at_s: 0,
-        created_at_s: None,
-        dropped: Vec::new(),
-    })
 }

@@ -9,7 +9,7 @@ use std::io::Read;
 use std::ops::ControlFlow;
 
 use super::error::LineError;
-use super::parse::{validated, Record};
+use super::record::{validated, Record};
 use crate::link::RedirectStatus;
 
 /// Whose export.

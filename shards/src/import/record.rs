@@ -1,0 +1,45 @@
+//! A validated import record: what every input format (`parse`, `vendor`) yields per line.
+
+use super::error::LineError;
+use crate::link::{validate_key, validate_url, LinkError, RedirectStatus};
+use std::borrow::Cow;
+
+/// A valid input record.
+pub(crate) struct Record<'a> {
+    pub line: u64,
+    pub key: Cow<'a, str>,
+    pub url: Cow<'a, str>,
+    pub status: RedirectStatus,
+    /// 0 = never (`expires_at`, RFC 3339; refused if not in the future).
+    pub expires_at_s: u64,
+    /// `created_at` (NDJSON), or `None`: the import's own time.
+    pub created_at_s: Option<u64>,
+    /// Columns of another shortener's export whose values were left out
+    /// (`--drop-unsupported`), for the summary.
+    pub dropped: Vec<&'static str>,
+}
+
+/// A record of `key` and `url` after the link rules (`link::validate_key`, `validate_url`);
+/// expiry, creation time and dropped columns are the caller's to fill in.
+pub(crate) fn validated<'a>(
+    line: u64,
+    key: Cow<'a, str>,
+    url: Cow<'a, str>,
+    status: RedirectStatus,
+) -> Result<Record<'a>, LineError> {
+    let err = |e: LinkError| LineError {
+        line,
+        message: e.to_string(),
+    };
+    validate_key(key.as_bytes()).map_err(err)?;
+    validate_url(&url).map_err(err)?;
+    Ok(Record {
+        line,
+        key,
+        url,
+        status,
+        expires_at_s: 0,
+        created_at_s: None,
+        dropped: Vec::new(),
+    })
+}
