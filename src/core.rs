@@ -67,7 +67,7 @@ pub struct CoreSetup {
     /// Answers from the click aggregators (stats, purges), unless analytics is off.
     pub clicks_inbox: Option<crate::service::Inbox<crate::analytics::ToCore>>,
     /// Fleet mode: the link writer's answers and the change feed's rows.
-    pub fleet_inbox: Option<crate::service::Inbox<crate::fleet_sync::FleetToCore>>,
+    pub fleet_inbox: Option<crate::service::Inbox<crate::fleet_mode::messages::FleetToCore>>,
 }
 
 /// One core's loop state.
@@ -79,7 +79,7 @@ pub struct Core {
     api: ApiClient,
     flights: Flights,
     clicks_inbox: Option<crate::service::Inbox<crate::analytics::ToCore>>,
-    fleet_inbox: Option<crate::service::Inbox<crate::fleet_sync::FleetToCore>>,
+    fleet_inbox: Option<crate::service::Inbox<crate::fleet_mode::messages::FleetToCore>>,
     mesh: Mesh,
     clock: Clock,
     shared: Arc<Shared>,
@@ -292,21 +292,20 @@ impl Core {
             };
             any = true;
             match m {
-                crate::fleet_sync::FleetToCore::Written(a) => {
-                    self.owner
-                        .on_fleet_written(a, self.clock.now_s, &mut self.mesh)
-                }
-                crate::fleet_sync::FleetToCore::Feed { batch, rows } => {
+                crate::fleet_mode::messages::FleetToCore::Written(a) => self
+                    .owner
+                    .on_fleet_written(a, self.clock.now_s, &mut self.mesh),
+                crate::fleet_mode::messages::FleetToCore::Feed { batch, rows } => {
                     self.owner.on_feed_batch(batch, rows)
                 }
-                crate::fleet_sync::FleetToCore::Read(a) => {
+                crate::fleet_mode::messages::FleetToCore::Read(a) => {
                     self.owner.on_read(a, self.clock.now_s, &mut self.mesh)
                 }
-                crate::fleet_sync::FleetToCore::Ceilings(c) => self.owner.on_ceilings(c),
-                crate::fleet_sync::FleetToCore::Resets { batch, keys } => {
+                crate::fleet_mode::messages::FleetToCore::Ceilings(c) => self.owner.on_ceilings(c),
+                crate::fleet_mode::messages::FleetToCore::Resets { batch, keys } => {
                     self.owner.on_resets(batch, keys, &mut self.mesh)
                 }
-                crate::fleet_sync::FleetToCore::Regen { batch, step } => {
+                crate::fleet_mode::messages::FleetToCore::Regen { batch, step } => {
                     self.owner.on_regen(batch, step)
                 }
             }

@@ -54,4 +54,3 @@ impl Damped {
         self.ready.load(Ordering::Relaxed)
     }
 }
-

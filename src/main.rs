@@ -36,7 +36,7 @@ enum Cmd {
     /// Fleet mode: the PostgreSQL schema, namespaces and the failover runbook's commands.
     Fleet {
         #[command(subcommand)]
-        cmd: ricochet::fleet_node::FleetCommand,
+        cmd: ricochet::fleet_mode::cli::FleetCommand,
     },
     /// Write every live link of a data dir (a consistent snapshot, safe while a server runs)
     /// in a format `ricochet import` reads back: the backup and migration path.
@@ -371,23 +371,25 @@ fn main() -> ExitCode {
                     fail_sync: a.fault_fail_click_sync,
                     service_cpus: a.service_cpus.map(|l| l.0),
                 },
-                fleet: a.fleet_pg.map(|url| ricochet::fleet_node::FleetOptions {
-                    url,
-                    namespace: a.namespace.expect("clap requires --namespace"),
-                    node_id: a.node_id.expect("clap requires --node-id"),
-                    click_flush_ms: a.fleet_click_flush_ms,
-                    faults: fleet::FleetFaults {
-                        lose_commit_reply_from: a.test_fleet_lose_commit_reply_from,
-                        rollback_as_uncertain_from: a.test_fleet_rollback_as_uncertain_from,
-                        freeze_at_commit_from: None,
-                    },
-                    pause_feed_file: a.test_fleet_pause_feed,
-                }),
+                fleet: a
+                    .fleet_pg
+                    .map(|url| ricochet::fleet_mode::node::FleetOptions {
+                        url,
+                        namespace: a.namespace.expect("clap requires --namespace"),
+                        node_id: a.node_id.expect("clap requires --node-id"),
+                        click_flush_ms: a.fleet_click_flush_ms,
+                        faults: fleet::FleetFaults {
+                            lose_commit_reply_from: a.test_fleet_lose_commit_reply_from,
+                            rollback_as_uncertain_from: a.test_fleet_rollback_as_uncertain_from,
+                            freeze_at_commit_from: None,
+                        },
+                        pause_feed_file: a.test_fleet_pause_feed,
+                    }),
             })
         }
         Cmd::Keys(k) => ricochet::api::keys::run_keys_command(&k.data_dir, k.cmd),
         Cmd::Import(a) => import(a),
-        Cmd::Fleet { cmd } => ricochet::fleet_node::run_command(cmd),
+        Cmd::Fleet { cmd } => ricochet::fleet_mode::cli::run_command(cmd),
         Cmd::Export(a) => export(a),
         Cmd::Config {
             cmd: ConfigCommand::Check { file, flags },

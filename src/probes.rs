@@ -17,8 +17,8 @@
 //! without `creates`) answers JSON with one entry per check.
 
 pub use crate::damped::{Damped, READY_FALL_MS, READY_RISE_MS};
-use std::sync::atomic::Ordering;
 use crate::shared::Shared;
+use std::sync::atomic::Ordering;
 
 /// A core whose sweep heartbeat is older than this is stalled: `/livez` fails. Sweeps run every
 /// 100 ms and a parked core wakes at least every `PARK_MAX_MS` (100 ms): 2 s is 10 missed

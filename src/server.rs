@@ -74,7 +74,7 @@ pub struct ServeOptions {
     pub accept_data_loss: bool,
     /// `--fleet-pg`: allocate IDs from a PostgreSQL namespace shared by the fleet, under the
     /// fleet's key-space secret, instead of the data dir's own authority.
-    pub fleet: Option<crate::fleet_node::FleetOptions>,
+    pub fleet: Option<crate::fleet_mode::node::FleetOptions>,
     /// Test only (`--test-stall-core N --test-stall-after-ms T`): core N blocks once at T.
     pub test_stall: Option<(usize, u64)>,
     /// Click analytics (`--analytics`, `--client-ip`, `--click-retention-days`,
@@ -152,7 +152,10 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     // Fleet mode: whether the database answers. A bootstrapped node starts without it and
     // serves what it holds; one with nothing to serve yet is refused.
     let fleet_db = match &opts.fleet {
-        Some(f) => Some(crate::fleet_node::database_at_start(dir.path(), &f.url)?),
+        Some(f) => Some(crate::fleet_mode::node::database_at_start(
+            dir.path(),
+            &f.url,
+        )?),
         None => None,
     };
     let fleet_db_answers = fleet_db.as_ref().is_some_and(|d| d.answers());
@@ -161,8 +164,12 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     // the logs are read, and bootstrapped below. (With the database down, the follower makes
     // the same check once it answers, and regenerates the links while serving.)
     if let Some(f) = opts.fleet.as_ref().filter(|_| fleet_db_answers) {
-        if dir.path().join(crate::fleet_node::MARKER_FILE).exists() {
-            crate::fleet_sync::rebootstrap_if_behind(&dir, &f.url)
+        if dir
+            .path()
+            .join(crate::fleet_mode::node::MARKER_FILE)
+            .exists()
+        {
+            crate::fleet_mode::bootstrap::rebootstrap_if_behind(&dir, &f.url)
                 .context("checking the feed cursor against the database")?;
         }
     }
@@ -203,19 +210,23 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let links: u64 = tables.iter().flatten().map(|t| t.len()).sum();
     // A fleet node's links come from the fleet database; a single node's do not: never mix.
     let logged: usize = logs.iter().map(|l| l.memtable.len()).sum();
-    crate::fleet_node::check_marker(dir.path(), opts.fleet.is_some(), links + logged as u64)?;
+    crate::fleet_mode::node::check_marker(dir.path(), opts.fleet.is_some(), links + logged as u64)?;
     // A fleet node with nothing yet starts from a snapshot of the database, not the feed's
     // whole history.
     let links = match &opts.fleet {
         Some(f)
             if links == 0
                 && logged == 0
-                && !dir.path().join(crate::fleet_sync::CURSOR_FILE).exists() =>
+                && !dir
+                    .path()
+                    .join(crate::fleet_mode::files::CURSOR_FILE)
+                    .exists() =>
         {
             let t = Instant::now();
-            let n = crate::fleet_sync::bootstrap(&dir, &f.url).context("fleet bootstrap")?;
+            let n =
+                crate::fleet_mode::bootstrap::bootstrap(&dir, &f.url).context("fleet bootstrap")?;
             // A re-bootstrap (its marker) is complete once the cursor is saved.
-            crate::fleet_sync::rebootstrap_done(dir.path())
+            crate::fleet_mode::files::rebootstrap_done(dir.path())
                 .context("removing the re-bootstrap marker")?;
             eprintln!(
                 "fleet: bootstrapped {n} links from a database snapshot in {:.1} s",
@@ -245,7 +256,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         }
         Some(f) => {
             let at_start = fleet_db.as_ref().expect("fleet mode");
-            let node = crate::fleet_node::open(dir.path(), f, at_start)?;
+            let node = crate::fleet_mode::node::open(dir.path(), f, at_start)?;
             let allocator = shards::alloc::AllocatorService::start(Box::new(node.authority), false)
                 .context("starting the allocator thread")?;
             (allocator, node.secret, Some(node.stats))
@@ -310,7 +321,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             let totals = click_stats.clone();
             Some(crate::analytics::fleet::FleetClicksSetup {
                 url: f.url.clone(),
-                node: crate::fleet_node::click_identity(dir.path())?,
+                node: crate::fleet_mode::node::click_identity(dir.path())?,
                 node_id: f.node_id.clone(),
                 retention_days: opts.analytics.retention_days,
                 flush_interval_ms: f.click_flush_ms,
@@ -652,10 +663,11 @@ fn start_fleet_links(
 ) -> anyhow::Result<
     Vec<(
         crate::owner::fleet::FleetLinks,
-        crate::service::Inbox<crate::fleet_sync::FleetToCore>,
+        crate::service::Inbox<crate::fleet_mode::messages::FleetToCore>,
     )>,
 > {
-    use crate::fleet_sync::{FleetToCore, Follower, FLEET_OUTLET_CAPACITY};
+    use crate::fleet_mode::follower::Follower;
+    use crate::fleet_mode::messages::{FleetToCore, FLEET_OUTLET_CAPACITY};
     let (Some(f), Some(stats)) = (&opts.fleet, &shared.fleet) else {
         return Ok(Vec::new());
     };

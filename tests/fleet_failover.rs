@@ -105,7 +105,7 @@ fn lost_links(dir: &Path) -> std::collections::HashMap<String, String> {
     let mut lost = std::collections::HashMap::new();
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if !name.starts_with(ricochet::fleet_regen::LOST_FILE_PREFIX) {
+        if !name.starts_with(ricochet::fleet_mode::lost::LOST_FILE_PREFIX) {
             continue;
         }
         for l in std::fs::read_to_string(e.path()).unwrap().lines() {

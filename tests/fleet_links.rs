@@ -825,7 +825,7 @@ fn a_cursor_ahead_of_the_database_bootstraps_again() {
         .filter(|e| {
             e.file_name()
                 .to_string_lossy()
-                .starts_with(ricochet::fleet_regen::LOST_FILE_PREFIX)
+                .starts_with(ricochet::fleet_mode::lost::LOST_FILE_PREFIX)
         })
         .map(|e| std::fs::read_to_string(e.path()).unwrap())
         .collect();
@@ -835,7 +835,7 @@ fn a_cursor_ahead_of_the_database_bootstraps_again() {
         "{lost:?}"
     );
     assert!(!dir
-        .join(ricochet::fleet_sync::HELD_BEFORE_REBOOTSTRAP_FILE)
+        .join(ricochet::fleet_mode::files::HELD_BEFORE_REBOOTSTRAP_FILE)
         .exists());
 }
 
@@ -1074,9 +1074,9 @@ fn a_node_behind_the_tombstone_horizon_bootstraps_again() {
         b.stderr_lines()
     );
     assert!(!dir_b
-        .join(ricochet::fleet_sync::REBOOTSTRAP_MARKER)
+        .join(ricochet::fleet_mode::files::REBOOTSTRAP_MARKER)
         .exists());
-    let held = ricochet::fleet_sync::load_identity(&dir_b)
+    let held = ricochet::fleet_mode::files::load_identity(&dir_b)
         .unwrap()
         .unwrap();
     assert_eq!(held.removals, Some(1), "{held:?}");
@@ -1267,9 +1267,9 @@ fn a_running_node_behind_the_horizon_regenerates_while_serving() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(!dir_b
-        .join(ricochet::fleet_sync::REBOOTSTRAP_MARKER)
+        .join(ricochet::fleet_mode::files::REBOOTSTRAP_MARKER)
         .exists());
-    assert!(!dir_b.join(ricochet::fleet_regen::REGEN_DIR).exists());
+    assert!(!dir_b.join(ricochet::fleet_mode::files::REGEN_DIR).exists());
     let check = |b: &Server, links: &[(String, String)]| {
         for (k, u) in links {
             assert_eq!(answer(b, k), (302, Some(u.clone())), "{k} on b");
@@ -1339,7 +1339,7 @@ fn a_node_whose_database_is_replaced_takes_its_links_from_the_new_one() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    let first = ricochet::fleet_sync::load_identity(&dir)
+    let first = ricochet::fleet_mode::files::load_identity(&dir)
         .unwrap()
         .expect("an identity");
 
@@ -1367,7 +1367,9 @@ fn a_node_whose_database_is_replaced_takes_its_links_from_the_new_one() {
     for k in &kept {
         assert_eq!(answer(&s, k).0, 302, "{k}");
     }
-    let second = ricochet::fleet_sync::load_identity(&dir).unwrap().unwrap();
+    let second = ricochet::fleet_mode::files::load_identity(&dir)
+        .unwrap()
+        .unwrap();
     assert_ne!(first, second);
     // A writer session ended with the old database may answer its first write 503 (outcome
     // unknown); the client retries with an Idempotency-Key, as that answer asks.

@@ -531,7 +531,7 @@ fn a_promoted_lagging_standby_fences_the_node() {
         .find(|e| {
             e.file_name()
                 .to_string_lossy()
-                .starts_with(ricochet::fleet_regen::LOST_FILE_PREFIX)
+                .starts_with(ricochet::fleet_mode::lost::LOST_FILE_PREFIX)
         })
         .expect("a file of the links the rollback lost")
         .path();

@@ -10,7 +10,7 @@
 //! import. A child naming its parent module (`super::Thing`) is one.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use syn::visit::Visit;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -179,7 +179,7 @@ impl Paths {
         use proc_macro2::TokenTree;
         let mut run: Vec<String> = Vec::new();
         let mut colons = 0;
-        let mut flush = |run: &mut Vec<String>, out: &mut Vec<Vec<String>>| {
+        let flush = |run: &mut Vec<String>, out: &mut Vec<Vec<String>>| {
             if run.len() > 1 {
                 out.push(std::mem::take(run));
             }
@@ -411,7 +411,10 @@ fn a_planted_circle_is_found() {
     );
     w("a/b.rs", "pub struct B(super::A);\n");
     w("x.rs", "pub fn f() { crate::y::g() }\npub struct X;\n");
-    w("y.rs", "pub fn g() { let _ = format!(\"{}\", crate::z::N); }\n");
+    w(
+        "y.rs",
+        "pub fn g() { let _ = format!(\"{}\", crate::z::N); }\n",
+    );
     w("z.rs", "use crate::{a, x::X};\npub const N: u8 = 1;\n");
     let g = graph(dir.path(), &[("planted", "src", "lib.rs")]);
     let found = circles(&g);

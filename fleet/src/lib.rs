@@ -47,7 +47,7 @@ pub use ceiling::{CEILING_STEP, RANGE_MATURITY_MS};
 pub use db::{check_url, Db, FailureClass, FleetError};
 pub use evidence::{Evidence, EVIDENCE_FILE_NAME};
 pub use schema::{init, load_secret, schema_version, InitReport, MIGRATIONS, SCHEMA_VERSION};
-pub use stats::{DbRefusal, FleetStats, FleetStatsSnapshot};
+pub use stats::{DbRefusal, FleetStats, FleetStatsSnapshot, DB_REFUSED_RECHECK_MS};
 
 /// Longest any single database call may take, measured on our side (connect, each statement,
 /// the allocation transaction as a whole). Past it the session is dropped and the call fails

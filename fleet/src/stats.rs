@@ -12,6 +12,10 @@ pub const LATENCY_BUCKETS_US: [u64; 12] = [
     250, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 500_000, 1_000_000, 2_000_000,
 ];
 
+/// How often a database that failed the start's checks (another schema version, another
+/// fleet's secret, no namespace) is checked again while the node serves what it holds.
+pub const DB_REFUSED_RECHECK_MS: u64 = 1_000;
+
 /// Why a node does not use the database that answers (it serves the links it holds and
 /// refuses creates, edits and misses meanwhile; checked again while it lasts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

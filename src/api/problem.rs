@@ -218,7 +218,7 @@ impl Problem {
                 "{}. Nothing was written. Redirects of the links this node holds keep working; \
                  creates and edits resume once the database passes the check (every {} ms).",
                 why.explain(),
-                crate::fleet_sync::DB_REFUSED_RECHECK_MS
+                fleet::DB_REFUSED_RECHECK_MS
             ),
         )
     }

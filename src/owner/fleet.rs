@@ -23,7 +23,7 @@
 use super::writes::{Durable, MemEntry, Then};
 use super::Owner;
 use crate::api::request::ExpiryUpdate;
-use crate::fleet_sync::{FeedAck, FeedLink};
+use crate::fleet_mode::messages::{FeedAck, FeedLink};
 use crate::key::InlineKey;
 use crate::mesh::{Answer, Fetched, RedirectMsg, Target};
 use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReplyTo, WriteOutcome, WriteReq};

@@ -453,7 +453,7 @@ fn compaction_starts_at_its_trigger_under_sustained_writes() {
 /// removes the folded log, and makes every core forget its cached answers.
 #[test]
 fn a_regeneration_swaps_a_new_generation_in_and_keeps_later_writes() {
-    use crate::fleet_sync::FeedLink;
+    use crate::fleet_mode::messages::FeedLink;
     use crate::owner::regen::RegenStep;
     let mut rig = Rig::compacting_at(usize::MAX);
     let (ack_tx, acks) = crossbeam::channel::bounded(16);
@@ -477,7 +477,7 @@ fn a_regeneration_swaps_a_new_generation_in_and_keeps_later_writes() {
         deleted: false,
         version,
     };
-    let ack = |acks: &crossbeam::channel::Receiver<crate::fleet_sync::FeedAck>| {
+    let ack = |acks: &crossbeam::channel::Receiver<crate::fleet_mode::messages::FeedAck>| {
         let a = acks.try_recv().expect("an ack");
         assert!(a.ok, "{a:?}");
         a.batch
@@ -669,7 +669,7 @@ impl ModelDb {
 /// state of every key. A late answer older than a delete the node applied meanwhile must
 /// not bring the link back.
 fn run_fleet(steps: &[FleetStep]) {
-    use crate::fleet_sync::FeedLink;
+    use crate::fleet_mode::messages::FeedLink;
     use crate::owner::regen::RegenStep;
     let mut rig = Rig::in_data_dir();
     let (ack_tx, acks) = crossbeam::channel::bounded(1024);
@@ -707,7 +707,7 @@ fn run_fleet(steps: &[FleetStep]) {
         deleted: t.is_none(),
         version: *v,
     };
-    let drain_acks = |acks: &crossbeam::channel::Receiver<crate::fleet_sync::FeedAck>| {
+    let drain_acks = |acks: &crossbeam::channel::Receiver<crate::fleet_mode::messages::FeedAck>| {
         while let Ok(a) = acks.try_recv() {
             assert!(a.ok, "{a:?}");
         }

@@ -3,10 +3,9 @@
 //! crate; this module only wires it in, on the main thread before the cores start, or hands
 //! the authority to the allocator's service thread. No core thread calls into it.
 
+use anyhow::{bail, Context};
 use std::path::Path;
 use std::sync::Arc;
-
-use anyhow::{bail, Context};
 
 /// `serve --fleet-pg`: where this node allocates from.
 #[derive(Clone, Debug)]
@@ -146,9 +145,9 @@ pub fn database_at_start(data_dir: &Path, url: &str) -> anyhow::Result<DbAtStart
     };
     let has = |f: &str| data_dir.join(f).exists();
     let serves_alone = has(MARKER_FILE)
-        && has(crate::fleet_sync::CURSOR_FILE)
+        && has(super::files::CURSOR_FILE)
         && has(shards::keygen::SECRET_FILE_NAME)
-        && !has(crate::fleet_sync::REBOOTSTRAP_MARKER);
+        && !has(super::files::REBOOTSTRAP_MARKER);
     if !serves_alone {
         bail!(
             "the fleet database does not answer ({e}), and data dir {} holds no bootstrapped \
@@ -250,193 +249,4 @@ pub fn open(
         secret,
         stats,
     })
-}
-
-/// `ricochet fleet ...`.
-#[derive(clap::Subcommand)]
-pub enum FleetCommand {
-    /// Create or upgrade the fleet schema and the fleet's key-space secret (idempotent).
-    Init {
-        /// PostgreSQL URL of the primary, e.g. postgres://ricochet@db:5432/ricochet
-        #[arg(long)]
-        pg: String,
-    },
-    /// Manage namespaces: disjoint ID ranges, one per region or fleet.
-    Namespace {
-        #[command(subcommand)]
-        cmd: NamespaceCommand,
-    },
-    /// API keys shared by every node of the fleet (each node reads them about once a second).
-    Keys {
-        #[command(subcommand)]
-        cmd: FleetKeysCommand,
-    },
-    /// Remove tombstones (deleted links) last changed more than --older-than-s seconds ago,
-    /// raising the tombstone horizon past them; nodes do this on their own for tombstones
-    /// older than 7 days. A node whose feed is not past the horizon bootstraps again.
-    GcTombstones {
-        #[arg(long)]
-        pg: String,
-        /// Age in seconds (default: 7 days).
-        #[arg(long, default_value_t = fleet::feed::TOMBSTONE_RETENTION_DAYS * 86_400)]
-        older_than_s: u64,
-    },
-    /// Runbook: raise a namespace's next_id past every ID any node may hold (never lowers).
-    RaiseNextId {
-        #[arg(long)]
-        pg: String,
-        /// Namespace name.
-        name: String,
-        /// New next_id.
-        #[arg(long)]
-        to: u64,
-    },
-}
-
-#[derive(clap::Subcommand)]
-pub enum FleetKeysCommand {
-    /// Create a key; its plaintext is printed once and stored nowhere (only its SHA-256).
-    Create {
-        #[arg(long)]
-        pg: String,
-        /// A label for the key (1 to 64 visible ASCII characters).
-        name: String,
-    },
-    /// List the keys (ids, names, times; never secrets).
-    List {
-        #[arg(long)]
-        pg: String,
-    },
-    /// Revoke a key on every node (within about a second).
-    Revoke {
-        #[arg(long)]
-        pg: String,
-        id: String,
-    },
-}
-
-#[derive(clap::Subcommand)]
-pub enum NamespaceCommand {
-    /// Create a namespace owning IDs [lo, hi) (again with the same range: no-op).
-    Create {
-        #[arg(long)]
-        pg: String,
-        name: String,
-        #[arg(long)]
-        lo: u64,
-        #[arg(long)]
-        hi: u64,
-    },
-    /// Show a namespace: range, next_id and what its audit says.
-    Show {
-        #[arg(long)]
-        pg: String,
-        name: String,
-    },
-}
-
-/// Runs a `ricochet fleet` command, printing what it did.
-pub fn run_command(cmd: FleetCommand) -> anyhow::Result<()> {
-    match cmd {
-        FleetCommand::Init { pg } => {
-            // Reached within the usual bound first: the long one is for the migrations only.
-            fleet::schema_version(&mut fleet::Db::new(&pg)?)?;
-            let mut db = fleet::Db::new(&pg)?.with_timeout(fleet::MIGRATION_TIMEOUT_MS);
-            let r = fleet::init(&mut db)?;
-            println!(
-                "fleet schema at {}: version {} -> {}; key-space secret {}",
-                db.target(),
-                r.from_version,
-                r.to_version,
-                if r.secret_created { "created" } else { "kept" }
-            );
-        }
-        FleetCommand::Namespace {
-            cmd: NamespaceCommand::Create { pg, name, lo, hi },
-        } => {
-            let mut db = fleet::Db::new(&pg)?;
-            print_namespace(&fleet::create_namespace(&mut db, &name, lo, hi)?);
-        }
-        FleetCommand::Namespace {
-            cmd: NamespaceCommand::Show { pg, name },
-        } => {
-            let mut db = fleet::Db::new(&pg)?;
-            match fleet::show_namespace(&mut db, &name)? {
-                Some(ns) => print_namespace(&ns),
-                None => bail!("no namespace {name:?} in {}", db.target()),
-            }
-        }
-        FleetCommand::Keys { cmd } => run_keys(cmd)?,
-        FleetCommand::GcTombstones { pg, older_than_s } => {
-            let mut db = fleet::Db::new(&pg)?;
-            let mut total = 0;
-            let horizon = loop {
-                let (n, h) = fleet::feed::purge_tombstones(&mut db, older_than_s)?;
-                total += n;
-                if n < fleet::feed::TOMBSTONE_GC_BATCH as u64 {
-                    break h;
-                }
-            };
-            println!("removed {total} tombstones; tombstone horizon: transaction {horizon}");
-        }
-        FleetCommand::RaiseNextId { pg, name, to } => {
-            let mut db = fleet::Db::new(&pg)?;
-            print_namespace(&fleet::raise_next_id(&mut db, &name, to)?);
-        }
-    }
-    Ok(())
-}
-
-fn print_namespace(ns: &fleet::NamespaceRow) {
-    println!(
-        "namespace {}: [{}, {}) next_id {} ({} IDs left); audit: {} intervals, {} IDs, highest end {}",
-        ns.name,
-        ns.lo,
-        ns.hi,
-        ns.next_id,
-        ns.hi - ns.next_id,
-        ns.audited_intervals,
-        ns.audited_ids,
-        ns.audited_max_end
-    );
-}
-
-fn run_keys(cmd: FleetKeysCommand) -> anyhow::Result<()> {
-    match cmd {
-        FleetKeysCommand::Create { pg, name } => {
-            let mut db = fleet::Db::new(&pg)?;
-            let (key, plaintext) = crate::api::keys::new_fleet_key(&name)?;
-            fleet::keys::insert_key(&mut db, &key)?;
-            eprintln!(
-                "created fleet API key {} ({name}); every node accepts it within about a second. \
-                 The key (shown once, store it now):",
-                key.id
-            );
-            println!("{plaintext}");
-        }
-        FleetKeysCommand::List { pg } => {
-            let mut db = fleet::Db::new(&pg)?;
-            for k in fleet::keys::list_keys(&mut db)? {
-                let state = match k.revoked_at_s {
-                    Some(t) => format!("revoked at {t}"),
-                    None => "active".to_owned(),
-                };
-                println!(
-                    "{}\t{}\tcreated at {}\t{state}",
-                    k.id, k.name, k.created_at_s
-                );
-            }
-        }
-        FleetKeysCommand::Revoke { pg, id } => {
-            let mut db = fleet::Db::new(&pg)?;
-            match fleet::keys::revoke_key(&mut db, &id, crate::api::timefmt::now_s())? {
-                Some(true) => println!(
-                    "revoked fleet API key {id}; every node refuses it within about a second"
-                ),
-                Some(false) => println!("fleet API key {id} was already revoked"),
-                None => bail!("no fleet API key {id:?} in {}", db.target()),
-            }
-        }
-    }
-    Ok(())
 }
