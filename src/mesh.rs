@@ -38,6 +38,14 @@ pub const MAX_OUTBOX_MSGS: usize = MESH_CHANNEL_CAPACITY;
 use crate::target::TableView;
 pub use crate::target::Target;
 
+/// What a shard answered for one page.
+#[derive(Debug)]
+pub struct ListedShard {
+    pub items: Vec<LinkInfo>,
+    /// No live link of the shard comes after the last item.
+    pub complete: bool,
+}
+
 /// What a redirect needs to know about a link.
 #[derive(Clone, Debug)]
 pub struct Answer {
@@ -173,7 +181,7 @@ pub enum WriteOutcome {
     /// Too many idempotent requests in flight.
     Busy,
     /// A page of one shard's links.
-    Listed(Box<crate::owner::listing::ListedShard>),
+    Listed(Box<ListedShard>),
 }
 
 /// Largest a mesh message may be. The queues hold messages by value (no allocation per

@@ -13,37 +13,45 @@ pub mod classify;
 pub mod combiner;
 pub mod export;
 pub mod fleet;
+mod launch;
 pub mod page;
 pub mod salts;
 pub mod stats;
 pub mod step_aside;
 
 pub use combiner::{client_ip, referrer_host};
+pub use launch::{start, Aggregators, CoreClicks};
 
 use crate::key::InlineKey;
-use crate::mesh::{Doorbells, ReplyTo};
-use crate::router::Router;
-use crate::service::{Inbox, Outlets};
-use crossbeam::channel::{bounded, Sender};
-use std::path::{Path, PathBuf};
+
+use crate::mesh::ReplyTo;
+
+use std::path::PathBuf;
+
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 /// How often an owner's aggregator makes merged clicks durable (group commit). With the
 /// sweep's hand-off (`core::TIMEOUT_SWEEP_INTERVAL_MS`) it bounds what kill -9 loses: ~1.1 s.
 pub const CLICK_SYNC_INTERVAL_MS: u64 = 1_000;
+
 /// Days of closed per-link stats kept (`--click-retention-days`).
 pub const DEFAULT_RETENTION_DAYS: u32 = 400;
+
 /// Most days `--click-retention-days` takes.
 pub const MAX_RETENTION_DAYS: u32 = 3_660;
+
 /// Queries and purges waiting for one aggregator.
 pub const CONTROL_QUEUE_CAPACITY: usize = 1_024;
+
 /// Answers waiting for one core (a core keeps fewer than this many stats queries in flight).
 pub const REPLY_QUEUE_CAPACITY: usize = 1_024;
+
 /// Stats queries one core may have in flight; past it they answer 503.
 pub const MAX_STATS_IN_FLIGHT_PER_CORE: usize = 512;
+
 /// Messages one aggregator's peer queue holds.
 pub const PEER_QUEUE_CAPACITY: usize = 256;
+
 /// The country of every click until a GeoIP database is configured.
 pub const NO_COUNTRY: &str = "ZZ";
 
@@ -181,151 +189,6 @@ impl ClickStats {
             .map(|c| c.dropped.load(Ordering::Relaxed))
             .sum()
     }
-}
-
-/// What one core holds of analytics.
-pub struct CoreClicks {
-    pub combiner: combiner::Combiner,
-    /// Every core's aggregator, by core.
-    pub control: Vec<Sender<Control>>,
-    pub inbox: Inbox<ToCore>,
-    pub client_ip: ClientIp,
-    /// Fleet mode: stats queries go to the fleet stats thread instead of the aggregators.
-    pub fleet_queries: Option<Sender<Control>>,
-}
-
-/// The running aggregator threads.
-pub struct Aggregators {
-    handles: Vec<std::thread::JoinHandle<()>>,
-    fleet: Option<fleet::FleetClicks>,
-}
-
-impl Aggregators {
-    /// Waits for every aggregator to finish (after every core closed its combiner).
-    pub fn join(self) {
-        for h in self.handles {
-            if h.join().is_err() {
-                eprintln!("a click aggregator panicked; clicks since its last sync are lost");
-            }
-        }
-        if let Some(f) = self.fleet {
-            f.join();
-        }
-    }
-}
-
-/// Recovers the click store and starts one aggregator per core. `None` with `Mode::Off`.
-pub fn start(
-    cfg: &AnalyticsConfig,
-    data_dir: &Path,
-    router: Router,
-    bells: Arc<Doorbells>,
-    stats: Arc<ClickStats>,
-    fleet: Option<fleet::FleetClicksSetup>,
-) -> anyhow::Result<Option<(Vec<CoreClicks>, Aggregators)>> {
-    use anyhow::Context;
-    if cfg.mode == Mode::Off {
-        return Ok(None);
-    }
-    let cores = router.cores();
-    let (dir, rec) =
-        shards::clicks::files::ClickDir::open(data_dir, cores, |k| router.owner(k).core)
-            .context("recovering click analytics")?;
-    if rec.torn_bytes > 0 {
-        eprintln!(
-            "clicks: cut {} bytes of torn click-log tail (clicks of the last moments before a crash)",
-            rec.torn_bytes
-        );
-    }
-    let classifier = Arc::new(
-        classify::Classifier::new(cfg.bot_patterns.as_deref()).map_err(|e| anyhow::anyhow!(e))?,
-    );
-    let geoip = match &cfg.geoip {
-        Some(p) => Some(Arc::new(maxminddb::Reader::open_readfile(p).map_err(
-            |e| anyhow::anyhow!("--geoip {}: not a MaxMind database: {e}", p.display()),
-        )?)),
-        None => None,
-    };
-    let salts = Arc::new(Mutex::new(
-        salts::SaltBook::open(&data_dir.join("clicks")).map_err(|e| anyhow::anyhow!(e))?,
-    ));
-    let (outlets, inboxes) = Outlets::new(cores, REPLY_QUEUE_CAPACITY, bells.clone());
-    let replies = Arc::new(outlets);
-    let fleet = match fleet {
-        Some(f) => Some(fleet::FleetClicks::start(
-            f,
-            replies.clone(),
-            salts.clone(),
-        )?),
-        None => None,
-    };
-    let (control_tx, control_rx): (Vec<_>, Vec<_>) =
-        (0..cores).map(|_| bounded(CONTROL_QUEUE_CAPACITY)).unzip();
-    let (peers_tx, peers_rx): (Vec<_>, Vec<_>) =
-        (0..cores).map(|_| bounded(PEER_QUEUE_CAPACITY)).unzip();
-    let mut per_core = Vec::with_capacity(cores);
-    let mut handles = Vec::with_capacity(cores);
-    let mut inboxes = inboxes.into_iter();
-    let mut control_rx = control_rx.into_iter();
-    let mut peers_rx = peers_rx.into_iter();
-    for (core, store) in rec.stores.into_iter().enumerate() {
-        let (clean_tx, clean_rx) = bounded(combiner::BATCHES_PER_CORE);
-        for _ in 0..combiner::BATCHES_PER_CORE {
-            clean_tx
-                .send(combiner::Batch::new())
-                .expect("room for every batch");
-        }
-        let (to_agg, from_core) = bounded(2 * combiner::BATCHES_PER_CORE);
-        let epoch = Arc::new(AtomicU64::new(0));
-        let log = dir
-            .open_log(core, rec.next_log[core])
-            .with_context(|| format!("opening core {core}'s click log"))?;
-        let setup = aggregator::AggregatorSetup {
-            me: core,
-            router,
-            full: cfg.mode == Mode::Full,
-            retention_days: cfg.retention_days,
-            from_core,
-            clean: clean_tx,
-            peers_rx: peers_rx.next().expect("one per core"),
-            peers_tx: peers_tx.clone(),
-            control: control_rx.next().expect("one per core"),
-            replies: replies.clone(),
-            store,
-            log,
-            salts: salts.clone(),
-            classifier: classifier.clone(),
-            epoch: epoch.clone(),
-            stats: stats.clone(),
-            geoip: geoip.clone(),
-            fail_sync: cfg.fail_sync,
-            fleet: fleet.as_ref().map(|f| f.parts.clone()),
-            bells: bells.clone(),
-            cpus: cfg.service_cpus.clone(),
-        };
-        let exporter = match &cfg.export_dir {
-            Some(d) => Some(
-                export::Exporter::new(d, core)
-                    .with_context(|| format!("--click-export {}", d.display()))?,
-            ),
-            None => None,
-        };
-        let agg = aggregator::Aggregator::new(setup, exporter);
-        handles.push(
-            std::thread::Builder::new()
-                .name(format!("ricochet-clicks-{core}"))
-                .spawn(move || agg.run())
-                .context("starting a click aggregator")?,
-        );
-        per_core.push(CoreClicks {
-            combiner: combiner::Combiner::new(cfg.mode == Mode::Full, clean_rx, to_agg, epoch),
-            control: control_tx.clone(),
-            inbox: inboxes.next().expect("one per core"),
-            client_ip: cfg.client_ip,
-            fleet_queries: fleet.as_ref().map(|f| f.queries.clone()),
-        });
-    }
-    Ok(Some((per_core, Aggregators { handles, fleet })))
 }
 
 #[cfg(test)]

@@ -7,8 +7,10 @@ use super::stats::{Bots, StatsQuery};
 use super::*;
 use crate::key::InlineKey;
 use crate::mesh::Doorbells;
+use crate::router::Router;
 use proptest::prelude::*;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const CORES: usize = 3;

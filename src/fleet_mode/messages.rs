@@ -24,10 +24,7 @@ pub enum FleetToCore {
     /// `batch` like a feed batch.
     Resets { batch: u64, keys: Vec<InlineKey> },
     /// A step of a live regeneration (`fleet_regen`, `owner/regen.rs`), acked like a batch.
-    Regen {
-        batch: u64,
-        step: crate::owner::regen::RegenStep,
-    },
+    Regen { batch: u64, step: RegenStep },
 }
 
 /// One feed row, checked and in the node's own types.
@@ -80,4 +77,13 @@ fn feed_link_fields(r: &fleet::feed::FeedRow) -> Option<FeedLink> {
         deleted: r.deleted,
         version: u64::try_from(r.version).ok()?,
     })
+}
+
+/// What the follower asks of one core in a regeneration.
+#[derive(Debug)]
+pub enum RegenStep {
+    /// Rotate the log and snapshot the memtable, then acknowledge.
+    Rotate,
+    /// The new generation of this core's shard tables, already renamed into `tables/`.
+    Swap(Vec<(u32, shards::table::Table)>),
 }

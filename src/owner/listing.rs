@@ -11,16 +11,9 @@ use super::writes::MemEntry;
 use super::Owner;
 use crate::key::InlineKey;
 use crate::mesh::LinkInfo;
+use crate::mesh::ListedShard;
 use std::cmp::Ordering;
 use std::sync::Arc;
-
-/// What a shard answered for one page.
-#[derive(Debug)]
-pub struct ListedShard {
-    pub items: Vec<LinkInfo>,
-    /// No live link of the shard comes after the last item.
-    pub complete: bool,
-}
 
 impl Owner {
     /// Another core (or this one) asks for a page of `shard`.

@@ -23,19 +23,11 @@ use super::fold::{folding_path, unchanged};
 use super::writes::MemEntry;
 use super::Owner;
 use crate::api::idempotency::IdemTable;
+use crate::fleet_mode::messages::RegenStep;
 use crate::key::InlineKey;
 use crate::mesh::Mesh;
 use shards::table::Table;
 use std::collections::HashMap;
-
-/// What the follower asks of one core in a regeneration.
-#[derive(Debug)]
-pub enum RegenStep {
-    /// Rotate the log and snapshot the memtable, then acknowledge.
-    Rotate,
-    /// The new generation of this core's shard tables, already renamed into `tables/`.
-    Swap(Vec<(u32, Table)>),
-}
 
 /// Where this core is in a regeneration.
 pub enum Regen {

@@ -454,7 +454,7 @@ fn compaction_starts_at_its_trigger_under_sustained_writes() {
 #[test]
 fn a_regeneration_swaps_a_new_generation_in_and_keeps_later_writes() {
     use crate::fleet_mode::messages::FeedLink;
-    use crate::owner::regen::RegenStep;
+    use crate::fleet_mode::messages::RegenStep;
     let mut rig = Rig::compacting_at(usize::MAX);
     let (ack_tx, acks) = crossbeam::channel::bounded(16);
     let secret = [7u8; 32];
@@ -670,7 +670,7 @@ impl ModelDb {
 /// not bring the link back.
 fn run_fleet(steps: &[FleetStep]) {
     use crate::fleet_mode::messages::FeedLink;
-    use crate::owner::regen::RegenStep;
+    use crate::fleet_mode::messages::RegenStep;
     let mut rig = Rig::in_data_dir();
     let (ack_tx, acks) = crossbeam::channel::bounded(1024);
     let (writer, mut jobs) = fleet_links::WriterHandle::capturing(1024);

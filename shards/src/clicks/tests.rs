@@ -2,6 +2,7 @@ use super::codec::{decode, encode};
 use super::files::ClickDir;
 use super::*;
 use proptest::prelude::*;
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 
 fn delta(key: &str, day: Day, clicks: u64, bots: u64, refs: &[&str]) -> Delta {
