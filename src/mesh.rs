@@ -173,7 +173,7 @@ pub enum WriteOutcome {
     /// Fleet mode: the fleet database did not answer (down, hung, unreachable) or the queue to
     /// it is full. The write may or may not have been committed there.
     DatabaseUnavailable,
-    /// Fleet mode: the database that answers failed the node's checks (`fleet_sync`); nothing
+    /// Fleet mode: the database that answers failed the node's checks (`fleet_mode::follower`); nothing
     /// was sent to it.
     DatabaseRefused(fleet::DbRefusal),
     /// Idempotency-Key reused with a different request.

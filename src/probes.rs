@@ -201,7 +201,7 @@ fn readiness_checks(shared: &Shared, creates: bool) -> Vec<Check> {
 /// lags (or whose database is down) still serves every link it holds, which is what fleet mode
 /// promises during an outage; the lag is for the operator (and `/metrics`). It gates once the
 /// feed's cursor cannot be continued and the node regenerates its links from a snapshot
-/// (`fleet_regen`): until the swap it may be serving links deleted elsewhere.
+/// (`fleet_mode::regen`): until the swap it may be serving links deleted elsewhere.
 fn feed_check(f: &fleet::FleetStatsSnapshot) -> Check {
     if f.regenerating {
         return Check {

@@ -482,7 +482,7 @@ impl Combiner {
 /// Longest `X-Forwarded-For` value looked at (the rightmost address is at its end).
 pub const MAX_FORWARDED_FOR_BYTES: usize = 1024;
 
-/// A click's client address: the TCP peer, or with [`ClientIp::XForwardedFor`] the rightmost
+/// A click's client address: the TCP peer, or with [`ClientIp::XForwardedFor`](super::ClientIp::XForwardedFor) the rightmost
 /// address of `X-Forwarded-For` (the one the fleet's load balancer appended; the ones before
 /// it are whatever the client claimed), the peer when it has none that parses.
 #[inline]

@@ -112,7 +112,7 @@ pub struct FleetClickStats {
 /// What the two threads need.
 pub struct FleetClicksSetup {
     pub url: String,
-    /// This data dir's click identity (`fleet_node::click_identity`).
+    /// This data dir's click identity (`fleet_mode::node::click_identity`).
     pub node: String,
     pub node_id: String,
     pub retention_days: u32,
@@ -122,7 +122,7 @@ pub struct FleetClicksSetup {
     pub stats: Arc<FleetClickStats>,
     /// Clicks dropped on every core (`ClickStats::dropped_total`).
     pub dropped: Arc<dyn Fn() -> u64 + Send + Sync>,
-    /// The database answered at start (`fleet_node::DbAtStart`); if not, the flusher reads
+    /// The database answered at start (`fleet_mode::node::DbAtStart`); if not, the flusher reads
     /// its last flush number and the fleet's salts once it does.
     pub db_answers_at_start: bool,
 }

@@ -17,7 +17,7 @@ pub enum RegenCause {
     Horizon,
     /// The database went back in time (a restore, a promoted standby that lagged) or is
     /// another one: links the node holds and the database lacks may be acknowledged links it
-    /// lost. They are saved to a [`LOST_FILE_PREFIX`] file first, for the operator.
+    /// lost. They are saved to a [`LOST_FILE_PREFIX`](super::lost::LOST_FILE_PREFIX) file first, for the operator.
     Rollback,
 }
 
@@ -26,7 +26,7 @@ pub fn cursor_behind(cursor: &fleet::feed::Cursor, horizon: u64) -> bool {
     horizon > 0 && cursor.xid <= horizon
 }
 
-/// Why a node at `cursor`, whose links came from database `held` ([`IDENTITY_FILE`]), must
+/// Why a node at `cursor`, whose links came from database `held` ([`IDENTITY_FILE`](super::files::IDENTITY_FILE)), must
 /// not follow the feed on, and what that calls for: another database (a dump restored into a
 /// new one: its transaction ids need not be behind the cursor), a cursor ahead of the
 /// database (a restore, or a promoted standby that lagged), or a cursor not past the

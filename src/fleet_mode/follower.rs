@@ -7,7 +7,7 @@
 //! owner core (`Router::owner`), hands each core its part through the fleet outlet (bounded
 //! queue and doorbell), and waits until every core acknowledged its part as durable and
 //! invalidated (`owner/fleet.rs`). Only then does it save the cursor, atomically
-//! ([`CURSOR_FILE`]): a restart resumes at the first row not yet durable everywhere on this
+//! ([`CURSOR_FILE`](super::files::CURSOR_FILE)): a restart resumes at the first row not yet durable everywhere on this
 //! node, so a row is applied at least once, and applying is idempotent by version.
 //!
 //! A poll or an apply that fails is retried after [`FEED_RETRY_MS`] from the same cursor;
@@ -354,7 +354,7 @@ impl Follower {
         None
     }
 
-    /// What a start checks before it serves with the database (`fleet_node::requirements`:
+    /// What a start checks before it serves with the database (`node::requirements`:
     /// the schema version, the fleet's key-space secret, the namespace), checked again each time
     /// the database answers after not answering: the node may have started while it was down
     /// (`DbAtStart::Down`), and what answers now may be an older restore or another fleet's

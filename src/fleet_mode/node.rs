@@ -173,7 +173,7 @@ pub struct Required {
 /// Checks what a node requires of the fleet database: this build's schema version, the
 /// fleet's key-space secret, and the node's namespace. `Ok(Err(why))`: the database answered
 /// and refuses this node; `Err`: it did not answer. Used at start ([`open`]) and by the feed
-/// whenever the database answers again (`fleet_sync::Follower::check_database`), where a
+/// whenever the database answers again (`follower::Follower::check_database`), where a
 /// refusal does not stop the node: it serves what it holds and refuses what needs the
 /// database until the check passes.
 pub fn requirements(
@@ -232,7 +232,7 @@ pub fn open(
     };
     let stats = Arc::new(fleet::FleetStats::default());
     if matches!(at_start, DbAtStart::Down(_)) {
-        // Nothing the database says is used before the feed has checked it (`fleet_sync`).
+        // Nothing the database says is used before the feed has checked it (`follower`).
         stats.set_refused(Some(fleet::DbRefusal::Unchecked));
     }
     let setup = fleet::FleetSetup {

@@ -6,10 +6,10 @@
 //! serving, and the feed resumes. The node reports not ready meanwhile (`/readyz`, the
 //! `feed` check): until the swap it may serve links deleted elsewhere.
 //!
-//! The follower's steps ([`Follower::regenerate`]); each core's side is `owner/regen.rs`:
+//! The follower's steps ([`Follower::regenerate`](super::follower::Follower::regenerate)); each core's side is `owner/regen.rs`:
 //!
-//! 1. Write [`REBOOTSTRAP_MARKER`]: a crash or stop from here on makes the next start wipe the
-//!    links and bootstrap from scratch (`fleet_sync::rebootstrap_if_behind`), so no step
+//! 1. Write [`REBOOTSTRAP_MARKER`](super::files::REBOOTSTRAP_MARKER): a crash or stop from here on makes the next start wipe the
+//!    links and bootstrap from scratch (`bootstrap::rebootstrap_if_behind`), so no step
 //!    below needs its own recovery.
 //! 2. Take the resume cursor: `(xmin, "")` of a fresh snapshot. The feed later resumes there,
 //!    so it brings every change that commits after this point.

@@ -8,7 +8,7 @@
 //!   (`LogOp::FleetPut` / `FleetDelete`), and answered once durable and invalidated, exactly
 //!   like a single-node write. 201/200/204 thus mean: committed on the primary, durable and
 //!   visible on this node.
-//! - A change feed batch (`fleet_sync`, another service thread) brings every node's changes
+//! - A change feed batch (`fleet_mode::follower`, another service thread) brings every node's changes
 //!   in commit-safe order. Each row newer than this core's state is logged, applied and
 //!   invalidated on every core; the batch is acknowledged only once all of its rows are, so
 //!   the follower saves its cursor after they are durable ([`Owner::on_feed_batch`]).
@@ -92,7 +92,7 @@ pub struct FleetLinks {
     /// still in the memtable (a compaction or a swap may have folded a tombstone away), and is
     /// not applied (issue #24, hole 3).
     pub(super) floors: HashMap<InlineKey, u64, ahash::RandomState>,
-    /// The namespaces' ceilings as last read (`fleet_sync`), and what decodes a generated
+    /// The namespaces' ceilings as last read (`fleet_mode::follower`), and what decodes a generated
     /// key to its ID: a miss whose ID is above every ceiling of a fresh read is answered 404
     /// without a query ([`Owner::read_through`]).
     ceilings: Option<Arc<Ceilings>>,

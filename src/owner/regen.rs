@@ -1,6 +1,6 @@
 //! A live regeneration, as the owner takes part in it: fleet mode's answer to a feed cursor
 //! that cannot be continued (behind the tombstone horizon, or ahead of a restored database),
-//! while the node keeps serving. The follower drives it (`fleet_regen.rs`); each core does two
+//! while the node keeps serving. The follower drives it (`fleet_mode::follower`, `fleet_mode::regen`); each core does two
 //! steps, each acknowledged like a feed batch:
 //!
 //! 1. **Rotate** (`RegenStep::Rotate`): once no compaction runs and the log is quiet (new
