@@ -1,8 +1,16 @@
 //! Source-level invariants ARCHITECTURE.md states as absences: the redirect path's modules
-//! take no locks and make no blocking calls, and no role imports the loop. Comments and
-//! `#[cfg(test)]` sections are not code on the path and are skipped.
+//! take no locks and make no blocking calls, no role imports the loop, and only the `fleet`
+//! crate talks to PostgreSQL. The code is read with `syn` (`common/source.rs`): folders are
+//! walked to the bottom, `#[cfg(test)]` items (wherever they sit in a file) and test-only
+//! files are left out, comments are skipped, and imports are checked by the file and item a
+//! path resolves to, not by its text. Each check is a function of the tree it reads, and a
+//! test plants a violation of each in a scratch tree to prove it is seen.
 
-use std::path::{Path, PathBuf};
+#[path = "common/source.rs"]
+mod source;
+
+use source::{code, references, rust_files, CRATES};
+use std::path::Path;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -35,61 +43,70 @@ const ROLES: &[&str] = &[
     "src/service.rs",
 ];
 
-fn files(rel: &str) -> Vec<PathBuf> {
-    let p = Path::new(ROOT).join(rel);
-    if p.is_dir() {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(&p)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.extension().is_some_and(|e| e == "rs"))
-            .collect();
-        v.sort();
-        v
-    } else {
-        assert!(p.is_file(), "{} is listed but missing", p.display());
-        vec![p]
-    }
-}
+/// Names a lock has.
+const LOCKS: &[&str] = &["Mutex", "RwLock", ".lock()", "Condvar", "Barrier"];
 
-/// The code of `path`: without comments, and without anything from the first `#[cfg(test)]`
-/// on (test modules sit at the end of a file) or test-only files.
-fn code(path: &Path) -> Option<String> {
-    let name = path.file_name()?.to_str()?;
-    if name.ends_with("_tests.rs") || name == "tests.rs" {
-        return None;
-    }
-    let text = std::fs::read_to_string(path).unwrap();
-    let text = text.split("#[cfg(test)]").next().unwrap_or("");
-    let lines: Vec<&str> = text
-        .lines()
-        .map(|l| l.split("//").next().unwrap_or(""))
-        .collect();
-    Some(lines.join("\n"))
-}
+/// Calls that block a thread.
+const BLOCKING: &[&str] = &[
+    "std::fs",
+    "File::",
+    "thread::sleep",
+    "std::net",
+    ".recv()",
+    "recv_timeout",
+    "libc::read(",
+    "libc::fsync",
+    "libc::fdatasync",
+];
 
-/// Whether `line` names `word`: a word ending in a letter or digit must not continue as a
-/// longer name (`fleet::Db` is not `fleet::DbRefusal`, a plain value type).
-fn contains_name(line: &str, word: &str) -> bool {
-    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    let open_ended = word.chars().last().is_some_and(ident);
-    line.match_indices(word)
-        .any(|(at, _)| !open_ended || !line[at + word.len()..].chars().next().is_some_and(ident))
-}
+/// Crates that speak a database's wire protocol or link its client library: any crate with
+/// one of these in its dependency closure is a database client, however it is named.
+const DATABASE_PROTOCOL_CRATES: &[&str] = &[
+    "postgres-protocol",
+    "sqlx-core",
+    "pq-sys",
+    "mysql_common",
+    "libsqlite3-sys",
+];
 
-fn offenders(dirs: &[&str], forbidden: &[&str]) -> Vec<String> {
+/// What in the `fleet` crate opens or uses a database session: no core-thread module names
+/// one (they read `fleet::FleetStats`'s atomics and take the service threads' answers).
+const FLEET_DATABASE_ITEMS: &[&str] = &[
+    "Db",
+    "PgAuthority",
+    "init",
+    "load_secret",
+    "spawn_writer",
+    "spawn_reader",
+    "poll",
+    "poll_with_horizon",
+    "snapshot",
+    "list_keys",
+];
+
+/// Fleet mode's node-side files that hold a database session or start one; a core reaches
+/// fleet mode through `fleet_mode/messages.rs` only.
+const FLEET_MODE_SESSION_FILES: &[&str] = &[
+    "src/fleet_mode/node.rs",
+    "src/fleet_mode/bootstrap.rs",
+    "src/fleet_mode/follower.rs",
+    "src/fleet_mode/regen.rs",
+    "src/fleet_mode/cli.rs",
+    "src/fleet_mode/lost.rs",
+];
+
+/// Every line of the code of `places` (files or folders under `repo`) that names one of
+/// `words`, as `file:line: word: line`.
+fn offenders(repo: &Path, places: &[&str], words: &[&str]) -> Vec<String> {
     let mut found = Vec::new();
-    for d in dirs {
-        for f in files(d) {
+    for place in places {
+        for f in rust_files(repo, place) {
             let Some(code) = code(&f) else { continue };
             for (i, line) in code.lines().enumerate() {
-                for word in forbidden {
+                for word in words {
                     if contains_name(line, word) {
-                        found.push(format!(
-                            "{}:{}: `{word}`: {}",
-                            f.display(),
-                            i + 1,
-                            line.trim()
-                        ));
+                        let rel = f.strip_prefix(repo).unwrap_or(&f).display();
+                        found.push(format!("{rel}:{}: `{word}`: {}", i + 1, line.trim()));
                     }
                 }
             }
@@ -98,12 +115,140 @@ fn offenders(dirs: &[&str], forbidden: &[&str]) -> Vec<String> {
     found
 }
 
+/// Whether `line` names `word`: a word ending in a letter or digit must not continue as a
+/// longer name (`Mutex` is not `MutexGuardless`).
+fn contains_name(line: &str, word: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let open_ended = word.chars().last().is_some_and(ident);
+    line.match_indices(word)
+        .any(|(at, _)| !open_ended || !line[at + word.len()..].chars().next().is_some_and(ident))
+}
+
+/// The files under `places` (relative to the repository).
+fn files_of(repo: &Path, places: &[&str]) -> Vec<String> {
+    places
+        .iter()
+        .flat_map(|p| rust_files(repo, p))
+        .map(|f| f.strip_prefix(repo).unwrap().to_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Every reference from a file under `from` that resolves to a file in `to`, or, when
+/// `names` is given, to one of those names in it.
+fn references_into(
+    repo: &Path,
+    crates: &[(&str, &str, &str)],
+    from: &[&str],
+    to: &[&str],
+    names: Option<&[&str]>,
+) -> Vec<String> {
+    let from = files_of(repo, from);
+    let refs = references(repo, crates);
+    let mut found = Vec::new();
+    for file in &from {
+        for r in refs.get(file).into_iter().flatten() {
+            let into = to
+                .iter()
+                .any(|t| r.target == *t || r.target.starts_with(&format!("{t}/")));
+            let named = names.is_none_or(|n| n.contains(&r.name.as_str()));
+            if into && named && r.target != *file {
+                found.push(format!("{file} -> {}: {}", r.target, r.name));
+            }
+        }
+    }
+    found
+}
+
+fn locks_on_the_redirect_path(repo: &Path) -> Vec<String> {
+    offenders(repo, REDIRECT_PATH, LOCKS)
+}
+
+fn blocking_calls_on_the_redirect_path(repo: &Path) -> Vec<String> {
+    // Table files are opened and validated before serving; their lookups are what runs here.
+    let places: Vec<&str> = REDIRECT_PATH
+        .iter()
+        .copied()
+        .filter(|d| !d.ends_with("table/reader.rs"))
+        .collect();
+    let mut found = offenders(repo, &places, BLOCKING);
+    // Stdout writes block; `eprintln!` is for error paths only (documented in ARCHITECTURE.md).
+    found.extend(
+        offenders(repo, &places, &["println!"])
+            .into_iter()
+            .filter(|l| !l.contains("eprintln!")),
+    );
+    found
+}
+
+fn roles_importing_the_loop(repo: &Path, crates: &[(&str, &str, &str)]) -> Vec<String> {
+    references_into(repo, crates, ROLES, &["src/core.rs"], None)
+}
+
+/// Core-thread modules (the redirect path and the roles) that name a database-session item
+/// of the `fleet` crate or a session-holding file of fleet mode.
+fn core_threads_reaching_the_database(repo: &Path, crates: &[(&str, &str, &str)]) -> Vec<String> {
+    let mut core_thread: Vec<&str> = REDIRECT_PATH.to_vec();
+    core_thread.extend(ROLES);
+    let mut found = references_into(
+        repo,
+        crates,
+        &core_thread,
+        &["fleet/src"],
+        Some(FLEET_DATABASE_ITEMS),
+    );
+    found.extend(references_into(
+        repo,
+        crates,
+        &core_thread,
+        FLEET_MODE_SESSION_FILES,
+        None,
+    ));
+    found
+}
+
+/// The workspace members of `Cargo.lock` under `repo` other than `allowed` whose dependency
+/// closure (every kind, every platform) holds a database protocol crate.
+fn database_clients_outside(repo: &Path, allowed: &str) -> Vec<String> {
+    let lock = std::fs::read_to_string(repo.join("Cargo.lock")).unwrap();
+    let lock: toml::Table = lock.parse().unwrap();
+    let mut deps: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut members = Vec::new();
+    for p in lock["package"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap().to_owned();
+        let d = p.get("dependencies").and_then(|d| d.as_array());
+        let names = d
+            .into_iter()
+            .flatten()
+            .map(|d| d.as_str().unwrap().split(' ').next().unwrap().to_owned())
+            .collect();
+        if p.get("source").is_none() {
+            members.push(name.clone());
+        }
+        deps.insert(name, names);
+    }
+    let mut found = Vec::new();
+    for m in members.iter().filter(|m| *m != allowed) {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut stack = vec![m.clone()];
+        while let Some(p) = stack.pop() {
+            if !seen.insert(p.clone()) {
+                continue;
+            }
+            if DATABASE_PROTOCOL_CRATES.contains(&p.as_str()) {
+                found.push(format!("{m} depends on {p}"));
+            }
+            // A dependency on another member is that member's business (checked itself).
+            if p == *m || !members.contains(&p) {
+                stack.extend(deps.get(&p).into_iter().flatten().cloned());
+            }
+        }
+    }
+    found
+}
+
 #[test]
 fn redirect_path_modules_take_no_locks() {
-    let found = offenders(
-        REDIRECT_PATH,
-        &["Mutex", "RwLock", ".lock()", "Condvar", "Barrier"],
-    );
+    let found = locks_on_the_redirect_path(Path::new(ROOT));
     assert!(
         found.is_empty(),
         "locks on the redirect path:\n{}",
@@ -113,30 +258,7 @@ fn redirect_path_modules_take_no_locks() {
 
 #[test]
 fn redirect_path_modules_make_no_blocking_calls() {
-    let forbidden = [
-        "std::fs",
-        "File::",
-        "thread::sleep",
-        "std::net",
-        ".recv()",
-        "recv_timeout",
-        "libc::read(",
-        "libc::fsync",
-        "libc::fdatasync",
-    ];
-    // Table files are opened and validated before serving; their lookups are what runs here.
-    let dirs: Vec<&str> = REDIRECT_PATH
-        .iter()
-        .copied()
-        .filter(|d| !d.ends_with("table/reader.rs"))
-        .collect();
-    let mut found = offenders(&dirs, &forbidden);
-    // Stdout writes block; `eprintln!` is for error paths only (documented in ARCHITECTURE.md).
-    found.extend(
-        offenders(&dirs, &["println!"])
-            .into_iter()
-            .filter(|l| !l.contains("eprintln!")),
-    );
+    let found = blocking_calls_on_the_redirect_path(Path::new(ROOT));
     assert!(
         found.is_empty(),
         "blocking calls on the redirect path:\n{}",
@@ -146,7 +268,7 @@ fn redirect_path_modules_make_no_blocking_calls() {
 
 #[test]
 fn roles_do_not_import_the_loop() {
-    let found = offenders(ROLES, &["crate::core"]);
+    let found = roles_importing_the_loop(Path::new(ROOT), CRATES);
     assert!(
         found.is_empty(),
         "a role imports the loop:\n{}",
@@ -154,79 +276,22 @@ fn roles_do_not_import_the_loop() {
     );
 }
 
-/// Only `fleet/` has a PostgreSQL client: no other crate depends on one or names one, and no
-/// core-thread module (the redirect path, the roles) reaches the parts of `fleet` that talk
-/// to the database; they read its atomics (`FleetStats`) only.
+/// Only `fleet/` has a PostgreSQL client, and no core-thread module reaches the parts of
+/// `fleet` or of fleet mode that talk to the database.
 #[test]
 fn only_the_fleet_crate_talks_to_postgres() {
-    for manifest in [
-        "Cargo.toml",
-        "shards/Cargo.toml",
-        "tools/Cargo.toml",
-        "fleet/Cargo.toml",
-    ] {
-        let text = std::fs::read_to_string(Path::new(ROOT).join(manifest)).unwrap();
-        let mut section = String::new();
-        let mut has_client = false;
-        for line in text.lines() {
-            if line.starts_with('[') {
-                section = line.trim().to_owned();
-            } else if section.ends_with("dependencies]")
-                && !section.starts_with("[workspace")
-                && ["tokio-postgres", "postgres", "sqlx"].iter().any(|d| {
-                    line.trim_start().starts_with(&format!("{d} "))
-                        || line.trim_start().starts_with(&format!("{d}."))
-                })
-            {
-                has_client = true;
-            }
-        }
-        assert_eq!(
-            has_client,
-            manifest == "fleet/Cargo.toml",
-            "{manifest}: a PostgreSQL client dependency belongs in fleet/ only"
-        );
-    }
-    let found = offenders(
-        &[
-            "src",
-            "src/fleet_mode",
-            "src/conns",
-            "src/owner",
-            "src/client",
-            "src/api",
-            "shards/src",
-            "tools/src",
-        ],
-        &["tokio_postgres", "postgres::"],
-    );
+    let repo = Path::new(ROOT);
+    let found = database_clients_outside(repo, "ricochet-fleet");
     assert!(
         found.is_empty(),
-        "a PostgreSQL client outside fleet/:\n{}",
+        "a database client outside fleet/:\n{}",
         found.join("\n")
     );
-    let mut core_thread: Vec<&str> = REDIRECT_PATH.to_vec();
-    core_thread.extend(ROLES);
-    let found = offenders(
-        &core_thread,
-        &[
-            "fleet::Db",
-            "PgAuthority",
-            "fleet::init",
-            "fleet::load_secret",
-            // Fleet mode's node side: only its messages reach a core.
-            "fleet_mode::node",
-            "fleet_mode::bootstrap",
-            "fleet_mode::follower",
-            "fleet_mode::regen",
-            "fleet_mode::cli",
-            "spawn_writer",
-            "spawn_reader",
-            "feed::poll",
-            "feed::snapshot",
-            "list_keys",
-        ],
+    assert!(
+        !database_clients_outside(repo, "none").is_empty(),
+        "the fleet crate's own client is seen"
     );
+    let found = core_threads_reaching_the_database(repo, CRATES);
     assert!(
         found.is_empty(),
         "a core-thread module reaches the database:\n{}",
@@ -234,13 +299,104 @@ fn only_the_fleet_crate_talks_to_postgres() {
     );
 }
 
+/// A scratch tree laid out like this repository's (`src/`, `shards/src/`, `fleet/src/`),
+/// with `files` written into it, and `Cargo.lock` copied in.
+fn planted(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let mut all: Vec<(String, String)> = files
+        .iter()
+        .map(|(p, t)| ((*p).to_owned(), (*t).to_owned()))
+        .collect();
+    for root in ["src/lib.rs", "shards/src/lib.rs", "fleet/src/lib.rs"] {
+        if !all.iter().any(|(p, _)| p == root) {
+            all.push((root.to_owned(), String::new()));
+        }
+    }
+    for place in REDIRECT_PATH.iter().chain(ROLES) {
+        if !place.ends_with(".rs") {
+            std::fs::create_dir_all(dir.path().join(place)).unwrap();
+        } else if !all.iter().any(|(p, _)| p == place) {
+            all.push(((*place).to_owned(), String::new()));
+        }
+    }
+    for (p, t) in all {
+        let path = dir.path().join(p);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, t).unwrap();
+    }
+    std::fs::copy(
+        Path::new(ROOT).join("Cargo.lock"),
+        dir.path().join("Cargo.lock"),
+    )
+    .unwrap();
+    dir
+}
+
+/// Each check sees a violation planted where the old text checks did not look: below a
+/// `#[cfg(test)]` item in the middle of a file, in a subfolder, in a grouped import, and
+/// behind a renamed path.
 #[test]
-fn the_checks_see_code() {
-    // Guard against the lists going stale: the checked files exist and hold the code they
-    // are about (a check over empty text would pass whatever the code did).
-    let conns = code(&Path::new(ROOT).join("src/conns/requests.rs")).unwrap();
-    assert!(conns.contains("fn lookup"));
-    assert!(offenders(&["src/service.rs"], &["bounded("]).len() >= 2);
-    assert!(!offenders(&["src/fleet_mode/node.rs"], &["fleet::Db"]).is_empty());
-    assert!(!offenders(&["fleet/src/db.rs"], &["tokio_postgres"]).is_empty());
+fn each_check_finds_a_planted_violation() {
+    let lib = "pub mod conns;\npub mod core;\npub mod owner;\npub mod fleet_mode;\n";
+    let tree = planted(&[
+        ("src/lib.rs", lib),
+        ("src/core.rs", "pub struct Core;\n"),
+        ("src/conns/mod.rs", "pub mod deep;\n"),
+        // A lock in a subfolder of a redirect-path folder.
+        ("src/conns/deep/mod.rs", "pub mod lock;\n"),
+        (
+            "src/conns/deep/lock.rs",
+            "static M: std::sync::Mutex<u8> = std::sync::Mutex::new(0);\n",
+        ),
+        // A blocking call after a test module in the middle of the file; a grouped import of
+        // the loop; a database item reached through fleet mode's follower.
+        (
+            "src/owner/mod.rs",
+            "#[cfg(test)]\nmod tests {}\n\
+             use crate::{core::Core, fleet_mode::follower::Follower};\n\
+             pub fn f() { std::thread::sleep(std::time::Duration::ZERO); }\n\
+             pub fn g() -> fleet::Db { todo!() }\n",
+        ),
+        ("src/fleet_mode/mod.rs", "pub mod follower;\n"),
+        ("src/fleet_mode/follower.rs", "pub struct Follower;\n"),
+        ("fleet/src/lib.rs", "mod db;\npub use db::Db;\n"),
+        ("fleet/src/db.rs", "pub struct Db;\n"),
+    ]);
+    let repo = tree.path();
+    let crates: &[(&str, &str, &str)] = &[
+        ("ricochet", "src", "lib.rs"),
+        ("shards", "shards/src", "lib.rs"),
+        ("fleet", "fleet/src", "lib.rs"),
+    ];
+    let locks = locks_on_the_redirect_path(repo);
+    assert!(
+        locks
+            .iter()
+            .any(|l| l.starts_with("src/conns/deep/lock.rs:1:")),
+        "{locks:?}"
+    );
+    let blocking = blocking_calls_on_the_redirect_path(repo);
+    assert!(
+        blocking
+            .iter()
+            .any(|l| l.starts_with("src/owner/mod.rs:4:")),
+        "{blocking:?}"
+    );
+    assert_eq!(
+        roles_importing_the_loop(repo, crates),
+        vec!["src/owner/mod.rs -> src/core.rs: Core".to_owned()]
+    );
+    let db = core_threads_reaching_the_database(repo, crates);
+    assert!(
+        db.contains(&"src/owner/mod.rs -> fleet/src/db.rs: Db".to_owned())
+            && db.contains(&"src/owner/mod.rs -> src/fleet_mode/follower.rs: Follower".to_owned()),
+        "{db:?}"
+    );
+    // A test module's imports and code are not code on the path.
+    let clean = planted(&[(
+        "src/conns/mod.rs",
+        "pub fn ok() {}\n#[cfg(test)]\nmod tests {\n    use std::sync::Mutex;\n    fn t() { std::thread::sleep(std::time::Duration::ZERO); }\n}\n",
+    )]);
+    assert!(locks_on_the_redirect_path(clean.path()).is_empty());
+    assert!(blocking_calls_on_the_redirect_path(clean.path()).is_empty());
 }
