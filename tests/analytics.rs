@@ -564,7 +564,7 @@ fn sigterm_loses_no_click() {
 }
 
 /// What kill -9 may lose: the sweep's hand-off plus the click log's sync interval (the
-/// README's contract, ~1.1 s), plus this much for a loaded test machine.
+/// contract in docs/clicks.md, ~1.1 s), plus this much for a loaded test machine.
 const KILL9_SLACK_MS: u64 = 400;
 
 #[test]

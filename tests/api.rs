@@ -959,7 +959,7 @@ fn keys_created_and_revoked_while_running_take_effect() {
 }
 
 /// A retried idempotent create after its link was deleted and the alias created again by
-/// another request: 404 (README), never the other request's link.
+/// another request: 404 (docs/api.md, "Idempotency-Key"), never the other request's link.
 #[test]
 fn idempotent_replay_after_delete_and_recreate_is_not_the_new_link() {
     let (_t, dir) = data_dir();

@@ -5,7 +5,7 @@
 //! between the two shapes.
 //!
 //! Offered: create, read, edit, delete, the paged list, health. Not offered, and what the
-//! adapter answers (README "Shlink's REST API"): tags, `validSince`, `maxVisits`, titles,
+//! adapter answers (docs/shlink.md): tags, `validSince`, `maxVisits`, titles,
 //! device URLs and `findIfExists: true` are refused with `invalid-data` naming the field;
 //! `shortCodeLength` is ignored (generated keys are 7 characters); `domain` other than none is
 //! refused; `visitsSummary` is zeros (the adapter does not ask the click aggregators; a
@@ -246,7 +246,7 @@ impl ApiClient {
                 status: 404,
                 type_: NOT_FOUND,
                 title: "Not found",
-                detail: "this endpoint is not offered (see README \"Shlink's REST API\")".into(),
+                detail: "this endpoint is not offered (see docs/shlink.md)".into(),
                 extra: None,
                 retry_after_s: None,
             };

@@ -1,5 +1,5 @@
 //! Other shorteners' CSV exports (`import --format shlink-csv|yourls-csv|bitly-csv`). Columns
-//! are found by their header (case-insensitive; README "Input formats" lists the names
+//! are found by their header (case-insensitive; docs/import-export.md, "Input formats", lists the names
 //! accepted). A column ricochet has no place for (titles, tags, visit counts, IPs) is never
 //! silently dropped: a row with a value there is an error naming the column, unless
 //! `--drop-unsupported` is given, and then the import's summary counts what was dropped.
@@ -107,7 +107,7 @@ pub(crate) fn for_each_vendor<R: Read>(
             Some(c) => cols.push(c),
             None => {
                 let msg = format!(
-                    "column {} {name:?} is not one this format has (README \"Input formats\")",
+                    "column {} {name:?} is not one this format has (docs/import-export.md, \"Input formats\")",
                     i + 1
                 );
                 let _ = each(Err(LineError {
