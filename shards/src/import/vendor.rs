@@ -1,6 +1,6 @@
 //! Other shorteners' CSV exports (`import --format shlink-csv|yourls-csv|bitly-csv`). Columns
-//! are found by their header (case-insensitive; docs/import-export.md, "Input formats", lists the names
-//! accepted). A column ricochet has no place for (titles, tags, visit counts, IPs) is never
+//! are found by their header (case-insensitive; docs/import-export.md, "Input formats", lists
+//! the names accepted). A column ricochet has no place for (titles, tags, visit counts, IPs) is never
 //! silently dropped: a row with a value there is an error naming the column, unless
 //! `--drop-unsupported` is given, and then the import's summary counts what was dropped.
 
