@@ -117,6 +117,135 @@ fn open_local_authority(
 
 /// Runs the server until SIGTERM/SIGINT has drained it.
 pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
+    let (cpus, cores) = plan_cpus(&opts)?;
+    let mut links = open_links(&opts, cores)?;
+    let io_memory = size_io_memory(cores);
+    let crate::listener::Listeners {
+        fds: listener_fds,
+        bound,
+        lock: port_lock,
+    } = crate::listener::open(opts.listen, cores)?;
+    let doorbells = Arc::new(Doorbells::new(cores).context("creating doorbell eventfds")?);
+    let mut write = open_write_side(&opts, &links, cores)?;
+    let public_url = public_url(&opts, bound);
+    let clicks = start_clicks(&opts, &links, cores, &doorbells)?;
+    let draining = Arc::new(AtomicBool::new(false));
+    install_signal_handlers(&draining, &doorbells)?;
+    let shared = Arc::new(shared(&opts, cores, draining, &doorbells, &write, &clicks));
+
+    // Fleet mode: the link writer and the change feed follower, each on its own thread.
+    let router = links.router;
+    let fleet_cores = start_fleet_links(
+        &opts,
+        &links.dir,
+        router,
+        &doorbells,
+        &shared,
+        &write.keygen,
+        write.secret,
+    )?;
+    let keywatch_stop = Arc::new(AtomicBool::new(false));
+    let key_updates = crate::keywatch::start(
+        links.dir.path().to_path_buf(),
+        doorbells.clone(),
+        keywatch_stop.clone(),
+        write.local_keys.clone(),
+        write.fleet_keys.take(),
+    )
+    .context("starting the API key watcher")?;
+    let parts = CoreParts {
+        opts: &opts,
+        router,
+        doorbells: &doorbells,
+        shared: &shared,
+        queues: Arc::new(MeshQueues::new(cores)),
+        io_memory,
+        now_s: links.now_s,
+    };
+    let mut handles = Vec::with_capacity(cores);
+    let mut logs = std::mem::take(&mut links.logs).into_iter();
+    let mut fleet_cores = fleet_cores.into_iter();
+    let mut core_clicks = clicks.per_core.into_iter();
+    let mut key_updates = key_updates.into_iter();
+    // More cores than CPUs only with `oversubscribe` (checked above): they share CPUs in turn.
+    for (core, &cpu) in cpus.iter().cycle().take(cores).enumerate() {
+        let api = write.api_client(
+            core,
+            router,
+            &doorbells,
+            key_updates.next().expect("one receiver per core"),
+            public_url.clone(),
+        )?;
+        let setup = parts.setup(
+            core,
+            listener_fds[core],
+            &links.dir,
+            &mut links.tables,
+            logs.next().expect("one log per core"),
+            api,
+            fleet_cores.next(),
+            core_clicks.next().expect("one per core"),
+        );
+        handles.push(parts.spawn(core, cpu, setup)?);
+    }
+    let handles = wait_until_ready(&shared, cores, handles)?;
+    println!(
+        "ricochet listening on {bound} with {cores} cores, {} links in {} shards and {} keys \
+         from the logs (tables opened in {:.1} ms)",
+        links.links, links.shard_count, links.logged, links.open_ms
+    );
+    if let Some(url) = &opts.public_url {
+        println!("public URL {url}");
+    }
+    let failed = join_cores(handles);
+    // Every core handed its last clicks off; the aggregators make them durable and stop.
+    if let Some(a) = clicks.aggregators {
+        a.join();
+    }
+    if failed {
+        bail!("a core failed");
+    }
+    keywatch_stop.store(true, Ordering::Relaxed);
+    drop(write.allocator);
+    // Held to the end: a server started meanwhile would share the port with a draining one.
+    drop(port_lock);
+    eprintln!("ricochet drained and stopped");
+    Ok(())
+}
+
+/// What every core and the service threads read: counters, readiness, the drain flag.
+fn shared(
+    opts: &ServeOptions,
+    cores: usize,
+    draining: Arc<AtomicBool>,
+    doorbells: &Arc<Doorbells>,
+    write: &WriteSide,
+    clicks: &Clicks,
+) -> Shared {
+    Shared {
+        cores,
+        ready_cores: AtomicUsize::new(0),
+        counters: (0..cores).map(|_| Default::default()).collect(),
+        failed_cores: AtomicUsize::new(0),
+        drained_cores: AtomicUsize::new(0),
+        draining,
+        doorbells: doorbells.clone(),
+        fleet: write.fleet_stats.clone(),
+        started: Instant::now(),
+        ready: Default::default(),
+        ready_for_creates: Default::default(),
+        openapi_json: crate::api::openapi::to_json(),
+        clicks: clicks.aggregators.as_ref().map(|_| clicks.stats.clone()),
+        fleet_clicks: clicks.fleet_stats.clone(),
+        test_stall: opts
+            .test_stall
+            .map(|(core, after_ms)| crate::test_faults::TestStall::new(core, after_ms)),
+    }
+}
+
+/// The CPUs the cores run on and how many cores: `--cores` checked against the CPUs this
+/// process may use (less `--service-cpus`).
+fn plan_cpus(opts: &ServeOptions) -> anyhow::Result<(Vec<usize>, usize)> {
     let allowed = crate::cpus::allowed().context("reading the CPU affinity mask")?;
     // `--service-cpus`: the aggregators' own CPUs are not the cores'.
     let cpus = crate::cpus::split(&allowed, opts.analytics.service_cpus.as_deref())
@@ -141,14 +270,44 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             cpus
         );
     }
+    Ok((cpus, cores))
+}
 
+/// The data dir opened and locked, its logs recovered and its tables opened: what the cores
+/// will serve.
+struct Links {
+    dir: DataDir,
+    _lock: shards::datadir::DirLock,
+    /// Fleet mode: whether the database answered at start.
+    fleet_db: Option<crate::fleet_mode::node::DbAtStart>,
+    router: Router,
+    shard_count: u32,
+    now_s: u64,
+    logs: Vec<crate::recovery::CoreLog>,
+    max_logged_id: u64,
+    /// By shard; each core takes its own.
+    tables: Vec<Option<Table>>,
+    links: u64,
+    logged: usize,
+    open_ms: f64,
+}
+
+impl Links {
+    fn fleet_db_answers(&self) -> bool {
+        self.fleet_db.as_ref().is_some_and(|d| d.answers())
+    }
+}
+
+/// Opens the data dir: lock, fleet mode's start checks (a re-bootstrap, a first bootstrap),
+/// missing files, log recovery, tables.
+fn open_links(opts: &ServeOptions, cores: usize) -> anyhow::Result<Links> {
     if let Some(f) = &opts.fleet {
         // A bad URL is a flag error: reported before the data dir is touched.
         fleet::check_url(&f.url)?;
     }
     let dir = DataDir::open_or_create(&opts.data_dir)
         .with_context(|| format!("opening data dir {}", opts.data_dir.display()))?;
-    let _lock = dir.lock_exclusive()?;
+    let lock = dir.lock_exclusive()?;
     // Fleet mode: whether the database answers. A bootstrapped node starts without it and
     // serves what it holds; one with nothing to serve yet is refused.
     let fleet_db = match &opts.fleet {
@@ -238,24 +397,46 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         _ => links,
     };
     let open_ms = started.elapsed().as_secs_f64() * 1e3;
+    Ok(Links {
+        dir,
+        _lock: lock,
+        fleet_db,
+        router,
+        shard_count,
+        now_s,
+        logs,
+        max_logged_id,
+        tables,
+        links,
+        logged,
+        open_ms,
+    })
+}
 
-    let io_memory = size_io_memory(cores);
-    let crate::listener::Listeners {
-        fds: listener_fds,
-        bound,
-        lock: port_lock,
-    } = crate::listener::open(opts.listen, cores)?;
+/// The write path's shared parts: the allocation authority, the key-permutation secret, the
+/// API keys (the fleet's too), and the per-core limits.
+struct WriteSide {
+    allocator: shards::alloc::AllocatorService,
+    secret: [u8; 32],
+    fleet_stats: Option<Arc<fleet::FleetStats>>,
+    keygen: Arc<shards::keygen::KeyGen>,
+    local_keys: crate::api::keys::ApiKeyStore,
+    /// Fleet mode: the fleet's keys and where to read them again; the key watcher takes them.
+    fleet_keys: Option<crate::keywatch::FleetKeys>,
+    api_keys: Arc<crate::api::keys::ApiKeyStore>,
+    seg_cfg: shards::alloc::SegmentConfig,
+    rate_cfg: crate::api::ratelimit::RateLimitConfig,
+}
 
-    let doorbells = Arc::new(Doorbells::new(cores).context("creating doorbell eventfds")?);
-
-    // Write path: allocation authority, key permutation secret, API keys.
+fn open_write_side(opts: &ServeOptions, links: &Links, cores: usize) -> anyhow::Result<WriteSide> {
+    let dir = &links.dir;
     let (allocator, secret, fleet_stats) = match &opts.fleet {
         None => {
-            let (allocator, secret) = open_local_authority(&dir, max_logged_id)?;
+            let (allocator, secret) = open_local_authority(dir, links.max_logged_id)?;
             (allocator, secret, None)
         }
         Some(f) => {
-            let at_start = fleet_db.as_ref().expect("fleet mode");
+            let at_start = links.fleet_db.as_ref().expect("fleet mode");
             let node = crate::fleet_mode::node::open(dir.path(), f, at_start)?;
             let allocator = shards::alloc::AllocatorService::start(Box::new(node.authority), false)
                 .context("starting the allocator thread")?;
@@ -278,7 +459,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let fleet_keys = match &opts.fleet {
         Some(f) => {
             let mut db = fleet::Db::new(&f.url)?;
-            let keys = match fleet_db_answers {
+            let keys = match links.fleet_db_answers() {
                 true => {
                     Some(fleet::keys::list_keys(&mut db).context("reading the fleet's API keys")?)
                 }
@@ -305,15 +486,76 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         burst: opts.create_burst.div_ceil(cores as u32).max(1),
         ..Default::default()
     };
-    // Without --public-url, short URLs use the address actually bound (a wildcard address is
-    // not reachable as such, so it becomes localhost): set --public-url in production.
-    let public_url = opts.public_url.clone().unwrap_or_else(|| {
+    Ok(WriteSide {
+        allocator,
+        secret,
+        fleet_stats,
+        keygen,
+        local_keys,
+        fleet_keys,
+        api_keys,
+        seg_cfg,
+        rate_cfg,
+    })
+}
+
+impl WriteSide {
+    /// Core `core`'s API side: the keys, its share of the rate limit, its ID segments.
+    fn api_client(
+        &self,
+        core: usize,
+        router: Router,
+        doorbells: &Arc<Doorbells>,
+        key_updates: crate::service::Inbox<Arc<crate::api::keys::ApiKeyStore>>,
+        public_url: String,
+    ) -> anyhow::Result<crate::client::ApiClient> {
+        Ok(crate::client::ApiClient::new(
+            router,
+            self.api_keys.clone(),
+            key_updates,
+            crate::api::ratelimit::RateLimiter::new(self.rate_cfg)
+                .map_err(|e| anyhow::anyhow!("rate limit: {e}"))?,
+            public_url,
+            crate::client::creates::Creates::new(
+                core,
+                router,
+                shards::alloc::SegmentBuffer::new(self.seg_cfg),
+                self.allocator
+                    .client(core, crate::service::waker(doorbells, core)),
+                self.keygen.clone(),
+                self.fleet_stats.clone(),
+            ),
+        ))
+    }
+}
+
+/// Without --public-url, short URLs use the address actually bound (a wildcard address is
+/// not reachable as such, so it becomes localhost): set --public-url in production.
+fn public_url(opts: &ServeOptions, bound: SocketAddr) -> String {
+    opts.public_url.clone().unwrap_or_else(|| {
         if bound.ip().is_unspecified() {
             format!("http://localhost:{}", bound.port())
         } else {
             format!("http://{bound}")
         }
-    });
+    })
+}
+
+/// Click analytics once started: each core's part, the aggregator threads, their counters.
+struct Clicks {
+    per_core: Vec<Option<crate::analytics::CoreClicks>>,
+    aggregators: Option<crate::analytics::Aggregators>,
+    stats: Arc<crate::analytics::ClickStats>,
+    /// Fleet mode with analytics on: the click flusher's counters.
+    fleet_stats: Option<Arc<crate::analytics::fleet::FleetClickStats>>,
+}
+
+fn start_clicks(
+    opts: &ServeOptions,
+    links: &Links,
+    cores: usize,
+    doorbells: &Arc<Doorbells>,
+) -> anyhow::Result<Clicks> {
     let click_stats = Arc::new(crate::analytics::ClickStats::new(cores));
     let fleet_click_stats = Arc::new(crate::analytics::fleet::FleetClickStats::default());
     let fleet_clicks = match &opts.fleet {
@@ -321,14 +563,14 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             let totals = click_stats.clone();
             Some(crate::analytics::fleet::FleetClicksSetup {
                 url: f.url.clone(),
-                node: crate::fleet_mode::node::click_identity(dir.path())?,
+                node: crate::fleet_mode::node::click_identity(links.dir.path())?,
                 node_id: f.node_id.clone(),
                 retention_days: opts.analytics.retention_days,
                 flush_interval_ms: f.click_flush_ms,
                 cores,
                 stats: fleet_click_stats.clone(),
                 dropped: Arc::new(move || totals.dropped_total()),
-                db_answers_at_start: fleet_db_answers,
+                db_answers_at_start: links.fleet_db_answers(),
             })
         }
         _ => None,
@@ -336,91 +578,71 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let fleet_clicks_on = fleet_clicks.is_some();
     let analytics = crate::analytics::start(
         &opts.analytics,
-        dir.path(),
-        router,
+        links.dir.path(),
+        links.router,
         doorbells.clone(),
         click_stats.clone(),
         fleet_clicks,
     )?;
-    let (core_clicks, aggregators) = match analytics {
+    let (per_core, aggregators) = match analytics {
         Some((c, a)) => (c.into_iter().map(Some).collect(), Some(a)),
         None => ((0..cores).map(|_| None).collect::<Vec<_>>(), None),
     };
-    let mut core_clicks = core_clicks.into_iter();
-    let draining = Arc::new(AtomicBool::new(false));
-    install_signal_handlers(&draining, &doorbells)?;
-    let shared = Arc::new(Shared {
-        cores,
-        ready_cores: AtomicUsize::new(0),
-        counters: (0..cores).map(|_| Default::default()).collect(),
-        failed_cores: AtomicUsize::new(0),
-        drained_cores: AtomicUsize::new(0),
-        draining,
-        doorbells: doorbells.clone(),
-        fleet: fleet_stats.clone(),
-        started: Instant::now(),
-        ready: Default::default(),
-        ready_for_creates: Default::default(),
-        openapi_json: crate::api::openapi::to_json(),
-        clicks: aggregators.as_ref().map(|_| click_stats.clone()),
-        fleet_clicks: fleet_clicks_on.then(|| fleet_click_stats.clone()),
-        test_stall: opts
-            .test_stall
-            .map(|(core, after_ms)| crate::test_faults::TestStall::new(core, after_ms)),
-    });
+    Ok(Clicks {
+        per_core,
+        aggregators,
+        stats: click_stats,
+        fleet_stats: fleet_clicks_on.then_some(fleet_click_stats),
+    })
+}
 
-    // Fleet mode: the link writer and the change feed follower, each on its own thread.
-    let mut fleet_cores =
-        start_fleet_links(&opts, &dir, router, &doorbells, &shared, &keygen, secret)?.into_iter();
+/// A core's executor thread; it returns once the core drained (or failed).
+type CoreHandle = glommio::ExecutorJoinHandle<std::io::Result<()>>;
 
-    let queues = Arc::new(MeshQueues::new(cores));
-    let keywatch_stop = Arc::new(AtomicBool::new(false));
-    let mut key_updates = crate::keywatch::start(
-        dir.path().to_path_buf(),
-        doorbells.clone(),
-        keywatch_stop.clone(),
-        local_keys,
-        fleet_keys,
-    )
-    .context("starting the API key watcher")?
-    .into_iter();
-    let mut handles = Vec::with_capacity(cores);
-    let mut logs = logs.into_iter();
-    // More cores than CPUs only with `oversubscribe` (checked above): they share CPUs in turn.
-    for (core, &cpu) in cpus.iter().cycle().take(cores).enumerate() {
-        let log = logs.next().expect("one log per core");
+/// What every core's setup shares.
+struct CoreParts<'a> {
+    opts: &'a ServeOptions,
+    router: Router,
+    doorbells: &'a Arc<Doorbells>,
+    shared: &'a Arc<Shared>,
+    queues: Arc<MeshQueues>,
+    io_memory: usize,
+    now_s: u64,
+}
+
+impl CoreParts<'_> {
+    /// Core `core`'s roles: its owner (its shards' tables, its log, its memtable), its
+    /// connections, its API side and flights, and its fleet and click parts if any.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one core's parts, each drawn from its own per-core list in `serve`"
+    )]
+    fn setup(
+        &self,
+        core: usize,
+        listener_fd: std::os::fd::RawFd,
+        dir: &DataDir,
+        tables: &mut [Option<Table>],
+        log: crate::recovery::CoreLog,
+        mut api: crate::client::ApiClient,
+        fleet: Option<(
+            crate::owner::fleet::FleetLinks,
+            crate::service::Inbox<crate::fleet_mode::messages::FleetToCore>,
+        )>,
+        clicks: Option<crate::analytics::CoreClicks>,
+    ) -> CoreSetup {
+        let (opts, router) = (self.opts, self.router);
         let mut idem = crate::api::idempotency::IdemTable::default();
         for (scope, rec) in log.idem {
-            idem.insert(scope, rec, now_s);
+            idem.insert(scope, rec, self.now_s);
         }
-        let creates = crate::client::creates::Creates::new(
-            core,
-            router,
-            shards::alloc::SegmentBuffer::new(seg_cfg),
-            allocator.client(core, crate::service::waker(&doorbells, core)),
-            keygen.clone(),
-            fleet_stats.clone(),
-        );
-        let api = crate::client::ApiClient::new(
-            router,
-            api_keys.clone(),
-            key_updates.next().expect("one receiver per core"),
-            crate::api::ratelimit::RateLimiter::new(rate_cfg)
-                .map_err(|e| anyhow::anyhow!("rate limit: {e}"))?,
-            public_url.clone(),
-            creates,
-        );
         let writes =
             crate::owner::writes::Writes::new(log.writer, log.fd, log.memtable, opts.faults);
         let store = Store::new(
-            (0..shard_count)
-                .map(|s| {
-                    let mine = router.core_of_shard(s) == core;
-                    if mine {
-                        tables[s as usize].take()
-                    } else {
-                        None
-                    }
+            (0..router.shard_count())
+                .map(|s| match router.core_of_shard(s) == core {
+                    true => tables[s as usize].take(),
+                    false => None,
                 })
                 .collect(),
         );
@@ -429,44 +651,54 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             entries: opts.compact_entries,
             folding: log.folding,
         };
-        let mut owner = Owner::new(core, router, store, writes, compaction, doorbells.clone());
+        let mut owner = Owner::new(
+            core,
+            router,
+            store,
+            writes,
+            compaction,
+            self.doorbells.clone(),
+        );
         let mut conns = Conns::new(
             core,
             router,
             opts.lru_capacity,
             opts.timeouts,
-            shared.clone(),
+            self.shared.clone(),
         );
-        let mut api = api;
         let mut fleet_inbox = None;
-        if let Some((links, inbox)) = fleet_cores.next() {
+        if let Some((links, inbox)) = fleet {
             owner.set_fleet(links);
             fleet_inbox = Some(inbox);
         }
         let mut clicks_inbox = None;
-        if let Some(cc) = core_clicks.next().expect("one per core") {
+        if let Some(cc) = clicks {
             conns.set_clicks(cc.combiner, cc.client_ip);
             owner.set_clicks(cc.control[core].clone());
             api.set_clicks(cc.control, cc.fleet_queries);
             clicks_inbox = Some(cc.inbox);
         }
-        let setup = CoreSetup {
+        CoreSetup {
             parking: opts.parking,
-            listener_fd: listener_fds[core],
+            listener_fd,
             conns,
             owner,
             api,
             flights: Flights::new(core, router, idem),
-            shared: shared.clone(),
+            shared: self.shared.clone(),
             clicks_inbox,
             fleet_inbox,
-        };
-        let queues = queues.clone();
-        let doorbells = doorbells.clone();
-        let shared_c = shared.clone();
-        let handle = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+        }
+    }
+
+    /// Core `core`'s executor, pinned to `cpu`, running its loop until the server drains.
+    fn spawn(&self, core: usize, cpu: usize, setup: CoreSetup) -> anyhow::Result<CoreHandle> {
+        let queues = self.queues.clone();
+        let doorbells = self.doorbells.clone();
+        let shared_c = self.shared.clone();
+        LocalExecutorBuilder::new(Placement::Fixed(cpu))
             .name(&format!("ricochet-core-{core}"))
-            .io_memory(io_memory)
+            .io_memory(self.io_memory)
             .preempt_timer(Duration::from_millis(GLOMMIO_PREEMPT_MS))
             .spawn(move || async move {
                 // A core that panics counts as failed at once, so start-up (and a running
@@ -485,12 +717,17 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
                 }
                 result
             })
-            .map_err(|e| {
-                anyhow::anyhow!("starting the executor for core {core} on CPU {cpu}: {e}")
-            })?;
-        handles.push(handle);
+            .map_err(|e| anyhow::anyhow!("starting the executor for core {core} on CPU {cpu}: {e}"))
     }
+}
 
+/// Waits until every core reports ready; if one fails or [`STARTUP_TIMEOUT_MS`] pass, drains
+/// the others and fails.
+fn wait_until_ready(
+    shared: &Shared,
+    cores: usize,
+    handles: Vec<CoreHandle>,
+) -> anyhow::Result<Vec<CoreHandle>> {
     let deadline = Instant::now() + Duration::from_millis(STARTUP_TIMEOUT_MS);
     while shared.ready_cores.load(Ordering::Acquire) < cores {
         if Instant::now() > deadline || shared.failed_cores.load(Ordering::Acquire) > 0 {
@@ -504,14 +741,11 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    println!(
-        "ricochet listening on {bound} with {cores} cores, {links} links in {shard_count} shards \
-         and {logged} keys from the logs (tables opened in {open_ms:.1} ms)"
-    );
-    if let Some(url) = &opts.public_url {
-        println!("public URL {url}");
-    }
+    Ok(handles)
+}
 
+/// Joins every core (they return once drained); whether one failed or panicked.
+fn join_cores(handles: Vec<CoreHandle>) -> bool {
     let mut failed = false;
     for (i, h) in handles.into_iter().enumerate() {
         match h.join() {
@@ -526,19 +760,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             }
         }
     }
-    // Every core handed its last clicks off; the aggregators make them durable and stop.
-    if let Some(a) = aggregators {
-        a.join();
-    }
-    if failed {
-        bail!("a core failed");
-    }
-    keywatch_stop.store(true, Ordering::Relaxed);
-    drop(allocator);
-    // Held to the end: a server started meanwhile would share the port with a draining one.
-    drop(port_lock);
-    eprintln!("ricochet drained and stopped");
-    Ok(())
+    failed
 }
 
 /// Counts its core in `Shared::failed_cores` if dropped while the thread unwinds from a panic.
