@@ -1,6 +1,7 @@
 //! Source-level invariants ARCHITECTURE.md states as absences: the redirect path's modules
-//! take no locks and make no blocking calls, no role imports the loop, and only the `fleet`
-//! crate talks to PostgreSQL. The code is read with `syn` (`common/source.rs`): folders are
+//! take no locks and make no blocking calls, no role imports the loop, only the `fleet`
+//! crate talks to PostgreSQL, and unit tests follow one convention (an inline `tests` module
+//! at the end of the file they test). The code is read with `syn` (`common/source.rs`): folders are
 //! walked to the bottom, `#[cfg(test)]` items (wherever they sit in a file) and test-only
 //! files are left out, comments are skipped, and imports are checked by the file and item a
 //! path resolves to, not by its text. Each check is a function of the tree it reads, and a
@@ -246,6 +247,56 @@ fn database_clients_outside(repo: &Path, allowed: &str) -> Vec<String> {
     found
 }
 
+/// Crates whose unit tests are checked for the convention.
+const UNIT_TEST_CRATES: &[&str] = &["src", "shards/src", "fleet/src", "tools/src"];
+
+/// Unit tests kept apart from the file they test (`#[cfg(test)] mod x;`, a file of its own)
+/// and test modules followed by more code: the house convention is one inline `tests`
+/// module at the end of the file.
+fn unit_tests_off_convention(repo: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for f in UNIT_TEST_CRATES.iter().flat_map(|c| rust_files(repo, c)) {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let ast = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let rel = f.strip_prefix(repo).unwrap().display().to_string();
+        let n = ast.items.len();
+        for (i, item) in ast.items.iter().enumerate() {
+            let syn::Item::Mod(m) = item else { continue };
+            let test = m.attrs.iter().any(|a| {
+                a.path().is_ident("cfg")
+                    && a.meta
+                        .require_list()
+                        .is_ok_and(|l| l.tokens.to_string() == "test")
+            });
+            if !test {
+                continue;
+            }
+            if m.content.is_none() {
+                found.push(format!(
+                    "{rel}: `mod {};` keeps tests in a file of their own",
+                    m.ident
+                ));
+            } else if i + 1 != n {
+                found.push(format!(
+                    "{rel}: `mod {}` is not at the end of the file",
+                    m.ident
+                ));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn unit_tests_are_one_inline_module_at_the_end() {
+    let found = unit_tests_off_convention(Path::new(ROOT));
+    assert!(
+        found.is_empty(),
+        "unit tests off the convention:\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn redirect_path_modules_take_no_locks() {
     let found = locks_on_the_redirect_path(Path::new(ROOT));
@@ -307,7 +358,12 @@ fn planted(files: &[(&str, &str)]) -> tempfile::TempDir {
         .iter()
         .map(|(p, t)| ((*p).to_owned(), (*t).to_owned()))
         .collect();
-    for root in ["src/lib.rs", "shards/src/lib.rs", "fleet/src/lib.rs"] {
+    for root in [
+        "src/lib.rs",
+        "shards/src/lib.rs",
+        "fleet/src/lib.rs",
+        "tools/src/lib.rs",
+    ] {
         if !all.iter().any(|(p, _)| p == root) {
             all.push((root.to_owned(), String::new()));
         }
@@ -392,6 +448,15 @@ fn each_check_finds_a_planted_violation() {
             && db.contains(&"src/owner/mod.rs -> src/fleet_mode/follower.rs: Follower".to_owned()),
         "{db:?}"
     );
+    let apart = planted(&[
+        ("src/a.rs", "#[cfg(test)]\nmod tests;\n"),
+        (
+            "src/b.rs",
+            "#[cfg(test)]\nmod tests {}\npub fn after() {}\n",
+        ),
+    ]);
+    let tests = unit_tests_off_convention(apart.path());
+    assert_eq!(tests.len(), 2, "{tests:?}");
     // A test module's imports and code are not code on the path.
     let clean = planted(&[(
         "src/conns/mod.rs",
