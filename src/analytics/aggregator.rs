@@ -161,22 +161,27 @@ impl Spare {
         self.lists.pop().unwrap_or_default()
     }
 
-    /// `deltas` were merged: keep them (up to the bounds) for the next batches, emptied at
-    /// once (a kept facet value would keep an interned string alive past its freeze).
-    fn give_back(&mut self, mut deltas: Vec<Delta>) {
-        let room = MAX_SPARE_DELTAS.saturating_sub(self.deltas.len());
-        let keep = deltas.len().min(room);
-        self.deltas.extend(deltas.drain(..keep).map(|mut d| {
-            d.clicks = 0;
-            d.bot_clicks = 0;
-            d.humans.clear();
-            d.bots.clear();
-            d.facets.clear();
-            d
-        }));
-        deltas.clear();
+    /// A merged delta: kept (up to [`MAX_SPARE_DELTAS`]) for the next batches, emptied at
+    /// once (a kept facet value would keep an interned string alive past its freeze). Called
+    /// once per delta inside the merge loop, between its yield points: emptying a whole
+    /// batch in one go held the CPU from a core for up to a batch's worth of frees.
+    fn keep(&mut self, mut d: Delta) {
+        if self.deltas.len() >= MAX_SPARE_DELTAS {
+            return;
+        }
+        d.clicks = 0;
+        d.bot_clicks = 0;
+        d.humans.clear();
+        d.bots.clear();
+        d.facets.clear();
+        self.deltas.push(d);
+    }
+
+    /// A list whose deltas were all taken: kept (up to [`MAX_SPARE_LISTS`]) for its room.
+    fn keep_list(&mut self, list: Vec<Delta>) {
+        debug_assert!(list.is_empty());
         if self.lists.len() < MAX_SPARE_LISTS {
-            self.lists.push(deltas);
+            self.lists.push(list);
         }
     }
 }
@@ -514,7 +519,8 @@ impl Aggregator {
         self.last_seq[src] = seq;
         self.through_ms[src] = sealed_ms;
         let st = &self.s.stats.per_core[self.s.me];
-        for d in &deltas {
+        let mut deltas = deltas;
+        for d in deltas.drain(..) {
             self.s.store.pause_point();
             if self
                 .filters
@@ -523,13 +529,14 @@ impl Aggregator {
             {
                 // Clicks of a deleted link, counted before the delete but arriving after it.
                 st.filtered.fetch_add(d.clicks, Ordering::Relaxed);
-                continue;
+            } else {
+                self.s.store.merge(&d);
+                st.records.fetch_add(1, Ordering::Relaxed);
+                st.merged_clicks.fetch_add(d.clicks, Ordering::Relaxed);
             }
-            self.s.store.merge(d);
-            st.records.fetch_add(1, Ordering::Relaxed);
-            st.merged_clicks.fetch_add(d.clicks, Ordering::Relaxed);
+            self.spare.keep(d);
         }
-        self.spare.give_back(deltas);
+        self.spare.keep_list(deltas);
     }
 
     fn on_control(&mut self, c: Control) {
@@ -812,8 +819,10 @@ mod tests {
                 d
             })
             .collect();
-        given.reserve(1);
-        spare.give_back(given);
+        for d in given.drain(..) {
+            spare.keep(d);
+        }
+        spare.keep_list(given);
         assert_eq!(spare.deltas.len(), MAX_SPARE_DELTAS);
         assert_eq!(Arc::strong_count(&value), 1, "no spare holds a facet value");
         let d = spare.delta();
@@ -823,7 +832,7 @@ mod tests {
         let list = spare.list();
         assert!(list.is_empty() && list.capacity() > MAX_SPARE_DELTAS);
         for _ in 0..2 * MAX_SPARE_LISTS {
-            spare.give_back(Vec::with_capacity(4));
+            spare.keep_list(Vec::with_capacity(4));
         }
         assert_eq!(spare.lists.len(), MAX_SPARE_LISTS);
     }
