@@ -127,7 +127,6 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     } = crate::listener::open(opts.listen, cores)?;
     let doorbells = Arc::new(Doorbells::new(cores).context("creating doorbell eventfds")?);
     let mut write = open_write_side(&opts, &links, cores)?;
-    let public_url = public_url(&opts, bound);
     let clicks = start_clicks(&opts, &links, cores, &doorbells)?;
     let draining = Arc::new(AtomicBool::new(false));
     install_signal_handlers(&draining, &doorbells)?;
@@ -161,33 +160,20 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         queues: Arc::new(MeshQueues::new(cores)),
         io_memory,
         now_s: links.now_s,
+        listener_fds,
+        public_url: public_url(&opts, bound),
     };
-    let mut handles = Vec::with_capacity(cores);
-    let mut logs = std::mem::take(&mut links.logs).into_iter();
-    let mut fleet_cores = fleet_cores.into_iter();
-    let mut core_clicks = clicks.per_core.into_iter();
-    let mut key_updates = key_updates.into_iter();
     // More cores than CPUs only with `oversubscribe` (checked above): they share CPUs in turn.
-    for (core, &cpu) in cpus.iter().cycle().take(cores).enumerate() {
-        let api = write.api_client(
-            core,
-            router,
-            &doorbells,
-            key_updates.next().expect("one receiver per core"),
-            public_url.clone(),
-        )?;
-        let setup = parts.setup(
-            core,
-            listener_fds[core],
-            &links.dir,
-            &mut links.tables,
-            logs.next().expect("one log per core"),
-            api,
-            fleet_cores.next(),
-            core_clicks.next().expect("one per core"),
-        );
-        handles.push(parts.spawn(core, cpu, setup)?);
-    }
+    let core_cpus: Vec<usize> = cpus.iter().copied().cycle().take(cores).collect();
+    let handles = spawn_cores(
+        &parts,
+        &core_cpus,
+        &write,
+        &mut links,
+        fleet_cores,
+        clicks.per_core,
+        key_updates,
+    )?;
     let handles = wait_until_ready(&shared, cores, handles)?;
     println!(
         "ricochet listening on {bound} with {cores} cores, {} links in {} shards and {} keys \
@@ -197,15 +183,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     if let Some(url) = &opts.public_url {
         println!("public URL {url}");
     }
-    let failed = join_cores(handles);
-    // Every core handed its last clicks off; the aggregators make them durable and stop.
-    if let Some(a) = clicks.aggregators {
-        a.join();
-    }
-    if failed {
-        bail!("a core failed");
-    }
-    keywatch_stop.store(true, Ordering::Relaxed);
+    stop(handles, clicks.aggregators, &keywatch_stop)?;
     drop(write.allocator);
     // Held to the end: a server started meanwhile would share the port with a draining one.
     drop(port_lock);
@@ -339,21 +317,7 @@ fn open_links(opts: &ServeOptions, cores: usize) -> anyhow::Result<Links> {
     let router = Router::new(shard_count, cores);
     let now_s = crate::api::timefmt::now_s();
 
-    // Files the dir recorded must all be there: a missing table or log is silent loss.
-    let missing = dir.missing_tables()?;
-    if !missing.is_empty() {
-        if !opts.accept_data_loss {
-            return Err(shards::Error::MissingTables {
-                dir: dir.path().to_path_buf(),
-                missing,
-            }
-            .into());
-        }
-        eprintln!(
-            "--accept-data-loss: serving without {} (the links in them answer 404)",
-            missing.join(", ")
-        );
-    }
+    refuse_missing_tables(opts, &dir)?;
     // Logged writes first: a core-count change folds them into the tables we open next.
     let (logs, max_logged_id) = crate::recovery::recover_logs(
         &dir,
@@ -370,32 +334,7 @@ fn open_links(opts: &ServeOptions, cores: usize) -> anyhow::Result<Links> {
     // A fleet node's links come from the fleet database; a single node's do not: never mix.
     let logged: usize = logs.iter().map(|l| l.memtable.len()).sum();
     crate::fleet_mode::node::check_marker(dir.path(), opts.fleet.is_some(), links + logged as u64)?;
-    // A fleet node with nothing yet starts from a snapshot of the database, not the feed's
-    // whole history.
-    let links = match &opts.fleet {
-        Some(f)
-            if links == 0
-                && logged == 0
-                && !dir
-                    .path()
-                    .join(crate::fleet_mode::files::CURSOR_FILE)
-                    .exists() =>
-        {
-            let t = Instant::now();
-            let n =
-                crate::fleet_mode::bootstrap::bootstrap(&dir, &f.url).context("fleet bootstrap")?;
-            // A re-bootstrap (its marker) is complete once the cursor is saved.
-            crate::fleet_mode::files::rebootstrap_done(dir.path())
-                .context("removing the re-bootstrap marker")?;
-            eprintln!(
-                "fleet: bootstrapped {n} links from a database snapshot in {:.1} s",
-                t.elapsed().as_secs_f64()
-            );
-            tables = open_tables(&dir, &router)?;
-            tables.iter().flatten().map(|t| t.len()).sum()
-        }
-        _ => links,
-    };
+    let links = bootstrap_if_empty(opts, &dir, &router, &mut tables, links, logged)?;
     let open_ms = started.elapsed().as_secs_f64() * 1e3;
     Ok(Links {
         dir,
@@ -410,6 +349,66 @@ fn open_links(opts: &ServeOptions, cores: usize) -> anyhow::Result<Links> {
         links,
         logged,
         open_ms,
+    })
+}
+
+/// Files the dir recorded must all be there: a missing table or log is silent loss, refused
+/// unless `--accept-data-loss`.
+fn refuse_missing_tables(opts: &ServeOptions, dir: &DataDir) -> anyhow::Result<()> {
+    let missing = dir.missing_tables()?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !opts.accept_data_loss {
+        return Err(shards::Error::MissingTables {
+            dir: dir.path().to_path_buf(),
+            missing,
+        }
+        .into());
+    }
+    eprintln!(
+        "--accept-data-loss: serving without {} (the links in them answer 404)",
+        missing.join(", ")
+    );
+    Ok(())
+}
+
+/// A fleet node with nothing yet (`links` in its tables, `logged` in its logs, no feed
+/// cursor) starts from a snapshot of the database, not the feed's whole history; `tables`
+/// are opened again after it. The links the node then holds.
+fn bootstrap_if_empty(
+    opts: &ServeOptions,
+    dir: &DataDir,
+    router: &Router,
+    tables: &mut Vec<Option<Table>>,
+    links: u64,
+    logged: usize,
+) -> anyhow::Result<u64> {
+    // A fleet node with nothing yet starts from a snapshot of the database, not the feed's
+    // whole history.
+    Ok(match &opts.fleet {
+        Some(f)
+            if links == 0
+                && logged == 0
+                && !dir
+                    .path()
+                    .join(crate::fleet_mode::files::CURSOR_FILE)
+                    .exists() =>
+        {
+            let t = Instant::now();
+            let n =
+                crate::fleet_mode::bootstrap::bootstrap(dir, &f.url).context("fleet bootstrap")?;
+            // A re-bootstrap (its marker) is complete once the cursor is saved.
+            crate::fleet_mode::files::rebootstrap_done(dir.path())
+                .context("removing the re-bootstrap marker")?;
+            eprintln!(
+                "fleet: bootstrapped {n} links from a database snapshot in {:.1} s",
+                t.elapsed().as_secs_f64()
+            );
+            *tables = open_tables(dir, router)?;
+            tables.iter().flatten().map(|t| t.len()).sum()
+        }
+        _ => links,
     })
 }
 
@@ -608,6 +607,9 @@ struct CoreParts<'a> {
     queues: Arc<MeshQueues>,
     io_memory: usize,
     now_s: u64,
+    /// One listening socket per core.
+    listener_fds: Vec<std::os::fd::RawFd>,
+    public_url: String,
 }
 
 impl CoreParts<'_> {
@@ -721,6 +723,48 @@ impl CoreParts<'_> {
     }
 }
 
+/// Starts every core's executor on its CPU (`cpus`: one per core, in core order) with its
+/// roles: its log, its tables, its API side, and its fleet and click parts if any.
+fn spawn_cores(
+    parts: &CoreParts,
+    cpus: &[usize],
+    write: &WriteSide,
+    links: &mut Links,
+    fleet_cores: Vec<(
+        crate::owner::fleet::FleetLinks,
+        crate::service::Inbox<crate::fleet_mode::messages::FleetToCore>,
+    )>,
+    per_core: Vec<Option<crate::analytics::CoreClicks>>,
+    key_updates: Vec<crate::service::Inbox<Arc<crate::api::keys::ApiKeyStore>>>,
+) -> anyhow::Result<Vec<CoreHandle>> {
+    let mut handles = Vec::with_capacity(cpus.len());
+    let mut logs = std::mem::take(&mut links.logs).into_iter();
+    let mut fleet_cores = fleet_cores.into_iter();
+    let mut core_clicks = per_core.into_iter();
+    let mut key_updates = key_updates.into_iter();
+    for (core, &cpu) in cpus.iter().enumerate() {
+        let api = write.api_client(
+            core,
+            parts.router,
+            parts.doorbells,
+            key_updates.next().expect("one receiver per core"),
+            parts.public_url.clone(),
+        )?;
+        let setup = parts.setup(
+            core,
+            parts.listener_fds[core],
+            &links.dir,
+            &mut links.tables,
+            logs.next().expect("one log per core"),
+            api,
+            fleet_cores.next(),
+            core_clicks.next().expect("one per core"),
+        );
+        handles.push(parts.spawn(core, cpu, setup)?);
+    }
+    Ok(handles)
+}
+
 /// Waits until every core reports ready; if one fails or [`STARTUP_TIMEOUT_MS`] pass, drains
 /// the others and fails.
 fn wait_until_ready(
@@ -742,6 +786,25 @@ fn wait_until_ready(
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(handles)
+}
+
+/// Joins every core (they return once drained), then the aggregators, which make the last
+/// clicks durable; stops the key watcher. Fails if a core failed.
+fn stop(
+    handles: Vec<CoreHandle>,
+    aggregators: Option<crate::analytics::Aggregators>,
+    keywatch_stop: &AtomicBool,
+) -> anyhow::Result<()> {
+    let failed = join_cores(handles);
+    // Every core handed its last clicks off; the aggregators make them durable and stop.
+    if let Some(a) = aggregators {
+        a.join();
+    }
+    if failed {
+        bail!("a core failed");
+    }
+    keywatch_stop.store(true, Ordering::Relaxed);
+    Ok(())
 }
 
 /// Joins every core (they return once drained); whether one failed or panicked.
