@@ -169,11 +169,7 @@ impl Spare {
         if self.deltas.len() >= MAX_SPARE_DELTAS {
             return;
         }
-        d.clicks = 0;
-        d.bot_clicks = 0;
-        d.humans.clear();
-        d.bots.clear();
-        d.facets.clear();
+        d.clear();
         self.deltas.push(d);
     }
 
@@ -510,7 +506,7 @@ impl Aggregator {
         }
     }
 
-    fn merge(&mut self, from: u16, seq: u64, sealed_ms: u64, deltas: Vec<Delta>) {
+    fn merge(&mut self, from: u16, seq: u64, sealed_ms: u64, mut deltas: Vec<Delta>) {
         let src = from as usize;
         debug_assert!(
             seq > self.last_seq[src],
@@ -519,7 +515,6 @@ impl Aggregator {
         self.last_seq[src] = seq;
         self.through_ms[src] = sealed_ms;
         let st = &self.s.stats.per_core[self.s.me];
-        let mut deltas = deltas;
         for d in deltas.drain(..) {
             self.s.store.pause_point();
             if self

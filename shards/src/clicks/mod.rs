@@ -90,6 +90,18 @@ pub struct Delta {
     pub facets: Vec<FacetCount>,
 }
 
+impl Delta {
+    /// No clicks, sketch updates or facets any more; the vectors keep their room (the key and
+    /// day stay: whoever reuses the delta sets them).
+    pub fn clear(&mut self) {
+        self.clicks = 0;
+        self.bot_clicks = 0;
+        self.humans.clear();
+        self.bots.clear();
+        self.facets.clear();
+    }
+}
+
 /// A change to the click store, as the click log and snapshots store it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
