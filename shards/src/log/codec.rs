@@ -26,6 +26,14 @@ const TAG_FLEET_DELETE: u8 = 6;
 /// `TAG_IDEM_RECORD`, written before tags, read as tag 0 (unknown).
 const TAG_IDEM_RECORD_TAGGED: u8 = 7;
 
+/// Op tags this version still reads but no longer writes: a record carrying one encodes back
+/// under its successor's tag (`TAG_IDEM_RECORD` as `TAG_IDEM_RECORD_TAGGED`, tag 0), so its
+/// bytes change while the record does not (the log_decode fuzz target checks both).
+pub const READ_ONLY_OP_TAGS: [u8; 1] = [TAG_IDEM_RECORD];
+
+/// The op tag's offset in a payload (the last byte of its fixed prefix).
+pub const OP_TAG_AT: usize = PAYLOAD_PREFIX_BYTES - 1;
+
 /// Encodes the file header for `writer`.
 pub fn encode_header(writer: u32) -> [u8; HEADER_BYTES] {
     let mut h = [0u8; HEADER_BYTES];
