@@ -154,6 +154,17 @@ impl WriteReq {
             | WriteReq::Replay { key, .. } => *key,
         }
     }
+
+    /// Whether it changes what the database holds (in fleet mode the database judges it).
+    pub fn is_change(&self) -> bool {
+        matches!(
+            self,
+            WriteReq::Create { .. }
+                | WriteReq::Patch { .. }
+                | WriteReq::Delete { .. }
+                | WriteReq::ResetStats { .. }
+        )
+    }
 }
 
 /// The owner's verdict on a [`WriteReq`].

@@ -31,120 +31,126 @@ type Planned = (
 );
 
 impl Owner {
-    /// Executes a write (or an API read) on this core, which owns its key.
+    /// Executes a write (or an API read) on this core, which owns its key: a read is answered
+    /// from what the core holds; a write waits its turn behind the key's write in flight, then
+    /// is judged by the fleet database (fleet mode) or here, and logged.
     pub fn on_write(&mut self, reply: ReplyTo, req: WriteReq, now_s: u64, mesh: &mut Mesh) {
+        let Some(req) = self.answer_if_read(reply, req, now_s, mesh) else {
+            return;
+        };
+        let Some(req) = self.admit(reply, req, mesh) else {
+            return;
+        };
+        if self.fleet.is_some() && req.is_change() {
+            // The fleet database judges it (`fleet.rs`); the key waits like any in flight.
+            return self.submit_fleet_write(reply, req, mesh);
+        }
+        self.write_locally(reply, req, now_s, mesh);
+    }
+
+    /// Answers `req` if it is a read (or a stats reset, which logs nothing in a single node);
+    /// gives it back if it is a write.
+    fn answer_if_read(
+        &mut self,
+        reply: ReplyTo,
+        req: WriteReq,
+        now_s: u64,
+        mesh: &mut Mesh,
+    ) -> Option<WriteReq> {
         let key = req.key();
         let shard = self.router.owner(key.as_bytes()).shard;
-        let done = |mesh: &mut Mesh, outcome| {
-            mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome })
-        };
-        match req {
+        let outcome = match &req {
             WriteReq::Get { .. }
                 if self.reads_through() && self.link_info(shard, &key, now_s).is_none() =>
             {
                 // Fleet mode: a link this node does not hold (yet) may exist; ask.
-                return self.read_through(super::fleet::ReadWaiter::Get(reply), key, now_s, mesh);
+                let waiter = super::fleet::ReadWaiter::Get(reply);
+                self.read_through(waiter, key, now_s, mesh);
+                return None;
             }
             WriteReq::StatsOf { .. }
                 if self.reads_through() && self.link_info(shard, &key, 0).is_none() =>
             {
-                return self.read_through(
-                    super::fleet::ReadWaiter::StatsOf(reply),
-                    key,
-                    now_s,
-                    mesh,
-                );
+                let waiter = super::fleet::ReadWaiter::StatsOf(reply);
+                self.read_through(waiter, key, now_s, mesh);
+                return None;
             }
-            WriteReq::Get { .. } | WriteReq::Replay { .. } => {
-                let link = self.link_info(shard, &key, now_s);
-                let outcome = match (link, &req) {
-                    (
-                        Some(i),
-                        WriteReq::Replay {
-                            created_at_s,
-                            created_tag,
-                            ..
-                        },
-                    ) if !shards::link::same_creation(
-                        (i.created_at_s, i.created_tag),
-                        (*created_at_s, *created_tag),
-                    ) =>
-                    {
-                        WriteOutcome::NotFound
-                    }
-                    (Some(i), _) => WriteOutcome::Found(i),
-                    (None, _) => WriteOutcome::NotFound,
-                };
-                return done(mesh, outcome);
-            }
-            WriteReq::StatsOf { .. } => {
-                // Expired links keep their stats: judged as if at time 0.
-                let outcome = match self.link_info(shard, &key, 0) {
-                    Some(i) => WriteOutcome::Found(i),
-                    None => WriteOutcome::NotFound,
-                };
-                return done(mesh, outcome);
-            }
-            // In fleet mode the database judges it and tells every node: below, like a write.
+            WriteReq::Get { .. } => found(self.link_info(shard, &key, now_s)),
+            WriteReq::Replay {
+                created_at_s,
+                created_tag,
+                ..
+            } => found(self.link_info(shard, &key, now_s).filter(|i| {
+                shards::link::same_creation(
+                    (i.created_at_s, i.created_tag),
+                    (*created_at_s, *created_tag),
+                )
+            })),
+            // Expired links keep their stats: judged as if at time 0.
+            WriteReq::StatsOf { .. } => found(self.link_info(shard, &key, 0)),
+            // In fleet mode the database judges it and tells every node: a write.
             WriteReq::ResetStats { .. } if self.fleet.is_none() => {
                 if self.link_info(shard, &key, 0).is_none() {
-                    return done(mesh, WriteOutcome::NotFound);
+                    WriteOutcome::NotFound
+                } else {
+                    // Nothing to log: the stats live with the aggregator, which makes the
+                    // purge durable before the 204.
+                    let deleted = WriteOutcome::Deleted;
+                    self.broadcast_invalidate(key, reply, deleted, true, mesh);
+                    return None;
                 }
-                // Nothing to log: the stats live with the aggregator, which makes the purge
-                // durable before the 204.
-                return self.broadcast_invalidate(key, reply, WriteOutcome::Deleted, true, mesh);
             }
-            _ => {}
-        }
-        if self.writes.log.is_poisoned() {
-            return done(mesh, WriteOutcome::StorageFailed);
-        }
-        if let Some(held) = &mut self.writes.held {
+            _ => return Some(req),
+        };
+        mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+        None
+    }
+
+    /// Lets a write start now, or holds it (a compaction drains the log), queues it behind its
+    /// key's write in flight, or refuses it (poisoned log, full queue).
+    fn admit(&mut self, reply: ReplyTo, req: WriteReq, mesh: &mut Mesh) -> Option<WriteReq> {
+        let refused = if self.writes.log.is_poisoned() {
+            WriteOutcome::StorageFailed
+        } else if let Some(held) = &mut self.writes.held {
             // A compaction waits for the log to drain (`compaction.rs`).
             if held.len() < MAX_HELD_WRITES {
                 held.push_back((reply, req));
-                return;
+                return None;
             }
-            return done(mesh, WriteOutcome::WriteInProgress);
-        }
-        if self.writes.in_flight_keys.contains(&key) {
+            WriteOutcome::WriteInProgress
+        } else if self.writes.in_flight_keys.contains(&req.key()) {
             // Wait for the in-flight write: judged against the state it leaves, this one
             // then gets the answer it would have got had it come a moment later.
-            let queue = self.writes.queued.entry(key).or_default();
+            let queue = self.writes.queued.entry(req.key()).or_default();
             if queue.len() < MAX_QUEUED_WRITES_PER_KEY {
                 queue.push_back((reply, req));
-                return;
+                return None;
             }
-            return done(mesh, WriteOutcome::WriteInProgress);
-        }
-        if self.fleet.is_some()
-            && matches!(
-                req,
-                WriteReq::Create { .. }
-                    | WriteReq::Patch { .. }
-                    | WriteReq::Delete { .. }
-                    | WriteReq::ResetStats { .. }
-            )
-        {
-            // The fleet database judges it (`fleet.rs`); the key waits like any in flight.
-            return self.submit_fleet_write(reply, req, mesh);
-        }
+            WriteOutcome::WriteInProgress
+        } else {
+            return Some(req);
+        };
+        let outcome = refused;
+        mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+        None
+    }
+
+    /// A single node's write: judged against the link this core holds, then logged.
+    fn write_locally(&mut self, reply: ReplyTo, req: WriteReq, now_s: u64, mesh: &mut Mesh) {
+        let key = req.key();
+        let shard = self.router.owner(key.as_bytes()).shard;
         let current = self.link_info(shard, &key, now_s);
-        let mut idem: Option<Box<(String, [u8; 32])>> = None;
-        let (info, id, invalidate, outcome_of): Planned = match req {
+        let exists = current.is_some();
+        let planned = match req {
             WriteReq::Create {
                 target,
                 status,
                 expires_at_s,
                 created_at_s,
                 id,
-                idem: create_idem,
+                idem,
                 ..
-            } => {
-                idem = create_idem;
-                if current.is_some() {
-                    return done(mesh, WriteOutcome::Exists);
-                }
+            } => (!exists).then(|| {
                 let info = LinkInfo {
                     key,
                     target,
@@ -153,17 +159,15 @@ impl Owner {
                     created_tag: self.creations.next(created_at_s, micros_into_second()),
                     expires_at_s,
                 };
-                (info, id, None, WriteOutcome::Created)
-            }
+                let planned: Planned = (info, id, None, WriteOutcome::Created);
+                (planned, idem)
+            }),
             WriteReq::Patch {
                 target,
                 expiry,
                 status,
                 ..
-            } => {
-                let Some(mut info) = current else {
-                    return done(mesh, WriteOutcome::NotFound);
-                };
+            } => current.map(|mut info| {
                 if let Some(t) = target {
                     info.target = t;
                 }
@@ -176,35 +180,59 @@ impl Owner {
                     ExpiryUpdate::Set(t) => info.expires_at_s = t,
                 }
                 let id = self.writes.id_of(&key);
-                (info, id, Some(key), WriteOutcome::Updated)
+                let planned: Planned = (info, id, Some(key), WriteOutcome::Updated);
+                (planned, None)
+            }),
+            WriteReq::Delete { .. } if exists => {
+                return self.log_delete(reply, shard, key, mesh);
             }
-            WriteReq::Delete { .. } => {
-                if current.is_none() {
-                    return done(mesh, WriteOutcome::NotFound);
-                }
-                let op = LogOpRef::Delete { key: key.as_str() };
-                let Ok(seq) = self.writes.log.append_ref(shard, op) else {
-                    return done(mesh, WriteOutcome::StorageFailed);
-                };
-                self.writes.in_flight_keys.insert(key);
-                self.writes.waiting.push_back(Durable {
-                    seq,
-                    apply: Some((key, MemEntry::Deleted { version: 0 })),
-                    then: Then::Reply {
-                        reply,
-                        outcome: WriteOutcome::Deleted,
-                        invalidate: Some(key),
-                    },
-                });
-                return;
-            }
+            WriteReq::Delete { .. } => None,
             WriteReq::Get { .. }
             | WriteReq::Replay { .. }
             | WriteReq::ResetStats { .. }
-            | WriteReq::StatsOf { .. } => {
-                unreachable!("handled above")
-            }
+            | WriteReq::StatsOf { .. } => unreachable!("answered by answer_if_read"),
         };
+        let Some((planned, idem)) = planned else {
+            // A create of a key that exists, a change of one that does not.
+            let outcome = match exists {
+                true => WriteOutcome::Exists,
+                false => WriteOutcome::NotFound,
+            };
+            return mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+        };
+        self.log_put(reply, shard, planned, idem, mesh);
+    }
+
+    /// Logs the delete of `key`; its answer waits for the batch to be durable.
+    fn log_delete(&mut self, reply: ReplyTo, shard: u32, key: InlineKey, mesh: &mut Mesh) {
+        let op = LogOpRef::Delete { key: key.as_str() };
+        let Ok(seq) = self.writes.log.append_ref(shard, op) else {
+            let outcome = WriteOutcome::StorageFailed;
+            return mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+        };
+        self.writes.in_flight_keys.insert(key);
+        self.writes.waiting.push_back(Durable {
+            seq,
+            apply: Some((key, MemEntry::Deleted { version: 0 })),
+            then: Then::Reply {
+                reply,
+                outcome: WriteOutcome::Deleted,
+                invalidate: Some(key),
+            },
+        });
+    }
+
+    /// Logs the planned link (with its idempotency record, if any); its answer waits for the
+    /// batch to be durable.
+    fn log_put(
+        &mut self,
+        reply: ReplyTo,
+        shard: u32,
+        (info, id, invalidate, outcome_of): Planned,
+        idem: Option<Box<(String, [u8; 32])>>,
+        mesh: &mut Mesh,
+    ) {
+        let key = info.key;
         let link = LinkFields {
             key: key.as_str(),
             target: &info.target,
@@ -223,19 +251,18 @@ impl Owner {
             },
         };
         let Ok(seq) = self.writes.log.append_ref(shard, op) else {
-            return done(mesh, WriteOutcome::StorageFailed);
+            let outcome = WriteOutcome::StorageFailed;
+            return mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
         };
         self.writes.in_flight_keys.insert(key);
+        let entry = MemEntry::Live {
+            info: info.clone(),
+            id,
+            version: 0,
+        };
         self.writes.waiting.push_back(Durable {
             seq,
-            apply: Some((
-                key,
-                MemEntry::Live {
-                    info: info.clone(),
-                    id,
-                    version: 0,
-                },
-            )),
+            apply: Some((key, entry)),
             then: Then::Reply {
                 reply,
                 outcome: outcome_of(info),
@@ -427,4 +454,9 @@ impl Owner {
             }
         }
     }
+}
+
+/// A read's outcome: the link, or 404.
+fn found(link: Option<LinkInfo>) -> WriteOutcome {
+    link.map_or(WriteOutcome::NotFound, WriteOutcome::Found)
 }
