@@ -453,214 +453,203 @@ fn plain(
     p.encode(enc.encode_descriptor(name, help, None, p.metric_type())?)
 }
 
+type FleetClickGet = fn(&crate::analytics::fleet::FleetClickStats) -> &AtomicU64;
+
+/// Fleet mode's click flusher series (`analytics::fleet`), no labels.
+const FLEET_CLICK_SERIES: &[(&str, &str, MetricType, FleetClickGet)] = &[
+    (
+        "ricochet_fleet_click_flushes",
+        "Click flushes the fleet database applied (or had applied: a retried one)",
+        MetricType::Counter,
+        |c| &c.flushes,
+    ),
+    (
+        "ricochet_fleet_click_flush_failures",
+        "Click flushes that failed (each is retried as it was)",
+        MetricType::Counter,
+        |c| &c.flush_failures,
+    ),
+    (
+        "ricochet_fleet_click_rows_flushed",
+        "Link-day click states written to the fleet database",
+        MetricType::Counter,
+        |c| &c.rows_flushed,
+    ),
+    (
+        "ricochet_fleet_click_rows_dropped",
+        "Link-day click states not kept for the fleet database (too many waiting during an outage); each is sent again at its next change",
+        MetricType::Counter,
+        |c| &c.rows_dropped,
+    ),
+    (
+        "ricochet_fleet_click_complete_until_unix_ms",
+        "Every click this node answered before this instant is in the fleet database",
+        MetricType::Gauge,
+        |c| &c.complete_until_ms,
+    ),
+];
+
 /// Fleet mode's click flusher (`analytics::fleet`).
 fn encode_fleet_clicks(
     enc: &mut DescriptorEncoder,
     c: &crate::analytics::fleet::FleetClickStats,
 ) -> fmt::Result {
-    use std::sync::atomic::Ordering::Relaxed;
-    use MetricType::{Counter, Gauge};
-    plain(
-        enc,
-        "ricochet_fleet_click_flushes",
-        "Click flushes the fleet database applied (or had applied: a retried one)",
-        Counter,
-        c.flushes.load(Relaxed),
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_click_flush_failures",
-        "Click flushes that failed (each is retried as it was)",
-        Counter,
-        c.flush_failures.load(Relaxed),
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_click_rows_flushed",
-        "Link-day click states written to the fleet database",
-        Counter,
-        c.rows_flushed.load(Relaxed),
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_click_rows_dropped",
-        "Link-day click states not kept for the fleet database (too many waiting during an outage); each is sent again at its next change",
-        Counter,
-        c.rows_dropped.load(Relaxed),
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_click_complete_until_unix_ms",
-        "Every click this node answered before this instant is in the fleet database",
-        Gauge,
-        c.complete_until_ms.load(Relaxed),
-    )
+    for &(name, help, kind, get) in FLEET_CLICK_SERIES {
+        plain(enc, name, help, kind, get(c).load(Ordering::Relaxed))?;
+    }
+    Ok(())
 }
+
+type FleetGet = fn(&fleet::FleetStatsSnapshot) -> u64;
+
+/// Fleet mode's allocation, link and feed series with no labels (`--fleet-pg`).
+const FLEET_SERIES: &[(&str, &str, MetricType, FleetGet)] = &[
+    (
+        "ricochet_fleet_allocations",
+        "ID ranges confirmed by the PostgreSQL authority",
+        MetricType::Counter,
+        |f| f.allocations,
+    ),
+    (
+        "ricochet_fleet_confirmed_ids",
+        "IDs in ranges confirmed for this node (waste = confirmed - used - on hand)",
+        MetricType::Counter,
+        |f| f.confirmed_ids,
+    ),
+    (
+        "ricochet_fleet_unknown_commit_outcomes",
+        "Allocations whose COMMIT reply was lost and whose outcome could not be proven",
+        MetricType::Counter,
+        |f| f.unknown_outcomes,
+    ),
+    (
+        "ricochet_fleet_fenced",
+        "1 once the authority lost allocations this node confirmed (generated-key creates refused)",
+        MetricType::Gauge,
+        |f| u64::from(f.fenced),
+    ),
+    (
+        "ricochet_fleet_ids_unproven",
+        "1 while the database is on another history and this node's last confirmed allocation is not yet proven there (generated-key creates wait)",
+        MetricType::Gauge,
+        |f| u64::from(f.ids_unproven),
+    ),
+    (
+        "ricochet_fleet_namespace_next_id",
+        "The namespace's next_id as last seen by this node",
+        MetricType::Gauge,
+        |f| f.next_id_seen,
+    ),
+    (
+        "ricochet_fleet_namespace_remaining_ids",
+        "IDs the namespace has not handed out yet, as last seen",
+        MetricType::Gauge,
+        |f| f.namespace_hi.saturating_sub(f.next_id_seen),
+    ),
+    (
+        "ricochet_fleet_link_writes",
+        "Link creates, changes and deletes the fleet database committed or judged (409/404)",
+        MetricType::Counter,
+        |f| f.link_writes,
+    ),
+    (
+        "ricochet_fleet_link_write_failures",
+        "Link writes the fleet database did not answer in time (answered 503)",
+        MetricType::Counter,
+        |f| f.link_write_failures,
+    ),
+    (
+        "ricochet_fleet_batched_creates",
+        "Creates committed in a multi-row statement shared with others of their writer round",
+        MetricType::Counter,
+        |f| f.batched_creates,
+    ),
+    (
+        "ricochet_fleet_read_queries",
+        "Read-through queries sent to the fleet database (one per batch of local misses)",
+        MetricType::Counter,
+        |f| f.read_queries,
+    ),
+    (
+        "ricochet_fleet_read_keys",
+        "Distinct keys asked for in read-through queries",
+        MetricType::Counter,
+        |f| f.read_keys,
+    ),
+    (
+        "ricochet_fleet_shed_lookups",
+        "Local misses answered 404 without a query: a generated key whose ID is above every namespace's freshly read ceiling",
+        MetricType::Counter,
+        |f| f.shed_lookups,
+    ),
+    (
+        "ricochet_fleet_ceiling_raises",
+        "Namespace ceiling raises this node's allocations started",
+        MetricType::Counter,
+        |f| f.ceiling_raises,
+    ),
+    (
+        "ricochet_fleet_ceiling_waits",
+        "Allocations that waited for a ceiling raise to mature",
+        MetricType::Counter,
+        |f| f.ceiling_waits,
+    ),
+    (
+        "ricochet_fleet_feed_rows",
+        "Change feed rows made durable on their owner cores",
+        MetricType::Counter,
+        |f| f.feed_rows,
+    ),
+    (
+        "ricochet_fleet_feed_failures",
+        "Change feed polls or applies that failed (retried)",
+        MetricType::Counter,
+        |f| f.feed_failures,
+    ),
+    (
+        "ricochet_fleet_feed_rows_unusable",
+        "Change feed rows that are not links this node can hold (not applied, each logged)",
+        MetricType::Counter,
+        |f| f.feed_rows_unusable,
+    ),
+    (
+        "ricochet_fleet_feed_held_back_by_pid",
+        "The database backend whose open transaction holds this node's feed back (rows committed after it wait), 0 if none",
+        MetricType::Gauge,
+        |f| f.feed_held_by_pid,
+    ),
+    (
+        "ricochet_fleet_feed_held_back_seconds",
+        "How long that transaction had been open when last looked up",
+        MetricType::Gauge,
+        |f| f.feed_held_for_s,
+    ),
+    (
+        "ricochet_fleet_feed_caught_up_unix_ms",
+        "When a change feed poll last found this node caught up (Unix ms; lag = now - this)",
+        MetricType::Gauge,
+        |f| f.feed_caught_up_ms,
+    ),
+    (
+        "ricochet_fleet_regenerations",
+        "Live regenerations of this node's links from a database snapshot (its feed cursor could not be continued)",
+        MetricType::Counter,
+        |f| f.regenerations,
+    ),
+    (
+        "ricochet_fleet_regenerating",
+        "1 while this node regenerates its links from a database snapshot (not ready meanwhile)",
+        MetricType::Gauge,
+        |f| u64::from(f.regenerating),
+    ),
+];
 
 /// Fleet mode's allocation counters (`--fleet-pg`).
 fn encode_fleet(enc: &mut DescriptorEncoder, f: &fleet::FleetStatsSnapshot) -> fmt::Result {
     use MetricType::{Counter, Gauge};
-    plain(
-        enc,
-        "ricochet_fleet_allocations",
-        "ID ranges confirmed by the PostgreSQL authority",
-        Counter,
-        f.allocations,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_confirmed_ids",
-        "IDs in ranges confirmed for this node (waste = confirmed - used - on hand)",
-        Counter,
-        f.confirmed_ids,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_unknown_commit_outcomes",
-        "Allocations whose COMMIT reply was lost and whose outcome could not be proven",
-        Counter,
-        f.unknown_outcomes,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_fenced",
-        "1 once the authority lost allocations this node confirmed (generated-key creates refused)",
-        Gauge,
-        u64::from(f.fenced),
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_ids_unproven",
-        "1 while the database is on another history and this node's last confirmed allocation is not yet proven there (generated-key creates wait)",
-        Gauge,
-        u64::from(f.ids_unproven),
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_namespace_next_id",
-        "The namespace's next_id as last seen by this node",
-        Gauge,
-        f.next_id_seen,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_namespace_remaining_ids",
-        "IDs the namespace has not handed out yet, as last seen",
-        Gauge,
-        f.namespace_hi.saturating_sub(f.next_id_seen),
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_link_writes",
-        "Link creates, changes and deletes the fleet database committed or judged (409/404)",
-        Counter,
-        f.link_writes,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_link_write_failures",
-        "Link writes the fleet database did not answer in time (answered 503)",
-        Counter,
-        f.link_write_failures,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_batched_creates",
-        "Creates committed in a multi-row statement shared with others of their writer round",
-        Counter,
-        f.batched_creates,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_read_queries",
-        "Read-through queries sent to the fleet database (one per batch of local misses)",
-        Counter,
-        f.read_queries,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_read_keys",
-        "Distinct keys asked for in read-through queries",
-        Counter,
-        f.read_keys,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_shed_lookups",
-        "Local misses answered 404 without a query: a generated key whose ID is above every namespace's freshly read ceiling",
-        Counter,
-        f.shed_lookups,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_ceiling_raises",
-        "Namespace ceiling raises this node's allocations started",
-        Counter,
-        f.ceiling_raises,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_ceiling_waits",
-        "Allocations that waited for a ceiling raise to mature",
-        Counter,
-        f.ceiling_waits,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_feed_rows",
-        "Change feed rows made durable on their owner cores",
-        Counter,
-        f.feed_rows,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_feed_failures",
-        "Change feed polls or applies that failed (retried)",
-        Counter,
-        f.feed_failures,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_feed_rows_unusable",
-        "Change feed rows that are not links this node can hold (not applied, each logged)",
-        Counter,
-        f.feed_rows_unusable,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_feed_held_back_by_pid",
-        "The database backend whose open transaction holds this node's feed back (rows committed after it wait), 0 if none",
-        Gauge,
-        f.feed_held_by_pid,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_feed_held_back_seconds",
-        "How long that transaction had been open when last looked up",
-        Gauge,
-        f.feed_held_for_s,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_feed_caught_up_unix_ms",
-        "When a change feed poll last found this node caught up (Unix ms; lag = now - this)",
-        Gauge,
-        f.feed_caught_up_ms,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_regenerations",
-        "Live regenerations of this node's links from a database snapshot (its feed cursor could not be continued)",
-        Counter,
-        f.regenerations,
-    )?;
-    plain(
-        enc,
-        "ricochet_fleet_regenerating",
-        "1 while this node regenerates its links from a database snapshot (not ready meanwhile)",
-        Gauge,
-        u64::from(f.regenerating),
-    )?;
+    for &(name, help, kind, get) in FLEET_SERIES {
+        plain(enc, name, help, kind, get(f))?;
+    }
     let mut m = enc.encode_descriptor(
         "ricochet_fleet_database_refused",
         "1 for the reason the fleet database that answers is not used (schema, secret, namespace, unchecked since a start without it): the node serves what it holds and refuses creates, edits and lookups of others",
