@@ -296,7 +296,6 @@ fn a_restarted_node_and_a_new_node_catch_up_from_the_feed() {
 /// rows committed after it: nothing is skipped. Meanwhile read-through serves the new link.
 #[test]
 fn an_open_transaction_holds_the_feed_back_and_nothing_is_skipped() {
-    let _stall = common::pg::xmin_stall();
     let Some(db) = TestDb::create("fleet_open_tx") else {
         return;
     };
@@ -1008,7 +1007,6 @@ fn never_issued_generated_keys_are_answered_without_a_query() {
 /// none of the deleted ones (without the re-bootstrap they would still redirect there).
 #[test]
 fn a_node_behind_the_tombstone_horizon_bootstraps_again() {
-    let _stall = common::pg::xmin_stall();
     let Some(db) = TestDb::create("fleet_tombstones") else {
         return;
     };
@@ -1513,7 +1511,6 @@ fn a_node_whose_clock_runs_ahead_judges_expiry_by_the_databases_clock() {
 /// poll reads the horizon with its rows and regenerates rather than skip it.)
 #[test]
 fn a_purge_during_an_xmin_stall_never_makes_a_node_skip_a_delete() {
-    let _stall = common::pg::xmin_stall();
     let Some(db) = TestDb::create("fleet_purge_stall") else {
         return;
     };
@@ -1591,7 +1588,6 @@ fn local_ports_of(pid: u32) -> Vec<u16> {
 /// run after Y: every node and the database end at Y.
 #[test]
 fn a_write_sent_to_a_frozen_backend_never_lands_after_a_later_acknowledged_one() {
-    let _stall = common::pg::xmin_stall();
     let Some(db) = TestDb::create("fleet_zombie") else {
         return;
     };
@@ -1684,7 +1680,6 @@ fn a_write_sent_to_a_frozen_backend_never_lands_after_a_later_acknowledged_one()
 /// session, instead of leaving a backend waiting on the lock for every client retry.
 #[test]
 fn retries_against_a_held_row_lock_keep_the_connection_count_bounded() {
-    let _stall = common::pg::xmin_stall();
     let Some(db) = TestDb::create("fleet_row_lock") else {
         return;
     };

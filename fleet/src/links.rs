@@ -527,85 +527,7 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
             created_at_s,
             expires_at_s,
             idem: Some(idem),
-        } => {
-            let (scope, hash) = &**idem;
-            let retention = IDEMPOTENCY_RETENTION_S as i64;
-            let result = c
-                .query_one(
-                    concat!(
-                        "WITH claim AS ( \
-                         INSERT INTO ricochet_idempotency (scope, request_hash, key, created_at) \
-                         VALUES ($6, $7, $1, $4) \
-                         ON CONFLICT (scope) DO UPDATE SET request_hash = EXCLUDED.request_hash, \
-                             key = EXCLUDED.key, created_at = EXCLUDED.created_at, \
-                             created_xid = pg_current_xact_id() \
-                           WHERE ricochet_idempotency.created_at < ",
-                        db_now_s!(),
-                        " - $8 \
-                         RETURNING 1), \
-                     link AS ( \
-                         INSERT INTO ricochet_links (key, target, status, created_at, expires_at) \
-                         SELECT $1, $2, $3, $4, $5 FROM claim ",
-                        revive_dead_key!(),
-                        "RETURNING version) \
-                     SELECT (SELECT version FROM link), EXISTS (SELECT 1 FROM claim), \
-                            CASE WHEN EXISTS (SELECT 1 FROM claim) \
-                                  AND NOT EXISTS (SELECT 1 FROM link) \
-                                 THEN ricochet_abort($9) END"
-                    ),
-                    &[
-                        key,
-                        target,
-                        &(*status as i16),
-                        &(*created_at_s as i64),
-                        &(*expires_at_s as i64),
-                        scope,
-                        &&hash[..],
-                        &retention,
-                        &ALIAS_TAKEN,
-                    ],
-                )
-                .await;
-            let row = match result {
-                Ok(row) => row,
-                Err(e) if e.as_db_error().is_some_and(|d| d.message() == ALIAS_TAKEN) => {
-                    return Ok(LinkWritten::Exists);
-                }
-                Err(e) => return Err(e),
-            };
-            if let Some(version) = row.get::<_, Option<i64>>(0) {
-                return Ok(LinkWritten::Created {
-                    version: version as u64,
-                });
-            }
-            // Claimed before, by this request or another: what it made, and that link now.
-            let r = c
-                .query_one(
-                    "SELECT i.request_hash, i.key, i.created_at, l.target, l.status, \
-                            l.created_at, l.expires_at, l.version, \
-                            i.created_xid = l.created_xid \
-                       FROM ricochet_idempotency i \
-                       LEFT JOIN ricochet_links l ON l.key = i.key AND NOT l.deleted \
-                      WHERE i.scope = $1",
-                    &[scope],
-                )
-                .await?;
-            let request_hash: Vec<u8> = r.get(0);
-            let link = r.get::<_, Option<String>>(3).map(|target| LinkState {
-                target,
-                status: r.get::<_, i16>(4) as u16,
-                created_at_s: r.get::<_, i64>(5) as u64,
-                expires_at_s: r.get::<_, i64>(6) as u64,
-                version: r.get::<_, i64>(7) as u64,
-            });
-            Ok(LinkWritten::IdemClaimed {
-                request_hash: request_hash.try_into().unwrap_or([0; 32]),
-                key: r.get(1),
-                created_at_s: r.get::<_, i64>(2) as u64,
-                same_creation: r.get(8),
-                link,
-            })
-        }
+        } => create_claiming(c, key, target, status, created_at_s, expires_at_s, idem).await,
         LinkWrite::Create {
             key,
             target,
@@ -613,113 +535,228 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
             created_at_s,
             expires_at_s,
             idem: None,
-        } => {
-            let row = c
-                .query_opt(
-                    concat!(
-                        "INSERT INTO ricochet_links (key, target, status, created_at, expires_at) \
-                         VALUES ($1, $2, $3, $4, $5) ",
-                        revive_dead_key!(),
-                        "RETURNING version"
-                    ),
-                    &[
-                        key,
-                        target,
-                        &(*status as i16),
-                        &(*created_at_s as i64),
-                        &(*expires_at_s as i64),
-                    ],
-                )
-                .await?;
-            Ok(match row {
-                Some(r) => LinkWritten::Created {
-                    version: r.get::<_, i64>(0) as u64,
-                },
-                None => LinkWritten::Exists,
-            })
-        }
+        } => create(c, key, target, status, created_at_s, expires_at_s).await,
         LinkWrite::Patch {
             key,
             target,
             status,
             expiry,
-        } => {
-            let (kind, at): (i16, i64) = match expiry {
-                ExpiryChange::Keep => (0, 0),
-                ExpiryChange::Clear => (1, 0),
-                ExpiryChange::Set(t) => (2, *t as i64),
-            };
-            let row = c
-                .query_opt(
-                    concat!(
-                        "UPDATE ricochet_links SET target = COALESCE($2, target), \
-                             status = COALESCE($3, status), \
-                             expires_at = CASE $4::smallint WHEN 0 THEN expires_at \
-                                                            WHEN 1 THEN 0 ELSE $5 END \
-                          WHERE key = $1 AND NOT deleted \
-                            AND (expires_at = 0 OR expires_at > ",
-                        db_now_s!(),
-                        ") RETURNING target, status, created_at, expires_at, version"
-                    ),
-                    &[key, target, &status.map(|s| s as i16), &kind, &at],
-                )
-                .await?;
-            Ok(match row {
-                Some(r) => LinkWritten::Updated(LinkState {
-                    target: r.get(0),
-                    status: r.get::<_, i16>(1) as u16,
-                    created_at_s: r.get::<_, i64>(2) as u64,
-                    expires_at_s: r.get::<_, i64>(3) as u64,
-                    version: r.get::<_, i64>(4) as u64,
-                }),
-                None => LinkWritten::NotFound,
-            })
-        }
-        LinkWrite::ResetStats { key } => {
-            let row = c
-                .query_one(
-                    "WITH l AS (SELECT key FROM ricochet_links WHERE key = $1 AND NOT deleted), \
-                          r AS (INSERT INTO ricochet_click_resets (key) SELECT key FROM l \
-                                RETURNING key), \
-                          d AS (DELETE FROM ricochet_click_days \
-                                 WHERE key IN (SELECT key FROM r)) \
-                     SELECT count(*) FROM r",
-                    &[key],
-                )
-                .await?;
-            Ok(if row.get::<_, i64>(0) == 1 {
-                LinkWritten::Deleted { version: 0 }
-            } else {
-                LinkWritten::NotFound
-            })
-        }
-        LinkWrite::Delete { key } => {
-            let row = c
-                .query_opt(
-                    // Every node's clicks of the link go in the same statement; each node
-                    // also drops its own rows when the tombstone reaches it (a flush it made
-                    // before then may have written some back).
-                    concat!(
-                        "WITH d AS (UPDATE ricochet_links SET deleted = true \
-                                     WHERE key = $1 AND NOT deleted \
-                                       AND (expires_at = 0 OR expires_at > ",
-                        db_now_s!(),
-                        ") RETURNING key, version), \
-                              c AS (DELETE FROM ricochet_click_days \
-                                     WHERE key IN (SELECT key FROM d)) \
-                         SELECT version FROM d"
-                    ),
-                    &[key],
-                )
-                .await?;
-            Ok(match row {
-                Some(r) => LinkWritten::Deleted {
-                    version: r.get::<_, i64>(0) as u64,
-                },
-                None => LinkWritten::NotFound,
-            })
-        }
+        } => patch(c, key, target, status, expiry).await,
+        LinkWrite::ResetStats { key } => reset_stats(c, key).await,
+        LinkWrite::Delete { key } => delete(c, key).await,
     }
+}
+
+/// A create under an Idempotency-Key: the key and the claim in one statement; a claim made
+/// before (a replay, or another request with the same key) answers what it made.
+async fn create_claiming(
+    c: &Client,
+    key: &String,
+    target: &String,
+    status: &u16,
+    created_at_s: &u64,
+    expires_at_s: &u64,
+    idem: &(String, [u8; 32]),
+) -> Result<LinkWritten, tokio_postgres::Error> {
+    let (scope, hash) = idem;
+    let retention = IDEMPOTENCY_RETENTION_S as i64;
+    let result = c
+        .query_one(
+            concat!(
+                "WITH claim AS ( \
+                 INSERT INTO ricochet_idempotency (scope, request_hash, key, created_at) \
+                 VALUES ($6, $7, $1, $4) \
+                 ON CONFLICT (scope) DO UPDATE SET request_hash = EXCLUDED.request_hash, \
+                     key = EXCLUDED.key, created_at = EXCLUDED.created_at, \
+                     created_xid = pg_current_xact_id() \
+                   WHERE ricochet_idempotency.created_at < ",
+                db_now_s!(),
+                " - $8 \
+                 RETURNING 1), \
+             link AS ( \
+                 INSERT INTO ricochet_links (key, target, status, created_at, expires_at) \
+                 SELECT $1, $2, $3, $4, $5 FROM claim ",
+                revive_dead_key!(),
+                "RETURNING version) \
+             SELECT (SELECT version FROM link), EXISTS (SELECT 1 FROM claim), \
+                    CASE WHEN EXISTS (SELECT 1 FROM claim) \
+                          AND NOT EXISTS (SELECT 1 FROM link) \
+                         THEN ricochet_abort($9) END"
+            ),
+            &[
+                key,
+                target,
+                &(*status as i16),
+                &(*created_at_s as i64),
+                &(*expires_at_s as i64),
+                scope,
+                &&hash[..],
+                &retention,
+                &ALIAS_TAKEN,
+            ],
+        )
+        .await;
+    let row = match result {
+        Ok(row) => row,
+        Err(e) if e.as_db_error().is_some_and(|d| d.message() == ALIAS_TAKEN) => {
+            return Ok(LinkWritten::Exists);
+        }
+        Err(e) => return Err(e),
+    };
+    if let Some(version) = row.get::<_, Option<i64>>(0) {
+        return Ok(LinkWritten::Created {
+            version: version as u64,
+        });
+    }
+    // Claimed before, by this request or another: what it made, and that link now.
+    let r = c
+        .query_one(
+            "SELECT i.request_hash, i.key, i.created_at, l.target, l.status, \
+                    l.created_at, l.expires_at, l.version, \
+                    i.created_xid = l.created_xid \
+               FROM ricochet_idempotency i \
+               LEFT JOIN ricochet_links l ON l.key = i.key AND NOT l.deleted \
+              WHERE i.scope = $1",
+            &[scope],
+        )
+        .await?;
+    let request_hash: Vec<u8> = r.get(0);
+    let link = r.get::<_, Option<String>>(3).map(|target| LinkState {
+        target,
+        status: r.get::<_, i16>(4) as u16,
+        created_at_s: r.get::<_, i64>(5) as u64,
+        expires_at_s: r.get::<_, i64>(6) as u64,
+        version: r.get::<_, i64>(7) as u64,
+    });
+    Ok(LinkWritten::IdemClaimed {
+        request_hash: request_hash.try_into().unwrap_or([0; 32]),
+        key: r.get(1),
+        created_at_s: r.get::<_, i64>(2) as u64,
+        same_creation: r.get(8),
+        link,
+    })
+}
+
+/// A create: the key, unless a live link holds it.
+async fn create(
+    c: &Client,
+    key: &String,
+    target: &String,
+    status: &u16,
+    created_at_s: &u64,
+    expires_at_s: &u64,
+) -> Result<LinkWritten, tokio_postgres::Error> {
+    let row = c
+        .query_opt(
+            concat!(
+                "INSERT INTO ricochet_links (key, target, status, created_at, expires_at) \
+                 VALUES ($1, $2, $3, $4, $5) ",
+                revive_dead_key!(),
+                "RETURNING version"
+            ),
+            &[
+                key,
+                target,
+                &(*status as i16),
+                &(*created_at_s as i64),
+                &(*expires_at_s as i64),
+            ],
+        )
+        .await?;
+    Ok(match row {
+        Some(r) => LinkWritten::Created {
+            version: r.get::<_, i64>(0) as u64,
+        },
+        None => LinkWritten::Exists,
+    })
+}
+
+/// A change of a live link.
+async fn patch(
+    c: &Client,
+    key: &String,
+    target: &Option<String>,
+    status: &Option<u16>,
+    expiry: &ExpiryChange,
+) -> Result<LinkWritten, tokio_postgres::Error> {
+    let (kind, at): (i16, i64) = match expiry {
+        ExpiryChange::Keep => (0, 0),
+        ExpiryChange::Clear => (1, 0),
+        ExpiryChange::Set(t) => (2, *t as i64),
+    };
+    let row = c
+        .query_opt(
+            concat!(
+                "UPDATE ricochet_links SET target = COALESCE($2, target), \
+                     status = COALESCE($3, status), \
+                     expires_at = CASE $4::smallint WHEN 0 THEN expires_at \
+                                                    WHEN 1 THEN 0 ELSE $5 END \
+                  WHERE key = $1 AND NOT deleted \
+                    AND (expires_at = 0 OR expires_at > ",
+                db_now_s!(),
+                ") RETURNING target, status, created_at, expires_at, version"
+            ),
+            &[key, target, &status.map(|s| s as i16), &kind, &at],
+        )
+        .await?;
+    Ok(match row {
+        Some(r) => LinkWritten::Updated(LinkState {
+            target: r.get(0),
+            status: r.get::<_, i16>(1) as u16,
+            created_at_s: r.get::<_, i64>(2) as u64,
+            expires_at_s: r.get::<_, i64>(3) as u64,
+            version: r.get::<_, i64>(4) as u64,
+        }),
+        None => LinkWritten::NotFound,
+    })
+}
+
+/// A stats reset of a link that exists.
+async fn reset_stats(c: &Client, key: &String) -> Result<LinkWritten, tokio_postgres::Error> {
+    let row = c
+        .query_one(
+            "WITH l AS (SELECT key FROM ricochet_links WHERE key = $1 AND NOT deleted), \
+                  r AS (INSERT INTO ricochet_click_resets (key) SELECT key FROM l \
+                        RETURNING key), \
+                  d AS (DELETE FROM ricochet_click_days \
+                         WHERE key IN (SELECT key FROM r)) \
+             SELECT count(*) FROM r",
+            &[key],
+        )
+        .await?;
+    Ok(if row.get::<_, i64>(0) == 1 {
+        LinkWritten::Deleted { version: 0 }
+    } else {
+        LinkWritten::NotFound
+    })
+}
+
+/// A delete of a live link, with every node's clicks of it.
+async fn delete(c: &Client, key: &String) -> Result<LinkWritten, tokio_postgres::Error> {
+    let row = c
+        .query_opt(
+            // Every node's clicks of the link go in the same statement; each node
+            // also drops its own rows when the tombstone reaches it (a flush it made
+            // before then may have written some back).
+            concat!(
+                "WITH d AS (UPDATE ricochet_links SET deleted = true \
+                             WHERE key = $1 AND NOT deleted \
+                               AND (expires_at = 0 OR expires_at > ",
+                db_now_s!(),
+                ") RETURNING key, version), \
+                      c AS (DELETE FROM ricochet_click_days \
+                             WHERE key IN (SELECT key FROM d)) \
+                 SELECT version FROM d"
+            ),
+            &[key],
+        )
+        .await?;
+    Ok(match row {
+        Some(r) => LinkWritten::Deleted {
+            version: r.get::<_, i64>(0) as u64,
+        },
+        None => LinkWritten::NotFound,
+    })
 }
 
 /// Keys one read-through query asks for at most (`key = ANY($1)`).

@@ -4,24 +4,74 @@
 //! starts one; `.ci/run` sets it). Without it the fleet tests print SKIPPED and pass, unless
 //! `RICOCHET_REQUIRE_PG` is set (CI sets it): then a missing server fails them.
 
+use std::cell::Cell;
 use std::process::Command;
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Condvar, Mutex};
 
 /// The tests of one binary share one PostgreSQL cluster, and a snapshot's xmin is
-/// cluster-wide: a test that holds a transaction with an xid open holds back the change feed
-/// of every other test's nodes, whatever their database. A test that bounds propagation time
-/// takes [`timed`]; a test that holds xmin takes [`xmin_stall`]; the two never overlap (stalls
-/// may overlap each other; other tests take neither).
-static XMIN: RwLock<()> = RwLock::new(());
+/// cluster-wide: any test's transaction with an xid (a bulk import, a regeneration, a row lock
+/// held on purpose) holds back the change feed of every other test's nodes, whatever their
+/// database. A test that bounds propagation time therefore runs alone: it takes [`timed`],
+/// which waits until no other test holds a database of the shared cluster and keeps new ones
+/// out; every [`TestDb::create`] holds a shared turn for the test's life.
+static TURNS: Mutex<Turns> = Mutex::new(Turns {
+    shared: 0,
+    alone: false,
+});
+static TURN_CHANGED: Condvar = Condvar::new();
 
-/// Held by a test that keeps a transaction with an xid open (see [`XMIN`]).
-pub fn xmin_stall() -> RwLockReadGuard<'static, ()> {
-    XMIN.read().unwrap_or_else(|e| e.into_inner())
+struct Turns {
+    shared: usize,
+    alone: bool,
 }
 
-/// Held by a test that bounds how fast changes propagate (see [`XMIN`]).
-pub fn timed() -> RwLockWriteGuard<'static, ()> {
-    XMIN.write().unwrap_or_else(|e| e.into_inner())
+thread_local! {
+    /// This test holds the cluster alone: its own databases take no shared turn.
+    static ALONE_HERE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A test's turn on the shared cluster, given back when dropped.
+pub struct Turn {
+    alone: bool,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut t = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+        if self.alone {
+            t.alone = false;
+            ALONE_HERE.with(|a| a.set(false));
+        } else {
+            t.shared -= 1;
+        }
+        TURN_CHANGED.notify_all();
+    }
+}
+
+/// Held by a test that bounds how fast changes propagate (see [`TURNS`]). A shared turn never
+/// waits for a test waiting to run alone, only for one running alone, so a test holding two
+/// databases cannot deadlock against it; the alone test gets in between two other tests.
+pub fn timed() -> Turn {
+    let mut t = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+    while t.alone || t.shared > 0 {
+        t = TURN_CHANGED.wait(t).unwrap_or_else(|e| e.into_inner());
+    }
+    t.alone = true;
+    ALONE_HERE.with(|a| a.set(true));
+    Turn { alone: true }
+}
+
+/// A shared turn, or none when this test runs alone.
+fn shared_turn() -> Option<Turn> {
+    if ALONE_HERE.with(Cell::get) {
+        return None;
+    }
+    let mut t = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+    while t.alone {
+        t = TURN_CHANGED.wait(t).unwrap_or_else(|e| e.into_inner());
+    }
+    t.shared += 1;
+    Some(Turn { alone: false })
 }
 
 /// One database of its own per test, dropped at the end.
@@ -30,6 +80,8 @@ pub struct TestDb {
     pub url: String,
     admin: String,
     name: String,
+    /// The test's turn on the shared cluster (none for a database on a cluster of its own).
+    _turn: Option<Turn>,
 }
 
 /// The server URL, or `None` (and a SKIPPED line) when there is none and none is required.
@@ -52,7 +104,11 @@ pub fn server(test: &str) -> Option<String> {
 impl TestDb {
     /// A fresh database on the `RICOCHET_TEST_PG` server, or `None` to skip.
     pub fn create(test: &str) -> Option<TestDb> {
-        server(test).map(|admin| TestDb::on(&admin, test))
+        let admin = server(test)?;
+        let turn = shared_turn();
+        let mut db = TestDb::on(&admin, test);
+        db._turn = turn;
+        Some(db)
     }
 
     /// A fresh database on the server at `admin` (a URL ending in `/postgres`).
@@ -68,6 +124,7 @@ impl TestDb {
             url: format!("{base}/{name}"),
             admin: admin.to_owned(),
             name,
+            _turn: None,
         }
     }
 
