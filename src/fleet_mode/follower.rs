@@ -113,181 +113,233 @@ impl Follower {
     /// checked against the database since the database last failed to answer: a database that
     /// comes back may be another one or may have gone back in time (a restore, a failover).
     /// `followed` is where in the database's history the node is (`fleet::history`).
-    fn run(mut self, mut cursor: fleet::feed::Cursor, mut identity: Held, mut followed: Followed) {
-        let mut batch = 0u64;
+    fn run(mut self, cursor: fleet::feed::Cursor, identity: Held, followed: Followed) {
+        let mut at = Place {
+            cursor,
+            identity,
+            followed,
+            batch: 0,
+        };
         let mut chores = Chores::new(&self.data_dir);
-        let mut regenerate: Option<RegenCause> = None;
-        let mut checked = false;
+        let mut phase = Phase::Checking;
         let retry = Duration::from_millis(FEED_RETRY_MS);
         while !self.stop.load(Ordering::Relaxed) {
             if self.pause_file.as_ref().is_some_and(|p| p.exists()) {
                 std::thread::sleep(Duration::from_millis(FEED_POLL_INTERVAL_MS));
                 // A resumed feed checks the cursor at once, as after an outage.
-                checked = false;
+                phase = phase.unchecked();
                 continue;
             }
             // Only against a database checked since it last failed (one the node refuses is
             // not this fleet's to judge by): the IDs stay on hold until then.
             if self.stats.ids_unproven()
-                && checked
+                && phase.db_checked()
                 && self.stats.refused().is_none()
                 && due(&mut chores.ids, retry)
             {
                 self.prove_ids();
             }
-            if let Some(cause) = regenerate.take() {
-                match self.regenerate(&mut batch, cause, &mut identity) {
-                    Ok((resume, now_followed)) => {
-                        followed = now_followed;
-                        if chores.resets_cursor > resume {
-                            // Ahead of a restored database: follow its resets from here.
-                            chores.resets_cursor = resume.clone();
-                        }
-                        cursor = resume;
-                        checked = true; // A fresh snapshot's cursor.
-                    }
-                    Err(e) => {
-                        eprintln!(
-                            "fleet: regenerating this node's links failed: {e:#}; retrying in \
-                             {} ms",
-                            super::regen::REGEN_RETRY_MS
-                        );
-                        self.stats.feed_failed();
-                        regenerate = Some(cause);
-                        std::thread::sleep(Duration::from_millis(super::regen::REGEN_RETRY_MS));
-                        continue;
-                    }
+            phase = match phase {
+                Phase::Regenerating { cause, db_checked } => {
+                    self.regenerating(cause, db_checked, &mut at, &mut chores)
                 }
-            }
-            if !checked {
-                match self.check_database() {
-                    Ok(None) => self.accept_database(),
-                    Ok(Some((refusal, why))) => {
-                        self.refuse_database(refusal, &why);
-                        std::thread::sleep(Duration::from_millis(DB_REFUSED_RECHECK_MS));
-                        continue;
-                    }
-                    Err(e) => {
-                        eprintln!("fleet: checking the database failed: {e}; retrying");
-                        self.stats.feed_failed();
-                        std::thread::sleep(Duration::from_millis(FEED_RETRY_MS));
-                        continue;
-                    }
-                }
-                match self.check_cursor(&cursor, &identity, &mut followed) {
-                    Ok(None) => checked = true,
-                    Ok(Some(cause)) => regenerate = Some(cause),
-                    Err(e) => {
-                        eprintln!("fleet: checking the feed cursor failed: {e}; retrying");
-                        self.stats.feed_failed();
-                        std::thread::sleep(Duration::from_millis(FEED_RETRY_MS));
-                    }
-                }
-                continue;
-            }
-            regenerate =
-                self.run_chores(&mut chores, &cursor, &identity, &mut followed, &mut batch);
-            if regenerate.is_some() {
-                continue;
-            }
-            // Read before the poll: answers counted here committed before it (`Followed`).
-            let writes = self.stats.link_writes_done();
-            let polled = fleet::feed::poll_with_horizon(&mut self.db, &cursor, FEED_BATCH_ROWS);
-            let (rows, held_back) = match polled {
-                Ok(fleet::feed::Polled {
-                    at: fleet::history::Where::InRecovery,
-                    ..
-                }) => {
-                    eprintln!(
-                        "fleet: the database is in recovery (a standby): no history to follow \
-                         writes on; retrying"
-                    );
-                    self.stats.feed_failed();
-                    std::thread::sleep(Duration::from_millis(FEED_RETRY_MS));
-                    checked = false;
-                    continue;
-                }
-                Ok(fleet::feed::Polled {
-                    at: fleet::history::Where::At(at),
-                    ..
-                }) if followed.at.is_some_and(|f| f.timeline != at.timeline) => {
-                    // Another history under the same connection (a pooler that followed a
-                    // failover): nothing of this poll is applied before the check.
-                    checked = false;
-                    continue;
-                }
-                Ok(fleet::feed::Polled {
-                    rows,
-                    tombstones,
-                    held_back,
-                    at,
-                }) => {
-                    // A server that cannot say (`Where::Unknown`) leaves the identity and
-                    // transaction-id checks alone to catch a rollback.
-                    if let Some(at) = at.position() {
-                        followed.polled(at, writes);
-                    }
-                    // Read with the rows: a removal since the last poll may have taken a
-                    // delete this node had not applied.
-                    if identity.removals != Some(tombstones.removals)
-                        && cursor_behind(&cursor, tombstones.horizon)
-                    {
-                        eprintln!(
-                            "fleet: the feed cursor (transaction {}) is not past the tombstone \
-                             horizon ({}) read with this poll: deletes this node has not \
-                             applied may be gone; regenerating this node's links",
-                            cursor.xid, tombstones.horizon
-                        );
-                        regenerate = Some(RegenCause::Horizon);
-                        continue;
-                    }
-                    (rows, held_back)
-                }
-                Err(e) => {
-                    eprintln!("fleet: change feed poll failed: {e}; retrying");
-                    use fleet::FailureClass::{Connect, Connection};
-                    if matches!(e.class(), Some(Connect | Connection)) {
-                        // What answers next may be a promoted standby: the writer may reach it
-                        // before this thread does, so the IDs on hand wait until it is checked.
-                        self.stats.suspect_ids();
-                    }
-                    self.stats.feed_failed();
-                    std::thread::sleep(Duration::from_millis(FEED_RETRY_MS));
-                    checked = false;
-                    continue;
-                }
+                Phase::Checking => self.checking(&mut at),
+                Phase::Following => self.following(&mut at, &mut chores),
             };
-            let Some(last) = rows.last().map(|r| r.cursor()) else {
-                match held_back {
-                    true => self.note_held_back(&mut chores),
-                    false => {
-                        chores.caught_up_once = true;
-                        self.stats.feed_caught_up(unix_ms());
-                    }
+        }
+    }
+
+    /// One try at regenerating the links (`regen.rs`): following from the snapshot's cursor,
+    /// or regenerating again after a pause.
+    fn regenerating(
+        &mut self,
+        cause: RegenCause,
+        db_checked: bool,
+        at: &mut Place,
+        chores: &mut Chores,
+    ) -> Phase {
+        match self.regenerate(&mut at.batch, cause, &mut at.identity) {
+            Ok((resume, followed)) => {
+                at.followed = followed;
+                if chores.resets_cursor > resume {
+                    // Ahead of a restored database: follow its resets from here.
+                    chores.resets_cursor = resume.clone();
                 }
-                std::thread::sleep(Duration::from_millis(FEED_POLL_INTERVAL_MS));
-                continue;
+                at.cursor = resume;
+                Phase::Following // A fresh snapshot's cursor.
+            }
+            Err(e) => {
+                eprintln!(
+                    "fleet: regenerating this node's links failed: {e:#}; retrying in {} ms",
+                    super::regen::REGEN_RETRY_MS
+                );
+                self.stats.feed_failed();
+                std::thread::sleep(Duration::from_millis(super::regen::REGEN_RETRY_MS));
+                Phase::Regenerating { cause, db_checked }
+            }
+        }
+    }
+
+    /// The database checked (is it this fleet's?), then the cursor against it (can it be
+    /// continued?).
+    fn checking(&mut self, at: &mut Place) -> Phase {
+        let retry = |stats: &fleet::FleetStats, ms| {
+            stats.feed_failed();
+            std::thread::sleep(Duration::from_millis(ms));
+            Phase::Checking
+        };
+        match self.check_database() {
+            Ok(None) => self.accept_database(),
+            Ok(Some((refusal, why))) => {
+                self.refuse_database(refusal, &why);
+                std::thread::sleep(Duration::from_millis(DB_REFUSED_RECHECK_MS));
+                return Phase::Checking;
+            }
+            Err(e) => {
+                eprintln!("fleet: checking the database failed: {e}; retrying");
+                return retry(&self.stats, FEED_RETRY_MS);
+            }
+        }
+        match self.check_cursor(&at.cursor, &at.identity, &mut at.followed) {
+            Ok(None) => Phase::Following,
+            Ok(Some(cause)) => Phase::Regenerating {
+                cause,
+                db_checked: false,
+            },
+            Err(e) => {
+                eprintln!("fleet: checking the feed cursor failed: {e}; retrying");
+                retry(&self.stats, FEED_RETRY_MS)
+            }
+        }
+    }
+
+    /// The chores that are due, then one poll of the feed and its rows applied.
+    fn following(&mut self, at: &mut Place, chores: &mut Chores) -> Phase {
+        let due_regen = self.run_chores(
+            chores,
+            &at.cursor,
+            &at.identity,
+            &mut at.followed,
+            &mut at.batch,
+        );
+        if let Some(cause) = due_regen {
+            return Phase::Regenerating {
+                cause,
+                db_checked: true,
             };
-            let full = rows.len() as i64 == FEED_BATCH_ROWS;
-            let n = rows.len() as u64;
-            batch += 1;
-            if !self.apply(batch, rows) {
+        }
+        // Read before the poll: answers counted here committed before it (`Followed`).
+        let writes = self.stats.link_writes_done();
+        let polled = fleet::feed::poll_with_horizon(&mut self.db, &at.cursor, FEED_BATCH_ROWS);
+        let (rows, held_back) = match self.usable_rows(polled, at, writes) {
+            Ok(usable) => usable,
+            Err(next) => return next,
+        };
+        let Some(last) = rows.last().map(|r| r.cursor()) else {
+            match held_back {
+                true => self.note_held_back(chores),
+                false => {
+                    chores.caught_up_once = true;
+                    self.stats.feed_caught_up(unix_ms());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(FEED_POLL_INTERVAL_MS));
+            return Phase::Following;
+        };
+        let full = rows.len() as i64 == FEED_BATCH_ROWS;
+        let n = rows.len() as u64;
+        at.batch += 1;
+        if !self.apply(at.batch, rows) {
+            self.stats.feed_failed();
+            std::thread::sleep(Duration::from_millis(FEED_RETRY_MS));
+            return Phase::Following;
+        }
+        if let Err(e) = save_cursor(&self.data_dir, &last, at.followed.at.as_ref()) {
+            // The rows are durable; only the resume point is not. Keep going from memory:
+            // a restart re-applies from the older cursor, which is harmless.
+            eprintln!("fleet: cannot save the feed cursor: {e}");
+        }
+        at.cursor = last;
+        self.stats.feed_applied(n);
+        if !full && !held_back {
+            chores.caught_up_once = true;
+            self.stats.feed_caught_up(unix_ms());
+        } else if held_back {
+            self.note_held_back(chores);
+        }
+        Phase::Following
+    }
+
+    /// A poll's rows and whether an open transaction holds more back, or the phase to go to
+    /// instead of applying them: the database is a standby or on another history (check it
+    /// again), a removal may have taken a delete not applied (regenerate), or the poll failed.
+    fn usable_rows(
+        &mut self,
+        polled: Result<fleet::feed::Polled, fleet::FleetError>,
+        at: &mut Place,
+        writes: u64,
+    ) -> Result<(Vec<fleet::feed::FeedRow>, bool), Phase> {
+        use fleet::history::Where;
+        match polled {
+            Ok(fleet::feed::Polled {
+                at: Where::InRecovery,
+                ..
+            }) => {
+                eprintln!(
+                    "fleet: the database is in recovery (a standby): no history to follow \
+                     writes on; retrying"
+                );
                 self.stats.feed_failed();
                 std::thread::sleep(Duration::from_millis(FEED_RETRY_MS));
-                continue;
+                Err(Phase::Checking)
             }
-            if let Err(e) = save_cursor(&self.data_dir, &last, followed.at.as_ref()) {
-                // The rows are durable; only the resume point is not. Keep going from memory:
-                // a restart re-applies from the older cursor, which is harmless.
-                eprintln!("fleet: cannot save the feed cursor: {e}");
+            Ok(fleet::feed::Polled {
+                at: Where::At(now), ..
+            }) if at.followed.at.is_some_and(|f| f.timeline != now.timeline) => {
+                // Another history under the same connection (a pooler that followed a
+                // failover): nothing of this poll is applied before the check.
+                Err(Phase::Checking)
             }
-            cursor = last;
-            self.stats.feed_applied(n);
-            if !full && !held_back {
-                chores.caught_up_once = true;
-                self.stats.feed_caught_up(unix_ms());
-            } else if held_back {
-                self.note_held_back(&mut chores);
+            Ok(fleet::feed::Polled {
+                rows,
+                tombstones,
+                held_back,
+                at: now,
+            }) => {
+                // A server that cannot say (`Where::Unknown`) leaves the identity and
+                // transaction-id checks alone to catch a rollback.
+                if let Some(now) = now.position() {
+                    at.followed.polled(now, writes);
+                }
+                // Read with the rows: a removal since the last poll may have taken a delete
+                // this node had not applied.
+                if at.identity.removals != Some(tombstones.removals)
+                    && cursor_behind(&at.cursor, tombstones.horizon)
+                {
+                    eprintln!(
+                        "fleet: the feed cursor (transaction {}) is not past the tombstone \
+                         horizon ({}) read with this poll: deletes this node has not applied \
+                         may be gone; regenerating this node's links",
+                        at.cursor.xid, tombstones.horizon
+                    );
+                    return Err(Phase::Regenerating {
+                        cause: RegenCause::Horizon,
+                        db_checked: true,
+                    });
+                }
+                Ok((rows, held_back))
+            }
+            Err(e) => {
+                eprintln!("fleet: change feed poll failed: {e}; retrying");
+                use fleet::FailureClass::{Connect, Connection};
+                if matches!(e.class(), Some(Connect | Connection)) {
+                    // What answers next may be a promoted standby: the writer may reach it
+                    // before this thread does, so the IDs on hand wait until it is checked.
+                    self.stats.suspect_ids();
+                }
+                self.stats.feed_failed();
+                std::thread::sleep(Duration::from_millis(FEED_RETRY_MS));
+                Err(Phase::Checking)
             }
         }
     }
@@ -595,6 +647,52 @@ impl Follower {
             }
         }
     }
+}
+
+/// Where the follower is in its cycle. It polls only in `Following`, which it reaches only
+/// through a check of the database and the cursor, or a regeneration (a fresh snapshot's
+/// cursor).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// The database is to be checked (at start, after a failure, a pause or another history).
+    Checking,
+    /// The links are to be regenerated from a snapshot; `db_checked`: the database was checked
+    /// since it last failed (the IDs on hand may be proven meanwhile).
+    Regenerating { cause: RegenCause, db_checked: bool },
+    /// Polling the feed from the cursor.
+    Following,
+}
+
+impl Phase {
+    /// The database was checked since it last failed to answer.
+    fn db_checked(self) -> bool {
+        match self {
+            Phase::Checking => false,
+            Phase::Regenerating { db_checked, .. } => db_checked,
+            Phase::Following => true,
+        }
+    }
+
+    /// The phase after a pause: the database must be checked again; a regeneration due stays
+    /// due.
+    fn unchecked(self) -> Phase {
+        match self {
+            Phase::Regenerating { cause, .. } => Phase::Regenerating {
+                cause,
+                db_checked: false,
+            },
+            Phase::Checking | Phase::Following => Phase::Checking,
+        }
+    }
+}
+
+/// Where the node is in the database's feed: the cursor, the database it belongs to, the
+/// place in its history, and the count of row batches sent to the cores.
+struct Place {
+    cursor: fleet::feed::Cursor,
+    identity: Held,
+    followed: Followed,
+    batch: u64,
 }
 
 /// When the follower last did each of its periodic chores (`Follower::run_chores`).
