@@ -33,6 +33,13 @@ pub struct CoreLog {
     pub folding: bool,
 }
 
+/// A log file found in `logs/`: its writer core, 0 for a folding log (older) or 1 for the live
+/// one, and its path. Sorted, they are in replay order.
+type LogFile = (u32, u8, std::path::PathBuf);
+
+/// Each log file's recovery, by (writer core, 0 = folding / 1 = live).
+type PerFile = HashMap<(u32, u8), shards::log::Recovery>;
+
 /// Recovers every core's log; returns them and the highest generated ID the logs mention.
 pub fn recover_logs(
     dir: &DataDir,
@@ -47,10 +54,54 @@ pub fn recover_logs(
     shards::durable::create_dir_durable(&logs_dir)
         .with_context(|| format!("creating {}", logs_dir.display()))?;
     let previous_cores = read_cores(&logs_dir)?;
-    // (writer, 0 = folding / 1 = live log, path): a folding log is older than the live one.
-    let mut existing: Vec<(u32, u8, std::path::PathBuf)> = Vec::new();
+    let existing = list_logs(&logs_dir)?;
+    check_logs_present(&logs_dir, previous_cores, &existing, accept_data_loss)?;
+    let (mut per_file, max_id) = read_logs(&existing, salvage)?;
+    let any_records = per_file.values().any(|r| !r.records.is_empty());
+    // Without `CORES` the core count the logs were written with is unknown: fold, which is
+    // idempotent, rather than guess (a wrong guess puts keys on cores that do not own them).
+    let moved = previous_cores.is_none_or(|p| p != cores)
+        || existing.iter().any(|(n, _, _)| *n as usize >= cores);
+    if any_records && moved {
+        let before = previous_cores.map_or("?".to_string(), |p| p.to_string());
+        per_file = fold_moved_logs(dir, router, &existing, per_file, now_s, faults, &before)?;
+    }
+    let mut out = Vec::with_capacity(cores);
+    for core in 0..cores {
+        out.push(open_core_log(dir, router, core, &mut per_file)?);
+    }
+    // One directory fsync makes every log file created above durable.
+    shards::durable::sync_dir(&logs_dir)
+        .with_context(|| format!("syncing {}", logs_dir.display()))?;
+    // Only now, with every core's log on disk: `CORES` promises those logs exist.
+    if previous_cores != Some(cores) {
+        shards::durable::write_atomic(
+            &logs_dir,
+            CORES_FILE,
+            format!("{cores}\n").as_bytes(),
+            0o644,
+        )
+        .with_context(|| format!("writing {}/{CORES_FILE}", logs_dir.display()))?;
+    }
+    // Idempotency records belong to their scope's owner, wherever they were logged.
+    let mut all_idem = Vec::new();
+    for log in &mut out {
+        all_idem.append(&mut log.idem);
+    }
+    for (scope, rec) in all_idem {
+        let owner = router
+            .owner(crate::api::idempotency::scope_string(&scope).as_bytes())
+            .core;
+        out[owner].idem.push((scope, rec));
+    }
+    Ok((out, max_id))
+}
+
+/// The log files in `logs/`, in replay order; removes a fold's unfinished carry file.
+fn list_logs(logs_dir: &Path) -> anyhow::Result<Vec<LogFile>> {
+    let mut existing: Vec<LogFile> = Vec::new();
     for e in
-        std::fs::read_dir(&logs_dir).with_context(|| format!("listing {}", logs_dir.display()))?
+        std::fs::read_dir(logs_dir).with_context(|| format!("listing {}", logs_dir.display()))?
     {
         let p = e?.path();
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -78,10 +129,15 @@ pub fn recover_logs(
         }
     }
     existing.sort();
-    check_logs_present(&logs_dir, previous_cores, &existing, accept_data_loss)?;
-    let mut per_file: HashMap<(u32, u8), shards::log::Recovery> = HashMap::new();
+    Ok(existing)
+}
+
+/// Recovers each log file (a torn tail cut, `--salvage` skipping corrupt bytes); also the
+/// highest generated ID their links carry.
+fn read_logs(existing: &[LogFile], salvage: bool) -> anyhow::Result<(PerFile, u64)> {
+    let mut per_file = PerFile::new();
     let mut max_id = 0;
-    for (n, order, path) in &existing {
+    for (n, order, path) in existing {
         let r =
             recover(path, salvage).with_context(|| format!("recovering log {}", path.display()))?;
         if let Some(off) = r.truncated_from {
@@ -111,110 +167,100 @@ pub fn recover_logs(
         }
         per_file.insert((*n, *order), r);
     }
-    let any_records = per_file.values().any(|r| !r.records.is_empty());
-    // Without `CORES` the core count the logs were written with is unknown: fold, which is
-    // idempotent, rather than guess (a wrong guess puts keys on cores that do not own them).
-    let moved = previous_cores.is_none_or(|p| p != cores)
-        || existing.iter().any(|(n, _, _)| *n as usize >= cores);
-    if any_records && moved {
-        // Ownership moved: fold everything into the tables, oldest writer order is irrelevant
-        // because within one run each key was in exactly one log.
-        let all: Vec<LogRecord> = existing
-            .iter()
-            .flat_map(|(n, o, _)| per_file[&(*n, *o)].records.iter().cloned())
-            .collect();
-        let stats = shards::compact::fold_records(dir, &all, now_s)
-            .context("folding logs into tables after a core-count change")?;
-        // Idempotency records exist only in these logs: carry the ones still within retention
-        // to their scope's new owner before the logs go.
-        let (carried, replaced) = carry_idempotency(dir, router, &all, now_s)?;
-        if faults.abort_after_carry {
-            eprintln!("fault injection: aborting after carrying {carried} idempotency records");
-            std::process::abort();
-        }
-        eprintln!(
-            "core count changed ({} -> {cores}): folded {} logged records into {} shard tables, \
-             carried {carried} idempotency records",
-            previous_cores.map_or("?".to_string(), |p| p.to_string()),
-            all.len(),
-            stats.shards_written
-        );
-        // Logs the carried records were renamed over are new; every other old log goes.
-        for (_, _, p) in &existing {
-            if !replaced.contains(p) {
-                std::fs::remove_file(p)
-                    .with_context(|| format!("removing folded log {}", p.display()))?;
-            }
-        }
-        shards::durable::sync_dir(&logs_dir)?;
-        per_file.clear();
-        // The new logs hold only the carried records; read them like any log below.
-        for core in 0..cores as u32 {
-            let path = wal_path(dir.path(), core);
-            if path.exists() {
-                let r = recover(&path, false)
-                    .with_context(|| format!("recovering log {}", path.display()))?;
-                per_file.insert((core, 1), r);
-            }
+    Ok((per_file, max_id))
+}
+
+/// Ownership moved (another core count): folds every log into the tables (writer order is
+/// irrelevant: within one run each key was in exactly one log), carries the idempotency
+/// records to their scopes' new owners, removes the old logs; returns the new logs' recovery.
+fn fold_moved_logs(
+    dir: &DataDir,
+    router: &Router,
+    existing: &[LogFile],
+    per_file: PerFile,
+    now_s: u64,
+    faults: crate::owner::writes::Faults,
+    before: &str,
+) -> anyhow::Result<PerFile> {
+    let cores = router.cores();
+    let logs_dir = dir.path().join(LOG_DIR_NAME);
+    let all: Vec<LogRecord> = existing
+        .iter()
+        .flat_map(|(n, o, _)| per_file[&(*n, *o)].records.iter().cloned())
+        .collect();
+    let stats = shards::compact::fold_records(dir, &all, now_s)
+        .context("folding logs into tables after a core-count change")?;
+    // Idempotency records exist only in these logs: carry the ones still within retention
+    // to their scope's new owner before the logs go.
+    let (carried, replaced) = carry_idempotency(dir, router, &all, now_s)?;
+    if faults.abort_after_carry {
+        eprintln!("fault injection: aborting after carrying {carried} idempotency records");
+        std::process::abort();
+    }
+    eprintln!(
+        "core count changed ({before} -> {cores}): folded {} logged records into {} shard \
+         tables, carried {carried} idempotency records",
+        all.len(),
+        stats.shards_written
+    );
+    // Logs the carried records were renamed over are new; every other old log goes.
+    for (_, _, p) in existing {
+        if !replaced.contains(p) {
+            std::fs::remove_file(p)
+                .with_context(|| format!("removing folded log {}", p.display()))?;
         }
     }
-    let mut out = Vec::with_capacity(cores);
-    for core in 0..cores {
-        let folding = per_file.remove(&(core as u32, 0));
-        let rec = per_file.remove(&(core as u32, 1)).unwrap_or_default();
-        let mut memtable: HashMap<InlineKey, MemEntry, ahash::RandomState> = HashMap::default();
-        let mut idem = Vec::new();
-        let mut max_seq = rec.max_seq;
-        if let Some(f) = &folding {
-            max_seq = max_seq.max(f.max_seq);
-            for r in &f.records {
-                apply(router, core, r, &mut memtable, &mut idem);
-            }
+    shards::durable::sync_dir(&logs_dir)?;
+    // The new logs hold only the carried records; read them like any log.
+    let mut fresh = PerFile::new();
+    for core in 0..cores as u32 {
+        let path = wal_path(dir.path(), core);
+        if path.exists() {
+            let r = recover(&path, false)
+                .with_context(|| format!("recovering log {}", path.display()))?;
+            fresh.insert((core, 1), r);
         }
-        for r in &rec.records {
+    }
+    Ok(fresh)
+}
+
+/// Replays `core`'s folding log (if any) and live log into its memtable, and opens its live
+/// log for appending.
+fn open_core_log(
+    dir: &DataDir,
+    router: &Router,
+    core: usize,
+    per_file: &mut PerFile,
+) -> anyhow::Result<CoreLog> {
+    let folding = per_file.remove(&(core as u32, 0));
+    let rec = per_file.remove(&(core as u32, 1)).unwrap_or_default();
+    let mut memtable: HashMap<InlineKey, MemEntry, ahash::RandomState> = HashMap::default();
+    let mut idem = Vec::new();
+    let mut max_seq = rec.max_seq;
+    if let Some(f) = &folding {
+        max_seq = max_seq.max(f.max_seq);
+        for r in &f.records {
             apply(router, core, r, &mut memtable, &mut idem);
         }
-        let path = wal_path(dir.path(), core as u32);
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .with_context(|| format!("opening log {}", path.display()))?;
-        let writer = LogWriter::new(core as u32, rec.valid_len, max_seq + 1);
-        out.push(CoreLog {
-            memtable,
-            idem,
-            writer,
-            fd: file.into_raw_fd(),
-            folding: folding.is_some(),
-        });
     }
-    // One directory fsync makes every log file created above durable.
-    shards::durable::sync_dir(&logs_dir)
-        .with_context(|| format!("syncing {}", logs_dir.display()))?;
-    // Only now, with every core's log on disk: `CORES` promises those logs exist.
-    if previous_cores != Some(cores) {
-        shards::durable::write_atomic(
-            &logs_dir,
-            CORES_FILE,
-            format!("{cores}\n").as_bytes(),
-            0o644,
-        )
-        .with_context(|| format!("writing {}/{CORES_FILE}", logs_dir.display()))?;
+    for r in &rec.records {
+        apply(router, core, r, &mut memtable, &mut idem);
     }
-    // Idempotency records belong to their scope's owner, wherever they were logged.
-    let mut all_idem = Vec::new();
-    for log in &mut out {
-        all_idem.append(&mut log.idem);
-    }
-    for (scope, rec) in all_idem {
-        let owner = router
-            .owner(crate::api::idempotency::scope_string(&scope).as_bytes())
-            .core;
-        out[owner].idem.push((scope, rec));
-    }
-    Ok((out, max_id))
+    let path = wal_path(dir.path(), core as u32);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening log {}", path.display()))?;
+    let writer = LogWriter::new(core as u32, rec.valid_len, max_seq + 1);
+    Ok(CoreLog {
+        memtable,
+        idem,
+        writer,
+        fd: file.into_raw_fd(),
+        folding: folding.is_some(),
+    })
 }
 
 fn apply(

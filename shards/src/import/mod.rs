@@ -35,6 +35,7 @@ use crate::manifest::MANIFEST_FILE;
 use crate::placement::{shard_of, DEFAULT_SHARD_COUNT};
 use crate::table::{write_table_file, OwnedLink};
 use spill::{read_bucket, SpillWriter};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -200,7 +201,6 @@ fn import_locked(
     input: std::fs::File,
     started: Instant,
 ) -> Result<ImportSummary, ImportError> {
-    let shard_count = dir.shard_count();
     let spill_dir = dir.path().join(SPILL_DIR);
     remove_stale_staged(dir)?;
     let mut errors = Errors {
@@ -210,46 +210,9 @@ fn import_locked(
     };
     let mut staged: Vec<(u32, PathBuf)> = Vec::new();
     let outcome = (|| -> Result<ImportSummary, ImportError> {
-        // Pass 1: parse, validate, spill.
-        let mut spill = SpillWriter::create(&spill_dir, shard_count.min(MAX_SPILL_FILES))?;
-        let mut storage_err = None;
-        let mut dropped = std::collections::BTreeMap::new();
-        parse::for_each(input, format, &mut |item| match item {
-            Ok(rec) => {
-                for c in &rec.dropped {
-                    *dropped.entry(*c).or_insert(0) += 1;
-                }
-                let shard = shard_of(rec.key.as_bytes(), shard_count);
-                let created = rec.created_at_s.unwrap_or(0);
-                match spill.push(
-                    rec.line,
-                    shard,
-                    rec.status,
-                    &rec.key,
-                    &rec.url,
-                    rec.expires_at_s,
-                    created,
-                ) {
-                    Ok(()) => ControlFlow::Continue(()),
-                    Err(e) => {
-                        storage_err = Some(e);
-                        ControlFlow::Break(())
-                    }
-                }
-            }
-            Err(e) => errors.push(e),
-        })
-        .map_err(|source| ImportError::Input {
-            path: opts.input.clone(),
-            source,
-        })?;
-        if let Some(e) = storage_err {
-            return Err(e.into());
-        }
-        let buckets = spill.finish()?;
-
+        let (buckets, dropped) = spill_input(dir, opts, format, input, &mut errors)?;
         // Pass 2: per bucket, check and stage.
-        let created_at_s = std::time::SystemTime::now()
+        let now_s = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
@@ -259,7 +222,7 @@ fn import_locked(
             shards_written: 0,
             table_bytes: 0,
             seconds: 0.0,
-            dropped: std::mem::take(&mut dropped),
+            dropped,
         };
         for bucket in buckets {
             if errors.stop() {
@@ -273,76 +236,7 @@ fn import_locked(
                 if errors.stop() {
                     break;
                 }
-                let shard = group[0].shard;
-                let existing = dir.open_table(shard)?;
-                let mut new_links = Vec::with_capacity(group.len());
-                let mut first_line = 0;
-                for (i, r) in group.iter().enumerate() {
-                    if i > 0 && group[i - 1].key == r.key {
-                        let flow = errors.push(LineError {
-                            line: r.line,
-                            message: format!(
-                                "duplicate key {:?}: also on line {first_line}",
-                                r.key
-                            ),
-                        });
-                        if flow.is_break() {
-                            break;
-                        }
-                        continue;
-                    }
-                    first_line = r.line;
-                    if let Some(old) = existing.as_ref().and_then(|t| t.get(r.key.as_bytes())) {
-                        if old.target == r.url
-                            && old.status == r.status
-                            && old.expires_at_s == r.expires_at_s
-                        {
-                            summary.unchanged += 1;
-                            continue;
-                        }
-                        let flow = errors.push(LineError {
-                            line: r.line,
-                            message: format!(
-                                "key {:?} already exists in the data dir with a different target or status",
-                                r.key
-                            ),
-                        });
-                        if flow.is_break() {
-                            break;
-                        }
-                        continue;
-                    }
-                    new_links.push(r);
-                }
-                if errors.total > 0 || new_links.is_empty() {
-                    // Keep checking the rest of the input, but write nothing.
-                    continue;
-                }
-                let merged = existing
-                    .iter()
-                    .flat_map(|t| t.iter().map(OwnedLink::from))
-                    .chain(new_links.iter().map(|r| OwnedLink {
-                        key: r.key.clone(),
-                        target: r.url.clone(),
-                        status: r.status,
-                        expires_at_s: r.expires_at_s,
-                        created_at_s: if r.created_at_s != 0 {
-                            r.created_at_s
-                        } else {
-                            created_at_s
-                        },
-                        flags: 0,
-                    }));
-                let max_log_seq = existing.as_ref().map_or(0, |t| t.max_log_seq());
-                let staged_path = staged_path(dir, shard);
-                staged.push((shard, staged_path.clone()));
-                let (stats, file) =
-                    write_table_file(&staged_path, shard, shard_count, max_log_seq, merged)?;
-                // Writeback overlaps with building the next tables; the fsyncs below wait.
-                crate::durable::start_writeback(&file);
-                summary.links += new_links.len() as u64;
-                summary.shards_written += 1;
-                summary.table_bytes += stats.file_bytes;
+                stage_shard(dir, group, now_s, &mut errors, &mut summary, &mut staged)?;
             }
         }
         if errors.total > 0 {
@@ -354,18 +248,7 @@ fn import_locked(
                 total: errors.total,
             });
         }
-        // Make every staged table durable, all at once (one by one cost 4-12 ms per shard),
-        // before any of them is published.
-        let staged_paths: Vec<PathBuf> = staged.iter().map(|(_, p)| p.clone()).collect();
-        crate::durable::fsync_all_parallel(&staged_paths, MAX_PARALLEL_FSYNCS)?;
-        // Publish: every staged table is complete and durable; rename each into place.
-        let published: Vec<u32> = staged.iter().map(|(s, _)| *s).collect();
-        for (shard, path) in staged.drain(..) {
-            std::fs::rename(&path, dir.table_path(shard))
-                .map_err(|e| crate::Error::io(dir.table_path(shard), "rename into place", e))?;
-        }
-        crate::durable::fsync_dir(&dir.tables_dir())?;
-        dir.record_tables(published)?;
+        publish(dir, &mut staged)?;
         summary.seconds = started.elapsed().as_secs_f64();
         Ok(summary)
     })();
@@ -374,6 +257,146 @@ fn import_locked(
     }
     let _ = std::fs::remove_dir_all(&spill_dir);
     outcome
+}
+
+/// Pass 1: parses and validates every line, spilling each record to its shard's bucket;
+/// returns the buckets and how many of each unsupported column were dropped.
+fn spill_input(
+    dir: &DataDir,
+    opts: &ImportOptions,
+    format: Format,
+    input: std::fs::File,
+    errors: &mut Errors,
+) -> Result<(Vec<spill::SpilledBucket>, BTreeMap<&'static str, u64>), ImportError> {
+    let shard_count = dir.shard_count();
+    let spill_dir = dir.path().join(SPILL_DIR);
+    let mut spill = SpillWriter::create(&spill_dir, shard_count.min(MAX_SPILL_FILES))?;
+    let mut storage_err = None;
+    let mut dropped = BTreeMap::new();
+    parse::for_each(input, format, &mut |item| match item {
+        Ok(rec) => {
+            for c in &rec.dropped {
+                *dropped.entry(*c).or_insert(0) += 1;
+            }
+            let shard = shard_of(rec.key.as_bytes(), shard_count);
+            let created = rec.created_at_s.unwrap_or(0);
+            match spill.push(
+                rec.line,
+                shard,
+                rec.status,
+                &rec.key,
+                &rec.url,
+                rec.expires_at_s,
+                created,
+            ) {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(e) => {
+                    storage_err = Some(e);
+                    ControlFlow::Break(())
+                }
+            }
+        }
+        Err(e) => errors.push(e),
+    })
+    .map_err(|source| ImportError::Input {
+        path: opts.input.clone(),
+        source,
+    })?;
+    if let Some(e) = storage_err {
+        return Err(e.into());
+    }
+    Ok((spill.finish()?, dropped))
+}
+
+/// Checks one shard's records (sorted by key, then line) against each other and the shard's
+/// table, and stages the shard's new table with the new links, unless any line so far was bad.
+/// Links without a creation time get `now_s`, the import's.
+fn stage_shard(
+    dir: &DataDir,
+    group: &[spill::Spilled],
+    now_s: u64,
+    errors: &mut Errors,
+    summary: &mut ImportSummary,
+    staged: &mut Vec<(u32, PathBuf)>,
+) -> Result<(), ImportError> {
+    let shard = group[0].shard;
+    let existing = dir.open_table(shard)?;
+    let mut new_links = Vec::with_capacity(group.len());
+    let mut first_line = 0;
+    for (i, r) in group.iter().enumerate() {
+        let problem = if i > 0 && group[i - 1].key == r.key {
+            format!("duplicate key {:?}: also on line {first_line}", r.key)
+        } else if let Some(old) = existing.as_ref().and_then(|t| t.get(r.key.as_bytes())) {
+            first_line = r.line;
+            if old.target == r.url && old.status == r.status && old.expires_at_s == r.expires_at_s {
+                summary.unchanged += 1;
+                continue;
+            }
+            format!(
+                "key {:?} already exists in the data dir with a different target or status",
+                r.key
+            )
+        } else {
+            first_line = r.line;
+            new_links.push(r);
+            continue;
+        };
+        let line = r.line;
+        if errors
+            .push(LineError {
+                line,
+                message: problem,
+            })
+            .is_break()
+        {
+            break;
+        }
+    }
+    if errors.total > 0 || new_links.is_empty() {
+        // Keep checking the rest of the input, but write nothing.
+        return Ok(());
+    }
+    let merged = existing
+        .iter()
+        .flat_map(|t| t.iter().map(OwnedLink::from))
+        .chain(new_links.iter().map(|r| OwnedLink {
+            key: r.key.clone(),
+            target: r.url.clone(),
+            status: r.status,
+            expires_at_s: r.expires_at_s,
+            created_at_s: if r.created_at_s != 0 {
+                r.created_at_s
+            } else {
+                now_s
+            },
+            flags: 0,
+        }));
+    let max_log_seq = existing.as_ref().map_or(0, |t| t.max_log_seq());
+    let staged_path = staged_path(dir, shard);
+    staged.push((shard, staged_path.clone()));
+    let (stats, file) =
+        write_table_file(&staged_path, shard, dir.shard_count(), max_log_seq, merged)?;
+    // Writeback overlaps with building the next tables; the fsyncs below wait.
+    crate::durable::start_writeback(&file);
+    summary.links += new_links.len() as u64;
+    summary.shards_written += 1;
+    summary.table_bytes += stats.file_bytes;
+    Ok(())
+}
+
+/// Makes every staged table durable, all at once (one by one cost 4-12 ms per shard), then
+/// publishes them: each renamed into place, the directory synced, the manifest updated.
+fn publish(dir: &DataDir, staged: &mut Vec<(u32, PathBuf)>) -> Result<(), ImportError> {
+    let staged_paths: Vec<PathBuf> = staged.iter().map(|(_, p)| p.clone()).collect();
+    crate::durable::fsync_all_parallel(&staged_paths, MAX_PARALLEL_FSYNCS)?;
+    let published: Vec<u32> = staged.iter().map(|(s, _)| *s).collect();
+    for (shard, path) in staged.drain(..) {
+        std::fs::rename(&path, dir.table_path(shard))
+            .map_err(|e| crate::Error::io(dir.table_path(shard), "rename into place", e))?;
+    }
+    crate::durable::fsync_dir(&dir.tables_dir())?;
+    dir.record_tables(published)?;
+    Ok(())
 }
 
 /// Parses and validates every line of `input` as `format` without importing anything; returns
