@@ -414,8 +414,57 @@ impl Owner {
             // Committed, and already overtaken here: answered, not applied.
             return refuse(self, mesh, outcome);
         }
-        let (seq, entry, outcome, invalidate) = match (written, req) {
-            (LinkWritten::Exists, _) => return refuse(self, mesh, WriteOutcome::Exists),
+        let (entry, idem, outcome, invalidate) = match self.committed(written, req) {
+            Verdict::Answer(outcome) => return refuse(self, mesh, outcome),
+            Verdict::StatsReset => {
+                // Every node's rows are gone and the reset is recorded for the other nodes;
+                // this node purges its own now (durably) before the 204.
+                self.writes.in_flight_keys.remove(&key);
+                self.broadcast_invalidate(key, reply, WriteOutcome::Deleted, true, mesh);
+                return self.run_queued(key, now_s, mesh);
+            }
+            Verdict::Log {
+                entry,
+                idem,
+                outcome,
+                invalidate,
+            } => (entry, idem, outcome, invalidate),
+        };
+        let op = match &entry {
+            MemEntry::Live { info, id, version } => LogOpRef::FleetPut {
+                link: link_fields(info, *id),
+                version: *version,
+                idem: idem.as_deref().map(|(s, h)| (s.as_str(), h)),
+            },
+            MemEntry::Deleted { version } => LogOpRef::FleetDelete {
+                key: key.as_str(),
+                version: *version,
+            },
+        };
+        let Ok(seq) = self.writes.log.append_ref(self.shard_of(&key), op) else {
+            return refuse(self, mesh, WriteOutcome::StorageFailed);
+        };
+        let fleet = self.fleet.as_mut().expect("checked");
+        let v = entry.version();
+        let seen = fleet.unconfirmed.entry(key).or_insert(v);
+        *seen = (*seen).max(v);
+        self.writes.waiting.push_back(Durable {
+            seq,
+            apply: Some((key, entry)),
+            then: Then::Reply {
+                reply,
+                outcome,
+                invalidate,
+            },
+        });
+    }
+
+    /// What the database's answer to `req` means here: an answer alone (refused, or an
+    /// idempotent replay), a stats reset, or a link state to log and apply.
+    fn committed(&self, written: LinkWritten, req: WriteReq) -> Verdict {
+        let key = req.key();
+        match (written, req) {
+            (LinkWritten::Exists, _) => Verdict::Answer(WriteOutcome::Exists),
             (
                 LinkWritten::IdemClaimed {
                     request_hash,
@@ -429,7 +478,7 @@ impl Owner {
                 // Another request (on any node) holds this Idempotency-Key: the same request
                 // replays its link, if that link is still the one it created (the same
                 // creating transaction; rows older than schema 11: the same second).
-                let outcome = match (idem, InlineKey::new(made.as_bytes()), link) {
+                Verdict::Answer(match (idem, InlineKey::new(made.as_bytes()), link) {
                     (Some(i), _, _) if i.1 != request_hash => WriteOutcome::IdemMismatch,
                     (_, Some(made), Some(state))
                         if same_creation.unwrap_or(state.created_at_s == created_at_s) =>
@@ -437,21 +486,10 @@ impl Owner {
                         WriteOutcome::Created(info_of(made, &state))
                     }
                     _ => WriteOutcome::NotFound,
-                };
-                return refuse(self, mesh, outcome);
+                })
             }
-            (LinkWritten::IdemClaimed { .. }, _) => {
-                debug_assert!(false, "an idempotency answer for another request");
-                return refuse(self, mesh, WriteOutcome::DatabaseUnavailable);
-            }
-            (LinkWritten::NotFound, _) => return refuse(self, mesh, WriteOutcome::NotFound),
-            (LinkWritten::Deleted { .. }, WriteReq::ResetStats { .. }) => {
-                // Every node's rows are gone and the reset is recorded for the other nodes;
-                // this node purges its own now (durably) before the 204.
-                self.writes.in_flight_keys.remove(&key);
-                self.broadcast_invalidate(key, reply, WriteOutcome::Deleted, true, mesh);
-                return self.run_queued(key, now_s, mesh);
-            }
+            (LinkWritten::NotFound, _) => Verdict::Answer(WriteOutcome::NotFound),
+            (LinkWritten::Deleted { .. }, WriteReq::ResetStats { .. }) => Verdict::StatsReset,
             (
                 LinkWritten::Created { version },
                 WriteReq::Create {
@@ -472,72 +510,37 @@ impl Owner {
                     created_tag: 0,
                     expires_at_s,
                 };
-                let op = LogOpRef::FleetPut {
-                    link: link_fields(&info, id),
-                    version,
-                    idem: idem.as_deref().map(|(s, h)| (s.as_str(), h)),
-                };
-                let Ok(seq) = self.writes.log.append_ref(self.shard_of(&key), op) else {
-                    return refuse(self, mesh, WriteOutcome::StorageFailed);
-                };
-                let entry = MemEntry::Live {
-                    info: info.clone(),
-                    id,
-                    version,
-                };
-                (seq, entry, WriteOutcome::Created(info), None)
+                Verdict::Log {
+                    outcome: WriteOutcome::Created(info.clone()),
+                    entry: MemEntry::Live { info, id, version },
+                    idem,
+                    invalidate: None,
+                }
             }
             (LinkWritten::Updated(state), _) => {
                 let info = info_of(key, &state);
-                let id = self.writes.id_of(&key);
-                let op = LogOpRef::FleetPut {
-                    link: link_fields(&info, id),
-                    version: state.version,
+                Verdict::Log {
+                    outcome: WriteOutcome::Updated(info.clone()),
+                    entry: MemEntry::Live {
+                        info,
+                        id: self.writes.id_of(&key),
+                        version: state.version,
+                    },
                     idem: None,
-                };
-                let Ok(seq) = self.writes.log.append_ref(self.shard_of(&key), op) else {
-                    return refuse(self, mesh, WriteOutcome::StorageFailed);
-                };
-                let entry = MemEntry::Live {
-                    info: info.clone(),
-                    id,
-                    version: state.version,
-                };
-                (seq, entry, WriteOutcome::Updated(info), Some(key))
+                    invalidate: Some(key),
+                }
             }
-            (LinkWritten::Deleted { version }, _) => {
-                let op = LogOpRef::FleetDelete {
-                    key: key.as_str(),
-                    version,
-                };
-                let Ok(seq) = self.writes.log.append_ref(self.shard_of(&key), op) else {
-                    return refuse(self, mesh, WriteOutcome::StorageFailed);
-                };
-                (
-                    seq,
-                    MemEntry::Deleted { version },
-                    WriteOutcome::Deleted,
-                    Some(key),
-                )
-            }
-            (LinkWritten::Created { .. }, _) => {
-                debug_assert!(false, "a create's answer for another request");
-                return refuse(self, mesh, WriteOutcome::DatabaseUnavailable);
-            }
-        };
-        let fleet = self.fleet.as_mut().expect("checked");
-        let v = entry.version();
-        let seen = fleet.unconfirmed.entry(key).or_insert(v);
-        *seen = (*seen).max(v);
-        self.writes.waiting.push_back(Durable {
-            seq,
-            apply: Some((key, entry)),
-            then: Then::Reply {
-                reply,
-                outcome,
-                invalidate,
+            (LinkWritten::Deleted { version }, _) => Verdict::Log {
+                entry: MemEntry::Deleted { version },
+                idem: None,
+                outcome: WriteOutcome::Deleted,
+                invalidate: Some(key),
             },
-        });
+            (LinkWritten::IdemClaimed { .. } | LinkWritten::Created { .. }, _) => {
+                debug_assert!(false, "the database's answer to another request");
+                Verdict::Answer(WriteOutcome::DatabaseUnavailable)
+            }
+        }
     }
 
     /// A feed batch's rows for this core: log and apply each row newer than what is here.
@@ -687,6 +690,21 @@ impl Owner {
     fn shard_of(&self, key: &InlineKey) -> u32 {
         self.router.owner(key.as_bytes()).shard
     }
+}
+
+/// What a database answer means for the owner ([`Owner::committed`]).
+enum Verdict {
+    /// Answer this, log nothing.
+    Answer(WriteOutcome),
+    /// A stats reset the database committed: purge this node's clicks of the key.
+    StatsReset,
+    /// Log and apply this state, then answer (and invalidate the key on every core).
+    Log {
+        entry: MemEntry,
+        idem: Option<Box<(String, [u8; 32])>>,
+        outcome: WriteOutcome,
+        invalidate: Option<InlineKey>,
+    },
 }
 
 /// Answers a redirect lookup that waited for the database.
