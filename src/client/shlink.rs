@@ -210,6 +210,20 @@ fn native_body(body: &[u8], create: bool) -> Result<Vec<u8>, ShlinkError> {
     Ok(serde_json::to_vec(&Value::Object(native)).expect("json"))
 }
 
+/// The `Allow` list when `method` is not offered on the collection (`one` false) or on one
+/// short URL; `None` when it is.
+fn shlink_methods_refused(one: bool, method: Method) -> Option<&'static [u8]> {
+    let allowed = match one {
+        false => matches!(method, Method::Get | Method::Post),
+        true => matches!(method, Method::Get | Method::Patch | Method::Delete),
+    };
+    match (allowed, one) {
+        (true, _) => None,
+        (false, false) => Some(b"GET, POST"),
+        (false, true) => Some(b"GET, PATCH, DELETE"),
+    }
+}
+
 impl ApiClient {
     /// Answers a request under `/rest/`.
     #[allow(clippy::too_many_arguments)]
@@ -225,6 +239,7 @@ impl ApiClient {
     ) {
         let date = &clock.date;
         let head = req.method == Method::Head;
+        let fail = |out: &mut Vec<u8>, e: ShlinkError| e.encode(out, head, persist, date);
         let path = req.path;
         if HEALTH.contains(&path) {
             let body = serde_json::to_vec(
@@ -250,121 +265,139 @@ impl ApiClient {
                 extra: None,
                 retry_after_s: None,
             };
-            return e.encode(out, head, persist, date);
+            return fail(out, e);
         };
-        let allowed = matches!(
-            (key, req.method),
-            (None, Method::Get | Method::Post)
-                | (Some(_), Method::Get | Method::Patch | Method::Delete)
-        );
-        if !allowed {
-            let allow: &[u8] = if key.is_none() {
-                b"GET, POST"
-            } else {
-                b"GET, PATCH, DELETE"
-            };
+        if let Some(allow) = shlink_methods_refused(key.is_some(), req.method) {
             let (st, ct) = (Status::MethodNotAllowed, Some("text/plain"));
-            return encode::encode_response(
-                out,
-                st,
-                &[("Allow", allow)],
-                ct,
-                b"method not allowed\n",
-                head,
-                persist,
-                date,
-            );
+            let h: &[(&str, &[u8])] = &[("Allow", allow)];
+            let body = b"method not allowed\n";
+            return encode::encode_response(out, st, h, ct, body, head, persist, date);
         }
+        let key_id = match self.shlink_admit(req) {
+            Ok(id) => id,
+            Err(e) => return fail(out, e),
+        };
+        let now_s = clock.now_s;
+        let started = match (key, req.method) {
+            (None, Method::Get) => self.shlink_list(out, defer, req.query, mesh),
+            (None, _) => self.shlink_create(out, defer, key_id, body, now_s, mesh),
+            (Some(code), method) => self.shlink_one(out, defer, code, method, body, now_s, mesh),
+        };
+        if let Err(e) = started {
+            fail(out, e);
+        }
+    }
+
+    /// The API key and the body's size of a Shlink request: the key's id, or the refusal.
+    fn shlink_admit(&self, req: &Request<'_>) -> Result<crate::api::keys::KeyId, ShlinkError> {
         let Some(api_key) = req.x_api_key else {
-            let e = ShlinkError { status: 401, type_: MISSING_AUTH, title: "Invalid authorization", detail: "Expected one of the following authentication headers, [\"X-Api-Key\"], but none were provided".into(), extra: None, retry_after_s: None };
-            return e.encode(out, head, persist, date);
+            return Err(ShlinkError { status: 401, type_: MISSING_AUTH, title: "Invalid authorization", detail: "Expected one of the following authentication headers, [\"X-Api-Key\"], but none were provided".into(), extra: None, retry_after_s: None });
         };
         let Some(key_id) = self.keys.verify(api_key.trim_ascii()) else {
             let p = match self.keys.fleet_keys_unread() {
                 true => Problem::unavailable(super::FLEET_KEYS_RETRY_AFTER_S),
                 false => Problem::unauthorized(),
             };
-            return ShlinkError::from_native(&p).encode(out, head, persist, date);
+            return Err(ShlinkError::from_native(&p));
         };
         if req.content_length > crate::api::request::MAX_REQUEST_BODY_BYTES {
             let p = Problem::payload_too_large(crate::api::request::MAX_REQUEST_BODY_BYTES);
-            return ShlinkError::from_native(&p).encode(out, head, persist, date);
+            return Err(ShlinkError::from_native(&p));
         }
-        let now_s = clock.now_s;
-        let fail = |out: &mut Vec<u8>, e: ShlinkError| e.encode(out, head, persist, date);
-        match (key, req.method) {
-            (None, Method::Get) => match shlink_page(req.query) {
-                Ok((page, per_page)) => {
-                    let window = page * per_page;
-                    let walk = ListWalk {
-                        shard: 0,
-                        after: None,
-                        // One more than the window: whether another page follows.
-                        limit: window + 1,
-                        items: Vec::new(),
-                    };
-                    let reply = defer(
-                        out,
-                        ApiOp::Shlink(Box::new(ApiOp::List(walk)), page, per_page),
-                    );
-                    self.list_shard(reply, 0, None, window + 1, mesh);
-                }
-                Err(e) => fail(out, e),
-            },
-            (None, _) => {
-                if let Err(ra) = self.ratelimit.check(key_id, std::time::Instant::now()) {
-                    return fail(out, ShlinkError::from_native(&ra.into()));
-                }
-                let cr = match native_body(body, true).map(|b| parse_create(&b, now_s)) {
-                    Ok(Ok(cr)) => cr,
-                    Ok(Err(p)) => return fail(out, ShlinkError::from_native(&p)),
-                    Err(e) => return fail(out, e),
-                };
-                if let Err(p) = self.creates.check_alias(&cr) {
-                    return fail(out, ShlinkError::from_native(&p));
-                }
-                let op = ApiOp::Create {
-                    req: Box::new(cr.clone()),
-                    created_at_s: now_s,
-                    tries: 0,
-                };
-                let reply = defer(out, ApiOp::Shlink(Box::new(op), 0, 0));
-                self.creates
-                    .start(reply, Box::new(cr), now_s, 0, None, mesh);
-            }
-            (Some(code), method) => {
-                let Some(ikey) = shards::link::validate_key(code)
-                    .ok()
-                    .and_then(|()| InlineKey::new(code))
-                else {
-                    return fail(
-                        out,
-                        ShlinkError::not_found(Some(&String::from_utf8_lossy(code))),
-                    );
-                };
-                let (op, wreq) = match method {
-                    Method::Get => (ApiOp::Get, WriteReq::Get { key: ikey }),
-                    Method::Delete => (ApiOp::Delete, WriteReq::Delete { key: ikey }),
-                    _ => {
-                        let p = match native_body(body, false).map(|b| parse_patch(&b, now_s)) {
-                            Ok(Ok(p)) => p,
-                            Ok(Err(p)) => return fail(out, ShlinkError::from_native(&p)),
-                            Err(e) => return fail(out, e),
-                        };
-                        let wreq = WriteReq::Patch {
-                            key: ikey,
-                            target: p.long_url.map(Arc::from),
-                            expiry: p.expiry,
-                            status: p.redirect_status,
-                        };
-                        (ApiOp::Patch, wreq)
-                    }
-                };
-                let reply = defer(out, ApiOp::Shlink(Box::new(op), 0, 0));
-                let owner = self.router.owner(code).core;
-                mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
-            }
+        Ok(key_id)
+    }
+
+    /// `GET /rest/v3/short-urls`: the list walk over every shard, up to the page asked for.
+    fn shlink_list(
+        &mut self,
+        out: &[u8],
+        defer: &mut Defer<'_>,
+        query: Option<&[u8]>,
+        mesh: &mut Mesh,
+    ) -> Result<(), ShlinkError> {
+        let (page, per_page) = shlink_page(query)?;
+        let window = page * per_page;
+        let walk = ListWalk {
+            shard: 0,
+            after: None,
+            // One more than the window: whether another page follows.
+            limit: window + 1,
+            items: Vec::new(),
+        };
+        let reply = defer(
+            out,
+            ApiOp::Shlink(Box::new(ApiOp::List(walk)), page, per_page),
+        );
+        self.list_shard(reply, 0, None, window + 1, mesh);
+        Ok(())
+    }
+
+    /// `POST /rest/v3/short-urls`: a create, as the native API makes it.
+    fn shlink_create(
+        &mut self,
+        out: &[u8],
+        defer: &mut Defer<'_>,
+        key_id: crate::api::keys::KeyId,
+        body: &[u8],
+        now_s: u64,
+        mesh: &mut Mesh,
+    ) -> Result<(), ShlinkError> {
+        if let Err(ra) = self.ratelimit.check(key_id, std::time::Instant::now()) {
+            return Err(ShlinkError::from_native(&ra.into()));
         }
+        let cr = native_body(body, true)?;
+        let cr = parse_create(&cr, now_s).map_err(|p| ShlinkError::from_native(&p))?;
+        self.creates
+            .check_alias(&cr)
+            .map_err(|p| ShlinkError::from_native(&p))?;
+        let op = ApiOp::Create {
+            req: Box::new(cr.clone()),
+            created_at_s: now_s,
+            tries: 0,
+        };
+        let reply = defer(out, ApiOp::Shlink(Box::new(op), 0, 0));
+        self.creates
+            .start(reply, Box::new(cr), now_s, 0, None, mesh);
+        Ok(())
+    }
+
+    /// `GET`, `PATCH` or `DELETE /rest/v3/short-urls/{code}`: sent to the key's owner.
+    #[allow(clippy::too_many_arguments)]
+    fn shlink_one(
+        &mut self,
+        out: &[u8],
+        defer: &mut Defer<'_>,
+        code: &[u8],
+        method: Method,
+        body: &[u8],
+        now_s: u64,
+        mesh: &mut Mesh,
+    ) -> Result<(), ShlinkError> {
+        let Some(ikey) = shards::link::validate_key(code)
+            .ok()
+            .and_then(|()| InlineKey::new(code))
+        else {
+            return Err(ShlinkError::not_found(Some(&String::from_utf8_lossy(code))));
+        };
+        let (op, wreq) = match method {
+            Method::Get => (ApiOp::Get, WriteReq::Get { key: ikey }),
+            Method::Delete => (ApiOp::Delete, WriteReq::Delete { key: ikey }),
+            _ => {
+                let p = native_body(body, false)?;
+                let p = parse_patch(&p, now_s).map_err(|p| ShlinkError::from_native(&p))?;
+                let wreq = WriteReq::Patch {
+                    key: ikey,
+                    target: p.long_url.map(Arc::from),
+                    expiry: p.expiry,
+                    status: p.redirect_status,
+                };
+                (ApiOp::Patch, wreq)
+            }
+        };
+        let reply = defer(out, ApiOp::Shlink(Box::new(op), 0, 0));
+        let owner = self.router.owner(code).core;
+        mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
+        Ok(())
     }
 
     /// A Shlink short URL object.
