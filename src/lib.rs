@@ -24,6 +24,7 @@ pub mod owner;
 pub mod probes;
 pub mod recovery;
 pub mod ring;
+pub mod route;
 pub mod router;
 pub mod server;
 pub mod service;

@@ -10,9 +10,11 @@ use crate::http::encode::{self, Conn as Persist};
 use crate::http::limits::MAX_PIPELINED_REQUESTS;
 use crate::http::parse::{parse_request, BadRequest, Expect, Method, ParseError, Request};
 use crate::http::status::Status;
+use crate::http::DateCache;
 use crate::key::InlineKey;
 use crate::mesh::{Answer, Mesh, RedirectMsg, ReplyTo, WriteOutcome};
 use crate::owner::Owner;
+use crate::route::{route, Route};
 use shards::table::SlotHint;
 
 /// What answering requests may use besides the connections: the owner's links (read only),
@@ -291,7 +293,7 @@ impl Conns {
         c.close_after_send();
     }
 
-    /// Routes one request: health endpoints, then the API, then keys.
+    /// Answers one request, or defers it to its owner: the handler `route` names.
     fn handle(
         &mut self,
         slot: u32,
@@ -306,131 +308,115 @@ impl Conns {
             c.out = self.pool.get();
         }
         let head = req.method == Method::Head;
-        let get_or_head = matches!(req.method, Method::Get | Method::Head);
-        let path = req.path;
         self.tally.requests += 1;
         if c.batch_requests == 0 {
             c.batch_started_us = env.clock.now_us.max(1);
         }
         c.batch_requests += 1;
-        if req.method == Method::Other {
-            // RFC 9110 section 9.1: a method the server does not recognize is 501.
-            let (st, ct) = (Status::NotImplemented, Some("text/plain"));
-            let body = b"method not implemented\n";
-            encode::encode_response(&mut c.out, st, &[], ct, body, false, persist, date);
-            return;
-        }
-        if req.method == Method::Options
-            && (path == b"*" || shards::link::validate_key(&path[1..]).is_ok())
-        {
-            // `OPTIONS *` (the server) or `OPTIONS /{key}`: what may be asked.
-            let allow: &[u8] = if path == b"*" {
-                b"GET, HEAD, POST, PATCH, DELETE, OPTIONS"
-            } else {
-                b"GET, HEAD, OPTIONS"
-            };
-            let h: &[(&str, &[u8])] = &[("Allow", allow)];
-            encode::encode_response(
-                &mut c.out,
-                Status::NoContent,
-                h,
-                None,
-                b"",
-                true,
-                persist,
-                date,
-            );
-            return;
-        }
-        if path == b"/metrics" && get_or_head {
-            // Cold path: formatting allocates; the allocation counter shows it honestly.
-            self.shared.counters[self.me].publish(&self.tally, self.live);
-            let text = crate::metrics::render(&self.shared);
-            let ct = Some("application/openmetrics-text; version=1.0.0; charset=utf-8");
-            let c = &mut self.slots[slot as usize];
-            let body = text.as_bytes();
-            encode::encode_response(&mut c.out, Status::Ok, &[], ct, body, head, persist, date);
-            return;
-        }
-        if matches!(path, b"/healthz" | b"/livez" | b"/readyz") {
-            if !get_or_head {
-                encode::encode_method_not_allowed(&mut c.out, "GET, HEAD", head, persist, date);
-                return;
+        let out = &mut c.out;
+        match route(req) {
+            Route::Redirect(key) => self.redirect(slot, req, key, persist, env),
+            Route::NotImplemented => {
+                let (st, ct) = (Status::NotImplemented, Some("text/plain"));
+                let body = b"method not implemented\n";
+                encode::encode_response(out, st, &[], ct, body, false, persist, date);
             }
-            // Cold path: probes format their answers (`probes`).
-            let a = crate::probes::answer(path, req.query, &self.shared).expect("a probe path");
-            let st = if a.ok {
-                Status::Ok
-            } else {
-                Status::ServiceUnavailable
-            };
-            let ct = Some(if a.json {
-                "application/json"
-            } else {
-                "text/plain"
-            });
-            encode::encode_response(&mut c.out, st, &[], ct, &a.body, head, persist, date);
-            return;
-        }
-        if path == crate::api::openapi::OPENAPI_PATH && get_or_head {
-            let (ct, body) = (Some("application/json"), &self.shared.openapi_json[..]);
-            encode::encode_response(&mut c.out, Status::Ok, &[], ct, body, head, persist, date);
-            return;
-        }
-        if path.starts_with(crate::analytics::page::PAGE_PREFIX) {
-            // Cold path: the stats page and its assets (static bytes).
-            if !get_or_head {
-                encode::encode_method_not_allowed(&mut c.out, "GET, HEAD", head, persist, date);
-                return;
+            Route::Options(allow) => {
+                let h: &[(&str, &[u8])] = &[("Allow", allow)];
+                let st = Status::NoContent;
+                encode::encode_response(out, st, h, None, b"", true, persist, date);
             }
-            match crate::analytics::page::asset(path) {
+            Route::MethodNotAllowed(allow) => {
+                encode::encode_method_not_allowed(out, allow, head, persist, date);
+            }
+            Route::NotFound => encode::encode_not_found(out, head, persist, date),
+            Route::Metrics => self.answer_metrics(slot, head, persist, date),
+            Route::Probe => {
+                // Cold path: probes format their answers (`probes`).
+                let a =
+                    crate::probes::answer(req.path, req.query, &self.shared).expect("a probe path");
+                let st = match a.ok {
+                    true => Status::Ok,
+                    false => Status::ServiceUnavailable,
+                };
+                let ct = Some(if a.json {
+                    "application/json"
+                } else {
+                    "text/plain"
+                });
+                encode::encode_response(out, st, &[], ct, &a.body, head, persist, date);
+            }
+            Route::OpenApi => {
+                let (ct, body) = (Some("application/json"), &self.shared.openapi_json[..]);
+                encode::encode_response(out, Status::Ok, &[], ct, body, head, persist, date);
+            }
+            Route::StatsPage => match crate::analytics::page::asset(req.path) {
+                // Cold path: the stats page and its assets (static bytes).
                 Some((ct, body)) => {
                     let h = crate::analytics::page::headers();
-                    encode::encode_response(
-                        &mut c.out,
-                        Status::Ok,
-                        &h,
-                        Some(ct),
-                        body,
-                        head,
-                        persist,
-                        date,
-                    )
+                    let st = Status::Ok;
+                    encode::encode_response(out, st, &h, Some(ct), body, head, persist, date)
                 }
-                None => encode::encode_not_found(&mut c.out, head, persist, date),
-            }
-            return;
+                None => encode::encode_not_found(out, head, persist, date),
+            },
+            Route::Api | Route::ShlinkApi => self.hand_to_api(slot, req, persist, body, env),
         }
-        let shlink = path.starts_with(crate::client::shlink::SHLINK_PREFIX);
-        if path.starts_with(API_PREFIX) || shlink {
-            self.tally.api_requests += 1;
-            let (out, answers, gen, me) = (&mut c.out, &mut c.answers, c.gen, self.me as u16);
-            let mut defer = |out: &[u8], op: ApiOp| {
-                let seq = answers.defer(out, false, persist, PendingKind::Api(Box::new(op)));
-                ReplyTo {
-                    core: me,
-                    slot,
-                    gen,
-                    seq,
-                }
-            };
-            let (clock, mesh) = (env.clock, &mut *env.mesh);
-            if shlink {
-                return env
-                    .api
-                    .handle_shlink(out, &mut defer, req, body, persist, clock, mesh);
+    }
+
+    /// `/metrics`. Cold path: formatting allocates; the allocation counter shows it honestly.
+    fn answer_metrics(&mut self, slot: u32, head: bool, persist: Persist, date: &DateCache) {
+        self.shared.counters[self.me].publish(&self.tally, self.live);
+        let text = crate::metrics::render(&self.shared);
+        let ct = Some("application/openmetrics-text; version=1.0.0; charset=utf-8");
+        let out = &mut self.slots[slot as usize].out;
+        let body = text.as_bytes();
+        encode::encode_response(out, Status::Ok, &[], ct, body, head, persist, date);
+    }
+
+    /// An API request (native or Shlink's): the API side answers it, or defers it to owners
+    /// with a place in the connection's answers.
+    fn hand_to_api(
+        &mut self,
+        slot: u32,
+        req: &Request<'_>,
+        persist: Persist,
+        body: &[u8],
+        env: &mut Env,
+    ) {
+        self.tally.api_requests += 1;
+        let c = &mut self.slots[slot as usize];
+        let (out, answers, gen, me) = (&mut c.out, &mut c.answers, c.gen, self.me as u16);
+        let mut defer = |out: &[u8], op: ApiOp| {
+            let seq = answers.defer(out, false, persist, PendingKind::Api(Box::new(op)));
+            ReplyTo {
+                core: me,
+                slot,
+                gen,
+                seq,
             }
+        };
+        let (clock, mesh) = (env.clock, &mut *env.mesh);
+        if req.path.starts_with(crate::client::shlink::SHLINK_PREFIX) {
             return env
                 .api
-                .handle(out, &mut defer, req, body, persist, clock, mesh);
+                .handle_shlink(out, &mut defer, req, body, persist, clock, mesh);
         }
-        let key = &path[1..];
-        if shards::link::validate_key(key).is_err() {
-            return encode::encode_not_found(&mut c.out, head, persist, date);
-        }
-        if !get_or_head {
-            return encode::encode_method_not_allowed(&mut c.out, "GET, HEAD", head, persist, date);
-        }
+        env.api
+            .handle(out, &mut defer, req, body, persist, clock, mesh)
+    }
+
+    /// A redirect: the click's context taken (a GET with analytics on), then the lookup.
+    #[inline]
+    fn redirect(
+        &mut self,
+        slot: u32,
+        req: &Request<'_>,
+        key: &[u8],
+        persist: Persist,
+        env: &mut Env,
+    ) {
+        let head = req.method == Method::Head;
+        let c = &self.slots[slot as usize];
         // HEAD is never a click (RFC 9110: a HEAD is no visit); a GET's context is taken now,
         // while its header fields are at hand, and counted only if it is answered with a
         // redirect.

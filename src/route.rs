@@ -1,0 +1,152 @@
+//! Which handler answers a request: one pure function of the method and the path, decided
+//! once per request before anything is answered (`conns::requests` then calls that handler).
+//!
+//! On the redirect path: no allocation, no lock, a few comparisons of the path's first bytes.
+
+use crate::http::{Method, Request};
+
+/// What `OPTIONS *` allows: every method some path of the server takes.
+pub const SERVER_METHODS: &[u8] = b"GET, HEAD, POST, PATCH, DELETE, OPTIONS";
+/// What `OPTIONS /{key}` allows.
+pub const KEY_METHODS: &[u8] = b"GET, HEAD, OPTIONS";
+/// The methods of the read-only endpoints (probes, the stats page, keys).
+pub const READ_METHODS: &str = "GET, HEAD";
+
+/// The handler of one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route<'a> {
+    /// `GET` or `HEAD /{key}`: the redirect (the key is valid, not yet known to exist).
+    Redirect(&'a [u8]),
+    /// `/healthz`, `/livez`, `/readyz` (`probes`).
+    Probe,
+    /// `/metrics` (OpenMetrics text).
+    Metrics,
+    /// The OpenAPI document.
+    OpenApi,
+    /// The stats page and its assets (`analytics::page`).
+    StatsPage,
+    /// The native link API under `/api/` (`client`).
+    Api,
+    /// Shlink's REST API under `/rest/` (`client::shlink`).
+    ShlinkApi,
+    /// `OPTIONS *` or `OPTIONS /{key}`: 204 with this `Allow` list.
+    Options(&'static [u8]),
+    /// A method the server does not recognize: 501 (RFC 9110 section 9.1).
+    NotImplemented,
+    /// A read-only path asked with another method: 405 with this `Allow` list.
+    MethodNotAllowed(&'static str),
+    /// No such path, or a path that cannot be a key: 404.
+    NotFound,
+}
+
+/// The handler of `req`. The order matters where paths overlap: `/metrics` and the probes
+/// would otherwise be keys, and the OpenAPI document lies under the API's prefix.
+pub fn route<'a>(req: &Request<'a>) -> Route<'a> {
+    let path = req.path;
+    let read = matches!(req.method, Method::Get | Method::Head);
+    let key = || {
+        path.get(1..)
+            .filter(|k| shards::link::validate_key(k).is_ok())
+    };
+    match req.method {
+        Method::Other => return Route::NotImplemented,
+        Method::Options if path == b"*" => return Route::Options(SERVER_METHODS),
+        Method::Options if key().is_some() => return Route::Options(KEY_METHODS),
+        _ => {}
+    }
+    if path == b"/metrics" && read {
+        return Route::Metrics;
+    }
+    if matches!(path, b"/healthz" | b"/livez" | b"/readyz") {
+        return if read {
+            Route::Probe
+        } else {
+            Route::MethodNotAllowed(READ_METHODS)
+        };
+    }
+    if path == crate::api::openapi::OPENAPI_PATH && read {
+        return Route::OpenApi;
+    }
+    if path.starts_with(crate::analytics::page::PAGE_PREFIX) {
+        return if read {
+            Route::StatsPage
+        } else {
+            Route::MethodNotAllowed(READ_METHODS)
+        };
+    }
+    if path.starts_with(crate::client::shlink::SHLINK_PREFIX) {
+        return Route::ShlinkApi;
+    }
+    if path.starts_with(crate::client::API_PREFIX) {
+        return Route::Api;
+    }
+    match key() {
+        None => Route::NotFound,
+        Some(_) if !read => Route::MethodNotAllowed(READ_METHODS),
+        Some(k) => Route::Redirect(k),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::parse::parse_request;
+
+    fn route_of(head: &str) -> Route<'static> {
+        let bytes: &'static [u8] = format!("{head}\r\nHost: x\r\n\r\n").into_bytes().leak();
+        let req = parse_request(bytes).expect("parses").expect("complete");
+        route(&req)
+    }
+
+    #[test]
+    fn each_path_has_its_handler() {
+        assert_eq!(route_of("GET /abc HTTP/1.1"), Route::Redirect(b"abc"));
+        assert_eq!(route_of("HEAD /abc?x=1 HTTP/1.1"), Route::Redirect(b"abc"));
+        assert_eq!(route_of("GET /metrics HTTP/1.1"), Route::Metrics);
+        assert_eq!(route_of("GET /readyz HTTP/1.1"), Route::Probe);
+        assert_eq!(route_of("HEAD /livez HTTP/1.1"), Route::Probe);
+        assert_eq!(
+            route_of("GET /api/v1/openapi.json HTTP/1.1"),
+            Route::OpenApi
+        );
+        assert_eq!(route_of("POST /api/v1/openapi.json HTTP/1.1"), Route::Api);
+        assert_eq!(route_of("GET /stats/abc HTTP/1.1"), Route::StatsPage);
+        assert_eq!(route_of("POST /api/v1/urls HTTP/1.1"), Route::Api);
+        assert_eq!(
+            route_of("GET /rest/v3/short-urls HTTP/1.1"),
+            Route::ShlinkApi
+        );
+    }
+
+    #[test]
+    fn methods_and_paths_outside_the_routes_are_refused_as_rfc_9110_says() {
+        assert_eq!(route_of("BREW /abc HTTP/1.1"), Route::NotImplemented);
+        assert_eq!(
+            route_of("OPTIONS * HTTP/1.1"),
+            Route::Options(SERVER_METHODS)
+        );
+        assert_eq!(
+            route_of("OPTIONS /abc HTTP/1.1"),
+            Route::Options(KEY_METHODS)
+        );
+        assert_eq!(
+            route_of("POST /abc HTTP/1.1"),
+            Route::MethodNotAllowed(READ_METHODS)
+        );
+        assert_eq!(
+            route_of("DELETE /healthz HTTP/1.1"),
+            Route::MethodNotAllowed(READ_METHODS)
+        );
+        assert_eq!(
+            route_of("PUT /stats/x HTTP/1.1"),
+            Route::MethodNotAllowed(READ_METHODS)
+        );
+        // `/metrics` asked with another method is the key `metrics`.
+        assert_eq!(
+            route_of("POST /metrics HTTP/1.1"),
+            Route::MethodNotAllowed(READ_METHODS)
+        );
+        assert_eq!(route_of("GET /a/b HTTP/1.1"), Route::NotFound);
+        assert_eq!(route_of("GET / HTTP/1.1"), Route::NotFound);
+    }
+}
