@@ -291,9 +291,6 @@ impl ApiClient {
     ) {
         let date = &clock.date;
         let head = req.method == Method::Head;
-        let problem = |out: &mut Vec<u8>, p: Problem| {
-            encode_problem(out, &p, &[], head, persist, date);
-        };
         let Admitted {
             collection,
             key,
@@ -309,93 +306,128 @@ impl ApiClient {
         // `check_head` refused a declared body over the limit; `body` is exactly that long.
         debug_assert!(body.len() <= MAX_REQUEST_BODY_BYTES);
         let now_s = clock.now_s;
-        if collection && req.method == Method::Get {
-            let walk = match listing::parse_query(req.query, self.router.shard_count()) {
-                Ok(w) => w,
-                Err(p) => return problem(out, p),
-            };
-            let (shard, after, limit) = (walk.shard, walk.after, walk.limit);
-            let reply = defer(out, ApiOp::List(walk));
-            self.list_shard(reply, shard, after, limit, mesh);
-            return;
+        let started = match (collection, key) {
+            (true, _) if req.method == Method::Get => self.start_list(out, defer, req, mesh),
+            (true, _) => self.start_create(out, defer, req, key_id, body, now_s, mesh),
+            (false, Some(key)) if stats => self.start_stats(out, defer, req, key, now_s, mesh),
+            (false, Some(key)) => self.start_item(out, defer, req, key, body, now_s, mesh),
+            (false, None) => unreachable!("check_head admits an item path with its key"),
+        };
+        if let Err(p) = started {
+            encode_problem(out, &p, &[], head, persist, date);
         }
-        if collection {
-            if let Err(ra) = self.ratelimit.check(key_id, Instant::now()) {
-                return problem(out, ra.into());
-            }
-            let cr = match parse_create(body, now_s) {
-                Ok(cr) => cr,
-                Err(p) => return problem(out, p),
-            };
-            if let Err(p) = self.creates.check_alias(&cr) {
-                return problem(out, p);
-            }
-            let idem = match req.idempotency_key {
-                Some(h) => match IdemScope::new(key_id, h) {
-                    Ok(s) => Some(s),
-                    Err(p) => return problem(out, p),
-                },
-                None => None,
-            };
-            let op = ApiOp::Create {
-                req: Box::new(cr.clone()),
-                created_at_s: now_s,
-                tries: 0,
-            };
-            let reply = defer(out, op);
-            match idem {
-                Some(scope) => {
-                    let hash = request_hash(&cr);
-                    let owner = self.router.owner(scope_string(&scope).as_bytes()).core;
-                    let req = Box::new(cr);
-                    let msg = ApiMsg::IdemCreate {
-                        reply,
-                        scope,
-                        hash,
-                        req,
-                        created_at_s: now_s,
-                    };
-                    mesh.deliver(owner, msg);
-                }
-                None => self
-                    .creates
-                    .start(reply, Box::new(cr), now_s, 0, None, mesh),
-            }
-            return;
-        }
-        let key = key.expect("item path has a key");
-        if shards::link::validate_key(key).is_err() {
-            return problem(out, Problem::not_found());
-        }
-        let ikey = InlineKey::new(key).expect("validated keys fit inline");
-        if stats {
-            if self.clicks.is_none() {
-                let mut p = Problem::not_found();
-                p.detail = "click analytics is off on this server (--analytics off)".into();
-                return problem(out, p);
-            }
-            let (op, wreq) = if req.method == Method::Delete {
-                (ApiOp::ResetStats, WriteReq::ResetStats { key: ikey })
-            } else {
-                let today = shards::clicks::day_of(now_s);
-                let q = match crate::analytics::stats::parse_query(req.query, ikey, today) {
-                    Ok(q) => q,
-                    Err(p) => return problem(out, p),
+    }
+
+    /// `GET /api/v1/urls`: the list's walk, from the shard its cursor names.
+    fn start_list(
+        &mut self,
+        out: &[u8],
+        defer: &mut Defer<'_>,
+        req: &Request<'_>,
+        mesh: &mut Mesh,
+    ) -> Result<(), Problem> {
+        let walk = listing::parse_query(req.query, self.router.shard_count())?;
+        let (shard, after, limit) = (walk.shard, walk.after, walk.limit);
+        let reply = defer(out, ApiOp::List(walk));
+        self.list_shard(reply, shard, after, limit, mesh);
+        Ok(())
+    }
+
+    /// `POST /api/v1/urls`: a create, sent to its idempotency scope's owner under an
+    /// Idempotency-Key, else started here (`Creates`).
+    #[allow(clippy::too_many_arguments)]
+    fn start_create(
+        &mut self,
+        out: &[u8],
+        defer: &mut Defer<'_>,
+        req: &Request<'_>,
+        key_id: crate::api::keys::KeyId,
+        body: &[u8],
+        now_s: u64,
+        mesh: &mut Mesh,
+    ) -> Result<(), Problem> {
+        self.ratelimit.check(key_id, Instant::now())?;
+        let cr = parse_create(body, now_s)?;
+        self.creates.check_alias(&cr)?;
+        let idem = match req.idempotency_key {
+            Some(h) => Some(IdemScope::new(key_id, h)?),
+            None => None,
+        };
+        let op = ApiOp::Create {
+            req: Box::new(cr.clone()),
+            created_at_s: now_s,
+            tries: 0,
+        };
+        let reply = defer(out, op);
+        match idem {
+            Some(scope) => {
+                let hash = request_hash(&cr);
+                let owner = self.router.owner(scope_string(&scope).as_bytes()).core;
+                let req = Box::new(cr);
+                let msg = ApiMsg::IdemCreate {
+                    reply,
+                    scope,
+                    hash,
+                    req,
+                    created_at_s: now_s,
                 };
-                (ApiOp::Stats(Box::new(q)), WriteReq::StatsOf { key: ikey })
-            };
-            let reply = defer(out, op);
-            let owner = self.router.owner(key).core;
-            return mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
+                mesh.deliver(owner, msg);
+            }
+            None => self
+                .creates
+                .start(reply, Box::new(cr), now_s, 0, None, mesh),
         }
+        Ok(())
+    }
+
+    /// `GET` or `DELETE /api/v1/urls/{key}/stats`: sent to the key's owner, which asks its
+    /// aggregator (a read) or purges (a reset).
+    fn start_stats(
+        &mut self,
+        out: &[u8],
+        defer: &mut Defer<'_>,
+        req: &Request<'_>,
+        key: &[u8],
+        now_s: u64,
+        mesh: &mut Mesh,
+    ) -> Result<(), Problem> {
+        let ikey = valid_key(key)?;
+        if self.clicks.is_none() {
+            let mut p = Problem::not_found();
+            p.detail = "click analytics is off on this server (--analytics off)".into();
+            return Err(p);
+        }
+        let (op, wreq) = if req.method == Method::Delete {
+            (ApiOp::ResetStats, WriteReq::ResetStats { key: ikey })
+        } else {
+            let today = shards::clicks::day_of(now_s);
+            let q = crate::analytics::stats::parse_query(req.query, ikey, today)?;
+            (ApiOp::Stats(Box::new(q)), WriteReq::StatsOf { key: ikey })
+        };
+        let reply = defer(out, op);
+        let owner = self.router.owner(key).core;
+        mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
+        Ok(())
+    }
+
+    /// `GET`, `PATCH` or `DELETE /api/v1/urls/{key}`: sent to the key's owner.
+    #[allow(clippy::too_many_arguments)]
+    fn start_item(
+        &mut self,
+        out: &[u8],
+        defer: &mut Defer<'_>,
+        req: &Request<'_>,
+        key: &[u8],
+        body: &[u8],
+        now_s: u64,
+        mesh: &mut Mesh,
+    ) -> Result<(), Problem> {
+        let ikey = valid_key(key)?;
         let (op, wreq) = match req.method {
             Method::Get => (ApiOp::Get, WriteReq::Get { key: ikey }),
             Method::Delete => (ApiOp::Delete, WriteReq::Delete { key: ikey }),
             _ => {
-                let p = match parse_patch(body, now_s) {
-                    Ok(p) => p,
-                    Err(p) => return problem(out, p),
-                };
+                let p = parse_patch(body, now_s)?;
                 let wreq = WriteReq::Patch {
                     key: ikey,
                     target: p.long_url.map(Arc::from),
@@ -408,6 +440,7 @@ impl ApiClient {
         let reply = defer(out, op);
         let owner = self.router.owner(key).core;
         mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
+        Ok(())
     }
 
     /// Asks shard `shard`'s owner for up to `limit` of its links after `after` (the one step
@@ -660,4 +693,12 @@ pub(crate) fn encode_problem(
     let body = p.to_json();
     let ct = Some(PROBLEM_CONTENT_TYPE);
     encode::encode_response(out, status, &headers, ct, &body, head, persist, date);
+}
+
+/// A key of the item path: 404 when it cannot be one.
+fn valid_key(key: &[u8]) -> Result<InlineKey, Problem> {
+    shards::link::validate_key(key)
+        .ok()
+        .and_then(|()| InlineKey::new(key))
+        .ok_or_else(Problem::not_found)
 }
