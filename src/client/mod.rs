@@ -80,6 +80,15 @@ impl ApiOp {
 /// ends now) and returns the address the owner answers to.
 pub type Defer<'a> = dyn FnMut(&[u8], ApiOp) -> ReplyTo + 'a;
 
+/// What became of a deferred API request after an owner's reply ([`ApiClient::on_reply`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Its answer is encoded: the connection sends it.
+    Answered,
+    /// Its next step is under way: it stays deferred.
+    Continues,
+}
+
 /// The requesting side of the API on one core.
 pub struct ApiClient {
     router: Router,
@@ -539,9 +548,55 @@ impl ApiClient {
         })
     }
 
+    /// An owner replied to a deferred API request: its answer encoded into `out`, or its next
+    /// step started (a generated-key create retries with the next ID, a list asks the next
+    /// shard, a stats read asks the link's aggregator) with the request still deferred.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_reply(
+        &mut self,
+        reply: ReplyTo,
+        op: &mut ApiOp,
+        outcome: WriteOutcome,
+        persist: Persist,
+        out: &mut Vec<u8>,
+        date: &DateCache,
+        mesh: &mut Mesh,
+    ) -> Step {
+        if self.answer(op, outcome, persist, out, date).is_some() {
+            return Step::Answered;
+        }
+        match op.core() {
+            ApiOp::Create {
+                req,
+                created_at_s,
+                tries,
+            } => {
+                let (req, created_at_s, tries) = (req.clone(), *created_at_s, *tries);
+                self.creates
+                    .start(reply, req, created_at_s, tries, None, mesh);
+            }
+            ApiOp::List(walk) => {
+                let (shard, limit) = (walk.shard, walk.wanted());
+                self.list_shard(reply, shard, None, limit, mesh);
+            }
+            ApiOp::Stats(q) => {
+                if let Err(p) = self.query_stats(reply, (**q).clone()) {
+                    encode_problem(out, &p, &[], false, persist, date);
+                    return Step::Answered;
+                }
+            }
+            _ => {
+                debug_assert!(false, "only creates, lists and stats continue");
+                encode_problem(out, &Problem::unavailable(1), &[], false, persist, date);
+                return Step::Answered;
+            }
+        }
+        Step::Continues
+    }
+
     /// Encodes the answer to an API request whose owner replied; `None` means "not an answer
-    /// yet": a generated-key create hit a taken key and must retry with the next ID.
-    pub fn answer(
+    /// yet" ([`ApiClient::on_reply`] starts its next step).
+    fn answer(
         &self,
         op: &mut ApiOp,
         outcome: WriteOutcome,

@@ -4,7 +4,7 @@
 
 use super::{Conns, PendingKind, Recv, MAX_INBUF_BYTES};
 use crate::analytics::combiner::{Click, ClickFields};
-use crate::client::{ApiClient, ApiOp, API_PREFIX};
+use crate::client::{ApiClient, ApiOp, Step, API_PREFIX};
 use crate::clock::Clock;
 use crate::http::encode::{self, Conn as Persist};
 use crate::http::limits::MAX_PIPELINED_REQUESTS;
@@ -611,52 +611,24 @@ impl Conns {
         };
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        if api
-            .answer(&mut op, outcome, persist, &mut scratch, &clock.date)
-            .is_some()
-        {
-            self.fill_answer(reply.slot, reply.seq, &scratch);
-            self.scratch = scratch;
-            return;
-        }
-        self.scratch = scratch;
-        // Not answered yet: a create retries with the next generated ID, a list asks the next
-        // shard. The request stays deferred.
-        let next = match op.core() {
-            ApiOp::Create {
-                req,
-                created_at_s,
-                tries,
-            } => Resume::Create(req.clone(), *created_at_s, *tries),
-            ApiOp::List(walk) => Resume::List(walk.shard, walk.wanted()),
-            ApiOp::Stats(q) => Resume::Stats(q.clone()),
-            _ => unreachable!("only creates, lists and stats continue"),
-        };
-        if let Some(p) = self.slots[reply.slot as usize].answers.get_mut(reply.seq) {
-            p.kind = PendingKind::Api(op);
-        }
-        match next {
-            Resume::Create(req, created, tries) => {
-                api.creates.start(reply, req, created, tries, None, mesh)
-            }
-            Resume::List(shard, limit) => api.list_shard(reply, shard, None, limit, mesh),
-            Resume::Stats(q) => {
-                if let Err(p) = api.query_stats(reply, *q) {
-                    let mut scratch = std::mem::take(&mut self.scratch);
-                    scratch.clear();
-                    crate::client::encode_problem(
-                        &mut scratch,
-                        &p,
-                        &[],
-                        false,
-                        persist,
-                        &clock.date,
-                    );
-                    self.fill_answer(reply.slot, reply.seq, &scratch);
-                    self.scratch = scratch;
+        let step = api.on_reply(
+            reply,
+            &mut op,
+            outcome,
+            persist,
+            &mut scratch,
+            &clock.date,
+            mesh,
+        );
+        match step {
+            Step::Answered => self.fill_answer(reply.slot, reply.seq, &scratch),
+            Step::Continues => {
+                if let Some(p) = self.slots[reply.slot as usize].answers.get_mut(reply.seq) {
+                    p.kind = PendingKind::Api(op);
                 }
             }
         }
+        self.scratch = scratch;
     }
 
     /// Stats JSON from the aggregators: the answer to the deferred request.
@@ -768,11 +740,4 @@ impl Counted<'_> {
             }
         }
     }
-}
-
-/// What a deferred API request that is not answered yet does next.
-enum Resume {
-    Create(Box<crate::api::request::CreateRequest>, u64, u8),
-    List(u32, u32),
-    Stats(Box<crate::analytics::stats::StatsQuery>),
 }
