@@ -333,60 +333,7 @@ fn main() -> ExitCode {
         }
     }
     let result = match cli.cmd.expect("a subcommand (serve by default)") {
-        Cmd::Serve(a) => {
-            let a = *a;
-            serve(ServeOptions {
-                data_dir: a.data_dir,
-                listen: a.listen,
-                cores: a.cores,
-                public_url: a.public_url,
-                parking: match a.park {
-                    ParkArg::Busy => Parking::Busy,
-                    ParkArg::Adaptive => Parking::Adaptive { spin_us: a.spin_us },
-                },
-                lru_capacity: a.lru_capacity,
-                timeouts: Timeouts {
-                    header_ms: a.header_timeout_ms,
-                    idle_ms: a.idle_timeout_ms,
-                },
-                salvage: a.salvage,
-                segment_len: a.segment_len,
-                create_rate_per_s: a.create_rate,
-                create_burst: a.create_burst,
-                faults: ricochet::owner::writes::Faults {
-                    fail_fsync_after: a.fault_fail_fsync_after,
-                    abort_after_carry: a.fault_abort_after_carry,
-                },
-                compact_entries: a.compact_entries,
-                oversubscribe: a.test_oversubscribe,
-                accept_data_loss: a.accept_data_loss,
-                test_stall: a.test_stall_core.map(|c| (c, a.test_stall_after_ms)),
-                analytics: ricochet::analytics::AnalyticsConfig {
-                    mode: a.analytics,
-                    client_ip: a.client_ip,
-                    retention_days: a.click_retention_days,
-                    bot_patterns: a.bot_patterns,
-                    export_dir: a.click_export,
-                    geoip: a.geoip,
-                    fail_sync: a.fault_fail_click_sync,
-                    service_cpus: a.service_cpus.map(|l| l.0),
-                },
-                fleet: a
-                    .fleet_pg
-                    .map(|url| ricochet::fleet_mode::node::FleetOptions {
-                        url,
-                        namespace: a.namespace.expect("clap requires --namespace"),
-                        node_id: a.node_id.expect("clap requires --node-id"),
-                        click_flush_ms: a.fleet_click_flush_ms,
-                        faults: fleet::FleetFaults {
-                            lose_commit_reply_from: a.test_fleet_lose_commit_reply_from,
-                            rollback_as_uncertain_from: a.test_fleet_rollback_as_uncertain_from,
-                            freeze_at_commit_from: None,
-                        },
-                        pause_feed_file: a.test_fleet_pause_feed,
-                    }),
-            })
-        }
+        Cmd::Serve(a) => serve(serve_options(*a)),
         Cmd::Keys(k) => ricochet::api::keys::run_keys_command(&k.data_dir, k.cmd),
         Cmd::Import(a) => import(a),
         Cmd::Fleet { cmd } => ricochet::fleet_mode::cli::run_command(cmd),
@@ -413,6 +360,61 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// What `ricochet serve`'s flags ask of the server.
+fn serve_options(a: ServeArgs) -> ServeOptions {
+    ServeOptions {
+        data_dir: a.data_dir,
+        listen: a.listen,
+        cores: a.cores,
+        public_url: a.public_url,
+        parking: match a.park {
+            ParkArg::Busy => Parking::Busy,
+            ParkArg::Adaptive => Parking::Adaptive { spin_us: a.spin_us },
+        },
+        lru_capacity: a.lru_capacity,
+        timeouts: Timeouts {
+            header_ms: a.header_timeout_ms,
+            idle_ms: a.idle_timeout_ms,
+        },
+        salvage: a.salvage,
+        segment_len: a.segment_len,
+        create_rate_per_s: a.create_rate,
+        create_burst: a.create_burst,
+        faults: ricochet::owner::writes::Faults {
+            fail_fsync_after: a.fault_fail_fsync_after,
+            abort_after_carry: a.fault_abort_after_carry,
+        },
+        compact_entries: a.compact_entries,
+        oversubscribe: a.test_oversubscribe,
+        accept_data_loss: a.accept_data_loss,
+        test_stall: a.test_stall_core.map(|c| (c, a.test_stall_after_ms)),
+        analytics: ricochet::analytics::AnalyticsConfig {
+            mode: a.analytics,
+            client_ip: a.client_ip,
+            retention_days: a.click_retention_days,
+            bot_patterns: a.bot_patterns,
+            export_dir: a.click_export,
+            geoip: a.geoip,
+            fail_sync: a.fault_fail_click_sync,
+            service_cpus: a.service_cpus.map(|l| l.0),
+        },
+        fleet: a
+            .fleet_pg
+            .map(|url| ricochet::fleet_mode::node::FleetOptions {
+                url,
+                namespace: a.namespace.expect("clap requires --namespace"),
+                node_id: a.node_id.expect("clap requires --node-id"),
+                click_flush_ms: a.fleet_click_flush_ms,
+                faults: fleet::FleetFaults {
+                    lose_commit_reply_from: a.test_fleet_lose_commit_reply_from,
+                    rollback_as_uncertain_from: a.test_fleet_rollback_as_uncertain_from,
+                    freeze_at_commit_from: None,
+                },
+                pause_feed_file: a.test_fleet_pause_feed,
+            }),
     }
 }
 
