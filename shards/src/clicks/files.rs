@@ -65,36 +65,7 @@ impl ClickDir {
         assert!(cores > 0);
         let dir = data_dir.join("clicks");
         create_dir_durable(&dir).map_err(|e| Error::io(&dir, "create", e))?;
-        let mpath = dir.join("MANIFEST");
-        let manifest = match fs::read(&mpath) {
-            Ok(b) => {
-                let m: Manifest = serde_json::from_slice(&b).map_err(|e| Error::Corrupt {
-                    path: mpath.clone(),
-                    detail: format!("not a click manifest: {e}"),
-                })?;
-                if m.version != CLICKS_FORMAT_VERSION {
-                    return Err(Error::Corrupt {
-                        path: mpath,
-                        detail: format!(
-                            "click format version {} (this build reads {CLICKS_FORMAT_VERSION})",
-                            m.version
-                        ),
-                    });
-                }
-                m
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let m = Manifest {
-                    version: CLICKS_FORMAT_VERSION,
-                    generation: 1,
-                    cores,
-                };
-                create_dir_durable(&dir.join("g1")).map_err(|e| Error::io(&dir, "create", e))?;
-                write_manifest(&dir, &m)?;
-                m
-            }
-            Err(e) => return Err(Error::io(&mpath, "read", e)),
-        };
+        let manifest = read_or_create_manifest(&dir, cores)?;
         let gen_dir = dir.join(format!("g{}", manifest.generation));
         create_dir_durable(&gen_dir).map_err(|e| Error::io(&gen_dir, "create", e))?;
         remove_other_generations(&dir, manifest.generation)?;
@@ -118,43 +89,11 @@ impl ClickDir {
                 },
             ));
         }
-        // The core count changed: fold every store into the new cores' snapshots.
-        let mut all = ClickStore::default();
-        let mut not_found = std::collections::BTreeMap::new();
-        for mut s in stores {
-            s.thaw(); // Frozen days are re-split with the rest, and frozen again later.
-            for (d, n) in s.take_not_found() {
-                *not_found.entry(d).or_insert(0) += n;
-            }
-            all.absorb(s);
-        }
-        let mut folded: Vec<ClickStore> = (0..cores).map(|_| ClickStore::default()).collect();
-        for (c, store) in folded.iter_mut().enumerate() {
-            *store = all.split_off_by(|k| owner(k) != c);
-        }
-        for (day, count) in not_found {
-            folded[0].apply(&Record::NotFound { day, count });
-        }
         let generation = manifest.generation + 1;
-        let new_dir = dir.join(format!("g{generation}"));
-        if new_dir.exists() {
-            fs::remove_dir_all(&new_dir).map_err(|e| Error::io(&new_dir, "remove", e))?;
-        }
-        create_dir_durable(&new_dir).map_err(|e| Error::io(&new_dir, "create", e))?;
-        for (c, s) in folded.iter().enumerate() {
-            write_snapshot(&new_dir, c, 0, s)
-                .map_err(|e| Error::io(&new_dir, "write snapshot", e))?;
-        }
-        write_manifest(
-            &dir,
-            &Manifest {
-                version: CLICKS_FORMAT_VERSION,
-                generation,
-                cores,
-            },
-        )?;
-        remove_other_generations(&dir, generation)?;
-        let cd = ClickDir { gen_dir: new_dir };
+        let folded = fold_for_cores(&dir, generation, stores, cores, owner)?;
+        let cd = ClickDir {
+            gen_dir: dir.join(format!("g{generation}")),
+        };
         let next_log = vec![0; cores];
         Ok((
             cd,
@@ -335,63 +274,88 @@ fn write_snapshot(dir: &Path, core: usize, log_seq: u64, store: &ClickStore) -> 
     Ok(bytes.len() as u64)
 }
 
+/// The click manifest of `dir`, or a new one (generation 1, `cores`) if there is none; a
+/// manifest of another format is refused.
+fn read_or_create_manifest(dir: &Path, cores: usize) -> Result<Manifest, Error> {
+    let mpath = dir.join("MANIFEST");
+    match fs::read(&mpath) {
+        Ok(b) => {
+            let m: Manifest = serde_json::from_slice(&b).map_err(|e| Error::Corrupt {
+                path: mpath.clone(),
+                detail: format!("not a click manifest: {e}"),
+            })?;
+            if m.version != CLICKS_FORMAT_VERSION {
+                return Err(Error::Corrupt {
+                    path: mpath,
+                    detail: format!(
+                        "click format version {} (this build reads {CLICKS_FORMAT_VERSION})",
+                        m.version
+                    ),
+                });
+            }
+            Ok(m)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let m = Manifest {
+                version: CLICKS_FORMAT_VERSION,
+                generation: 1,
+                cores,
+            };
+            create_dir_durable(&dir.join("g1")).map_err(|e| Error::io(dir, "create", e))?;
+            write_manifest(dir, &m)?;
+            Ok(m)
+        }
+        Err(e) => Err(Error::io(&mpath, "read", e)),
+    }
+}
+
+/// The core count changed: folds every store into the new cores' snapshots, written as
+/// generation `generation`, which the manifest then names (the older ones go).
+fn fold_for_cores(
+    dir: &Path,
+    generation: u64,
+    stores: Vec<ClickStore>,
+    cores: usize,
+    owner: impl Fn(&[u8]) -> usize,
+) -> Result<Vec<ClickStore>, Error> {
+    let mut all = ClickStore::default();
+    let mut not_found = std::collections::BTreeMap::new();
+    for mut s in stores {
+        s.thaw(); // Frozen days are re-split with the rest, and frozen again later.
+        for (d, n) in s.take_not_found() {
+            *not_found.entry(d).or_insert(0) += n;
+        }
+        all.absorb(s);
+    }
+    let mut folded: Vec<ClickStore> = (0..cores).map(|_| ClickStore::default()).collect();
+    for (c, store) in folded.iter_mut().enumerate() {
+        *store = all.split_off_by(|k| owner(k) != c);
+    }
+    for (day, count) in not_found {
+        folded[0].apply(&Record::NotFound { day, count });
+    }
+    let new_dir = dir.join(format!("g{generation}"));
+    if new_dir.exists() {
+        fs::remove_dir_all(&new_dir).map_err(|e| Error::io(&new_dir, "remove", e))?;
+    }
+    create_dir_durable(&new_dir).map_err(|e| Error::io(&new_dir, "create", e))?;
+    for (c, s) in folded.iter().enumerate() {
+        write_snapshot(&new_dir, c, 0, s).map_err(|e| Error::io(&new_dir, "write snapshot", e))?;
+    }
+    let m = Manifest {
+        version: CLICKS_FORMAT_VERSION,
+        generation,
+        cores,
+    };
+    write_manifest(dir, &m)?;
+    remove_other_generations(dir, generation)?;
+    Ok(folded)
+}
+
 /// Rebuilds core `core`'s store; returns it, the next log number, and torn bytes cut off.
 fn recover_core(dir: &Path, core: usize) -> Result<(ClickStore, u64, u64), Error> {
     let mut store = ClickStore::default();
-    let spath = dir.join(snap_name(core));
-    let mut first_log = 0;
-    let mut listed = Vec::new();
-    match fs::read(&spath) {
-        Ok(b) => {
-            let v2 = b.len() >= 20 && &b[..8] == SNAP_MAGIC;
-            if !v2 && (b.len() < 16 || &b[..8] != SNAP_MAGIC_V1) {
-                return Err(Error::Corrupt {
-                    path: spath,
-                    detail: "not a click snapshot (bad magic)".into(),
-                });
-            }
-            first_log = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
-            let mut pos = 16;
-            if v2 {
-                let n = u32::from_le_bytes(b[16..20].try_into().expect("4 bytes")) as usize;
-                pos = 20 + 12 * n;
-                if b.len() < pos {
-                    return Err(corrupt(&spath, 16, "the frozen-day list runs past the end"));
-                }
-                let mut days = Vec::with_capacity(n);
-                for i in 0..n {
-                    let at = 20 + 12 * i;
-                    let day = u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
-                    let seq = u64::from_le_bytes(b[at + 4..at + 12].try_into().expect("8 bytes"));
-                    listed.push((day, seq));
-                    let path = dir.join(super::frozen::file_name(core, day, seq));
-                    if !path.exists() {
-                        return Err(Error::Corrupt {
-                            path,
-                            detail: format!(
-                                "missing: {} lists this frozen click day",
-                                spath.display()
-                            ),
-                        });
-                    }
-                    days.push(super::frozen::FrozenDay::open(&path, day, seq)?);
-                }
-                store.set_frozen(days);
-            }
-            while pos < b.len() {
-                match codec::decode(&b[pos..]) {
-                    Ok(Some((r, n))) => {
-                        store.apply(&r);
-                        pos += n;
-                    }
-                    Ok(None) => return Err(corrupt(&spath, pos, "the snapshot ends mid-record")),
-                    Err(e) => return Err(corrupt(&spath, pos, &e.to_string())),
-                }
-            }
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io(&spath, "read", e)),
-    }
+    let (first_log, listed) = read_snapshot(dir, core, &mut store)?;
     let seqs: Vec<u64> = log_seqs(dir, core)
         .map_err(|e| Error::io(dir, "list", e))?
         .into_iter()
@@ -399,42 +363,104 @@ fn recover_core(dir: &Path, core: usize) -> Result<(ClickStore, u64, u64), Error
         .collect();
     let mut torn = 0;
     for (i, &seq) in seqs.iter().enumerate() {
-        let path = log_path(dir, core, seq);
-        let b = fs::read(&path).map_err(|e| Error::io(&path, "read", e))?;
         let newest = i + 1 == seqs.len();
-        let mut pos = 0;
-        while pos < b.len() {
-            match codec::decode(&b[pos..]) {
-                Ok(Some((r, n))) => {
-                    store.apply(&r);
-                    pos += n;
-                }
-                Ok(None) if newest => break,
-                Err(e) if newest && !valid_frame_after(&b, pos) => {
-                    let _ = e;
-                    break;
-                }
-                Ok(None) => return Err(corrupt(&path, pos, "an older log ends mid-record")),
-                Err(e) => return Err(corrupt(&path, pos, &describe(&e))),
-            }
-        }
-        if pos < b.len() {
-            // The torn tail of the newest log: never acknowledged as durable by a sync that
-            // covered it whole. Cut it so the next log starts clean.
-            torn += (b.len() - pos) as u64;
-            let f = OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .map_err(|e| Error::io(&path, "open", e))?;
-            f.set_len(pos as u64)
-                .map_err(|e| Error::io(&path, "truncate", e))?;
-            f.sync_all().map_err(|e| Error::io(&path, "sync", e))?;
-        }
+        torn += replay_log(&log_path(dir, core, seq), newest, &mut store)?;
     }
     remove_unlisted_frozen(dir, core, &listed)
         .map_err(|e| Error::io(dir, "remove unlisted frozen days", e))?;
     let next = seqs.last().map_or(first_log, |s| s + 1);
     Ok((store, next, torn))
+}
+
+/// Reads core `core`'s snapshot (if any) into `store`, its frozen days opened; returns the
+/// first log it does not cover and the frozen days it lists (day, sequence).
+fn read_snapshot(
+    dir: &Path,
+    core: usize,
+    store: &mut ClickStore,
+) -> Result<(u64, Vec<(u32, u64)>), Error> {
+    let spath = dir.join(snap_name(core));
+    let mut listed = Vec::new();
+    let b = match fs::read(&spath) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((0, listed)),
+        Err(e) => return Err(Error::io(&spath, "read", e)),
+    };
+    let v2 = b.len() >= 20 && &b[..8] == SNAP_MAGIC;
+    if !v2 && (b.len() < 16 || &b[..8] != SNAP_MAGIC_V1) {
+        return Err(Error::Corrupt {
+            path: spath,
+            detail: "not a click snapshot (bad magic)".into(),
+        });
+    }
+    let first_log = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
+    let mut pos = 16;
+    if v2 {
+        let n = u32::from_le_bytes(b[16..20].try_into().expect("4 bytes")) as usize;
+        pos = 20 + 12 * n;
+        if b.len() < pos {
+            return Err(corrupt(&spath, 16, "the frozen-day list runs past the end"));
+        }
+        let mut days = Vec::with_capacity(n);
+        for i in 0..n {
+            let at = 20 + 12 * i;
+            let day = u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+            let seq = u64::from_le_bytes(b[at + 4..at + 12].try_into().expect("8 bytes"));
+            listed.push((day, seq));
+            let path = dir.join(super::frozen::file_name(core, day, seq));
+            if !path.exists() {
+                return Err(Error::Corrupt {
+                    path,
+                    detail: format!("missing: {} lists this frozen click day", spath.display()),
+                });
+            }
+            days.push(super::frozen::FrozenDay::open(&path, day, seq)?);
+        }
+        store.set_frozen(days);
+    }
+    while pos < b.len() {
+        match codec::decode(&b[pos..]) {
+            Ok(Some((r, n))) => {
+                store.apply(&r);
+                pos += n;
+            }
+            Ok(None) => return Err(corrupt(&spath, pos, "the snapshot ends mid-record")),
+            Err(e) => return Err(corrupt(&spath, pos, &e.to_string())),
+        }
+    }
+    Ok((first_log, listed))
+}
+
+/// Replays one click log into `store`; returns the bytes of a torn tail cut off. Only the
+/// `newest` log may end torn; damage anywhere else is refused.
+fn replay_log(path: &Path, newest: bool, store: &mut ClickStore) -> Result<u64, Error> {
+    let b = fs::read(path).map_err(|e| Error::io(path, "read", e))?;
+    let mut pos = 0;
+    while pos < b.len() {
+        match codec::decode(&b[pos..]) {
+            Ok(Some((r, n))) => {
+                store.apply(&r);
+                pos += n;
+            }
+            Ok(None) if newest => break,
+            Err(_) if newest && !valid_frame_after(&b, pos) => break,
+            Ok(None) => return Err(corrupt(path, pos, "an older log ends mid-record")),
+            Err(e) => return Err(corrupt(path, pos, &describe(&e))),
+        }
+    }
+    if pos == b.len() {
+        return Ok(0);
+    }
+    // The torn tail of the newest log: never acknowledged as durable by a sync that covered
+    // it whole. Cut it so the next log starts clean.
+    let f = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::io(path, "open", e))?;
+    f.set_len(pos as u64)
+        .map_err(|e| Error::io(path, "truncate", e))?;
+    f.sync_all().map_err(|e| Error::io(path, "sync", e))?;
+    Ok((b.len() - pos) as u64)
 }
 
 fn describe(e: &DecodeError) -> String {
