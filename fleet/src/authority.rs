@@ -182,9 +182,20 @@ impl PgAuthority {
         }
         self.allocations += 1;
         let request_id = random_hex(16);
+        let range = self.prepared_range(&request_id, len)?;
+        self.commit_range(request_id, range)
+    }
+
+    /// Phase 1 ([`Self::prepare`]), waiting for a ceiling raise to mature at most
+    /// `MATURING_TRIES` times: the range to commit, or why there is none.
+    fn prepared_range(
+        &mut self,
+        request_id: &str,
+        len: u64,
+    ) -> Result<IdRange, (FailureClass, AuthorityError)> {
         let mut tries = 0;
         let prepared = loop {
-            match self.prepare(&request_id, len) {
+            match self.prepare(request_id, len) {
                 Ok(Prepared::Maturing(wait)) if tries < MATURING_TRIES => {
                     tries += 1;
                     self.stats.ceiling_wait();
@@ -193,19 +204,17 @@ impl PgAuthority {
                 other => break other,
             }
         };
-        let range = match prepared {
-            Ok(Prepared::Ready(range)) => range,
+        match prepared {
+            Ok(Prepared::Ready(range)) => Ok(range),
             Ok(Prepared::Maturing(_)) => {
                 let reason = format!(
                     "namespace {:?}: every ID below its ceiling is issued and the raise did not \
                      mature within {MATURING_TRIES} tries",
                     self.setup.namespace
                 );
-                return Err((FailureClass::Database, AuthorityError::Unavailable(reason)));
+                Err((FailureClass::Database, AuthorityError::Unavailable(reason)))
             }
-            Ok(Prepared::Exhausted) => {
-                return Err((FailureClass::Database, AuthorityError::Exhausted));
-            }
+            Ok(Prepared::Exhausted) => Err((FailureClass::Database, AuthorityError::Exhausted)),
             Ok(Prepared::NoNamespace) => {
                 let reason = format!(
                     "namespace {:?} does not exist in {}; create it with `ricochet fleet \
@@ -213,7 +222,7 @@ impl PgAuthority {
                     self.setup.namespace,
                     self.db.target()
                 );
-                return Err((FailureClass::Database, AuthorityError::Unavailable(reason)));
+                Err((FailureClass::Database, AuthorityError::Unavailable(reason)))
             }
             Ok(Prepared::RolledBack { next_id, audited }) => {
                 let e = self.evidence.as_ref().expect("checked against evidence");
@@ -231,14 +240,22 @@ impl PgAuthority {
                 eprintln!("fleet: FENCED: {reason}");
                 self.fenced = Some(reason.clone());
                 self.stats.fence();
-                return Err((FailureClass::RolledBack, AuthorityError::Fenced { reason }));
+                Err((FailureClass::RolledBack, AuthorityError::Fenced { reason }))
             }
             Ok(Prepared::Raced(n)) => {
                 let reason = format!("guarded UPDATE of next_id touched {n} rows, not 1");
-                return Err((FailureClass::Database, AuthorityError::Unavailable(reason)));
+                Err((FailureClass::Database, AuthorityError::Unavailable(reason)))
             }
-            Err(e) => return Err(unavailable(e)),
-        };
+            Err(e) => Err(unavailable(e)),
+        }
+    }
+
+    /// Phase 2: COMMIT, and when its reply is lost, the outcome resolved from the audit.
+    fn commit_range(
+        &mut self,
+        request_id: String,
+        range: IdRange,
+    ) -> Result<IdRange, (FailureClass, AuthorityError)> {
         let old_session = self.db.session_id();
         match self.commit() {
             Committed::Yes => self.confirm(request_id, range),
@@ -310,20 +327,9 @@ impl PgAuthority {
             }
             stats.saw(next_id as u64, hi as u64);
             if let Some(e) = &evidence {
-                let audited: i64 = c
-                    .query_one(
-                        "SELECT count(*) FROM ricochet_alloc_audit WHERE request_id = $1 \
-                         AND namespace = $2 AND start_id = $3 AND end_id = $4",
-                        &[&e.request_id, &ns, &(e.start as i64), &(e.end as i64)],
-                    )
-                    .await?
-                    .get(0);
-                if (next_id as u64) < e.end || audited != 1 {
+                if let Some(lost) = lost_confirmed(c, &ns, e, next_id).await? {
                     c.batch_execute("ROLLBACK").await?;
-                    return Ok(Prepared::RolledBack {
-                        next_id: next_id as u64,
-                        audited,
-                    });
+                    return Ok(lost);
                 }
             }
             if next_id >= hi {
@@ -355,27 +361,8 @@ impl PgAuthority {
                 };
                 return Ok(Prepared::Maturing(wait));
             }
-            let n = c
-                .execute(
-                    "UPDATE ricochet_namespace SET next_id = $1 WHERE name = $2 AND next_id = $3",
-                    &[&end, &ns, &next_id],
-                )
-                .await?;
-            if n != 1 {
-                c.batch_execute("ROLLBACK").await?;
-                return Ok(Prepared::Raced(n));
-            }
-            c.execute(
-                "INSERT INTO ricochet_alloc_audit \
-                 (request_id, namespace, start_id, end_id, node_id, instance) \
-                 VALUES ($1, $2, $3, $4, $5, $6)",
-                &[&request_id, &ns, &next_id, &end, &node, &instance],
-            )
-            .await?;
-            Ok(Prepared::Ready(IdRange {
-                start: next_id as u64,
-                end: end as u64,
-            }))
+            let by = (request_id, node.as_str(), instance.as_str());
+            issue(c, &ns, next_id, end, by).await
         })
     }
 
@@ -679,4 +666,60 @@ fn random_hex(bytes: usize) -> String {
     let mut b = vec![0u8; bytes];
     getrandom::getrandom(&mut b).expect("the OS random source works");
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Whether the database lost the allocation this node last confirmed (`e`): its `next_id` is
+/// below the range's end, or its audit row is gone. `Some` is the verdict to answer with.
+async fn lost_confirmed(
+    c: &tokio_postgres::Client,
+    ns: &str,
+    e: &Evidence,
+    next_id: i64,
+) -> Result<Option<Prepared>, tokio_postgres::Error> {
+    let audited: i64 = c
+        .query_one(
+            "SELECT count(*) FROM ricochet_alloc_audit WHERE request_id = $1 \
+             AND namespace = $2 AND start_id = $3 AND end_id = $4",
+            &[&e.request_id, &ns, &(e.start as i64), &(e.end as i64)],
+        )
+        .await?
+        .get(0);
+    Ok(
+        ((next_id as u64) < e.end || audited != 1).then_some(Prepared::RolledBack {
+            next_id: next_id as u64,
+            audited,
+        }),
+    )
+}
+
+/// Issues [`next_id`, `end`) in the open transaction: `next_id` moved (guarded by its value
+/// read under the row lock) and the audit row written, naming the request, node and instance.
+async fn issue(
+    c: &tokio_postgres::Client,
+    ns: &str,
+    next_id: i64,
+    end: i64,
+    (request_id, node, instance): (&str, &str, &str),
+) -> Result<Prepared, tokio_postgres::Error> {
+    let n = c
+        .execute(
+            "UPDATE ricochet_namespace SET next_id = $1 WHERE name = $2 AND next_id = $3",
+            &[&end, &ns, &next_id],
+        )
+        .await?;
+    if n != 1 {
+        c.batch_execute("ROLLBACK").await?;
+        return Ok(Prepared::Raced(n));
+    }
+    c.execute(
+        "INSERT INTO ricochet_alloc_audit \
+         (request_id, namespace, start_id, end_id, node_id, instance) \
+         VALUES ($1, $2, $3, $4, $5, $6)",
+        &[&request_id, &ns, &next_id, &end, &node, &instance],
+    )
+    .await?;
+    Ok(Prepared::Ready(IdRange {
+        start: next_id as u64,
+        end: end as u64,
+    }))
 }
