@@ -330,6 +330,61 @@ fn resolve_zombie(
     }
 }
 
+/// One round's writes on one session, concurrently: the plain creates in one multi-row
+/// statement when `batched`, every other write alone. One result per write, in order, and
+/// whether the connection broke (the round's outcome is then uncertain).
+async fn write_round(
+    c: &Client,
+    writes: &[&LinkWrite],
+    plain: &[usize],
+    batched: bool,
+) -> Result<(Vec<Result<LinkWritten, FailureClass>>, bool), tokio_postgres::Error> {
+    let singles = (0..writes.len())
+        .filter(|i| !batched || !plain.contains(i))
+        .map(|i| {
+            let w = writes[i];
+            async move { (i, execute(c, w).await) }
+        });
+    let batch = async {
+        if batched {
+            let creates: Vec<&LinkWrite> = plain.iter().map(|&i| writes[i]).collect();
+            Some(create_batch(c, &creates).await)
+        } else {
+            None
+        }
+    };
+    let (singles, batch) = futures_util::future::join(join_all(singles), batch).await;
+    let mut out: Vec<Option<Result<LinkWritten, FailureClass>>> = vec![None; writes.len()];
+    let mut broken = false;
+    let mut class_of = |e: &tokio_postgres::Error| {
+        let class = FailureClass::of(e);
+        broken |= class == FailureClass::Connection;
+        class
+    };
+    for (i, r) in singles {
+        out[i] = Some(r.map_err(|e| class_of(&e)));
+    }
+    match batch {
+        Some(Ok(each)) => {
+            for (&i, r) in plain.iter().zip(each) {
+                out[i] = Some(Ok(r));
+            }
+        }
+        Some(Err(e)) => {
+            let class = class_of(&e);
+            for &i in plain {
+                out[i] = Some(Err(class));
+            }
+        }
+        None => {}
+    }
+    let out: Vec<Result<LinkWritten, FailureClass>> = out
+        .into_iter()
+        .map(|r| r.unwrap_or(Err(FailureClass::Database)))
+        .collect();
+    Ok((out, broken))
+}
+
 /// Runs `jobs` concurrently on the session; one answer per job, in order, and the session
 /// whose writes may still commit if the round timed out or broke mid-way.
 fn run_round(
@@ -361,50 +416,7 @@ fn run_round(
         stats.batched(plain.len());
     }
     let results = db.call("link write", async |c| {
-        let singles = (0..writes.len())
-            .filter(|i| !batched || !plain.contains(i))
-            .map(|i| {
-                let w = writes[i];
-                async move { (i, execute(c, w).await) }
-            });
-        let batch = async {
-            if batched {
-                let creates: Vec<&LinkWrite> = plain.iter().map(|&i| writes[i]).collect();
-                Some(create_batch(c, &creates).await)
-            } else {
-                None
-            }
-        };
-        let (singles, batch) = futures_util::future::join(join_all(singles), batch).await;
-        let mut out: Vec<Option<Result<LinkWritten, FailureClass>>> = vec![None; writes.len()];
-        let mut broken = false;
-        let mut class_of = |e: &tokio_postgres::Error| {
-            let class = FailureClass::of(e);
-            broken |= class == FailureClass::Connection;
-            class
-        };
-        for (i, r) in singles {
-            out[i] = Some(r.map_err(|e| class_of(&e)));
-        }
-        match batch {
-            Some(Ok(each)) => {
-                for (&i, r) in plain.iter().zip(each) {
-                    out[i] = Some(Ok(r));
-                }
-            }
-            Some(Err(e)) => {
-                let class = class_of(&e);
-                for &i in &plain {
-                    out[i] = Some(Err(class));
-                }
-            }
-            None => {}
-        }
-        let out: Vec<Result<LinkWritten, FailureClass>> = out
-            .into_iter()
-            .map(|r| r.unwrap_or(Err(FailureClass::Database)))
-            .collect();
-        Ok((out, broken))
+        write_round(c, &writes, &plain, batched).await
     });
     let mut uncertain = None;
     let results: Vec<Result<LinkWritten, FailureClass>> = match results {
@@ -609,6 +621,11 @@ async fn create_claiming(
         });
     }
     // Claimed before, by this request or another: what it made, and that link now.
+    claimed_before(c, scope).await
+}
+
+/// What the request that claimed `scope` made, and that link now.
+async fn claimed_before(c: &Client, scope: &String) -> Result<LinkWritten, tokio_postgres::Error> {
     let r = c
         .query_one(
             "SELECT i.request_hash, i.key, i.created_at, l.target, l.status, \
