@@ -171,19 +171,6 @@ fn parse_facet_lists(text: &str) -> Vec<Facet> {
 pub fn flush(db: &mut Db, node: &str, node_id: &str, f: &Flush) -> Result<Flushed, FleetError> {
     assert!(f.rows.len() <= MAX_FLUSH_ROWS, "flush too large");
     let (id, until, dropped) = (f.id as i64, f.complete_until_ms as i64, f.dropped as i64);
-    let keys: Vec<&str> = f.rows.iter().map(|r| r.key.as_str()).collect();
-    let days: Vec<i32> = f.rows.iter().map(|r| r.day as i32).collect();
-    let num =
-        |g: fn(&ClickRow) -> u64| -> Vec<i64> { f.rows.iter().map(|r| g(r) as i64).collect() };
-    let (clicks, bots) = (num(|r| r.clicks), num(|r| r.bot_clicks));
-    let (uh, ub, ua) = (
-        num(|r| r.unique_humans),
-        num(|r| r.unique_bots),
-        num(|r| r.unique_all),
-    );
-    let facets: Vec<String> = f.rows.iter().map(|r| facets_json(&r.facets)).collect();
-    let humans: Vec<&[u8]> = f.rows.iter().map(|r| &r.humans[..]).collect();
-    let bots_hll: Vec<&[u8]> = f.rows.iter().map(|r| &r.bots[..]).collect();
     let nf_days: Vec<i32> = f.not_found.iter().map(|n| n.0 as i32).collect();
     let nf_counts: Vec<i64> = f.not_found.iter().map(|n| n.1 as i64).collect();
     db.call("click flush", async |c| {
@@ -213,21 +200,7 @@ pub fn flush(db: &mut Db, node: &str, node_id: &str, f: &Flush) -> Result<Flushe
             .await?;
         }
         if !f.rows.is_empty() {
-            c.execute(
-                "INSERT INTO ricochet_click_days \
-                   (key, day, node, clicks, bot_clicks, unique_humans, unique_bots, unique_all, facets, flush, humans, bots) \
-                 SELECT u.key, u.day, $1, u.clicks, u.bots, u.uh, u.ub, u.ua, u.facets::jsonb, $2, u.hh, u.bh \
-                   FROM unnest($3::text[], $4::int4[], $5::int8[], $6::int8[], $7::int8[], \
-                               $8::int8[], $9::int8[], $10::text[], $11::bytea[], $12::bytea[]) \
-                        AS u(key, day, clicks, bots, uh, ub, ua, facets, hh, bh) \
-                 ON CONFLICT (key, day, node) DO UPDATE SET clicks = EXCLUDED.clicks, \
-                     bot_clicks = EXCLUDED.bot_clicks, unique_humans = EXCLUDED.unique_humans, \
-                     unique_bots = EXCLUDED.unique_bots, unique_all = EXCLUDED.unique_all, \
-                     facets = EXCLUDED.facets, flush = EXCLUDED.flush, \
-                     humans = EXCLUDED.humans, bots = EXCLUDED.bots",
-                &[&node, &id, &keys, &days, &clicks, &bots, &uh, &ub, &ua, &facets, &humans, &bots_hll],
-            )
-            .await?;
+            upsert_days(c, node, id, &f.rows).await?;
         }
         if !f.not_found.is_empty() {
             c.execute(
@@ -241,6 +214,44 @@ pub fn flush(db: &mut Db, node: &str, node_id: &str, f: &Flush) -> Result<Flushe
         c.batch_execute("COMMIT").await?;
         Ok(Flushed::Applied)
     })
+}
+
+/// Writes a flush's link-day rows for `node` (flush `id`): each replaces that node's row of
+/// its link-day.
+async fn upsert_days(
+    c: &tokio_postgres::Client,
+    node: &str,
+    id: i64,
+    rows: &[ClickRow],
+) -> Result<(), tokio_postgres::Error> {
+    let keys: Vec<&str> = rows.iter().map(|r| r.key.as_str()).collect();
+    let days: Vec<i32> = rows.iter().map(|r| r.day as i32).collect();
+    let num = |g: fn(&ClickRow) -> u64| -> Vec<i64> { rows.iter().map(|r| g(r) as i64).collect() };
+    let (clicks, bots) = (num(|r| r.clicks), num(|r| r.bot_clicks));
+    let (uh, ub, ua) = (
+        num(|r| r.unique_humans),
+        num(|r| r.unique_bots),
+        num(|r| r.unique_all),
+    );
+    let facets: Vec<String> = rows.iter().map(|r| facets_json(&r.facets)).collect();
+    let humans: Vec<&[u8]> = rows.iter().map(|r| &r.humans[..]).collect();
+    let bots_hll: Vec<&[u8]> = rows.iter().map(|r| &r.bots[..]).collect();
+    c.execute(
+        "INSERT INTO ricochet_click_days \
+           (key, day, node, clicks, bot_clicks, unique_humans, unique_bots, unique_all, facets, flush, humans, bots) \
+         SELECT u.key, u.day, $1, u.clicks, u.bots, u.uh, u.ub, u.ua, u.facets::jsonb, $2, u.hh, u.bh \
+           FROM unnest($3::text[], $4::int4[], $5::int8[], $6::int8[], $7::int8[], \
+                       $8::int8[], $9::int8[], $10::text[], $11::bytea[], $12::bytea[]) \
+                AS u(key, day, clicks, bots, uh, ub, ua, facets, hh, bh) \
+         ON CONFLICT (key, day, node) DO UPDATE SET clicks = EXCLUDED.clicks, \
+             bot_clicks = EXCLUDED.bot_clicks, unique_humans = EXCLUDED.unique_humans, \
+             unique_bots = EXCLUDED.unique_bots, unique_all = EXCLUDED.unique_all, \
+             facets = EXCLUDED.facets, flush = EXCLUDED.flush, \
+             humans = EXCLUDED.humans, bots = EXCLUDED.bots",
+        &[&node, &id, &keys, &days, &clicks, &bots, &uh, &ub, &ua, &facets, &humans, &bots_hll],
+    )
+    .await?;
+    Ok(())
 }
 
 /// Rows one retention delete removes at most: each batch is its own transaction, which holds
