@@ -11,7 +11,7 @@ use super::{
 use crate::mesh::Doorbells;
 use crate::router::Router;
 use crate::service::{Inbox, Outlets};
-use crossbeam::channel::{bounded, Sender};
+use crossbeam::channel::{bounded, Receiver, Sender};
 use std::path::Path;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -61,27 +61,8 @@ pub fn start(
         return Ok(None);
     }
     let cores = router.cores();
-    let (dir, rec) =
-        shards::clicks::files::ClickDir::open(data_dir, cores, |k| router.owner(k).core)
-            .context("recovering click analytics")?;
-    if rec.torn_bytes > 0 {
-        eprintln!(
-            "clicks: cut {} bytes of torn click-log tail (clicks of the last moments before a crash)",
-            rec.torn_bytes
-        );
-    }
-    let classifier = Arc::new(
-        classify::Classifier::new(cfg.bot_patterns.as_deref()).map_err(|e| anyhow::anyhow!(e))?,
-    );
-    let geoip = match &cfg.geoip {
-        Some(p) => Some(Arc::new(maxminddb::Reader::open_readfile(p).map_err(
-            |e| anyhow::anyhow!("--geoip {}: not a MaxMind database: {e}", p.display()),
-        )?)),
-        None => None,
-    };
-    let salts = Arc::new(Mutex::new(
-        salts::SaltBook::open(&data_dir.join("clicks")).map_err(|e| anyhow::anyhow!(e))?,
-    ));
+    let (dir, rec) = recover(data_dir, &router)?;
+    let (classifier, geoip, salts) = open_common(cfg, data_dir)?;
     let (outlets, inboxes) = Outlets::new(cores, REPLY_QUEUE_CAPACITY, bells.clone());
     let replies = Arc::new(outlets);
     let fleet = match fleet {
@@ -98,12 +79,7 @@ pub fn start(
     let mut control_rx = control_rx.into_iter();
     let mut peers_rx = peers_rx.into_iter();
     for (core, store) in rec.stores.into_iter().enumerate() {
-        let (clean_tx, clean_rx) = bounded(combiner::BATCHES_PER_CORE);
-        for _ in 0..combiner::BATCHES_PER_CORE {
-            clean_tx
-                .send(combiner::Batch::new())
-                .expect("room for every batch");
-        }
+        let (clean_tx, clean_rx) = clean_batches();
         let (to_agg, from_core) = bounded(2 * combiner::BATCHES_PER_CORE);
         let epoch = Arc::new(AtomicU64::new(0));
         let log = dir
@@ -132,14 +108,7 @@ pub fn start(
             bells: bells.clone(),
             cpus: cfg.service_cpus.clone(),
         };
-        let exporter = match &cfg.export_dir {
-            Some(d) => Some(
-                export::Exporter::new(d, core)
-                    .with_context(|| format!("--click-export {}", d.display()))?,
-            ),
-            None => None,
-        };
-        let agg = aggregator::Aggregator::new(setup, exporter);
+        let agg = aggregator::Aggregator::new(setup, exporter(cfg, core)?);
         handles.push(
             std::thread::Builder::new()
                 .name(format!("ricochet-clicks-{core}"))
@@ -155,4 +124,76 @@ pub fn start(
         });
     }
     Ok(Some((per_core, Aggregators { handles, fleet })))
+}
+
+/// The click directory recovered for the router's cores (folded if their count changed).
+fn recover(
+    data_dir: &Path,
+    router: &Router,
+) -> anyhow::Result<(
+    shards::clicks::files::ClickDir,
+    shards::clicks::files::Recovered,
+)> {
+    use anyhow::Context;
+    let cores = router.cores();
+    let (dir, rec) =
+        shards::clicks::files::ClickDir::open(data_dir, cores, |k| router.owner(k).core)
+            .context("recovering click analytics")?;
+    if rec.torn_bytes > 0 {
+        eprintln!(
+            "clicks: cut {} bytes of torn click-log tail (clicks of the last moments before a crash)",
+            rec.torn_bytes
+        );
+    }
+    Ok((dir, rec))
+}
+
+/// What every aggregator shares: the user agent classifier, the GeoIP database (`--geoip`)
+/// and the daily visitor salts.
+type Common = (
+    Arc<classify::Classifier>,
+    Option<Arc<maxminddb::Reader<Vec<u8>>>>,
+    Arc<Mutex<salts::SaltBook>>,
+);
+
+/// Opens what every aggregator shares ([`Common`]); a bad `--geoip` or `--bot-patterns` file
+/// is refused by name.
+fn open_common(cfg: &AnalyticsConfig, data_dir: &Path) -> anyhow::Result<Common> {
+    let classifier = Arc::new(
+        classify::Classifier::new(cfg.bot_patterns.as_deref()).map_err(|e| anyhow::anyhow!(e))?,
+    );
+    let geoip = match &cfg.geoip {
+        Some(p) => Some(Arc::new(maxminddb::Reader::open_readfile(p).map_err(
+            |e| anyhow::anyhow!("--geoip {}: not a MaxMind database: {e}", p.display()),
+        )?)),
+        None => None,
+    };
+    let salts = Arc::new(Mutex::new(
+        salts::SaltBook::open(&data_dir.join("clicks")).map_err(|e| anyhow::anyhow!(e))?,
+    ));
+    Ok((classifier, geoip, salts))
+}
+
+/// A core's clean click batches: all of them allocated now, none on the redirect path.
+fn clean_batches() -> (Sender<Box<combiner::Batch>>, Receiver<Box<combiner::Batch>>) {
+    let (clean_tx, clean_rx) = bounded(combiner::BATCHES_PER_CORE);
+    for _ in 0..combiner::BATCHES_PER_CORE {
+        clean_tx
+            .send(combiner::Batch::new())
+            .expect("room for every batch");
+    }
+    (clean_tx, clean_rx)
+}
+
+/// Core `core`'s `--click-export` writer, if asked for.
+fn exporter(cfg: &AnalyticsConfig, core: usize) -> anyhow::Result<Option<export::Exporter>> {
+    use anyhow::Context;
+    match &cfg.export_dir {
+        Some(d) => {
+            Ok(Some(export::Exporter::new(d, core).with_context(|| {
+                format!("--click-export {}", d.display())
+            })?))
+        }
+        None => Ok(None),
+    }
 }
