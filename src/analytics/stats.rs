@@ -290,6 +290,26 @@ pub fn link_json(
     link_json_from(q, held, complete_until_ms, dropped, None)
 }
 
+/// One facet's rows, most clicks first, at most `MAX_FACET_ROWS` and a `(rest)` row.
+fn facet_json(facets: &HashMap<(FacetKind, &str), u64>, kind: FacetKind) -> serde_json::Value {
+    let mut rows: Vec<(&str, u64)> = facets
+        .iter()
+        .filter(|((k, _), _)| *k == kind)
+        .map(|((_, v), n)| (*v, *n))
+        .collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let rest: u64 = rows.iter().skip(MAX_FACET_ROWS).map(|r| r.1).sum();
+    rows.truncate(MAX_FACET_ROWS);
+    let mut out: Vec<serde_json::Value> = rows
+        .into_iter()
+        .map(|(v, n)| serde_json::json!({"value": v, "clicks": n}))
+        .collect();
+    if rest > 0 {
+        out.push(serde_json::json!({"value": "(rest)", "clicks": rest}));
+    }
+    serde_json::Value::Array(out)
+}
+
 /// The JSON answer for one link from its days' figures (days outside the query, or missing,
 /// count as zero). `nodes`: fleet mode, the figures are sums over that many nodes' rows.
 pub fn link_json_from(
@@ -328,24 +348,7 @@ pub fn link_json_from(
             "day": format_day(d), "clicks": c, "bot_clicks": b, "unique_visitors": u,
         }));
     }
-    let facet = |kind: FacetKind| -> serde_json::Value {
-        let mut rows: Vec<(&str, u64)> = facets
-            .iter()
-            .filter(|((k, _), _)| *k == kind)
-            .map(|((_, v), n)| (*v, *n))
-            .collect();
-        rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        let rest: u64 = rows.iter().skip(MAX_FACET_ROWS).map(|r| r.1).sum();
-        rows.truncate(MAX_FACET_ROWS);
-        let mut out: Vec<serde_json::Value> = rows
-            .into_iter()
-            .map(|(v, n)| serde_json::json!({"value": v, "clicks": n}))
-            .collect();
-        if rest > 0 {
-            out.push(serde_json::json!({"value": "(rest)", "clicks": rest}));
-        }
-        serde_json::Value::Array(out)
-    };
+    let facet = |kind: FacetKind| facet_json(&facets, kind);
     let method = match nodes {
         None => "sum of daily unique visitors",
         Some(_) => "sum of daily unique visitors, each day's merged over nodes",

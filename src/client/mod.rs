@@ -594,6 +594,49 @@ impl ApiClient {
         Step::Continues
     }
 
+    /// The problem answering a write that failed (or a create that found no free key).
+    fn problem_of(&self, failed: WriteOutcome) -> Problem {
+        match failed {
+            WriteOutcome::WriteInProgress => {
+                let mut p = Problem::unavailable(1);
+                p.detail = "another change to this link is being made durable; retry".into();
+                p
+            }
+            WriteOutcome::StorageFailed => {
+                let mut p = Problem::insufficient_storage();
+                p.detail = "the write could not be made durable (log write or fsync failed); nothing was saved. Redirects keep working; creates resume after a restart.".into();
+                p
+            }
+            WriteOutcome::DatabaseUnavailable => {
+                let mut p = Problem::unavailable(1);
+                p.detail = "the fleet database did not confirm the write in time (unreachable, hung or overloaded); it may or may not have been committed. Retry, with an Idempotency-Key to be safe. Redirects keep working.".into();
+                p
+            }
+            WriteOutcome::DatabaseRefused(r) => Problem::database_refused(r),
+            WriteOutcome::IdemMismatch => Problem::idempotency_mismatch(),
+            WriteOutcome::Busy if self.creates.is_fenced() => Problem::allocation_fenced(),
+            WriteOutcome::Busy => {
+                let mut p = Problem::unavailable(1);
+                p.detail = if self.creates.is_exhausted() {
+                    "the key space is exhausted: no more generated keys can be allocated".into()
+                } else {
+                    "no key could be allocated in time (allocation authority unavailable or too many requests in flight); retry".into()
+                };
+                p
+            }
+            WriteOutcome::Created(_)
+            | WriteOutcome::Found(_)
+            | WriteOutcome::Updated(_)
+            | WriteOutcome::Deleted
+            | WriteOutcome::NotFound
+            | WriteOutcome::Exists
+            | WriteOutcome::Listed(_) => {
+                debug_assert!(false, "not a failure: {failed:?}");
+                Problem::unavailable(1)
+            }
+        }
+    }
+
     /// Encodes the answer to an API request whose owner replied; `None` means "not an answer
     /// yet" ([`ApiClient::on_reply`] starts its next step).
     fn answer(
@@ -664,35 +707,7 @@ impl ApiClient {
             (_, WriteOutcome::NotFound | WriteOutcome::Exists) => {
                 problem(out, Problem::not_found())
             }
-            (_, WriteOutcome::WriteInProgress) => {
-                let mut p = Problem::unavailable(1);
-                p.detail = "another change to this link is being made durable; retry".into();
-                problem(out, p)
-            }
-            (_, WriteOutcome::StorageFailed) => {
-                let mut p = Problem::insufficient_storage();
-                p.detail = "the write could not be made durable (log write or fsync failed); nothing was saved. Redirects keep working; creates resume after a restart.".into();
-                problem(out, p)
-            }
-            (_, WriteOutcome::DatabaseUnavailable) => {
-                let mut p = Problem::unavailable(1);
-                p.detail = "the fleet database did not confirm the write in time (unreachable, hung or overloaded); it may or may not have been committed. Retry, with an Idempotency-Key to be safe. Redirects keep working.".into();
-                problem(out, p)
-            }
-            (_, WriteOutcome::DatabaseRefused(r)) => problem(out, Problem::database_refused(r)),
-            (_, WriteOutcome::IdemMismatch) => problem(out, Problem::idempotency_mismatch()),
-            (_, WriteOutcome::Busy) if self.creates.is_fenced() => {
-                problem(out, Problem::allocation_fenced())
-            }
-            (_, WriteOutcome::Busy) => {
-                let mut p = Problem::unavailable(1);
-                p.detail = if self.creates.is_exhausted() {
-                    "the key space is exhausted: no more generated keys can be allocated".into()
-                } else {
-                    "no key could be allocated in time (allocation authority unavailable or too many requests in flight); retry".into()
-                };
-                problem(out, p)
-            }
+            (_, failed) => problem(out, self.problem_of(failed)),
         }
         Some(())
     }

@@ -420,6 +420,26 @@ impl ApiClient {
         })
     }
 
+    /// A list page in Shlink's envelope: page `page` of `per_page` items out of the walk's
+    /// window, with pagination figures exact up to this page.
+    fn list_json(&self, walk: &ListWalk, page: u32, per_page: u32) -> Value {
+        let window = (page * per_page) as usize;
+        let more = walk.items.len() > window;
+        let start = window
+            .saturating_sub(per_page as usize)
+            .min(walk.items.len());
+        let data: Vec<Value> = walk.items[start..walk.items.len().min(window)]
+            .iter()
+            .map(|i| self.short_url_json(i))
+            .collect();
+        // Exact up to this page; past it, "at least one more" when more follow.
+        let total = start + data.len() + usize::from(more);
+        let pages = if more { page + 1 } else { page.max(1) };
+        json!({"shortUrls": {"data": data, "pagination": {
+        "currentPage": page, "pagesCount": pages, "itemsPerPage": per_page,
+        "itemsInCurrentPage": data.len(), "totalItems": total}}})
+    }
+
     /// The answer to a Shlink-shaped request; `None` while it is not one yet (a generated
     /// key collided, or the list walk goes on), as for native requests.
     // The page fields of the envelope ride along with `answer`'s own arguments.
@@ -451,25 +471,7 @@ impl ApiClient {
         match (op, outcome) {
             (ApiOp::List(walk), WriteOutcome::Listed(l)) => {
                 walk.take(l.items, l.complete, self.router.shard_count())?;
-                let window = (page * per_page) as usize;
-                let more = walk.items.len() > window;
-                let start = window
-                    .saturating_sub(per_page as usize)
-                    .min(walk.items.len());
-                let data: Vec<Value> = walk.items[start..walk.items.len().min(window)]
-                    .iter()
-                    .map(|i| self.short_url_json(i))
-                    .collect();
-                // Exact up to this page; past it, "at least one more" when more follow.
-                let total = start + data.len() + usize::from(more);
-                let pages = if more { page + 1 } else { page.max(1) };
-                ok(
-                    out,
-                    Status::Ok,
-                    &json!({"shortUrls": {"data": data, "pagination": {
-                    "currentPage": page, "pagesCount": pages, "itemsPerPage": per_page,
-                    "itemsInCurrentPage": data.len(), "totalItems": total}}}),
-                );
+                ok(out, Status::Ok, &self.list_json(walk, page, per_page));
             }
             (ApiOp::Create { req, tries, .. }, WriteOutcome::Exists) => {
                 if let Some(slug) = &req.custom_alias {

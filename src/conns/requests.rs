@@ -157,36 +157,19 @@ impl Conns {
                     break;
                 }
             };
-            let mut total = req.head_len + req.content_length;
             if req.expect == Expect::Unsupported {
                 self.refuse_expectation(slot, env.clock);
                 pos = data.len();
                 break;
             }
-            // A chunked body is framed by its own last chunk (`http::chunked`, API path only).
-            let mut decoded = None;
-            if req.chunked {
-                match crate::http::chunked::decode(&data[pos + req.head_len..]) {
-                    Ok(Some((n, body))) => {
-                        total = req.head_len + n;
-                        decoded = Some(body);
-                    }
-                    Ok(None) => total = usize::MAX,
-                    Err(e) => {
-                        let err = match e {
-                            crate::http::chunked::ChunkedError::Syntax => {
-                                ParseError::BadRequest(BadRequest::Chunked)
-                            }
-                            crate::http::chunked::ChunkedError::TooLarge => {
-                                ParseError::PayloadTooLarge
-                            }
-                        };
-                        self.parse_error(slot, err, data[pos..].starts_with(b"HEAD "), env.clock);
-                        pos = data.len();
-                        break;
-                    }
+            let (total, decoded) = match frame(&req, &data[pos + req.head_len..]) {
+                Ok(framed) => framed,
+                Err(err) => {
+                    self.parse_error(slot, err, data[pos..].starts_with(b"HEAD "), env.clock);
+                    pos = data.len();
+                    break;
                 }
-            }
+            };
             if data.len() - pos < total {
                 // The body is still on its way; a client that asked to be told first is.
                 if req.expect == Expect::Continue && self.answer_expect(slot, &req, env) {
@@ -739,5 +722,22 @@ impl Counted<'_> {
                 }
             }
         }
+    }
+}
+
+/// The bytes a request takes (`usize::MAX` while its chunked body is incomplete) and its
+/// decoded body if chunked; `after_head` is the input after its head. A chunked body is framed
+/// by its own last chunk (`http::chunked`, API path only).
+fn frame(req: &Request<'_>, after_head: &[u8]) -> Result<(usize, Option<Vec<u8>>), ParseError> {
+    if !req.chunked {
+        return Ok((req.head_len + req.content_length, None));
+    }
+    match crate::http::chunked::decode(after_head) {
+        Ok(Some((n, body))) => Ok((req.head_len + n, Some(body))),
+        Ok(None) => Ok((usize::MAX, None)),
+        Err(crate::http::chunked::ChunkedError::Syntax) => {
+            Err(ParseError::BadRequest(BadRequest::Chunked))
+        }
+        Err(crate::http::chunked::ChunkedError::TooLarge) => Err(ParseError::PayloadTooLarge),
     }
 }

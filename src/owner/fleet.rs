@@ -475,18 +475,8 @@ impl Owner {
                 },
                 WriteReq::Create { idem, .. },
             ) => {
-                // Another request (on any node) holds this Idempotency-Key: the same request
-                // replays its link, if that link is still the one it created (the same
-                // creating transaction; rows older than schema 11: the same second).
-                Verdict::Answer(match (idem, InlineKey::new(made.as_bytes()), link) {
-                    (Some(i), _, _) if i.1 != request_hash => WriteOutcome::IdemMismatch,
-                    (_, Some(made), Some(state))
-                        if same_creation.unwrap_or(state.created_at_s == created_at_s) =>
-                    {
-                        WriteOutcome::Created(info_of(made, &state))
-                    }
-                    _ => WriteOutcome::NotFound,
-                })
+                let claim = (request_hash, made, created_at_s, same_creation);
+                Verdict::Answer(replayed(idem.as_deref(), claim, link))
             }
             (LinkWritten::NotFound, _) => Verdict::Answer(WriteOutcome::NotFound),
             (LinkWritten::Deleted { .. }, WriteReq::ResetStats { .. }) => Verdict::StatsReset,
@@ -705,6 +695,26 @@ enum Verdict {
         outcome: WriteOutcome,
         invalidate: Option<InlineKey>,
     },
+}
+
+/// Another request (on any node) holds this create's Idempotency-Key (`claim`: its request
+/// hash, the key it made, when, and whether the link is still that creation): the same request
+/// replays its link if that link is still the one it created (the same creating transaction;
+/// rows older than schema 11: the same second); another request is refused.
+fn replayed(
+    idem: Option<&(String, [u8; 32])>,
+    (request_hash, made, created_at_s, same_creation): ([u8; 32], String, u64, Option<bool>),
+    link: Option<fleet::links::LinkState>,
+) -> WriteOutcome {
+    match (idem, InlineKey::new(made.as_bytes()), link) {
+        (Some(i), _, _) if i.1 != request_hash => WriteOutcome::IdemMismatch,
+        (_, Some(made), Some(state))
+            if same_creation.unwrap_or(state.created_at_s == created_at_s) =>
+        {
+            WriteOutcome::Created(info_of(made, &state))
+        }
+        _ => WriteOutcome::NotFound,
+    }
 }
 
 /// Answers a redirect lookup that waited for the database.
