@@ -55,31 +55,7 @@ pub fn export(
     now_s: u64,
     out: &mut dyn Write,
 ) -> Result<ExportSummary, Error> {
-    let dd = DataDir::open(dir)?;
-    let mut retries = 0;
-    let links = loop {
-        let before = fingerprint(dir)?;
-        let links = read_state(&dd)?;
-        match links {
-            Some(links) if fingerprint(dir)? == before => break links,
-            _ => {}
-        }
-        retries += 1;
-        if retries < EXPORT_MAX_TRIES {
-            let pause = (EXPORT_RETRY_FIRST_PAUSE_MS << (retries - 1).min(16))
-                .min(EXPORT_RETRY_MAX_PAUSE_MS);
-            std::thread::sleep(std::time::Duration::from_millis(pause));
-        }
-        if retries >= EXPORT_MAX_TRIES {
-            return Err(Error::io(
-                dir.to_path_buf(),
-                "export a consistent snapshot",
-                std::io::Error::other(format!(
-                    "tables or logs were replaced during each of {EXPORT_MAX_TRIES} reads (compacting without pause?)"
-                )),
-            ));
-        }
-    };
+    let (links, retries) = consistent_state(dir)?;
     let mut summary = ExportSummary {
         retries,
         ..Default::default()
@@ -95,51 +71,82 @@ pub fn export(
             summary.expired += 1;
             continue;
         }
-        let expires =
-            (l.expires_at_s != 0).then(|| crate::timefmt::format_rfc3339_utc(l.expires_at_s));
-        match format {
-            ExportFormat::Ndjson => {
-                let line = serde_json::json!({
-                    "key": l.key,
-                    "long_url": l.target,
-                    "status": l.status.code(),
-                    "expires_at": expires,
-                    "created_at": crate::timefmt::format_rfc3339_utc(l.created_at_s),
-                });
-                writeln!(out, "{line}").map_err(io)?;
-            }
-            ExportFormat::Tsv => writeln!(
-                out,
-                "{}\t{}\t{}\t{}",
-                l.key,
-                l.target,
-                l.status.code(),
-                expires.unwrap_or_default()
-            )
-            .map_err(io)?,
-            ExportFormat::Csv => {
-                let mut w = csv::WriterBuilder::new()
-                    .has_headers(false)
-                    .from_writer(Vec::new());
-                let status = l.status.code().to_string();
-                w.write_record([
-                    l.key.as_str(),
-                    l.target.as_str(),
-                    &status,
-                    &expires.unwrap_or_default(),
-                ])
-                .map_err(|e| io(std::io::Error::other(e)))?;
-                out.write_all(
-                    &w.into_inner()
-                        .map_err(|e| io(std::io::Error::other(e.to_string())))?,
-                )
-                .map_err(io)?;
-            }
-        }
+        write_line(out, format, l).map_err(io)?;
         summary.links += 1;
     }
     out.flush().map_err(io)?;
     Ok(summary)
+}
+
+/// Reads the state until it was not replaced while being read (a compaction or rotation
+/// under way): the links and the reads repeated. Gives up after `EXPORT_MAX_TRIES`.
+fn consistent_state(dir: &Path) -> Result<(BTreeMap<String, OwnedLink>, usize), Error> {
+    let dd = DataDir::open(dir)?;
+    let mut retries = 0;
+    loop {
+        let before = fingerprint(dir)?;
+        if let Some(links) = read_state(&dd)? {
+            if fingerprint(dir)? == before {
+                return Ok((links, retries));
+            }
+        }
+        retries += 1;
+        if retries >= EXPORT_MAX_TRIES {
+            return Err(Error::io(
+                dir.to_path_buf(),
+                "export a consistent snapshot",
+                std::io::Error::other(format!(
+                    "tables or logs were replaced during each of {EXPORT_MAX_TRIES} reads (compacting without pause?)"
+                )),
+            ));
+        }
+        let pause =
+            (EXPORT_RETRY_FIRST_PAUSE_MS << (retries - 1).min(16)).min(EXPORT_RETRY_MAX_PAUSE_MS);
+        std::thread::sleep(std::time::Duration::from_millis(pause));
+    }
+}
+
+/// One link's line in `format`.
+fn write_line(out: &mut dyn Write, format: ExportFormat, l: &OwnedLink) -> std::io::Result<()> {
+    let expires = (l.expires_at_s != 0).then(|| crate::timefmt::format_rfc3339_utc(l.expires_at_s));
+    match format {
+        ExportFormat::Ndjson => {
+            let line = serde_json::json!({
+                "key": l.key,
+                "long_url": l.target,
+                "status": l.status.code(),
+                "expires_at": expires,
+                "created_at": crate::timefmt::format_rfc3339_utc(l.created_at_s),
+            });
+            writeln!(out, "{line}")?;
+        }
+        ExportFormat::Tsv => writeln!(
+            out,
+            "{}\t{}\t{}\t{}",
+            l.key,
+            l.target,
+            l.status.code(),
+            expires.unwrap_or_default()
+        )?,
+        ExportFormat::Csv => {
+            let mut w = csv::WriterBuilder::new()
+                .has_headers(false)
+                .from_writer(Vec::new());
+            let status = l.status.code().to_string();
+            w.write_record([
+                l.key.as_str(),
+                l.target.as_str(),
+                &status,
+                &expires.unwrap_or_default(),
+            ])
+            .map_err(std::io::Error::other)?;
+            out.write_all(
+                &w.into_inner()
+                    .map_err(|e| std::io::Error::other(e.to_string()))?,
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// The state: every table, then every log replayed over it (`.folding` before `.log`).
@@ -155,26 +162,7 @@ fn read_state(dd: &DataDir) -> Result<Option<BTreeMap<String, OwnedLink>>, Error
         }
     }
     let logs_dir = dd.path().join(LOG_DIR_NAME);
-    let mut logs: Vec<(u32, u8, std::path::PathBuf)> = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(&logs_dir) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let Some(rest) = name.strip_prefix("wal-") else {
-                continue;
-            };
-            let (n, order) = if let Some(n) = rest.strip_suffix(".folding") {
-                (n, 0)
-            } else if let Some(n) = rest.strip_suffix(".log") {
-                (n, 1)
-            } else {
-                continue;
-            };
-            if let Ok(n) = n.parse::<u32>() {
-                logs.push((n, order, e.path()));
-            }
-        }
-    }
-    logs.sort();
+    let logs = logs_in_replay_order(&logs_dir);
     let mut newest = crate::log::NewestWins::default();
     for (_, _, path) in logs {
         let records = match crate::log::read_records(&path) {
@@ -217,6 +205,31 @@ fn read_state(dd: &DataDir) -> Result<Option<BTreeMap<String, OwnedLink>>, Error
         }
     }
     Ok(Some(links))
+}
+
+/// The logs of `logs_dir` in replay order: by writer core, a `.folding` log before its `.log`.
+fn logs_in_replay_order(logs_dir: &Path) -> Vec<(u32, u8, std::path::PathBuf)> {
+    let mut logs: Vec<(u32, u8, std::path::PathBuf)> = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(logs_dir) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(rest) = name.strip_prefix("wal-") else {
+                continue;
+            };
+            let (n, order) = if let Some(n) = rest.strip_suffix(".folding") {
+                (n, 0)
+            } else if let Some(n) = rest.strip_suffix(".log") {
+                (n, 1)
+            } else {
+                continue;
+            };
+            if let Ok(n) = n.parse::<u32>() {
+                logs.push((n, order, e.path()));
+            }
+        }
+    }
+    logs.sort();
+    logs
 }
 
 /// Identity of every file the state is read from: the manifest, each table (inode, size,
