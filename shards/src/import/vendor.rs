@@ -68,6 +68,29 @@ fn column(vendor: Vendor, header: &str) -> Option<Col> {
     })
 }
 
+/// The columns a vendor CSV's header names, or why it is not one: a column the format does
+/// not have, or no key or long URL column.
+fn header_columns(vendor: Vendor, header: &csv::StringRecord) -> Result<Vec<Col>, String> {
+    let mut cols = Vec::new();
+    for (i, name) in header.iter().enumerate() {
+        match column(vendor, name.trim_start_matches('\u{feff}')) {
+            Some(c) => cols.push(c),
+            None => {
+                return Err(format!(
+                    "column {} {name:?} is not one this format has (docs/import-export.md, \"Input formats\")",
+                    i + 1
+                ))
+            }
+        }
+    }
+    for (needed, name) in [(Col::Key, "key"), (Col::Url, "long URL")] {
+        if !cols.contains(&needed) {
+            return Err(format!("the header has no {name} column"));
+        }
+    }
+    Ok(cols)
+}
+
 /// Reads a vendor CSV and calls `each` with every record or bad line.
 pub(crate) fn for_each_vendor<R: Read>(
     mut input: R,
@@ -101,37 +124,13 @@ pub(crate) fn for_each_vendor<R: Read>(
         }
         None => return Ok(()),
     };
-    let mut cols = Vec::new();
-    for (i, name) in header.iter().enumerate() {
-        match column(vendor, name.trim_start_matches('\u{feff}')) {
-            Some(c) => cols.push(c),
-            None => {
-                let msg = format!(
-                    "column {} {name:?} is not one this format has (docs/import-export.md, \"Input formats\")",
-                    i + 1
-                );
-                let _ = each(Err(LineError {
-                    line: 1,
-                    message: msg,
-                }));
-                return Ok(());
-            }
-        }
-    }
-    for needed in [Col::Key, Col::Url] {
-        if !cols.contains(&needed) {
-            let name = if needed == Col::Key {
-                "key"
-            } else {
-                "long URL"
-            };
-            let _ = each(Err(LineError {
-                line: 1,
-                message: format!("the header has no {name} column"),
-            }));
+    let cols = match header_columns(vendor, &header) {
+        Ok(cols) => cols,
+        Err(message) => {
+            let _ = each(Err(LineError { line: 1, message }));
             return Ok(());
         }
-    }
+    };
     for row in records {
         let row = match row {
             Ok(r) => r,
