@@ -123,24 +123,17 @@ fn truncate(file: &File, len: u64) -> io::Result<()> {
     file.sync_all()
 }
 
-fn scan(
-    path: &Path,
-    data: &[u8],
-    salvage: bool,
-    mut on_record: impl FnMut(LogRecord),
-) -> Result<RecoveryReport, LogError> {
-    let mut rep = RecoveryReport::default();
+/// The writer core the log's header names; `None` for a header torn by a crash while it was
+/// written (only a prefix of the magic is accepted as that: anything else is not our file).
+fn read_header(path: &Path, data: &[u8]) -> Result<Option<u32>, LogError> {
     if data.len() < HEADER_BYTES {
-        // A crash while the header itself was being written. Only accept bytes that are a
-        // prefix of our magic; anything else is not our file.
         let n = data.len().min(LOG_MAGIC.len());
         if data[..n] != LOG_MAGIC[..n] {
             return Err(LogError::NotALog {
                 path: path.to_path_buf(),
             });
         }
-        rep.truncated_from = Some(0);
-        return Ok(rep);
+        return Ok(None);
     }
     let header: &[u8; HEADER_BYTES] = data[..HEADER_BYTES].try_into().expect("header slice");
     let writer = decode_header(header).map_err(|e| match e {
@@ -161,6 +154,20 @@ fn scan(
             reason: "reserved field is not zero",
         },
     })?;
+    Ok(Some(writer))
+}
+
+fn scan(
+    path: &Path,
+    data: &[u8],
+    salvage: bool,
+    mut on_record: impl FnMut(LogRecord),
+) -> Result<RecoveryReport, LogError> {
+    let mut rep = RecoveryReport::default();
+    let Some(writer) = read_header(path, data)? else {
+        rep.truncated_from = Some(0);
+        return Ok(rep);
+    };
     rep.writer = Some(writer);
 
     let mut pos = HEADER_BYTES;

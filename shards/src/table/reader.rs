@@ -93,33 +93,8 @@ impl Table {
         if map.len() as u64 != len {
             return Err(corrupt("file changed size while opening".into()));
         }
-        let header_bytes: &[u8; HEADER_BYTES] =
-            map[..HEADER_BYTES].try_into().expect("length checked");
-        let header = Header::decode(header_bytes).map_err(corrupt)?;
-        if header.shard_count == 0
-            || header.shard_count > MAX_SHARD_COUNT
-            || header.shard >= header.shard_count
-        {
-            return Err(corrupt(format!(
-                "shard {} of {} is out of range",
-                header.shard, header.shard_count
-            )));
-        }
-        let expected = (HEADER_BYTES as u64).checked_add(header.payload_bytes);
-        if expected != Some(len) {
-            return Err(corrupt(format!(
-                "file is {len} bytes but its header says {} (truncated or extended)",
-                HEADER_BYTES as u128 + u128::from(header.payload_bytes)
-            )));
-        }
+        let header = checked_header(&map).map_err(corrupt)?;
         let payload = &map[HEADER_BYTES..];
-        let crc = crc32c::crc32c(payload);
-        if crc != header.payload_crc {
-            return Err(corrupt(format!(
-                "payload checksum mismatch (stored {:#010x}, computed {crc:#010x})",
-                header.payload_crc
-            )));
-        }
         // Checks the root and that both vectors lie inside the payload. The element checks
         // of `u64`/`u8` are no-ops, so this costs O(1), not a walk.
         let archived = rkyv::access::<ArchivedPayload, rkyv::rancor::Error>(payload)
@@ -435,6 +410,38 @@ fn collapse_to_huge_pages(map: &Mmap) {
     // SAFETY: the range is exactly this live mapping; MADV_COLLAPSE only changes how the
     // (unchanged, read-only) pages are mapped, never their contents.
     let _ = unsafe { libc::madvise(map.as_ptr() as *mut libc::c_void, map.len(), MADV_COLLAPSE) };
+}
+
+/// The header of a mapped table (at least `HEADER_BYTES` long), checked: its own CRC, magic
+/// and version, the shard range, the file's exact length, and the payload's CRC32C.
+fn checked_header(map: &memmap2::Mmap) -> Result<Header, String> {
+    let header_bytes: &[u8; HEADER_BYTES] = map[..HEADER_BYTES].try_into().expect("length checked");
+    let header = Header::decode(header_bytes)?;
+    if header.shard_count == 0
+        || header.shard_count > MAX_SHARD_COUNT
+        || header.shard >= header.shard_count
+    {
+        return Err(format!(
+            "shard {} of {} is out of range",
+            header.shard, header.shard_count
+        ));
+    }
+    let len = map.len() as u64;
+    let expected = (HEADER_BYTES as u64).checked_add(header.payload_bytes);
+    if expected != Some(len) {
+        return Err(format!(
+            "file is {len} bytes but its header says {} (truncated or extended)",
+            HEADER_BYTES as u128 + u128::from(header.payload_bytes)
+        ));
+    }
+    let crc = crc32c::crc32c(&map[HEADER_BYTES..]);
+    if crc != header.payload_crc {
+        return Err(format!(
+            "payload checksum mismatch (stored {:#010x}, computed {crc:#010x})",
+            header.payload_crc
+        ));
+    }
+    Ok(header)
 }
 
 #[cfg(test)]
