@@ -110,6 +110,48 @@ pub fn encode_frame(out: &mut Vec<u8>, seq: u64, batch_start: u64, shard: u32, o
     out.extend_from_slice(&seq.to_le_bytes());
     out.extend_from_slice(&batch_start.to_le_bytes());
     out.extend_from_slice(&shard.to_le_bytes());
+    encode_op(out, op);
+    debug_assert_eq!(out.len() - payload_start, len);
+    let crc = crc32c::crc32c(&out[payload_start..]);
+    out[frame_start + 4..frame_start + 8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// A frame whose length is plausible and whose CRC matches.
+#[derive(Debug)]
+pub struct RawFrame<'a> {
+    pub payload: &'a [u8],
+    /// Frame header + payload.
+    pub total_len: usize,
+}
+
+/// Checks the frame at `data[pos..]`: `None` if it is short, has an implausible length or a
+/// CRC mismatch.
+pub fn frame_at(data: &[u8], pos: usize) -> Option<RawFrame<'_>> {
+    let hdr = data.get(pos..pos.checked_add(FRAME_HEADER_BYTES)?)?;
+    let len = u32_at(hdr, 0) as usize;
+    if !(PAYLOAD_PREFIX_BYTES..=MAX_RECORD_BYTES).contains(&len) {
+        return None;
+    }
+    let start = pos + FRAME_HEADER_BYTES;
+    let payload = data.get(start..start + len)?;
+    if crc32c::crc32c(payload) != u32_at(hdr, 4) {
+        return None;
+    }
+    Some(RawFrame {
+        payload,
+        total_len: FRAME_HEADER_BYTES + len,
+    })
+}
+
+/// A decoded payload: the record and the offset of the batch it was written in.
+#[derive(Debug)]
+pub struct Decoded {
+    pub record: LogRecord,
+    pub batch_start: u64,
+}
+
+/// An op's tag and fields, in their on-disk order (docs/log.md draws them).
+fn encode_op(out: &mut Vec<u8>, op: &LogOpRef<'_>) {
     match op {
         LogOpRef::Put(link) => {
             out.push(TAG_PUT);
@@ -173,43 +215,6 @@ pub fn encode_frame(out: &mut Vec<u8>, seq: u64, batch_start: u64, shard: u32, o
             out.extend_from_slice(response_key.as_bytes());
         }
     }
-    debug_assert_eq!(out.len() - payload_start, len);
-    let crc = crc32c::crc32c(&out[payload_start..]);
-    out[frame_start + 4..frame_start + 8].copy_from_slice(&crc.to_le_bytes());
-}
-
-/// A frame whose length is plausible and whose CRC matches.
-#[derive(Debug)]
-pub struct RawFrame<'a> {
-    pub payload: &'a [u8],
-    /// Frame header + payload.
-    pub total_len: usize,
-}
-
-/// Checks the frame at `data[pos..]`: `None` if it is short, has an implausible length or a
-/// CRC mismatch.
-pub fn frame_at(data: &[u8], pos: usize) -> Option<RawFrame<'_>> {
-    let hdr = data.get(pos..pos.checked_add(FRAME_HEADER_BYTES)?)?;
-    let len = u32_at(hdr, 0) as usize;
-    if !(PAYLOAD_PREFIX_BYTES..=MAX_RECORD_BYTES).contains(&len) {
-        return None;
-    }
-    let start = pos + FRAME_HEADER_BYTES;
-    let payload = data.get(start..start + len)?;
-    if crc32c::crc32c(payload) != u32_at(hdr, 4) {
-        return None;
-    }
-    Some(RawFrame {
-        payload,
-        total_len: FRAME_HEADER_BYTES + len,
-    })
-}
-
-/// A decoded payload: the record and the offset of the batch it was written in.
-#[derive(Debug)]
-pub struct Decoded {
-    pub record: LogRecord,
-    pub batch_start: u64,
 }
 
 /// Decodes a CRC-checked payload. Errors name what is wrong (a bug or a future format, since
@@ -239,17 +244,7 @@ pub fn decode_payload(p: &[u8]) -> Result<Decoded, String> {
         TAG_FLEET_PUT => {
             let link = decode_link(&mut r)?;
             let version = r.u64()?;
-            let scope_len = r.u16()? as usize;
-            let idem = if scope_len == 0 {
-                None
-            } else {
-                let scope = r.string(scope_len, "scope")?;
-                let hash: [u8; 32] = r
-                    .bytes(32)?
-                    .try_into()
-                    .map_err(|_| "short hash".to_string())?;
-                Some((scope, hash))
-            };
+            let idem = decode_fleet_idem(&mut r)?;
             LogOp::FleetPut {
                 link,
                 version,
@@ -270,29 +265,7 @@ pub fn decode_payload(p: &[u8]) -> Result<Decoded, String> {
                 key: r.string(key_len, "key")?,
             }
         }
-        TAG_IDEM_RECORD | TAG_IDEM_RECORD_TAGGED => {
-            let created_at_s = r.u64()?;
-            let created_tag = if tag == TAG_IDEM_RECORD_TAGGED {
-                r.u32()?
-            } else {
-                0
-            };
-            let request_hash: [u8; 32] = r
-                .bytes(32)?
-                .try_into()
-                .map_err(|_| "short hash".to_string())?;
-            let scope_len = r.u16()? as usize;
-            let resp_len = r.u16()? as usize;
-            let scope = r.string(scope_len, "scope")?;
-            let response_key = r.string(resp_len, "response key")?;
-            LogOp::IdemRecord {
-                scope,
-                request_hash,
-                response_key,
-                created_at_s,
-                created_tag,
-            }
-        }
+        TAG_IDEM_RECORD | TAG_IDEM_RECORD_TAGGED => decode_idem_record(&mut r, tag)?,
         tag => return Err(format!("unknown op tag {tag}")),
     };
     if r.at != p.len() {
@@ -304,6 +277,47 @@ pub fn decode_payload(p: &[u8]) -> Result<Decoded, String> {
     Ok(Decoded {
         record: LogRecord { seq, shard, op },
         batch_start,
+    })
+}
+
+/// A fleet put's optional idempotency claim: scope length 0 means none (a scope is never
+/// empty), else the scope and the request hash.
+fn decode_fleet_idem(r: &mut Reader<'_>) -> Result<Option<(String, [u8; 32])>, String> {
+    let scope_len = r.u16()? as usize;
+    if scope_len == 0 {
+        return Ok(None);
+    }
+    let scope = r.string(scope_len, "scope")?;
+    let hash: [u8; 32] = r
+        .bytes(32)?
+        .try_into()
+        .map_err(|_| "short hash".to_string())?;
+    Ok(Some((scope, hash)))
+}
+
+/// An idempotency record: `TAG_IDEM_RECORD_TAGGED`, or `TAG_IDEM_RECORD` (written before
+/// creation tags) read as tag 0.
+fn decode_idem_record(r: &mut Reader<'_>, tag: u8) -> Result<LogOp, String> {
+    let created_at_s = r.u64()?;
+    let created_tag = if tag == TAG_IDEM_RECORD_TAGGED {
+        r.u32()?
+    } else {
+        0
+    };
+    let request_hash: [u8; 32] = r
+        .bytes(32)?
+        .try_into()
+        .map_err(|_| "short hash".to_string())?;
+    let scope_len = r.u16()? as usize;
+    let resp_len = r.u16()? as usize;
+    let scope = r.string(scope_len, "scope")?;
+    let response_key = r.string(resp_len, "response key")?;
+    Ok(LogOp::IdemRecord {
+        scope,
+        request_hash,
+        response_key,
+        created_at_s,
+        created_tag,
     })
 }
 

@@ -81,31 +81,18 @@ pub fn write_table(
     result
 }
 
-/// Writes a complete table at `path` (no fsync, no rename) and returns the open file. The
-/// caller must make it durable (fsync) before renaming it anywhere readers look: callers that
-/// publish many tables together fsync them all at once, in parallel, instead of one by one.
-pub(crate) fn write_table_file(
+/// The payload of a table of `links` (sorted by key, no duplicates): each link checked (key,
+/// URL, shard) and its record placed, the index built by linear probing from its home slot.
+fn index_links(
     path: &Path,
     shard: u32,
     shard_count: u32,
-    max_log_seq: u64,
-    entries: impl IntoIterator<Item = OwnedLink>,
-) -> Result<(TableStats, File), Error> {
+    links: Vec<OwnedLink>,
+) -> Result<Payload, Error> {
     let bad = |reason: String| Error::BadEntry {
         path: path.to_path_buf(),
         reason,
     };
-    if shard_count == 0 || shard_count > MAX_SHARD_COUNT || shard >= shard_count {
-        return Err(Error::ShardOutOfRange { shard, shard_count });
-    }
-    let mut links: Vec<OwnedLink> = entries.into_iter().collect();
-    links.sort_unstable_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
-    for w in links.windows(2) {
-        if w[0].key == w[1].key {
-            return Err(bad(format!("duplicate key {:?}", w[0].key)));
-        }
-    }
-
     let records_len: usize = links
         .iter()
         .map(|l| record_len(l.key.len(), l.target.len()))
@@ -145,9 +132,36 @@ pub(crate) fn write_table_file(
         }
         slots[i] = slot_word(h, off);
     }
+    Ok(Payload { slots, records })
+}
+
+/// Writes a complete table at `path` (no fsync, no rename) and returns the open file. The
+/// caller must make it durable (fsync) before renaming it anywhere readers look: callers that
+/// publish many tables together fsync them all at once, in parallel, instead of one by one.
+pub(crate) fn write_table_file(
+    path: &Path,
+    shard: u32,
+    shard_count: u32,
+    max_log_seq: u64,
+    entries: impl IntoIterator<Item = OwnedLink>,
+) -> Result<(TableStats, File), Error> {
+    let bad = |reason: String| Error::BadEntry {
+        path: path.to_path_buf(),
+        reason,
+    };
+    if shard_count == 0 || shard_count > MAX_SHARD_COUNT || shard >= shard_count {
+        return Err(Error::ShardOutOfRange { shard, shard_count });
+    }
+    let mut links: Vec<OwnedLink> = entries.into_iter().collect();
+    links.sort_unstable_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
+    for w in links.windows(2) {
+        if w[0].key == w[1].key {
+            return Err(bad(format!("duplicate key {:?}", w[0].key)));
+        }
+    }
+
     let entry_count = links.len() as u64;
-    drop(links);
-    let payload = Payload { slots, records };
+    let payload = index_links(path, shard, shard_count, links)?;
 
     let file = File::create(path).map_err(|e| Error::io(path, "create", e))?;
     let mut out = BufWriter::with_capacity(TABLE_WRITE_BUFFER_BYTES, file);
