@@ -188,8 +188,8 @@ struct Engine<'a> {
     outstanding: u64,
 }
 
-/// Runs one constant-rate load test against `cfg.target` and reports what it measured.
-pub fn run(cfg: &LoadConfig, data: &Dataset) -> Result<RunReport, LoadError> {
+/// Refuses a configuration the engine cannot run (limits named in the error).
+fn check_config(cfg: &LoadConfig) -> Result<(), LoadError> {
     if cfg.rate == 0 {
         return Err(LoadError::Config("rate must be > 0".into()));
     }
@@ -206,6 +206,12 @@ pub fn run(cfg: &LoadConfig, data: &Dataset) -> Result<RunReport, LoadError> {
     if cfg.create_share > 0.0 && cfg.api_key.is_none() {
         return Err(LoadError::Config("creates need an API key".into()));
     }
+    Ok(())
+}
+
+/// Runs one constant-rate load test against `cfg.target` and reports what it measured.
+pub fn run(cfg: &LoadConfig, data: &Dataset) -> Result<RunReport, LoadError> {
+    check_config(cfg)?;
     let mut mix = RequestMix::new(
         data,
         cfg.dist,
@@ -252,19 +258,7 @@ pub fn run(cfg: &LoadConfig, data: &Dataset) -> Result<RunReport, LoadError> {
         engine.flush_dirty(now);
 
         engine.poll.poll(&mut events, Some(Duration::ZERO))?;
-        for ev in events.iter() {
-            busy = true;
-            let i = ev.token().0;
-            if engine.conns[i].state == ConnState::Connecting && ev.is_writable() {
-                engine.finish_connect(i, clock.now_ns());
-            }
-            if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                engine.on_readable(i, &clock);
-            }
-            if ev.is_writable() {
-                engine.flush(i, clock.now_ns());
-            }
-        }
+        busy |= engine.on_events(&events, &clock);
         engine.flush_dirty(clock.now_ns());
 
         if now >= next_housekeeping_ns {
@@ -284,17 +278,38 @@ pub fn run(cfg: &LoadConfig, data: &Dataset) -> Result<RunReport, LoadError> {
             std::hint::spin_loop();
         }
     }
-    let mut report = engine.rec.report(sched.end_ns());
+    Ok(describe(engine.rec.report(sched.end_ns()), cfg))
+}
+
+/// The report with the run's configuration filled in.
+fn describe(mut report: RunReport, cfg: &LoadConfig) -> RunReport {
     report.target = cfg.target.to_string();
     report.target_rps = cfg.rate;
     report.duration_s = cfg.duration.as_secs_f64();
     report.warmup_s = cfg.warmup.as_secs_f64();
     report.connections = cfg.connections;
     report.pipeline = cfg.pipeline;
-    Ok(report)
+    report
 }
 
 impl Engine<'_> {
+    /// Handles one poll's readiness events; whether there were any.
+    fn on_events(&mut self, events: &Events, clock: &MonotonicClock) -> bool {
+        for ev in events.iter() {
+            let i = ev.token().0;
+            if self.conns[i].state == ConnState::Connecting && ev.is_writable() {
+                self.finish_connect(i, clock.now_ns());
+            }
+            if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                self.on_readable(i, clock);
+            }
+            if ev.is_writable() {
+                self.flush(i, clock.now_ns());
+            }
+        }
+        !events.is_empty()
+    }
+
     fn connect_all(&mut self, clock: &MonotonicClock) -> Result<(), LoadError> {
         for i in 0..self.cfg.connections {
             self.conns.push(Conn {
