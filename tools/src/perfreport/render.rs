@@ -657,6 +657,14 @@ fn capacity(md: &mut String, raw: &Raw) {
             thousands(h as f64 / f64::from(cores))
         );
     }
+    capacity_latency(md, raw);
+    capacity_sizes(md, raw);
+    capacity_projection(md, raw, held.map(|h| h as f64).or(wrk1), cores);
+}
+
+/// Each server's latency at fractions of the load it held.
+fn capacity_latency(md: &mut String, raw: &Raw) {
+    let c = &raw.meta.config;
     let slo_us = parse_slo_us(&c.slo_p99);
     for server in SERVERS {
         let Some(h) = raw.max.get(server).and_then(|m| m.held_rps) else {
@@ -691,7 +699,10 @@ fn capacity(md: &mut String, raw: &Raw) {
     if let Some(slo) = slo_us {
         let _ = writeln!(md, "\n(SLO {} = {} µs.)", c.slo_p99, slo);
     }
+}
 
+/// Memory, disk and import time per million links, and how they grow.
+fn capacity_sizes(md: &mut String, raw: &Raw) {
     if !raw.sizes.is_empty() {
         let _ = writeln!(
             md,
@@ -757,11 +768,13 @@ fn capacity(md: &mut String, raw: &Raw) {
             );
         }
     }
+}
 
-    let per_core = held
-        .map(|h| h as f64)
-        .or(wrk1)
-        .map(|r| r / f64::from(cores));
+/// Throughput projected to more cores from the per-core figure (`rate`: the held load, else
+/// wrk's; over `cores`).
+fn capacity_projection(md: &mut String, raw: &Raw, rate: Option<f64>, cores: u32) {
+    let held = raw.max.get("ricochet").and_then(|m| m.held_rps);
+    let per_core = rate.map(|r| r / f64::from(cores));
     if let Some(per_core) = per_core {
         let fwd = criterion_ns(raw, FORWARD_BENCH);
         let _ = writeln!(
