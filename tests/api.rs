@@ -1,5 +1,9 @@
 //! The link API against real `ricochet serve` processes: CRUD, validation and problem bodies,
 //! visibility on every core at once, idempotency, and the `ricochet keys` CLI.
+#![expect(
+    clippy::too_many_lines,
+    reason = "an end-to-end test is one scenario against real processes, read top to bottom: its steps share the servers, clients and recorded history its checks read"
+)]
 
 mod common;
 

@@ -5,6 +5,10 @@
 //! folds the logs for a core-count change. It runs 3 cycles by default; `RICOCHET_CRASH_CYCLES=300 cargo test --test
 //! api_durability crash_loop -- --nocapture` runs a long one (about 1-3 s per cycle in a debug
 //! build). Randomized tests print their seed; `RICOCHET_TEST_SEED=<seed>` replays one.
+#![expect(
+    clippy::too_many_lines,
+    reason = "an end-to-end test is one scenario against real processes, read top to bottom: its steps share the servers, clients and recorded history its checks read"
+)]
 
 mod common;
 

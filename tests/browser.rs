@@ -7,6 +7,10 @@
 //! `.ci/run` installs chromium and `npm ci --prefix tests/browser` and sets
 //! `RICOCHET_REQUIRE_BROWSER=1`, so there this test cannot skip; elsewhere it skips (with a
 //! line saying so) when either is missing.
+#![expect(
+    clippy::too_many_lines,
+    reason = "an end-to-end test is one scenario against real processes, read top to bottom: its steps share the servers, clients and recorded history its checks read"
+)]
 
 mod common;
 

@@ -2,6 +2,10 @@
 //! schema's guarantees, the allocation transaction under contention, lost COMMIT replies,
 //! a held row lock, a hung server, exhaustion and a rolled-back authority. Results are read
 //! from the audit table and from what each allocator returned, never only from a unique index.
+#![expect(
+    clippy::too_many_lines,
+    reason = "an end-to-end test is one scenario against real processes, read top to bottom: its steps share the servers, clients and recorded history its checks read"
+)]
 
 mod common;
 

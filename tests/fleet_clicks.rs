@@ -1,6 +1,10 @@
 //! Clicks in fleet mode, against a real PostgreSQL: every node flushes its per-link-day
 //! states to the fleet database (`ricochet_click_days`), a retried or stale flush is never
 //! applied twice, and the stats API answers for the whole fleet from any node.
+#![expect(
+    clippy::too_many_lines,
+    reason = "an end-to-end test is one scenario against real processes, read top to bottom: its steps share the servers, clients and recorded history its checks read"
+)]
 
 mod common;
 

@@ -19,6 +19,10 @@
 //! `cargo test` runs one short cycle (about a minute). `RICOCHET_FAULT_MINUTES=30` runs
 //! cycles for that long (`perf/fault_harness.sh`), each ending in a failover after which a
 //! new standby is made from the promoted one.
+#![expect(
+    clippy::too_many_lines,
+    reason = "an end-to-end test is one scenario against real processes, read top to bottom: its steps share the servers, clients and recorded history its checks read"
+)]
 
 mod common;
 

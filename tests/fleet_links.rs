@@ -1,6 +1,10 @@
 //! Fleet mode part 2 end to end, against a real PostgreSQL: nodes write every link change to
 //! `ricochet_links` before they answer, and follow the change feed into their own shards.
 //! Every redirect is still answered from the node's own memtable and tables.
+#![expect(
+    clippy::too_many_lines,
+    reason = "an end-to-end test is one scenario against real processes, read top to bottom: its steps share the servers, clients and recorded history its checks read"
+)]
 
 mod common;
 

@@ -1,6 +1,10 @@
 //! Fleet mode end to end: `ricochet serve --fleet-pg` nodes sharing one PostgreSQL namespace.
 //! Every created key is decoded back to its ID and checked against the audit rows and each
 //! node's evidence; the database's constraints are not what these tests rely on.
+#![expect(
+    clippy::too_many_lines,
+    reason = "an end-to-end test is one scenario against real processes, read top to bottom: its steps share the servers, clients and recorded history its checks read"
+)]
 
 mod common;
 

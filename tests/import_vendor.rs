@@ -2,6 +2,10 @@
 //! products' documentation (`tests/import/`): keys, targets and creation times land; Bitly's
 //! custom back-halves become keys; archived Bitlinks are left out; a value in a column
 //! ricochet cannot keep is refused naming the column, or with `--drop-unsupported` counted.
+#![expect(
+    clippy::too_many_lines,
+    reason = "an end-to-end test is one scenario against real processes, read top to bottom: its steps share the servers, clients and recorded history its checks read"
+)]
 
 mod common;
 

@@ -1,6 +1,10 @@
 //! `/metrics` parsed by a real OpenMetrics parser (Python's `prometheus_client`,
 //! `tests/metrics/parse.py`): the families and types the operator interface promises, labels
 //! only from bounded vocabularies, never a key or URL, and counts that match what was done.
+#![expect(
+    clippy::too_many_lines,
+    reason = "an end-to-end test is one scenario against real processes, read top to bottom: its steps share the servers, clients and recorded history its checks read"
+)]
 
 mod common;
 

@@ -6,6 +6,10 @@
 //! `Content-Length` (bodiless for HEAD, 204 and 304), then checked against the request it must
 //! belong to: a misplaced, missing or extra answer fails the check of its neighbour.
 //! 3 and 4 cores run on this 2-CPU machine through the hidden `--test-oversubscribe` flag.
+#![expect(
+    clippy::too_many_lines,
+    reason = "an end-to-end test is one scenario against real processes, read top to bottom: its steps share the servers, clients and recorded history its checks read"
+)]
 
 mod common;
 

@@ -1,4 +1,8 @@
 //! End-to-end tests over raw TCP against a real `ricochet serve --cores 2`.
+#![expect(
+    clippy::too_many_lines,
+    reason = "an end-to-end test is one scenario against real processes, read top to bottom: its steps share the servers, clients and recorded history its checks read"
+)]
 
 mod common;
 

@@ -1,7 +1,8 @@
 //! Source-level invariants ARCHITECTURE.md states as absences: the redirect path's modules
 //! take no locks and make no blocking calls, no role imports the loop, only the `fleet`
-//! crate talks to PostgreSQL, and unit tests follow one convention (an inline `tests` module
-//! at the end of the file they test). The code is read with `syn` (`common/source.rs`): folders are
+//! crate talks to PostgreSQL, unit tests follow one convention (an inline `tests` module
+//! at the end of the file they test), and every function clippy finds too long carries an
+//! `#[expect(clippy::too_many_lines, reason = "...")]` that says why. The code is read with `syn` (`common/source.rs`): folders are
 //! walked to the bottom, `#[cfg(test)]` items (wherever they sit in a file) and test-only
 //! files are left out, comments are skipped, and imports are checked by the file and item a
 //! path resolves to, not by its text. Each check is a function of the tree it reads, and a
@@ -25,6 +26,7 @@ const REDIRECT_PATH: &[&str] = &[
     "src/key.rs",
     "src/clock.rs",
     "src/router.rs",
+    "src/route.rs",
     "src/owner/mod.rs",
     "src/owner/store.rs",
     "src/http",
@@ -287,6 +289,65 @@ fn unit_tests_off_convention(repo: &Path) -> Vec<String> {
     found
 }
 
+/// Where long functions may be excused: every crate, its tests included.
+const EXCUSE_PLACES: &[&str] = &[
+    "src",
+    "shards/src",
+    "fleet/src",
+    "tools/src",
+    "tests",
+    "tools/tests",
+];
+
+/// `clippy::too_many_lines` allowed rather than expected (an `allow` outlives the long
+/// function it excused), or expected without a `reason` saying why.
+fn long_functions_without_a_reason(repo: &Path) -> Vec<String> {
+    struct Attrs<'a>(&'a str, Vec<String>);
+    impl<'ast> syn::visit::Visit<'ast> for Attrs<'_> {
+        fn visit_attribute(&mut self, a: &'ast syn::Attribute) {
+            let Ok(list) = a.meta.require_list() else {
+                return;
+            };
+            let text = list.tokens.to_string();
+            if text.contains("too_many_lines") {
+                let kind = a
+                    .path()
+                    .get_ident()
+                    .map(|i| i.to_string())
+                    .unwrap_or_default();
+                if kind != "expect" {
+                    self.1.push(format!(
+                        "{}: #[{kind}(clippy::too_many_lines)]: use expect",
+                        self.0
+                    ));
+                } else if !text.contains("reason") {
+                    self.1.push(format!(
+                        "{}: too_many_lines expected without a reason",
+                        self.0
+                    ));
+                }
+            }
+        }
+    }
+    let mut found = Vec::new();
+    let places = EXCUSE_PLACES.iter().filter(|p| repo.join(p).is_dir());
+    for f in places.flat_map(|c| rust_files(repo, c)) {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let ast = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let rel = f.strip_prefix(repo).unwrap().display().to_string();
+        let mut v = Attrs(&rel, Vec::new());
+        syn::visit::visit_file(&mut v, &ast);
+        found.append(&mut v.1);
+    }
+    found
+}
+
+#[test]
+fn long_functions_carry_a_reason() {
+    let found = long_functions_without_a_reason(Path::new(ROOT));
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
 #[test]
 fn unit_tests_are_one_inline_module_at_the_end() {
     let found = unit_tests_off_convention(Path::new(ROOT));
@@ -464,4 +525,19 @@ fn each_check_finds_a_planted_violation() {
     )]);
     assert!(locks_on_the_redirect_path(clean.path()).is_empty());
     assert!(blocking_calls_on_the_redirect_path(clean.path()).is_empty());
+}
+
+/// An `allow` and an `expect` without a reason are both found; an `expect` with one is not.
+#[test]
+fn a_long_function_without_a_reason_is_found() {
+    let excuses = planted(&[
+        ("src/a.rs", "#[allow(clippy::too_many_lines)]\nfn a() {}\n"),
+        ("tests/b.rs", "#![expect(clippy::too_many_lines)]\n"),
+        (
+            "tools/src/c.rs",
+            "#[expect(clippy::too_many_lines, reason = \"a table\")]\nfn c() {}\n",
+        ),
+    ]);
+    let excuses = long_functions_without_a_reason(excuses.path());
+    assert_eq!(excuses.len(), 2, "{excuses:?}");
 }

@@ -446,6 +446,10 @@ mod tests {
         }
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the model test's interpreter: one arm per step kind, each beside the oracle's own update, so a step and its model read together"
+    )]
     fn run(steps: &[Step]) {
         let mut rig = Rig::new();
         let keys = keys(&Router::new(SHARDS, 2));
@@ -645,6 +649,10 @@ mod tests {
     /// deleted elsewhere whose tombstone this node never saw goes), keeps what changed after it,
     /// removes the folded log, and makes every core forget its cached answers.
     #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one regeneration walked through step by step on one owner, each step's effect checked where it happens"
+    )]
     fn a_regeneration_swaps_a_new_generation_in_and_keeps_later_writes() {
         use crate::fleet_mode::messages::FeedLink;
         use crate::fleet_mode::messages::RegenStep;
@@ -861,6 +869,10 @@ mod tests {
     /// swap snapshots in ends, once everything is delivered, holding exactly the database's
     /// state of every key. A late answer older than a delete the node applied meanwhile must
     /// not bring the link back.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the fleet model test's interpreter: one arm per step kind (API, database, feed, compaction, regeneration), each beside the database model's own update"
+    )]
     fn run_fleet(steps: &[FleetStep]) {
         use crate::fleet_mode::messages::FeedLink;
         use crate::fleet_mode::messages::RegenStep;

@@ -1,4 +1,8 @@
 //! End-to-end: the loadgen library against a tiny in-test HTTP responder on 127.0.0.1.
+#![expect(
+    clippy::too_many_lines,
+    reason = "an end-to-end test is one scenario against real processes, read top to bottom: its steps share the servers, clients and recorded history its checks read"
+)]
 
 use std::collections::HashMap;
 use std::io::{Read, Write};

@@ -44,6 +44,10 @@ pub const PLOT_LATENCY_VS_LOAD: (&str, &str) = (
 pub const PLOT_SPECTRUM: (&str, &str) = ("latency-spectrum", "Latency by percentile");
 
 /// The plots of `raw` as `(file name without .svg, title, svg)`. Plots without data are left out.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one block per plot, in the report's order; each block's data is read from the same raw runs"
+)]
 pub fn plots(raw: &Raw) -> Result<Vec<(String, String, String)>, ReportError> {
     let mut out = Vec::new();
     // Latency percentiles against offered load: fixed-rate runs and the --max steps from the
@@ -239,6 +243,10 @@ mod tests {
         )
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a fixture: the raw files of one small run, written out literally"
+    )]
     fn raw_dir() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
@@ -408,6 +416,10 @@ mod tests {
     }
 
     #[test]
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one report rendered from the fixture and each of its sections checked in the order it prints"
+    )]
     fn report_has_ratios_goals_capacity_and_plots() {
         let dir = raw_dir();
         let raw_path = dir.path().join("raw");

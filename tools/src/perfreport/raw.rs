@@ -355,6 +355,10 @@ pub fn classify(name: &str) -> FileKind {
 }
 
 /// Reads every raw file in `dir`.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one block per raw file kind of `perf/run.sh`'s output directory, read in the order the script writes them"
+)]
 pub fn load(dir: &Path) -> Result<Raw, ReportError> {
     let meta: Meta = read_json(&dir.join("meta.json"))?;
     let commands = match std::fs::read_to_string(dir.join("commands.txt")) {
