@@ -8,7 +8,7 @@
 mod common;
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use ricochet::http::encode::{encode_not_found, encode_redirect, Conn};
+use ricochet::http::encode::{encode_not_found, encode_redirect, Conn, Framing};
 use ricochet::http::{parse_request, DateCache, Method};
 use ricochet::owner::store::Store;
 use ricochet::router::Router;
@@ -58,7 +58,14 @@ fn serve_one(
             let target = answer.target.resolve(view).expect("a current table");
             encode_redirect(out, answer.status, target, conn, date)
         }
-        None => encode_not_found(out, false, conn, date),
+        None => encode_not_found(
+            out,
+            Framing {
+                head_only: false,
+                conn,
+                date,
+            },
+        ),
     }
     req.head_len
 }

@@ -1,7 +1,7 @@
 //! HTTP stages alone: parsing a wrk-style GET head and encoding a redirect into a reused `Vec`.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
-use ricochet::http::encode::{encode_not_found, encode_redirect, Conn};
+use ricochet::http::encode::{encode_not_found, encode_redirect, Conn, Framing};
 use ricochet::http::{parse_request, DateCache};
 use shards::link::RedirectStatus;
 use std::time::SystemTime;
@@ -54,7 +54,12 @@ fn encode(c: &mut Criterion) {
     g.bench_function("not_found_404", |b| {
         b.iter(|| {
             out.clear();
-            encode_not_found(&mut out, false, Conn::KeepAlive, &date);
+            let f = Framing {
+                head_only: false,
+                conn: Conn::KeepAlive,
+                date: &date,
+            };
+            encode_not_found(&mut out, f);
             black_box(out.len())
         })
     });

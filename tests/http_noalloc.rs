@@ -8,7 +8,7 @@ mod common {
 use std::time::{Duration, UNIX_EPOCH};
 
 use common::counting_alloc::{allocations, CountingAlloc};
-use ricochet::http::{encode_not_found, encode_redirect, parse_request, Conn, DateCache};
+use ricochet::http::{encode_not_found, encode_redirect, parse_request, Conn, DateCache, Framing};
 use shards::link::RedirectStatus;
 
 #[global_allocator]
@@ -34,7 +34,12 @@ fn parse_and_encode_do_not_allocate_when_warm() {
             if req.path == b"/abc123" {
                 encode_redirect(&mut out, RedirectStatus::Found, &location, conn, &date);
             } else {
-                encode_not_found(&mut out, false, conn, &date);
+                let f = Framing {
+                    head_only: false,
+                    conn,
+                    date: &date,
+                };
+                encode_not_found(&mut out, f);
             }
             at += req.head_len + req.content_length;
         }

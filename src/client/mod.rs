@@ -13,8 +13,7 @@ use crate::api::idempotency::{request_hash, scope_string, IdemScope};
 use crate::api::problem::{Problem, PROBLEM_CONTENT_TYPE};
 use crate::api::request::{link_json, parse_create, parse_patch, MAX_REQUEST_BODY_BYTES};
 use crate::clock::Clock;
-use crate::http::date::DateCache;
-use crate::http::encode::{self, Conn as Persist};
+use crate::http::encode::{self, Conn as Persist, Framing, Response};
 use crate::http::parse::{Method, Request};
 use crate::http::status::Status;
 use crate::key::InlineKey;
@@ -219,9 +218,12 @@ impl ApiClient {
         persist: Persist,
         clock: &Clock,
     ) {
-        let problem = |out: &mut Vec<u8>, p: Problem| {
-            encode_problem(out, &p, &[], false, persist, &clock.date);
+        let f = Framing {
+            head_only: false,
+            conn: persist,
+            date: &clock.date,
         };
+        let problem = |out: &mut Vec<u8>, p: Problem| encode_problem(out, &p, &[], f);
         let Some(control) = self.clicks.clone() else {
             let mut p = Problem::not_found();
             p.detail = "click analytics is off on this server (--analytics off)".into();
@@ -298,8 +300,11 @@ impl ApiClient {
         clock: &Clock,
         mesh: &mut Mesh,
     ) {
-        let date = &clock.date;
-        let head = req.method == Method::Head;
+        let f = Framing {
+            head_only: req.method == Method::Head,
+            conn: persist,
+            date: &clock.date,
+        };
         let Admitted {
             collection,
             key,
@@ -307,7 +312,7 @@ impl ApiClient {
             stats,
         } = match self.check_head(req) {
             Ok(ok) => ok,
-            Err(refusal) => return refusal.encode(out, head, persist, date),
+            Err(refusal) => return refusal.encode(out, f),
         };
         if req.path == GLOBAL_STATS {
             return self.query_global(out, defer, req, persist, clock);
@@ -323,7 +328,7 @@ impl ApiClient {
             (false, None) => unreachable!("check_head admits an item path with its key"),
         };
         if let Err(p) = started {
-            encode_problem(out, &p, &[], head, persist, date);
+            encode_problem(out, &p, &[], f);
         }
     }
 
@@ -557,12 +562,11 @@ impl ApiClient {
         reply: ReplyTo,
         op: &mut ApiOp,
         outcome: WriteOutcome,
-        persist: Persist,
         out: &mut Vec<u8>,
-        date: &DateCache,
+        f: Framing<'_>,
         mesh: &mut Mesh,
     ) -> Step {
-        if self.answer(op, outcome, persist, out, date).is_some() {
+        if self.answer(op, outcome, out, f).is_some() {
             return Step::Answered;
         }
         match op.core() {
@@ -581,13 +585,13 @@ impl ApiClient {
             }
             ApiOp::Stats(q) => {
                 if let Err(p) = self.query_stats(reply, (**q).clone()) {
-                    encode_problem(out, &p, &[], false, persist, date);
+                    encode_problem(out, &p, &[], f);
                     return Step::Answered;
                 }
             }
             _ => {
                 debug_assert!(false, "only creates, lists and stats continue");
-                encode_problem(out, &Problem::unavailable(1), &[], false, persist, date);
+                encode_problem(out, &Problem::unavailable(1), &[], f);
                 return Step::Answered;
             }
         }
@@ -637,36 +641,43 @@ impl ApiClient {
         }
     }
 
+    /// A link's JSON, as every answer shows it.
+    fn link_json(&self, info: &LinkInfo) -> Vec<u8> {
+        link_json(
+            info.key.as_str(),
+            &self.public_url,
+            &info.target,
+            info.created_at_s,
+            (info.expires_at_s != 0).then_some(info.expires_at_s),
+            info.status,
+        )
+    }
+
     /// Encodes the answer to an API request whose owner replied; `None` means "not an answer
     /// yet" ([`ApiClient::on_reply`] starts its next step).
     fn answer(
         &self,
         op: &mut ApiOp,
         outcome: WriteOutcome,
-        persist: Persist,
         out: &mut Vec<u8>,
-        date: &DateCache,
+        f: Framing<'_>,
     ) -> Option<()> {
-        let json = |info: &LinkInfo| {
-            link_json(
-                info.key.as_str(),
-                &self.public_url,
-                &info.target,
-                info.created_at_s,
-                (info.expires_at_s != 0).then_some(info.expires_at_s),
-                info.status,
-            )
+        let json = |info: &LinkInfo| self.link_json(info);
+        let problem = |out: &mut Vec<u8>, p: Problem| encode_problem(out, &p, &[], f);
+        let json_answer = |out: &mut Vec<u8>, status, body: &[u8]| {
+            let r = Response {
+                status,
+                headers: &[],
+                content_type: Some("application/json"),
+                body,
+            };
+            encode::encode_response(out, &r, f)
         };
-        let problem =
-            |out: &mut Vec<u8>, p: Problem| encode_problem(out, &p, &[], false, persist, date);
-        let link = |out: &mut Vec<u8>, status, info: &LinkInfo| {
-            let body = json(info);
-            let ct = Some("application/json");
-            encode::encode_response(out, status, &[], ct, &body, false, persist, date)
-        };
+        let link =
+            |out: &mut Vec<u8>, status, info: &LinkInfo| json_answer(out, status, &json(info));
         if let ApiOp::Shlink(inner, page, per_page) = op {
             let (page, per_page) = (*page, *per_page);
-            return self.answer_shlink(inner, page, per_page, outcome, persist, out, date);
+            return self.answer_shlink(inner, page, per_page, outcome, out, f);
         }
         match (op, outcome) {
             // The link exists: its aggregator answers next (`Conns::on_api_answer`).
@@ -676,8 +687,7 @@ impl ApiClient {
                 let next = walk.take(page.items, page.complete, shards)?;
                 let links: Vec<Vec<u8>> = walk.items.iter().map(json).collect();
                 let body = listing::page_json(&links, next.as_deref());
-                let ct = Some("application/json");
-                encode::encode_response(out, Status::Ok, &[], ct, &body, false, persist, date);
+                json_answer(out, Status::Ok, &body);
             }
             (_, WriteOutcome::Listed(_)) => {
                 debug_assert!(false, "a list page for another request");
@@ -702,7 +712,13 @@ impl ApiClient {
                 link(out, Status::Ok, &info)
             }
             (_, WriteOutcome::Deleted) => {
-                encode::encode_response(out, Status::NoContent, &[], None, b"", true, persist, date)
+                let r = Response {
+                    status: Status::NoContent,
+                    headers: &[],
+                    content_type: None,
+                    body: b"",
+                };
+                encode::encode_response(out, &r, f)
             }
             (_, WriteOutcome::NotFound | WriteOutcome::Exists) => {
                 problem(out, Problem::not_found())
@@ -736,10 +752,10 @@ impl Refusal {
         })
     }
 
-    /// Appends the refusal (without its body for a HEAD request, `head`).
-    pub fn encode(&self, out: &mut Vec<u8>, head: bool, persist: Persist, date: &DateCache) {
+    /// Appends the refusal (without its body for a HEAD request).
+    pub fn encode(&self, out: &mut Vec<u8>, f: Framing<'_>) {
         let extra: Vec<(&str, &[u8])> = self.header.into_iter().collect();
-        encode_problem(out, &self.problem, &extra, head, persist, date);
+        encode_problem(out, &self.problem, &extra, f);
     }
 }
 
@@ -750,9 +766,7 @@ pub(crate) fn encode_problem(
     out: &mut Vec<u8>,
     p: &Problem,
     extra: &[(&str, &[u8])],
-    head: bool,
-    persist: Persist,
-    date: &DateCache,
+    f: Framing<'_>,
 ) {
     let status = Status::from_code(p.status).unwrap_or(Status::InternalServerError);
     let retry = p.retry_after_s().map(|s| s.to_string());
@@ -761,8 +775,13 @@ pub(crate) fn encode_problem(
         headers.push(("Retry-After", r.as_bytes()));
     }
     let body = p.to_json();
-    let ct = Some(PROBLEM_CONTENT_TYPE);
-    encode::encode_response(out, status, &headers, ct, &body, head, persist, date);
+    let r = Response {
+        status,
+        headers: &headers,
+        content_type: Some(PROBLEM_CONTENT_TYPE),
+        body: &body,
+    };
+    encode::encode_response(out, &r, f);
 }
 
 /// A key of the item path: 404 when it cannot be one.

@@ -19,8 +19,8 @@ use super::{ApiClient, ApiOp, Defer, MAX_CREATE_TRIES};
 use crate::api::problem::Problem;
 use crate::api::request::{parse_create, parse_patch};
 use crate::api::timefmt::format_rfc3339_utc;
-use crate::http::encode::{self, Conn as Persist};
-use crate::http::{DateCache, Method, Request, Status};
+use crate::http::encode::{self, Conn as Persist, Framing, Response};
+use crate::http::{Method, Request, Status};
 use crate::key::InlineKey;
 use crate::mesh::{ApiMsg, LinkInfo, Mesh, WriteOutcome, WriteReq};
 use std::sync::Arc;
@@ -126,7 +126,7 @@ impl ShlinkError {
         }
     }
 
-    fn encode(&self, out: &mut Vec<u8>, head: bool, persist: Persist, date: &DateCache) {
+    fn encode(&self, out: &mut Vec<u8>, f: Framing<'_>) {
         let mut body = json!({"type": self.type_, "title": self.title, "detail": self.detail, "status": self.status});
         if let Some((k, v)) = &self.extra {
             body[*k] = v.clone();
@@ -139,7 +139,13 @@ impl ShlinkError {
             .iter()
             .map(|r| ("Retry-After", r.as_bytes()))
             .collect();
-        encode::encode_response(out, status, &headers, ct, &bytes, head, persist, date);
+        let r = Response {
+            status,
+            headers: &headers,
+            content_type: ct,
+            body: &bytes,
+        };
+        encode::encode_response(out, &r, f);
     }
 }
 
@@ -237,17 +243,25 @@ impl ApiClient {
         clock: &crate::clock::Clock,
         mesh: &mut Mesh,
     ) {
-        let date = &clock.date;
-        let head = req.method == Method::Head;
-        let fail = |out: &mut Vec<u8>, e: ShlinkError| e.encode(out, head, persist, date);
+        let f = Framing {
+            head_only: req.method == Method::Head,
+            conn: persist,
+            date: &clock.date,
+        };
+        let fail = |out: &mut Vec<u8>, e: ShlinkError| e.encode(out, f);
         let path = req.path;
         if HEALTH.contains(&path) {
             let body = serde_json::to_vec(
                 &json!({"status": "pass", "version": env!("CARGO_PKG_VERSION")}),
             )
             .expect("json");
-            let ct = Some("application/json");
-            return encode::encode_response(out, Status::Ok, &[], ct, &body, head, persist, date);
+            let r = Response {
+                status: Status::Ok,
+                headers: &[],
+                content_type: Some("application/json"),
+                body: &body,
+            };
+            return encode::encode_response(out, &r, f);
         }
         let key = if path == SHORT_URLS {
             None
@@ -268,10 +282,13 @@ impl ApiClient {
             return fail(out, e);
         };
         if let Some(allow) = shlink_methods_refused(key.is_some(), req.method) {
-            let (st, ct) = (Status::MethodNotAllowed, Some("text/plain"));
-            let h: &[(&str, &[u8])] = &[("Allow", allow)];
-            let body = b"method not allowed\n";
-            return encode::encode_response(out, st, h, ct, body, head, persist, date);
+            let r = Response {
+                status: Status::MethodNotAllowed,
+                headers: &[("Allow", allow)],
+                content_type: Some("text/plain"),
+                body: b"method not allowed\n",
+            };
+            return encode::encode_response(out, &r, f);
         }
         let key_id = match self.shlink_admit(req) {
             Ok(id) => id,
@@ -450,24 +467,20 @@ impl ApiClient {
         page: u32,
         per_page: u32,
         outcome: WriteOutcome,
-        persist: Persist,
         out: &mut Vec<u8>,
-        date: &DateCache,
+        f: Framing<'_>,
     ) -> Option<()> {
         let ok = |out: &mut Vec<u8>, status: Status, v: &Value| {
             let body = serde_json::to_vec(v).expect("json");
-            encode::encode_response(
-                out,
+            let r = Response {
                 status,
-                &[],
-                Some("application/json"),
-                &body,
-                false,
-                persist,
-                date,
-            );
+                headers: &[],
+                content_type: Some("application/json"),
+                body: &body,
+            };
+            encode::encode_response(out, &r, f);
         };
-        let fail = |out: &mut Vec<u8>, e: ShlinkError| e.encode(out, false, persist, date);
+        let fail = |out: &mut Vec<u8>, e: ShlinkError| e.encode(out, f);
         match (op, outcome) {
             (ApiOp::List(walk), WriteOutcome::Listed(l)) => {
                 walk.take(l.items, l.complete, self.router.shard_count())?;
@@ -495,16 +508,13 @@ impl ApiClient {
                 ok(out, Status::Ok, &self.short_url_json(&i));
             }
             (_, WriteOutcome::Deleted) => {
-                encode::encode_response(
-                    out,
-                    Status::NoContent,
-                    &[],
-                    None,
-                    b"",
-                    true,
-                    persist,
-                    date,
-                );
+                let r = Response {
+                    status: Status::NoContent,
+                    headers: &[],
+                    content_type: None,
+                    body: b"",
+                };
+                encode::encode_response(out, &r, f);
             }
             (_, WriteOutcome::NotFound | WriteOutcome::Exists) => {
                 fail(out, ShlinkError::not_found(None));
@@ -513,7 +523,7 @@ impl ApiClient {
                 // Every other outcome answers as the native API would, in Shlink's envelope.
                 let mut native = Vec::new();
                 let mut op2 = std::mem::replace(op, ApiOp::Get);
-                let answered = self.answer(&mut op2, other, persist, &mut native, date);
+                let answered = self.answer(&mut op2, other, &mut native, f);
                 *op = op2;
                 answered?;
                 out.extend_from_slice(&native);

@@ -25,7 +25,8 @@
 //! Sans-IO: no sockets, no core state; `core` drives it.
 
 use crate::client::ApiOp;
-use crate::http::encode::Conn as Persist;
+use crate::http::encode::{Conn as Persist, Framing};
+use crate::http::DateCache;
 
 /// What kind of answer a deferred request waits for.
 #[derive(Debug)]
@@ -48,6 +49,17 @@ pub struct Pending {
     pub head: bool,
     pub persist: Persist,
     pub kind: PendingKind,
+}
+
+impl Pending {
+    /// How its answer goes out: as its request asked, with today's `date`.
+    pub fn framing<'d>(&self, date: &'d DateCache) -> Framing<'d> {
+        Framing {
+            head_only: self.head,
+            conn: self.persist,
+            date,
+        }
+    }
 }
 
 /// The deferred requests of a connection's current batch, in request order.

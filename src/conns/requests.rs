@@ -6,11 +6,10 @@ use super::{Conns, PendingKind, Recv, MAX_INBUF_BYTES};
 use crate::analytics::combiner::{Click, ClickFields};
 use crate::client::{ApiClient, ApiOp, Step, API_PREFIX};
 use crate::clock::Clock;
-use crate::http::encode::{self, Conn as Persist};
+use crate::http::encode::{self, Conn as Persist, Framing, Response};
 use crate::http::limits::MAX_PIPELINED_REQUESTS;
 use crate::http::parse::{parse_request, BadRequest, Expect, Method, ParseError, Request};
 use crate::http::status::Status;
-use crate::http::DateCache;
 use crate::key::InlineKey;
 use crate::mesh::{Answer, Mesh, RedirectMsg, ReplyTo, WriteOutcome};
 use crate::owner::Owner;
@@ -223,8 +222,12 @@ impl Conns {
         }
         if req.path.starts_with(API_PREFIX) {
             if let Err(refusal) = env.api.check_head(req) {
-                let head = req.method == Method::Head;
-                refusal.encode(&mut c.out, head, Persist::Close, &env.clock.date);
+                let f = Framing {
+                    head_only: req.method == Method::Head,
+                    conn: Persist::Close,
+                    date: &env.clock.date,
+                };
+                refusal.encode(&mut c.out, f);
                 c.close_after_send();
                 self.mark_dirty(slot);
                 return true;
@@ -246,13 +249,17 @@ impl Conns {
         let body = b"only Expect: 100-continue is supported\n";
         encode::encode_response(
             &mut c.out,
-            st,
-            &[],
-            ct,
-            body,
-            false,
-            Persist::Close,
-            &clock.date,
+            &Response {
+                status: st,
+                headers: &[],
+                content_type: ct,
+                body,
+            },
+            Framing {
+                head_only: false,
+                conn: Persist::Close,
+                date: &clock.date,
+            },
         );
         c.close_after_send();
     }
@@ -269,7 +276,12 @@ impl Conns {
             let p = crate::api::problem::Problem::payload_too_large(
                 crate::http::limits::MAX_BODY_BYTES,
             );
-            crate::client::encode_problem(&mut c.out, &p, &[], head, Persist::Close, &clock.date);
+            let f = Framing {
+                head_only: head,
+                conn: Persist::Close,
+                date: &clock.date,
+            };
+            crate::client::encode_problem(&mut c.out, &p, &[], f);
         } else {
             encode::encode_error(&mut c.out, e, head, &clock.date);
         }
@@ -297,63 +309,61 @@ impl Conns {
         }
         c.batch_requests += 1;
         let out = &mut c.out;
-        match route(req) {
+        let f = Framing {
+            head_only: head,
+            conn: persist,
+            date,
+        };
+        let route = route(req);
+        match route {
             Route::Redirect(key) => self.redirect(slot, req, key, persist, env),
             Route::NotImplemented => {
-                let (st, ct) = (Status::NotImplemented, Some("text/plain"));
-                let body = b"method not implemented\n";
-                encode::encode_response(out, st, &[], ct, body, false, persist, date);
+                let r = Response {
+                    status: Status::NotImplemented,
+                    headers: &[],
+                    content_type: Some("text/plain"),
+                    body: b"method not implemented\n",
+                };
+                // A method it does not know is not a HEAD: the body goes.
+                encode::encode_response(
+                    out,
+                    &r,
+                    Framing {
+                        head_only: false,
+                        ..f
+                    },
+                );
             }
             Route::Options(allow) => {
-                let h: &[(&str, &[u8])] = &[("Allow", allow)];
-                let st = Status::NoContent;
-                encode::encode_response(out, st, h, None, b"", true, persist, date);
-            }
-            Route::MethodNotAllowed(allow) => {
-                encode::encode_method_not_allowed(out, allow, head, persist, date);
-            }
-            Route::NotFound => encode::encode_not_found(out, head, persist, date),
-            Route::Metrics => self.answer_metrics(slot, head, persist, date),
-            Route::Probe => {
-                // Cold path: probes format their answers (`probes`).
-                let a =
-                    crate::probes::answer(req.path, req.query, &self.shared).expect("a probe path");
-                let st = match a.ok {
-                    true => Status::Ok,
-                    false => Status::ServiceUnavailable,
+                let r = Response {
+                    status: Status::NoContent,
+                    headers: &[("Allow", allow)],
+                    content_type: None,
+                    body: b"",
                 };
-                let ct = Some(if a.json {
-                    "application/json"
-                } else {
-                    "text/plain"
-                });
-                encode::encode_response(out, st, &[], ct, &a.body, head, persist, date);
+                encode::encode_response(out, &r, f);
             }
-            Route::OpenApi => {
-                let (ct, body) = (Some("application/json"), &self.shared.openapi_json[..]);
-                encode::encode_response(out, Status::Ok, &[], ct, body, head, persist, date);
+            Route::MethodNotAllowed(allow) => encode::encode_method_not_allowed(out, allow, f),
+            Route::NotFound => encode::encode_not_found(out, f),
+            Route::Metrics => self.answer_metrics(slot, f),
+            Route::Probe | Route::OpenApi | Route::StatsPage => {
+                answer_read_only(&self.shared, route, req, out, f)
             }
-            Route::StatsPage => match crate::analytics::page::asset(req.path) {
-                // Cold path: the stats page and its assets (static bytes).
-                Some((ct, body)) => {
-                    let h = crate::analytics::page::headers();
-                    let st = Status::Ok;
-                    encode::encode_response(out, st, &h, Some(ct), body, head, persist, date)
-                }
-                None => encode::encode_not_found(out, head, persist, date),
-            },
             Route::Api | Route::ShlinkApi => self.hand_to_api(slot, req, persist, body, env),
         }
     }
 
     /// `/metrics`. Cold path: formatting allocates; the allocation counter shows it honestly.
-    fn answer_metrics(&mut self, slot: u32, head: bool, persist: Persist, date: &DateCache) {
+    fn answer_metrics(&mut self, slot: u32, f: Framing<'_>) {
         self.shared.counters[self.me].publish(&self.tally, self.live);
         let text = crate::metrics::render(&self.shared);
-        let ct = Some("application/openmetrics-text; version=1.0.0; charset=utf-8");
-        let out = &mut self.slots[slot as usize].out;
-        let body = text.as_bytes();
-        encode::encode_response(out, Status::Ok, &[], ct, body, head, persist, date);
+        let r = Response {
+            status: Status::Ok,
+            headers: &[],
+            content_type: Some("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+            body: text.as_bytes(),
+        };
+        encode::encode_response(&mut self.slots[slot as usize].out, &r, f);
     }
 
     /// An API request (native or Shlink's): the API side answers it, or defers it to owners
@@ -507,13 +517,17 @@ impl Conns {
         self.scratch.clear();
         encode::encode_response(
             &mut self.scratch,
-            Status::ServiceUnavailable,
-            &[("retry-after", &b"1"[..])],
-            Some("text/plain"),
-            b"the link database is unreachable; retry\n",
-            head,
-            persist,
-            &clock.date,
+            &Response {
+                status: Status::ServiceUnavailable,
+                headers: &[("retry-after", &b"1"[..])],
+                content_type: Some("text/plain"),
+                body: b"the link database is unreachable; retry\n",
+            },
+            Framing {
+                head_only: head,
+                conn: persist,
+                date: &clock.date,
+            },
         );
         let scratch = std::mem::take(&mut self.scratch);
         self.fill_answer(reply.slot, reply.seq, &scratch);
@@ -586,7 +600,7 @@ impl Conns {
         let Some(p) = self.waiting(reply) else {
             return; // The connection went away meanwhile.
         };
-        let persist = p.persist;
+        let f = p.framing(&clock.date);
         let PendingKind::Api(mut op) = std::mem::replace(&mut p.kind, PendingKind::Redirect(None))
         else {
             debug_assert!(false, "an API answer for a redirect");
@@ -594,15 +608,7 @@ impl Conns {
         };
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        let step = api.on_reply(
-            reply,
-            &mut op,
-            outcome,
-            persist,
-            &mut scratch,
-            &clock.date,
-            mesh,
-        );
+        let step = api.on_reply(reply, &mut op, outcome, &mut scratch, f, mesh);
         match step {
             Step::Answered => self.fill_answer(reply.slot, reply.seq, &scratch),
             Step::Continues => {
@@ -619,27 +625,25 @@ impl Conns {
         let Some(p) = self.waiting(reply) else {
             return; // The connection went away meanwhile.
         };
-        let persist = p.persist;
+        let f = p.framing(&clock.date);
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        let ct = Some("application/json");
         match body {
-            Some(body) => encode::encode_response(
-                &mut scratch,
-                Status::Ok,
-                &[],
-                ct,
-                body,
-                false,
-                persist,
-                &clock.date,
-            ),
+            Some(body) => {
+                let r = Response {
+                    status: Status::Ok,
+                    headers: &[],
+                    content_type: Some("application/json"),
+                    body,
+                };
+                encode::encode_response(&mut scratch, &r, f);
+            }
             None => {
                 let mut p = crate::api::problem::Problem::unavailable(1);
                 p.detail = "the fleet database did not answer the stats query in time; retry. \
                             Redirects keep working."
                     .into();
-                crate::client::encode_problem(&mut scratch, &p, &[], false, persist, &clock.date);
+                crate::client::encode_problem(&mut scratch, &p, &[], f);
             }
         }
         self.fill_answer(reply.slot, reply.seq, &scratch);
@@ -716,12 +720,73 @@ impl Counted<'_> {
             }
             None => {
                 self.tally.not_found += 1;
-                encode::encode_not_found(out, head, persist, &clock.date);
+                let f = Framing {
+                    head_only: head,
+                    conn: persist,
+                    date: &clock.date,
+                };
+                encode::encode_not_found(out, f);
                 if let (Some(k), false) = (self.clicks.as_mut(), head) {
                     k.not_found(clock.now_s);
                 }
             }
         }
+    }
+}
+
+/// The read-only endpoints besides redirects: probes, the OpenAPI document, the stats
+/// page. Cold paths: probes format their answers (`probes`); the rest are static bytes.
+fn answer_read_only(
+    shared: &crate::shared::Shared,
+    route: Route<'_>,
+    req: &Request<'_>,
+    out: &mut Vec<u8>,
+    f: Framing<'_>,
+) {
+    match route {
+        Route::Probe => {
+            // Cold path: probes format their answers (`probes`).
+            let a = crate::probes::answer(req.path, req.query, shared).expect("a probe path");
+            let r = Response {
+                status: if a.ok {
+                    Status::Ok
+                } else {
+                    Status::ServiceUnavailable
+                },
+                headers: &[],
+                content_type: Some(if a.json {
+                    "application/json"
+                } else {
+                    "text/plain"
+                }),
+                body: &a.body,
+            };
+            encode::encode_response(out, &r, f);
+        }
+        Route::OpenApi => {
+            let r = Response {
+                status: Status::Ok,
+                headers: &[],
+                content_type: Some("application/json"),
+                body: &shared.openapi_json[..],
+            };
+            encode::encode_response(out, &r, f);
+        }
+        Route::StatsPage => match crate::analytics::page::asset(req.path) {
+            // Cold path: the stats page and its assets (static bytes).
+            Some((ct, body)) => {
+                let headers = &crate::analytics::page::headers();
+                let r = Response {
+                    status: Status::Ok,
+                    headers,
+                    content_type: Some(ct),
+                    body,
+                };
+                encode::encode_response(out, &r, f);
+            }
+            None => encode::encode_not_found(out, f),
+        },
+        _ => debug_assert!(false, "not a read-only endpoint: {route:?}"),
     }
 }
 

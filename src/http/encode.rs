@@ -110,23 +110,38 @@ fn put_percent_encoded_non_ascii(out: &mut Vec<u8>, target: &[u8]) {
     }
 }
 
-/// Appends a complete response: status line, `headers` (name, value; values must not contain
-/// CR/LF), `Content-Type` when given, `Content-Length: body.len()`, `Date`, `Server`,
-/// `Connection` as `conn` requires, then `body` unless `head_only` (a HEAD request gets the
-/// same head, including the `Content-Length` the GET would have had, and no body).
-// The arguments are the response's independent parts; bundling them in a struct would only move
-// the same list to every call site.
-#[allow(clippy::too_many_arguments)]
-pub fn encode_response(
-    out: &mut Vec<u8>,
-    status: Status,
-    headers: &[(&str, &[u8])],
-    content_type: Option<&str>,
-    body: &[u8],
-    head_only: bool,
-    conn: Conn,
-    date: &DateCache,
-) {
+/// A response with a body (redirects have their own encoder): its status, extra header
+/// fields, content type and body. Built where the answer is decided, encoded by
+/// [`encode_response`].
+#[derive(Clone, Copy, Debug)]
+pub struct Response<'a> {
+    pub status: Status,
+    /// Extra fields, each `(name, value)`; values never hold CR or LF.
+    pub headers: &'a [(&'a str, &'a [u8])],
+    pub content_type: Option<&'a str>,
+    pub body: &'a [u8],
+}
+
+/// How an answer goes out on its connection, whatever it says: without a body for a HEAD
+/// request, with the `Connection` field its request calls for, and today's `Date`.
+#[derive(Clone, Copy, Debug)]
+pub struct Framing<'d> {
+    pub head_only: bool,
+    pub conn: Conn,
+    pub date: &'d DateCache,
+}
+
+/// Appends `r`: status line, its header fields, `Content-Type`, `Content-Length` (none in a
+/// 204), `Date`, `Server` and `Connection` as `f.conn` requires, then the body unless `f.head_only` (a
+/// HEAD request gets the same head, including the `Content-Length` the GET would have had,
+/// and no body).
+pub fn encode_response(out: &mut Vec<u8>, r: &Response<'_>, f: Framing<'_>) {
+    let Response {
+        status,
+        headers,
+        content_type,
+        body,
+    } = *r;
     out.extend_from_slice(status.status_line());
     for (name, value) in headers {
         debug_assert!(
@@ -150,9 +165,9 @@ pub fn encode_response(
         out.extend_from_slice(b"\r\n");
     }
     debug_assert!(status != Status::NoContent || body.is_empty());
-    common_tail(out, conn, date);
+    common_tail(out, f.conn, f.date);
     out.extend_from_slice(b"\r\n");
-    if !head_only {
+    if !f.head_only {
         out.extend_from_slice(body);
     }
 }
@@ -161,38 +176,26 @@ pub fn encode_response(
 const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
 
 /// Appends `404 Not Found` with a short text body.
-pub fn encode_not_found(out: &mut Vec<u8>, head_only: bool, conn: Conn, date: &DateCache) {
-    encode_response(
-        out,
-        Status::NotFound,
-        &[],
-        Some(TEXT_PLAIN),
-        b"Not Found\n",
-        head_only,
-        conn,
-        date,
-    );
+pub fn encode_not_found(out: &mut Vec<u8>, f: Framing<'_>) {
+    let r = Response {
+        status: Status::NotFound,
+        headers: &[],
+        content_type: Some(TEXT_PLAIN),
+        body: b"Not Found\n",
+    };
+    encode_response(out, &r, f);
 }
 
 /// Appends `405 Method Not Allowed` with `Allow: {allow}` (e.g. `"GET, HEAD"`) and a short text
 /// body.
-pub fn encode_method_not_allowed(
-    out: &mut Vec<u8>,
-    allow: &str,
-    head_only: bool,
-    conn: Conn,
-    date: &DateCache,
-) {
-    encode_response(
-        out,
-        Status::MethodNotAllowed,
-        &[("Allow", allow.as_bytes())],
-        Some(TEXT_PLAIN),
-        b"Method Not Allowed\n",
-        head_only,
-        conn,
-        date,
-    );
+pub fn encode_method_not_allowed(out: &mut Vec<u8>, allow: &str, f: Framing<'_>) {
+    let r = Response {
+        status: Status::MethodNotAllowed,
+        headers: &[("Allow", allow.as_bytes())],
+        content_type: Some(TEXT_PLAIN),
+        body: b"Method Not Allowed\n",
+    };
+    encode_response(out, &r, f);
 }
 
 /// Appends the response to a request that failed to parse: `err.status()`, the reason as a
@@ -329,7 +332,14 @@ mod tests {
             encode_redirect(&mut out, RedirectStatus::Found, b"/x", conn, &date());
             assert_eq!(header(&parse_response(&out).1, "Connection"), want);
             out.clear();
-            encode_not_found(&mut out, false, conn, &date());
+            encode_not_found(
+                &mut out,
+                Framing {
+                    head_only: false,
+                    conn,
+                    date: &date(),
+                },
+            );
             assert_eq!(header(&parse_response(&out).1, "Connection"), want);
         }
         assert_eq!(Conn::new(true, 1), Conn::KeepAlive);
@@ -348,13 +358,17 @@ mod tests {
         let mut out = Vec::new();
         encode_response(
             &mut out,
-            Status::Created,
-            &[("X-Request-Id", b"r1"), ("Location", b"/api/links/k")],
-            Some("application/json"),
-            b"{\"key\":\"k\"}",
-            false,
-            Conn::KeepAlive,
-            &date(),
+            &Response {
+                status: Status::Created,
+                headers: &[("X-Request-Id", b"r1"), ("Location", b"/api/links/k")],
+                content_type: Some("application/json"),
+                body: b"{\"key\":\"k\"}",
+            },
+            Framing {
+                head_only: false,
+                conn: Conn::KeepAlive,
+                date: &date(),
+            },
         );
         let (code, hs, body) = parse_response(&out);
         assert_eq!(code, 201);
@@ -370,9 +384,23 @@ mod tests {
     #[test]
     fn head_only_keeps_length_and_drops_body() {
         let mut get = Vec::new();
-        encode_not_found(&mut get, false, Conn::KeepAlive, &date());
+        encode_not_found(
+            &mut get,
+            Framing {
+                head_only: false,
+                conn: Conn::KeepAlive,
+                date: &date(),
+            },
+        );
         let mut head = Vec::new();
-        encode_not_found(&mut head, true, Conn::KeepAlive, &date());
+        encode_not_found(
+            &mut head,
+            Framing {
+                head_only: true,
+                conn: Conn::KeepAlive,
+                date: &date(),
+            },
+        );
         let (code, hs, body) = parse_response(&head);
         assert_eq!(code, 404);
         assert!(body.is_empty());
@@ -388,7 +416,15 @@ mod tests {
     #[test]
     fn method_not_allowed_has_allow() {
         let mut out = Vec::new();
-        encode_method_not_allowed(&mut out, "GET, HEAD", false, Conn::Close, &date());
+        encode_method_not_allowed(
+            &mut out,
+            "GET, HEAD",
+            Framing {
+                head_only: false,
+                conn: Conn::Close,
+                date: &date(),
+            },
+        );
         let (code, hs, body) = parse_response(&out);
         assert_eq!(code, 405);
         assert_eq!(header(&hs, "Allow"), Some("GET, HEAD"));

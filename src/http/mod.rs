@@ -20,7 +20,7 @@ pub mod status;
 pub use date::DateCache;
 pub use encode::{
     encode_error, encode_method_not_allowed, encode_not_found, encode_redirect, encode_response,
-    Conn,
+    Conn, Framing, Response,
 };
 pub use parse::{parse_request, BadRequest, Method, ParseError, Request};
 pub use status::Status;
