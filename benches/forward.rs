@@ -75,10 +75,7 @@ fn responder(mut mesh: Mesh, stop: Arc<AtomicBool>, answer: Answer) {
         while let Some(msg) = mesh.pop() {
             if let MeshMsg::Redirect(RedirectMsg::Lookup { reply, key }) = msg {
                 let answer = Some(answer.clone());
-                mesh.send(
-                    reply.core as usize,
-                    RedirectMsg::Answer { reply, key, answer },
-                );
+                mesh.send(reply.core(), RedirectMsg::Answer { reply, key, answer });
             }
         }
         std::hint::spin_loop();
@@ -116,12 +113,7 @@ fn forward(c: &mut Criterion) {
         bench.iter_custom(|iters| {
             let start = Instant::now();
             for seq in 0..iters {
-                let reply = ReplyTo {
-                    core: 0,
-                    slot: 1,
-                    gen: 1,
-                    seq: seq as u32,
-                };
+                let reply = ReplyTo::request(0, 1, 1, seq as u32);
                 a.send(1, RedirectMsg::Lookup { reply, key });
                 loop {
                     match a.pop() {

@@ -12,7 +12,7 @@ use crate::client::ApiClient;
 use crate::clock::Clock;
 use crate::conns::{Conns, Env, ACCEPT_BACKOFF_MS};
 use crate::flights::Flights;
-use crate::mesh::{ApiMsg, CacheMsg, Mesh, MeshMsg, RedirectMsg};
+use crate::mesh::{ApiMsg, CacheMsg, Mesh, MeshMsg, RedirectMsg, ReplyTo};
 use crate::owner::Owner;
 use crate::ring::{Op, Ring, Token};
 use crate::shared::Shared;
@@ -255,7 +255,9 @@ impl Core {
         for reply in self.api.take_lost_stats() {
             any = true;
             self.api.stats_done();
-            self.conns.on_stats_answer(reply, None, &self.clock);
+            if let Some(place) = reply.place() {
+                self.conns.on_stats_answer(place, None, &self.clock);
+            }
         }
         while let Ok(m) = inbox.try_recv() {
             any = true;
@@ -265,13 +267,16 @@ impl Core {
                 }
                 crate::analytics::ToCore::Stats { reply, body } => {
                     self.api.stats_done();
-                    self.conns
-                        .on_stats_answer(reply, body.as_deref(), &self.clock)
+                    if let Some(place) = reply.place() {
+                        self.conns
+                            .on_stats_answer(place, body.as_deref(), &self.clock)
+                    }
                 }
                 crate::analytics::ToCore::GlobalPart { reply, part } => {
                     let dropped = self.shared.clicks.as_ref().map_or(0, |c| c.dropped_total());
-                    if let Some(body) = self.api.gather(reply, *part, dropped) {
-                        self.conns.on_stats_answer(reply, Some(&body), &self.clock)
+                    let body = self.api.gather(reply, *part, dropped);
+                    if let (Some(body), Some(place)) = (body, reply.place()) {
+                        self.conns.on_stats_answer(place, Some(&body), &self.clock)
                     }
                 }
             }
@@ -470,13 +475,19 @@ impl Core {
                     .on_lookup(reply, key, self.clock.now_s, &mut self.mesh)
             }
             RedirectMsg::Answer { reply, key, answer } => {
-                self.conns.on_answer(reply, key, answer, &self.clock)
+                if let Some(place) = reply.place() {
+                    self.conns.on_answer(place, key, answer, &self.clock)
+                }
             }
             RedirectMsg::Fetched {
                 reply,
                 key,
                 fetched,
-            } => self.conns.on_fetched(reply, key, fetched, &self.clock),
+            } => {
+                if let Some(place) = reply.place() {
+                    self.conns.on_fetched(place, key, fetched, &self.clock)
+                }
+            }
         }
     }
 
@@ -490,15 +501,17 @@ impl Core {
                 after,
                 limit,
             } => self.owner.on_list(reply, shard, after, limit, now_s, mesh),
-            ApiMsg::WriteDone { reply, outcome } if self.flights.is_flight(&reply) => {
-                let creates = &mut self.api.creates;
-                self.flights
-                    .on_flight_done(reply.seq, outcome, now_s, creates, mesh)
-            }
-            ApiMsg::WriteDone { reply, outcome } => {
-                self.conns
-                    .on_api_answer(reply, outcome, &mut self.api, &self.clock, mesh)
-            }
+            ApiMsg::WriteDone { reply, outcome } => match reply {
+                ReplyTo::Flight { flight, .. } => {
+                    let creates = &mut self.api.creates;
+                    self.flights
+                        .on_flight_done(flight, outcome, now_s, creates, mesh)
+                }
+                ReplyTo::Request { place, .. } => {
+                    self.conns
+                        .on_api_answer(place, outcome, &mut self.api, &self.clock, mesh)
+                }
+            },
             ApiMsg::IdemCreate {
                 reply,
                 scope,

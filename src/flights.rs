@@ -13,9 +13,6 @@ use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReplyTo, WriteOutcome, WriteReq};
 use crate::router::Router;
 use std::collections::HashMap;
 
-/// `ReplyTo::slot` of answers addressed to an idempotency flight rather than a connection.
-pub const IDEM_SLOT: u32 = u32::MAX;
-
 /// An idempotent create in progress on its scope's owner.
 struct Flight {
     scope: IdemScope,
@@ -50,17 +47,10 @@ impl Flights {
         }
     }
 
-    /// Whether `reply` addresses one of this core's flights rather than a connection.
-    pub fn is_flight(&self, reply: &ReplyTo) -> bool {
-        reply.slot == IDEM_SLOT && reply.core as usize == self.me
-    }
-
     fn flight_reply(&self, flight: u32) -> ReplyTo {
-        ReplyTo {
+        ReplyTo::Flight {
             core: self.me as u16,
-            slot: IDEM_SLOT,
-            gen: 0,
-            seq: flight,
+            flight,
         }
     }
 
@@ -84,7 +74,7 @@ impl Flights {
         let token = self.next_token;
         self.next_token += 1;
         let answer = |mesh: &mut Mesh, outcome| {
-            mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome })
+            mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome })
         };
         match self
             .table
@@ -185,7 +175,7 @@ impl Flights {
                 Ok(info) => WriteOutcome::Created(info.clone()),
                 Err(o) => clone_failure(o),
             };
-            mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+            mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
         }
     }
 }

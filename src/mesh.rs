@@ -70,15 +70,50 @@ impl Answer {
     }
 }
 
-/// Where a forwarded request came from, echoed back in the answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReplyTo {
-    pub core: u16,
+/// Where an answer goes, echoed back with it: the core that waits for it, and what waits
+/// there. (The core sits in each variant so the tag packs beside it: 16 bytes, which keeps
+/// every mesh message within `MAX_MESH_MSG_BYTES`.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReplyTo {
+    /// A request deferred in a connection's batch on core `core` (`conns`).
+    Request { core: u16, place: RequestPlace },
+    /// An idempotent create in progress on its scope's owner, core `core` (`flights.rs`).
+    Flight { core: u16, flight: u32 },
+}
+
+/// A deferred request's place: its connection's slot and the slot's generation (an answer
+/// for a connection since closed finds another generation), and its sequence number there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RequestPlace {
     pub slot: u32,
     pub gen: u32,
-    /// The request's sequence number on its connection.
     pub seq: u32,
 }
+
+impl ReplyTo {
+    /// An answer for a request deferred on core `core`.
+    pub fn request(core: u16, slot: u32, gen: u32, seq: u32) -> ReplyTo {
+        let place = RequestPlace { slot, gen, seq };
+        ReplyTo::Request { core, place }
+    }
+
+    /// The core the answer goes to.
+    pub fn core(&self) -> usize {
+        match *self {
+            ReplyTo::Request { core, .. } | ReplyTo::Flight { core, .. } => usize::from(core),
+        }
+    }
+
+    /// The request place it addresses; `None` for a flight.
+    pub fn place(&self) -> Option<RequestPlace> {
+        match *self {
+            ReplyTo::Request { place, .. } => Some(place),
+            ReplyTo::Flight { .. } => None,
+        }
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<ReplyTo>() == 16);
 
 /// A link as the API sees it (owner's answer to reads and writes).
 #[derive(Clone, Debug)]
@@ -535,12 +570,7 @@ mod tests {
     use super::*;
 
     fn lookup(seq: u32) -> RedirectMsg {
-        let reply = ReplyTo {
-            core: 0,
-            slot: 0,
-            gen: 0,
-            seq,
-        };
+        let reply = ReplyTo::request(0, 0, 0, seq);
         let key = InlineKey::new(b"k").unwrap();
         RedirectMsg::Lookup { reply, key }
     }
@@ -564,7 +594,11 @@ mod tests {
                 let MeshMsg::Redirect(RedirectMsg::Lookup { reply, .. }) = m else {
                     panic!("only lookups were sent");
                 };
-                assert_eq!(reply.seq, next, "FIFO through queue and outbox");
+                assert_eq!(
+                    reply.place().unwrap().seq,
+                    next,
+                    "FIFO through queue and outbox"
+                );
                 next += 1;
             }
             a.flush_outbox();
@@ -584,7 +618,7 @@ mod tests {
         for want in [0, 1] {
             match a.pop() {
                 Some(MeshMsg::Redirect(RedirectMsg::Lookup { reply, .. })) => {
-                    assert_eq!(reply.seq, want)
+                    assert_eq!(reply.place().unwrap().seq, want)
                 }
                 other => panic!("{other:?}"),
             }

@@ -593,12 +593,12 @@ impl Aggregator {
                 let _ = self
                     .s
                     .replies
-                    .offer(reply.core as usize, ToCore::GlobalPart { reply, part });
+                    .offer(reply.core(), ToCore::GlobalPart { reply, part });
             }
             Control::Stats { reply, query } => {
                 let body = self.answer(&query);
                 let _ = self.s.replies.offer(
-                    reply.core as usize,
+                    reply.core(),
                     ToCore::Stats {
                         reply,
                         body: Some(body),

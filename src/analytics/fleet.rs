@@ -443,7 +443,7 @@ fn answer_queries(mut db: fleet::Db, queries: Receiver<Control>, replies: Arc<Ou
             .ok();
         let mut item = ToCore::Stats { reply, body };
         // The core drains its queue every loop turn: wait for room rather than lose an answer.
-        while let Err(back) = replies.offer(reply.core as usize, item) {
+        while let Err(back) = replies.offer(reply.core(), item) {
             item = back;
             std::thread::sleep(Duration::from_millis(1));
         }

@@ -265,12 +265,7 @@ mod tests {
         }
 
         fn reply(seq: u32) -> crate::mesh::ReplyTo {
-            crate::mesh::ReplyTo {
-                core: 0,
-                slot: 0,
-                gen: 0,
-                seq,
-            }
+            crate::mesh::ReplyTo::request(0, 0, 0, seq)
         }
 
         /// Waits for a message in core 0's inbox.

@@ -147,7 +147,7 @@ impl Creates {
         if let Some(r) = refused.filter(|&r| r != fleet::DbRefusal::Unchecked) {
             // Not even an ID is taken: the database that answers is not this fleet's to use.
             let outcome = WriteOutcome::DatabaseRefused(r);
-            return mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+            return mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
         }
         let (key, id) = match &req.custom_alias {
             Some(a) => (InlineKey::new(a.as_bytes()).expect("validated alias"), 0),
@@ -279,5 +279,5 @@ impl Creates {
 /// No key could be chosen: 503 to whoever asked.
 fn busy(reply: ReplyTo, mesh: &mut Mesh) {
     let outcome = WriteOutcome::Busy;
-    mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+    mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
 }

@@ -108,7 +108,7 @@ pub struct ApiClient {
     lost_stats: Vec<ReplyTo>,
     stats_in_flight: usize,
     /// `GET /api/v1/stats` requests waiting for the aggregators' parts: range, parts so far.
-    gathering: std::collections::HashMap<(u32, u32, u32), Gathering>,
+    gathering: std::collections::HashMap<ReplyTo, Gathering>,
 }
 
 /// The parts of one server-wide stats answer collected so far.
@@ -196,7 +196,7 @@ impl ApiClient {
         part: crate::analytics::stats::GlobalPart,
         dropped: u64,
     ) -> Option<Vec<u8>> {
-        let id = (reply.slot, reply.gen, reply.seq);
+        let id = reply;
         let g = self.gathering.get_mut(&id)?;
         g.parts.push(part);
         if g.parts.len() < self.router.cores() {
@@ -256,7 +256,7 @@ impl ApiClient {
         }
         let reply = defer(out, ApiOp::GlobalStats);
         self.stats_in_flight += 1;
-        let id = (reply.slot, reply.gen, reply.seq);
+        let id = reply;
         self.gathering.insert(
             id,
             Gathering {

@@ -11,7 +11,7 @@ use crate::http::limits::MAX_PIPELINED_REQUESTS;
 use crate::http::parse::{parse_request, BadRequest, Expect, Method, ParseError, Request};
 use crate::http::status::Status;
 use crate::key::InlineKey;
-use crate::mesh::{Answer, Mesh, RedirectMsg, ReplyTo, WriteOutcome};
+use crate::mesh::{Answer, Mesh, RedirectMsg, ReplyTo, RequestPlace, WriteOutcome};
 use crate::owner::Owner;
 use crate::route::{route, Route};
 use shards::table::SlotHint;
@@ -381,12 +381,7 @@ impl Conns {
         let (out, answers, gen, me) = (&mut c.out, &mut c.answers, c.gen, self.me as u16);
         let mut defer = |out: &[u8], op: ApiOp| {
             let seq = answers.defer(out, false, persist, PendingKind::Api(Box::new(op)));
-            ReplyTo {
-                core: me,
-                slot,
-                gen,
-                seq,
-            }
+            ReplyTo::request(me, slot, gen, seq)
         };
         let (clock, mesh) = (env.clock, &mut *env.mesh);
         if req.path.starts_with(crate::client::shlink::SHLINK_PREFIX) {
@@ -480,12 +475,7 @@ impl Conns {
         let seq = c
             .answers
             .defer(&c.out, head, persist, PendingKind::Redirect(ctx));
-        let reply = ReplyTo {
-            core: self.me as u16,
-            slot,
-            gen: c.gen,
-            seq,
-        };
+        let reply = ReplyTo::request(self.me as u16, slot, c.gen, seq);
         let key = InlineKey::new(key).expect("validated keys fit inline");
         env.mesh
             .deliver(owner.core, RedirectMsg::Lookup { reply, key });
@@ -495,7 +485,7 @@ impl Conns {
     /// cached (see `RedirectMsg::Fetched`).
     pub fn on_fetched(
         &mut self,
-        reply: ReplyTo,
+        reply: RequestPlace,
         key: InlineKey,
         fetched: crate::mesh::Fetched,
         clock: &Clock,
@@ -509,7 +499,7 @@ impl Conns {
     }
 
     /// The link database could not say whether the key exists: 503, never a guessed 404.
-    fn on_unavailable(&mut self, reply: ReplyTo, clock: &Clock) {
+    fn on_unavailable(&mut self, reply: RequestPlace, clock: &Clock) {
         let Some(p) = self.waiting(reply) else {
             return; // The connection went away meanwhile.
         };
@@ -538,7 +528,7 @@ impl Conns {
     /// place in its batch.
     pub fn on_answer(
         &mut self,
-        reply: ReplyTo,
+        reply: RequestPlace,
         key: InlineKey,
         answer: Option<Answer>,
         clock: &Clock,
@@ -552,7 +542,7 @@ impl Conns {
     /// A lookup's answer (forwarded or read through): count it and fill its place.
     fn fill_lookup(
         &mut self,
-        reply: ReplyTo,
+        reply: RequestPlace,
         key: InlineKey,
         answer: Option<Answer>,
         clock: &Clock,
@@ -591,7 +581,7 @@ impl Conns {
     /// a generated-key create that collided with an alias, retry with the next ID).
     pub fn on_api_answer(
         &mut self,
-        reply: ReplyTo,
+        reply: RequestPlace,
         outcome: WriteOutcome,
         api: &mut ApiClient,
         clock: &Clock,
@@ -608,7 +598,11 @@ impl Conns {
         };
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        let step = api.on_reply(reply, &mut op, outcome, &mut scratch, f, mesh);
+        let back = ReplyTo::Request {
+            core: self.me as u16,
+            place: reply,
+        };
+        let step = api.on_reply(back, &mut op, outcome, &mut scratch, f, mesh);
         match step {
             Step::Answered => self.fill_answer(reply.slot, reply.seq, &scratch),
             Step::Continues => {
@@ -621,7 +615,7 @@ impl Conns {
     }
 
     /// Stats JSON from the aggregators: the answer to the deferred request.
-    pub fn on_stats_answer(&mut self, reply: ReplyTo, body: Option<&[u8]>, clock: &Clock) {
+    pub fn on_stats_answer(&mut self, reply: RequestPlace, body: Option<&[u8]>, clock: &Clock) {
         let Some(p) = self.waiting(reply) else {
             return; // The connection went away meanwhile.
         };
@@ -652,7 +646,7 @@ impl Conns {
 
     /// The deferred request `reply` answers, if its connection is still the one that asked
     /// (not closed, its slot not reused).
-    fn waiting(&mut self, reply: ReplyTo) -> Option<&mut super::answers::Pending> {
+    fn waiting(&mut self, reply: RequestPlace) -> Option<&mut super::answers::Pending> {
         let c = self.slots.get_mut(reply.slot as usize)?;
         if !c.is_live() || c.gen != reply.gen {
             return None;

@@ -257,7 +257,7 @@ impl Owner {
                 ReadWaiter::Redirect(r) => fetched_to(mesh, r, key, Fetched::Absent),
                 ReadWaiter::Get(r) | ReadWaiter::StatsOf(r) => {
                     let outcome = WriteOutcome::NotFound;
-                    mesh.deliver(r.core as usize, ApiMsg::WriteDone { reply: r, outcome });
+                    mesh.deliver(r.core(), ApiMsg::WriteDone { reply: r, outcome });
                 }
             }
         }
@@ -311,7 +311,7 @@ impl Owner {
                         None => return false,
                     },
                 };
-                mesh.deliver(r.core as usize, ApiMsg::WriteDone { reply: r, outcome });
+                mesh.deliver(r.core(), ApiMsg::WriteDone { reply: r, outcome });
             }
         }
         true
@@ -372,7 +372,7 @@ impl Owner {
                 fleet::DbRefusal::Unchecked => WriteOutcome::DatabaseUnavailable,
                 r => WriteOutcome::DatabaseRefused(r),
             };
-            return mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+            return mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
         }
         let token = fleet.next_token;
         fleet.next_token += 1;
@@ -383,7 +383,7 @@ impl Owner {
         };
         if fleet.writer.try_submit(job).is_err() {
             let outcome = WriteOutcome::DatabaseUnavailable;
-            return mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+            return mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
         }
         fleet.pending.insert(token, (reply, req));
         let holds = self.writes.memtable.get(&key).map_or(0, MemEntry::version);
@@ -403,7 +403,7 @@ impl Owner {
         let floor = fleet.floors.remove(&key).unwrap_or(0);
         let refuse = |owner: &mut Owner, mesh: &mut Mesh, outcome: WriteOutcome| {
             owner.writes.in_flight_keys.remove(&key);
-            mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+            mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
             owner.run_queued(key, now_s, mesh);
         };
         let written = match answer.result {
@@ -760,7 +760,7 @@ fn fetched_to(mesh: &mut Mesh, reply: ReplyTo, key: InlineKey, fetched: Fetched)
         key,
         fetched,
     };
-    mesh.deliver(reply.core as usize, msg);
+    mesh.deliver(reply.core(), msg);
 }
 
 /// A link as the database holds it, as the API answers it.

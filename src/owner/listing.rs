@@ -34,7 +34,7 @@ impl Owner {
         let page = self.list_shard(shard, after.as_ref(), limit as usize, now_s);
         let outcome = crate::mesh::WriteOutcome::Listed(Box::new(page));
         mesh.deliver(
-            reply.core as usize,
+            reply.core(),
             crate::mesh::ApiMsg::WriteDone { reply, outcome },
         );
     }

@@ -155,10 +155,7 @@ impl Owner {
         if answer.is_none() && self.reads_through() {
             return self.read_through(fleet::ReadWaiter::Redirect(reply), key, now_s, mesh);
         }
-        mesh.deliver(
-            reply.core as usize,
-            RedirectMsg::Answer { reply, key, answer },
-        );
+        mesh.deliver(reply.core(), RedirectMsg::Answer { reply, key, answer });
     }
 
     /// The link `key` as the API sees it, if live.
@@ -322,12 +319,7 @@ mod tests {
         }
 
         fn ask(&mut self, seq: u32, req: WriteReq, want: Want) {
-            let reply = ReplyTo {
-                core: ASKER as u16,
-                slot: 0,
-                gen: 0,
-                seq,
-            };
+            let reply = ReplyTo::request(ASKER as u16, 0, 0, seq);
             self.due.insert(seq, (req.key(), want));
             self.asker.send(OWNER, ApiMsg::Write { reply, req });
             self.pump();
@@ -372,7 +364,7 @@ mod tests {
                             self.asker.send(OWNER, ack);
                         }
                         MeshMsg::Api(ApiMsg::WriteDone { reply, outcome }) => {
-                            self.check(reply.seq, outcome)
+                            self.check(reply.place().expect("a request").seq, outcome)
                         }
                         MeshMsg::Cache(CacheMsg::RetireTables {
                             from,

@@ -140,7 +140,7 @@ impl Owner {
     fn release(&mut self, waiter: Waiter, mesh: &mut Mesh) {
         match waiter {
             Waiter::Api(reply, outcome) => {
-                mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome })
+                mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome })
             }
             Waiter::Feed(batch) => self.feed_row_done(batch, true),
         }

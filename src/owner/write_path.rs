@@ -102,7 +102,7 @@ impl Owner {
             }
             _ => return Some(req),
         };
-        mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+        mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
         None
     }
 
@@ -131,7 +131,7 @@ impl Owner {
             return Some(req);
         };
         let outcome = refused;
-        mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+        mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
         None
     }
 
@@ -198,7 +198,7 @@ impl Owner {
                 true => WriteOutcome::Exists,
                 false => WriteOutcome::NotFound,
             };
-            return mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+            return mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
         };
         self.log_put(reply, shard, planned, idem, mesh);
     }
@@ -208,7 +208,7 @@ impl Owner {
         let op = LogOpRef::Delete { key: key.as_str() };
         let Ok(seq) = self.writes.log.append_ref(shard, op) else {
             let outcome = WriteOutcome::StorageFailed;
-            return mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+            return mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
         };
         self.writes.in_flight_keys.insert(key);
         self.writes.waiting.push_back(Durable {
@@ -252,7 +252,7 @@ impl Owner {
         };
         let Ok(seq) = self.writes.log.append_ref(shard, op) else {
             let outcome = WriteOutcome::StorageFailed;
-            return mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+            return mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
         };
         self.writes.in_flight_keys.insert(key);
         let entry = MemEntry::Live {
@@ -300,7 +300,7 @@ impl Owner {
                     let purge = matches!(outcome, WriteOutcome::Deleted);
                     self.broadcast_invalidate(key, reply, outcome, purge, mesh)
                 }
-                None => mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome }),
+                None => mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome }),
             }
         }
         for key in freed {
@@ -333,7 +333,7 @@ impl Owner {
         self.cut_unacknowledged_log_tail();
         let failed = |mesh: &mut Mesh, reply: ReplyTo| {
             let outcome = WriteOutcome::StorageFailed;
-            mesh.deliver(reply.core as usize, ApiMsg::WriteDone { reply, outcome });
+            mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
         };
         // Queued and held writes would meet the poisoned log: answer them the same way.
         for (reply, _) in self.writes.held.take().into_iter().flatten() {
