@@ -495,6 +495,7 @@ impl Core {
         let (now_s, mesh) = (self.clock.now_s, &mut self.mesh);
         match msg {
             ApiMsg::Write { reply, req } => self.owner.on_write(reply, req, now_s, mesh),
+            ApiMsg::Read { reply, req } => self.owner.on_api_read(reply, req, now_s, mesh),
             ApiMsg::List {
                 reply,
                 shard,

@@ -9,7 +9,7 @@ use crate::api::idempotency::{
 use crate::api::request::CreateRequest;
 use crate::client::creates::{Creates, IdemTag};
 use crate::key::InlineKey;
-use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReplyTo, WriteOutcome, WriteReq};
+use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReadReq, ReplyTo, WriteOutcome};
 use crate::router::Router;
 use std::collections::HashMap;
 
@@ -112,12 +112,12 @@ impl Flights {
                     ) => {}
                 Some(k) => {
                     let owner = self.router.owner(k.as_bytes()).core;
-                    let req = WriteReq::Replay {
+                    let req = ReadReq::Replay {
                         key: k,
                         created_at_s,
                         created_tag,
                     };
-                    mesh.deliver(owner, ApiMsg::Write { reply, req });
+                    mesh.deliver(owner, ApiMsg::Read { reply, req });
                 }
                 None => answer(mesh, WriteOutcome::NotFound),
             },

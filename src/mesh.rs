@@ -129,7 +129,7 @@ pub struct LinkInfo {
     pub expires_at_s: u64,
 }
 
-/// A write or API read, executed by the key's owner.
+/// A change to a link, executed by the key's owner (in fleet mode, judged by the database).
 #[derive(Debug)]
 pub enum WriteReq {
     /// Insert if absent (the owner's conditional insert is the final judge of uniqueness).
@@ -154,11 +154,29 @@ pub enum WriteReq {
     Delete {
         key: InlineKey,
     },
-    Get {
-        key: InlineKey,
-    },
     /// `DELETE /api/v1/urls/{key}/stats`: purge the link's click stats (it stays).
     ResetStats {
+        key: InlineKey,
+    },
+}
+
+impl WriteReq {
+    /// The key the request is about (its owner executes it).
+    pub fn key(&self) -> InlineKey {
+        match self {
+            WriteReq::Create { key, .. }
+            | WriteReq::Patch { key, .. }
+            | WriteReq::Delete { key }
+            | WriteReq::ResetStats { key } => *key,
+        }
+    }
+}
+
+/// An API read of one link, answered by the key's owner from what it holds (in fleet mode,
+/// read through to the database when it holds nothing).
+#[derive(Debug)]
+pub enum ReadReq {
+    Get {
         key: InlineKey,
     },
     /// `GET /api/v1/urls/{key}/stats`: does the link exist (expired links too: their clicks
@@ -176,33 +194,33 @@ pub enum WriteReq {
     },
 }
 
-impl WriteReq {
-    /// The key the request is about (its owner executes it).
+impl ReadReq {
+    /// The key the request is about (its owner answers it).
     pub fn key(&self) -> InlineKey {
         match self {
-            WriteReq::Create { key, .. }
-            | WriteReq::Patch { key, .. }
-            | WriteReq::Delete { key }
-            | WriteReq::Get { key }
-            | WriteReq::ResetStats { key }
-            | WriteReq::StatsOf { key }
-            | WriteReq::Replay { key, .. } => *key,
+            ReadReq::Get { key } | ReadReq::StatsOf { key } | ReadReq::Replay { key, .. } => *key,
         }
-    }
-
-    /// Whether it changes what the database holds (in fleet mode the database judges it).
-    pub fn is_change(&self) -> bool {
-        matches!(
-            self,
-            WriteReq::Create { .. }
-                | WriteReq::Patch { .. }
-                | WriteReq::Delete { .. }
-                | WriteReq::ResetStats { .. }
-        )
     }
 }
 
-/// The owner's verdict on a [`WriteReq`].
+/// What the API asks of a key's owner: a read or a change.
+#[derive(Debug)]
+pub enum OwnerAsk {
+    Read(ReadReq),
+    Write(WriteReq),
+}
+
+impl OwnerAsk {
+    /// The message carrying it, answered to `reply`.
+    pub fn message(self, reply: ReplyTo) -> ApiMsg {
+        match self {
+            OwnerAsk::Read(req) => ApiMsg::Read { reply, req },
+            OwnerAsk::Write(req) => ApiMsg::Write { reply, req },
+        }
+    }
+}
+
+/// The owner's verdict on a [`WriteReq`] or [`ReadReq`].
 #[derive(Debug)]
 pub enum WriteOutcome {
     Created(LinkInfo),
@@ -283,8 +301,10 @@ pub enum Fetched {
 /// scope's owner.
 #[derive(Debug)]
 pub enum ApiMsg {
-    /// Execute a write (or API read) on the key's owner.
+    /// Execute a change on the key's owner.
     Write { reply: ReplyTo, req: WriteReq },
+    /// Answer a read on the key's owner.
+    Read { reply: ReplyTo, req: ReadReq },
     /// Its result, back to the core that holds the HTTP request (or the flight).
     WriteDone {
         reply: ReplyTo,

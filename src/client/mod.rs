@@ -17,7 +17,7 @@ use crate::http::encode::{self, Conn as Persist, Framing, Response};
 use crate::http::parse::{Method, Request};
 use crate::http::status::Status;
 use crate::key::InlineKey;
-use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReplyTo, WriteOutcome, WriteReq};
+use crate::mesh::{ApiMsg, LinkInfo, Mesh, OwnerAsk, ReadReq, ReplyTo, WriteOutcome, WriteReq};
 use crate::router::Router;
 use creates::Creates;
 use std::sync::Arc;
@@ -411,16 +411,18 @@ impl ApiClient {
             p.detail = "click analytics is off on this server (--analytics off)".into();
             return Err(p);
         }
-        let (op, wreq) = if req.method == Method::Delete {
-            (ApiOp::ResetStats, WriteReq::ResetStats { key: ikey })
+        let (op, ask) = if req.method == Method::Delete {
+            let reset = WriteReq::ResetStats { key: ikey };
+            (ApiOp::ResetStats, OwnerAsk::Write(reset))
         } else {
             let today = shards::clicks::day_of(now_s);
             let q = crate::analytics::stats::parse_query(req.query, ikey, today)?;
-            (ApiOp::Stats(Box::new(q)), WriteReq::StatsOf { key: ikey })
+            let exists = ReadReq::StatsOf { key: ikey };
+            (ApiOp::Stats(Box::new(q)), OwnerAsk::Read(exists))
         };
         let reply = defer(out, op);
         let owner = self.router.owner(key).core;
-        mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
+        mesh.deliver(owner, ask.message(reply));
         Ok(())
     }
 
@@ -437,23 +439,10 @@ impl ApiClient {
         mesh: &mut Mesh,
     ) -> Result<(), Problem> {
         let ikey = valid_key(key)?;
-        let (op, wreq) = match req.method {
-            Method::Get => (ApiOp::Get, WriteReq::Get { key: ikey }),
-            Method::Delete => (ApiOp::Delete, WriteReq::Delete { key: ikey }),
-            _ => {
-                let p = parse_patch(body, now_s)?;
-                let wreq = WriteReq::Patch {
-                    key: ikey,
-                    target: p.long_url.map(Arc::from),
-                    expiry: p.expiry,
-                    status: p.redirect_status,
-                };
-                (ApiOp::Patch, wreq)
-            }
-        };
+        let (op, ask) = item_ask(req.method, ikey, body, now_s)?;
         let reply = defer(out, op);
         let owner = self.router.owner(key).core;
-        mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
+        mesh.deliver(owner, ask.message(reply));
         Ok(())
     }
 
@@ -782,6 +771,30 @@ pub(crate) fn encode_problem(
         body: &body,
     };
     encode::encode_response(out, &r, f);
+}
+
+/// What `GET`, `DELETE` or `PATCH` of one link asks of its owner (a PATCH's body parsed), with
+/// the operation that answers it; shared by the native and the Shlink API.
+pub(crate) fn item_ask(
+    method: Method,
+    key: InlineKey,
+    body: &[u8],
+    now_s: u64,
+) -> Result<(ApiOp, OwnerAsk), Problem> {
+    Ok(match method {
+        Method::Get => (ApiOp::Get, OwnerAsk::Read(ReadReq::Get { key })),
+        Method::Delete => (ApiOp::Delete, OwnerAsk::Write(WriteReq::Delete { key })),
+        _ => {
+            let p = parse_patch(body, now_s)?;
+            let patch = WriteReq::Patch {
+                key,
+                target: p.long_url.map(Arc::from),
+                expiry: p.expiry,
+                status: p.redirect_status,
+            };
+            (ApiOp::Patch, OwnerAsk::Write(patch))
+        }
+    })
 }
 
 /// A key of the item path: 404 when it cannot be one.

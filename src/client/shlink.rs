@@ -17,13 +17,12 @@ use serde_json::{json, Map, Value};
 use super::listing::ListWalk;
 use super::{ApiClient, ApiOp, Defer, MAX_CREATE_TRIES};
 use crate::api::problem::Problem;
-use crate::api::request::{parse_create, parse_patch};
+use crate::api::request::parse_create;
 use crate::api::timefmt::format_rfc3339_utc;
 use crate::http::encode::{self, Conn as Persist, Framing, Response};
 use crate::http::{Method, Request, Status};
 use crate::key::InlineKey;
-use crate::mesh::{ApiMsg, LinkInfo, Mesh, WriteOutcome, WriteReq};
-use std::sync::Arc;
+use crate::mesh::{LinkInfo, Mesh, WriteOutcome};
 
 /// Where Shlink's API lives.
 pub const SHLINK_PREFIX: &[u8] = b"/rest/";
@@ -396,24 +395,16 @@ impl ApiClient {
         else {
             return Err(ShlinkError::not_found(Some(&String::from_utf8_lossy(code))));
         };
-        let (op, wreq) = match method {
-            Method::Get => (ApiOp::Get, WriteReq::Get { key: ikey }),
-            Method::Delete => (ApiOp::Delete, WriteReq::Delete { key: ikey }),
-            _ => {
-                let p = native_body(body, false)?;
-                let p = parse_patch(&p, now_s).map_err(|p| ShlinkError::from_native(&p))?;
-                let wreq = WriteReq::Patch {
-                    key: ikey,
-                    target: p.long_url.map(Arc::from),
-                    expiry: p.expiry,
-                    status: p.redirect_status,
-                };
-                (ApiOp::Patch, wreq)
-            }
+        // Only a PATCH has a body: Shlink's fields, in the native API's names.
+        let native = match method {
+            Method::Get | Method::Delete => Vec::new(),
+            _ => native_body(body, false)?,
         };
+        let (op, ask) = super::item_ask(method, ikey, &native, now_s)
+            .map_err(|p| ShlinkError::from_native(&p))?;
         let reply = defer(out, ApiOp::Shlink(Box::new(op), 0, 0));
         let owner = self.router.owner(code).core;
-        mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
+        mesh.deliver(owner, ask.message(reply));
         Ok(())
     }
 

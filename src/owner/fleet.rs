@@ -365,7 +365,6 @@ impl Owner {
             WriteReq::ResetStats { .. } => LinkWrite::ResetStats {
                 key: key.as_str().to_owned(),
             },
-            _ => unreachable!("only creates, patches, deletes and stats resets go to the database"),
         };
         if let Some(r) = fleet.stats.refused() {
             let outcome = match r {

@@ -196,7 +196,9 @@ mod tests {
     use super::*;
     use crate::api::request::ExpiryUpdate;
     use crate::mesh::WriteOutcome;
-    use crate::mesh::{ApiMsg, CacheMsg, Doorbells, MeshMsg, MeshQueues, WriteReq};
+    use crate::mesh::{
+        ApiMsg, CacheMsg, Doorbells, MeshMsg, MeshQueues, OwnerAsk, ReadReq, WriteReq,
+    };
     use crate::owner::writes::{Faults, Writes};
     use ::fleet::links as fleet_links;
     use proptest::prelude::*;
@@ -319,9 +321,13 @@ mod tests {
         }
 
         fn ask(&mut self, seq: u32, req: WriteReq, want: Want) {
+            self.ask_owner(seq, req.key(), OwnerAsk::Write(req), want);
+        }
+
+        fn ask_owner(&mut self, seq: u32, key: InlineKey, ask: OwnerAsk, want: Want) {
             let reply = ReplyTo::request(ASKER as u16, 0, 0, seq);
-            self.due.insert(seq, (req.key(), want));
-            self.asker.send(OWNER, ApiMsg::Write { reply, req });
+            self.due.insert(seq, (key, want));
+            self.asker.send(OWNER, ask.message(reply));
             self.pump();
         }
 
@@ -334,6 +340,9 @@ mod tests {
                     match m {
                         MeshMsg::Api(ApiMsg::Write { reply, req }) => {
                             self.owner.on_write(reply, req, 100, &mut self.mesh)
+                        }
+                        MeshMsg::Api(ApiMsg::Read { reply, req }) => {
+                            self.owner.on_api_read(reply, req, 100, &mut self.mesh)
                         }
                         MeshMsg::Cache(CacheMsg::InvalidateAck {
                             token,
@@ -473,7 +482,8 @@ mod tests {
                         Some(u) => Want::Link("found", u.clone()),
                         None => Want::NotFound,
                     };
-                    rig.ask(seq, WriteReq::Get { key: keys[*k] }, want);
+                    let get = OwnerAsk::Read(ReadReq::Get { key: keys[*k] });
+                    rig.ask_owner(seq, keys[*k], get, want);
                     assert!(!rig.due.contains_key(&seq), "a read is answered at once");
                     continue;
                 }

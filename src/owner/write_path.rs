@@ -8,7 +8,7 @@ use super::writes::{Durable, MemEntry, Then, MAX_HELD_WRITES, MAX_QUEUED_WRITES_
 use super::Owner;
 use crate::api::request::ExpiryUpdate;
 use crate::key::InlineKey;
-use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReplyTo, WriteOutcome, WriteReq};
+use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReadReq, ReplyTo, WriteOutcome, WriteReq};
 use shards::log::{Batch, LinkFields, LogOpRef};
 use std::io;
 use std::os::fd::RawFd;
@@ -31,79 +31,67 @@ type Planned = (
 );
 
 impl Owner {
-    /// Executes a write (or an API read) on this core, which owns its key: a read is answered
-    /// from what the core holds; a write waits its turn behind the key's write in flight, then
-    /// is judged by the fleet database (fleet mode) or here, and logged.
+    /// Executes a change on this core, which owns its key: it waits its turn behind the key's
+    /// write in flight, then is judged by the fleet database (fleet mode) or here, and logged.
+    /// A single node's stats reset logs nothing and waits for no write.
     pub fn on_write(&mut self, reply: ReplyTo, req: WriteReq, now_s: u64, mesh: &mut Mesh) {
-        let Some(req) = self.answer_if_read(reply, req, now_s, mesh) else {
-            return;
-        };
+        if let (WriteReq::ResetStats { key }, None) = (&req, &self.fleet) {
+            return self.reset_stats_here(reply, *key, mesh);
+        }
         let Some(req) = self.admit(reply, req, mesh) else {
             return;
         };
-        if self.fleet.is_some() && req.is_change() {
+        if self.fleet.is_some() {
             // The fleet database judges it (`fleet.rs`); the key waits like any in flight.
             return self.submit_fleet_write(reply, req, mesh);
         }
         self.write_locally(reply, req, now_s, mesh);
     }
 
-    /// Answers `req` if it is a read (or a stats reset, which logs nothing in a single node);
-    /// gives it back if it is a write.
-    fn answer_if_read(
-        &mut self,
-        reply: ReplyTo,
-        req: WriteReq,
-        now_s: u64,
-        mesh: &mut Mesh,
-    ) -> Option<WriteReq> {
+    /// Answers an API read from what this core holds; in fleet mode, a link it does not hold
+    /// (yet) may exist, and is asked of the database.
+    pub fn on_api_read(&mut self, reply: ReplyTo, req: ReadReq, now_s: u64, mesh: &mut Mesh) {
         let key = req.key();
         let shard = self.router.owner(key.as_bytes()).shard;
-        let outcome = match &req {
-            WriteReq::Get { .. }
-                if self.reads_through() && self.link_info(shard, &key, now_s).is_none() =>
-            {
-                // Fleet mode: a link this node does not hold (yet) may exist; ask.
-                let waiter = super::fleet::ReadWaiter::Get(reply);
-                self.read_through(waiter, key, now_s, mesh);
-                return None;
-            }
-            WriteReq::StatsOf { .. }
-                if self.reads_through() && self.link_info(shard, &key, 0).is_none() =>
-            {
-                let waiter = super::fleet::ReadWaiter::StatsOf(reply);
-                self.read_through(waiter, key, now_s, mesh);
-                return None;
-            }
-            WriteReq::Get { .. } => found(self.link_info(shard, &key, now_s)),
-            WriteReq::Replay {
+        // Expired links keep their stats: a stats read judges them as if at time 0.
+        let at = match req {
+            ReadReq::StatsOf { .. } => 0,
+            ReadReq::Get { .. } | ReadReq::Replay { .. } => now_s,
+        };
+        let link = self.link_info(shard, &key, at);
+        if link.is_none() && self.reads_through() {
+            let waiter = match req {
+                ReadReq::StatsOf { .. } => super::fleet::ReadWaiter::StatsOf(reply),
+                // A replay is never read through: its scope's records are this node's.
+                ReadReq::Replay { .. } => return answer(mesh, reply, WriteOutcome::NotFound),
+                ReadReq::Get { .. } => super::fleet::ReadWaiter::Get(reply),
+            };
+            return self.read_through(waiter, key, now_s, mesh);
+        }
+        let link = match req {
+            ReadReq::Replay {
                 created_at_s,
                 created_tag,
                 ..
-            } => found(self.link_info(shard, &key, now_s).filter(|i| {
+            } => link.filter(|i| {
                 shards::link::same_creation(
                     (i.created_at_s, i.created_tag),
-                    (*created_at_s, *created_tag),
+                    (created_at_s, created_tag),
                 )
-            })),
-            // Expired links keep their stats: judged as if at time 0.
-            WriteReq::StatsOf { .. } => found(self.link_info(shard, &key, 0)),
-            // In fleet mode the database judges it and tells every node: a write.
-            WriteReq::ResetStats { .. } if self.fleet.is_none() => {
-                if self.link_info(shard, &key, 0).is_none() {
-                    WriteOutcome::NotFound
-                } else {
-                    // Nothing to log: the stats live with the aggregator, which makes the
-                    // purge durable before the 204.
-                    let deleted = WriteOutcome::Deleted;
-                    self.broadcast_invalidate(key, reply, deleted, true, mesh);
-                    return None;
-                }
-            }
-            _ => return Some(req),
+            }),
+            ReadReq::Get { .. } | ReadReq::StatsOf { .. } => link,
         };
-        mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
-        None
+        answer(mesh, reply, found(link));
+    }
+
+    /// A single node's stats reset: nothing to log (the stats live with the aggregator, which
+    /// makes the purge durable before the 204).
+    fn reset_stats_here(&mut self, reply: ReplyTo, key: InlineKey, mesh: &mut Mesh) {
+        let shard = self.router.owner(key.as_bytes()).shard;
+        if self.link_info(shard, &key, 0).is_none() {
+            return answer(mesh, reply, WriteOutcome::NotFound);
+        }
+        self.broadcast_invalidate(key, reply, WriteOutcome::Deleted, true, mesh);
     }
 
     /// Lets a write start now, or holds it (a compaction drains the log), queues it behind its
@@ -187,10 +175,7 @@ impl Owner {
                 return self.log_delete(reply, shard, key, mesh);
             }
             WriteReq::Delete { .. } => None,
-            WriteReq::Get { .. }
-            | WriteReq::Replay { .. }
-            | WriteReq::ResetStats { .. }
-            | WriteReq::StatsOf { .. } => unreachable!("answered by answer_if_read"),
+            WriteReq::ResetStats { .. } => unreachable!("a single node's reset logs nothing"),
         };
         let Some((planned, idem)) = planned else {
             // A create of a key that exists, a change of one that does not.
@@ -454,6 +439,11 @@ impl Owner {
             }
         }
     }
+}
+
+/// Sends `outcome` to the core `reply` names.
+fn answer(mesh: &mut Mesh, reply: ReplyTo, outcome: WriteOutcome) {
+    mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
 }
 
 /// A read's outcome: the link, or 404.
