@@ -628,7 +628,7 @@ impl CoreParts<'_> {
         log: crate::recovery::CoreLog,
         mut api: crate::client::ApiClient,
         fleet: Option<(
-            crate::owner::fleet::FleetLinks,
+            crate::owner::fleet_state::FleetLinks,
             crate::service::Inbox<crate::fleet_mode::messages::FleetToCore>,
         )>,
         clicks: Option<crate::analytics::CoreClicks>,
@@ -731,7 +731,7 @@ fn spawn_cores(
     write: &WriteSide,
     links: &mut Links,
     fleet_cores: Vec<(
-        crate::owner::fleet::FleetLinks,
+        crate::owner::fleet_state::FleetLinks,
         crate::service::Inbox<crate::fleet_mode::messages::FleetToCore>,
     )>,
     per_core: Vec<Option<crate::analytics::CoreClicks>>,
@@ -947,7 +947,7 @@ fn start_fleet_links(
     secret: [u8; 32],
 ) -> anyhow::Result<
     Vec<(
-        crate::owner::fleet::FleetLinks,
+        crate::owner::fleet_state::FleetLinks,
         crate::service::Inbox<crate::fleet_mode::messages::FleetToCore>,
     )>,
 > {
@@ -1008,7 +1008,7 @@ fn start_fleet_links(
     Ok(inboxes
         .into_iter()
         .map(|inbox| {
-            let links = crate::owner::fleet::FleetLinks::new(
+            let links = crate::owner::fleet_state::FleetLinks::new(
                 writer.clone(),
                 reader.clone(),
                 ack_tx.clone(),

@@ -20,6 +20,8 @@
 //! `unconfirmed` keeps such an entry from being folded away (`compaction.rs`) until the feed
 //! itself has delivered that version, after which no older poll can still be in flight.
 
+use super::fleet_state::{FleetLinks, ReadFlight, ReadRow, ReadWaiter};
+use super::fleet_state::{MAX_READS_IN_FLIGHT, MAX_READ_WAITERS_PER_KEY};
 use super::writes::{Durable, MemEntry, Then};
 use super::Owner;
 use crate::api::request::ExpiryUpdate;
@@ -29,118 +31,12 @@ use crate::mesh::{Answer, Fetched, RedirectMsg, Target};
 use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReplyTo, WriteOutcome, WriteReq};
 use fleet::ceiling::Ceilings;
 use fleet::links::{
-    ExpiryChange, LinkWrite, LinkWritten, ReadAnswer, ReadJob, ReaderHandle, Stored, WriteAnswer,
-    WriteJob, WriterHandle,
+    ExpiryChange, LinkWrite, LinkWritten, ReadAnswer, ReadJob, Stored, WriteAnswer, WriteJob,
 };
-use shards::keygen::KeyGen;
 use shards::link::RedirectStatus;
 use shards::log::{LinkFields, LogOpRef};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// The floor of a key whose write was at the database when a regeneration swapped the node's
-/// tables: the new generation holds the key as a snapshot saw it, at a version the node does
-/// not know. The answer is then not applied; the feed, which resumes from before the
-/// snapshot, brings the key's newest state.
-pub const SUPERSEDED_BY_REGENERATION: u64 = u64::MAX;
-
-/// Lookups one key may have waiting for the database; more answer 503 at once.
-pub const MAX_READ_WAITERS_PER_KEY: usize = 1024;
-
-/// Keys one core may have waiting for the database at once; more answer 503 at once.
-pub const MAX_READS_IN_FLIGHT: usize = 8192;
-
-/// Who waits for a read-through: a redirect lookup, or an API read of the link (`GET
-/// /api/v1/urls/{key}`, or the stats API's existence check, for which an expired link still
-/// exists).
-#[derive(Clone, Copy, Debug)]
-pub enum ReadWaiter {
-    Redirect(ReplyTo),
-    Get(ReplyTo),
-    StatsOf(ReplyTo),
-}
-
-/// Lookups of one key waiting for the database (single-flight). `asked` were waiting when its
-/// query was queued; `later` came after, and a "not found" from that query is not theirs to
-/// share: the link may have been created in between (a 201 they saw).
-struct ReadFlight {
-    asked: Vec<ReadWaiter>,
-    later: Vec<ReadWaiter>,
-}
-
-/// A row the database gave a read-through, or that it could not answer.
-type ReadRow = Result<Option<(fleet::links::LinkState, bool)>, ()>;
-
-/// One core's fleet state.
-pub struct FleetLinks {
-    writer: WriterHandle,
-    reader: ReaderHandle,
-    reads: HashMap<InlineKey, ReadFlight, ahash::RandomState>,
-    /// Writes sent to the database, by token.
-    pending: HashMap<u64, (ReplyTo, WriteReq)>,
-    next_token: u64,
-    acks: crossbeam::channel::Sender<FeedAck>,
-    /// Feed batches being applied: rows left, and whether one failed.
-    pub(super) batches: HashMap<u64, (usize, bool)>,
-    /// Keys whose API write this node committed at the version given and the feed has not
-    /// delivered yet: their memtable entry is not folded away (see the module doc).
-    pub unconfirmed: HashMap<InlineKey, u64, ahash::RandomState>,
-    /// Keys with a write at the database: the newest version this core applied for each since
-    /// it was sent ([`SUPERSEDED_BY_REGENERATION`] after a regeneration's swap). An answer
-    /// not above it is older than what the node already holds, whether or not that state is
-    /// still in the memtable (a compaction or a swap may have folded a tombstone away), and is
-    /// not applied (issue #24, hole 3).
-    pub(super) floors: HashMap<InlineKey, u64, ahash::RandomState>,
-    /// The namespaces' ceilings as last read (`fleet_mode::follower`), and what decodes a generated
-    /// key to its ID: a miss whose ID is above every ceiling of a fresh read is answered 404
-    /// without a query ([`Owner::read_through`]).
-    ceilings: Option<Arc<Ceilings>>,
-    keygen: Arc<KeyGen>,
-    stats: Arc<fleet::FleetStats>,
-}
-
-impl FleetLinks {
-    pub fn new(
-        writer: WriterHandle,
-        reader: ReaderHandle,
-        acks: crossbeam::channel::Sender<FeedAck>,
-        keygen: Arc<KeyGen>,
-        stats: Arc<fleet::FleetStats>,
-    ) -> FleetLinks {
-        FleetLinks {
-            writer,
-            reader,
-            reads: HashMap::default(),
-            pending: HashMap::new(),
-            next_token: 0,
-            acks,
-            batches: HashMap::new(),
-            unconfirmed: HashMap::default(),
-            floors: HashMap::default(),
-            ceilings: None,
-            keygen,
-            stats,
-        }
-    }
-
-    /// A new read of the namespaces' ceilings.
-    pub fn on_ceilings(&mut self, c: Arc<Ceilings>) {
-        self.ceilings = Some(c);
-    }
-
-    /// Whether `key` is a generated key that cannot have been issued yet: its ID is above
-    /// every namespace's ceiling in a read sent less than `HIGH_WATER_FRESH_MS` ago. Fleet
-    /// nodes refuse custom aliases of the generated shape, so such a key has no link.
-    fn never_issued(&self, key: &InlineKey, now: Instant) -> bool {
-        let Some(c) = self.ceilings.as_deref().filter(|c| c.is_fresh(now)) else {
-            return false;
-        };
-        self.keygen
-            .id_for(key.as_bytes())
-            .is_some_and(|id| !c.may_be_issued(id))
-    }
-}
 
 impl Owner {
     /// Fleet mode: writes go through the fleet database.
@@ -561,7 +457,7 @@ impl Owner {
         };
         fleet.batches.insert(batch, (keys.len() + 1, false));
         for key in keys {
-            self.invalidate_then(key, super::purge::Waiter::Feed(batch), true, mesh);
+            self.invalidate_then(key, super::purge_state::Waiter::Feed(batch), true, mesh);
         }
         self.feed_row_done(batch, true);
     }
@@ -646,7 +542,7 @@ impl Owner {
         purge: bool,
         mesh: &mut Mesh,
     ) {
-        self.invalidate_then(key, super::purge::Waiter::Feed(batch), purge, mesh)
+        self.invalidate_then(key, super::purge_state::Waiter::Feed(batch), purge, mesh)
     }
 
     /// One row of `batch` is applied (or failed); the last one acknowledges the batch.

@@ -11,13 +11,19 @@
 //! - `fold.rs`: the fold itself (runs on a compaction thread).
 //! - `fleet.rs`: fleet mode: writes judged by the fleet database, change feed rows applied.
 //! - `regen.rs`: fleet mode: a new table generation from a database snapshot, swapped in live.
+//! - `purge.rs`: the invalidations (and click purges) a PATCH or DELETE waits for.
+//! - `fleet_state.rs`, `purge_state.rs`, `regen_state.rs`: the state `Owner` holds for those
+//!   roles, in files of their own so that nothing the owner holds imports the owner back.
 
 pub mod compaction;
 pub mod fleet;
+pub mod fleet_state;
 pub mod fold;
 pub mod listing;
 mod purge;
+mod purge_state;
 pub mod regen;
+mod regen_state;
 pub mod store;
 mod write_path;
 pub mod writes;
@@ -51,16 +57,16 @@ pub struct Owner {
     /// log (their previous home) is deleted.
     relog_seq: u64,
     /// PATCH/DELETE answers waiting for every other core's LRU invalidation ack.
-    invalidations: HashMap<u64, purge::Invalidation>,
+    invalidations: HashMap<u64, purge_state::Invalidation>,
     /// Click analytics: this core's aggregator, the deletes waiting for their stats purge, and
     /// purges its full queue could not take yet (`purge.rs`).
     clicks: Option<crossbeam::channel::Sender<crate::analytics::Control>>,
-    purging: HashMap<u64, purge::Waiter>,
+    purging: HashMap<u64, purge_state::Waiter>,
     unsent_purges: std::collections::VecDeque<crate::analytics::Control>,
     /// Fleet mode: the link writer, writes waiting for the database, the feed's batches.
-    fleet: Option<fleet::FleetLinks>,
+    fleet: Option<fleet_state::FleetLinks>,
     /// Fleet mode: where this core is in a live regeneration of its links (`regen.rs`).
-    regen: Option<regen::Regen>,
+    regen: Option<regen_state::Regen>,
     next_token: u64,
     /// Tags this owner's creations within their second (`shards::link::CREATION_TAG_MASK`).
     creations: shards::link::CreationTag,
@@ -153,7 +159,7 @@ impl Owner {
         debug_assert_eq!(owner.core, self.me, "lookups go to the owner");
         let answer = self.local_answer(owner.shard, key.as_bytes(), now_s);
         if answer.is_none() && self.reads_through() {
-            return self.read_through(fleet::ReadWaiter::Redirect(reply), key, now_s, mesh);
+            return self.read_through(fleet_state::ReadWaiter::Redirect(reply), key, now_s, mesh);
         }
         mesh.deliver(reply.core(), RedirectMsg::Answer { reply, key, answer });
     }
@@ -661,7 +667,7 @@ mod tests {
         let mut rig = Rig::compacting_at(usize::MAX);
         let (ack_tx, acks) = crossbeam::channel::bounded(16);
         let secret = [7u8; 32];
-        rig.owner.set_fleet(fleet::FleetLinks::new(
+        rig.owner.set_fleet(fleet_state::FleetLinks::new(
             fleet_links::WriterHandle::closed(),
             fleet_links::ReaderHandle::closed(),
             ack_tx,
@@ -881,7 +887,7 @@ mod tests {
         let mut rig = Rig::in_data_dir();
         let (ack_tx, acks) = crossbeam::channel::bounded(1024);
         let (writer, mut jobs) = fleet_links::WriterHandle::capturing(1024);
-        rig.owner.set_fleet(fleet::FleetLinks::new(
+        rig.owner.set_fleet(fleet_state::FleetLinks::new(
             writer,
             fleet_links::ReaderHandle::closed(),
             ack_tx,

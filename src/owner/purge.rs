@@ -9,25 +9,11 @@
 //! aggregator drops the old link's clicks that arrive late by those numbers
 //! (`analytics::aggregator`).
 
+use super::purge_state::{Invalidation, Waiter};
 use super::Owner;
 use crate::analytics::Control;
 use crate::key::InlineKey;
 use crate::mesh::{ApiMsg, CacheMsg, Mesh, ReplyTo, WriteOutcome};
-
-/// Who waits for an invalidation (and its purge): an API answer, or a change feed row.
-pub enum Waiter {
-    Api(ReplyTo, WriteOutcome),
-    /// Fleet mode: a row of feed batch `batch` (`fleet.rs`).
-    Feed(u64),
-}
-
-/// An answer waiting for invalidation acks.
-pub struct Invalidation {
-    left: usize,
-    waiter: Waiter,
-    /// For a purge: the key and each core's last click message before it.
-    purge: Option<(InlineKey, Vec<u64>)>,
-}
 
 impl Owner {
     /// Clicks of this core's keys are purged through `control` (its aggregator).

@@ -20,31 +20,11 @@
 //! between leaves `fleet-regenerate`'s marker, and the next start bootstraps from scratch.
 
 use super::fold::{folding_path, unchanged};
-use super::writes::MemEntry;
+use super::regen_state::Regen;
 use super::Owner;
 use crate::api::idempotency::IdemTable;
 use crate::fleet_mode::messages::RegenStep;
-use crate::key::InlineKey;
 use crate::mesh::Mesh;
-use shards::table::Table;
-use std::collections::HashMap;
-
-/// Where this core is in a regeneration.
-pub enum Regen {
-    /// Asked to rotate (feed batch `batch` is acknowledged once it has).
-    Rotating { batch: u64 },
-    /// Rotated: the memtable as it was then. No compaction starts until the swap.
-    Rotated {
-        snapshot: HashMap<InlineKey, MemEntry, ahash::RandomState>,
-    },
-    /// The new tables arrived; swapped in once the idempotency records re-logged at the
-    /// rotation are durable (their previous home, `.folding`, goes at the swap).
-    Swapping {
-        batch: u64,
-        snapshot: HashMap<InlineKey, MemEntry, ahash::RandomState>,
-        tables: Vec<(u32, Table)>,
-    },
-}
 
 impl Owner {
     /// A step of a regeneration, from the follower.
@@ -164,7 +144,7 @@ impl Owner {
             f.unconfirmed.retain(|k, _| memtable.contains_key(k));
             // A write still at the database may be older than what the new tables hold.
             for floor in f.floors.values_mut() {
-                *floor = super::fleet::SUPERSEDED_BY_REGENERATION;
+                *floor = super::fleet_state::SUPERSEDED_BY_REGENERATION;
             }
         }
         let dir = &self.compaction.data_dir;

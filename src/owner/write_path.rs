@@ -61,10 +61,10 @@ impl Owner {
         let link = self.link_info(shard, &key, at);
         if link.is_none() && self.reads_through() {
             let waiter = match req {
-                ReadReq::StatsOf { .. } => super::fleet::ReadWaiter::StatsOf(reply),
+                ReadReq::StatsOf { .. } => super::fleet_state::ReadWaiter::StatsOf(reply),
                 // A replay is never read through: its scope's records are this node's.
                 ReadReq::Replay { .. } => return answer(mesh, reply, WriteOutcome::NotFound),
-                ReadReq::Get { .. } => super::fleet::ReadWaiter::Get(reply),
+                ReadReq::Get { .. } => super::fleet_state::ReadWaiter::Get(reply),
             };
             return self.read_through(waiter, key, now_s, mesh);
         }

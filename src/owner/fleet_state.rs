@@ -1,0 +1,116 @@
+//! Fleet mode's state on an owner core ([`FleetLinks`]): writes at the database, reads through
+//! to it, feed batches being applied, versions not yet confirmed by the feed. The owner's
+//! methods that use it are in `fleet.rs`.
+
+use crate::fleet_mode::messages::FeedAck;
+use crate::key::InlineKey;
+use crate::mesh::{ReplyTo, WriteReq};
+use fleet::ceiling::Ceilings;
+use fleet::links::{ReaderHandle, WriterHandle};
+use shards::keygen::KeyGen;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The floor of a key whose write was at the database when a regeneration swapped the node's
+/// tables: the new generation holds the key as a snapshot saw it, at a version the node does
+/// not know. The answer is then not applied; the feed, which resumes from before the
+/// snapshot, brings the key's newest state.
+pub const SUPERSEDED_BY_REGENERATION: u64 = u64::MAX;
+
+/// Lookups one key may have waiting for the database; more answer 503 at once.
+pub const MAX_READ_WAITERS_PER_KEY: usize = 1024;
+
+/// Keys one core may have waiting for the database at once; more answer 503 at once.
+pub const MAX_READS_IN_FLIGHT: usize = 8192;
+
+/// Who waits for a read-through: a redirect lookup, or an API read of the link (`GET
+/// /api/v1/urls/{key}`, or the stats API's existence check, for which an expired link still
+/// exists).
+#[derive(Clone, Copy, Debug)]
+pub enum ReadWaiter {
+    Redirect(ReplyTo),
+    Get(ReplyTo),
+    StatsOf(ReplyTo),
+}
+
+/// Lookups of one key waiting for the database (single-flight). `asked` were waiting when its
+/// query was queued; `later` came after, and a "not found" from that query is not theirs to
+/// share: the link may have been created in between (a 201 they saw).
+pub(super) struct ReadFlight {
+    pub(super) asked: Vec<ReadWaiter>,
+    pub(super) later: Vec<ReadWaiter>,
+}
+
+/// A row the database gave a read-through, or that it could not answer.
+pub(super) type ReadRow = Result<Option<(fleet::links::LinkState, bool)>, ()>;
+
+/// One core's fleet state.
+pub struct FleetLinks {
+    pub(super) writer: WriterHandle,
+    pub(super) reader: ReaderHandle,
+    pub(super) reads: HashMap<InlineKey, ReadFlight, ahash::RandomState>,
+    /// Writes sent to the database, by token.
+    pub(super) pending: HashMap<u64, (ReplyTo, WriteReq)>,
+    pub(super) next_token: u64,
+    pub(super) acks: crossbeam::channel::Sender<FeedAck>,
+    /// Feed batches being applied: rows left, and whether one failed.
+    pub(super) batches: HashMap<u64, (usize, bool)>,
+    /// Keys whose API write this node committed at the version given and the feed has not
+    /// delivered yet: their memtable entry is not folded away (see the module doc).
+    pub unconfirmed: HashMap<InlineKey, u64, ahash::RandomState>,
+    /// Keys with a write at the database: the newest version this core applied for each since
+    /// it was sent ([`SUPERSEDED_BY_REGENERATION`] after a regeneration's swap). An answer
+    /// not above it is older than what the node already holds, whether or not that state is
+    /// still in the memtable (a compaction or a swap may have folded a tombstone away), and is
+    /// not applied (issue #24, hole 3).
+    pub(super) floors: HashMap<InlineKey, u64, ahash::RandomState>,
+    /// The namespaces' ceilings as last read (`fleet_mode::follower`), and what decodes a generated
+    /// key to its ID: a miss whose ID is above every ceiling of a fresh read is answered 404
+    /// without a query ([`Owner::read_through`]).
+    pub(super) ceilings: Option<Arc<Ceilings>>,
+    pub(super) keygen: Arc<KeyGen>,
+    pub(super) stats: Arc<fleet::FleetStats>,
+}
+
+impl FleetLinks {
+    pub fn new(
+        writer: WriterHandle,
+        reader: ReaderHandle,
+        acks: crossbeam::channel::Sender<FeedAck>,
+        keygen: Arc<KeyGen>,
+        stats: Arc<fleet::FleetStats>,
+    ) -> FleetLinks {
+        FleetLinks {
+            writer,
+            reader,
+            reads: HashMap::default(),
+            pending: HashMap::new(),
+            next_token: 0,
+            acks,
+            batches: HashMap::new(),
+            unconfirmed: HashMap::default(),
+            floors: HashMap::default(),
+            ceilings: None,
+            keygen,
+            stats,
+        }
+    }
+
+    /// A new read of the namespaces' ceilings.
+    pub fn on_ceilings(&mut self, c: Arc<Ceilings>) {
+        self.ceilings = Some(c);
+    }
+
+    /// Whether `key` is a generated key that cannot have been issued yet: its ID is above
+    /// every namespace's ceiling in a read sent less than `HIGH_WATER_FRESH_MS` ago. Fleet
+    /// nodes refuse custom aliases of the generated shape, so such a key has no link.
+    pub(super) fn never_issued(&self, key: &InlineKey, now: Instant) -> bool {
+        let Some(c) = self.ceilings.as_deref().filter(|c| c.is_fresh(now)) else {
+            return false;
+        };
+        self.keygen
+            .id_for(key.as_bytes())
+            .is_some_and(|id| !c.may_be_issued(id))
+    }
+}
