@@ -5,6 +5,13 @@
 
 use crate::http::{Method, Request};
 
+/// Prefix of every native API path (`client`).
+pub const API_PREFIX: &[u8] = b"/api/";
+/// Where Shlink's REST API lives (`client::shlink`).
+pub const SHLINK_PREFIX: &[u8] = b"/rest/";
+/// Path prefix of the stats page and its assets (`analytics::page`).
+pub const PAGE_PREFIX: &[u8] = b"/stats/";
+
 /// What `OPTIONS *` allows: every method some path of the server takes.
 pub const SERVER_METHODS: &[u8] = b"GET, HEAD, POST, PATCH, DELETE, OPTIONS";
 /// What `OPTIONS /{key}` allows.
@@ -67,17 +74,17 @@ pub fn route<'a>(req: &Request<'a>) -> Route<'a> {
     if path == crate::api::openapi::OPENAPI_PATH && read {
         return Route::OpenApi;
     }
-    if path.starts_with(crate::analytics::page::PAGE_PREFIX) {
+    if path.starts_with(PAGE_PREFIX) {
         return if read {
             Route::StatsPage
         } else {
             Route::MethodNotAllowed(READ_METHODS)
         };
     }
-    if path.starts_with(crate::client::shlink::SHLINK_PREFIX) {
+    if path.starts_with(SHLINK_PREFIX) {
         return Route::ShlinkApi;
     }
-    if path.starts_with(crate::client::API_PREFIX) {
+    if path.starts_with(API_PREFIX) {
         return Route::Api;
     }
     match key() {

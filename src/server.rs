@@ -185,7 +185,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     }
     stop(handles, clicks.aggregators, &keywatch_stop)?;
     drop(write.allocator);
-    // Held to the end: a server started meanwhile would share the port with a draining one.
+    // LinksOrigin to the end: a server started meanwhile would share the port with a draining one.
     drop(port_lock);
     eprintln!("ricochet drained and stopped");
     Ok(())

@@ -69,3 +69,110 @@ fn a_planted_circle_is_found() {
     // The test module's import is not an arrow.
     assert!(!g["src/a/mod.rs"].contains_key("src/x.rs"));
 }
+
+/// The server's layers, lowest first: a file may import from its own layer and the ones
+/// below. Within `src/`, bottom-up: vocabulary and pure codecs; the API's pure half and
+/// routing (which owns the paths); the cores' messaging machinery and counters; the roles
+/// (with `Shared` and the `/metrics` renderer, which read every role's counters); the loop;
+/// start-up. The library crates sit below everything in `src/`.
+const LAYERS: &[&[&str]] = &[
+    &["shards/src/", "fleet/src/"],
+    &[
+        "src/http/",
+        "src/key.rs",
+        "src/clock.rs",
+        "src/target.rs",
+        "src/cache.rs",
+        "src/damped.rs",
+        "src/cpus.rs",
+        "src/test_faults.rs",
+        "src/idle.rs",
+    ],
+    &["src/api/", "src/route.rs"],
+    &[
+        "src/router.rs",
+        "src/mesh.rs",
+        "src/service.rs",
+        "src/metrics/mod.rs",
+    ],
+    &[
+        "src/shared.rs",
+        "src/metrics/encode.rs",
+        "src/owner/",
+        "src/flights.rs",
+        "src/client/",
+        "src/conns/",
+        "src/analytics/",
+        "src/fleet_mode/",
+        "src/probes.rs",
+        "src/recovery.rs",
+        "src/keywatch.rs",
+        "src/listener.rs",
+        "src/ring/",
+    ],
+    &["src/core.rs"],
+    &[
+        "src/server.rs",
+        "src/cli_config.rs",
+        "src/lib.rs",
+        "src/main.rs",
+    ],
+];
+
+/// Imports that run from a lower layer up, at most this many (issue 25: at most 2).
+const MAX_UPWARD_IMPORTS: usize = 2;
+
+/// The layer of `file` (index into [`LAYERS`]); a file in none fails the test.
+fn layer_of(file: &str) -> usize {
+    LAYERS
+        .iter()
+        .position(|l| l.iter().any(|p| file.starts_with(p)))
+        .unwrap_or_else(|| panic!("{file} is in no layer of LAYERS: place it"))
+}
+
+/// Every arrow from a file to a file of a higher layer, as `from -> to: names`.
+fn upward(g: &source::Graph) -> Vec<String> {
+    let mut up = Vec::new();
+    for (from, tos) in g {
+        for (to, names) in tos {
+            if layer_of(to) > layer_of(from) {
+                let names: Vec<&str> = names.iter().map(String::as_str).collect();
+                up.push(format!("{from} -> {to}: {}", names.join(", ")));
+            }
+        }
+    }
+    up
+}
+
+#[test]
+fn few_imports_run_from_a_lower_layer_up() {
+    let g = graph(Path::new(ROOT), CRATES);
+    let up = upward(&g);
+    eprintln!("{} upward imports:\n{}", up.len(), up.join("\n"));
+    assert!(
+        up.len() <= MAX_UPWARD_IMPORTS,
+        "{} imports run from a lower layer up (at most {MAX_UPWARD_IMPORTS}):\n{}",
+        up.len(),
+        up.join("\n")
+    );
+}
+
+/// The check sees an import from a lower layer up (a codec naming the loop), and not one
+/// going down.
+#[test]
+fn a_planted_upward_import_is_found() {
+    let mut g = source::Graph::new();
+    let arrow = |g: &mut source::Graph, from: &str, to: &str| {
+        let names = g.entry(from.to_owned()).or_default();
+        names
+            .entry(to.to_owned())
+            .or_default()
+            .insert("X".to_owned());
+    };
+    arrow(&mut g, "src/http/parse.rs", "src/core.rs");
+    arrow(&mut g, "src/core.rs", "src/http/parse.rs");
+    assert_eq!(
+        upward(&g),
+        vec!["src/http/parse.rs -> src/core.rs: X".to_owned()]
+    );
+}

@@ -4,8 +4,7 @@
 //! Content-Security-Policy allows only this origin's script, style and fetches: no inline
 //! code, no CDN, no frames.
 
-/// Path prefix of the page and its assets.
-pub const PAGE_PREFIX: &[u8] = b"/stats/";
+pub use crate::route::PAGE_PREFIX;
 
 /// The policy every answer under [`PAGE_PREFIX`] carries.
 pub const CONTENT_SECURITY_POLICY: &[u8] = b"default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";

@@ -23,8 +23,7 @@ use creates::Creates;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Prefix of every API path.
-pub const API_PREFIX: &[u8] = b"/api/";
+pub use crate::route::API_PREFIX;
 const URLS: &[u8] = b"/api/v1/urls";
 /// The server-wide click stats.
 const GLOBAL_STATS: &[u8] = b"/api/v1/stats";

@@ -24,8 +24,7 @@ use crate::http::{Method, Request, Status};
 use crate::key::InlineKey;
 use crate::mesh::{LinkInfo, Mesh, WriteOutcome};
 
-/// Where Shlink's API lives.
-pub const SHLINK_PREFIX: &[u8] = b"/rest/";
+pub use crate::route::SHLINK_PREFIX;
 const SHORT_URLS: &[u8] = b"/rest/v3/short-urls";
 const HEALTH: &[&[u8]] = &[b"/rest/v3/health", b"/rest/health"];
 

@@ -96,8 +96,8 @@ pub struct Conn {
     pub dirty: bool,
     /// `100 Continue` was sent for the request whose body is arriving (sent once).
     pub continue_sent: bool,
-    /// Input waits in `inbuf` because the mesh was congested; queued in `Conns::held`.
-    pub held: bool,
+    /// Input waits in `inbuf` because the mesh was congested; queued in `Conns::outbox_waiters`.
+    pub outbox_wait: bool,
     /// The request-duration clock of the batch being answered: when its first request was
     /// received (µs on the core's clock; 0: none) and how many requests it holds.
     pub batch_started_us: u64,
@@ -122,7 +122,7 @@ impl Conn {
             deadline_ms: 0,
             dirty: false,
             continue_sent: false,
-            held: false,
+            outbox_wait: false,
             batch_started_us: 0,
             batch_requests: 0,
             peer: [0; 16],

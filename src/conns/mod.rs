@@ -78,7 +78,7 @@ pub struct Conns {
     /// Connections whose recv ran out of buffers.
     starved: Vec<u32>,
     /// Connections whose input waits for the mesh outbox to drain.
-    held: Vec<u32>,
+    outbox_waiters: Vec<u32>,
     /// The mesh outbox is congested (`Mesh::congested`): parse no new requests.
     congested: bool,
     /// Socket operations for the core loop to push into the ring.
@@ -123,7 +123,7 @@ impl Conns {
             pool: BufPool::new(),
             dirty: Vec::with_capacity(1024),
             starved: Vec::new(),
-            held: Vec::new(),
+            outbox_waiters: Vec::new(),
             congested: false,
             sqes: Vec::with_capacity(1024),
             recycle: Vec::with_capacity(1024),
@@ -176,9 +176,9 @@ impl Conns {
         if congested {
             return;
         }
-        while let Some(slot) = self.held.pop() {
+        while let Some(slot) = self.outbox_waiters.pop() {
             let c = &mut self.slots[slot as usize];
-            c.held = false;
+            c.outbox_wait = false;
             if c.is_live() && !c.is_closing() && !c.busy() && !c.inbuf.is_empty() {
                 self.process_inbuf(slot, env);
             }
@@ -250,7 +250,7 @@ impl Conns {
         c.sent = 0;
         c.answers.clear();
         c.dirty = false;
-        c.held = false;
+        c.outbox_wait = false;
         c.continue_sent = false;
         c.peer = match &self.clicks {
             Some(k) if k.full() => peer_address(fd),

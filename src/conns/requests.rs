@@ -136,9 +136,9 @@ impl Conns {
         if self.congested {
             // Bounded mesh outbox: new requests wait, unparsed, until it drains.
             let c = &mut self.slots[slot as usize];
-            if !c.held {
-                c.held = true;
-                self.held.push(slot);
+            if !c.outbox_wait {
+                c.outbox_wait = true;
+                self.outbox_waiters.push(slot);
                 self.tally.held_batches += 1;
             }
             return 0;

@@ -2,7 +2,7 @@
 //! (`bootstrap`), a start after a crash mid-regeneration (`rebootstrap_if_behind`), and the
 //! snapshot a regeneration imports (`import_snapshot`).
 
-use super::continuity::held_identity;
+use super::continuity::links_origin;
 use super::continuity::unfollowable;
 use super::continuity::Followed;
 use super::continuity::RegenCause;
@@ -10,7 +10,7 @@ use super::files::load_cursor_at;
 use super::files::save_cursor;
 use super::files::save_cursor_file;
 use super::files::save_identity;
-use super::files::Held;
+use super::files::LinksOrigin;
 use super::files::BOOTSTRAP_FILE;
 use super::files::CURSOR_FILE;
 use super::files::HELD_BEFORE_REBOOTSTRAP_FILE;
@@ -30,7 +30,7 @@ pub const BOOTSTRAP_MIN_LIFE_S: u64 = 60;
 /// replays from the start, idempotently).
 pub fn bootstrap(dir: &shards::datadir::DataDir, url: &str) -> anyhow::Result<u64> {
     // Read before the snapshot: every removal counted here is reflected in it.
-    let held = Held::now(&mut fleet::Db::new(url)?)?;
+    let held = LinksOrigin::now(&mut fleet::Db::new(url)?)?;
     let (cursor, at, links) = import_snapshot(dir, url)?;
     let held_before = dir.path().join(HELD_BEFORE_REBOOTSTRAP_FILE);
     if held_before.exists() {
@@ -61,7 +61,7 @@ pub fn rebootstrap_if_behind(dir: &shards::datadir::DataDir, url: &str) -> anyho
         }
         let (cursor, at) = load_cursor_at(path)?;
         let mut db = fleet::Db::new(url)?;
-        let held = held_identity(path, &mut db)?;
+        let held = links_origin(path, &mut db)?;
         let mut followed = Followed {
             at,
             writes_before: None,

@@ -5,7 +5,7 @@
 
 use super::files::load_identity;
 use super::files::save_identity;
-use super::files::Held;
+use super::files::LinksOrigin;
 use fleet::history::Position;
 use std::path::Path;
 
@@ -37,7 +37,7 @@ pub fn cursor_behind(cursor: &fleet::feed::Cursor, horizon: u64) -> bool {
 pub fn unfollowable(
     db: &mut fleet::Db,
     cursor: &fleet::feed::Cursor,
-    held: &Held,
+    held: &LinksOrigin,
     followed: &mut Followed,
     writes_now: u64,
 ) -> Result<Option<(RegenCause, String)>, fleet::FleetError> {
@@ -163,11 +163,11 @@ pub(crate) fn history_diverged(
 /// The database this node's links came from: [`IDENTITY_FILE`], or for a dir without one
 /// (written before identities were recorded, or tables whose bootstrap was cut short before
 /// it saved its files) `db`'s, which it followed, saved now.
-pub(crate) fn held_identity(data_dir: &Path, db: &mut fleet::Db) -> anyhow::Result<Held> {
+pub(crate) fn links_origin(data_dir: &Path, db: &mut fleet::Db) -> anyhow::Result<LinksOrigin> {
     if let Some(held) = load_identity(data_dir)? {
         return Ok(held);
     }
-    let held = Held {
+    let held = LinksOrigin {
         identity: fleet::feed::database_identity(db)?,
         removals: None,
     };

@@ -46,18 +46,18 @@ pub fn rebootstrap_done(data_dir: &Path) -> std::io::Result<()> {
 /// Where this node's links came from: the database ([`IDENTITY_FILE`]) and how many tombstone
 /// removals it had made before the snapshot they were taken from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Held {
+pub struct LinksOrigin {
     pub identity: String,
     /// `None`: unknown (a file written before schema 10, or links followed from the start),
     /// so the cursor must be past the horizon.
     pub removals: Option<u64>,
 }
 
-impl Held {
+impl LinksOrigin {
     /// The database's identity and removal count now; taken before a snapshot, it describes
     /// the links that snapshot gives.
-    pub fn now(db: &mut fleet::Db) -> Result<Held, fleet::FleetError> {
-        Ok(Held {
+    pub fn now(db: &mut fleet::Db) -> Result<LinksOrigin, fleet::FleetError> {
+        Ok(LinksOrigin {
             identity: fleet::feed::database_identity(db)?,
             removals: Some(fleet::feed::tombstones(db)?.removals),
         })
@@ -66,17 +66,17 @@ impl Held {
 
 /// The identity file's bytes: `ricochet-fleet-db 2 <identity> <removals or -> <crc32c hex>\n`
 /// (version 1, still read, had no removal count).
-fn encode_identity(held: &Held) -> String {
+fn encode_identity(held: &LinksOrigin) -> String {
     let removals = held.removals.map_or("-".to_owned(), |n| n.to_string());
     let body = format!("ricochet-fleet-db 2 {} {removals}", held.identity);
     let crc = crc32c::crc32c(body.as_bytes());
     format!("{body} {crc:08x}\n")
 }
 
-/// The body of an identity file (without its checksum) as a [`Held`].
-fn decode_identity(body: &str) -> Option<Held> {
+/// The body of an identity file (without its checksum) as a [`LinksOrigin`].
+fn decode_identity(body: &str) -> Option<LinksOrigin> {
     let held = if let Some(identity) = body.strip_prefix("ricochet-fleet-db 1 ") {
-        Held {
+        LinksOrigin {
             identity: identity.to_owned(),
             removals: None,
         }
@@ -84,7 +84,7 @@ fn decode_identity(body: &str) -> Option<Held> {
         let (identity, removals) = body
             .strip_prefix("ricochet-fleet-db 2 ")?
             .rsplit_once(' ')?;
-        Held {
+        LinksOrigin {
             identity: identity.to_owned(),
             removals: match removals {
                 "-" => None,
@@ -96,7 +96,7 @@ fn decode_identity(body: &str) -> Option<Held> {
 }
 
 /// Reads [`IDENTITY_FILE`]: `None` if there is none yet; a damaged one is refused.
-pub fn load_identity(data_dir: &Path) -> anyhow::Result<Option<Held>> {
+pub fn load_identity(data_dir: &Path) -> anyhow::Result<Option<LinksOrigin>> {
     let path = data_dir.join(IDENTITY_FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
@@ -122,7 +122,7 @@ pub fn load_identity(data_dir: &Path) -> anyhow::Result<Option<Held>> {
 }
 
 /// Writes [`IDENTITY_FILE`] atomically.
-pub(crate) fn save_identity(data_dir: &Path, held: &Held) -> std::io::Result<()> {
+pub(crate) fn save_identity(data_dir: &Path, held: &LinksOrigin) -> std::io::Result<()> {
     shards::durable::write_atomic(
         data_dir,
         IDENTITY_FILE,
@@ -278,7 +278,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(load_identity(dir.path()).unwrap(), None);
         for removals in [Some(7), None] {
-            let held = Held {
+            let held = LinksOrigin {
                 identity: "7311234567890123456/16384".into(),
                 removals,
             };
@@ -297,7 +297,7 @@ mod tests {
         );
         save_identity(
             dir.path(),
-            &Held {
+            &LinksOrigin {
                 identity: "1/2".into(),
                 removals: Some(3),
             },

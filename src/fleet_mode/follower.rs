@@ -14,7 +14,7 @@
 //! redirects never wait for any of this.
 
 use super::continuity::cursor_behind;
-use super::continuity::held_identity;
+use super::continuity::links_origin;
 use super::continuity::unfollowable;
 use super::continuity::Followed;
 use super::continuity::RegenCause;
@@ -22,7 +22,7 @@ use super::files::load_cursor_at;
 use super::files::load_cursor_file;
 use super::files::save_cursor;
 use super::files::save_cursor_file;
-use super::files::Held;
+use super::files::LinksOrigin;
 use super::files::REBOOTSTRAP_MARKER;
 use super::files::REGEN_DIR;
 use super::files::RESETS_CURSOR_FILE;
@@ -97,7 +97,7 @@ impl Follower {
     /// the database here, to learn which one its links came from.
     pub fn spawn(mut self) -> anyhow::Result<()> {
         let (cursor, at) = load_cursor_at(&self.data_dir)?;
-        let identity = held_identity(&self.data_dir, &mut self.db)?;
+        let identity = links_origin(&self.data_dir, &mut self.db)?;
         // Link writes answered before this start are not counted: unknown until a poll.
         let followed = Followed {
             at,
@@ -113,7 +113,7 @@ impl Follower {
     /// checked against the database since the database last failed to answer: a database that
     /// comes back may be another one or may have gone back in time (a restore, a failover).
     /// `followed` is where in the database's history the node is (`fleet::history`).
-    fn run(mut self, cursor: fleet::feed::Cursor, identity: Held, followed: Followed) {
+    fn run(mut self, cursor: fleet::feed::Cursor, identity: LinksOrigin, followed: Followed) {
         let mut at = Place {
             cursor,
             identity,
@@ -368,7 +368,7 @@ impl Follower {
         &mut self,
         c: &mut Chores,
         cursor: &fleet::feed::Cursor,
-        identity: &Held,
+        identity: &LinksOrigin,
         followed: &mut Followed,
         batch: &mut u64,
     ) -> Option<RegenCause> {
@@ -461,7 +461,7 @@ impl Follower {
     fn check_cursor(
         &mut self,
         cursor: &fleet::feed::Cursor,
-        identity: &Held,
+        identity: &LinksOrigin,
         followed: &mut Followed,
     ) -> Result<Option<RegenCause>, fleet::FleetError> {
         let writes = self.stats.link_writes_done();
@@ -690,7 +690,7 @@ impl Phase {
 /// place in its history, and the count of row batches sent to the cores.
 struct Place {
     cursor: fleet::feed::Cursor,
-    identity: Held,
+    identity: LinksOrigin,
     followed: Followed,
     batch: u64,
 }
@@ -760,7 +760,7 @@ impl Follower {
         &mut self,
         batch: &mut u64,
         cause: RegenCause,
-        identity: &mut super::files::Held,
+        identity: &mut super::files::LinksOrigin,
     ) -> anyhow::Result<(fleet::feed::Cursor, Followed)> {
         self.stats.regenerating();
         let started = std::time::Instant::now();
@@ -770,7 +770,7 @@ impl Follower {
         shards::durable::write_atomic(&dir, REBOOTSTRAP_MARKER, b"rebootstrap\n", 0o644)
             .context("writing the re-bootstrap marker")?;
         // Read before the snapshot (in `build_generation`): it reflects every removal counted.
-        let now_identity = super::files::Held::now(&mut self.db)?;
+        let now_identity = super::files::LinksOrigin::now(&mut self.db)?;
         let resume = fleet::feed::current_cursor(&mut self.db)?;
         let resume_at = fleet::history::position(&mut self.db)?;
         let rotate = (0..self.outlets.cores())

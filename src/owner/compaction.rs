@@ -27,7 +27,7 @@ impl Owner {
     ///
     /// The log is rotated only when it is quiet (no batch in flight, nothing pending or
     /// waiting). Under sustained writes it never is, so once a compaction is due new writes
-    /// are held (`Writes::held`) while the batch in flight and the one pending drain; then
+    /// are held (`Writes::awaiting_rotation`) while the batch in flight and the one pending drain; then
     /// the log rotates and the held writes run. Called at every sweep and after every log
     /// sync, so a compaction starts with at most `entries` plus the writes of two batches plus
     /// those made durable while the previous fold ran (docs/storage.md, "When compaction
@@ -68,7 +68,9 @@ impl Owner {
             return Ok(());
         }
         if !self.writes.log_is_quiet() {
-            self.writes.held.get_or_insert_with(Default::default);
+            self.writes
+                .awaiting_rotation
+                .get_or_insert_with(Default::default);
             return Ok(());
         }
         self.start_compaction(now_s, idem)
@@ -76,7 +78,7 @@ impl Owner {
 
     /// Runs the writes held while the log drained, in arrival order.
     fn release_held_writes(&mut self, now_s: u64, mesh: &mut Mesh) {
-        for (reply, req) in self.writes.held.take().into_iter().flatten() {
+        for (reply, req) in self.writes.awaiting_rotation.take().into_iter().flatten() {
             self.on_write(reply, req, now_s, mesh);
         }
     }

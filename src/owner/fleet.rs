@@ -476,7 +476,7 @@ impl Owner {
                 *floor = (*floor).max(row.version);
             }
         }
-        // Held here, or about to be: a row earlier in the batch, or an API write of this
+        // LinksOrigin here, or about to be: a row earlier in the batch, or an API write of this
         // node waiting for its answer or its durability.
         let known = local.is_some()
             || earlier

@@ -126,7 +126,7 @@ impl Owner {
 
     /// Whether a due compaction holds new log appends back (`compaction.rs`).
     pub fn log_is_held(&self) -> bool {
-        self.writes.held.is_some()
+        self.writes.awaiting_rotation.is_some()
     }
 
     /// The shard tables (for the connection role's prefetch hints).

@@ -85,7 +85,9 @@ impl Owner {
             return false;
         }
         if !self.writes.log_is_quiet() {
-            self.writes.held.get_or_insert_with(Default::default);
+            self.writes
+                .awaiting_rotation
+                .get_or_insert_with(Default::default);
             return true;
         }
         if let Err(e) = self.rotate_log(now_s, idem) {

@@ -4,7 +4,9 @@
 //!
 //! Not the redirect hot path: allocation is fine here.
 
-use super::writes::{Durable, MemEntry, Then, MAX_HELD_WRITES, MAX_QUEUED_WRITES_PER_KEY};
+use super::writes::{
+    Durable, MemEntry, Then, MAX_QUEUED_WRITES_PER_KEY, MAX_WRITES_AWAITING_ROTATION,
+};
 use super::Owner;
 use crate::api::request::ExpiryUpdate;
 use crate::key::InlineKey;
@@ -99,9 +101,9 @@ impl Owner {
     fn admit(&mut self, reply: ReplyTo, req: WriteReq, mesh: &mut Mesh) -> Option<WriteReq> {
         let refused = if self.writes.log.is_poisoned() {
             WriteOutcome::StorageFailed
-        } else if let Some(held) = &mut self.writes.held {
+        } else if let Some(held) = &mut self.writes.awaiting_rotation {
             // A compaction waits for the log to drain (`compaction.rs`).
-            if held.len() < MAX_HELD_WRITES {
+            if held.len() < MAX_WRITES_AWAITING_ROTATION {
                 held.push_back((reply, req));
                 return None;
             }
@@ -321,7 +323,7 @@ impl Owner {
             mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
         };
         // Queued and held writes would meet the poisoned log: answer them the same way.
-        for (reply, _) in self.writes.held.take().into_iter().flatten() {
+        for (reply, _) in self.writes.awaiting_rotation.take().into_iter().flatten() {
             failed(mesh, reply);
         }
         for (_, queue) in std::mem::take(&mut self.writes.queued) {

@@ -76,7 +76,7 @@ pub const MAX_QUEUED_WRITES_PER_KEY: usize = 16;
 /// beyond them is answered 503 with `Retry-After: 1`. The wait lasts at most two batch syncs
 /// (the one in flight and the one already pending), so 1024 covers every API connection a
 /// core accepts writing at once, while bounding the memory held (each carries its target).
-pub const MAX_HELD_WRITES: usize = 1024;
+pub const MAX_WRITES_AWAITING_ROTATION: usize = 1024;
 
 /// Test-only fault injection at the storage seam (hidden CLI flags).
 #[derive(Clone, Copy, Debug, Default)]
@@ -105,9 +105,9 @@ pub struct Writes {
     pub batch_error: Option<std::io::Error>,
     pub waiting: VecDeque<Durable>,
     /// While a compaction is due and waits for the log to drain: the writes that arrived
-    /// meanwhile, in arrival order, run once the log is rotated (at most [`MAX_HELD_WRITES`]).
+    /// meanwhile, in arrival order, run once the log is rotated (at most [`MAX_WRITES_AWAITING_ROTATION`]).
     /// Appending them would keep the log from ever draining under sustained writes.
-    pub held: Option<VecDeque<(ReplyTo, WriteReq)>>,
+    pub awaiting_rotation: Option<VecDeque<(ReplyTo, WriteReq)>>,
     pub faults: Faults,
     pub fsyncs_ok: u64,
 }
@@ -128,7 +128,7 @@ impl Writes {
             batch: None,
             batch_error: None,
             waiting: VecDeque::new(),
-            held: None,
+            awaiting_rotation: None,
             faults,
             fsyncs_ok: 0,
         }

@@ -48,7 +48,7 @@ impl Drop for Turn {
     }
 }
 
-/// Held by a test that bounds how fast changes propagate (see [`TURNS`]). A shared turn never
+/// LinksOrigin by a test that bounds how fast changes propagate (see [`TURNS`]). A shared turn never
 /// waits for a test waiting to run alone, only for one running alone, so a test holding two
 /// databases cannot deadlock against it; the alone test gets in between two other tests.
 pub fn timed() -> Turn {
