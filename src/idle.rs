@@ -3,7 +3,7 @@
 //!
 //! The aggregator shares the core's CPU in `SCHED_IDLE`: it runs only while the core sleeps.
 //! A core with a click batch waiting for the aggregator therefore parks at its first idle
-//! moment instead of spinning first (`core::Core::run`), which costs the next request a
+//! moment instead of spinning first (`core_loop::Core::run`), which costs the next request a
 //! wake-up. At a moderate load that is what keeps every click (the core is idle most of the
 //! time and the aggregator needs a few percent of it). On a saturated core the idle moments are
 //! a few microseconds between requests, each park's wake-up is a request served later, and

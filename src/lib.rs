@@ -8,7 +8,7 @@ pub mod cache;
 pub mod client;
 pub mod clock;
 pub mod conns;
-pub mod core;
+pub mod core_loop;
 pub mod cpus;
 pub mod damped;
 pub mod fleet_mode;

@@ -5,7 +5,7 @@ mod cli_config;
 use anyhow::Context;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use ricochet::core::{Parking, Timeouts, DEFAULT_SPIN_BEFORE_PARK_US};
+use ricochet::core_loop::{Parking, Timeouts, DEFAULT_SPIN_BEFORE_PARK_US};
 use ricochet::server::{serve, ServeOptions, DEFAULT_LRU_CAPACITY};
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -13,7 +13,7 @@
 //! (200 ms with the answer's hop); shrinking the preempt timer to tens of microseconds starved
 //! the loop instead. Polling our own queues costs a few loads per turn and adds no latency.
 //!
-//! A parked core (sleeping in its socket ring, see `core::Parking`) is woken by its doorbell:
+//! A parked core (sleeping in its socket ring, see `core_loop::Parking`) is woken by its doorbell:
 //! an eventfd its ring always has a read armed on, plus a `parked` flag. A sender pushes its
 //! message, then (after a SeqCst fence) rings the doorbell only if the peer is parked; the
 //! peer sets `parked`, fences, and checks its queues once more before sleeping. One of the two

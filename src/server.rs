@@ -5,7 +5,7 @@
 //! too many cores) fails here, on the main thread, before any executor starts.
 
 use crate::conns::Conns;
-use crate::core::{Core, CoreSetup, Parking, Timeouts};
+use crate::core_loop::{Core, CoreSetup, Parking, Timeouts};
 use crate::flights::Flights;
 use crate::mesh::{Doorbells, Mesh, MeshQueues};
 use crate::owner::store::Store;

@@ -596,7 +596,7 @@ fn kill9_loses_at_most_the_last_second_of_clicks_and_counts_none_twice() {
         "counted {counted} of {} answered",
         answered.len()
     );
-    let bound_ms = ricochet::core::TIMEOUT_SWEEP_INTERVAL_MS
+    let bound_ms = ricochet::core_loop::TIMEOUT_SWEEP_INTERVAL_MS
         + ricochet::analytics::CLICK_SYNC_INTERVAL_MS
         + KILL9_SLACK_MS;
     let safe = answered.partition_point(|&t| t + bound_ms <= killed_ms);

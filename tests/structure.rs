@@ -18,7 +18,7 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// Modules a redirect runs through (parse, route, local or cached answer, forward, send).
 const REDIRECT_PATH: &[&str] = &[
-    "src/core.rs",
+    "src/core_loop.rs",
     "src/conns",
     "src/mesh.rs",
     "src/cache.rs",
@@ -184,7 +184,7 @@ fn blocking_calls_on_the_redirect_path(repo: &Path) -> Vec<String> {
 }
 
 fn roles_importing_the_loop(repo: &Path, crates: &[(&str, &str, &str)]) -> Vec<String> {
-    references_into(repo, crates, ROLES, &["src/core.rs"], None)
+    references_into(repo, crates, ROLES, &["src/core_loop.rs"], None)
 }
 
 /// Core-thread modules (the redirect path and the roles) that name a database-session item
@@ -454,10 +454,10 @@ fn planted(files: &[(&str, &str)]) -> tempfile::TempDir {
 /// behind a renamed path.
 #[test]
 fn each_check_finds_a_planted_violation() {
-    let lib = "pub mod conns;\npub mod core;\npub mod owner;\npub mod fleet_mode;\n";
+    let lib = "pub mod conns;\npub mod core_loop;\npub mod owner;\npub mod fleet_mode;\n";
     let tree = planted(&[
         ("src/lib.rs", lib),
-        ("src/core.rs", "pub struct Core;\n"),
+        ("src/core_loop.rs", "pub struct Core;\n"),
         ("src/conns/mod.rs", "pub mod deep;\n"),
         // A lock in a subfolder of a redirect-path folder.
         ("src/conns/deep/mod.rs", "pub mod lock;\n"),
@@ -470,7 +470,7 @@ fn each_check_finds_a_planted_violation() {
         (
             "src/owner/mod.rs",
             "#[cfg(test)]\nmod tests {}\n\
-             use crate::{core::Core, fleet_mode::follower::Follower};\n\
+             use crate::{core_loop::Core, fleet_mode::follower::Follower};\n\
              pub fn f() { std::thread::sleep(std::time::Duration::ZERO); }\n\
              pub fn g() -> fleet::Db { todo!() }\n",
         ),
@@ -501,7 +501,7 @@ fn each_check_finds_a_planted_violation() {
     );
     assert_eq!(
         roles_importing_the_loop(repo, crates),
-        vec!["src/owner/mod.rs -> src/core.rs: Core".to_owned()]
+        vec!["src/owner/mod.rs -> src/core_loop.rs: Core".to_owned()]
     );
     let db = core_threads_reaching_the_database(repo, crates);
     assert!(
