@@ -4,11 +4,11 @@
 //! - ring completions: sockets to [`Conns`], log write and sync to [`Owner`];
 //! - mesh messages: lookups and writes to [`Owner`], answers to [`Conns`], idempotent creates
 //!   to [`Flights`], LRU invalidations and purges to [`Conns`];
-//! - once a turn: allocator replies ([`ApiClient`]'s creates), the mesh outbox, the next log
+//! - once a turn: allocator replies ([`ApiFront`]'s creates), the mesh outbox, the next log
 //!   batch, sends; once a sweep: deadlines, API key reloads, compaction;
 //! - then one `io_uring_enter` for everything queued, and parking when idle.
 
-use crate::client::ApiClient;
+use crate::api_front::ApiFront;
 use crate::clock::Clock;
 use crate::conns::{Conns, Env, ACCEPT_BACKOFF_MS};
 use crate::flights::Flights;
@@ -61,7 +61,7 @@ pub struct CoreSetup {
     pub listener_fd: RawFd,
     pub conns: Conns,
     pub owner: Owner,
-    pub api: ApiClient,
+    pub api: ApiFront,
     pub flights: Flights,
     pub shared: Arc<Shared>,
     /// Answers from the click aggregators (stats, purges), unless analytics is off.
@@ -76,7 +76,7 @@ pub struct Core {
     ring: Ring,
     conns: Conns,
     owner: Owner,
-    api: ApiClient,
+    api: ApiFront,
     flights: Flights,
     clicks_inbox: Option<crate::service::Inbox<crate::analytics::ToCore>>,
     fleet_inbox: Option<crate::service::Inbox<crate::fleet_mode::messages::FleetToCore>>,

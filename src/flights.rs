@@ -7,7 +7,7 @@ use crate::api::idempotency::{
     scope_string, Begin, IdemScope, IdemTable, Outcome as IdemOutcome, RequestHash, WaiterToken,
 };
 use crate::api::request::CreateRequest;
-use crate::client::creates::{Creates, IdemTag};
+use crate::api_front::creates::{Creates, IdemTag};
 use crate::key::InlineKey;
 use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReadReq, ReplyTo, WriteOutcome};
 use crate::router::Router;

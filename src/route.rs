@@ -5,9 +5,9 @@
 
 use crate::http::{Method, Request};
 
-/// Prefix of every native API path (`client`).
+/// Prefix of every native API path (`api_front`).
 pub const API_PREFIX: &[u8] = b"/api/";
-/// Where Shlink's REST API lives (`client::shlink`).
+/// Where Shlink's REST API lives (`api_front::shlink`).
 pub const SHLINK_PREFIX: &[u8] = b"/rest/";
 /// Path prefix of the stats page and its assets (`analytics::page`).
 pub const PAGE_PREFIX: &[u8] = b"/stats/";
@@ -32,9 +32,9 @@ pub enum Route<'a> {
     OpenApi,
     /// The stats page and its assets (`analytics::page`).
     StatsPage,
-    /// The native link API under `/api/` (`client`).
+    /// The native link API under `/api/` (`api_front`).
     Api,
-    /// Shlink's REST API under `/rest/` (`client::shlink`).
+    /// Shlink's REST API under `/rest/` (`api_front::shlink`).
     ShlinkApi,
     /// `OPTIONS *` or `OPTIONS /{key}`: 204 with this `Allow` list.
     Options(&'static [u8]),

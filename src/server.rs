@@ -507,15 +507,15 @@ impl WriteSide {
         doorbells: &Arc<Doorbells>,
         key_updates: crate::service::Inbox<Arc<crate::api::keys::ApiKeyStore>>,
         public_url: String,
-    ) -> anyhow::Result<crate::client::ApiClient> {
-        Ok(crate::client::ApiClient::new(
+    ) -> anyhow::Result<crate::api_front::ApiFront> {
+        Ok(crate::api_front::ApiFront::new(
             router,
             self.api_keys.clone(),
             key_updates,
             crate::api::ratelimit::RateLimiter::new(self.rate_cfg)
                 .map_err(|e| anyhow::anyhow!("rate limit: {e}"))?,
             public_url,
-            crate::client::creates::Creates::new(
+            crate::api_front::creates::Creates::new(
                 core,
                 router,
                 shards::alloc::SegmentBuffer::new(self.seg_cfg),
@@ -626,7 +626,7 @@ impl CoreParts<'_> {
         dir: &DataDir,
         tables: &mut [Option<Table>],
         log: crate::recovery::CoreLog,
-        mut api: crate::client::ApiClient,
+        mut api: crate::api_front::ApiFront,
         fleet: Option<(
             crate::owner::fleet_state::FleetLinks,
             crate::service::Inbox<crate::fleet_mode::messages::FleetToCore>,

@@ -100,7 +100,7 @@ const LAYERS: &[&[&str]] = &[
         "src/metrics/encode.rs",
         "src/owner/",
         "src/flights.rs",
-        "src/client/",
+        "src/api_front/",
         "src/conns/",
         "src/analytics/",
         "src/fleet_mode/",

@@ -39,7 +39,7 @@ const REDIRECT_PATH: &[&str] = &[
 const ROLES: &[&str] = &[
     "src/conns",
     "src/owner",
-    "src/client",
+    "src/api_front",
     "src/flights.rs",
     "src/mesh.rs",
     "src/target.rs",

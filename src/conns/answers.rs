@@ -24,7 +24,7 @@
 //!
 //! Sans-IO: no sockets, no core state; `core` drives it.
 
-use crate::client::ApiOp;
+use crate::api_front::ApiOp;
 use crate::http::encode::{Conn as Persist, Framing};
 use crate::http::DateCache;
 

@@ -4,7 +4,7 @@
 
 use super::{Conns, PendingKind, Recv, MAX_INBUF_BYTES};
 use crate::analytics::combiner::{Click, ClickFields};
-use crate::client::{ApiClient, ApiOp, Step, API_PREFIX};
+use crate::api_front::{ApiFront, ApiOp, Step, API_PREFIX};
 use crate::clock::Clock;
 use crate::http::encode::{self, Conn as Persist, Framing, Response};
 use crate::http::limits::MAX_PIPELINED_REQUESTS;
@@ -20,7 +20,7 @@ use shards::table::SlotHint;
 /// the API's requesting side, the mesh and the clock.
 pub struct Env<'a> {
     pub owner: &'a Owner,
-    pub api: &'a mut ApiClient,
+    pub api: &'a mut ApiFront,
     pub mesh: &'a mut Mesh,
     pub clock: &'a Clock,
 }
@@ -281,7 +281,7 @@ impl Conns {
                 conn: Persist::Close,
                 date: &clock.date,
             };
-            crate::client::encode_problem(&mut c.out, &p, &[], f);
+            crate::api_front::encode_problem(&mut c.out, &p, &[], f);
         } else {
             encode::encode_error(&mut c.out, e, head, &clock.date);
         }
@@ -384,7 +384,10 @@ impl Conns {
             ReplyTo::request(me, slot, gen, seq)
         };
         let (clock, mesh) = (env.clock, &mut *env.mesh);
-        if req.path.starts_with(crate::client::shlink::SHLINK_PREFIX) {
+        if req
+            .path
+            .starts_with(crate::api_front::shlink::SHLINK_PREFIX)
+        {
             return env
                 .api
                 .handle_shlink(out, &mut defer, req, body, persist, clock, mesh);
@@ -583,7 +586,7 @@ impl Conns {
         &mut self,
         reply: RequestPlace,
         outcome: WriteOutcome,
-        api: &mut ApiClient,
+        api: &mut ApiFront,
         clock: &Clock,
         mesh: &mut Mesh,
     ) {
@@ -637,7 +640,7 @@ impl Conns {
                 p.detail = "the fleet database did not answer the stats query in time; retry. \
                             Redirects keep working."
                     .into();
-                crate::client::encode_problem(&mut scratch, &p, &[], f);
+                crate::api_front::encode_problem(&mut scratch, &p, &[], f);
             }
         }
         self.fill_answer(reply.slot, reply.seq, &scratch);

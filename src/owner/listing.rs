@@ -1,4 +1,4 @@
-//! One page of one shard's live links, for `GET /api/v1/urls` (`client::listing` walks the
+//! One page of one shard's live links, for `GET /api/v1/urls` (`api_front::listing` walks the
 //! shards). Order is the shard, then the key's bytes: fixed for a link's whole life (the
 //! placement hash never changes, compaction keeps keys), so a walk by cursor sees every link
 //! that exists throughout exactly once, whatever is written meanwhile.

@@ -60,7 +60,7 @@ pub enum ApiOp {
     Stats(Box<crate::analytics::stats::StatsQuery>),
     /// `DELETE /api/v1/urls/{key}/stats`.
     ResetStats,
-    /// `GET /api/v1/stats`: answered by the aggregators only (`ApiClient::gather`).
+    /// `GET /api/v1/stats`: answered by the aggregators only (`ApiFront::gather`).
     GlobalStats,
 }
 
@@ -78,7 +78,7 @@ impl ApiOp {
 /// ends now) and returns the address the owner answers to.
 pub type Defer<'a> = dyn FnMut(&[u8], ApiOp) -> ReplyTo + 'a;
 
-/// What became of a deferred API request after an owner's reply ([`ApiClient::on_reply`]).
+/// What became of a deferred API request after an owner's reply ([`ApiFront::on_reply`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
     /// Its answer is encoded: the connection sends it.
@@ -88,7 +88,7 @@ pub enum Step {
 }
 
 /// The requesting side of the API on one core.
-pub struct ApiClient {
+pub struct ApiFront {
     router: Router,
     keys: Arc<crate::api::keys::ApiKeyStore>,
     /// New key stores from `keywatch`, taken at each sweep.
@@ -117,7 +117,7 @@ struct Gathering {
     parts: Vec<crate::analytics::stats::GlobalPart>,
 }
 
-impl ApiClient {
+impl ApiFront {
     pub fn new(
         router: Router,
         keys: Arc<crate::api::keys::ApiKeyStore>,
@@ -125,8 +125,8 @@ impl ApiClient {
         ratelimit: crate::api::ratelimit::RateLimiter,
         public_url: String,
         creates: Creates,
-    ) -> ApiClient {
-        ApiClient {
+    ) -> ApiFront {
+        ApiFront {
             router,
             keys,
             key_updates,
@@ -642,7 +642,7 @@ impl ApiClient {
     }
 
     /// Encodes the answer to an API request whose owner replied; `None` means "not an answer
-    /// yet" ([`ApiClient::on_reply`] starts its next step).
+    /// yet" ([`ApiFront::on_reply`] starts its next step).
     fn answer(
         &self,
         op: &mut ApiOp,

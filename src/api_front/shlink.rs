@@ -15,7 +15,7 @@
 use serde_json::{json, Map, Value};
 
 use super::listing::ListWalk;
-use super::{ApiClient, ApiOp, Defer, MAX_CREATE_TRIES};
+use super::{ApiFront, ApiOp, Defer, MAX_CREATE_TRIES};
 use crate::api::problem::Problem;
 use crate::api::request::parse_create;
 use crate::api::timefmt::format_rfc3339_utc;
@@ -228,7 +228,7 @@ fn shlink_methods_refused(one: bool, method: Method) -> Option<&'static [u8]> {
     }
 }
 
-impl ApiClient {
+impl ApiFront {
     /// Answers a request under `/rest/`.
     #[allow(clippy::too_many_arguments)]
     pub fn handle_shlink(
