@@ -20,7 +20,7 @@
 //! `unconfirmed` keeps such an entry from being folded away (`compaction.rs`) until the feed
 //! itself has delivered that version, after which no older poll can still be in flight.
 
-use super::fleet_state::{FleetLinks, ReadFlight, ReadRow, ReadWaiter};
+use super::fleet_state::{FleetLinks, Judge, ReadFlight, ReadRow, ReadWaiter};
 use super::fleet_state::{MAX_READS_IN_FLIGHT, MAX_READ_WAITERS_PER_KEY};
 use super::writes::{Durable, MemEntry, Then};
 use super::Owner;
@@ -39,14 +39,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 impl Owner {
-    /// Fleet mode: writes go through the fleet database.
+    /// Fleet mode: changes are judged by the fleet database, misses asked of it.
     pub fn set_fleet(&mut self, links: FleetLinks) {
-        self.fleet = Some(links);
+        self.judge = Judge::Fleet(Box::new(links));
     }
 
     /// A new read of the namespaces' ceilings (fleet mode).
     pub fn on_ceilings(&mut self, c: Arc<Ceilings>) {
-        if let Some(f) = self.fleet.as_mut() {
+        if let Some(f) = self.judge.fleet_mut() {
             f.on_ceilings(c);
         }
     }
@@ -54,7 +54,7 @@ impl Owner {
     /// Whether a local miss is asked of the fleet database (fleet mode).
     #[inline]
     pub fn reads_through(&self) -> bool {
-        self.fleet.is_some()
+        self.judge.reads_through()
     }
 
     /// A lookup of a key this node does not hold: ask the database, once per key at a time.
@@ -65,7 +65,7 @@ impl Owner {
         now_s: u64,
         mesh: &mut Mesh,
     ) {
-        let fleet = self.fleet.as_mut().expect("fleet mode");
+        let fleet = self.judge.fleet_mut().expect("fleet mode");
         if fleet.stats.refused().is_some() {
             // Its rows may be another fleet's links: answered as if it did not answer.
             return self.answer_read(w, key, &Err(()), now_s, mesh);
@@ -93,7 +93,7 @@ impl Owner {
         mesh: &mut Mesh,
     ) {
         let me = self.me as u16;
-        let fleet = self.fleet.as_mut().expect("fleet mode");
+        let fleet = self.judge.fleet_mut().expect("fleet mode");
         let job = ReadJob {
             core: me,
             key: key.as_str().to_owned(),
@@ -114,7 +114,7 @@ impl Owner {
         let Some(key) = InlineKey::new(a.key.as_bytes()) else {
             return;
         };
-        let Some(flight) = self.fleet.as_mut().and_then(|f| f.reads.remove(&key)) else {
+        let Some(flight) = self.judge.fleet_mut().and_then(|f| f.reads.remove(&key)) else {
             return;
         };
         let row: ReadRow = match a.result {
@@ -215,14 +215,14 @@ impl Owner {
 
     /// Whether this key's memtable entry must stay (not folded into a table yet).
     pub fn fleet_keeps(&self, key: &InlineKey) -> bool {
-        self.fleet
-            .as_ref()
+        self.judge
+            .fleet()
             .is_some_and(|f| f.unconfirmed.contains_key(key))
     }
 
     /// Sends an API write to the link writer; the key is in flight until it answers.
     pub(super) fn submit_fleet_write(&mut self, reply: ReplyTo, req: WriteReq, mesh: &mut Mesh) {
-        let fleet = self.fleet.as_mut().expect("fleet mode");
+        let fleet = self.judge.fleet_mut().expect("fleet mode");
         let key = req.key();
         let write = match &req {
             WriteReq::Create {
@@ -288,7 +288,7 @@ impl Owner {
 
     /// The database judged a write: log what it committed, or answer what it refused.
     pub fn on_fleet_written(&mut self, answer: WriteAnswer, now_s: u64, mesh: &mut Mesh) {
-        let Some(fleet) = self.fleet.as_mut() else {
+        let Some(fleet) = self.judge.fleet_mut() else {
             return;
         };
         let Some((reply, req)) = fleet.pending.remove(&answer.token) else {
@@ -339,7 +339,7 @@ impl Owner {
         let Ok(seq) = self.writes.log.append_ref(self.shard_of(&key), op) else {
             return refuse(self, mesh, WriteOutcome::StorageFailed);
         };
-        let fleet = self.fleet.as_mut().expect("checked");
+        let fleet = self.judge.fleet_mut().expect("checked");
         let v = entry.version();
         let seen = fleet.unconfirmed.entry(key).or_insert(v);
         *seen = (*seen).max(v);
@@ -430,7 +430,7 @@ impl Owner {
 
     /// A feed batch's rows for this core: log and apply each row newer than what is here.
     pub fn on_feed_batch(&mut self, batch: u64, rows: Vec<FeedLink>) {
-        let Some(fleet) = self.fleet.as_mut() else {
+        let Some(fleet) = self.judge.fleet_mut() else {
             return;
         };
         fleet.batches.insert(batch, (rows.len() + 1, false));
@@ -452,7 +452,7 @@ impl Owner {
     /// Stats resets made on other nodes (or this one) for keys this core owns: each key's
     /// clicks are cut on every core and purged durably, then the batch is acknowledged.
     pub fn on_resets(&mut self, batch: u64, keys: Vec<InlineKey>, mesh: &mut Mesh) {
-        let Some(fleet) = self.fleet.as_mut() else {
+        let Some(fleet) = self.judge.fleet_mut() else {
             return;
         };
         fleet.batches.insert(batch, (keys.len() + 1, false));
@@ -467,7 +467,7 @@ impl Owner {
         let key = row.key;
         let shard = self.shard_of(&key);
         let local = self.writes.memtable.get(&key).map(MemEntry::version);
-        if let Some(f) = self.fleet.as_mut() {
+        if let Some(f) = self.judge.fleet_mut() {
             if f.unconfirmed.get(&key).is_some_and(|&v| v <= row.version) {
                 f.unconfirmed.remove(&key);
             }
@@ -547,7 +547,7 @@ impl Owner {
 
     /// One row of `batch` is applied (or failed); the last one acknowledges the batch.
     pub(super) fn feed_row_done(&mut self, batch: u64, ok: bool) {
-        let Some(fleet) = self.fleet.as_mut() else {
+        let Some(fleet) = self.judge.fleet_mut() else {
             return;
         };
         let Some((left, failed)) = fleet.batches.get_mut(&batch) else {

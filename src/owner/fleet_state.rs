@@ -114,3 +114,38 @@ impl FleetLinks {
             .is_some_and(|id| !c.may_be_issued(id))
     }
 }
+
+/// Where an owner's changes are judged, and what a key it does not hold means: the one thing
+/// fleet mode changes on a core, chosen once at start (`Owner::set_fleet`).
+pub enum Judge {
+    /// A single node: this core judges every change (its tables and memtable are the truth),
+    /// and a key it does not hold does not exist.
+    Local,
+    /// A fleet node: the fleet database judges every change, and a key this node does not hold
+    /// (yet) is asked of it.
+    Fleet(Box<FleetLinks>),
+}
+
+impl Judge {
+    /// Fleet mode's state, if this is a fleet node.
+    pub fn fleet(&self) -> Option<&FleetLinks> {
+        match self {
+            Judge::Local => None,
+            Judge::Fleet(f) => Some(f),
+        }
+    }
+
+    /// Fleet mode's state, if this is a fleet node.
+    pub fn fleet_mut(&mut self) -> Option<&mut FleetLinks> {
+        match self {
+            Judge::Local => None,
+            Judge::Fleet(f) => Some(f),
+        }
+    }
+
+    /// Whether a key this core does not hold is asked of the database (else it is a 404).
+    #[inline]
+    pub fn reads_through(&self) -> bool {
+        matches!(self, Judge::Fleet(_))
+    }
+}

@@ -64,7 +64,7 @@ pub struct Owner {
     purging: HashMap<u64, purge_state::Waiter>,
     unsent_purges: std::collections::VecDeque<crate::analytics::Control>,
     /// Fleet mode: the link writer, writes waiting for the database, the feed's batches.
-    fleet: Option<fleet_state::FleetLinks>,
+    judge: fleet_state::Judge,
     /// Fleet mode: where this core is in a live regeneration of its links (`regen.rs`).
     regen: Option<regen_state::Regen>,
     next_token: u64,
@@ -102,7 +102,7 @@ impl Owner {
             clicks: None,
             purging: HashMap::new(),
             unsent_purges: Default::default(),
-            fleet: None,
+            judge: fleet_state::Judge::Local,
             regen: None,
             next_token: 0,
             creations: shards::link::CreationTag::default(),

@@ -139,7 +139,7 @@ impl Owner {
                 dropped += 1;
             }
         }
-        if let Some(f) = self.fleet.as_mut() {
+        if let Some(f) = self.judge.fleet_mut() {
             // An unconfirmed entry dropped here is superseded by the snapshot; no feed poll
             // older than the swap is in flight (the feed is stopped until it is done).
             let memtable = &self.writes.memtable;
@@ -170,7 +170,7 @@ impl Owner {
     }
 
     fn regen_ack(&mut self, batch: u64, ok: bool) {
-        if let Some(f) = self.fleet.as_mut() {
+        if let Some(f) = self.judge.fleet_mut() {
             f.batches.insert(batch, (1, false));
         }
         self.feed_row_done(batch, ok);

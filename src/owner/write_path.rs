@@ -4,6 +4,7 @@
 //!
 //! Not the redirect hot path: allocation is fine here.
 
+use super::fleet_state::Judge;
 use super::writes::{
     Durable, MemEntry, Then, MAX_QUEUED_WRITES_PER_KEY, MAX_WRITES_AWAITING_ROTATION,
 };
@@ -37,17 +38,22 @@ impl Owner {
     /// write in flight, then is judged by the fleet database (fleet mode) or here, and logged.
     /// A single node's stats reset logs nothing and waits for no write.
     pub fn on_write(&mut self, reply: ReplyTo, req: WriteReq, now_s: u64, mesh: &mut Mesh) {
-        if let (WriteReq::ResetStats { key }, None) = (&req, &self.fleet) {
-            return self.reset_stats_here(reply, *key, mesh);
-        }
-        let Some(req) = self.admit(reply, req, mesh) else {
-            return;
-        };
-        if self.fleet.is_some() {
+        match (&self.judge, &req) {
+            (Judge::Local, WriteReq::ResetStats { key }) => {
+                self.reset_stats_here(reply, *key, mesh)
+            }
+            (Judge::Local, _) => {
+                if let Some(req) = self.admit(reply, req, mesh) {
+                    self.write_locally(reply, req, now_s, mesh);
+                }
+            }
             // The fleet database judges it (`fleet.rs`); the key waits like any in flight.
-            return self.submit_fleet_write(reply, req, mesh);
+            (Judge::Fleet(_), _) => {
+                if let Some(req) = self.admit(reply, req, mesh) {
+                    self.submit_fleet_write(reply, req, mesh);
+                }
+            }
         }
-        self.write_locally(reply, req, now_s, mesh);
     }
 
     /// Answers an API read from what this core holds; in fleet mode, a link it does not hold
