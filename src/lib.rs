@@ -44,4 +44,5 @@ pub mod shared; // what every core reads: readiness, draining, counters
 
 // The loop, then start-up.
 pub mod core_loop; // one core's loop: completions and messages dispatched to the roles
+pub mod mode; // single node or fleet node: the one seam, chosen once at start
 pub mod server; // start-up in order, executors, signals, join

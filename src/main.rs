@@ -401,9 +401,9 @@ fn serve_options(a: ServeArgs) -> ServeOptions {
             fail_sync: a.fault_fail_click_sync,
             service_cpus: a.service_cpus.map(|l| l.0),
         },
-        fleet: a
-            .fleet_pg
-            .map(|url| ricochet::fleet_mode::node::FleetOptions {
+        mode: match a.fleet_pg {
+            None => ricochet::mode::Mode::Single,
+            Some(url) => ricochet::mode::Mode::Fleet(ricochet::fleet_mode::node::FleetOptions {
                 url,
                 namespace: a.namespace.expect("clap requires --namespace"),
                 node_id: a.node_id.expect("clap requires --node-id"),
@@ -415,6 +415,7 @@ fn serve_options(a: ServeArgs) -> ServeOptions {
                 },
                 pause_feed_file: a.test_fleet_pause_feed,
             }),
+        },
     }
 }
 

@@ -15,6 +15,7 @@ use crate::router::Router;
 use anyhow::Context;
 use shards::datadir::DataDir;
 use shards::log::{recover, wal_path, LogOp, LogRecord, LogWriter, LOG_DIR_NAME};
+use shards::table::Table;
 use std::collections::HashMap;
 use std::os::fd::{IntoRawFd, RawFd};
 use std::path::Path;
@@ -502,4 +503,36 @@ fn read_cores(logs_dir: &Path) -> anyhow::Result<Option<usize>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("reading {}", p.display())),
     }
+}
+
+/// Opens and validates every shard table, one thread per core's share.
+pub fn open_tables(dir: &DataDir, router: &Router) -> anyhow::Result<Vec<Option<Table>>> {
+    let shard_count = router.shard_count();
+    let cores = router.cores();
+    type Opened = anyhow::Result<Vec<(u32, Option<Table>)>>;
+    let results: Vec<Opened> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..cores)
+            .map(|c| {
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    for shard in router.shards_of_core(c) {
+                        let t = dir.open_table(shard)?;
+                        out.push((shard, t));
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("table opener panicked"))
+            .collect()
+    });
+    let mut tables: Vec<Option<Table>> = (0..shard_count).map(|_| None).collect();
+    for r in results {
+        for (shard, t) in r? {
+            tables[shard as usize] = t;
+        }
+    }
+    Ok(tables)
 }

@@ -72,9 +72,8 @@ pub struct ServeOptions {
     /// `--accept-data-loss`: start even though tables or logs the data dir recorded are gone,
     /// serving without the links they held (each missing file is reported).
     pub accept_data_loss: bool,
-    /// `--fleet-pg`: allocate IDs from a PostgreSQL namespace shared by the fleet, under the
-    /// fleet's key-space secret, instead of the data dir's own authority.
-    pub fleet: Option<crate::fleet_mode::node::FleetOptions>,
+    /// Single node, or a fleet node (`--fleet-pg`: IDs, links and keys from PostgreSQL).
+    pub mode: crate::mode::Mode,
     /// Test only (`--test-stall-core N --test-stall-after-ms T`): core N blocks once at T.
     pub test_stall: Option<(usize, u64)>,
     /// Click analytics (`--analytics`, `--client-ip`, `--click-retention-days`,
@@ -88,32 +87,6 @@ pub const DEFAULT_CREATE_RATE_PER_S: u32 = 1_000;
 
 /// Creates a rested API key may make at once (`--create-burst`).
 pub const DEFAULT_CREATE_BURST: u32 = 2_000;
-
-/// The data dir's own allocation authority and key-permutation secret (not fleet mode).
-fn open_local_authority(
-    dir: &DataDir,
-    max_logged_id: u64,
-) -> anyhow::Result<(shards::alloc::AllocatorService, [u8; 32])> {
-    let authority = shards::alloc::FileAuthority::open(dir.path(), max_logged_id)
-        .context("opening the ID allocation authority")?;
-    let allocator = shards::alloc::AllocatorService::start(Box::new(authority), false)
-        .context("starting the allocator thread")?;
-    // A new secret maps new IDs onto keys already issued under the lost one: with IDs handed
-    // out (the authority's high-water, or IDs in the logs), a missing secret is refused.
-    let secret_path = dir.path().join(shards::keygen::SECRET_FILE_NAME);
-    if !secret_path.exists()
-        && (allocator.high_water() > shards::alloc::FIRST_ID || max_logged_id > 0)
-    {
-        bail!(
-            "{} is missing but {} generated IDs were already handed out; a new secret would map new IDs onto keys already issued. Restore it from a backup",
-            secret_path.display(),
-            allocator.high_water().saturating_sub(shards::alloc::FIRST_ID)
-        );
-    }
-    let secret = shards::keygen::load_or_create_secret(dir.path())
-        .context("loading the key-permutation secret")?;
-    Ok((allocator, secret))
-}
 
 /// Runs the server until SIGTERM/SIGINT has drained it.
 pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
@@ -134,8 +107,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
 
     // Fleet mode: the link writer and the change feed follower, each on its own thread.
     let router = links.router;
-    let fleet_cores = start_fleet_links(
-        &opts,
+    let fleet_cores = opts.mode.start_services(
         &links.dir,
         router,
         &doorbells,
@@ -279,37 +251,11 @@ impl Links {
 /// Opens the data dir: lock, fleet mode's start checks (a re-bootstrap, a first bootstrap),
 /// missing files, log recovery, tables.
 fn open_links(opts: &ServeOptions, cores: usize) -> anyhow::Result<Links> {
-    if let Some(f) = &opts.fleet {
-        // A bad URL is a flag error: reported before the data dir is touched.
-        fleet::check_url(&f.url)?;
-    }
+    opts.mode.check_flags()?;
     let dir = DataDir::open_or_create(&opts.data_dir)
         .with_context(|| format!("opening data dir {}", opts.data_dir.display()))?;
     let lock = dir.lock_exclusive()?;
-    // Fleet mode: whether the database answers. A bootstrapped node starts without it and
-    // serves what it holds; one with nothing to serve yet is refused.
-    let fleet_db = match &opts.fleet {
-        Some(f) => Some(crate::fleet_mode::node::database_at_start(
-            dir.path(),
-            &f.url,
-        )?),
-        None => None,
-    };
-    let fleet_db_answers = fleet_db.as_ref().is_some_and(|d| d.answers());
-    // A fleet node whose feed cursor the database can no longer continue (tombstones it had
-    // not applied were removed) starts over from a snapshot: its links are wiped here, before
-    // the logs are read, and bootstrapped below. (With the database down, the follower makes
-    // the same check once it answers, and regenerates the links while serving.)
-    if let Some(f) = opts.fleet.as_ref().filter(|_| fleet_db_answers) {
-        if dir
-            .path()
-            .join(crate::fleet_mode::node::MARKER_FILE)
-            .exists()
-        {
-            crate::fleet_mode::bootstrap::rebootstrap_if_behind(&dir, &f.url)
-                .context("checking the feed cursor against the database")?;
-        }
-    }
+    let fleet_db = opts.mode.before_recovery(&dir)?;
     let shard_count = dir.manifest().shard_count;
     if cores > shard_count as usize {
         bail!("--cores {cores} is more than the data dir's {shard_count} shards");
@@ -329,12 +275,14 @@ fn open_links(opts: &ServeOptions, cores: usize) -> anyhow::Result<Links> {
     )?;
 
     let started = Instant::now();
-    let mut tables = open_tables(&dir, &router)?;
+    let mut tables = crate::recovery::open_tables(&dir, &router)?;
     let links: u64 = tables.iter().flatten().map(|t| t.len()).sum();
     // A fleet node's links come from the fleet database; a single node's do not: never mix.
     let logged: usize = logs.iter().map(|l| l.memtable.len()).sum();
-    crate::fleet_mode::node::check_marker(dir.path(), opts.fleet.is_some(), links + logged as u64)?;
-    let links = bootstrap_if_empty(opts, &dir, &router, &mut tables, links, logged)?;
+    opts.mode.check_marker(&dir, links + logged as u64)?;
+    let links = opts
+        .mode
+        .bootstrap_if_empty(&dir, &router, &mut tables, (links, logged))?;
     let open_ms = started.elapsed().as_secs_f64() * 1e3;
     Ok(Links {
         dir,
@@ -373,45 +321,6 @@ fn refuse_missing_tables(opts: &ServeOptions, dir: &DataDir) -> anyhow::Result<(
     Ok(())
 }
 
-/// A fleet node with nothing yet (`links` in its tables, `logged` in its logs, no feed
-/// cursor) starts from a snapshot of the database, not the feed's whole history; `tables`
-/// are opened again after it. The links the node then holds.
-fn bootstrap_if_empty(
-    opts: &ServeOptions,
-    dir: &DataDir,
-    router: &Router,
-    tables: &mut Vec<Option<Table>>,
-    links: u64,
-    logged: usize,
-) -> anyhow::Result<u64> {
-    // A fleet node with nothing yet starts from a snapshot of the database, not the feed's
-    // whole history.
-    Ok(match &opts.fleet {
-        Some(f)
-            if links == 0
-                && logged == 0
-                && !dir
-                    .path()
-                    .join(crate::fleet_mode::files::CURSOR_FILE)
-                    .exists() =>
-        {
-            let t = Instant::now();
-            let n =
-                crate::fleet_mode::bootstrap::bootstrap(dir, &f.url).context("fleet bootstrap")?;
-            // A re-bootstrap (its marker) is complete once the cursor is saved.
-            crate::fleet_mode::files::rebootstrap_done(dir.path())
-                .context("removing the re-bootstrap marker")?;
-            eprintln!(
-                "fleet: bootstrapped {n} links from a database snapshot in {:.1} s",
-                t.elapsed().as_secs_f64()
-            );
-            *tables = open_tables(dir, router)?;
-            tables.iter().flatten().map(|t| t.len()).sum()
-        }
-        _ => links,
-    })
-}
-
 /// The write path's shared parts: the allocation authority, the key-permutation secret, the
 /// API keys (the fleet's too), and the per-core limits.
 struct WriteSide {
@@ -429,19 +338,9 @@ struct WriteSide {
 
 fn open_write_side(opts: &ServeOptions, links: &Links, cores: usize) -> anyhow::Result<WriteSide> {
     let dir = &links.dir;
-    let (allocator, secret, fleet_stats) = match &opts.fleet {
-        None => {
-            let (allocator, secret) = open_local_authority(dir, links.max_logged_id)?;
-            (allocator, secret, None)
-        }
-        Some(f) => {
-            let at_start = links.fleet_db.as_ref().expect("fleet mode");
-            let node = crate::fleet_mode::node::open(dir.path(), f, at_start)?;
-            let allocator = shards::alloc::AllocatorService::start(Box::new(node.authority), false)
-                .context("starting the allocator thread")?;
-            (allocator, node.secret, Some(node.stats))
-        }
-    };
+    let (allocator, secret, fleet_stats) =
+        opts.mode
+            .id_authority(dir, links.max_logged_id, links.fleet_db.as_ref())?;
     let keygen = Arc::new(shards::keygen::KeyGen::new(&secret));
     if let Some(generated) = crate::api::keys::ApiKeyStore::bootstrap(
         dir.path(),
@@ -452,23 +351,9 @@ fn open_write_side(opts: &ServeOptions, links: &Links, cores: usize) -> anyhow::
         println!("generated API key (shown once, store it now): {generated}");
     }
     let local_keys = crate::api::keys::ApiKeyStore::load(dir.path()).context("loading API keys")?;
-    // Fleet mode: the fleet's keys too, read now and then by the key watcher about once a
-    // second. With the database down they are unread until it answers: a token that is not
-    // a local key is then answered 503, not 401 (it may be a fleet key).
-    let fleet_keys = match &opts.fleet {
-        Some(f) => {
-            let mut db = fleet::Db::new(&f.url)?;
-            let keys = match links.fleet_db_answers() {
-                true => {
-                    Some(fleet::keys::list_keys(&mut db).context("reading the fleet's API keys")?)
-                }
-                false => None,
-            };
-            let stats = fleet_stats.clone().expect("fleet mode has fleet stats");
-            Some((db, keys, stats))
-        }
-        None => None,
-    };
+    let fleet_keys = opts
+        .mode
+        .fleet_keys(links.fleet_db_answers(), fleet_stats.as_ref())?;
     let api_keys = Arc::new(match &fleet_keys {
         Some((_, keys, _)) => local_keys.clone().with_fleet_keys(keys.as_deref()),
         None => local_keys.clone(),
@@ -556,25 +441,14 @@ fn start_clicks(
     doorbells: &Arc<Doorbells>,
 ) -> anyhow::Result<Clicks> {
     let click_stats = Arc::new(crate::analytics::ClickStats::new(cores));
-    let fleet_click_stats = Arc::new(crate::analytics::fleet::FleetClickStats::default());
-    let fleet_clicks = match &opts.fleet {
-        Some(f) if opts.analytics.mode != crate::analytics::Mode::Off => {
-            let totals = click_stats.clone();
-            Some(crate::analytics::fleet::FleetClicksSetup {
-                url: f.url.clone(),
-                node: crate::fleet_mode::node::click_identity(links.dir.path())?,
-                node_id: f.node_id.clone(),
-                retention_days: opts.analytics.retention_days,
-                flush_interval_ms: f.click_flush_ms,
-                cores,
-                stats: fleet_click_stats.clone(),
-                dropped: Arc::new(move || totals.dropped_total()),
-                db_answers_at_start: links.fleet_db_answers(),
-            })
-        }
-        _ => None,
-    };
-    let fleet_clicks_on = fleet_clicks.is_some();
+    let fleet_clicks = opts.mode.fleet_clicks(
+        &opts.analytics,
+        &links.dir,
+        links.fleet_db_answers(),
+        cores,
+        click_stats.clone(),
+    )?;
+    let fleet_stats = fleet_clicks.as_ref().map(|f| f.stats.clone());
     let analytics = crate::analytics::start(
         &opts.analytics,
         links.dir.path(),
@@ -591,7 +465,7 @@ fn start_clicks(
         per_core,
         aggregators,
         stats: click_stats,
-        fleet_stats: fleet_clicks_on.then_some(fleet_click_stats),
+        fleet_stats,
     })
 }
 
@@ -842,38 +716,6 @@ impl Drop for FailOnPanic {
     }
 }
 
-/// Opens and validates every shard table, one thread per core's share.
-fn open_tables(dir: &DataDir, router: &Router) -> anyhow::Result<Vec<Option<Table>>> {
-    let shard_count = router.shard_count();
-    let cores = router.cores();
-    type Opened = anyhow::Result<Vec<(u32, Option<Table>)>>;
-    let results: Vec<Opened> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..cores)
-            .map(|c| {
-                s.spawn(move || {
-                    let mut out = Vec::new();
-                    for shard in router.shards_of_core(c) {
-                        let t = dir.open_table(shard)?;
-                        out.push((shard, t));
-                    }
-                    Ok(out)
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| w.join().expect("table opener panicked"))
-            .collect()
-    });
-    let mut tables: Vec<Option<Table>> = (0..shard_count).map(|_| None).collect();
-    for r in results {
-        for (shard, t) in r? {
-            tables[shard as usize] = t;
-        }
-    }
-    Ok(tables)
-}
-
 /// Makes `cores` executors fit the locked-memory limit: raise the limit if we may, else
 /// shrink each executor's I/O memory. Says what it did when it had to.
 fn size_io_memory(cores: usize) -> usize {
@@ -933,89 +775,4 @@ fn install_signal_handlers(
         .context("installing signal handlers")?;
     }
     Ok(())
-}
-
-/// Fleet mode: starts the link writer and the change feed follower, and gives each core its
-/// end of them. Empty outside fleet mode.
-fn start_fleet_links(
-    opts: &ServeOptions,
-    dir: &DataDir,
-    router: Router,
-    doorbells: &Arc<Doorbells>,
-    shared: &Arc<Shared>,
-    keygen: &Arc<shards::keygen::KeyGen>,
-    secret: [u8; 32],
-) -> anyhow::Result<
-    Vec<(
-        crate::owner::fleet_state::FleetLinks,
-        crate::service::Inbox<crate::fleet_mode::messages::FleetToCore>,
-    )>,
-> {
-    use crate::fleet_mode::follower::Follower;
-    use crate::fleet_mode::messages::{FleetToCore, FLEET_OUTLET_CAPACITY};
-    let (Some(f), Some(stats)) = (&opts.fleet, &shared.fleet) else {
-        return Ok(Vec::new());
-    };
-    let cores = router.cores();
-    let (outlets, inboxes) =
-        crate::service::Outlets::new(cores, FLEET_OUTLET_CAPACITY, doorbells.clone());
-    let outlets = Arc::new(outlets);
-    let to_cores = outlets.clone();
-    let writer = fleet::links::spawn_writer(
-        &f.url,
-        stats.clone(),
-        std::sync::Arc::new(move |answer| {
-            let core = answer.core as usize;
-            let mut item = FleetToCore::Written(answer);
-            // The core drains its queue every loop turn: wait for room rather than lose an
-            // answer its API request waits for.
-            while let Err(back) = to_cores.offer(core, item) {
-                item = back;
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }),
-    )?;
-    let to_cores = outlets.clone();
-    let reader = fleet::links::spawn_reader(
-        &f.url,
-        stats.clone(),
-        Box::new(move |answer| {
-            let core = answer.core as usize;
-            let mut item = FleetToCore::Read(answer);
-            while let Err(back) = to_cores.offer(core, item) {
-                item = back;
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        }),
-    )?;
-    // At most one ack per core per batch is outstanding; room for a batch given up on too.
-    let (ack_tx, ack_rx) = crossbeam::channel::bounded(cores * 4);
-    Follower {
-        db: fleet::Db::new(&f.url)?,
-        url: f.url.clone(),
-        data_dir: dir.path().to_path_buf(),
-        router,
-        outlets,
-        acks: ack_rx,
-        stats: stats.clone(),
-        stop: shared.draining.clone(),
-        pause_file: f.pause_feed_file.clone(),
-        secret,
-        namespace: f.namespace.clone(),
-    }
-    .spawn()
-    .context("starting the change feed follower")?;
-    Ok(inboxes
-        .into_iter()
-        .map(|inbox| {
-            let links = crate::owner::fleet_state::FleetLinks::new(
-                writer.clone(),
-                reader.clone(),
-                ack_tx.clone(),
-                keygen.clone(),
-                stats.clone(),
-            );
-            (links, inbox)
-        })
-        .collect())
 }

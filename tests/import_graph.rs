@@ -112,6 +112,7 @@ const LAYERS: &[&[&str]] = &[
     ],
     &["src/core_loop.rs"],
     &[
+        "src/mode.rs",
         "src/server.rs",
         "src/cli_config.rs",
         "src/lib.rs",
