@@ -8,11 +8,11 @@
 mod common;
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use ricochet::base::target::TableView;
 use ricochet::http::encode::{encode_not_found, encode_redirect, Conn, Framing};
 use ricochet::http::{parse_request, DateCache, Method};
+use ricochet::mesh::router::Router;
 use ricochet::owner::store::Store;
-use ricochet::router::Router;
-use ricochet::target::TableView;
 use shards::placement::DEFAULT_SHARD_COUNT;
 use std::time::{SystemTime, UNIX_EPOCH};
 

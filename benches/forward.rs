@@ -4,7 +4,7 @@
 //! a key another core owns pays over a local hit, before the asking core's LRU has the answer.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use ricochet::key::InlineKey;
+use ricochet::base::key::InlineKey;
 use ricochet::mesh::{Answer, Doorbells, Mesh, MeshMsg, MeshQueues, RedirectMsg, ReplyTo};
 use ricochet::owner::store::Store;
 use shards::link::RedirectStatus;

@@ -7,7 +7,7 @@ use common::{KeyCycle, HIT_KEY_BYTES, MISS_KEY_BYTES};
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use ricochet::cache::{Lru, DEFAULT_LRU_CAPACITY};
+use ricochet::base::cache::{Lru, DEFAULT_LRU_CAPACITY};
 
 fn lru(c: &mut Criterion) {
     let mut rng = StdRng::seed_from_u64(5);

@@ -6,7 +6,7 @@ use common::{KeyCycle, HIT_KEY_BYTES};
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use ricochet::router::Router;
+use ricochet::mesh::router::Router;
 use shards::placement::DEFAULT_SHARD_COUNT;
 
 /// Distinct keys cycled through (fits in L2: this measures the hash, not memory).

@@ -8,9 +8,9 @@ use crate::api::idempotency::{
 };
 use crate::api::request::CreateRequest;
 use crate::api_front::creates::{Creates, IdemTag};
-use crate::key::InlineKey;
+use crate::base::key::InlineKey;
+use crate::mesh::router::Router;
 use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReadReq, ReplyTo, WriteOutcome};
-use crate::router::Router;
 use std::collections::HashMap;
 
 /// An idempotent create in progress on its scope's owner.

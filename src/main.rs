@@ -5,8 +5,8 @@ mod cli_config;
 use anyhow::Context;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use ricochet::core_loop::{Parking, Timeouts, DEFAULT_SPIN_BEFORE_PARK_US};
-use ricochet::server::{serve, ServeOptions, DEFAULT_LRU_CAPACITY};
+use ricochet::node::core_loop::{Parking, Timeouts, DEFAULT_SPIN_BEFORE_PARK_US};
+use ricochet::node::server::{serve, ServeOptions, DEFAULT_LRU_CAPACITY};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -106,7 +106,7 @@ struct ServeArgs {
     /// the cores run on the other CPUs this process may use, and never share theirs. Without
     /// it, aggregators share the cores' CPUs at the lowest priority and step aside for them.
     #[arg(long, value_name = "LIST", env = "RICOCHET_SERVICE_CPUS")]
-    service_cpus: Option<ricochet::cpus::CpuList>,
+    service_cpus: Option<ricochet::base::cpus::CpuList>,
     /// Base of `short_url` in API responses, e.g. https://sho.rt
     #[arg(long, value_parser = parse_public_url)]
     public_url: Option<String>,
@@ -136,11 +136,11 @@ struct ServeArgs {
     #[arg(long, default_value_t = shards::alloc::DEFAULT_SEGMENT_LEN)]
     segment_len: u64,
     /// Creates per second per API key (whole server).
-    #[arg(long, default_value_t = ricochet::server::DEFAULT_CREATE_RATE_PER_S,
+    #[arg(long, default_value_t = ricochet::node::server::DEFAULT_CREATE_RATE_PER_S,
           value_parser = clap::value_parser!(u32).range(1..))]
     create_rate: u32,
     /// Burst of creates per API key (whole server).
-    #[arg(long, default_value_t = ricochet::server::DEFAULT_CREATE_BURST,
+    #[arg(long, default_value_t = ricochet::node::server::DEFAULT_CREATE_BURST,
           value_parser = clap::value_parser!(u32).range(1..))]
     create_burst: u32,
     /// Memtable entries per core (links written through the API) that trigger a background
@@ -246,7 +246,7 @@ const MAX_TIMEOUT_MS: u64 = 3_600_000;
 const MAX_SPIN_US: u64 = 1_000_000;
 
 fn parse_lru_capacity(s: &str) -> Result<usize, String> {
-    let max = ricochet::cache::MAX_LRU_CAPACITY;
+    let max = ricochet::base::cache::MAX_LRU_CAPACITY;
     match s.parse::<usize>() {
         Ok(n) if (1..=max).contains(&n) => Ok(n),
         _ => Err(format!("must be an entry count from 1 to {max}")),
@@ -402,19 +402,21 @@ fn serve_options(a: ServeArgs) -> ServeOptions {
             service_cpus: a.service_cpus.map(|l| l.0),
         },
         mode: match a.fleet_pg {
-            None => ricochet::mode::Mode::Single,
-            Some(url) => ricochet::mode::Mode::Fleet(ricochet::fleet_mode::node::FleetOptions {
-                url,
-                namespace: a.namespace.expect("clap requires --namespace"),
-                node_id: a.node_id.expect("clap requires --node-id"),
-                click_flush_ms: a.fleet_click_flush_ms,
-                faults: fleet::FleetFaults {
-                    lose_commit_reply_from: a.test_fleet_lose_commit_reply_from,
-                    rollback_as_uncertain_from: a.test_fleet_rollback_as_uncertain_from,
-                    freeze_at_commit_from: None,
-                },
-                pause_feed_file: a.test_fleet_pause_feed,
-            }),
+            None => ricochet::node::mode::Mode::Single,
+            Some(url) => {
+                ricochet::node::mode::Mode::Fleet(ricochet::fleet_mode::node::FleetOptions {
+                    url,
+                    namespace: a.namespace.expect("clap requires --namespace"),
+                    node_id: a.node_id.expect("clap requires --node-id"),
+                    click_flush_ms: a.fleet_click_flush_ms,
+                    faults: fleet::FleetFaults {
+                        lose_commit_reply_from: a.test_fleet_lose_commit_reply_from,
+                        rollback_as_uncertain_from: a.test_fleet_rollback_as_uncertain_from,
+                        freeze_at_commit_from: None,
+                    },
+                    pause_feed_file: a.test_fleet_pause_feed,
+                })
+            }
         },
     }
 }

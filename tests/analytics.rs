@@ -596,7 +596,7 @@ fn kill9_loses_at_most_the_last_second_of_clicks_and_counts_none_twice() {
         "counted {counted} of {} answered",
         answered.len()
     );
-    let bound_ms = ricochet::core_loop::TIMEOUT_SWEEP_INTERVAL_MS
+    let bound_ms = ricochet::node::core_loop::TIMEOUT_SWEEP_INTERVAL_MS
         + ricochet::analytics::CLICK_SYNC_INTERVAL_MS
         + KILL9_SLACK_MS;
     let safe = answered.partition_point(|&t| t + bound_ms <= killed_ms);
@@ -1044,7 +1044,7 @@ fn thread_cpus(pid: u32, name: &str) -> String {
 
 #[test]
 fn service_cpus_give_the_aggregators_cpus_the_cores_do_not_use() {
-    let allowed = ricochet::cpus::allowed().unwrap();
+    let allowed = ricochet::base::cpus::allowed().unwrap();
     assert!(
         allowed.len() >= 2,
         "this test needs 2 CPUs (the CI machine has them): {allowed:?}"

@@ -1264,7 +1264,7 @@ fn a_running_node_behind_the_horizon_regenerates_while_serving() {
     // Ready again once the checks have passed for the rise delay.
     let t = Instant::now();
     while cb.send("GET", "/readyz", false, &[], b"").unwrap().status != 200 {
-        let rise = Duration::from_millis(ricochet::probes::READY_RISE_MS);
+        let rise = Duration::from_millis(ricochet::node::probes::READY_RISE_MS);
         assert!(t.elapsed() < rise * 5, "not ready again after the swap");
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -32,7 +32,7 @@ const WARM_CONNS: usize = 64;
 
 /// Warm-up requests: four times each core's receive-buffer count in total, so each of the two
 /// cores cycles through its whole buffer ring even with an uneven connection spread.
-const WARM_REQUESTS: usize = 4 * ricochet::ring::bufring::RECV_BUF_COUNT as usize * 2;
+const WARM_REQUESTS: usize = 4 * ricochet::net::ring::bufring::RECV_BUF_COUNT as usize * 2;
 
 /// How quickly a fresh connection must be answered while the idle ones are held.
 const FRESH_ANSWER_WITHIN_MS: u64 = 500;

@@ -77,43 +77,27 @@ fn a_planted_circle_is_found() {
 /// start-up. The library crates sit below everything in `src/`.
 const LAYERS: &[&[&str]] = &[
     &["shards/src/", "fleet/src/"],
-    &[
-        "src/http/",
-        "src/key.rs",
-        "src/clock.rs",
-        "src/target.rs",
-        "src/cache.rs",
-        "src/damped.rs",
-        "src/cpus.rs",
-        "src/test_faults.rs",
-        "src/idle.rs",
-    ],
+    &["src/http/", "src/base/"],
     &["src/api/", "src/route.rs"],
+    &["src/mesh/", "src/metrics/mod.rs"],
     &[
-        "src/router.rs",
-        "src/mesh.rs",
-        "src/service.rs",
-        "src/metrics/mod.rs",
-    ],
-    &[
-        "src/shared.rs",
+        "src/node/shared.rs",
         "src/metrics/encode.rs",
         "src/owner/",
         "src/flights.rs",
         "src/api_front/",
-        "src/conns/",
         "src/analytics/",
         "src/fleet_mode/",
-        "src/probes.rs",
-        "src/recovery.rs",
-        "src/keywatch.rs",
-        "src/listener.rs",
-        "src/ring/",
+        "src/node/probes.rs",
+        "src/node/recovery.rs",
+        "src/node/keywatch.rs",
+        "src/net/",
     ],
-    &["src/core_loop.rs"],
+    &["src/node/core_loop.rs"],
     &[
-        "src/mode.rs",
-        "src/server.rs",
+        "src/node/mode.rs",
+        "src/node/server.rs",
+        "src/node/mod.rs",
         "src/cli_config.rs",
         "src/lib.rs",
         "src/main.rs",
@@ -170,10 +154,10 @@ fn a_planted_upward_import_is_found() {
             .or_default()
             .insert("X".to_owned());
     };
-    arrow(&mut g, "src/http/parse.rs", "src/core_loop.rs");
-    arrow(&mut g, "src/core_loop.rs", "src/http/parse.rs");
+    arrow(&mut g, "src/http/parse.rs", "src/node/core_loop.rs");
+    arrow(&mut g, "src/node/core_loop.rs", "src/http/parse.rs");
     assert_eq!(
         upward(&g),
-        vec!["src/http/parse.rs -> src/core_loop.rs: X".to_owned()]
+        vec!["src/http/parse.rs -> src/node/core_loop.rs: X".to_owned()]
     );
 }

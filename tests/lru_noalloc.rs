@@ -6,7 +6,7 @@ mod common {
 }
 
 use common::counting_alloc::{allocations, CountingAlloc};
-use ricochet::cache::Lru;
+use ricochet::base::cache::Lru;
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;

@@ -80,7 +80,7 @@ fn a_stalled_core_fails_liveness_within_the_bound_then_recovers() {
         .is_some());
     let stalled_at = Instant::now();
     // The bound plus one sweep, plus the probes that land on the stalled core and time out.
-    let bound = Duration::from_millis(ricochet::probes::LIVENESS_STALL_MS + 2000);
+    let bound = Duration::from_millis(ricochet::node::probes::LIVENESS_STALL_MS + 2000);
     let (body, took) = wait_for(&s, "/livez?verbose", 503, bound);
     assert!(body.contains("core 1: no progress"), "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -92,7 +92,7 @@ fn a_stalled_core_fails_liveness_within_the_bound_then_recovers() {
     let (body, _) = wait_for(&s, "/healthz", 503, Duration::from_secs(3));
     assert!(body.contains("core 1"), "{body}");
     // The stall ends by itself (TEST_STALL_MS): liveness comes back.
-    let back = Duration::from_millis(ricochet::test_faults::TEST_STALL_MS + 2000);
+    let back = Duration::from_millis(ricochet::base::test_faults::TEST_STALL_MS + 2000);
     wait_for(&s, "/livez", 200, back);
 }
 

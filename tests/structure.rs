@@ -18,14 +18,14 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 /// Modules a redirect runs through (parse, route, local or cached answer, forward, send).
 const REDIRECT_PATH: &[&str] = &[
-    "src/core_loop.rs",
-    "src/conns",
-    "src/mesh.rs",
-    "src/cache.rs",
-    "src/target.rs",
-    "src/key.rs",
-    "src/clock.rs",
-    "src/router.rs",
+    "src/node/core_loop.rs",
+    "src/net/conns",
+    "src/mesh/mod.rs",
+    "src/base/cache.rs",
+    "src/base/target.rs",
+    "src/base/key.rs",
+    "src/base/clock.rs",
+    "src/mesh/router.rs",
     "src/route.rs",
     "src/owner/mod.rs",
     "src/owner/store.rs",
@@ -37,13 +37,13 @@ const REDIRECT_PATH: &[&str] = &[
 
 /// Role modules: none may name the loop.
 const ROLES: &[&str] = &[
-    "src/conns",
+    "src/net/conns",
     "src/owner",
     "src/api_front",
     "src/flights.rs",
-    "src/mesh.rs",
-    "src/target.rs",
-    "src/service.rs",
+    "src/mesh/mod.rs",
+    "src/base/target.rs",
+    "src/mesh/service.rs",
 ];
 
 /// Names a lock has.
@@ -184,7 +184,7 @@ fn blocking_calls_on_the_redirect_path(repo: &Path) -> Vec<String> {
 }
 
 fn roles_importing_the_loop(repo: &Path, crates: &[(&str, &str, &str)]) -> Vec<String> {
-    references_into(repo, crates, ROLES, &["src/core_loop.rs"], None)
+    references_into(repo, crates, ROLES, &["src/node/core_loop.rs"], None)
 }
 
 /// Core-thread modules (the redirect path and the roles) that name a database-session item
@@ -454,15 +454,17 @@ fn planted(files: &[(&str, &str)]) -> tempfile::TempDir {
 /// behind a renamed path.
 #[test]
 fn each_check_finds_a_planted_violation() {
-    let lib = "pub mod conns;\npub mod core_loop;\npub mod owner;\npub mod fleet_mode;\n";
+    let lib = "pub mod net;\npub mod node;\npub mod owner;\npub mod fleet_mode;\n";
     let tree = planted(&[
         ("src/lib.rs", lib),
-        ("src/core_loop.rs", "pub struct Core;\n"),
-        ("src/conns/mod.rs", "pub mod deep;\n"),
+        ("src/net/mod.rs", "pub mod conns;\n"),
+        ("src/node/mod.rs", "pub mod core_loop;\n"),
+        ("src/node/core_loop.rs", "pub struct Core;\n"),
+        ("src/net/conns/mod.rs", "pub mod deep;\n"),
         // A lock in a subfolder of a redirect-path folder.
-        ("src/conns/deep/mod.rs", "pub mod lock;\n"),
+        ("src/net/conns/deep/mod.rs", "pub mod lock;\n"),
         (
-            "src/conns/deep/lock.rs",
+            "src/net/conns/deep/lock.rs",
             "static M: std::sync::Mutex<u8> = std::sync::Mutex::new(0);\n",
         ),
         // A blocking call after a test module in the middle of the file; a grouped import of
@@ -470,7 +472,7 @@ fn each_check_finds_a_planted_violation() {
         (
             "src/owner/mod.rs",
             "#[cfg(test)]\nmod tests {}\n\
-             use crate::{core_loop::Core, fleet_mode::follower::Follower};\n\
+             use crate::{node::core_loop::Core, fleet_mode::follower::Follower};\n\
              pub fn f() { std::thread::sleep(std::time::Duration::ZERO); }\n\
              pub fn g() -> fleet::Db { todo!() }\n",
         ),
@@ -489,7 +491,7 @@ fn each_check_finds_a_planted_violation() {
     assert!(
         locks
             .iter()
-            .any(|l| l.starts_with("src/conns/deep/lock.rs:1:")),
+            .any(|l| l.starts_with("src/net/conns/deep/lock.rs:1:")),
         "{locks:?}"
     );
     let blocking = blocking_calls_on_the_redirect_path(repo);
@@ -501,7 +503,7 @@ fn each_check_finds_a_planted_violation() {
     );
     assert_eq!(
         roles_importing_the_loop(repo, crates),
-        vec!["src/owner/mod.rs -> src/core_loop.rs: Core".to_owned()]
+        vec!["src/owner/mod.rs -> src/node/core_loop.rs: Core".to_owned()]
     );
     let db = core_threads_reaching_the_database(repo, crates);
     assert!(
@@ -520,7 +522,7 @@ fn each_check_finds_a_planted_violation() {
     assert_eq!(tests.len(), 2, "{tests:?}");
     // A test module's imports and code are not code on the path.
     let clean = planted(&[(
-        "src/conns/mod.rs",
+        "src/net/conns/mod.rs",
         "pub fn ok() {}\n#[cfg(test)]\nmod tests {\n    use std::sync::Mutex;\n    fn t() { std::thread::sleep(std::time::Duration::ZERO); }\n}\n",
     )]);
     assert!(locks_on_the_redirect_path(clean.path()).is_empty());

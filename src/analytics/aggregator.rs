@@ -21,8 +21,8 @@ use super::salts::SaltBook;
 use super::stats::{self, StatsQuery};
 use super::step_aside::StepAside;
 use super::{ClickStats, Control, ToCore, CLICK_SYNC_INTERVAL_MS};
-use crate::router::Router;
-use crate::service::Outlets;
+use crate::mesh::router::Router;
+use crate::mesh::service::Outlets;
 use crossbeam::channel::{Receiver, Sender, TrySendError};
 use shards::clicks::codec;
 use shards::clicks::files::ClickLog;
@@ -221,7 +221,7 @@ impl Aggregator {
     /// The thread's loop; returns once its core and every peer closed.
     pub fn run(mut self) {
         if let Some(cpus) = &self.s.cpus {
-            if let Err(e) = crate::cpus::pin_current_thread(cpus) {
+            if let Err(e) = crate::base::cpus::pin_current_thread(cpus) {
                 eprintln!(
                     "clicks core {}: cannot pin the aggregator to --service-cpus {cpus:?} ({e}); it shares the cores' CPUs",
                     self.s.me
@@ -774,7 +774,7 @@ impl Aggregator {
 }
 
 fn yield_to_cores(me: usize) -> bool {
-    crate::cpus::yield_thread_to_cores(&format!("clicks core {me}: the aggregator"))
+    crate::base::cpus::yield_thread_to_cores(&format!("clicks core {me}: the aggregator"))
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //! string go once in the batch that first names it (`strings`), and the core remembers which
 //! ones its aggregator already has (`seen`), so a busy link costs one increment per click.
 
-use crate::key::InlineKey;
+use crate::base::key::InlineKey;
 use crossbeam::channel::{Receiver, Sender, TrySendError};
 use shards::clicks::Day;
 use std::sync::atomic::{AtomicU64, Ordering};

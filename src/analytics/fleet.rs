@@ -17,7 +17,7 @@
 
 use super::stats::{self, DayFigures};
 use super::{Control, ToCore};
-use crate::service::Outlets;
+use crate::mesh::service::Outlets;
 use crossbeam::channel::{Receiver, RecvTimeoutError, Sender};
 use fleet::clicks::{ClickRow, Facet, Flush, Flushed};
 use shards::clicks::{Day, FacetKind, LinkDay};
@@ -211,7 +211,7 @@ impl FleetClicks {
         std::thread::Builder::new()
             .name("ricochet-fleet-stats".into())
             .spawn(move || {
-                crate::cpus::yield_thread_to_cores("the fleet stats thread");
+                crate::base::cpus::yield_thread_to_cores("the fleet stats thread");
                 answer_queries(stats_db, q_rx, replies)
             })
             .context("starting the fleet stats thread")?;
@@ -277,7 +277,7 @@ impl Flusher {
 
     fn run(mut self, parts: Receiver<FlushPart>) {
         // A flush's encoding is a burst of CPU: a core on the same CPU goes first.
-        crate::cpus::yield_thread_to_cores("the fleet click flusher");
+        crate::base::cpus::yield_thread_to_cores("the fleet click flusher");
         let every = Duration::from_millis(self.s.flush_interval_ms);
         let mut next = Instant::now() + every;
         loop {

@@ -8,9 +8,9 @@ use super::{
     AnalyticsConfig, ClickStats, ClientIp, Control, Mode, ToCore, CONTROL_QUEUE_CAPACITY,
     PEER_QUEUE_CAPACITY, REPLY_QUEUE_CAPACITY,
 };
+use crate::mesh::router::Router;
+use crate::mesh::service::{Inbox, Outlets};
 use crate::mesh::Doorbells;
-use crate::router::Router;
-use crate::service::{Inbox, Outlets};
 use crossbeam::channel::{bounded, Receiver, Sender};
 use std::path::Path;
 use std::sync::atomic::AtomicU64;

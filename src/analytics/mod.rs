@@ -22,7 +22,7 @@ pub mod step_aside;
 pub use combiner::{client_ip, referrer_host};
 pub use launch::{start, Aggregators, CoreClicks};
 
-use crate::key::InlineKey;
+use crate::base::key::InlineKey;
 
 use crate::mesh::ReplyTo;
 
@@ -200,9 +200,9 @@ mod tests {
     use super::combiner::ClickFields;
     use super::stats::{Bots, StatsQuery};
     use super::*;
-    use crate::key::InlineKey;
+    use crate::base::key::InlineKey;
+    use crate::mesh::router::Router;
     use crate::mesh::Doorbells;
-    use crate::router::Router;
     use proptest::prelude::*;
     use std::collections::HashMap;
     use std::sync::Arc;

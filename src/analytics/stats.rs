@@ -8,7 +8,7 @@
 //! seen on two days counts twice: daily salts cannot link days).
 
 use crate::api::problem::Problem;
-use crate::key::InlineKey;
+use crate::base::key::InlineKey;
 use shards::clicks::{ClickStore, Day, FacetKind, Hll, LinkDay};
 use std::collections::HashMap;
 

@@ -103,7 +103,7 @@ mod tests {
     fn pin_here() -> i32 {
         // SAFETY: no arguments.
         let cpu = unsafe { libc::sched_getcpu() };
-        crate::cpus::pin_current_thread(&[cpu as usize]).expect("sched_setaffinity");
+        crate::base::cpus::pin_current_thread(&[cpu as usize]).expect("sched_setaffinity");
         cpu
     }
 

@@ -4,9 +4,9 @@
 
 use crate::api::problem::Problem;
 use crate::api::request::CreateRequest;
-use crate::key::InlineKey;
+use crate::base::key::InlineKey;
+use crate::mesh::router::Router;
 use crate::mesh::{ApiMsg, Mesh, ReplyTo, WriteOutcome, WriteReq};
-use crate::router::Router;
 use shards::alloc::{AllocClient, NextIdError, SegmentBuffer};
 use shards::keygen::KeyGen;
 use std::collections::VecDeque;

@@ -5,7 +5,7 @@
 //! is created, changed or deleted meanwhile. Clients treat the cursor as opaque.
 
 use crate::api::problem::Problem;
-use crate::key::InlineKey;
+use crate::base::key::InlineKey;
 use crate::mesh::LinkInfo;
 
 /// Links per page unless `limit` says otherwise.

@@ -19,9 +19,9 @@ use super::{ApiFront, ApiOp, Defer, MAX_CREATE_TRIES};
 use crate::api::problem::Problem;
 use crate::api::request::parse_create;
 use crate::api::timefmt::format_rfc3339_utc;
+use crate::base::key::InlineKey;
 use crate::http::encode::{self, Conn as Persist, Framing, Response};
 use crate::http::{Method, Request, Status};
-use crate::key::InlineKey;
 use crate::mesh::{LinkInfo, Mesh, WriteOutcome};
 
 pub use crate::route::SHLINK_PREFIX;
@@ -238,7 +238,7 @@ impl ApiFront {
         req: &Request<'_>,
         body: &[u8],
         persist: Persist,
-        clock: &crate::clock::Clock,
+        clock: &crate::base::clock::Clock,
         mesh: &mut Mesh,
     ) {
         let f = Framing {

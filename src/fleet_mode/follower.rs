@@ -33,9 +33,9 @@ use super::messages::FleetToCore;
 use super::messages::RegenStep;
 use super::regen::build_generation;
 use super::regen::Generation;
-use crate::key::InlineKey;
-use crate::router::Router;
-use crate::service::Outlets;
+use crate::base::key::InlineKey;
+use crate::mesh::router::Router;
+use crate::mesh::service::Outlets;
 use anyhow::Context;
 use fleet::DB_REFUSED_RECHECK_MS;
 use shards::datadir::DataDir;
@@ -786,7 +786,7 @@ impl Follower {
         let Generation { links, at, tables } = std::thread::Builder::new()
             .name("ricochet-fleet-regen".into())
             .spawn(move || {
-                crate::cpus::yield_thread_to_cores("fleet regeneration");
+                crate::base::cpus::yield_thread_to_cores("fleet regeneration");
                 build_generation(&main, &url, cause)
             })?
             .join()

@@ -1,7 +1,7 @@
 //! What fleet mode's service threads (the link writer and reader, the follower) hand a core,
 //! and what a core answers: through the fleet outlet, a bounded queue and a doorbell.
 
-use crate::key::InlineKey;
+use crate::base::key::InlineKey;
 use shards::link::RedirectStatus;
 use std::sync::Arc;
 

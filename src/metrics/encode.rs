@@ -19,7 +19,7 @@ use super::{
     Buckets, CoreCounters, ACCEPT_ERROR_CLASSES, BATCH_RECORDS_BUCKETS, FSYNC_US_BUCKETS,
     REQUEST_US_BUCKETS,
 };
-use crate::shared::Shared;
+use crate::node::shared::Shared;
 
 /// The body of `GET /metrics` (content type `application/openmetrics-text`).
 pub fn render(shared: &Arc<Shared>) -> String {

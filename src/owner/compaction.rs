@@ -92,7 +92,7 @@ impl Owner {
         self.compaction.folding = true;
         let snapshot = self.writes.memtable.clone();
         let (dir, router) = (self.compaction.data_dir.clone(), self.router);
-        let rx = crate::service::run_once(
+        let rx = crate::mesh::service::run_once(
             format!("ricochet-compact-{}", self.me),
             self.doorbells.clone(),
             self.me,
@@ -207,7 +207,7 @@ impl Owner {
 
     /// Frees tables a compaction replaced once no core can read them: every core, this one
     /// included, raises its `TableView` past their generations and acknowledges
-    /// (`CacheMsg::RetireTables`); the last ack drops them (`crate::target`). `forget_all`:
+    /// (`CacheMsg::RetireTables`); the last ack drops them (`crate::base::target`). `forget_all`:
     /// every core also drops every cached answer (a regeneration, `regen.rs`), even if no
     /// table was replaced.
     pub(super) fn retire_tables(

@@ -2,8 +2,8 @@
 //! to it, feed batches being applied, versions not yet confirmed by the feed. The owner's
 //! methods that use it are in `fleet.rs`.
 
+use crate::base::key::InlineKey;
 use crate::fleet_mode::messages::FeedAck;
-use crate::key::InlineKey;
 use crate::mesh::{ReplyTo, WriteReq};
 use fleet::ceiling::Ceilings;
 use fleet::links::{ReaderHandle, WriterHandle};

@@ -16,9 +16,9 @@
 //! The replaced tables are unmapped once every other core has cleared its LRU (the only place
 //! an answer pointing into them can outlive its message): `Owner::retire_tables` (`owner/compaction.rs`).
 
-use crate::key::InlineKey;
+use crate::base::key::InlineKey;
+use crate::mesh::router::Router;
 use crate::owner::writes::MemEntry;
-use crate::router::Router;
 use shards::datadir::DataDir;
 use shards::table::{write_table, OwnedLink, Table};
 use std::collections::{BTreeMap, HashMap};

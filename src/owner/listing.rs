@@ -9,7 +9,7 @@
 
 use super::writes::MemEntry;
 use super::Owner;
-use crate::key::InlineKey;
+use crate::base::key::InlineKey;
 use crate::mesh::LinkInfo;
 use crate::mesh::ListedShard;
 use std::cmp::Ordering;

@@ -28,9 +28,9 @@ pub mod store;
 mod write_path;
 pub mod writes;
 
-use crate::key::InlineKey;
+use crate::base::key::InlineKey;
+use crate::mesh::router::Router;
 use crate::mesh::{Answer, Doorbells, LinkInfo, Mesh, RedirectMsg, ReplyTo, Target};
-use crate::router::Router;
 use shards::table::Table;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -768,7 +768,7 @@ mod tests {
                 .map(|a| match a.target {
                     crate::mesh::Target::Shared(t) => t.to_string(),
                     t @ crate::mesh::Target::Table(_) => {
-                        let view = crate::target::TableView::new(SHARDS);
+                        let view = crate::base::target::TableView::new(SHARDS);
                         String::from_utf8(t.resolve(&view).unwrap().to_vec()).unwrap()
                     }
                 })
@@ -1102,7 +1102,7 @@ mod tests {
                 .map(|a| match a.target {
                     crate::mesh::Target::Shared(t) => t.to_string(),
                     t @ crate::mesh::Target::Table(_) => {
-                        let view = crate::target::TableView::new(SHARDS);
+                        let view = crate::base::target::TableView::new(SHARDS);
                         String::from_utf8(t.resolve(&view).unwrap().to_vec()).unwrap()
                     }
                 });

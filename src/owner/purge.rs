@@ -12,7 +12,7 @@
 use super::purge_state::{Invalidation, Waiter};
 use super::Owner;
 use crate::analytics::Control;
-use crate::key::InlineKey;
+use crate::base::key::InlineKey;
 use crate::mesh::{ApiMsg, CacheMsg, Mesh, ReplyTo, WriteOutcome};
 
 impl Owner {

@@ -1,7 +1,7 @@
 //! What an invalidation on an owner core waits with ([`Invalidation`], [`Waiter`]); the
 //! owner's methods that run it are in `purge.rs`.
 
-use crate::key::InlineKey;
+use crate::base::key::InlineKey;
 use crate::mesh::{ReplyTo, WriteOutcome};
 
 /// Who waits for an invalidation (and its purge): an API answer, or a change feed row.

@@ -2,7 +2,7 @@
 //! through it are in `regen.rs`.
 
 use super::writes::MemEntry;
-use crate::key::InlineKey;
+use crate::base::key::InlineKey;
 use shards::table::Table;
 use std::collections::HashMap;
 

@@ -3,10 +3,10 @@
 //! Tables are opened (and validated) once. An answer built from a table carries a
 //! [`TableText`] into the mapping, named by the table's shard and generation; a table replaced
 //! by a compaction is returned by [`Store::set_table`] and kept until every core has retired
-//! its generation (`Owner::poll_compaction`, `crate::target`).
+//! its generation (`Owner::poll_compaction`, `crate::base::target`).
 
+use crate::base::target::{TableText, Target};
 use crate::mesh::Answer;
-use crate::target::{TableText, Target};
 use shards::table::{SlotHint, Table};
 
 /// A shard's table and its generation (bumped by each replacement).

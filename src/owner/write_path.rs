@@ -10,7 +10,7 @@ use super::writes::{
 };
 use super::Owner;
 use crate::api::request::ExpiryUpdate;
-use crate::key::InlineKey;
+use crate::base::key::InlineKey;
 use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReadReq, ReplyTo, WriteOutcome, WriteReq};
 use shards::log::{Batch, LinkFields, LogOpRef};
 use std::io;

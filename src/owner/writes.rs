@@ -9,7 +9,7 @@
 //! the API answered (after every other core dropped the key from its LRU, for PATCH/DELETE).
 //! A failed write or fsync poisons the log: nothing after it is acknowledged until restart.
 
-use crate::key::InlineKey;
+use crate::base::key::InlineKey;
 use crate::mesh::{LinkInfo, ReplyTo, WriteOutcome, WriteReq};
 use shards::log::{Batch, LogWriter};
 use std::collections::{HashMap, HashSet, VecDeque};

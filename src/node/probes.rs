@@ -16,8 +16,8 @@
 //! passed for [`READY_RISE_MS`]; the first rise after start is immediate. `?verbose` (with or
 //! without `creates`) answers JSON with one entry per check.
 
-pub use crate::damped::{Damped, READY_FALL_MS, READY_RISE_MS};
-use crate::shared::Shared;
+pub use crate::base::damped::{Damped, READY_FALL_MS, READY_RISE_MS};
+use crate::node::shared::Shared;
 use std::sync::atomic::Ordering;
 
 /// A core whose sweep heartbeat is older than this is stalled: `/livez` fails. Sweeps run every

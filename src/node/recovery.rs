@@ -8,10 +8,10 @@
 //! records the core count the current logs were written with.
 
 use crate::api::idempotency::{IdemRecord, IdemScope, RequestHash};
-use crate::key::InlineKey;
+use crate::base::key::InlineKey;
+use crate::mesh::router::Router;
 use crate::mesh::LinkInfo;
 use crate::owner::writes::MemEntry;
-use crate::router::Router;
 use anyhow::Context;
 use shards::datadir::DataDir;
 use shards::log::{recover, wal_path, LogOp, LogRecord, LogWriter, LOG_DIR_NAME};

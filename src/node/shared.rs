@@ -23,8 +23,8 @@ pub struct Shared {
     /// The one clock every core's heartbeat is measured on (`probes`).
     pub started: std::time::Instant,
     /// Damped verdicts of `/readyz` and `/readyz?creates` (`damped::Damped`).
-    pub ready: crate::damped::Damped,
-    pub ready_for_creates: crate::damped::Damped,
+    pub ready: crate::base::damped::Damped,
+    pub ready_for_creates: crate::base::damped::Damped,
     /// `docs/openapi.yaml` as JSON (`GET /api/v1/openapi.json`), converted at start.
     pub openapi_json: Vec<u8>,
     /// Click analytics counters (`None` with `--analytics off`).
@@ -32,7 +32,7 @@ pub struct Shared {
     /// Fleet mode's click flusher counters (`None` outside fleet mode or without analytics).
     pub fleet_clicks: Option<Arc<crate::analytics::fleet::FleetClickStats>>,
     /// Test only (`--test-stall-core`): a core that blocks its loop once.
-    pub test_stall: Option<crate::test_faults::TestStall>,
+    pub test_stall: Option<crate::base::test_faults::TestStall>,
 }
 
 impl Shared {

@@ -7,9 +7,9 @@
 //! (`fleet_mode`), and its start checks the database first.
 
 use crate::fleet_mode::node::{DbAtStart, FleetOptions};
+use crate::mesh::router::Router;
 use crate::mesh::Doorbells;
-use crate::router::Router;
-use crate::shared::Shared;
+use crate::node::shared::Shared;
 use anyhow::Context;
 use shards::datadir::DataDir;
 use shards::table::Table;
@@ -36,7 +36,7 @@ pub type IdAuthority = (
 /// Each core's end of fleet mode's service threads (empty for a single node).
 pub type FleetCores = Vec<(
     crate::owner::fleet_state::FleetLinks,
-    crate::service::Inbox<crate::fleet_mode::messages::FleetToCore>,
+    crate::mesh::service::Inbox<crate::fleet_mode::messages::FleetToCore>,
 )>;
 
 impl Mode {
@@ -102,7 +102,7 @@ impl Mode {
             "fleet: bootstrapped {n} links from a database snapshot in {:.1} s",
             t.elapsed().as_secs_f64()
         );
-        *tables = crate::recovery::open_tables(dir, router)?;
+        *tables = crate::node::recovery::open_tables(dir, router)?;
         Ok(tables.iter().flatten().map(|t| t.len()).sum())
     }
 
@@ -137,7 +137,7 @@ impl Mode {
         &self,
         db_answers: bool,
         stats: Option<&Arc<fleet::FleetStats>>,
-    ) -> anyhow::Result<Option<crate::keywatch::FleetKeys>> {
+    ) -> anyhow::Result<Option<crate::node::keywatch::FleetKeys>> {
         let Mode::Fleet(f) = self else {
             return Ok(None);
         };
@@ -194,7 +194,7 @@ impl Mode {
         let (Mode::Fleet(f), Some(stats)) = (self, &shared.fleet) else {
             return Ok(Vec::new());
         };
-        let (outlets, inboxes) = crate::service::Outlets::new(
+        let (outlets, inboxes) = crate::mesh::service::Outlets::new(
             router.cores(),
             crate::fleet_mode::messages::FLEET_OUTLET_CAPACITY,
             doorbells.clone(),
@@ -238,7 +238,7 @@ impl Mode {
 fn spawn_link_threads(
     f: &FleetOptions,
     stats: &Arc<fleet::FleetStats>,
-    outlets: &Arc<crate::service::Outlets<crate::fleet_mode::messages::FleetToCore>>,
+    outlets: &Arc<crate::mesh::service::Outlets<crate::fleet_mode::messages::FleetToCore>>,
 ) -> anyhow::Result<(fleet::links::WriterHandle, fleet::links::ReaderHandle)> {
     use crate::fleet_mode::messages::FleetToCore;
     let to_cores = outlets.clone();

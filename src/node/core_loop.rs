@@ -9,20 +9,20 @@
 //! - then one `io_uring_enter` for everything queued, and parking when idle.
 
 use crate::api_front::ApiFront;
-use crate::clock::Clock;
-use crate::conns::{Conns, Env, ACCEPT_BACKOFF_MS};
+use crate::base::clock::Clock;
 use crate::flights::Flights;
 use crate::mesh::{ApiMsg, CacheMsg, Mesh, MeshMsg, RedirectMsg, ReplyTo};
+use crate::net::conns::{Conns, Env, ACCEPT_BACKOFF_MS};
+use crate::net::ring::{Op, Ring, Token};
+use crate::node::shared::Shared;
 use crate::owner::Owner;
-use crate::ring::{Op, Ring, Token};
-use crate::shared::Shared;
 use io_uring::{cqueue, opcode, types};
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
-pub use crate::conns::Timeouts;
+pub use crate::net::conns::Timeouts;
 
 /// How often connection deadlines are checked. Timeouts fire at most this late.
 pub const TIMEOUT_SWEEP_INTERVAL_MS: u64 = 100;
@@ -65,9 +65,9 @@ pub struct CoreSetup {
     pub flights: Flights,
     pub shared: Arc<Shared>,
     /// Answers from the click aggregators (stats, purges), unless analytics is off.
-    pub clicks_inbox: Option<crate::service::Inbox<crate::analytics::ToCore>>,
+    pub clicks_inbox: Option<crate::mesh::service::Inbox<crate::analytics::ToCore>>,
     /// Fleet mode: the link writer's answers and the change feed's rows.
-    pub fleet_inbox: Option<crate::service::Inbox<crate::fleet_mode::messages::FleetToCore>>,
+    pub fleet_inbox: Option<crate::mesh::service::Inbox<crate::fleet_mode::messages::FleetToCore>>,
 }
 
 /// One core's loop state.
@@ -78,8 +78,8 @@ pub struct Core {
     owner: Owner,
     api: ApiFront,
     flights: Flights,
-    clicks_inbox: Option<crate::service::Inbox<crate::analytics::ToCore>>,
-    fleet_inbox: Option<crate::service::Inbox<crate::fleet_mode::messages::FleetToCore>>,
+    clicks_inbox: Option<crate::mesh::service::Inbox<crate::analytics::ToCore>>,
+    fleet_inbox: Option<crate::mesh::service::Inbox<crate::fleet_mode::messages::FleetToCore>>,
     mesh: Mesh,
     clock: Clock,
     shared: Arc<Shared>,
@@ -92,7 +92,7 @@ pub struct Core {
     drained: bool,
     doorbell_buf: Box<u64>,
     /// Whether idle moments may go to the click aggregator (`idle`).
-    idle: crate::idle::IdleMeter,
+    idle: crate::base::idle::IdleMeter,
 }
 
 impl Core {
@@ -115,7 +115,7 @@ impl Core {
             draining_since_ms: None,
             drained: false,
             doorbell_buf: Box::new(0),
-            idle: crate::idle::IdleMeter::new(0),
+            idle: crate::base::idle::IdleMeter::new(0),
         };
         // SAFETY: sched_getcpu has no arguments; the executor is pinned, so the answer holds.
         let cpu = unsafe { libc::sched_getcpu() };
@@ -151,7 +151,7 @@ impl Core {
     /// Runs until drained. Returns an error only if the ring itself fails.
     pub async fn run(mut self, parking: Parking) -> io::Result<()> {
         let mut cqes: Vec<cqueue::Entry> =
-            Vec::with_capacity(crate::ring::RING_CQ_ENTRIES as usize);
+            Vec::with_capacity(crate::net::ring::RING_CQ_ENTRIES as usize);
         let mut next_sweep_ms = 0;
         // Monotonic microseconds at which the loop last found no work.
         let mut idle_since_us: Option<u64> = None;
@@ -405,7 +405,7 @@ impl Core {
         Ok(())
     }
 
-    fn env(&mut self) -> (&mut Conns, &crate::ring::bufring::BufRing, Env<'_>) {
+    fn env(&mut self) -> (&mut Conns, &crate::net::ring::bufring::BufRing, Env<'_>) {
         let env = Env {
             owner: &self.owner,
             api: &mut self.api,

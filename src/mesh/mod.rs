@@ -2,7 +2,7 @@
 //!
 //! A request for a key another core owns becomes a [`RedirectMsg::Lookup`] to the owner, which
 //! answers with [`RedirectMsg::Answer`]. Messages are plain values (the key travels inline,
-//! targets are table text checked by generation or a shared `Arc<str>`, see `crate::target`),
+//! targets are table text checked by generation or a shared `Arc<str>`, see `crate::base::target`),
 //! so forwarding allocates nothing.
 //!
 //! The mesh is one bounded lock-free queue (crossbeam `ArrayQueue`) per ordered pair of cores,
@@ -19,7 +19,10 @@
 //! peer sets `parked`, fences, and checks its queues once more before sleeping. One of the two
 //! always sees the other (Dekker), so no message waits for a timeout.
 
-use crate::key::InlineKey;
+pub mod router; // the one function that decides a key's core
+pub mod service; // service threads' bounded outlets into the cores
+
+use crate::base::key::InlineKey;
 use crossbeam::queue::ArrayQueue;
 use shards::link::RedirectStatus;
 use std::collections::VecDeque;
@@ -35,8 +38,8 @@ pub const MESH_CHANNEL_CAPACITY: usize = 4096;
 /// other cores' requests still go out: their number is bounded by those cores' own requests.
 pub const MAX_OUTBOX_MSGS: usize = MESH_CHANNEL_CAPACITY;
 
-use crate::target::TableView;
-pub use crate::target::Target;
+use crate::base::target::TableView;
+pub use crate::base::target::Target;
 
 /// What a shard answered for one page.
 #[derive(Debug)]
@@ -349,7 +352,7 @@ pub enum CacheMsg {
     },
     /// These tables are replaced (per shard: every generation up to the one given): raise
     /// the view past them, then acknowledge. Sent by an owner to every core, itself included,
-    /// after a compaction; the old tables are freed after the last ack (`crate::target`).
+    /// after a compaction; the old tables are freed after the last ack (`crate::base::target`).
     /// Queues are FIFO per pair, so every answer sent before this one is processed first.
     RetireTables {
         from: u16,

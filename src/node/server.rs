@@ -4,14 +4,14 @@
 //! Everything that can fail for a reason the operator must fix (a corrupt table, a taken port,
 //! too many cores) fails here, on the main thread, before any executor starts.
 
-use crate::conns::Conns;
-use crate::core_loop::{Core, CoreSetup, Parking, Timeouts};
 use crate::flights::Flights;
+use crate::mesh::router::Router;
 use crate::mesh::{Doorbells, Mesh, MeshQueues};
+use crate::net::conns::Conns;
+use crate::node::core_loop::{Core, CoreSetup, Parking, Timeouts};
+use crate::node::shared::Shared;
 use crate::owner::store::Store;
 use crate::owner::Owner;
-use crate::router::Router;
-use crate::shared::Shared;
 use anyhow::{bail, Context};
 use glommio::{LocalExecutorBuilder, Placement};
 use shards::datadir::DataDir;
@@ -41,7 +41,7 @@ pub const MIN_GLOMMIO_IO_MEMORY_BYTES: usize = 128 << 10;
 pub const STARTUP_TIMEOUT_MS: u64 = 30_000;
 
 /// Entries in each core's LRU of answers from other cores.
-pub const DEFAULT_LRU_CAPACITY: usize = crate::cache::DEFAULT_LRU_CAPACITY;
+pub const DEFAULT_LRU_CAPACITY: usize = crate::base::cache::DEFAULT_LRU_CAPACITY;
 
 /// `ricochet serve` options.
 #[derive(Clone, Debug)]
@@ -73,7 +73,7 @@ pub struct ServeOptions {
     /// serving without the links they held (each missing file is reported).
     pub accept_data_loss: bool,
     /// Single node, or a fleet node (`--fleet-pg`: IDs, links and keys from PostgreSQL).
-    pub mode: crate::mode::Mode,
+    pub mode: crate::node::mode::Mode,
     /// Test only (`--test-stall-core N --test-stall-after-ms T`): core N blocks once at T.
     pub test_stall: Option<(usize, u64)>,
     /// Click analytics (`--analytics`, `--client-ip`, `--click-retention-days`,
@@ -93,11 +93,11 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let (cpus, cores) = plan_cpus(&opts)?;
     let mut links = open_links(&opts, cores)?;
     let io_memory = size_io_memory(cores);
-    let crate::listener::Listeners {
+    let crate::net::listener::Listeners {
         fds: listener_fds,
         bound,
         lock: port_lock,
-    } = crate::listener::open(opts.listen, cores)?;
+    } = crate::net::listener::open(opts.listen, cores)?;
     let doorbells = Arc::new(Doorbells::new(cores).context("creating doorbell eventfds")?);
     let mut write = open_write_side(&opts, &links, cores)?;
     let clicks = start_clicks(&opts, &links, cores, &doorbells)?;
@@ -116,7 +116,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         write.secret,
     )?;
     let keywatch_stop = Arc::new(AtomicBool::new(false));
-    let key_updates = crate::keywatch::start(
+    let key_updates = crate::node::keywatch::start(
         links.dir.path().to_path_buf(),
         doorbells.clone(),
         keywatch_stop.clone(),
@@ -189,16 +189,16 @@ fn shared(
         fleet_clicks: clicks.fleet_stats.clone(),
         test_stall: opts
             .test_stall
-            .map(|(core, after_ms)| crate::test_faults::TestStall::new(core, after_ms)),
+            .map(|(core, after_ms)| crate::base::test_faults::TestStall::new(core, after_ms)),
     }
 }
 
 /// The CPUs the cores run on and how many cores: `--cores` checked against the CPUs this
 /// process may use (less `--service-cpus`).
 fn plan_cpus(opts: &ServeOptions) -> anyhow::Result<(Vec<usize>, usize)> {
-    let allowed = crate::cpus::allowed().context("reading the CPU affinity mask")?;
+    let allowed = crate::base::cpus::allowed().context("reading the CPU affinity mask")?;
     // `--service-cpus`: the aggregators' own CPUs are not the cores'.
-    let cpus = crate::cpus::split(&allowed, opts.analytics.service_cpus.as_deref())
+    let cpus = crate::base::cpus::split(&allowed, opts.analytics.service_cpus.as_deref())
         .map_err(|e| anyhow::anyhow!(e))?;
     let cores = opts.cores.unwrap_or(cpus.len());
     if cores == 0 {
@@ -233,7 +233,7 @@ struct Links {
     router: Router,
     shard_count: u32,
     now_s: u64,
-    logs: Vec<crate::recovery::CoreLog>,
+    logs: Vec<crate::node::recovery::CoreLog>,
     max_logged_id: u64,
     /// By shard; each core takes its own.
     tables: Vec<Option<Table>>,
@@ -265,7 +265,7 @@ fn open_links(opts: &ServeOptions, cores: usize) -> anyhow::Result<Links> {
 
     refuse_missing_tables(opts, &dir)?;
     // Logged writes first: a core-count change folds them into the tables we open next.
-    let (logs, max_logged_id) = crate::recovery::recover_logs(
+    let (logs, max_logged_id) = crate::node::recovery::recover_logs(
         &dir,
         &router,
         opts.salvage,
@@ -275,7 +275,7 @@ fn open_links(opts: &ServeOptions, cores: usize) -> anyhow::Result<Links> {
     )?;
 
     let started = Instant::now();
-    let mut tables = crate::recovery::open_tables(&dir, &router)?;
+    let mut tables = crate::node::recovery::open_tables(&dir, &router)?;
     let links: u64 = tables.iter().flatten().map(|t| t.len()).sum();
     // A fleet node's links come from the fleet database; a single node's do not: never mix.
     let logged: usize = logs.iter().map(|l| l.memtable.len()).sum();
@@ -330,7 +330,7 @@ struct WriteSide {
     keygen: Arc<shards::keygen::KeyGen>,
     local_keys: crate::api::keys::ApiKeyStore,
     /// Fleet mode: the fleet's keys and where to read them again; the key watcher takes them.
-    fleet_keys: Option<crate::keywatch::FleetKeys>,
+    fleet_keys: Option<crate::node::keywatch::FleetKeys>,
     api_keys: Arc<crate::api::keys::ApiKeyStore>,
     seg_cfg: shards::alloc::SegmentConfig,
     rate_cfg: crate::api::ratelimit::RateLimitConfig,
@@ -390,7 +390,7 @@ impl WriteSide {
         core: usize,
         router: Router,
         doorbells: &Arc<Doorbells>,
-        key_updates: crate::service::Inbox<Arc<crate::api::keys::ApiKeyStore>>,
+        key_updates: crate::mesh::service::Inbox<Arc<crate::api::keys::ApiKeyStore>>,
         public_url: String,
     ) -> anyhow::Result<crate::api_front::ApiFront> {
         Ok(crate::api_front::ApiFront::new(
@@ -405,7 +405,7 @@ impl WriteSide {
                 router,
                 shards::alloc::SegmentBuffer::new(self.seg_cfg),
                 self.allocator
-                    .client(core, crate::service::waker(doorbells, core)),
+                    .client(core, crate::mesh::service::waker(doorbells, core)),
                 self.keygen.clone(),
                 self.fleet_stats.clone(),
             ),
@@ -499,11 +499,11 @@ impl CoreParts<'_> {
         listener_fd: std::os::fd::RawFd,
         dir: &DataDir,
         tables: &mut [Option<Table>],
-        log: crate::recovery::CoreLog,
+        log: crate::node::recovery::CoreLog,
         mut api: crate::api_front::ApiFront,
         fleet: Option<(
             crate::owner::fleet_state::FleetLinks,
-            crate::service::Inbox<crate::fleet_mode::messages::FleetToCore>,
+            crate::mesh::service::Inbox<crate::fleet_mode::messages::FleetToCore>,
         )>,
         clicks: Option<crate::analytics::CoreClicks>,
     ) -> CoreSetup {
@@ -606,10 +606,10 @@ fn spawn_cores(
     links: &mut Links,
     fleet_cores: Vec<(
         crate::owner::fleet_state::FleetLinks,
-        crate::service::Inbox<crate::fleet_mode::messages::FleetToCore>,
+        crate::mesh::service::Inbox<crate::fleet_mode::messages::FleetToCore>,
     )>,
     per_core: Vec<Option<crate::analytics::CoreClicks>>,
-    key_updates: Vec<crate::service::Inbox<Arc<crate::api::keys::ApiKeyStore>>>,
+    key_updates: Vec<crate::mesh::service::Inbox<Arc<crate::api::keys::ApiKeyStore>>>,
 ) -> anyhow::Result<Vec<CoreHandle>> {
     let mut handles = Vec::with_capacity(cpus.len());
     let mut logs = std::mem::take(&mut links.logs).into_iter();

@@ -21,7 +21,8 @@ pub const INBUF_RESUME_BYTES: usize = INBUF_PAUSE_BYTES / 2;
 /// deliver before the cancel takes effect (at most every provided receive buffer). Reaching it
 /// means the pause did not work; the connection is closed rather than grow without bound.
 pub const MAX_INBUF_BYTES: usize = INBUF_PAUSE_BYTES
-    + crate::ring::bufring::RECV_BUF_COUNT as usize * crate::ring::bufring::RECV_BUF_BYTES;
+    + crate::net::ring::bufring::RECV_BUF_COUNT as usize
+        * crate::net::ring::bufring::RECV_BUF_BYTES;
 
 const _: () =
     assert!(INBUF_RESUME_BYTES < INBUF_PAUSE_BYTES && INBUF_PAUSE_BYTES < MAX_INBUF_BYTES);

@@ -7,8 +7,8 @@
 //! revoked key stops working within about a second.
 
 use crate::api::keys::{ApiKeyStore, API_KEYS_FILE};
+use crate::mesh::service::{Inbox, Outlets};
 use crate::mesh::Doorbells;
-use crate::service::{Inbox, Outlets};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

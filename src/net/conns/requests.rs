@@ -5,12 +5,12 @@
 use super::{Conns, PendingKind, Recv, MAX_INBUF_BYTES};
 use crate::analytics::combiner::{Click, ClickFields};
 use crate::api_front::{ApiFront, ApiOp, Step, API_PREFIX};
-use crate::clock::Clock;
+use crate::base::clock::Clock;
+use crate::base::key::InlineKey;
 use crate::http::encode::{self, Conn as Persist, Framing, Response};
 use crate::http::limits::MAX_PIPELINED_REQUESTS;
 use crate::http::parse::{parse_request, BadRequest, Expect, Method, ParseError, Request};
 use crate::http::status::Status;
-use crate::key::InlineKey;
 use crate::mesh::{Answer, Mesh, RedirectMsg, ReplyTo, RequestPlace, WriteOutcome};
 use crate::owner::Owner;
 use crate::route::{route, Route};
@@ -734,7 +734,7 @@ impl Counted<'_> {
 /// The read-only endpoints besides redirects: probes, the OpenAPI document, the stats
 /// page. Cold paths: probes format their answers (`probes`); the rest are static bytes.
 fn answer_read_only(
-    shared: &crate::shared::Shared,
+    shared: &crate::node::shared::Shared,
     route: Route<'_>,
     req: &Request<'_>,
     out: &mut Vec<u8>,
@@ -743,7 +743,7 @@ fn answer_read_only(
     match route {
         Route::Probe => {
             // Cold path: probes format their answers (`probes`).
-            let a = crate::probes::answer(req.path, req.query, shared).expect("a probe path");
+            let a = crate::node::probes::answer(req.path, req.query, shared).expect("a probe path");
             let r = Response {
                 status: if a.ok {
                     Status::Ok

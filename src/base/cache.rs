@@ -5,7 +5,7 @@
 //! open-addressing index (linear probing, backward-shift deletion so no tombstones) sized at
 //! construction to at most half full, so it never grows or rehashes. Keys are stored inline.
 
-use crate::key::InlineKey;
+use crate::base::key::InlineKey;
 use shards::link::MAX_KEY_BYTES;
 
 /// Default entries per core. 65536: at roughly 100 bytes of key and bookkeeping plus the value

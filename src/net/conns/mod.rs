@@ -19,14 +19,14 @@ pub use pool::{
 };
 pub use requests::Env;
 
-use crate::cache::Lru;
+use crate::base::cache::Lru;
+use crate::base::target::TableView;
 use crate::http::limits::MAX_CONNECTIONS_PER_CORE;
+use crate::mesh::router::Router;
 use crate::mesh::Answer;
-use crate::ring::bufring::{BufRing, RECV_BUF_GROUP};
-use crate::ring::{Op, Token};
-use crate::router::Router;
-use crate::shared::Shared;
-use crate::target::TableView;
+use crate::net::ring::bufring::{BufRing, RECV_BUF_GROUP};
+use crate::net::ring::{Op, Token};
+use crate::node::shared::Shared;
 use io_uring::{cqueue, opcode, squeue, types};
 use std::os::fd::RawFd;
 use std::sync::Arc;
@@ -87,7 +87,7 @@ pub struct Conns {
     pub recycle: Vec<u16>,
     /// Answers this core received from other cores' owners.
     lru: Lru<Answer>,
-    /// Which table generations this core may still read (`crate::target`).
+    /// Which table generations this core may still read (`crate::base::target`).
     view: TableView,
     pub tally: crate::metrics::Tally,
     timeouts: Timeouts,
@@ -243,7 +243,7 @@ impl Conns {
         let c = &mut self.slots[slot as usize];
         debug_assert!(!c.is_live());
         c.fd = fd;
-        c.gen = c.gen.wrapping_add(1) & crate::ring::GEN_MASK;
+        c.gen = c.gen.wrapping_add(1) & crate::net::ring::GEN_MASK;
         c.life = Life::Open;
         c.recv = Recv::Idle;
         c.send_inflight = false;
@@ -522,7 +522,7 @@ impl Conns {
         c.deadline_ms = 0;
         self.pool.put(&mut c.inbuf);
         self.pool.put(&mut c.out);
-        c.gen = c.gen.wrapping_add(1) & crate::ring::GEN_MASK;
+        c.gen = c.gen.wrapping_add(1) & crate::net::ring::GEN_MASK;
         self.free_slots.push(slot);
         self.live -= 1;
     }
