@@ -1,0 +1,358 @@
+//! Which declared domain a request's `Host` names (issue 26, first step: the table and its
+//! lookup; the data path does not ask it yet). The table is built once from the declared
+//! names, each normalized by [`normalize`] (IDNA to ASCII, lowercase, no trailing dot), and
+//! looked up on the redirect path with no allocation and no lock: the `Host` value's port is
+//! cut, its bytes hashed ASCII-lowercased eight at a time as they are read, and compared
+//! without case the same way.
+//!
+//! Layout: an open-addressing index of `u64` slots at most half full, each holding where its
+//! record starts in one packed buffer, the name's length and 24 bits of its hash (0 = empty);
+//! a record is the domain's id (4 bytes) then its name. A lookup reads one slot (a miss with
+//! another hash stops there) and one record. 10,000 domains take 256 KiB of slots plus about
+//! 25 bytes a name.
+
+use std::ops::Range;
+
+/// Domains one table holds at most.
+pub const MAX_DOMAINS: usize = 100_000;
+
+/// Longest domain name, in bytes of its ASCII form (RFC 1035 section 2.3.4).
+pub const MAX_DOMAIN_BYTES: usize = 253;
+
+/// A declared domain's number: its place in the order the names were given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DomainId(pub u32);
+
+/// Why a name cannot be declared.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DomainError {
+    #[error("{name:?} is not a domain name: {reason}")]
+    NotADomain { name: String, reason: String },
+    #[error("{name:?} is longer than {MAX_DOMAIN_BYTES} bytes in its ASCII form")]
+    TooLong { name: String },
+    #[error("{name:?} is declared twice (as {ascii:?})")]
+    Duplicate { name: String, ascii: String },
+    #[error("more than {MAX_DOMAINS} domains")]
+    TooMany,
+}
+
+/// A declared name in the form a `Host` header carries it: IDNA to ASCII (punycode),
+/// lowercase, no trailing dot. IP addresses, ports and anything else that is not a domain
+/// name are refused.
+pub fn normalize(name: &str) -> Result<String, DomainError> {
+    let not = |reason: &str| DomainError::NotADomain {
+        name: name.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let trimmed = name.strip_suffix('.').unwrap_or(name);
+    if trimmed.is_empty() || trimmed.contains([':', '/', '@', ' ']) {
+        return Err(not(
+            "a bare host name is expected (no scheme, port or path)",
+        ));
+    }
+    match url::Host::parse(trimmed) {
+        Ok(url::Host::Domain(ascii)) if ascii.len() > MAX_DOMAIN_BYTES => {
+            Err(DomainError::TooLong {
+                name: name.to_owned(),
+            })
+        }
+        Ok(url::Host::Domain(ascii)) if ascii.bytes().all(|b| b.is_ascii_digit() || b == b'.') => {
+            Err(not("an IP address, not a domain name"))
+        }
+        Ok(url::Host::Domain(ascii)) => Ok(ascii),
+        Ok(url::Host::Ipv4(_) | url::Host::Ipv6(_)) => Err(not("an IP address, not a domain name")),
+        Err(e) => Err(not(&e.to_string())),
+    }
+}
+
+/// The declared domains, looked up by `Host`.
+#[derive(Debug, Default)]
+pub struct HostTable {
+    /// Every domain's record, back to back: its id (`u32`, little-endian), then its name.
+    bytes: Vec<u8>,
+    /// Each name's range in `bytes`, by `DomainId`.
+    names: Vec<Range<u32>>,
+    /// Open addressing: a record's start (bits 0-31), its name's length (32-39) and the top
+    /// 24 bits of its hash (40-63); 0 = empty.
+    slots: Vec<u64>,
+}
+
+impl HostTable {
+    /// A table of `names` (each normalized; `DomainId`s follow their order).
+    pub fn new<S: AsRef<str>>(names: &[S]) -> Result<HostTable, DomainError> {
+        if names.len() > MAX_DOMAINS {
+            return Err(DomainError::TooMany);
+        }
+        let slot_count = (names.len() * 2).next_power_of_two().max(8);
+        let mut t = HostTable {
+            bytes: Vec::new(),
+            names: Vec::with_capacity(names.len()),
+            slots: vec![0; slot_count],
+        };
+        for name in names {
+            let ascii = normalize(name.as_ref())?;
+            if t.lookup(ascii.as_bytes()).is_some() {
+                return Err(DomainError::Duplicate {
+                    name: name.as_ref().to_owned(),
+                    ascii,
+                });
+            }
+            t.insert(&ascii);
+        }
+        Ok(t)
+    }
+
+    fn insert(&mut self, ascii: &str) {
+        let record = self.bytes.len();
+        let id = self.names.len() as u32;
+        self.bytes.extend_from_slice(&id.to_le_bytes());
+        self.bytes.extend_from_slice(ascii.as_bytes());
+        self.names.push(record as u32 + 4..self.bytes.len() as u32);
+        let hash = hash_lowercase(ascii.as_bytes());
+        let mask = self.slots.len() - 1;
+        let mut i = hash as usize & mask;
+        while self.slots[i] != 0 {
+            i = (i + 1) & mask;
+        }
+        self.slots[i] = slot_word(record as u32, ascii.len(), hash);
+    }
+
+    /// How many domains it holds.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// The ASCII name of `id`.
+    pub fn name(&self, id: DomainId) -> &str {
+        let r = &self.names[id.0 as usize];
+        std::str::from_utf8(&self.bytes[r.start as usize..r.end as usize]).expect("ASCII")
+    }
+
+    /// The domain a `Host` header value names: its port (and a trailing dot) cut, compared
+    /// without case. `None` for a name not declared, or a value that is no domain name.
+    #[inline]
+    pub fn lookup(&self, host: &[u8]) -> Option<DomainId> {
+        let name = host_name(host);
+        if name.is_empty() || name.len() > MAX_DOMAIN_BYTES || self.names.is_empty() {
+            return None;
+        }
+        let hash = hash_lowercase(name);
+        let want = slot_word(0, name.len(), hash);
+        let mask = self.slots.len() - 1;
+        let mut i = hash as usize & mask;
+        loop {
+            let slot = self.slots[i];
+            if slot == 0 {
+                return None;
+            }
+            if slot >> 32 == want >> 32 {
+                let record = slot as u32 as usize;
+                let stored = &self.bytes[record + 4..record + 4 + name.len()];
+                if eq_lowercase(stored, name) {
+                    let id = &self.bytes[record..record + 4];
+                    return Some(DomainId(u32::from_le_bytes(
+                        id.try_into().expect("4 bytes"),
+                    )));
+                }
+            }
+            i = (i + 1) & mask;
+        }
+    }
+}
+
+/// A slot: the record's start, the name's length and the hash's top 24 bits.
+#[inline]
+fn slot_word(record: u32, len: usize, hash: u64) -> u64 {
+    debug_assert!((1..=MAX_DOMAIN_BYTES).contains(&len));
+    u64::from(record) | (len as u64) << 32 | (hash >> 40) << 40
+}
+
+/// The name part of a `Host` value: without its port (`:digits` after the name, or after a
+/// bracketed IPv6 literal) and without a trailing dot.
+#[inline]
+fn host_name(host: &[u8]) -> &[u8] {
+    let name = match memchr::memrchr(b':', host) {
+        Some(colon)
+            if !host[..colon].contains(&b':')
+                && host[colon + 1..].iter().all(u8::is_ascii_digit) =>
+        {
+            &host[..colon]
+        }
+        Some(colon) if host.first() == Some(&b'[') && host[..colon].ends_with(b"]") => {
+            &host[..colon]
+        }
+        _ => host,
+    };
+    name.strip_suffix(b".").unwrap_or(name)
+}
+
+/// A hash of the bytes ASCII-lowercased as they are read, eight at a time (a multiply-rotate
+/// round per word): a name's hash whatever the case it arrives in, with no copy.
+#[inline]
+fn hash_lowercase(bytes: &[u8]) -> u64 {
+    let mut h = bytes.len() as u64;
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        h = (h.rotate_left(5) ^ lower8(w)).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    let tail = words.remainder();
+    if !tail.is_empty() {
+        h = (h.rotate_left(5) ^ lower8(tail_word(tail))).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    // Fold the high bits in: the index uses the low ones.
+    h ^ (h >> 32)
+}
+
+/// `host` equals the lowercase `name` without regard to ASCII case, compared a word at a time.
+#[inline]
+fn eq_lowercase(name: &[u8], host: &[u8]) -> bool {
+    if name.len() != host.len() {
+        return false;
+    }
+    let (mut n, mut h) = (name.chunks_exact(8), host.chunks_exact(8));
+    for (a, b) in (&mut n).zip(&mut h) {
+        let a = u64::from_le_bytes(a.try_into().expect("8 bytes"));
+        let b = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+        if a != lower8(b) {
+            return false;
+        }
+    }
+    tail_word(n.remainder()) == lower8(tail_word(h.remainder()))
+}
+
+/// Up to 8 bytes as a little-endian word, zero-padded.
+#[inline]
+fn tail_word(tail: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    w[..tail.len()].copy_from_slice(tail);
+    u64::from_le_bytes(w)
+}
+
+/// The eight bytes of `x` with `A`-`Z` lowercased and every other byte as it was (SWAR: each
+/// byte's high bit says whether it is an uppercase ASCII letter; no carry crosses bytes, as
+/// the sums are taken over the low seven bits).
+#[inline]
+fn lower8(x: u64) -> u64 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let h = x & LOW7;
+    let at_least_a = h.wrapping_add(0x3f3f_3f3f_3f3f_3f3f); // byte >= b'A'
+    let past_z = h.wrapping_add(0x2525_2525_2525_2525); // byte > b'Z'
+    let upper = at_least_a & !past_z & !x & HIGH;
+    x | (upper >> 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn declared_names_are_normalized_as_hosts_carry_them() {
+        assert_eq!(normalize("Go.Brand.COM").unwrap(), "go.brand.com");
+        assert_eq!(normalize("sho.rt.").unwrap(), "sho.rt");
+        assert_eq!(
+            normalize("bücher.example").unwrap(),
+            "xn--bcher-kva.example"
+        );
+        for bad in [
+            "",
+            "go.brand.com:8080",
+            "https://go.brand.com",
+            "go.brand.com/x",
+            "127.0.0.1",
+            "[::1]",
+            "a b.com",
+        ] {
+            assert!(
+                matches!(normalize(bad), Err(DomainError::NotADomain { .. })),
+                "{bad:?}: {:?}",
+                normalize(bad)
+            );
+        }
+        let long = format!("{}.com", "a.".repeat(130));
+        assert!(matches!(normalize(&long), Err(DomainError::TooLong { .. })));
+    }
+
+    #[test]
+    fn a_host_finds_its_domain_whatever_its_case_port_or_trailing_dot() {
+        let t = HostTable::new(&["go.brand.com", "sho.rt", "Bücher.example"]).unwrap();
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.lookup(b"go.brand.com"), Some(DomainId(0)));
+        assert_eq!(t.lookup(b"GO.Brand.com:8080"), Some(DomainId(0)));
+        assert_eq!(t.lookup(b"sho.rt."), Some(DomainId(1)));
+        assert_eq!(t.lookup(b"xn--bcher-kva.example:443"), Some(DomainId(2)));
+        assert_eq!(t.name(DomainId(2)), "xn--bcher-kva.example");
+        for unknown in [
+            &b"brand.com"[..],
+            b"go.brand.co",
+            b"",
+            b":80",
+            b"[::1]:80",
+            b"sho.rt:x",
+        ] {
+            assert_eq!(
+                t.lookup(unknown),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(unknown)
+            );
+        }
+        assert_eq!(HostTable::default().lookup(b"sho.rt"), None);
+    }
+
+    #[test]
+    fn lower8_lowercases_ascii_letters_and_nothing_else() {
+        for b in 0..=255u8 {
+            let word = u64::from_le_bytes([b, b'Q', 0xff, b'@', b'[', b'z', b, 0x80]);
+            let want = u64::from_le_bytes([
+                b.to_ascii_lowercase(),
+                b'q',
+                0xff,
+                b'@',
+                b'[',
+                b'z',
+                b.to_ascii_lowercase(),
+                0x80,
+            ]);
+            assert_eq!(lower8(word), want, "byte {b:#04x}");
+        }
+    }
+
+    #[test]
+    fn a_name_declared_twice_is_refused() {
+        let e = HostTable::new(&["sho.rt", "SHO.RT."]).unwrap_err();
+        assert!(matches!(e, DomainError::Duplicate { .. }), "{e}");
+    }
+
+    proptest! {
+        /// Against a map of the lowercase names: every declared name is found under any case
+        /// and with a port, and no other name is.
+        #[test]
+        fn lookups_answer_as_a_map_of_lowercase_names(
+            names in proptest::collection::btree_set("[a-z]{1,8}\\.[a-z]{2,5}", 1..200),
+            others in proptest::collection::vec("[a-z]{1,8}\\.[a-z]{2,5}", 0..50),
+            upper in any::<bool>(),
+            port in proptest::option::of(1u16..),
+        ) {
+            let names: Vec<String> = names.into_iter().collect();
+            let t = HostTable::new(&names).unwrap();
+            for (i, n) in names.iter().enumerate() {
+                let mut host = if upper { n.to_ascii_uppercase() } else { n.clone() };
+                if let Some(p) = port {
+                    host.push_str(&format!(":{p}"));
+                }
+                prop_assert_eq!(t.lookup(host.as_bytes()), Some(DomainId(i as u32)));
+            }
+            for o in others.iter().filter(|o| !names.contains(o)) {
+                prop_assert_eq!(t.lookup(o.as_bytes()), None);
+            }
+        }
+    }
+}
