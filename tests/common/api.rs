@@ -223,7 +223,13 @@ impl Client {
 
     fn fill(&mut self) -> io::Result<()> {
         let mut tmp = [0u8; 16384];
-        let n = self.stream.read(&mut tmp)?;
+        // A signal landing on this thread (EINTR) is not the server's answer: read again.
+        let n = loop {
+            match self.stream.read(&mut tmp) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => break r?,
+            }
+        };
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,

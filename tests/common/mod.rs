@@ -368,7 +368,13 @@ impl Reader {
 
     fn fill(&mut self) {
         let mut tmp = [0u8; 65536];
-        let n = self.stream.read(&mut tmp).unwrap();
+        // A signal landing on this thread (EINTR) is not the server's answer: read again.
+        let n = loop {
+            match self.stream.read(&mut tmp) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => break r.unwrap(),
+            }
+        };
         assert!(n > 0, "connection closed before a full response");
         self.buf.extend_from_slice(&tmp[..n]);
     }
