@@ -506,25 +506,16 @@ impl Conns {
         let Some(p) = self.waiting(reply) else {
             return; // The connection went away meanwhile.
         };
-        let (head, persist) = (p.head, p.persist);
+        let f = p.framing(&clock.date);
+        let r = Response {
+            status: Status::ServiceUnavailable,
+            headers: &[("retry-after", &b"1"[..])],
+            content_type: Some("text/plain"),
+            body: b"the link database is unreachable; retry\n",
+        };
         self.scratch.clear();
-        encode::encode_response(
-            &mut self.scratch,
-            &Response {
-                status: Status::ServiceUnavailable,
-                headers: &[("retry-after", &b"1"[..])],
-                content_type: Some("text/plain"),
-                body: b"the link database is unreachable; retry\n",
-            },
-            Framing {
-                head_only: head,
-                conn: persist,
-                date: &clock.date,
-            },
-        );
-        let scratch = std::mem::take(&mut self.scratch);
-        self.fill_answer(reply.slot, reply.seq, &scratch);
-        self.scratch = scratch;
+        encode::encode_response(&mut self.scratch, &r, f);
+        self.fill_answer(reply);
     }
 
     /// An owner answered a forwarded lookup: cache a live answer, and fill the request's
@@ -575,9 +566,7 @@ impl Conns {
             persist,
             clock,
         );
-        let scratch = std::mem::take(&mut self.scratch);
-        self.fill_answer(reply.slot, reply.seq, &scratch);
-        self.scratch = scratch;
+        self.fill_answer(reply);
     }
 
     /// An owner answered an API request: encode the answer at its place in the batch (or, for
@@ -599,22 +588,19 @@ impl Conns {
             debug_assert!(false, "an API answer for a redirect");
             return;
         };
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
+        self.scratch.clear();
         let back = ReplyTo::Request {
             core: self.me as u16,
             place: reply,
         };
-        let step = api.on_reply(back, &mut op, outcome, &mut scratch, f, mesh);
-        match step {
-            Step::Answered => self.fill_answer(reply.slot, reply.seq, &scratch),
+        match api.on_reply(back, &mut op, outcome, &mut self.scratch, f, mesh) {
+            Step::Answered => self.fill_answer(reply),
             Step::Continues => {
                 if let Some(p) = self.slots[reply.slot as usize].answers.get_mut(reply.seq) {
                     p.kind = PendingKind::Api(op);
                 }
             }
         }
-        self.scratch = scratch;
     }
 
     /// Stats JSON from the aggregators: the answer to the deferred request.
@@ -623,8 +609,7 @@ impl Conns {
             return; // The connection went away meanwhile.
         };
         let f = p.framing(&clock.date);
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
+        self.scratch.clear();
         match body {
             Some(body) => {
                 let r = Response {
@@ -633,18 +618,17 @@ impl Conns {
                     content_type: Some("application/json"),
                     body,
                 };
-                encode::encode_response(&mut scratch, &r, f);
+                encode::encode_response(&mut self.scratch, &r, f);
             }
             None => {
                 let mut p = crate::api::problem::Problem::unavailable(1);
                 p.detail = "the fleet database did not answer the stats query in time; retry. \
                             Redirects keep working."
                     .into();
-                crate::api_front::encode_problem(&mut scratch, &p, &[], f);
+                crate::api_front::encode_problem(&mut self.scratch, &p, &[], f);
             }
         }
-        self.fill_answer(reply.slot, reply.seq, &scratch);
-        self.scratch = scratch;
+        self.fill_answer(reply);
     }
 
     /// The deferred request `reply` answers, if its connection is still the one that asked
@@ -657,14 +641,14 @@ impl Conns {
         c.answers.get_mut(reply.seq)
     }
 
-    /// Writes the answer of deferred request `seq` at its place in the connection's batch;
+    /// Writes the answer in `scratch` at deferred request `reply`'s place in its batch;
     /// the batch is flushed once nothing is deferred any more.
-    fn fill_answer(&mut self, slot: u32, seq: u32, bytes: &[u8]) {
-        let c = &mut self.slots[slot as usize];
-        let filled = c.answers.fill(&mut c.out, seq, bytes);
+    fn fill_answer(&mut self, reply: RequestPlace) {
+        let c = &mut self.slots[reply.slot as usize];
+        let filled = c.answers.fill(&mut c.out, reply.seq, &self.scratch);
         debug_assert!(filled.is_some(), "the caller found it waiting");
         if c.answers.is_empty() {
-            self.mark_dirty(slot);
+            self.mark_dirty(reply.slot);
         }
     }
 
