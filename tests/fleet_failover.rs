@@ -123,6 +123,22 @@ fn lost_links(dir: &Path) -> std::collections::HashMap<String, String> {
     lost
 }
 
+/// The keys a node's `fleet-undone-deletes-*` files list.
+fn undone_deletes(dir: &Path) -> std::collections::HashSet<String> {
+    let mut undone = std::collections::HashSet::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(ricochet::fleet_mode::lost::UNDONE_DELETES_FILE_PREFIX) {
+            continue;
+        }
+        for l in std::fs::read_to_string(e.path()).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            undone.insert(v["key"].as_str().unwrap().to_owned());
+        }
+    }
+    undone
+}
+
 /// Hole 1. Three nodes write through a primary whose standby was stopped (so it lags); every
 /// node follows every change. The primary stops, the standby is promoted, and before any node
 /// reaches it, more transactions run there than the lost stretch had: the new primary's
@@ -231,9 +247,22 @@ fn a_promoted_standby_is_a_new_history_even_when_its_xids_are_past_the_cursors()
         );
     }
     // What each node held that the database lost is listed for the operator: the links it
-    // created and the targets it changed in the stretch, each with what the node served.
+    // created and the targets it changed in the stretch, each with what the node served, and
+    // the keys it deleted there, which the database holds live again.
     for (n, (_, dir)) in dirs.iter().enumerate() {
         let lost = lost_links(dir);
+        let undone = undone_deletes(dir);
+        let undone_want: std::collections::HashSet<String> = before
+            .iter()
+            .zip(&after)
+            .filter(|((_, had), (_, kept))| had.is_none() && kept.is_some())
+            .map(|((k, _), _)| k.clone())
+            .collect();
+        assert_eq!(undone_want.len(), 3, "one lost delete per node's stretch");
+        assert_eq!(
+            undone, undone_want,
+            "node {n}: the deletes the database lost"
+        );
         for (k, t) in &before {
             let had = t.as_deref();
             let kept = after.iter().find(|(a, _)| a == k).unwrap().1.as_deref();

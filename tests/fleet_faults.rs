@@ -389,6 +389,11 @@ fn check(
     f.keys = by_key.len();
     let lost: Vec<HashMap<String, HashSet<String>>> =
         fleet.dirs.iter().map(|(_, d)| lost_links(d)).collect();
+    let undone: HashSet<String> = fleet
+        .dirs
+        .iter()
+        .flat_map(|(_, d)| undone_deletes(d))
+        .collect();
     // Convergence: every node serves the database's state of every key written.
     for (i, addr) in fleet.addrs.iter().enumerate() {
         let mut c = Client::connect(*addr).unwrap();
@@ -422,8 +427,8 @@ fn check(
         }
         // The writes that may have been the key's last (no acknowledged write began after
         // one ended): the database lost all of them, so the promotion lost the key's last
-        // word. A node that held it lists it in its `fleet-lost` file (a lost delete cannot
-        // be listed: the file lists links).
+        // word. A node that held it lists it in its `fleet-lost` file, or a lost delete in
+        // its `fleet-undone-deletes` file.
         let last: Vec<&&Op> = ops
             .iter()
             .filter(|w| w.acked() || w.indeterminate())
@@ -435,9 +440,11 @@ fn check(
                     .any(|l| l.get(*key).is_some_and(|held| held.contains(t)))
             })
         });
+        let delete_listed =
+            undone.contains(*key) && last.iter().any(|w| w.target.is_none() && w.acked());
         if listed {
             f.lost_listed += 1;
-        } else if last.iter().any(|w| w.target.is_none() && w.acked()) {
+        } else if delete_listed {
             f.lost_deletes += 1;
         } else {
             let acked: Vec<String> = last
@@ -500,6 +507,28 @@ fn check(
         ));
     }
     f
+}
+
+/// The keys a node's `fleet-undone-deletes` files list.
+fn undone_deletes(dir: &std::path::Path) -> HashSet<String> {
+    let mut undone = HashSet::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(ricochet::fleet_mode::lost::UNDONE_DELETES_FILE_PREFIX) {
+            continue;
+        }
+        for l in std::fs::read_to_string(e.path())
+            .unwrap_or_default()
+            .lines()
+        {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(l) {
+                if let Some(k) = v["key"].as_str() {
+                    undone.insert(k.to_owned());
+                }
+            }
+        }
+    }
+    undone
 }
 
 /// Every target a node's `fleet-lost` files list for each key: a node that regenerated after
@@ -673,7 +702,7 @@ fn run_harness(name: &str, synchronous: bool) {
     eprintln!(
         "fault harness ({}): {} s, {} writes ({} acknowledged, {} indeterminate) on {} keys, {} \
          stable-key reads; answers by status {:?}; faults {:?}; lost and listed {}, \
-         acknowledged deletes undone by the promotion {}; not converged {}; anomalies {}",
+         acknowledged deletes undone by the promotion and listed {}; not converged {}; anomalies {}",
         if synchronous {
             "synchronous standby"
         } else {

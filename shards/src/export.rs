@@ -6,7 +6,7 @@
 //! core-count fold replaced any of them meanwhile. Appends to a log during the read are fine:
 //! the snapshot then is "the tables, plus each log up to the instant it was read".
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -55,7 +55,7 @@ pub fn export(
     now_s: u64,
     out: &mut dyn Write,
 ) -> Result<ExportSummary, Error> {
-    let (links, retries) = consistent_state(dir)?;
+    let (State { links, .. }, retries) = consistent_state(dir)?;
     let mut summary = ExportSummary {
         retries,
         ..Default::default()
@@ -78,9 +78,24 @@ pub fn export(
     Ok(summary)
 }
 
+/// The keys whose newest record in `dir`'s logs is a delete (a tombstone not yet folded into
+/// a table by a compaction), read as one consistent snapshot like [`export`]. A fleet node
+/// compares them with the database it regenerates from: a key deleted here and live there is
+/// a delete the database lost (`fleet_mode::lost`).
+pub fn held_deletes(dir: &Path) -> Result<BTreeSet<String>, Error> {
+    Ok(consistent_state(dir)?.0.deleted)
+}
+
+/// A data dir's state as read: its links, and the keys its logs delete.
+struct State {
+    links: BTreeMap<String, OwnedLink>,
+    /// Keys whose newest record is a delete.
+    deleted: BTreeSet<String>,
+}
+
 /// Reads the state until it was not replaced while being read (a compaction or rotation
-/// under way): the links and the reads repeated. Gives up after `EXPORT_MAX_TRIES`.
-fn consistent_state(dir: &Path) -> Result<(BTreeMap<String, OwnedLink>, usize), Error> {
+/// under way): the state and the reads repeated. Gives up after `EXPORT_MAX_TRIES`.
+fn consistent_state(dir: &Path) -> Result<(State, usize), Error> {
     let dd = DataDir::open(dir)?;
     let mut retries = 0;
     loop {
@@ -151,8 +166,9 @@ fn write_line(out: &mut dyn Write, format: ExportFormat, l: &OwnedLink) -> std::
 
 /// The state: every table, then every log replayed over it (`.folding` before `.log`).
 /// `None` if a log vanished while being read (a rotation): read again.
-fn read_state(dd: &DataDir) -> Result<Option<BTreeMap<String, OwnedLink>>, Error> {
+fn read_state(dd: &DataDir) -> Result<Option<State>, Error> {
     let mut links = BTreeMap::new();
+    let mut deleted = BTreeSet::new();
     for shard in 0..dd.shard_count() {
         if let Some(t) = dd.open_table(shard)? {
             links.extend(
@@ -185,6 +201,7 @@ fn read_state(dd: &DataDir) -> Result<Option<BTreeMap<String, OwnedLink>>, Error
                 LogOp::Put(l)
                 | LogOp::PutWithIdem { link: l, .. }
                 | LogOp::FleetPut { link: l, .. } => {
+                    deleted.remove(&l.key);
                     links.insert(
                         l.key.clone(),
                         OwnedLink {
@@ -199,12 +216,13 @@ fn read_state(dd: &DataDir) -> Result<Option<BTreeMap<String, OwnedLink>>, Error
                 }
                 LogOp::Delete { key } | LogOp::FleetDelete { key, .. } => {
                     links.remove(&key);
+                    deleted.insert(key);
                 }
                 LogOp::IdemRecord { .. } => {}
             }
         }
     }
-    Ok(Some(links))
+    Ok(Some(State { links, deleted }))
 }
 
 /// The logs of `logs_dir` in replay order: by writer core, a `.folding` log before its `.log`.
