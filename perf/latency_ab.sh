@@ -26,6 +26,11 @@
 #   LAB_MAX=1               also search the rate held at p99 <= LAB_SLO (uniform keys)
 #   LAB_SLO=1ms
 #   LAB_LABEL=latency-ab    report name suffix
+#   LAB_PAUSE_DAMON=0       1: pause the kernel's DAMON monitor (kdamond) for the run and
+#                           start it again at the end (needs root). This VM runs DAMON with a
+#                           `pageout` scheme that preempts whatever runs for up to 12 ms every
+#                           few hundred ms, the same for every variant (see
+#                           perf/reports/2026-12-04-issue23-profile.md); the report says so.
 # Writes perf/reports/<date>-<commit>-<LAB_LABEL>.md and the raw lines beside it (.txt).
 set -euo pipefail
 
@@ -60,12 +65,22 @@ for v in "$@"; do
     labels+=("$l"); cmds+=("$c")
 done
 
+damon_paused=()
+if [[ "${LAB_PAUSE_DAMON:-0}" == 1 ]]; then
+    for st in /sys/kernel/mm/damon/admin/kdamonds/*/state; do
+        [[ -e "$st" && "$(cat "$st")" == on ]] || continue
+        echo off >"$st"
+        damon_paused+=("$st")
+    done
+fi
+resume_damon() { for st in "${damon_paused[@]}"; do echo on >"$st" || true; done; }
+
 commit="$(git -C "$here" rev-parse --short=10 HEAD)"
 stem="$here/perf/reports/$(date -u +%F)-$commit-$label"
 raw="$stem.txt"
 : >"$raw"
 scratch="$(mktemp -d)"
-trap 'rm -rf "$scratch"' EXIT
+trap 'rm -rf "$scratch"; resume_damon' EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 metric() { curl -fs "http://127.0.0.1:$port/metrics" | awk -v n="$1" '$1 ~ "^"n"[{]" || $1 == n {s+=$2} END {print s+0}'; }
@@ -119,11 +134,11 @@ for round in $(seq 1 "$rounds"); do
     done
 done
 
-python3 - "$raw" "$stem.md" "$commit" "$rounds" "$duration" "$cores" "$server_cpus" "$load_cpu" "$slo" "${labels[@]/%/=}" -- "${cmds[@]}" <<'PY'
+python3 - "$raw" "$stem.md" "$commit" "$rounds" "$duration" "$cores" "$server_cpus" "$load_cpu" "$slo" "${#damon_paused[@]}" "${labels[@]/%/=}" -- "${cmds[@]}" <<'PY'
 import sys, statistics, subprocess, datetime
 a = sys.argv[1:]
-raw, report, commit, rounds, duration, cores, scpus, lcpu, slo = a[:9]
-rest = a[9:]
+raw, report, commit, rounds, duration, cores, scpus, lcpu, slo, damon = a[:10]
+rest = a[10:]
 sep = rest.index("--")
 labels = [x[:-1] for x in rest[:sep]]
 cmds = rest[sep + 1:]
@@ -137,6 +152,8 @@ o.append(f"- commit `{commit}`; machine: {cpu}, 2 CPUs, kernel {kernel}")
 o.append(f"- server `--cores {cores}` under `taskset -c {scpus}` (its aggregator threads share those CPUs), "
          f"loadgen on CPU {lcpu}, 64 connections, `--click-headers`, {duration} s per point, 1M links")
 o.append(f"- {rounds} rounds, variants alternating (order rotated per round), each server started afresh with an empty click store")
+if damon != "0":
+    o.append("- the kernel's DAMON monitor (kdamond, a `pageout` scheme of this VM) paused for the run (`LAB_PAUSE_DAMON=1`)")
 o.append("- command: `perf/latency_ab.sh " + " ".join(f"'{l}={c}'" for l, c in zip(labels, cmds)) + "`\n")
 pts = [r for r in rows if r[0] == "pt"]
 keys = []

@@ -1,11 +1,13 @@
 //! The click store's memory: every link-day one owner core holds, compact.
 //!
 //! ```text
-//! index: INDEX_PARTS hash tables of u32 ──► slab: chunks of SLAB_CHUNK records (64 B each)
+//! index: INDEX_PARTS hash tables of u32 ──► slab: chunks of SLAB_CHUNK records (72 B each)
 //!   (5 B per bucket: a u32 and a control byte)     Rec ┌ key: ShortKey            24 B ┐
-//!                                                      └ days: SmallVec<[Held; 1]> 40 B ┘
-//!  Held (32 B): day u32 · dirty · clicks u64 · bot_clicks u64 · ext: Option<Box<Ext>>
-//!  Ext (72 B, one allocation, `full` mode only):
+//!                                                      └ days: SmallVec<[Held; 1]> 48 B ┘
+//!  Held (40 B): day u32 · dirty · clicks u64 · bot_clicks u64 · slot: Slot (16 B)
+//!  Slot: Empty (`counts` mode) | One { facet, register } inline (one visitor's link-day,
+//!        the commonest in a large store) | Many(Box<Ext>)
+//!  Ext (72 B, one allocation, `full` mode only, past one visitor):
 //!      humans, bots: SmallHll (16 B each: up to 7 registers inline, then a thin heap list
 //!                    of 2-byte registers, then a boxed dense `Hll`)
 //!      facets: SmallVec<[Facet; 4]>, a Facet = tag (u32) + count (u32); the tag is a
@@ -171,8 +173,7 @@ pub(crate) fn compact_values(links: &mut Links, values: &mut Values, pause: &mut
         for rec in c.iter_mut() {
             pause();
             for h in rec.days.iter_mut() {
-                let Some(ext) = h.ext.as_mut() else { continue };
-                for f in ext.facets.iter_mut() {
+                for f in h.slot.facets_mut() {
                     if f.is_profile() {
                         let p = match profile_map.get(&f.id()) {
                             Some(&p) => p,
@@ -357,6 +358,68 @@ struct Ext {
     facets: SmallVec<[Facet; 4]>,
 }
 
+/// What `full` mode holds of a link-day besides its counts: nothing (`counts` mode, or no
+/// click yet), one visitor inline, or the general form on the heap.
+#[derive(Clone, Debug, Default)]
+enum Slot {
+    #[default]
+    Empty,
+    /// Exactly one facet entry (a visitor profile, or one value) and one sketch register
+    /// (`bots`: in the bots' sketch, else the humans'): a link-day clicked by one visitor, the
+    /// most common kind in a large store, without the 80-byte box.
+    One {
+        facet: Facet,
+        reg: u16,
+        bots: bool,
+    },
+    Many(Box<Ext>),
+}
+
+impl Slot {
+    /// The general form of what this holds (a `One` built inline: no allocation).
+    fn as_ext(&self) -> Option<std::borrow::Cow<'_, Ext>> {
+        match self {
+            Slot::Empty => None,
+            Slot::One { facet, reg, bots } => {
+                Some(std::borrow::Cow::Owned(Ext::one(*facet, *reg, *bots)))
+            }
+            Slot::Many(e) => Some(std::borrow::Cow::Borrowed(e)),
+        }
+    }
+
+    /// `ext`, inline if it is one visitor's.
+    fn of(ext: Ext) -> Slot {
+        match ext.as_one() {
+            Some((facet, reg, bots)) => Slot::One { facet, reg, bots },
+            None => Slot::Many(Box::new(ext)),
+        }
+    }
+
+    /// The facet entries held, to renumber in place.
+    fn facets_mut(&mut self) -> &mut [Facet] {
+        match self {
+            Slot::Empty => &mut [],
+            Slot::One { facet, .. } => std::slice::from_mut(facet),
+            Slot::Many(e) => &mut e.facets,
+        }
+    }
+
+    /// The general form, to change: a `One` moves to the heap first.
+    fn ext_mut(&mut self) -> &mut Ext {
+        if !matches!(self, Slot::Many(_)) {
+            let ext = self
+                .as_ext()
+                .map(std::borrow::Cow::into_owned)
+                .unwrap_or_default();
+            *self = Slot::Many(Box::new(ext));
+        }
+        match self {
+            Slot::Many(e) => e,
+            Slot::Empty | Slot::One { .. } => unreachable!("made the general form above"),
+        }
+    }
+}
+
 /// One link-day held, and whether it changed since it was last logged.
 #[derive(Clone, Debug)]
 pub(crate) struct Held {
@@ -364,7 +427,7 @@ pub(crate) struct Held {
     pub dirty: bool,
     clicks: u64,
     bot_clicks: u64,
-    ext: Option<Box<Ext>>,
+    slot: Slot,
 }
 
 impl Held {
@@ -374,7 +437,7 @@ impl Held {
             dirty: false,
             clicks: 0,
             bot_clicks: 0,
-            ext: None,
+            slot: Slot::Empty,
         }
     }
 
@@ -385,7 +448,13 @@ impl Held {
         if d.humans.is_empty() && d.bots.is_empty() && d.facets.is_empty() {
             return;
         }
-        let ext = self.ext.get_or_insert_with(Box::default);
+        if matches!(self.slot, Slot::Empty) {
+            if let Some(one) = one_visitor(d, values) {
+                self.slot = one;
+                return;
+            }
+        }
+        let ext = self.slot.ext_mut();
         for &u in &d.humans {
             ext.humans.apply(u);
         }
@@ -410,7 +479,7 @@ impl Held {
         h.clicks = d.clicks;
         h.bot_clicks = d.bot_clicks;
         if !(d.humans.is_empty() && d.bots.is_empty() && d.facets.is_empty()) {
-            let mut ext = Box::<Ext>::default();
+            let mut ext = Ext::default();
             for &u in &d.humans {
                 ext.humans.apply(u);
             }
@@ -419,7 +488,7 @@ impl Held {
             }
             // A state's facets as they were, in order (a state replaces; no cap applies).
             ext.hold(&d.facets, values);
-            h.ext = Some(ext);
+            h.slot = Slot::of(ext);
         }
         h
     }
@@ -430,13 +499,13 @@ impl Held {
         h.clicks = l.clicks;
         h.bot_clicks = l.bot_clicks;
         if l.humans != Hll::Empty || l.bots != Hll::Empty || !l.facets.is_empty() {
-            let mut ext = Box::new(Ext {
+            let mut ext = Ext {
                 humans: SmallHll::from_hll(&l.humans),
                 bots: SmallHll::from_hll(&l.bots),
                 facets: SmallVec::new(),
-            });
+            };
             ext.hold(&l.facets, values);
-            h.ext = Some(ext);
+            h.slot = Slot::of(ext);
         }
         h
     }
@@ -446,7 +515,7 @@ impl Held {
         out.clicks = self.clicks;
         out.bot_clicks = self.bot_clicks;
         out.facets.clear();
-        match &self.ext {
+        match self.slot.as_ext() {
             None => {
                 out.humans = Hll::Empty;
                 out.bots = Hll::Empty;
@@ -474,7 +543,7 @@ impl Held {
     /// value may appear more than once, its count is the sum).
     pub fn state_into(&self, values: &Values, out: &mut LinkDay) {
         self.view_into(values, out);
-        let Some(e) = &self.ext else { return };
+        let Some(e) = self.slot.as_ext() else { return };
         let run_len: usize = e.facets.iter().map(|f| f.run_len()).sum();
         if run_len > MAX_STATE_RUN_FACETS {
             return; // The view: each value once, so the record stays small.
@@ -504,7 +573,7 @@ impl Held {
     /// Facet entries held (a profile is one).
     #[cfg(test)]
     pub fn entries(&self) -> usize {
-        self.ext.as_ref().map_or(0, |e| e.facets.len())
+        self.slot.as_ext().map_or(0, |e| e.facets.len())
     }
 
     pub fn view(&self, values: &Values) -> LinkDay {
@@ -512,6 +581,24 @@ impl Held {
         self.view_into(values, &mut l);
         l
     }
+}
+
+/// A link-day's first delta as one visitor inline, if it is one: a profile (the cap has
+/// nothing to count yet on an empty link-day) and one register. `None`: the general form.
+fn one_visitor(d: &Delta, values: &mut Values) -> Option<Slot> {
+    let (reg, bots) = match (d.humans.as_slice(), d.bots.as_slice()) {
+        ([(idx, rank)], []) => (packed(*idx, *rank), false),
+        ([], [(idx, rank)]) => (packed(*idx, *rank), true),
+        _ => return None,
+    };
+    let (bot, n) = profile_shape(d)?;
+    let ids = [0, 1, 2, 3, 4].map(|i| values.id(&d.facets[i].value));
+    let p = values.profile(ids)?;
+    let facet = Facet {
+        tag: Facet::profile_tag(p, bot),
+        count: count32(n),
+    };
+    Some(Slot::One { facet, reg, bots })
 }
 
 /// A delta shaped as one click's (the aggregator's deltas are: one combined entry, one
@@ -536,6 +623,37 @@ fn profile_run(facets: &[FacetCount]) -> Option<(bool, u64)> {
 }
 
 impl Ext {
+    /// The general form of [`Slot::One`].
+    fn one(facet: Facet, reg: u16, bots: bool) -> Ext {
+        let mut regs = [0; INLINE_REGISTERS];
+        regs[0] = reg;
+        let sketch = SmallHll::Inline { n: 1, regs };
+        let mut ext = Ext::default();
+        match bots {
+            true => ext.bots = sketch,
+            false => ext.humans = sketch,
+        }
+        ext.facets.push(facet);
+        ext
+    }
+
+    /// This as [`Slot::One`]'s parts, if it is one visitor's: one facet entry, one register.
+    fn as_one(&self) -> Option<(Facet, u16, bool)> {
+        let [facet] = self.facets.as_slice() else {
+            return None;
+        };
+        let empty = SmallHll::default();
+        let reg = |h: &SmallHll| match h {
+            SmallHll::Inline { n: 1, regs } => Some(regs[0]),
+            _ => None,
+        };
+        match (reg(&self.humans), reg(&self.bots)) {
+            (Some(r), None) if self.bots == empty => Some((*facet, r, false)),
+            (None, Some(r)) if self.humans == empty => Some((*facet, r, true)),
+            _ => None,
+        }
+    }
+
     /// Counts one visitor profile's clicks (its referrer under `(other)` if it is new past the
     /// cap); `false` if the store holds no more profiles (the caller counts plain facets).
     fn add_profile(&mut self, ids: [u32; 5], bot: bool, n: u64, values: &mut Values) -> bool {
@@ -830,11 +948,75 @@ mod tests {
 
     #[test]
     fn the_records_stay_at_their_budget() {
-        assert_eq!(std::mem::size_of::<Held>(), 32);
-        assert_eq!(std::mem::size_of::<Rec>(), 64);
+        // 8 B more than a bare box pointer, so a link-day of one visitor needs no box (80 B).
+        assert_eq!(std::mem::size_of::<Slot>(), 16);
+        assert_eq!(std::mem::size_of::<Held>(), 40);
+        assert_eq!(std::mem::size_of::<Rec>(), 72);
         // 72 B: an 80-byte block from malloc (an 80-byte Ext took 96).
         assert_eq!(std::mem::size_of::<Ext>(), 72);
         assert_eq!(std::mem::size_of::<SmallHll>(), 16);
+    }
+
+    /// One click's delta by visitor `v` (a register of its own) with profile `agent`.
+    fn one_click(v: u16, bot: bool, agent: &str) -> Delta {
+        let reg = vec![(v, 3)];
+        Delta {
+            key: b"k"[..].into(),
+            day: 7,
+            clicks: 1,
+            bot_clicks: u64::from(bot),
+            humans: if bot { vec![] } else { reg.clone() },
+            bots: if bot { reg } else { vec![] },
+            facets: FacetKind::ALL
+                .into_iter()
+                .zip(["r.example", "ZZ", agent, "Linux", "desktop"])
+                .map(|(kind, v)| FacetCount {
+                    kind,
+                    bot,
+                    value: v.into(),
+                    count: 1,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn one_visitors_link_day_is_held_inline_and_answers_as_the_general_form() {
+        for bot in [false, true] {
+            let mut values = Values::default();
+            let mut h = Held::new(7);
+            let mut want = LinkDay::default();
+            let first = one_click(5, bot, "Chrome");
+            h.add(&first, &mut values);
+            want.add(&first);
+            assert!(matches!(h.slot, Slot::One { .. }), "no box for one visitor");
+            assert_eq!(h.view(&values), want);
+            // Read back from its state record (a restart): inline again.
+            let mut state = LinkDay::default();
+            h.state_into(&values, &mut state);
+            let d = Delta {
+                key: b"k"[..].into(),
+                day: 7,
+                clicks: state.clicks,
+                bot_clicks: state.bot_clicks,
+                humans: state.humans.updates(),
+                bots: state.bots.updates(),
+                facets: state.facets.clone(),
+            };
+            let back = Held::from_state(&d, &mut values);
+            assert!(
+                matches!(back.slot, Slot::One { .. }),
+                "a restart keeps it inline"
+            );
+            assert_eq!(back.view(&values), want);
+            // A second visitor moves it to the general form, answers unchanged.
+            let second = one_click(9, bot, "Firefox");
+            h.add(&second, &mut values);
+            want.add(&second);
+            assert!(matches!(h.slot, Slot::Many(_)));
+            assert_eq!(h.view(&values), want);
+            assert_eq!(h.entries(), 2);
+        }
     }
 
     #[test]
