@@ -12,10 +12,22 @@
 //!
 //!   clickmem [N=1000000] [M=3N]
 
+use clap::Parser;
 use ricochet_tools::loadgen::zipf::{KeyDist, KeySampler};
 use ricochet_tools::rng::Rng;
 use shards::clicks::{hll, ClickStore, Delta, FacetCount, FacetKind, ShortKey};
 use std::sync::Arc;
+
+/// Memory of the click store per link-day.
+#[derive(Parser)]
+#[command(name = "clickmem")]
+struct Args {
+    /// Link-days of the fixed-shape workloads, and links of the traffic workloads.
+    #[arg(default_value_t = 1_000_000)]
+    links: u64,
+    /// Clicks of the traffic workloads (default: 3 per link).
+    clicks: Option<u64>,
+}
 
 /// Resident bytes now, after giving freed memory back (a workload measured after another must
 /// not reuse its freed pages unseen).
@@ -149,12 +161,9 @@ fn traffic(n: u64, m: u64, dist: &str) {
     reason = "one measurement per mode: RSS read before and after, with everything it allocates between the two readings"
 )]
 fn main() {
-    let n: u64 = std::env::args()
-        .nth(1)
-        .map_or(1_000_000, |s| s.parse().expect("a count"));
-    let m: u64 = std::env::args()
-        .nth(2)
-        .map_or(3 * n, |s| s.parse().expect("a count of clicks"));
+    let args = Args::parse();
+    let n = args.links;
+    let m = args.clicks.unwrap_or(3 * n);
     let values: Vec<Arc<str>> = ["t.co", "ZZ", "Chrome", "Windows 10", "desktop"]
         .iter()
         .map(|v| Arc::from(*v))
