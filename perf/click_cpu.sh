@@ -14,7 +14,7 @@ bin=$1; rate=$2; dist=$3; shift 3
 here="$(cd "$(dirname "$0")/.." && pwd)"
 work="${PERF_WORK:-/tmp/ricochet-perf}"; s="$(mktemp -d)"
 trap 'rm -rf "$s"' EXIT
-cp -a $work/data-1000000 $s/data; rm -rf $s/data/clicks
+cp -a $work/data-1000000 $s/data; rm -rf $s/data/clicks; sync # no writeback mid-run
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 RICOCHET_API_KEY=probe-abcdefabcdef taskset -c 0 $bin serve --data-dir $s/data --listen 127.0.0.1:$port --cores 1 "$@" > $s/log 2>&1 &
 pid=$!

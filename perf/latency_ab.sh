@@ -89,6 +89,10 @@ start_server() {
     # A copy of the links' data dir per server: its click store starts empty each time, as a
     # fresh server's would, and no variant reads another's clicks.
     rm -rf "$scratch/data"; cp -a "$data" "$scratch/data"; rm -rf "$scratch/data/clicks"
+    # Written back now, not by the kernel's flusher 30 s later (dirty_expire_centisecs) in the
+    # middle of a point: 150 MB of writeback on the server's CPU stalled whichever point ran
+    # then, every variant alike (2026-12-05-5a69e272a5-issue23-one-visitor-damon-paused.md).
+    sync
     local bin flags
     read -r bin flags <<<"$1"
     # shellcheck disable=SC2086

@@ -41,8 +41,9 @@ impl std::fmt::Debug for Pause {
 /// changed since they were last logged.
 ///
 /// Layout for millions of links (`table.rs` draws it): a split index of u32s into a slab of
-/// 64-byte records, one per link, holding its days sorted by day; `full` mode's sketches and
-/// facets in one small allocation per link-day, facet values interned.
+/// 72-byte records, one per link, holding its days sorted by day; `full` mode's sketches and
+/// facets inline for a link-day of one visitor, else in one small allocation per link-day,
+/// facet values interned.
 #[derive(Clone, Debug, Default)]
 pub struct ClickStore {
     pub(super) links: table::Links,
