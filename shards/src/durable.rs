@@ -28,6 +28,19 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 /// renamed, so nothing ever read it), fsync it, rename over `dir/name`, fsync `dir`. On error
 /// the temp file is removed.
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
+    write_atomic_paced(dir, name, bytes, mode, usize::MAX, &mut || {})
+}
+
+/// [`write_atomic`] in writes of at most `chunk` bytes with `pause` between them (a service
+/// thread's yield point, so a core sharing its CPU is not kept waiting on one long `write`).
+pub fn write_atomic_paced(
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+    mode: u32,
+    chunk: usize,
+    pause: &mut dyn FnMut(),
+) -> io::Result<()> {
     let dst = dir.join(name);
     let tmp = temp_path_for(&dst);
     let result = (|| {
@@ -37,7 +50,12 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> io::Resu
             .truncate(true)
             .mode(mode)
             .open(&tmp)?;
-        f.write_all(bytes)?;
+        for (i, part) in bytes.chunks(chunk.max(1)).enumerate() {
+            if i > 0 {
+                pause();
+            }
+            f.write_all(part)?;
+        }
         f.sync_all()?;
         fs::rename(&tmp, &dst)?;
         sync_dir(dir)

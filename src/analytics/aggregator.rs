@@ -697,7 +697,8 @@ impl Aggregator {
                 "injected failure (--fault-fail-click-sync)",
             ))
         } else {
-            self.s.log.write_and_sync(&bytes)
+            let (log, store) = (&mut self.s.log, &self.s.store);
+            log.write_and_sync_paced(&bytes, &mut || store.pause_point())
         };
         match result {
             Ok(()) => {
