@@ -302,6 +302,9 @@ dataset() {
     t0="$(now_ms)"
     run "$bin/ricochet" import --data-dir "$data" "$tsv" >"$work/import-$n.log"
     import_ms=$(($(now_ms) - t0))
+    # Written back now, not by the kernel's flusher 30 s later in the middle of a measured
+    # run on the server's CPU (dirty_expire_centisecs; seen in perf/latency_ab.sh's runs).
+    sync
     log "imported $n links in $import_ms ms"
 }
 
