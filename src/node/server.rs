@@ -157,7 +157,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     }
     stop(handles, clicks.aggregators, &keywatch_stop)?;
     drop(write.allocator);
-    // LinksOrigin to the end: a server started meanwhile would share the port with a draining one.
+    // Held to the end: a server started meanwhile would share the port with a draining one.
     drop(port_lock);
     eprintln!("ricochet drained and stopped");
     Ok(())
