@@ -31,6 +31,22 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> io::Resu
     write_atomic_paced(dir, name, bytes, mode, usize::MAX, &mut || {})
 }
 
+/// `bytes` to `f` in writes of at most `chunk` bytes, with `pause` between two.
+pub fn write_all_paced(
+    f: &mut impl Write,
+    bytes: &[u8],
+    chunk: usize,
+    pause: &mut dyn FnMut(),
+) -> io::Result<()> {
+    for (i, part) in bytes.chunks(chunk.max(1)).enumerate() {
+        if i > 0 {
+            pause();
+        }
+        f.write_all(part)?;
+    }
+    Ok(())
+}
+
 /// [`write_atomic`] in writes of at most `chunk` bytes with `pause` between them (a service
 /// thread's yield point, so a core sharing its CPU is not kept waiting on one long `write`).
 pub fn write_atomic_paced(
@@ -50,12 +66,7 @@ pub fn write_atomic_paced(
             .truncate(true)
             .mode(mode)
             .open(&tmp)?;
-        for (i, part) in bytes.chunks(chunk.max(1)).enumerate() {
-            if i > 0 {
-                pause();
-            }
-            f.write_all(part)?;
-        }
+        write_all_paced(&mut f, bytes, chunk, pause)?;
         f.sync_all()?;
         fs::rename(&tmp, &dst)?;
         sync_dir(dir)

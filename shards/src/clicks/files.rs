@@ -26,7 +26,7 @@ use super::{ClickStore, Record};
 use crate::durable::{create_dir_durable, sync_dir, write_atomic};
 use crate::error::Error;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 /// The format version `MANIFEST` carries.
@@ -153,15 +153,9 @@ impl ClickLog {
         bytes: &[u8],
         pause: &mut dyn FnMut(),
     ) -> io::Result<()> {
-        let r = (|| {
-            for (i, chunk) in bytes.chunks(CLICK_WRITE_CHUNK_BYTES).enumerate() {
-                if i > 0 {
-                    pause();
-                }
-                self.file.write_all(chunk)?;
-            }
-            self.file.sync_data()
-        })();
+        let r =
+            crate::durable::write_all_paced(&mut self.file, bytes, CLICK_WRITE_CHUNK_BYTES, pause)
+                .and_then(|_| self.file.sync_data());
         match r {
             Ok(()) => {
                 self.len += bytes.len() as u64;
