@@ -86,6 +86,9 @@ pub struct AggregatorSetup {
     pub bells: Arc<crate::mesh::Doorbells>,
     /// `--service-cpus`: the CPUs this thread is pinned to (none of them a core's).
     pub cpus: Option<Vec<usize>>,
+    /// The aggregators run on their cores (`analytics::on_core`): a message to another one
+    /// rings its core's doorbell, or a parked core would not see it before its park ends.
+    pub on_cores: bool,
 }
 
 /// What filters a purged key: per source core, the last message number holding clicks of
@@ -132,6 +135,82 @@ pub struct Aggregator {
     fleet_unsynced: super::fleet::FlushPart,
     /// Merged deltas and their lists, reused by the next batch's classification.
     spare: Spare,
+    /// On a core: the message taken and not finished yet (`step` does it a slice at a time).
+    job: Option<Job>,
+    jobs_since_control: u32,
+}
+
+/// A message taken from a queue whose work is not finished: on a core, the work is done a
+/// slice at a time between requests ([`Aggregator::step`]).
+enum Job {
+    /// A batch of this core's clicks.
+    Batch(BatchJob),
+    /// Deltas for this owner.
+    Merge(MergeJob),
+}
+
+/// A batch of this core's clicks: strings learned and entries classified so far.
+struct BatchJob {
+    b: Box<Batch>,
+    learned: usize,
+    classified: usize,
+    salt: Option<[u8; 16]>,
+    out: Vec<Vec<Delta>>,
+}
+
+/// Deltas for this owner, merged from the back (merges of one message commute).
+struct MergeJob {
+    from: u16,
+    seq: u64,
+    sealed_ms: u64,
+    deltas: Vec<Delta>,
+}
+
+/// What a slice of work on a core came to.
+pub enum Step {
+    /// Work was done and more may be waiting: call again at the next idle moment.
+    Worked,
+    /// Nothing to do: the queues are empty.
+    Idle,
+    /// What comes next blocks or takes long (file writes and fsyncs, a query over the whole
+    /// store, a new day's salt): the aggregator goes to its service thread for this chore.
+    Away(Chore),
+}
+
+/// Work an aggregator does on its service thread, never on a core.
+pub enum Chore {
+    /// The once-a-second sync (the click log's group commit), retention, purge filters.
+    Periodic,
+    /// A purge or a stats query.
+    Control(Control),
+    /// The day's visitor salt does not exist yet: made and saved (a file write).
+    Salt(shards::clicks::Day),
+    /// The core stops: what it took is finished, then the thread's loop runs to the end.
+    Finish,
+}
+
+/// Items (strings learned, clicks classified, deltas merged) between two readings of the
+/// clock in a slice of work on a core.
+const ITEMS_PER_CLOCK_CHECK: usize = 8;
+
+/// Jobs a core's aggregator takes from its queues before it looks at its control queue
+/// regardless (otherwise it looks only when they are empty).
+const JOBS_BEFORE_CONTROL: u32 = 64;
+
+/// What the next slice on a core does.
+enum Next {
+    Job(Job),
+    Chore(Chore),
+    /// A message handled whole (a tick, a closing): look again.
+    Again,
+    Nothing,
+}
+
+/// How far a slice got with the current job.
+enum Progress {
+    Done,
+    Paused,
+    Needs(Chore),
 }
 
 /// Most merged deltas an aggregator keeps for reuse: two full batches' worth.
@@ -214,12 +293,22 @@ impl Aggregator {
             fleet_part: super::fleet::FlushPart::default(),
             fleet_unsynced: super::fleet::FlushPart::default(),
             spare: Spare::default(),
+            job: None,
+            jobs_since_control: 0,
             s,
         }
     }
 
     /// The thread's loop; returns once its core and every peer closed.
     pub fn run(mut self) {
+        self.prepare();
+        self.serve();
+    }
+
+    /// On the service thread, before anything else: its CPUs, its scheduling policy, the
+    /// store's yield point, retention at start (a snapshot if anything is dropped).
+    pub fn prepare(&mut self) {
+        super::step_aside::mark_service_thread();
         if let Some(cpus) = &self.s.cpus {
             if let Err(e) = crate::base::cpus::pin_current_thread(cpus) {
                 eprintln!(
@@ -233,6 +322,12 @@ impl Aggregator {
         let mut pause = StepAside::new(self.s.bells.clone(), yield_to_cores(self.s.me));
         self.s.store.set_pause(Box::new(move || pause.point()));
         self.apply_retention(true);
+    }
+
+    /// The service thread's loop (after [`Aggregator::prepare`]); returns once its core and
+    /// every peer closed.
+    pub fn serve(mut self) {
+        self.finish_job();
         let n = self.s.router.cores();
         loop {
             if self.own_closed && self.peers_closed + 1 >= n && self.outbox_empty() {
@@ -269,6 +364,8 @@ impl Aggregator {
                 recv(self.s.control) -> c => if let Ok(c) = c { self.on_control(c) },
                 default(timeout) => {}
             }
+            // A batch's own deltas, when they were left as a job (`on_cores`).
+            self.finish_job();
             self.flush_outbox();
             if Instant::now() >= self.next_sync {
                 self.next_sync = Instant::now() + Duration::from_millis(CLICK_SYNC_INTERVAL_MS);
@@ -277,6 +374,220 @@ impl Aggregator {
                 self.expire_filters();
             }
         }
+    }
+
+    // ----- on a core: slices of work between requests (`analytics::on_core`) -----------
+
+    /// Works until `deadline` (checked every [`ITEMS_PER_CLOCK_CHECK`] items) on what the
+    /// queues hold, without blocking and without a syscall: classifying this core's batches
+    /// and merging the deltas it owns. Whatever would block or take long is returned as a
+    /// [`Chore`] for the service thread, with the aggregator.
+    pub fn step(&mut self, deadline: Instant) -> Step {
+        if Instant::now() >= self.next_sync {
+            // Due even with a job half done: what is merged so far is made durable.
+            return Step::Away(Chore::Periodic);
+        }
+        let mut worked = false;
+        loop {
+            if self.job.is_none() {
+                match self.next_job() {
+                    Next::Job(j) => self.job = Some(j),
+                    Next::Chore(c) => return Step::Away(c),
+                    Next::Again => {
+                        worked = true;
+                        continue;
+                    }
+                    Next::Nothing if worked => return Step::Worked,
+                    Next::Nothing => return Step::Idle,
+                }
+            }
+            worked = true;
+            match self.continue_job(Some(deadline)) {
+                Progress::Done if Instant::now() < deadline => {}
+                Progress::Done | Progress::Paused => return Step::Worked,
+                Progress::Needs(c) => return Step::Away(c),
+            }
+        }
+    }
+
+    /// The next message to work on: deltas from peers, then this core's batches, then control
+    /// messages (a query answered after what arrived before it, as the thread's loop does
+    /// over time), which also come first after [`JOBS_BEFORE_CONTROL`] jobs so a busy core
+    /// does not keep them waiting.
+    fn next_job(&mut self) -> Next {
+        self.jobs_since_control += 1;
+        if self.jobs_since_control > JOBS_BEFORE_CONTROL {
+            self.jobs_since_control = 0;
+            if let Ok(c) = self.s.control.try_recv() {
+                return Next::Chore(Chore::Control(c));
+            }
+        }
+        match self.next_message() {
+            Next::Nothing => match self.s.control.try_recv() {
+                Ok(c) => {
+                    self.jobs_since_control = 0;
+                    Next::Chore(Chore::Control(c))
+                }
+                Err(_) => Next::Nothing,
+            },
+            next => next,
+        }
+    }
+
+    /// The next message from a peer or this core.
+    fn next_message(&mut self) -> Next {
+        self.flush_outbox();
+        match self.s.peers_rx.try_recv() {
+            Ok(PeerMsg::Deltas {
+                from,
+                seq,
+                sealed_ms,
+                deltas,
+            }) => {
+                return Next::Job(Job::Merge(MergeJob {
+                    from,
+                    seq,
+                    sealed_ms,
+                    deltas,
+                }))
+            }
+            Ok(PeerMsg::Closed { .. }) => {
+                self.peers_closed += 1;
+                return Next::Again;
+            }
+            Err(_) => {}
+        }
+        if self.own_closed || self.outbox_len() >= MAX_PEER_OUTBOX {
+            return Next::Nothing;
+        }
+        match self.s.from_core.try_recv() {
+            Ok(CoreMsg::Batch(b)) => {
+                self.begin_batch(&b);
+                let out = self.owner_lists();
+                Next::Job(Job::Batch(BatchJob {
+                    b,
+                    learned: 0,
+                    classified: 0,
+                    salt: None,
+                    out,
+                }))
+            }
+            Ok(CoreMsg::Tick { seq, sealed_ms }) => {
+                self.send_all(seq, sealed_ms);
+                Next::Again
+            }
+            Ok(CoreMsg::Closed) => {
+                self.close_source();
+                Next::Again
+            }
+            Err(crossbeam::channel::TryRecvError::Empty) => Next::Nothing,
+            Err(crossbeam::channel::TryRecvError::Disconnected) => {
+                self.close_source();
+                Next::Again
+            }
+        }
+    }
+
+    /// Works on the current job until it is done or `deadline` passes (`None`: no deadline,
+    /// on the service thread).
+    fn continue_job(&mut self, deadline: Option<Instant>) -> Progress {
+        let late = move |n: usize| {
+            n % ITEMS_PER_CLOCK_CHECK == 0 && deadline.is_some_and(|d| Instant::now() >= d)
+        };
+        match self.job.take() {
+            None => Progress::Done,
+            Some(Job::Batch(j)) => self.continue_batch(j, late),
+            Some(Job::Merge(j)) => self.continue_merge(j, late),
+        }
+    }
+
+    fn continue_batch(&mut self, mut j: BatchJob, late: impl Fn(usize) -> bool) -> Progress {
+        let mut n = 0;
+        while j.learned < j.b.carried.len() {
+            self.learn_string(&j.b, j.learned);
+            j.learned += 1;
+            n += 1;
+            if late(n) {
+                self.job = Some(Job::Batch(j));
+                return Progress::Paused;
+            }
+        }
+        if self.s.full && j.salt.is_none() {
+            match self.s.salts.try_lock().map(|book| book.peek(j.b.day)) {
+                Ok(Some(s)) => j.salt = Some(s),
+                Ok(None) => {
+                    let day = j.b.day;
+                    self.job = Some(Job::Batch(j));
+                    return Progress::Needs(Chore::Salt(day));
+                }
+                // Another aggregator holds the book for a moment: next slice.
+                Err(_) => {
+                    self.job = Some(Job::Batch(j));
+                    return Progress::Paused;
+                }
+            }
+        }
+        while j.classified < j.b.len() {
+            let (owner, d) = {
+                let (key, ctx, count) = j.b.entries_from(j.classified).next().expect("in range");
+                self.classify_click(j.b.day, key, ctx, count, j.salt)
+            };
+            j.out[owner].push(d);
+            j.classified += 1;
+            n += 1;
+            if late(n) && j.classified < j.b.len() {
+                self.job = Some(Job::Batch(j));
+                return Progress::Paused;
+            }
+        }
+        self.end_batch(j.b, j.out);
+        Progress::Done
+    }
+
+    fn continue_merge(&mut self, mut j: MergeJob, late: impl Fn(usize) -> bool) -> Progress {
+        let mut n = 0;
+        while let Some(d) = j.deltas.pop() {
+            self.merge_delta(j.from, j.seq, d);
+            n += 1;
+            if late(n) && !j.deltas.is_empty() {
+                self.job = Some(Job::Merge(j));
+                return Progress::Paused;
+            }
+        }
+        self.merged(j.from, j.seq, j.sealed_ms, j.deltas);
+        Progress::Done
+    }
+
+    /// Finishes the current job, if any, with no deadline (on the service thread).
+    fn finish_job(&mut self) {
+        while self.job.is_some() {
+            if let Progress::Needs(c) = self.continue_job(None) {
+                self.do_chore(c);
+            }
+        }
+    }
+
+    /// Does `chore` (on the service thread). After [`Chore::Finish`] the caller runs
+    /// [`Aggregator::serve`].
+    pub fn do_chore(&mut self, chore: Chore) {
+        match chore {
+            Chore::Periodic => {
+                self.next_sync = Instant::now() + Duration::from_millis(CLICK_SYNC_INTERVAL_MS);
+                self.sync();
+                self.apply_retention(false);
+                self.expire_filters();
+            }
+            Chore::Control(c) => self.on_control(c),
+            Chore::Salt(day) => {
+                self.s.salts.lock().expect("salt book").salt(day);
+            }
+            Chore::Finish => self.finish_job(),
+        }
+    }
+
+    /// When the next sync is due (a parked core wakes for it).
+    pub fn next_sync(&self) -> Instant {
+        self.next_sync
     }
 
     fn outbox_empty(&self) -> bool {
@@ -310,44 +621,77 @@ impl Aggregator {
         }
     }
 
-    fn on_batch(&mut self, mut b: Box<Batch>) {
+    fn on_batch(&mut self, b: Box<Batch>) {
+        self.begin_batch(&b);
+        for i in 0..b.carried.len() {
+            self.learn_string(&b, i);
+        }
+        let salt = self
+            .s
+            .full
+            .then(|| self.s.salts.lock().expect("salt book").salt(b.day));
+        let mut out = self.owner_lists();
+        for (key, ctx, count) in b.entries() {
+            let (owner, d) = self.classify_click(b.day, key, ctx, count, salt);
+            out[owner].push(d);
+        }
+        self.end_batch(b, out);
+    }
+
+    /// A batch is taken: its counters, and the string cache is emptied if the batch's
+    /// strings would not fit.
+    fn begin_batch(&mut self, b: &Batch) {
         let st = &self.s.stats.per_core[self.s.me];
         st.batches.fetch_add(1, Ordering::Relaxed);
         let lag = super::combiner::unix_ms().saturating_sub(b.sealed_ms);
         st.lag_ms.store(lag, Ordering::Relaxed);
-        self.learn_strings(&b);
-        let per_owner = self.classify(&b);
-        if b.not_found > 0 {
-            self.s.store.add_not_found(b.day, b.not_found);
-        }
-        let (seq, sealed) = (b.seq, b.sealed_ms);
-        b.clear();
-        // The core's clean queue has room for every batch there is.
-        let _ = self.s.clean.try_send(b);
-        for (o, deltas) in per_owner.into_iter().enumerate() {
-            self.send_to(o, seq, sealed, deltas);
-        }
-    }
-
-    fn learn_strings(&mut self, b: &Batch) {
         if self.cache.len() + b.carried.len() > classify::MAX_CACHED_STRINGS {
             // Forget everything and have the cores send strings again.
             self.cache = StringCache::default();
             self.values = Vocabulary::default();
             self.s.epoch.fetch_add(1, Ordering::AcqRel);
         }
-        for c in &b.carried {
-            self.s.store.pause_point();
-            let bytes = b.string(c);
-            match c.kind {
-                StrKind::UserAgent => {
-                    let class = self.s.classifier.classify(bytes, &mut self.values);
-                    self.cache.uas.insert(c.hash, class);
-                }
-                StrKind::Referrer => {
-                    let v = self.values.get(&classify::normalize_referrer(bytes));
-                    self.cache.referrers.insert(c.hash, v);
-                }
+    }
+
+    /// Every owner's empty list of deltas for a batch.
+    fn owner_lists(&mut self) -> Vec<Vec<Delta>> {
+        (0..self.s.router.cores())
+            .map(|_| self.spare.list())
+            .collect()
+    }
+
+    /// A batch is classified: its unknown-key count, the batch back to its core, the deltas
+    /// to their owners.
+    fn end_batch(&mut self, b: Box<Batch>, out: Vec<Vec<Delta>>) {
+        if b.not_found > 0 {
+            self.s.store.add_not_found(b.day, b.not_found);
+        }
+        let (seq, sealed) = (b.seq, b.sealed_ms);
+        self.give_back(b);
+        for (o, deltas) in out.into_iter().enumerate() {
+            self.send_to(o, seq, sealed, deltas);
+        }
+    }
+
+    fn give_back(&mut self, mut b: Box<Batch>) {
+        b.clear();
+        // The core's clean queue has room for every batch there is.
+        let _ = self.s.clean.try_send(b);
+    }
+
+    /// Learns the `i`-th string `b` carries (a user agent classified, a referrer normalized).
+    fn learn_string(&mut self, b: &Batch, i: usize) {
+        self.s.store.pause_point();
+        let c = b.carried[i];
+        let bytes = b.string(&c);
+        match c.kind {
+            StrKind::UserAgent => {
+                let class = self.s.classifier.classify(bytes, &mut self.values);
+                self.cache.uas.insert(c.hash, class);
+            }
+            StrKind::Referrer => {
+                let v = self.values.get(&classify::normalize_referrer(bytes));
+                self.cache.referrers.insert(c.hash, v);
             }
         }
     }
@@ -378,69 +722,67 @@ impl Aggregator {
         }
     }
 
-    /// The batch's clicks as deltas (one per combined entry), grouped by owner core.
-    fn classify(&mut self, b: &Batch) -> Vec<Vec<Delta>> {
-        let n = self.s.router.cores();
-        let mut out: Vec<Vec<Delta>> = (0..n).map(|_| self.spare.list()).collect();
-        let salt = self
-            .s
-            .full
-            .then(|| self.s.salts.lock().expect("salt book").salt(b.day));
-        for (key, ctx, count) in b.entries() {
-            self.s.store.pause_point();
-            let owner = self.s.router.owner(key.as_bytes()).core;
-            let count = u64::from(count);
-            let mut d = self.spare.delta();
-            d.key = key.as_bytes().into();
-            d.day = b.day;
-            d.clicks = count;
-            if let Some(salt) = salt {
-                let class = if ctx.ua == 0 {
-                    &self.no_ua
-                } else {
-                    self.cache.uas.get(&ctx.ua).unwrap_or(&self.unknown_ua)
-                };
-                let bot = class.bot;
-                let mut h = siphasher::sip::SipHasher13::new_with_key(&salt);
-                h.write(&ctx.ip);
-                h.write_u64(ctx.ua);
-                h.write(key.as_bytes());
-                let visitor = hll::update_of(h.finish());
-                if bot {
-                    d.bot_clicks = count;
-                    d.bots.push(visitor);
-                } else {
-                    d.humans.push(visitor);
-                }
-                let referrer = if ctx.referrer == 0 {
-                    &self.direct
-                } else {
-                    self.cache
-                        .referrers
-                        .get(&ctx.referrer)
-                        .unwrap_or(&self.unknown_referrer)
-                };
-                let referrer = referrer.clone();
-                let class = class.clone();
-                let country = self.country(&ctx.ip);
-                let facets = [
-                    (FacetKind::Referrer, &referrer),
-                    (FacetKind::Country, &country),
-                    (FacetKind::Browser, &class.browser),
-                    (FacetKind::Os, &class.os),
-                    (FacetKind::Device, &class.device),
-                ];
-                d.facets
-                    .extend(facets.into_iter().map(|(kind, value)| FacetCount {
-                        kind,
-                        bot,
-                        value: value.clone(),
-                        count,
-                    }));
+    /// One combined entry of a batch as a delta, and the core that owns its key.
+    fn classify_click(
+        &mut self,
+        day: shards::clicks::Day,
+        key: &crate::base::key::InlineKey,
+        ctx: &super::combiner::ClickCtx,
+        count: u32,
+        salt: Option<[u8; 16]>,
+    ) -> (usize, Delta) {
+        self.s.store.pause_point();
+        let owner = self.s.router.owner(key.as_bytes()).core;
+        let count = u64::from(count);
+        let mut d = self.spare.delta();
+        d.key = key.as_bytes().into();
+        d.day = day;
+        d.clicks = count;
+        if let Some(salt) = salt {
+            let class = if ctx.ua == 0 {
+                &self.no_ua
+            } else {
+                self.cache.uas.get(&ctx.ua).unwrap_or(&self.unknown_ua)
+            };
+            let bot = class.bot;
+            let mut h = siphasher::sip::SipHasher13::new_with_key(&salt);
+            h.write(&ctx.ip);
+            h.write_u64(ctx.ua);
+            h.write(key.as_bytes());
+            let visitor = hll::update_of(h.finish());
+            if bot {
+                d.bot_clicks = count;
+                d.bots.push(visitor);
+            } else {
+                d.humans.push(visitor);
             }
-            out[owner].push(d);
+            let referrer = if ctx.referrer == 0 {
+                &self.direct
+            } else {
+                self.cache
+                    .referrers
+                    .get(&ctx.referrer)
+                    .unwrap_or(&self.unknown_referrer)
+            };
+            let referrer = referrer.clone();
+            let class = class.clone();
+            let country = self.country(&ctx.ip);
+            let facets = [
+                (FacetKind::Referrer, &referrer),
+                (FacetKind::Country, &country),
+                (FacetKind::Browser, &class.browser),
+                (FacetKind::Os, &class.os),
+                (FacetKind::Device, &class.device),
+            ];
+            d.facets
+                .extend(facets.into_iter().map(|(kind, value)| FacetCount {
+                    kind,
+                    bot,
+                    value: value.clone(),
+                    count,
+                }));
         }
-        out
+        (owner, d)
     }
 
     /// A tick: every owner hears how far this core's clicks have come.
@@ -453,6 +795,16 @@ impl Aggregator {
     fn send_to(&mut self, owner: usize, seq: u64, sealed_ms: u64, deltas: Vec<Delta>) {
         let from = self.s.me as u16;
         if owner == self.s.me {
+            if self.s.on_cores && self.job.is_none() {
+                // On a core, merged a slice at a time like a peer's message.
+                self.job = Some(Job::Merge(MergeJob {
+                    from,
+                    seq,
+                    sealed_ms,
+                    deltas,
+                }));
+                return;
+            }
             return self.merge(from, seq, sealed_ms, deltas);
         }
         self.send_peer(
@@ -471,9 +823,16 @@ impl Aggregator {
             return self.outbox[owner].push_back(m); // Keep the order.
         }
         match self.s.peers_tx[owner].try_send(m) {
-            Ok(()) => {}
+            Ok(()) => self.ring(owner),
             Err(TrySendError::Full(m)) => self.outbox[owner].push_back(m),
             Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+
+    /// On cores, wakes `owner`'s core for a message just queued for its aggregator.
+    fn ring(&self, owner: usize) {
+        if self.s.on_cores {
+            self.s.bells.ring(owner);
         }
     }
 
@@ -481,7 +840,7 @@ impl Aggregator {
         for o in 0..self.outbox.len() {
             while let Some(m) = self.outbox[o].pop_front() {
                 match self.s.peers_tx[o].try_send(m) {
-                    Ok(()) => {}
+                    Ok(()) => self.ring(o),
                     Err(TrySendError::Full(m)) => {
                         self.outbox[o].push_front(m);
                         break;
@@ -507,6 +866,35 @@ impl Aggregator {
     }
 
     fn merge(&mut self, from: u16, seq: u64, sealed_ms: u64, mut deltas: Vec<Delta>) {
+        for d in deltas.drain(..) {
+            self.merge_delta(from, seq, d);
+        }
+        self.merged(from, seq, sealed_ms, deltas);
+    }
+
+    /// One delta of message `seq` from source `from` into the store (unless a purge filters
+    /// it), the delta kept for reuse.
+    fn merge_delta(&mut self, from: u16, seq: u64, d: Delta) {
+        self.s.store.pause_point();
+        let st = &self.s.stats.per_core[self.s.me];
+        if self
+            .filters
+            .get(&d.key)
+            .is_some_and(|f| seq <= f.cutoffs[from as usize])
+        {
+            // Clicks of a deleted link, counted before the delete but arriving after it.
+            st.filtered.fetch_add(d.clicks, Ordering::Relaxed);
+        } else {
+            self.s.store.merge(&d);
+            st.records.fetch_add(1, Ordering::Relaxed);
+            st.merged_clicks.fetch_add(d.clicks, Ordering::Relaxed);
+        }
+        self.spare.keep(d);
+    }
+
+    /// Every delta of message `seq` from `from` is merged: the source's progress moves on
+    /// (queries say how complete they are from it), its emptied list is kept.
+    fn merged(&mut self, from: u16, seq: u64, sealed_ms: u64, deltas: Vec<Delta>) {
         let src = from as usize;
         debug_assert!(
             seq > self.last_seq[src],
@@ -514,23 +902,6 @@ impl Aggregator {
         );
         self.last_seq[src] = seq;
         self.through_ms[src] = sealed_ms;
-        let st = &self.s.stats.per_core[self.s.me];
-        for d in deltas.drain(..) {
-            self.s.store.pause_point();
-            if self
-                .filters
-                .get(&d.key)
-                .is_some_and(|f| seq <= f.cutoffs[src])
-            {
-                // Clicks of a deleted link, counted before the delete but arriving after it.
-                st.filtered.fetch_add(d.clicks, Ordering::Relaxed);
-            } else {
-                self.s.store.merge(&d);
-                st.records.fetch_add(1, Ordering::Relaxed);
-                st.merged_clicks.fetch_add(d.clicks, Ordering::Relaxed);
-            }
-            self.spare.keep(d);
-        }
         self.spare.keep_list(deltas);
     }
 

@@ -144,7 +144,19 @@ impl Batch {
 
     /// Every combined click: key, context, count.
     pub fn entries(&self) -> impl Iterator<Item = (&InlineKey, &ClickCtx, u32)> {
-        self.entries.iter().map(|e| (&e.key, &e.ctx, e.count))
+        self.entries_from(0)
+    }
+
+    /// The combined clicks from the `first`-th on (a slice of work resumes there).
+    pub fn entries_from(&self, first: usize) -> impl Iterator<Item = (&InlineKey, &ClickCtx, u32)> {
+        self.entries[first.min(self.entries.len())..]
+            .iter()
+            .map(|e| (&e.key, &e.ctx, e.count))
+    }
+
+    /// How many combined clicks the batch holds.
+    pub fn len(&self) -> usize {
+        self.entries.len()
     }
 
     /// The bytes of a carried string.

@@ -1,11 +1,13 @@
-//! Starting click analytics: one aggregator thread per core (and in fleet mode the flusher
-//! and the stats thread), wired to the cores by bounded queues; what each core keeps of it
-//! ([`CoreClicks`]) and the handles to stop the threads ([`Aggregators`]).
+//! Starting click analytics: one aggregator per core, run by the core itself between requests
+//! with a service thread for its slow chores (`on_core`), or with `--service-cpus` by a
+//! thread of its own on those CPUs (and in fleet mode the flusher and the stats thread),
+//! wired to the cores by bounded queues; what each core keeps of it ([`CoreClicks`]) and the
+//! handles to stop the threads ([`Aggregators`]).
 
 use super::fleet::{FleetClicks, FleetClicksSetup};
-use super::{aggregator, classify, combiner, export, salts};
+use super::{aggregator, classify, combiner, export, on_core, salts};
 use super::{
-    AnalyticsConfig, ClickStats, ClientIp, Control, Mode, ToCore, CONTROL_QUEUE_CAPACITY,
+    AnalyticsConfig, ClickStats, ClientIp, ControlTx, Mode, ToCore, CONTROL_QUEUE_CAPACITY,
     PEER_QUEUE_CAPACITY, REPLY_QUEUE_CAPACITY,
 };
 use crate::mesh::router::Router;
@@ -20,11 +22,13 @@ use std::sync::{Arc, Mutex};
 pub struct CoreClicks {
     pub combiner: combiner::Combiner,
     /// Every core's aggregator, by core.
-    pub control: Vec<Sender<Control>>,
+    pub control: Vec<ControlTx>,
     pub inbox: Inbox<ToCore>,
     pub client_ip: ClientIp,
     /// Fleet mode: stats queries go to the fleet stats thread instead of the aggregators.
-    pub fleet_queries: Option<Sender<Control>>,
+    pub fleet_queries: Option<ControlTx>,
+    /// This core's aggregator, when the core runs it (no `--service-cpus`).
+    pub slices: Option<on_core::ClickSlices>,
 }
 
 /// The running aggregator threads.
@@ -69,8 +73,10 @@ pub fn start(
         Some(f) => Some(FleetClicks::start(f, replies.clone(), salts.clone())?),
         None => None,
     };
+    let on_cores = cfg.on_cores();
     let (control_tx, control_rx): (Vec<_>, Vec<_>) =
         (0..cores).map(|_| bounded(CONTROL_QUEUE_CAPACITY)).unzip();
+    let control_tx = control_senders(control_tx, on_cores, &bells);
     let (peers_tx, peers_rx): (Vec<_>, Vec<_>) =
         (0..cores).map(|_| bounded(PEER_QUEUE_CAPACITY)).unzip();
     let mut per_core = Vec::with_capacity(cores);
@@ -107,23 +113,59 @@ pub fn start(
             fleet: fleet.as_ref().map(|f| f.parts.clone()),
             bells: bells.clone(),
             cpus: cfg.service_cpus.clone(),
+            on_cores,
         };
         let agg = aggregator::Aggregator::new(setup, exporter(cfg, core)?);
-        handles.push(
-            std::thread::Builder::new()
-                .name(format!("ricochet-clicks-{core}"))
-                .spawn(move || agg.run())
-                .context("starting a click aggregator")?,
-        );
+        let (slices, handle) = spawn(agg, core, on_cores, &bells)?;
+        handles.push(handle);
         per_core.push(CoreClicks {
             combiner: combiner::Combiner::new(cfg.mode == Mode::Full, clean_rx, to_agg, epoch),
             control: control_tx.clone(),
             inbox: inboxes.next().expect("one per core"),
             client_ip: cfg.client_ip,
-            fleet_queries: fleet.as_ref().map(|f| f.queries.clone()),
+            fleet_queries: fleet
+                .as_ref()
+                .map(|f| ControlTx::to_thread(f.queries.clone())),
+            slices,
         });
     }
     Ok(Some((per_core, Aggregators { handles, fleet })))
+}
+
+/// The control queues' senders, ringing the owner core when it runs its aggregator.
+fn control_senders(
+    txs: Vec<Sender<super::Control>>,
+    on_cores: bool,
+    bells: &Arc<Doorbells>,
+) -> Vec<ControlTx> {
+    txs.into_iter()
+        .enumerate()
+        .map(|(core, tx)| match on_cores {
+            true => ControlTx::to_core(tx, bells.clone(), core),
+            false => ControlTx::to_thread(tx),
+        })
+        .collect()
+}
+
+/// Starts core `core`'s aggregator: its service thread, with the aggregator handed to the
+/// core (`on_cores`), or its own thread.
+fn spawn(
+    agg: aggregator::Aggregator,
+    core: usize,
+    on_cores: bool,
+    bells: &Arc<Doorbells>,
+) -> anyhow::Result<(Option<on_core::ClickSlices>, std::thread::JoinHandle<()>)> {
+    use anyhow::Context;
+    if on_cores {
+        let (s, h) = on_core::ClickSlices::start(agg, core, bells.clone())
+            .context("starting a click aggregator's service thread")?;
+        return Ok((Some(s), h));
+    }
+    let h = std::thread::Builder::new()
+        .name(format!("ricochet-clicks-{core}"))
+        .spawn(move || agg.run())
+        .context("starting a click aggregator")?;
+    Ok((None, h))
 }
 
 /// The click directory recovered for the router's cores (folded if their count changed).

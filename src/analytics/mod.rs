@@ -14,6 +14,7 @@ pub mod combiner;
 pub mod export;
 pub mod fleet;
 mod launch;
+pub mod on_core;
 pub mod page;
 pub mod salts;
 pub mod stats;
@@ -91,8 +92,66 @@ pub struct AnalyticsConfig {
     /// Test only (`--fault-fail-click-sync`): every click log write fails.
     pub fail_sync: bool,
     /// `--service-cpus`: the CPUs the aggregators are pinned to (the cores run on the others);
-    /// `None`: they share the cores' CPUs and step aside (`step_aside`).
+    /// `None`: each core aggregates its clicks itself between requests (`on_core`), and only
+    /// the slow chores go to a service thread sharing the core's CPU (`step_aside`).
     pub service_cpus: Option<Vec<usize>>,
+    /// Test only: aggregator threads even without `--service-cpus` (the unit rig has no
+    /// cores to run them).
+    pub threads_without_service_cpus: bool,
+}
+
+impl AnalyticsConfig {
+    /// Whether each core does its aggregation itself (`on_core`) rather than a thread.
+    pub fn on_cores(&self) -> bool {
+        self.service_cpus.is_none() && !self.threads_without_service_cpus
+    }
+}
+
+/// The sending end of one aggregator's control queue (purges, stats queries). When the
+/// aggregators run on the cores it rings the owner core's doorbell after each message, or a
+/// parked core would see it only when its park times out.
+#[derive(Clone)]
+pub struct ControlTx {
+    tx: crossbeam::channel::Sender<Control>,
+    bell: Option<(std::sync::Arc<crate::mesh::Doorbells>, usize)>,
+}
+
+impl ControlTx {
+    /// A queue whose reader is a thread (the fleet stats thread, an aggregator thread).
+    pub fn to_thread(tx: crossbeam::channel::Sender<Control>) -> ControlTx {
+        ControlTx { tx, bell: None }
+    }
+
+    /// A queue read by `core`'s own loop.
+    pub fn to_core(
+        tx: crossbeam::channel::Sender<Control>,
+        bells: std::sync::Arc<crate::mesh::Doorbells>,
+        core: usize,
+    ) -> ControlTx {
+        ControlTx {
+            tx,
+            bell: Some((bells, core)),
+        }
+    }
+
+    pub fn try_send(&self, c: Control) -> Result<(), crossbeam::channel::TrySendError<Control>> {
+        self.tx.try_send(c)?;
+        self.ring();
+        Ok(())
+    }
+
+    /// Waits for room (tests).
+    pub fn send(&self, c: Control) -> Result<(), crossbeam::channel::SendError<Control>> {
+        self.tx.send(c)?;
+        self.ring();
+        Ok(())
+    }
+
+    fn ring(&self) {
+        if let Some((bells, core)) = &self.bell {
+            bells.ring(*core);
+        }
+    }
 }
 
 impl Default for AnalyticsConfig {
@@ -106,6 +165,7 @@ impl Default for AnalyticsConfig {
             geoip: None,
             fail_sync: false,
             service_cpus: None,
+            threads_without_service_cpus: false,
         }
     }
 }
@@ -237,16 +297,25 @@ mod tests {
         cores: Vec<CoreClicks>,
         aggs: Option<Aggregators>,
         router: Router,
+        /// On cores: a thread per core standing in for its loop, doing slices of click work
+        /// while `running`, and giving the core's `ClickSlices` back when stopped.
+        loops: Vec<std::thread::JoinHandle<on_core::ClickSlices>>,
+        running: Arc<std::sync::atomic::AtomicBool>,
         _dir: tempfile::TempDir,
     }
 
     impl Rig {
-        fn new() -> Rig {
+        /// Aggregators on their own threads (`on_cores` false) or run by stand-ins for the
+        /// cores' loops, a slice at a time (`on_core`, the server's default).
+        fn new(on_cores: bool) -> Rig {
             let dir = tempfile::tempdir().unwrap();
             let router = Router::new(64, CORES);
             let bells = Arc::new(Doorbells::new(CORES).unwrap());
-            let cfg = AnalyticsConfig::default();
-            let (cores, aggs) = start(
+            let cfg = AnalyticsConfig {
+                threads_without_service_cpus: !on_cores,
+                ..AnalyticsConfig::default()
+            };
+            let (mut cores, aggs) = start(
                 &cfg,
                 dir.path(),
                 router,
@@ -256,10 +325,28 @@ mod tests {
             )
             .unwrap()
             .unwrap();
+            let running = Arc::new(std::sync::atomic::AtomicBool::new(true));
+            let mut loops = Vec::new();
+            for c in &mut cores {
+                assert_eq!(c.slices.is_some(), on_cores);
+                if let Some(mut slices) = c.slices.take() {
+                    let running = running.clone();
+                    loops.push(std::thread::spawn(move || {
+                        while running.load(std::sync::atomic::Ordering::Relaxed) {
+                            if !slices.slice() {
+                                std::thread::sleep(Duration::from_micros(100));
+                            }
+                        }
+                        slices
+                    }));
+                }
+            }
             Rig {
                 cores,
                 aggs: Some(aggs),
                 router,
+                loops,
+                running,
                 _dir: dir,
             }
         }
@@ -349,8 +436,30 @@ mod tests {
             for c in &mut self.cores {
                 c.combiner.close();
             }
+            self.running
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+            for l in self.loops.drain(..) {
+                l.join().expect("a core's stand-in").finish();
+            }
             self.aggs.take().unwrap().join();
         }
+    }
+
+    #[test]
+    fn on_cores_a_click_is_counted() {
+        let mut rig = Rig::new(true);
+        let now_s = shards::timefmt::now_s();
+        let c = &mut rig.cores[1].combiner;
+        let fields = ClickFields {
+            peer: [1; 16],
+            forwarded_for: None,
+            user_agent: Some(b"Mozilla/5.0 Firefox/121.0"),
+            referer: None,
+        };
+        let click = c.take(ClientIp::Peer, &fields, now_s);
+        c.record(key(2).as_bytes(), &click, now_s);
+        assert_eq!(rig.clicks(2), (1, 0));
+        rig.close();
     }
 
     proptest! {
@@ -360,7 +469,8 @@ mod tests {
         /// forgets exactly the clicks before it, even those still in flight.
         #[test]
         fn the_pipeline_counts_like_a_map(steps in prop::collection::vec(arb_step(), 1..120)) {
-            let mut rig = Rig::new();
+            for on_cores in [false, true] {
+            let mut rig = Rig::new(on_cores);
             let mut oracle: HashMap<u8, (u64, u64)> = HashMap::new();
             let now_s = shards::timefmt::now_s();
             let mut token = 0;
@@ -398,9 +508,10 @@ mod tests {
             }
             for k in 0..12u8 {
                 let want = oracle.get(&k).copied().unwrap_or((0, 0));
-                prop_assert_eq!(rig.clicks(k), want, "key{}", k);
+                prop_assert_eq!(rig.clicks(k), want, "key{} on_cores {}", k, on_cores);
             }
             rig.close();
+            }
         }
     }
 }

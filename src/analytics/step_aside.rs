@@ -19,8 +19,26 @@
 //! wait for the rest of its slice; it then yields every [`YIELD_EVERY`] steps regardless.
 
 use crate::mesh::Doorbells;
+use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+thread_local! {
+    /// Whether the calling thread is a service thread that shares CPUs with cores. The click
+    /// store's yield point is also reached on a core's own thread (`analytics::on_core`: the
+    /// core does click work in its idle moments), where stepping aside would yield the CPU
+    /// to nobody but the core itself.
+    static SERVICE_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Marks the calling thread as a service thread: its [`StepAside::point`]s step aside.
+pub fn mark_service_thread() {
+    SERVICE_THREAD.with(|s| s.set(true));
+}
+
+fn on_service_thread() -> bool {
+    SERVICE_THREAD.with(Cell::get)
+}
 
 /// Loop steps (a click classified or merged, a link-day logged) between two checks: at most a
 /// few tens of microseconds of work, so a core waits at most that long for its CPU.
@@ -59,9 +77,13 @@ impl StepAside {
         }
     }
 
-    /// A yield point: called once per step of a long loop.
+    /// A yield point: called once per step of a long loop. A no-op on any thread not marked
+    /// by [`mark_service_thread`] (a core's own thread doing click work between requests).
     #[inline]
     pub fn point(&mut self) {
+        if !on_service_thread() {
+            return;
+        }
         self.steps = self.steps.wrapping_add(1);
         if self.nice_only {
             if self.steps % YIELD_EVERY == 0 {
@@ -110,6 +132,7 @@ mod tests {
     #[test]
     fn a_core_awake_on_this_cpu_is_waiting_and_a_parked_one_or_another_cpus_is_not() {
         let cpu = pin_here();
+        mark_service_thread();
         let bells = Arc::new(Doorbells::new(3).expect("eventfds"));
         let mut p = StepAside::new(bells.clone(), true);
         // No core has started: nobody waits.
@@ -138,6 +161,7 @@ mod tests {
 
     #[test]
     fn without_sched_idle_it_yields_every_few_steps_regardless() {
+        mark_service_thread();
         let bells = Arc::new(Doorbells::new(1).expect("eventfds"));
         let mut p = StepAside::new(bells, false);
         for _ in 0..YIELD_EVERY * 3 {
@@ -147,5 +171,23 @@ mod tests {
             p.yields, 0,
             "unconditional yields are not counted as a core's"
         );
+    }
+
+    #[test]
+    fn a_point_on_a_thread_not_marked_as_a_service_thread_never_yields() {
+        std::thread::spawn(|| {
+            let cpu = pin_here();
+            let bells = Arc::new(Doorbells::new(1).expect("eventfds"));
+            // An awake core on this very CPU: a service thread would yield to it.
+            bells.0[0].cpu.store(cpu, Ordering::Release);
+            let mut p = StepAside::new(bells, true);
+            assert!(p.core_waits());
+            for _ in 0..CHECK_EVERY * 4 {
+                p.point();
+            }
+            assert_eq!(p.yields, 0, "a core's own thread steps aside for nobody");
+        })
+        .join()
+        .expect("the test thread");
     }
 }

@@ -99,9 +99,9 @@ pub struct ApiFront {
     pub creates: Creates,
     /// Every core's click aggregator (`None`: analytics off), and this core's stats queries
     /// in flight.
-    clicks: Option<Vec<crossbeam::channel::Sender<crate::analytics::Control>>>,
+    clicks: Option<Vec<crate::analytics::ControlTx>>,
     /// Fleet mode: stats are the fleet's, answered by the fleet stats thread.
-    fleet_stats: Option<crossbeam::channel::Sender<crate::analytics::Control>>,
+    fleet_stats: Option<crate::analytics::ControlTx>,
     /// Fleet mode: server-wide stats requests whose query found the queue full; the core
     /// answers them 503 (`take_lost_stats`).
     lost_stats: Vec<ReplyTo>,
@@ -144,8 +144,8 @@ impl ApiFront {
     /// Stats queries go to the aggregators through `control` (by core).
     pub fn set_clicks(
         &mut self,
-        control: Vec<crossbeam::channel::Sender<crate::analytics::Control>>,
-        fleet: Option<crossbeam::channel::Sender<crate::analytics::Control>>,
+        control: Vec<crate::analytics::ControlTx>,
+        fleet: Option<crate::analytics::ControlTx>,
     ) {
         self.clicks = Some(control);
         self.fleet_stats = fleet;

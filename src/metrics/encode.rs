@@ -106,6 +106,12 @@ const PER_CORE: &[(&str, &str, MetricType, Get)] = &[
         |c| &c.heap_allocations,
     ),
     (
+        "ricochet_core_click_allocations",
+        "Heap allocations of click work done on the core thread between requests (not in ricochet_core_heap_allocations_total)",
+        MetricType::Counter,
+        |c| &c.click_allocations,
+    ),
+    (
         "ricochet_ids_remaining",
         "IDs on hand in the core's current and standby ranges",
         MetricType::Gauge,

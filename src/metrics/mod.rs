@@ -130,6 +130,10 @@ pub struct CoreCounters {
     /// Heap allocations made on this core's thread since it started (0 unless the binary
     /// installs [`CountingAlloc`], as `ricochet` does).
     pub heap_allocations: AtomicU64,
+    /// Heap allocations of the click work this core's thread did between requests
+    /// (`analytics::on_core`), kept out of `heap_allocations`: that work is not the redirect
+    /// path (new link-days, interned values, the store's growth).
+    pub click_allocations: AtomicU64,
     /// IDs on hand in this core's current and standby ranges (published at each sweep).
     pub ids_remaining: AtomicU64,
     /// This core's generated-key create rate estimate, in thousandths per second.
@@ -222,6 +226,19 @@ thread_local! {
 /// Heap allocations made by the calling thread so far.
 pub fn thread_allocations() -> u64 {
     ALLOCS.with(|a| a.get())
+}
+
+/// Runs `f` without counting its allocations in [`thread_allocations`]: returns what `f`
+/// returned and how many allocations it made, for the caller to account apart.
+pub fn counted_apart<R>(f: impl FnOnce() -> R) -> (R, u64) {
+    let before = thread_allocations();
+    let r = f();
+    let made = ALLOCS.with(|a| {
+        let made = a.get().wrapping_sub(before);
+        a.set(before);
+        made
+    });
+    (r, made)
 }
 
 /// The system allocator, counting allocations per thread (a thread-local increment: no atomics,

@@ -66,6 +66,8 @@ pub struct CoreSetup {
     pub shared: Arc<Shared>,
     /// Answers from the click aggregators (stats, purges), unless analytics is off.
     pub clicks_inbox: Option<crate::mesh::service::Inbox<crate::analytics::ToCore>>,
+    /// This core's click aggregator, when the core runs it between requests.
+    pub click_slices: Option<crate::analytics::on_core::ClickSlices>,
     /// Fleet mode: the link writer's answers and the change feed's rows.
     pub fleet_inbox: Option<crate::mesh::service::Inbox<crate::fleet_mode::messages::FleetToCore>>,
 }
@@ -79,6 +81,7 @@ pub struct Core {
     api: ApiFront,
     flights: Flights,
     clicks_inbox: Option<crate::mesh::service::Inbox<crate::analytics::ToCore>>,
+    click_slices: Option<crate::analytics::on_core::ClickSlices>,
     fleet_inbox: Option<crate::mesh::service::Inbox<crate::fleet_mode::messages::FleetToCore>>,
     mesh: Mesh,
     clock: Clock,
@@ -105,6 +108,7 @@ impl Core {
             api: setup.api,
             flights: setup.flights,
             clicks_inbox: setup.clicks_inbox,
+            click_slices: setup.click_slices,
             fleet_inbox: setup.fleet_inbox,
             mesh,
             clock: Clock::new(),
@@ -194,9 +198,7 @@ impl Core {
                 self.finish_turn()?;
             }
             if self.shared.draining.load(Ordering::Relaxed) && self.drain_step()? {
-                // The last clicks go to the aggregator, which makes them durable before the
-                // server exits (SIGTERM loses none).
-                self.conns.close_clicks();
+                self.close_clicks();
                 return Ok(());
             }
             if work {
@@ -205,15 +207,21 @@ impl Core {
             }
             self.ring.uring.submit()?;
 
+            if !work {
+                // An idle moment: a slice of this core's click work, if it runs its
+                // aggregator (`analytics::on_core`); then the ring again.
+                work = self.click_slices.as_mut().is_some_and(|c| c.slice());
+            }
             if work {
                 idle_since_us = None;
             } else if let Parking::Adaptive { spin_us } = parking {
                 self.idle.idle();
                 let since = *idle_since_us.get_or_insert(self.clock.now_us);
-                // With clicks waiting for the aggregator (which shares CPUs with the cores),
-                // spinning would only keep it off the CPU: park at once, unless the core is
-                // saturated (`idle`: then its clicks are dropped, not its redirects slowed).
-                let lend = self.idle.lends() && self.conns.clicks_waiting();
+                // With clicks waiting for an aggregator thread (which shares CPUs with the
+                // cores), spinning would only keep it off the CPU: park at once, unless the
+                // core is saturated (`idle`: then its clicks are dropped, not its redirects
+                // slowed).
+                let lend = self.idle.lends() && self.clicks_want_cpu();
                 if self.clock.now_us - since >= spin_us || lend {
                     self.park().await?;
                     idle_since_us = None;
@@ -232,6 +240,14 @@ impl Core {
         self.api.creates.poll(&mut self.mesh);
         self.api.creates.publish(&self.shared.counters[self.me]);
         self.shared.counters[self.me].publish_owner(&self.owner.tally());
+        if let Some(slices) = &mut self.click_slices {
+            if slices.sync_due() {
+                slices.slice();
+            }
+            self.shared.counters[self.me]
+                .click_allocations
+                .store(slices.allocations, Ordering::Relaxed);
+        }
         let beat = self.shared.uptime_ms();
         self.shared.counters[self.me]
             .heartbeat_ms
@@ -342,7 +358,26 @@ impl Core {
         Ok(all_drained || now_ms - since > DRAIN_TIMEOUT_MS)
     }
 
+    /// The last clicks go to the aggregator, which makes them durable before the server
+    /// exits (SIGTERM loses none); one run by this core goes to its service thread for that.
+    fn close_clicks(&mut self) {
+        self.conns.close_clicks();
+        if let Some(slices) = self.click_slices.take() {
+            slices.finish();
+        }
+    }
+
+    /// Whether click work waits for a thread sharing this core's CPU: the aggregator thread
+    /// (`--service-cpus` aside), or this core's own aggregator away on its service thread.
+    fn clicks_want_cpu(&self) -> bool {
+        match &self.click_slices {
+            Some(slices) => slices.away(),
+            None => self.conns.clicks_waiting(),
+        }
+    }
+
     /// Sleeps in the ring until an event, closing the race with mesh senders (see `mesh`).
+    /// At most [`PARK_MAX_MS`], and no later than this core's aggregator's next sync.
     async fn park(&mut self) -> io::Result<()> {
         let bell = self.mesh.my_doorbell();
         bell.parked.store(true, Ordering::SeqCst);
@@ -353,7 +388,13 @@ impl Core {
             || !self.ring.uring.completion().is_empty();
         let mut result = Ok(());
         if !must_stay_awake {
-            let ts = types::Timespec::new().nsec((PARK_MAX_MS * 1_000_000) as u32);
+            let max = std::time::Duration::from_millis(PARK_MAX_MS);
+            let sleep = self
+                .click_slices
+                .as_ref()
+                .and_then(|c| c.until_sync())
+                .map_or(max, |d| d.clamp(std::time::Duration::from_micros(100), max));
+            let ts = types::Timespec::new().nsec(sleep.as_nanos() as u32);
             let args = types::SubmitArgs::new().timespec(&ts);
             match self.ring.uring.submitter().submit_with_args(1, &args) {
                 Ok(_) => {}

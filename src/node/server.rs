@@ -548,7 +548,9 @@ impl CoreParts<'_> {
             fleet_inbox = Some(inbox);
         }
         let mut clicks_inbox = None;
+        let mut click_slices = None;
         if let Some(cc) = clicks {
+            click_slices = cc.slices;
             conns.set_clicks(cc.combiner, cc.client_ip);
             owner.set_clicks(cc.control[core].clone());
             api.set_clicks(cc.control, cc.fleet_queries);
@@ -563,6 +565,7 @@ impl CoreParts<'_> {
             flights: Flights::new(core, router, idem),
             shared: self.shared.clone(),
             clicks_inbox,
+            click_slices,
             fleet_inbox,
         }
     }

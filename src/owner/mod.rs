@@ -60,7 +60,7 @@ pub struct Owner {
     invalidations: HashMap<u64, purge_state::Invalidation>,
     /// Click analytics: this core's aggregator, the deletes waiting for their stats purge, and
     /// purges its full queue could not take yet (`purge.rs`).
-    clicks: Option<crossbeam::channel::Sender<crate::analytics::Control>>,
+    clicks: Option<crate::analytics::ControlTx>,
     purging: HashMap<u64, purge_state::Waiter>,
     unsent_purges: std::collections::VecDeque<crate::analytics::Control>,
     /// Fleet mode: the link writer, writes waiting for the database, the feed's batches.

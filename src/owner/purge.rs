@@ -17,7 +17,7 @@ use crate::mesh::{ApiMsg, CacheMsg, Mesh, ReplyTo, WriteOutcome};
 
 impl Owner {
     /// Clicks of this core's keys are purged through `control` (its aggregator).
-    pub fn set_clicks(&mut self, control: crossbeam::channel::Sender<Control>) {
+    pub fn set_clicks(&mut self, control: crate::analytics::ControlTx) {
         self.clicks = Some(control);
     }
 
