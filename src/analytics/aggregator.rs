@@ -147,6 +147,18 @@ enum Job {
     Batch(BatchJob),
     /// Deltas for this owner.
     Merge(MergeJob),
+    /// The once-a-second sync's encoding (its writes go to the service thread).
+    Sync(SyncJob),
+}
+
+/// A sync in progress: the click log frames, export lines and 404 records of the link-days
+/// drained so far.
+pub struct SyncJob {
+    bytes: Vec<u8>,
+    lines: Vec<u8>,
+    n: u64,
+    now: u64,
+    nf: Vec<Record>,
 }
 
 /// A batch of this core's clicks: strings learned and entries classified so far.
@@ -179,8 +191,9 @@ pub enum Step {
 
 /// Work an aggregator does on its service thread, never on a core.
 pub enum Chore {
-    /// The once-a-second sync (the click log's group commit), retention, purge filters.
-    Periodic,
+    /// The once-a-second sync's writes (the click log's group commit, exports, the fleet's
+    /// part) after the core encoded it, then retention and purge filters.
+    Sync(SyncJob),
     /// A purge or a stats query.
     Control(Control),
     /// The day's visitor salt does not exist yet: made and saved (a file write).
@@ -368,7 +381,6 @@ impl Aggregator {
             self.finish_job();
             self.flush_outbox();
             if Instant::now() >= self.next_sync {
-                self.next_sync = Instant::now() + Duration::from_millis(CLICK_SYNC_INTERVAL_MS);
                 self.sync();
                 self.apply_retention(false);
                 self.expire_filters();
@@ -383,10 +395,6 @@ impl Aggregator {
     /// and merging the deltas it owns. Whatever would block or take long is returned as a
     /// [`Chore`] for the service thread, with the aggregator.
     pub fn step(&mut self, deadline: Instant) -> Step {
-        if Instant::now() >= self.next_sync {
-            // Due even with a job half done: what is merged so far is made durable.
-            return Step::Away(Chore::Periodic);
-        }
         let mut worked = false;
         loop {
             if self.job.is_none() {
@@ -415,6 +423,9 @@ impl Aggregator {
     /// over time), which also come first after [`JOBS_BEFORE_CONTROL`] jobs so a busy core
     /// does not keep them waiting.
     fn next_job(&mut self) -> Next {
+        if Instant::now() >= self.next_sync {
+            return Next::Job(Job::Sync(self.begin_sync()));
+        }
         self.jobs_since_control += 1;
         if self.jobs_since_control > JOBS_BEFORE_CONTROL {
             self.jobs_since_control = 0;
@@ -498,6 +509,17 @@ impl Aggregator {
             None => Progress::Done,
             Some(Job::Batch(j)) => self.continue_batch(j, late),
             Some(Job::Merge(j)) => self.continue_merge(j, late),
+            Some(Job::Sync(mut j)) => {
+                let mut parts = 0;
+                while !self.encode_some(&mut j, ITEMS_PER_CLOCK_CHECK) {
+                    parts += 1;
+                    if late(parts * ITEMS_PER_CLOCK_CHECK) {
+                        self.job = Some(Job::Sync(j));
+                        return Progress::Paused;
+                    }
+                }
+                Progress::Needs(Chore::Sync(j))
+            }
         }
     }
 
@@ -571,9 +593,8 @@ impl Aggregator {
     /// [`Aggregator::serve`].
     pub fn do_chore(&mut self, chore: Chore) {
         match chore {
-            Chore::Periodic => {
-                self.next_sync = Instant::now() + Duration::from_millis(CLICK_SYNC_INTERVAL_MS);
-                self.sync();
+            Chore::Sync(j) => {
+                self.finish_sync(j);
                 self.apply_retention(false);
                 self.expire_filters();
             }
@@ -588,6 +609,11 @@ impl Aggregator {
     /// When the next sync is due (a parked core wakes for it).
     pub fn next_sync(&self) -> Instant {
         self.next_sync
+    }
+
+    /// A sync is due or being encoded.
+    pub fn sync_pending(&self) -> bool {
+        matches!(self.job, Some(Job::Sync(_))) || Instant::now() >= self.next_sync
     }
 
     fn outbox_empty(&self) -> bool {
@@ -989,24 +1015,51 @@ impl Aggregator {
     /// fdatasync (after anything a failed write left); then exports them and, in fleet mode,
     /// hands them to the flusher.
     fn sync(&mut self) {
-        let mut bytes = if self.retry.is_empty() {
+        let mut j = self.begin_sync();
+        while !self.encode_some(&mut j, usize::MAX) {}
+        self.finish_sync(j);
+    }
+
+    /// A sync begins (the next is due an interval from now): after a failed write, its
+    /// frames and lines come first.
+    fn begin_sync(&mut self) -> SyncJob {
+        self.next_sync = Instant::now() + Duration::from_millis(CLICK_SYNC_INTERVAL_MS);
+        let bytes = if self.retry.is_empty() {
             std::mem::take(&mut self.buf)
         } else {
             std::mem::take(&mut self.retry)
         };
-        let now = super::combiner::unix_ms();
-        let (mut lines, mut n) = std::mem::take(&mut self.retry_lines);
+        let (lines, n) = std::mem::take(&mut self.retry_lines);
+        SyncJob {
+            bytes,
+            lines,
+            n,
+            now: super::combiner::unix_ms(),
+            nf: Vec::new(),
+        }
+    }
+
+    /// Encodes up to `max` changed links into `j`; `true` once every change is in (the 404
+    /// counts last).
+    fn encode_some(&mut self, j: &mut SyncJob, max: usize) -> bool {
         let fleet = self.s.fleet.is_some();
         let part = &mut self.fleet_unsynced;
-        let mut nf = Vec::new();
         let x = self.exporter.as_ref();
-        self.s.store.drain_dirty(
+        let SyncJob {
+            bytes,
+            lines,
+            n,
+            now,
+            nf,
+        } = j;
+        let done = self.s.store.drain_dirty_some(
+            max,
             |key, day, l| {
-                codec::encode_state(key, day, l, &mut bytes);
+                codec::encode_state(key, day, l, bytes);
                 if let Some(x) = x {
-                    let id = x.next_id(n, now);
-                    super::export::state_line(&id, now, key, day, l, &mut lines);
-                    n += 1;
+                    let id = x.next_id(*n, *now);
+                    super::export::state_line(&id, *now, key, day, l, lines);
+                    *n += 1;
                 }
                 if fleet {
                     part.rows.push(super::fleet::click_row(key, day, l));
@@ -1014,12 +1067,26 @@ impl Aggregator {
             },
             |day, count| nf.push(Record::NotFound { day, count }),
         );
-        for r in &nf {
-            codec::encode(r, &mut bytes);
-            if let (true, Record::NotFound { day, count }) = (fleet, r) {
-                part.not_found.push((*day, *count));
+        if done {
+            for r in nf.drain(..) {
+                codec::encode(&r, bytes);
+                if let (true, Record::NotFound { day, count }) = (fleet, r) {
+                    part.not_found.push((day, count));
+                }
             }
         }
+        done
+    }
+
+    /// Writes and syncs what `j` encoded, then exports it and hands it to the flusher.
+    fn finish_sync(&mut self, j: SyncJob) {
+        let SyncJob {
+            bytes,
+            lines,
+            n,
+            now,
+            ..
+        } = j;
         if bytes.is_empty() {
             self.buf = bytes;
         } else {

@@ -30,6 +30,10 @@ use std::time::{Duration, Instant};
 /// request arriving meanwhile waits for it.
 pub const SLICE_BUDGET: Duration = Duration::from_micros(20);
 
+/// Most slices a sweep does for a due sync on a core that had no idle moment for it (at
+/// most a millisecond of its time every `TIMEOUT_SWEEP_INTERVAL_MS`).
+pub const MAX_CATCH_UP_SLICES: usize = 50;
+
 /// A core's aggregator: at home on the core, or away on its service thread for a chore.
 pub struct ClickSlices {
     /// `None` while the service thread holds it.
@@ -103,11 +107,15 @@ impl ClickSlices {
         Some(agg.next_sync().saturating_duration_since(Instant::now()))
     }
 
-    /// The aggregator is at home and its sync is due: a saturated core, which has no idle
-    /// moment, still does a slice at each sweep for it, so the click log's durability window
-    /// holds under any load.
-    pub fn sync_due(&self) -> bool {
-        self.until_sync().is_some_and(|d| d.is_zero())
+    /// At each sweep: while the aggregator is at home with a sync due or half encoded, up to
+    /// [`MAX_CATCH_UP_SLICES`] slices. A saturated core has no idle moment, and without this
+    /// its clicks would stay unsynced past the click log's durability window.
+    pub fn catch_up(&mut self) {
+        for _ in 0..MAX_CATCH_UP_SLICES {
+            if !self.home.as_ref().is_some_and(|a| a.sync_pending()) || !self.slice() {
+                return;
+            }
+        }
     }
 
     /// The core stops: the aggregator goes to its service thread for good, which finishes

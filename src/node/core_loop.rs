@@ -241,9 +241,7 @@ impl Core {
         self.api.creates.publish(&self.shared.counters[self.me]);
         self.shared.counters[self.me].publish_owner(&self.owner.tally());
         if let Some(slices) = &mut self.click_slices {
-            if slices.sync_due() {
-                slices.slice();
-            }
+            slices.catch_up();
             self.shared.counters[self.me]
                 .click_allocations
                 .store(slices.allocations, Ordering::Relaxed);

@@ -389,6 +389,51 @@ mod tests {
         );
     }
 
+    proptest! {
+        /// A sync drained a few links at a time (a core's slices) lists the same link-days
+        /// and 404 counts as one drained whole, and leaves nothing dirty behind.
+        #[test]
+        fn draining_in_parts_lists_what_draining_whole_does(
+            merges in prop::collection::vec((0u8..20, 0u32..3, 1u64..4), 1..80),
+            nf in prop::collection::vec((0u32..3, 1u64..5), 0..5),
+            part in 1usize..7,
+        ) {
+            let mut whole = ClickStore::default();
+            let mut parts = ClickStore::default();
+            for &(k, day, n) in &merges {
+                let d = delta(&format!("k{k}"), day, n, 0, &["r.example"]);
+                whole.merge(&d);
+                parts.merge(&d);
+            }
+            for &(day, n) in &nf {
+                whole.add_not_found(day, n);
+                parts.add_not_found(day, n);
+            }
+            let mut a = BTreeMap::new();
+            let mut a_nf = BTreeMap::new();
+            whole.drain_dirty(
+                |k, day, l| { a.insert((k.to_vec(), day), (l.clicks, l.facets.len())); },
+                |day, n| { a_nf.insert(day, n); },
+            );
+            let mut b = BTreeMap::new();
+            let mut b_nf = BTreeMap::new();
+            let mut rounds = 0;
+            while !parts.drain_dirty_some(
+                part,
+                |k, day, l| { assert!(b.insert((k.to_vec(), day), (l.clicks, l.facets.len())).is_none(), "listed twice"); },
+                |day, n| { b_nf.insert(day, n); },
+            ) {
+                rounds += 1;
+                prop_assert!(rounds <= merges.len());
+            }
+            prop_assert_eq!(&a, &b);
+            prop_assert_eq!(&a_nf, &b_nf);
+            let (mut again, mut again_nf) = (0, 0);
+            prop_assert!(parts.drain_dirty_some(usize::MAX, |_, _, _| again += 1, |_, _| again_nf += 1));
+            prop_assert_eq!((again, again_nf), (0, 0));
+        }
+    }
+
     #[test]
     fn retention_drops_old_days() {
         let mut s = ClickStore::default();

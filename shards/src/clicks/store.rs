@@ -197,6 +197,42 @@ impl ClickStore {
         }
     }
 
+    /// [`ClickStore::drain_dirty`] a part at a time: at most `max` changed links, and `true`
+    /// once none is left (the 404 counts come with the last part). Between two parts the
+    /// store may not change (a core does a sync this way in slices, `analytics::on_core`).
+    pub fn drain_dirty_some(
+        &mut self,
+        max: usize,
+        mut link: impl FnMut(&[u8], Day, &LinkDay),
+        mut not_found: impl FnMut(Day, u64),
+    ) -> bool {
+        let mut view = LinkDay::default();
+        for _ in 0..max {
+            let Some(i) = self.dirty.pop() else {
+                break;
+            };
+            let i = i as usize;
+            if i >= self.links.len() {
+                continue; // Listed before a removal shortened the slab.
+            }
+            let rec = self.links.at_mut(i);
+            for h in rec.days.iter_mut().filter(|h| h.dirty) {
+                h.dirty = false;
+                table::Held::view_into(h, &self.values, &mut view);
+                link(rec.key.as_bytes(), h.day, &view);
+            }
+        }
+        if !self.dirty.is_empty() {
+            return false;
+        }
+        for day in std::mem::take(&mut self.dirty_not_found) {
+            if let Some(&count) = self.not_found.get(&day) {
+                not_found(day, count);
+            }
+        }
+        true
+    }
+
     /// The state records of everything changed since the last call, as [`Record`]s (what
     /// [`ClickStore::encode_dirty`] encodes), and the changes forgotten.
     pub fn take_dirty(&mut self) -> Vec<Record> {
