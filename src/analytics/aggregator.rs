@@ -138,6 +138,8 @@ pub struct Aggregator {
     /// On a core: the message taken and not finished yet (`step` does it a slice at a time).
     job: Option<Job>,
     jobs_since_control: u32,
+    /// On a core: the visitor salt of the day it was last asked for (`Chore::Salt`).
+    salt: Option<(shards::clicks::Day, [u8; 16])>,
 }
 
 /// A message taken from a queue whose work is not finished: on a core, the work is done a
@@ -196,7 +198,8 @@ pub enum Chore {
     Sync(SyncJob),
     /// A purge or a stats query.
     Control(Control),
-    /// The day's visitor salt does not exist yet: made and saved (a file write).
+    /// The day's visitor salt, from the shared book (made and saved for a new day: a file
+    /// write), kept by the aggregator for its core.
     Salt(shards::clicks::Day),
     /// The core stops: what it took is finished, then the thread's loop runs to the end.
     Finish,
@@ -308,6 +311,7 @@ impl Aggregator {
             spare: Spare::default(),
             job: None,
             jobs_since_control: 0,
+            salt: None,
             s,
         }
     }
@@ -535,17 +539,14 @@ impl Aggregator {
             }
         }
         if self.s.full && j.salt.is_none() {
-            match self.s.salts.try_lock().map(|book| book.peek(j.b.day)) {
-                Ok(Some(s)) => j.salt = Some(s),
-                Ok(None) => {
+            // The day's salt as this aggregator last had it: the shared book (a `Mutex`, and
+            // a file write for a new day) is for the service thread only.
+            match self.salt {
+                Some((day, s)) if day == j.b.day => j.salt = Some(s),
+                _ => {
                     let day = j.b.day;
                     self.job = Some(Job::Batch(j));
                     return Progress::Needs(Chore::Salt(day));
-                }
-                // Another aggregator holds the book for a moment: next slice.
-                Err(_) => {
-                    self.job = Some(Job::Batch(j));
-                    return Progress::Paused;
                 }
             }
         }
@@ -600,7 +601,8 @@ impl Aggregator {
             }
             Chore::Control(c) => self.on_control(c),
             Chore::Salt(day) => {
-                self.s.salts.lock().expect("salt book").salt(day);
+                let salt = self.s.salts.lock().expect("salt book").salt(day);
+                self.salt = Some((day, salt));
             }
             Chore::Finish => self.finish_job(),
         }
