@@ -160,6 +160,10 @@ struct ServeArgs {
     /// Test only: every click log write fails (redirects must not notice).
     #[arg(long, hide = true)]
     fault_fail_click_sync: bool,
+    /// Test only: the click log's size past which it is replaced by a snapshot (so a test
+    /// sees snapshots within seconds).
+    #[arg(long, hide = true, default_value_t = ricochet::analytics::aggregator::CLICK_LOG_SNAPSHOT_BYTES)]
+    test_click_snapshot_bytes: u64,
     /// Test only: abort the start-up fold of a core-count change right after the carried
     /// idempotency logs are renamed into place, before the old logs are removed.
     #[arg(long, hide = true)]
@@ -405,6 +409,7 @@ fn serve_options(a: ServeArgs) -> ServeOptions {
             export_dir: a.click_export,
             geoip: a.geoip,
             fail_sync: a.fault_fail_click_sync,
+            snapshot_bytes: a.test_click_snapshot_bytes,
             service_cpus: a.service_cpus.map(|l| l.0),
             threads_without_service_cpus: a.bench_click_threads,
         },

@@ -573,8 +573,20 @@ const KILL9_SLACK_MS: u64 = 400;
 
 #[test]
 fn kill9_loses_at_most_the_last_second_of_clicks_and_counts_none_twice() {
+    kill9_under_load(&[]);
+}
+
+/// The same with a snapshot begun after every sync: a core encodes each one between requests
+/// while it keeps merging (`ClickLog::begin_snapshot`), and the kill lands before, during or
+/// after one.
+#[test]
+fn kill9_through_snapshots_encoded_by_the_core_loses_no_older_click() {
+    kill9_under_load(&["--test-click-snapshot-bytes", "1"]);
+}
+
+fn kill9_under_load(extra: &[&str]) {
     let (_t, dir) = data_dir();
-    let s = start(&dir, &flags(&[]));
+    let s = start(&dir, &flags(extra));
     let k = Client::new(&s).create_ok("https://example.com/k", Some("nine"));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let threads = load(&s, 4, &k, stop.clone());
@@ -587,7 +599,7 @@ fn kill9_loses_at_most_the_last_second_of_clicks_and_counts_none_twice() {
         .flat_map(|t| t.join().unwrap())
         .collect();
     answered.sort_unstable();
-    let s = start(&dir, &flags(&[]));
+    let s = start(&dir, &flags(extra));
     let mut c = Client::new(&s);
     let v = settled(&mut c, &k, "bots=include");
     let counted = v["summary"]["clicks"].as_u64().unwrap() as usize;
@@ -619,7 +631,7 @@ fn kill9_loses_at_most_the_last_second_of_clicks_and_counts_none_twice() {
     // "None twice": a second restart with no load between replays the same log and
     // snapshot; a click counted twice by a replay would show up here as a higher count.
     assert!(s.terminate().success());
-    let s = start(&dir, &flags(&[]));
+    let s = start(&dir, &flags(extra));
     let again = settled(&mut Client::new(&s), &k, "bots=include");
     assert_eq!(
         again["summary"]["clicks"].as_u64().unwrap() as usize,

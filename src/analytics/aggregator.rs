@@ -89,6 +89,8 @@ pub struct AggregatorSetup {
     /// The aggregators run on their cores (`analytics::on_core`): a message to another one
     /// rings its core's doorbell, or a parked core would not see it before its park ends.
     pub on_cores: bool,
+    /// The click log's size past which a snapshot replaces it.
+    pub snapshot_bytes: u64,
 }
 
 /// What filters a purged key: per source core, the last message number holding clicks of
@@ -140,6 +142,8 @@ pub struct Aggregator {
     jobs_since_control: u32,
     /// On a core: the visitor salt of the day it was last asked for (`Chore::Salt`).
     salt: Option<(shards::clicks::Day, [u8; 16])>,
+    /// On a core: the incremental snapshot being encoded, when the queues leave time for it.
+    snap: Option<SnapJob>,
 }
 
 /// A message taken from a queue whose work is not finished: on a core, the work is done a
@@ -151,6 +155,14 @@ enum Job {
     Merge(MergeJob),
     /// The once-a-second sync's encoding (its writes go to the service thread).
     Sync(SyncJob),
+}
+
+/// An incremental snapshot begun on the service thread and encoded by the core: the log it
+/// starts, the slab place below which links are still to be encoded, the body so far.
+pub struct SnapJob {
+    next: u64,
+    cursor: usize,
+    body: Vec<u8>,
 }
 
 /// A sync in progress: the click log frames, export lines and 404 records of the link-days
@@ -203,6 +215,8 @@ pub enum Chore {
     Salt(shards::clicks::Day),
     /// The core stops: what it took is finished, then the thread's loop runs to the end.
     Finish,
+    /// An incremental snapshot's body is encoded: written, the older logs removed.
+    EndSnapshot(SnapJob),
 }
 
 /// Items (strings learned, clicks classified, deltas merged) between two readings of the
@@ -303,7 +317,7 @@ impl Aggregator {
             failing: false,
             retry: Vec::new(),
             buf: Vec::new(),
-            snapshot_after: CLICK_LOG_SNAPSHOT_BYTES,
+            snapshot_after: s.snapshot_bytes,
             exporter,
             retry_lines: (Vec::new(), 0),
             fleet_part: super::fleet::FlushPart::default(),
@@ -312,6 +326,7 @@ impl Aggregator {
             job: None,
             jobs_since_control: 0,
             salt: None,
+            snap: None,
             s,
         }
     }
@@ -409,8 +424,15 @@ impl Aggregator {
                         worked = true;
                         continue;
                     }
-                    Next::Nothing if worked => return Step::Worked,
-                    Next::Nothing => return Step::Idle,
+                    Next::Nothing => {
+                        if self.snap.is_some() {
+                            return match self.continue_snapshot(deadline) {
+                                Some(chore) => Step::Away(chore),
+                                None => Step::Worked,
+                            };
+                        }
+                        return if worked { Step::Worked } else { Step::Idle };
+                    }
                 }
             }
             worked = true;
@@ -605,6 +627,7 @@ impl Aggregator {
                 self.salt = Some((day, salt));
             }
             Chore::Finish => self.finish_job(),
+            Chore::EndSnapshot(j) => self.end_snapshot(j),
         }
     }
 
@@ -1153,7 +1176,10 @@ impl Aggregator {
                     self.failing = false;
                 }
                 if self.s.log.len() > self.snapshot_after {
-                    self.snapshot();
+                    match self.s.on_cores {
+                        true => self.begin_snapshot(),
+                        false => self.snapshot(),
+                    }
                 }
                 true
             }
@@ -1175,9 +1201,66 @@ impl Aggregator {
     /// Replaces the logs with a snapshot, freezing the days closed for more than
     /// `FREEZE_AFTER_DAYS` into files first (`shards::clicks::frozen`).
     fn snapshot(&mut self) {
+        // A whole snapshot supersedes one being encoded on the core (its log is folded in).
+        self.snap = None;
         let today = shards::clicks::day_of(shards::timefmt::now_s());
         let through = shards::clicks::frozen::freeze_through(today);
         if let Err(e) = self.s.log.snapshot(&mut self.s.store, through) {
+            eprintln!(
+                "clicks core {}: snapshot failed ({e}); the log keeps growing",
+                self.s.me
+            );
+        }
+    }
+
+    /// On the service thread of an aggregator a core runs: begins an incremental snapshot
+    /// (`ClickLog::begin_snapshot`), whose body the core encodes in slices while it keeps
+    /// merging ([`Aggregator::step`]), so the aggregator is not away for a whole store's
+    /// worth of encoding and writing (at 45k clicks/s over 1M links that dropped clicks every
+    /// ~14 s: perf/reports/2026-12-05-issue23-on-core.md).
+    fn begin_snapshot(&mut self) {
+        if self.snap.is_some() {
+            return;
+        }
+        let today = shards::clicks::day_of(shards::timefmt::now_s());
+        let through = shards::clicks::frozen::freeze_through(today);
+        match self.s.log.begin_snapshot(&mut self.s.store, through) {
+            Ok(next) => {
+                self.snap = Some(SnapJob {
+                    next,
+                    cursor: self.s.store.link_slots(),
+                    body: Vec::new(),
+                });
+            }
+            Err(e) => eprintln!(
+                "clicks core {}: snapshot failed ({e}); the log keeps growing",
+                self.s.me
+            ),
+        }
+    }
+
+    /// Encodes the incremental snapshot's body until `deadline`; the chore that writes it
+    /// once it is whole.
+    fn continue_snapshot(&mut self, deadline: Instant) -> Option<Chore> {
+        let mut j = self.snap.take()?;
+        loop {
+            if self
+                .s
+                .store
+                .snapshot_links_some(&mut j.cursor, ITEMS_PER_CLOCK_CHECK, &mut j.body)
+            {
+                self.s.store.snapshot_tail(&mut j.body);
+                return Some(Chore::EndSnapshot(j));
+            }
+            if Instant::now() >= deadline {
+                self.snap = Some(j);
+                return None;
+            }
+        }
+    }
+
+    fn end_snapshot(&mut self, j: SnapJob) {
+        if let Err(e) = self.s.log.end_snapshot(&self.s.store, j.next, &j.body) {
             eprintln!(
                 "clicks core {}: snapshot failed ({e}); the log keeps growing",
                 self.s.me

@@ -69,10 +69,9 @@ pub fn start(
     let (classifier, geoip, salts) = open_common(cfg, data_dir)?;
     let (outlets, inboxes) = Outlets::new(cores, REPLY_QUEUE_CAPACITY, bells.clone());
     let replies = Arc::new(outlets);
-    let fleet = match fleet {
-        Some(f) => Some(FleetClicks::start(f, replies.clone(), salts.clone())?),
-        None => None,
-    };
+    let fleet = fleet
+        .map(|f| FleetClicks::start(f, replies.clone(), salts.clone()))
+        .transpose()?;
     let on_cores = cfg.on_cores();
     let (control_tx, control_rx): (Vec<_>, Vec<_>) =
         (0..cores).map(|_| bounded(CONTROL_QUEUE_CAPACITY)).unzip();
@@ -114,6 +113,7 @@ pub fn start(
             bells: bells.clone(),
             cpus: cfg.service_cpus.clone(),
             on_cores,
+            snapshot_bytes: cfg.snapshot_bytes,
         };
         let agg = aggregator::Aggregator::new(setup, exporter(cfg, core)?);
         let (slices, handle) = spawn(agg, core, on_cores, &bells)?;

@@ -98,6 +98,9 @@ pub struct AnalyticsConfig {
     /// Test only: aggregator threads even without `--service-cpus` (the unit rig has no
     /// cores to run them).
     pub threads_without_service_cpus: bool,
+    /// The click log's size past which it is replaced by a snapshot
+    /// (`aggregator::CLICK_LOG_SNAPSHOT_BYTES`; smaller in tests).
+    pub snapshot_bytes: u64,
 }
 
 impl AnalyticsConfig {
@@ -166,6 +169,7 @@ impl Default for AnalyticsConfig {
             fail_sync: false,
             service_cpus: None,
             threads_without_service_cpus: false,
+            snapshot_bytes: aggregator::CLICK_LOG_SNAPSHOT_BYTES,
         }
     }
 }

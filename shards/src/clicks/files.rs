@@ -179,6 +179,57 @@ impl ClickLog {
         self.len == 0
     }
 
+    /// Begins an incremental snapshot: the next log is created and written from now on, and
+    /// closed days up to `freeze_through` are frozen into files. The snapshot's body is
+    /// encoded while the store keeps changing (`ClickStore::snapshot_links_some`, then
+    /// `snapshot_tail`) and handed to [`ClickLog::end_snapshot`] with the number returned.
+    /// Until then a recovery reads the previous snapshot and every log, the new one included.
+    pub fn begin_snapshot(
+        &mut self,
+        store: &mut ClickStore,
+        freeze_through: Option<super::Day>,
+    ) -> io::Result<u64> {
+        let next = self.seq + 1;
+        let path = log_path(&self.dir, self.core, next);
+        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        sync_dir(&self.dir)?;
+        if let Some(through) = freeze_through {
+            store
+                .freeze(&self.dir, self.core, through, next)
+                .map_err(|e| io::Error::other(e.to_string()))?;
+        }
+        self.file = file;
+        self.seq = next;
+        self.len = 0;
+        self.durable_len = 0;
+        Ok(next)
+    }
+
+    /// Ends the incremental snapshot begun as `next` with its encoded `body`: written (its
+    /// header lists the frozen days as they are now), then the logs before `next` and the
+    /// frozen files it does not list are removed. Every state in those logs is in `body` or
+    /// newer in log `next` on: states replace, purges and removals since the beginning are in
+    /// the new log.
+    pub fn end_snapshot(&mut self, store: &ClickStore, next: u64, body: &[u8]) -> io::Result<u64> {
+        if next != self.seq {
+            return Err(io::Error::other(format!(
+                "snapshot {next} ended after log {} began",
+                self.seq
+            )));
+        }
+        let mut bytes = snapshot_header(next, store);
+        bytes.extend_from_slice(body);
+        let n = write_snapshot_bytes(&self.dir, self.core, store, &bytes)?;
+        for seq in log_seqs(&self.dir, self.core)? {
+            if seq < next {
+                fs::remove_file(log_path(&self.dir, self.core, seq))?;
+            }
+        }
+        remove_unlisted_frozen(&self.dir, self.core, &store.frozen().listed())?;
+        sync_dir(&self.dir)?;
+        Ok(n)
+    }
+
     /// Replaces every log so far with a snapshot of `store` (which holds at least what they
     /// hold: records are states, so what it holds beyond them is simply newer), first freezing
     /// its closed days up to `freeze_through` into files (`ClickStore::freeze`). Returns the
@@ -274,6 +325,15 @@ fn remove_unlisted_frozen(dir: &Path, core: usize, listed: &[(super::Day, u64)])
 }
 
 fn write_snapshot(dir: &Path, core: usize, log_seq: u64, store: &ClickStore) -> io::Result<u64> {
+    let mut bytes = snapshot_header(log_seq, store);
+    for r in store.to_records() {
+        codec::encode(&r, &mut bytes);
+    }
+    write_snapshot_bytes(dir, core, store, &bytes)
+}
+
+/// A snapshot's header: its magic, the first log after it, the frozen days it lists.
+fn snapshot_header(log_seq: u64, store: &ClickStore) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(4096);
     bytes.extend_from_slice(SNAP_MAGIC);
     bytes.extend_from_slice(&log_seq.to_le_bytes());
@@ -283,13 +343,19 @@ fn write_snapshot(dir: &Path, core: usize, log_seq: u64, store: &ClickStore) -> 
         bytes.extend_from_slice(&day.to_le_bytes());
         bytes.extend_from_slice(&seq.to_le_bytes());
     }
-    for r in store.to_records() {
-        codec::encode(&r, &mut bytes);
-    }
+    bytes
+}
+
+fn write_snapshot_bytes(
+    dir: &Path,
+    core: usize,
+    store: &ClickStore,
+    bytes: &[u8],
+) -> io::Result<u64> {
     crate::durable::write_atomic_paced(
         dir,
         &snap_name(core),
-        &bytes,
+        bytes,
         0o644,
         CLICK_WRITE_CHUNK_BYTES,
         &mut || store.pause_point(),

@@ -478,6 +478,12 @@ impl ClickStore {
                 Record::State(l.as_state(&rec.key, h.day))
             })
         });
+        links.chain(self.tail_records())
+    }
+
+    /// The records of a snapshot besides the links' states: 404 counts, purges of keys with
+    /// frozen days.
+    fn tail_records(&self) -> impl Iterator<Item = Record> + '_ {
         let nf = self
             .not_found
             .iter()
@@ -492,7 +498,43 @@ impl ClickStore {
                 key: k.clone(),
                 seq,
             });
-        links.chain(nf).chain(purged)
+        nf.chain(purged)
+    }
+
+    /// Slab places of the links held: an incremental snapshot's cursor starts here
+    /// ([`ClickStore::snapshot_links_some`]).
+    pub fn link_slots(&self) -> usize {
+        self.links.len()
+    }
+
+    /// Encodes the state records of up to `max` links below `*cursor` into `out`, moving the
+    /// cursor down; `true` once it reached 0. The store may change between two calls: a link
+    /// added lands above the cursor (and, being dirty, goes to the new log), and a removal
+    /// moves the last link into the hole, so a link is either encoded already or still
+    /// below the cursor (at worst encoded twice, and states replace).
+    pub fn snapshot_links_some(&self, cursor: &mut usize, max: usize, out: &mut Vec<u8>) -> bool {
+        *cursor = (*cursor).min(self.links.len());
+        let mut l = LinkDay::default();
+        for _ in 0..max {
+            if *cursor == 0 {
+                break;
+            }
+            *cursor -= 1;
+            let rec = self.links.at(*cursor);
+            for h in rec.days.iter() {
+                h.state_into(&self.values, &mut l);
+                codec::encode(&Record::State(l.as_state(&rec.key, h.day)), out);
+            }
+        }
+        *cursor == 0
+    }
+
+    /// The records of a snapshot besides the links' states (404 counts, purges of frozen
+    /// days), as they are now: the last part of an incremental snapshot.
+    pub fn snapshot_tail(&self, out: &mut Vec<u8>) {
+        for r in self.tail_records() {
+            codec::encode(&r, out);
+        }
     }
 
     /// Moves every link for which `keep` says no into a new store (a core-count fold).
