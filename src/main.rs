@@ -104,15 +104,14 @@ struct ServeArgs {
     cores: Option<usize>,
     /// CPUs of the click aggregators' own (a list like `taskset -c` takes: `6,7` or `6-7`):
     /// the cores run on the other CPUs this process may use, and never share theirs. Without
-    /// it, each core aggregates its own clicks between requests, and the aggregators' slow
-    /// chores (click log syncs, queries) run on threads at the lowest priority that step
-    /// aside for the cores.
+    /// it, aggregators share the cores' CPUs at the lowest priority and step aside for them.
     #[arg(long, value_name = "LIST", env = "RICOCHET_SERVICE_CPUS")]
     service_cpus: Option<ricochet::base::cpus::CpuList>,
-    /// Benchmarks only: click aggregator threads sharing the cores' CPUs (the way before
-    /// aggregation moved onto the cores), for an A/B with one binary.
-    #[arg(long, hide = true)]
-    bench_click_threads: bool,
+    /// Each core aggregates its own clicks between requests, in slices of at most 20 µs (the
+    /// slow chores on a service thread). Far fewer clicks dropped near saturation, a higher
+    /// p99 at moderate rates (docs/analytics.md); ignored with --service-cpus.
+    #[arg(long)]
+    clicks_on_cores: bool,
     /// Base of `short_url` in API responses, e.g. https://sho.rt
     #[arg(long, value_parser = parse_public_url)]
     public_url: Option<String>,
@@ -411,7 +410,7 @@ fn serve_options(a: ServeArgs) -> ServeOptions {
             fail_sync: a.fault_fail_click_sync,
             snapshot_bytes: a.test_click_snapshot_bytes,
             service_cpus: a.service_cpus.map(|l| l.0),
-            threads_without_service_cpus: a.bench_click_threads,
+            clicks_on_cores: a.clicks_on_cores,
         },
         mode: match a.fleet_pg {
             None => ricochet::node::mode::Mode::Single,

@@ -93,8 +93,13 @@ fn metric_sum(c: &mut Client, name: &str) -> u64 {
 }
 
 fn counts_every_path_once(cores: &str) {
+    counts_every_path_once_with(cores, &[]);
+}
+
+fn counts_every_path_once_with(cores: &str, more: &[&str]) {
     let (_t, dir) = data_dir();
     let mut extra = vec!["--cores", cores];
+    extra.extend_from_slice(more);
     if cores != "2" {
         extra.push("--test-oversubscribe");
     }
@@ -170,6 +175,13 @@ fn every_redirect_path_counts_each_click_once_on_2_cores() {
 #[test]
 fn every_redirect_path_counts_each_click_once_on_3_cores() {
     counts_every_path_once("3");
+}
+
+/// The same with each core aggregating its own clicks (`--clicks-on-cores`): peers' deltas,
+/// queries and purges ring the owner core, three owners on two CPUs.
+#[test]
+fn every_redirect_path_counts_each_click_once_on_3_cores_aggregating_themselves() {
+    counts_every_path_once_with("3", &["--clicks-on-cores"]);
 }
 
 #[test]
@@ -581,7 +593,7 @@ fn kill9_loses_at_most_the_last_second_of_clicks_and_counts_none_twice() {
 /// after one.
 #[test]
 fn kill9_through_snapshots_encoded_by_the_core_loses_no_older_click() {
-    kill9_under_load(&["--test-click-snapshot-bytes", "1"]);
+    kill9_under_load(&["--clicks-on-cores", "--test-click-snapshot-bytes", "1"]);
 }
 
 fn kill9_under_load(extra: &[&str]) {

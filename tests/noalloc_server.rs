@@ -101,6 +101,22 @@ fn counting_classified_clicks_allocates_nothing_on_the_cores() {
     );
 }
 
+/// With the cores aggregating their clicks between requests, the redirect path still makes
+/// no allocation (the aggregation's own are counted apart).
+#[test]
+fn the_redirect_path_allocates_nothing_when_the_cores_aggregate_clicks() {
+    run(
+        true,
+        &[
+            "--analytics",
+            "full",
+            "--client-ip",
+            "x-forwarded-for",
+            "--clicks-on-cores",
+        ],
+    );
+}
+
 fn run(fields: bool, flags: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");

@@ -92,12 +92,11 @@ pub struct AnalyticsConfig {
     /// Test only (`--fault-fail-click-sync`): every click log write fails.
     pub fail_sync: bool,
     /// `--service-cpus`: the CPUs the aggregators are pinned to (the cores run on the others);
-    /// `None`: each core aggregates its clicks itself between requests (`on_core`), and only
-    /// the slow chores go to a service thread sharing the core's CPU (`step_aside`).
+    /// `None`: they share the cores' CPUs and step aside (`step_aside`).
     pub service_cpus: Option<Vec<usize>>,
-    /// Test only: aggregator threads even without `--service-cpus` (the unit rig has no
-    /// cores to run them).
-    pub threads_without_service_cpus: bool,
+    /// `--clicks-on-cores`: without `--service-cpus`, each core aggregates its clicks itself
+    /// between requests (`on_core`), and only the slow chores go to a service thread.
+    pub clicks_on_cores: bool,
     /// The click log's size past which it is replaced by a snapshot
     /// (`aggregator::CLICK_LOG_SNAPSHOT_BYTES`; smaller in tests).
     pub snapshot_bytes: u64,
@@ -106,7 +105,7 @@ pub struct AnalyticsConfig {
 impl AnalyticsConfig {
     /// Whether each core does its aggregation itself (`on_core`) rather than a thread.
     pub fn on_cores(&self) -> bool {
-        self.service_cpus.is_none() && !self.threads_without_service_cpus
+        self.service_cpus.is_none() && self.clicks_on_cores
     }
 }
 
@@ -168,7 +167,7 @@ impl Default for AnalyticsConfig {
             geoip: None,
             fail_sync: false,
             service_cpus: None,
-            threads_without_service_cpus: false,
+            clicks_on_cores: false,
             snapshot_bytes: aggregator::CLICK_LOG_SNAPSHOT_BYTES,
         }
     }
@@ -316,7 +315,7 @@ mod tests {
             let router = Router::new(64, CORES);
             let bells = Arc::new(Doorbells::new(CORES).unwrap());
             let cfg = AnalyticsConfig {
-                threads_without_service_cpus: !on_cores,
+                clicks_on_cores: on_cores,
                 ..AnalyticsConfig::default()
             };
             let (mut cores, aggs) = start(
