@@ -217,6 +217,7 @@ impl ClickStore {
             }
             let rec = self.links.at_mut(i);
             for h in rec.days.iter_mut().filter(|h| h.dirty) {
+                self.pause.point();
                 h.dirty = false;
                 table::Held::view_into(h, &self.values, &mut view);
                 link(rec.key.as_bytes(), h.day, &view);
@@ -520,6 +521,7 @@ impl ClickStore {
                 break;
             }
             *cursor -= 1;
+            self.pause.point();
             let rec = self.links.at(*cursor);
             for h in rec.days.iter() {
                 h.state_into(&self.values, &mut l);
