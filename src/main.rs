@@ -161,7 +161,7 @@ struct ServeArgs {
     fault_fail_click_sync: bool,
     /// Test only: the click log's size past which it is replaced by a snapshot (so a test
     /// sees snapshots within seconds).
-    #[arg(long, hide = true, default_value_t = ricochet::analytics::aggregator::CLICK_LOG_SNAPSHOT_BYTES)]
+    #[arg(long, hide = true, default_value_t = ricochet::analytics::CLICK_LOG_SNAPSHOT_BYTES)]
     test_click_snapshot_bytes: u64,
     /// Test only: abort the start-up fold of a core-count change right after the carried
     /// idempotency logs are renamed into place, before the old logs are removed.

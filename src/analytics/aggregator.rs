@@ -36,8 +36,6 @@ use std::time::{Duration, Instant};
 
 /// Messages one aggregator queues for another before the sender stops taking batches.
 pub const MAX_PEER_OUTBOX: usize = 64;
-/// The click log is replaced by a snapshot once it passes this many bytes.
-pub const CLICK_LOG_SNAPSHOT_BYTES: u64 = 64 << 20;
 /// Capacity of the sync buffer kept for the next sync (a larger one, after a burst, is freed).
 pub const SYNC_BUFFER_KEPT_BYTES: usize = 16 << 20;
 /// A guess at a link-day's bytes in a snapshot, to make room for a first snapshot's body on

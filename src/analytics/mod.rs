@@ -41,6 +41,9 @@ pub const DEFAULT_RETENTION_DAYS: u32 = 400;
 /// Most days `--click-retention-days` takes.
 pub const MAX_RETENTION_DAYS: u32 = 3_660;
 
+/// The click log is replaced by a snapshot once it passes this many bytes.
+pub const CLICK_LOG_SNAPSHOT_BYTES: u64 = 64 << 20;
+
 /// Queries and purges waiting for one aggregator.
 pub const CONTROL_QUEUE_CAPACITY: usize = 1_024;
 
@@ -98,7 +101,7 @@ pub struct AnalyticsConfig {
     /// between requests (`on_core`), and only the slow chores go to a service thread.
     pub clicks_on_cores: bool,
     /// The click log's size past which it is replaced by a snapshot
-    /// (`aggregator::CLICK_LOG_SNAPSHOT_BYTES`; smaller in tests).
+    /// ([`CLICK_LOG_SNAPSHOT_BYTES`]; smaller in tests).
     pub snapshot_bytes: u64,
 }
 
@@ -168,7 +171,7 @@ impl Default for AnalyticsConfig {
             fail_sync: false,
             service_cpus: None,
             clicks_on_cores: false,
-            snapshot_bytes: aggregator::CLICK_LOG_SNAPSHOT_BYTES,
+            snapshot_bytes: CLICK_LOG_SNAPSHOT_BYTES,
         }
     }
 }
