@@ -675,21 +675,24 @@ impl Aggregator {
         }
     }
 
+    /// A thread's batch, whole: the day's salt from the shared book, then the same work a core
+    /// does in slices.
     fn on_batch(&mut self, b: Box<Batch>) {
         self.begin_batch(&b);
-        for i in 0..b.carried.len() {
-            self.learn_string(&b, i);
-        }
         let salt = self
             .s
             .full
             .then(|| self.s.salts.lock().expect("salt book").salt(b.day));
-        let mut out = self.owner_lists();
-        for (key, ctx, count) in b.entries() {
-            let (owner, d) = self.classify_click(b.day, key, ctx, count, salt);
-            out[owner].push(d);
-        }
-        self.end_batch(b, out);
+        let out = self.owner_lists();
+        let j = BatchJob {
+            b,
+            learned: 0,
+            classified: 0,
+            salt,
+            out,
+        };
+        let done = self.continue_batch(j, |_| false);
+        debug_assert!(matches!(done, Progress::Done), "a salt and no deadline");
     }
 
     /// A batch is taken: its counters, and the string cache is emptied if the batch's

@@ -173,28 +173,11 @@ impl ClickStore {
     fn drain_dirty_as(
         &mut self,
         form: fn(&table::Held, &table::Values, &mut LinkDay),
-        mut link: impl FnMut(&[u8], Day, &LinkDay),
-        mut not_found: impl FnMut(Day, u64),
+        link: impl FnMut(&[u8], Day, &LinkDay),
+        not_found: impl FnMut(Day, u64),
     ) {
-        let mut view = LinkDay::default();
-        for i in std::mem::take(&mut self.dirty) {
-            let i = i as usize;
-            if i >= self.links.len() {
-                continue; // Listed before a removal shortened the slab.
-            }
-            let rec = self.links.at_mut(i);
-            for h in rec.days.iter_mut().filter(|h| h.dirty) {
-                self.pause.point();
-                h.dirty = false;
-                form(h, &self.values, &mut view);
-                link(rec.key.as_bytes(), h.day, &view);
-            }
-        }
-        for day in std::mem::take(&mut self.dirty_not_found) {
-            if let Some(&count) = self.not_found.get(&day) {
-                not_found(day, count);
-            }
-        }
+        let done = self.drain_dirty_part(usize::MAX, form, link, not_found);
+        debug_assert!(done, "no limit");
     }
 
     /// [`ClickStore::drain_dirty`] a part at a time: at most `max` changed links, and `true`
@@ -203,6 +186,16 @@ impl ClickStore {
     pub fn drain_dirty_some(
         &mut self,
         max: usize,
+        link: impl FnMut(&[u8], Day, &LinkDay),
+        not_found: impl FnMut(Day, u64),
+    ) -> bool {
+        self.drain_dirty_part(max, table::Held::view_into, link, not_found)
+    }
+
+    fn drain_dirty_part(
+        &mut self,
+        max: usize,
+        form: fn(&table::Held, &table::Values, &mut LinkDay),
         mut link: impl FnMut(&[u8], Day, &LinkDay),
         mut not_found: impl FnMut(Day, u64),
     ) -> bool {
@@ -219,7 +212,7 @@ impl ClickStore {
             for h in rec.days.iter_mut().filter(|h| h.dirty) {
                 self.pause.point();
                 h.dirty = false;
-                table::Held::view_into(h, &self.values, &mut view);
+                form(h, &self.values, &mut view);
                 link(rec.key.as_bytes(), h.day, &view);
             }
         }
