@@ -318,6 +318,14 @@ impl ClickStore {
     /// clicks added. Link-days changed since the last log write stay in memory (their state
     /// is logged first; they freeze at a later snapshot). The interned facet values are cut
     /// to those memory still holds. Returns the files written.
+    /// Whether memory holds a clean (logged) link-day of day `through` or earlier: what
+    /// [`ClickStore::freeze`] would write to a frozen file.
+    pub fn holds_clean_through(&self, through: Day) -> bool {
+        self.links
+            .iter()
+            .any(|rec| rec.days.iter().any(|h| h.day <= through && !h.dirty))
+    }
+
     pub fn freeze(
         &mut self,
         dir: &std::path::Path,
