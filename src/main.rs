@@ -33,6 +33,8 @@ enum Cmd {
     Import(ImportArgs),
     /// Manage API keys (stored hashed in the data dir).
     Keys(KeysArgs),
+    /// Manage the domains the server answers for, each its own keyspace chosen by `Host`.
+    Domains(DomainsArgs),
     /// Fleet mode: the PostgreSQL schema, namespaces and the failover runbook's commands.
     Fleet {
         #[command(subcommand)]
@@ -84,6 +86,15 @@ struct KeysArgs {
     cmd: ricochet::api::keys::KeysCommand,
 }
 
+#[derive(clap::Args)]
+struct DomainsArgs {
+    /// Data directory.
+    #[arg(long, default_value = "./data")]
+    data_dir: PathBuf,
+    #[command(subcommand)]
+    cmd: ricochet::api::domains::DomainsCommand,
+}
+
 /// A flag given twice takes its last value (`serve --cores 2 ... --cores 1`), so wrappers can
 /// append overrides to a base command line.
 #[derive(clap::Args, Clone)]
@@ -115,6 +126,10 @@ struct ServeArgs {
     /// Base of `short_url` in API responses, e.g. https://sho.rt
     #[arg(long, value_parser = parse_public_url)]
     public_url: Option<String>,
+    /// What a request whose `Host` names no declared domain (`ricochet domains`) gets: the
+    /// default domain's links, or 404.
+    #[arg(long, value_enum, default_value_t = ricochet::api::domains::UnknownHost::Default)]
+    unknown_host: ricochet::api::domains::UnknownHost,
     /// How an idle core waits: `adaptive` spins, then sleeps until an event; `busy` never sleeps.
     #[arg(long, value_enum, default_value_t = ParkArg::Adaptive)]
     park: ParkArg,
@@ -344,6 +359,7 @@ fn main() -> ExitCode {
     let result = match cli.cmd.expect("a subcommand (serve by default)") {
         Cmd::Serve(a) => serve(serve_options(*a)),
         Cmd::Keys(k) => ricochet::api::keys::run_keys_command(&k.data_dir, k.cmd),
+        Cmd::Domains(d) => ricochet::api::domains::run_domains_command(&d.data_dir, d.cmd),
         Cmd::Import(a) => import(a),
         Cmd::Fleet { cmd } => ricochet::fleet_mode::cli::run_command(cmd),
         Cmd::Export(a) => export(a),
@@ -379,6 +395,7 @@ fn serve_options(a: ServeArgs) -> ServeOptions {
         listen: a.listen,
         cores: a.cores,
         public_url: a.public_url,
+        unknown_host: a.unknown_host,
         parking: match a.park {
             ParkArg::Busy => Parking::Busy,
             ParkArg::Adaptive => Parking::Adaptive { spin_us: a.spin_us },

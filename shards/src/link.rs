@@ -149,6 +149,87 @@ pub fn validate_key(key: &[u8]) -> Result<(), LinkError> {
     Ok(())
 }
 
+/// A domain's number in stored keys (issue 26): each declared domain is its own keyspace, and
+/// a link's identity everywhere below the API (tables, logs, memtables, the LRU, the mesh's
+/// messages, idempotency records, the click store) is its *stored key*: the key itself on the
+/// default domain (number 0, so a data dir written before domains reads unchanged), or
+/// `<number>.<key>` on any other, e.g. `17.x7Kp2`. A key never holds `.`, so the split is
+/// unambiguous; numbers are decimal without leading zeros, from 1 to [`MAX_DOMAIN_NUMBER`].
+pub const DEFAULT_DOMAIN: u32 = 0;
+
+/// The highest domain number a stored key may carry. Numbers are never reused (a removed
+/// domain keeps its number, so adding it again brings its links back).
+pub const MAX_DOMAIN_NUMBER: u32 = 999_999;
+
+/// Bytes a domain's prefix adds to a key at most: six digits and the `.`.
+pub const MAX_DOMAIN_PREFIX_BYTES: usize = 7;
+
+/// Longest stored key: a key with its domain's prefix.
+pub const MAX_STORED_KEY_BYTES: usize = MAX_KEY_BYTES + MAX_DOMAIN_PREFIX_BYTES;
+
+/// The stored key of `key` on domain `domain`, written into `buf`; no allocation (the
+/// redirect path builds one per request on a non-default domain). `key` is a valid key and
+/// `domain` at most [`MAX_DOMAIN_NUMBER`].
+#[inline]
+pub fn stored_key(domain: u32, key: &[u8], buf: &mut [u8; MAX_STORED_KEY_BYTES]) -> usize {
+    debug_assert!(key.len() <= MAX_KEY_BYTES && domain <= MAX_DOMAIN_NUMBER);
+    if domain == DEFAULT_DOMAIN {
+        buf[..key.len()].copy_from_slice(key);
+        return key.len();
+    }
+    let mut digits = [0u8; 6];
+    let mut n = domain;
+    let mut d = digits.len();
+    while n > 0 {
+        d -= 1;
+        digits[d] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    let p = digits.len() - d;
+    buf[..p].copy_from_slice(&digits[d..]);
+    buf[p] = b'.';
+    buf[p + 1..p + 1 + key.len()].copy_from_slice(key);
+    p + 1 + key.len()
+}
+
+/// The stored key of `key` on `domain`, as a `String` (the API's and the tools' side).
+pub fn stored_key_string(domain: u32, key: &str) -> String {
+    let mut buf = [0u8; MAX_STORED_KEY_BYTES];
+    let n = stored_key(domain, key.as_bytes(), &mut buf);
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// A stored key's domain number and key. A malformed prefix (a stored key that did not come
+/// from [`stored_key`]) is returned whole as the key of the default domain, which
+/// [`validate_key`] then refuses: [`validate_stored_key`] is the check.
+#[inline]
+pub fn split_stored_key(stored: &[u8]) -> (u32, &[u8]) {
+    let Some(dot) = memchr::memchr(b'.', stored) else {
+        return (DEFAULT_DOMAIN, stored);
+    };
+    let digits = &stored[..dot];
+    if digits.is_empty()
+        || digits.len() > MAX_DOMAIN_PREFIX_BYTES - 1
+        || digits[0] == b'0'
+        || !digits.iter().all(u8::is_ascii_digit)
+    {
+        return (DEFAULT_DOMAIN, stored);
+    }
+    let n = digits
+        .iter()
+        .fold(0u32, |n, &d| n * 10 + u32::from(d - b'0'));
+    (n, &stored[dot + 1..])
+}
+
+/// Checks a stored key: an optional domain prefix (see [`DEFAULT_DOMAIN`]) and a valid key.
+pub fn validate_stored_key(stored: &[u8]) -> Result<(), LinkError> {
+    let (domain, key) = split_stored_key(stored);
+    if domain > MAX_DOMAIN_NUMBER {
+        return Err(LinkError::KeyCharset);
+    }
+    validate_key(key)
+}
+
 /// Characters refused in a URL although they are valid in an IRI: invisible or
 /// text-direction controls that make the link read as going somewhere else (a phishing aid,
 /// "Trojan Source"). Zero-width space/joiners and directional marks (U+200B..=U+200F), the
@@ -285,6 +366,58 @@ pub fn check_storable_url(url: &str) -> Result<(), LinkError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn stored_keys_split_back_into_their_domain_and_key() {
+        let mut buf = [0u8; MAX_STORED_KEY_BYTES];
+        for (d, k) in [
+            (0, "aB3"),
+            (1, "x"),
+            (17, "x7Kp2"),
+            (MAX_DOMAIN_NUMBER, "k-_9"),
+        ] {
+            let n = stored_key(d, k.as_bytes(), &mut buf);
+            assert_eq!(split_stored_key(&buf[..n]), (d, k.as_bytes()));
+            assert!(validate_stored_key(&buf[..n]).is_ok());
+            assert_eq!(stored_key_string(d, k).as_bytes(), &buf[..n]);
+        }
+        let long = [b'a'; MAX_KEY_BYTES];
+        let n = stored_key(MAX_DOMAIN_NUMBER, &long, &mut buf);
+        assert_eq!(n, MAX_STORED_KEY_BYTES);
+        assert_eq!(
+            stored_key(0, b"abc", &mut buf),
+            3,
+            "the default domain has no prefix"
+        );
+        for bad in [
+            &b"0.abc"[..],
+            b"01.abc",
+            b".abc",
+            b"1234567.abc",
+            b"1.",
+            b"a.b",
+            b"1.a.b",
+        ] {
+            assert!(
+                validate_stored_key(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_domain_and_key_round_trip_through_a_stored_key(
+            d in 0..=MAX_DOMAIN_NUMBER,
+            k in "[A-Za-z0-9_-]{1,64}",
+        ) {
+            let s = stored_key_string(d, &k);
+            proptest::prop_assert!(s.len() <= MAX_STORED_KEY_BYTES);
+            proptest::prop_assert_eq!(split_stored_key(s.as_bytes()), (d, k.as_bytes()));
+            proptest::prop_assert!(validate_stored_key(s.as_bytes()).is_ok());
+        }
+    }
+
     #[test]
     fn creation_tags_strictly_increase_within_a_second_and_restart_with_the_next() {
         let mut t = CreationTag::default();

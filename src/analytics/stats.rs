@@ -160,10 +160,14 @@ pub fn parse_range(query: Option<&[u8]>, today: Day) -> Result<(Day, Day, Bots),
                     }
                 }
             }
+            // The link's domain: the API front has read it into the key.
+            "domain" => {}
             _ => {
                 return Err(Problem::invalid_field(
                     None,
-                    format!("unknown query parameter {name:?} (from, to and bots are taken)"),
+                    format!(
+                        "unknown query parameter {name:?} (from, to, bots and domain are taken)"
+                    ),
                 ))
             }
         }
@@ -354,7 +358,7 @@ pub fn link_json_from(
         Some(_) => "sum of daily unique visitors, each day's merged over nodes",
     };
     let mut v = serde_json::json!({
-        "key": q.key.as_str(),
+        "key": std::str::from_utf8(shards::link::split_stored_key(q.key.as_bytes()).1).unwrap_or(""),
         "from": format_day(q.from),
         "to": format_day(q.to),
         "timezone": "UTC",

@@ -99,6 +99,12 @@ pub fn request_hash(req: &CreateRequest) -> RequestHash {
         (None, None) => h.update([0u8]),
     }
     h.update(req.redirect_status.code().to_le_bytes());
+    // Only when sent: a record written before domains still matches its retry.
+    if let Some(d) = &req.domain {
+        h.update([1u8]);
+        h.update((d.len() as u64).to_le_bytes());
+        h.update(d.as_bytes());
+    }
     RequestHash(h.finalize().into())
 }
 
@@ -570,6 +576,8 @@ mod tests {
             expires_at_s: None,
             ttl_days: None,
             redirect_status: RedirectStatus::Found,
+            domain: None,
+            domain_number: 0,
         };
         let b = CreateRequest {
             long_url: "https://a.b/x".into(),

@@ -547,7 +547,7 @@ fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), KeyStore
     shards::durable::write_atomic(dir, name, bytes, 0o600).map_err(|e| io_err(&dir.join(name), e))
 }
 
-fn lock_exclusive(file: &File) -> io::Result<()> {
+pub(crate) fn lock_exclusive(file: &File) -> io::Result<()> {
     loop {
         // SAFETY: `file` owns an open descriptor for the whole call; flock only takes an
         // advisory lock on it and touches no memory.

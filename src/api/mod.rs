@@ -12,6 +12,7 @@
 //! 5. Answer 201 with [`request::link_json`], or a [`problem::Problem`] as
 //!    [`problem::PROBLEM_CONTENT_TYPE`].
 
+pub mod domains;
 pub mod idempotency;
 pub mod keys;
 pub mod openapi;
@@ -19,3 +20,11 @@ pub mod problem;
 pub mod ratelimit;
 pub mod request;
 pub mod timefmt;
+
+/// What `node::keywatch` reloads while the server runs, offered whole to every core whenever
+/// either part changed: the API keys and the declared domains.
+#[derive(Clone, Debug)]
+pub struct Reloaded {
+    pub keys: std::sync::Arc<keys::ApiKeyStore>,
+    pub domains: std::sync::Arc<domains::Domains>,
+}

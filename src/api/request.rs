@@ -66,6 +66,20 @@ pub struct CreateRequest {
     pub ttl_days: Option<u32>,
     /// Redirect status; 302 when not given.
     pub redirect_status: RedirectStatus,
+    /// The `domain` sent (`None`: the default domain), as sent.
+    pub domain: Option<String>,
+    /// The number of that domain (`api::domains`), resolved by the front against the domains
+    /// in force; 0 (the default domain) until then.
+    pub domain_number: u32,
+}
+
+impl CreateRequest {
+    /// The stored key of `key` on this request's domain (`shards::link::stored_key`).
+    pub fn stored_key(&self, key: &[u8]) -> crate::base::key::InlineKey {
+        let mut buf = [0u8; shards::link::MAX_STORED_KEY_BYTES];
+        let n = shards::link::stored_key(self.domain_number, key, &mut buf);
+        crate::base::key::InlineKey::new(&buf[..n]).expect("a stored key fits inline")
+    }
 }
 
 /// What a patch does to a link's expiry.
@@ -96,6 +110,7 @@ const CREATE_MEMBERS: &[&str] = &[
     "ttl_days",
     "expires_at",
     "redirect_status",
+    "domain",
 ];
 const PATCH_MEMBERS: &[&str] = &["long_url", "ttl_days", "expires_at", "redirect_status"];
 
@@ -107,6 +122,7 @@ pub fn parse_create(body: &[u8], now_s: u64) -> Result<CreateRequest, Problem> {
     let mut ttl_days = None;
     let mut expires_at = None;
     let mut redirect_status = RedirectStatus::default();
+    let mut domain = None;
     for (name, value) in &members {
         if value.is_null() && name != "long_url" {
             continue;
@@ -117,6 +133,12 @@ pub fn parse_create(body: &[u8], now_s: u64) -> Result<CreateRequest, Problem> {
             "ttl_days" => ttl_days = Some(parse_ttl_days(value)?),
             "expires_at" => expires_at = Some(parse_expires_at(value, now_s)?),
             "redirect_status" => redirect_status = parse_status(value)?,
+            "domain" => {
+                let d = value.as_str().ok_or_else(|| {
+                    Problem::invalid_field(Some("domain"), "domain must be a string")
+                })?;
+                domain = Some(d.to_owned());
+            }
             _ => unreachable!("parse_members admits only CREATE_MEMBERS"),
         }
     }
@@ -129,6 +151,8 @@ pub fn parse_create(body: &[u8], now_s: u64) -> Result<CreateRequest, Problem> {
         expires_at_s,
         ttl_days,
         redirect_status,
+        domain,
+        domain_number: shards::link::DEFAULT_DOMAIN,
     })
 }
 
@@ -187,6 +211,7 @@ pub fn parse_patch(body: &[u8], now_s: u64) -> Result<PatchRequest, Problem> {
 /// `short_url_base` (trailing `/` ignored) + `/` + `key`.
 pub fn link_json(
     key: &str,
+    domain: Option<&str>,
     short_url_base: &str,
     long_url: &str,
     created_at_s: u64,
@@ -196,6 +221,8 @@ pub fn link_json(
     #[derive(Serialize)]
     struct LinkBody<'a> {
         key: &'a str,
+        /// The link's domain's name; `null` on an unnamed default domain.
+        domain: Option<&'a str>,
         short_url: String,
         long_url: &'a str,
         created_at: String,
@@ -204,6 +231,7 @@ pub fn link_json(
     }
     let body = LinkBody {
         key,
+        domain,
         short_url: format!("{}/{key}", short_url_base.trim_end_matches('/')),
         long_url,
         created_at: format_rfc3339_utc(created_at_s),
@@ -398,6 +426,8 @@ mod tests {
                 expires_at_s: None,
                 ttl_days: None,
                 redirect_status: RedirectStatus::Found,
+                domain: None,
+                domain_number: 0,
             }
         );
     }
@@ -642,6 +672,7 @@ mod tests {
     fn link_json_shape() {
         let body = link_json(
             "aB3",
+            None,
             "https://sho.rt/",
             "https://example.com/?q=\"x\"",
             NOW,
@@ -651,10 +682,11 @@ mod tests {
         let text = String::from_utf8(body).unwrap();
         assert_eq!(
             text,
-            r#"{"key":"aB3","short_url":"https://sho.rt/aB3","long_url":"https://example.com/?q=\"x\"","created_at":"2030-03-17T17:46:40Z","expires_at":"2030-03-18T17:46:40Z","redirect_status":307}"#
+            r#"{"key":"aB3","domain":null,"short_url":"https://sho.rt/aB3","long_url":"https://example.com/?q=\"x\"","created_at":"2030-03-17T17:46:40Z","expires_at":"2030-03-18T17:46:40Z","redirect_status":307}"#
         );
         let v: Value = serde_json::from_slice(&link_json(
             "k",
+            Some("go.brand.com"),
             "http://h",
             "http://t",
             0,
@@ -664,6 +696,7 @@ mod tests {
         .unwrap();
         assert_eq!(v["expires_at"], Value::Null);
         assert_eq!(v["short_url"], "http://h/k");
+        assert_eq!(v["domain"], "go.brand.com");
         assert_eq!(v["created_at"], "1970-01-01T00:00:00Z");
         assert_eq!(v["redirect_status"], 302);
     }

@@ -150,10 +150,10 @@ impl Creates {
             return mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
         }
         let (key, id) = match &req.custom_alias {
-            Some(a) => (InlineKey::new(a.as_bytes()).expect("validated alias"), 0),
+            Some(a) => (req.stored_key(a.as_bytes()), 0),
             None if self.ids_on_hold() => return busy(reply, mesh),
             None => match self.next_generated_key() {
-                Ok(k) => k,
+                Ok((k, id)) => (req.stored_key(k.as_bytes()), id),
                 Err(NextIdError::NeedRange { deadline }) => {
                     self.request_range();
                     self.waiters.push_back(IdWaiter {

@@ -97,7 +97,7 @@ pub fn parse_query(query: Option<&[u8]>, shards: u32) -> Result<ListWalk, Proble
                     .ok()
                     .filter(|s| *s < shards)
                     .ok_or_else(bad)?;
-                shards::link::validate_key(key.as_bytes()).map_err(|_| bad())?;
+                shards::link::validate_stored_key(key.as_bytes()).map_err(|_| bad())?;
                 walk.shard = shard;
                 walk.after = Some(InlineKey::new(key.as_bytes()).ok_or_else(bad)?);
             }

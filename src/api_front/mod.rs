@@ -91,8 +91,10 @@ pub enum Step {
 pub struct ApiFront {
     router: Router,
     keys: Arc<crate::api::keys::ApiKeyStore>,
-    /// New key stores from `keywatch`, taken at each sweep.
-    key_updates: crossbeam::channel::Receiver<Arc<crate::api::keys::ApiKeyStore>>,
+    /// The declared domains (`api::domains`).
+    domains: Arc<crate::api::domains::Domains>,
+    /// New key stores and domains from `keywatch`, taken at each sweep.
+    key_updates: crossbeam::channel::Receiver<Arc<crate::api::Reloaded>>,
     ratelimit: crate::api::ratelimit::RateLimiter,
     public_url: String,
     /// Key choice for creates: this core's ID ranges and the key generator.
@@ -120,15 +122,16 @@ struct Gathering {
 impl ApiFront {
     pub fn new(
         router: Router,
-        keys: Arc<crate::api::keys::ApiKeyStore>,
-        key_updates: crossbeam::channel::Receiver<Arc<crate::api::keys::ApiKeyStore>>,
+        reloaded: crate::api::Reloaded,
+        key_updates: crossbeam::channel::Receiver<Arc<crate::api::Reloaded>>,
         ratelimit: crate::api::ratelimit::RateLimiter,
         public_url: String,
         creates: Creates,
     ) -> ApiFront {
         ApiFront {
             router,
-            keys,
+            keys: reloaded.keys,
+            domains: reloaded.domains,
             key_updates,
             ratelimit,
             public_url,
@@ -279,11 +282,50 @@ impl ApiFront {
         }
     }
 
-    /// Takes a reloaded API key store, if `keywatch` offered one.
-    pub fn take_key_updates(&mut self) {
-        if let Ok(keys) = self.key_updates.try_recv() {
-            self.keys = keys;
+    /// Takes reloaded API keys and domains, if `keywatch` offered them; returns the domains
+    /// for the core's connections.
+    pub fn take_reloads(&mut self) -> Option<Arc<crate::api::domains::Domains>> {
+        let r = self.key_updates.try_recv().ok()?;
+        self.keys = r.keys.clone();
+        self.domains = r.domains.clone();
+        Some(r.domains.clone())
+    }
+
+    /// The declared domains in force.
+    pub fn domains(&self) -> &Arc<crate::api::domains::Domains> {
+        &self.domains
+    }
+
+    /// The number of the live domain `name` (`None`: the default domain); 422 naming it if
+    /// no live domain has that name.
+    fn domain_number(&self, name: Option<&str>) -> Result<u32, Problem> {
+        let Some(name) = name else {
+            return Ok(shards::link::DEFAULT_DOMAIN);
+        };
+        self.domains.by_name(name).map(|d| d.number).ok_or_else(|| {
+            Problem::invalid_field(
+                Some("domain"),
+                format!("{name:?} is not a domain this server answers for"),
+            )
+        })
+    }
+
+    /// The stored key of an item path's `key` on the domain its query's `domain` names.
+    fn item_key(&self, query: Option<&[u8]>, key: &[u8]) -> Result<InlineKey, Problem> {
+        let ikey = valid_key(key)?;
+        let mut domain = None;
+        for (name, value) in url::form_urlencoded::parse(query.unwrap_or_default()) {
+            if name == "domain" {
+                domain = Some(value.into_owned());
+            }
         }
+        let number = self.domain_number(domain.as_deref())?;
+        if number == shards::link::DEFAULT_DOMAIN {
+            return Ok(ikey);
+        }
+        let mut buf = [0u8; shards::link::MAX_STORED_KEY_BYTES];
+        let n = shards::link::stored_key(number, key, &mut buf);
+        Ok(InlineKey::new(&buf[..n]).expect("a stored key fits inline"))
     }
 
     /// Answers an API request into `out`, or routes it to its owner after registering it
@@ -360,7 +402,8 @@ impl ApiFront {
         mesh: &mut Mesh,
     ) -> Result<(), Problem> {
         self.ratelimit.check(key_id, Instant::now())?;
-        let cr = parse_create(body, now_s)?;
+        let mut cr = parse_create(body, now_s)?;
+        cr.domain_number = self.domain_number(cr.domain.as_deref())?;
         self.creates.check_alias(&cr)?;
         let idem = match req.idempotency_key {
             Some(h) => Some(IdemScope::new(key_id, h)?),
@@ -404,7 +447,7 @@ impl ApiFront {
         now_s: u64,
         mesh: &mut Mesh,
     ) -> Result<(), Problem> {
-        let ikey = valid_key(key)?;
+        let ikey = self.item_key(req.query, key)?;
         if self.clicks.is_none() {
             let mut p = Problem::not_found();
             p.detail = "click analytics is off on this server (--analytics off)".into();
@@ -420,7 +463,7 @@ impl ApiFront {
             (ApiOp::Stats(Box::new(q)), OwnerAsk::Read(exists))
         };
         let reply = defer(out, op);
-        let owner = self.router.owner(key).core;
+        let owner = self.router.owner(ikey.as_bytes()).core;
         mesh.deliver(owner, ask.message(reply));
         Ok(())
     }
@@ -437,10 +480,10 @@ impl ApiFront {
         now_s: u64,
         mesh: &mut Mesh,
     ) -> Result<(), Problem> {
-        let ikey = valid_key(key)?;
+        let ikey = self.item_key(req.query, key)?;
         let (op, ask) = item_ask(req.method, ikey, body, now_s)?;
         let reply = defer(out, op);
-        let owner = self.router.owner(key).core;
+        let owner = self.router.owner(ikey.as_bytes()).core;
         mesh.deliver(owner, ask.message(reply));
         Ok(())
     }
@@ -631,9 +674,22 @@ impl ApiFront {
 
     /// A link's JSON, as every answer shows it.
     fn link_json(&self, info: &LinkInfo) -> Vec<u8> {
+        let (number, key) = shards::link::split_stored_key(info.key.as_bytes());
+        let key = std::str::from_utf8(key).unwrap_or("");
+        // A named domain's links are at its own name; the default domain's (named or not)
+        // at --public-url, as before domains. A removed domain's links have no URL to give:
+        // they keep the public URL's.
+        let named = self.domains.get(number);
+        let base = match named {
+            Some(d) if number != shards::link::DEFAULT_DOMAIN => {
+                format!("{}://{}", d.scheme.as_str(), d.name)
+            }
+            _ => self.public_url.clone(),
+        };
         link_json(
-            info.key.as_str(),
-            &self.public_url,
+            key,
+            named.map(|d| d.name.as_str()),
+            &base,
             &info.target,
             info.created_at_s,
             (info.expires_at_s != 0).then_some(info.expires_at_s),

@@ -409,7 +409,9 @@ impl ApiFront {
 
     /// A Shlink short URL object.
     fn short_url_json(&self, info: &LinkInfo) -> Value {
-        let key = info.key.as_str();
+        // Shlink's API does not take domains yet: it shows each link's key alone.
+        let key = std::str::from_utf8(shards::link::split_stored_key(info.key.as_bytes()).1)
+            .unwrap_or("");
         let expires = (info.expires_at_s != 0).then(|| format_rfc3339_utc(info.expires_at_s));
         json!({
             "shortCode": key,

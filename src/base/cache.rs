@@ -6,7 +6,7 @@
 //! construction to at most half full, so it never grows or rehashes. Keys are stored inline.
 
 use crate::base::key::InlineKey;
-use shards::link::MAX_KEY_BYTES;
+use shards::link::MAX_STORED_KEY_BYTES;
 
 /// Default entries per core. 65536: at roughly 100 bytes of key and bookkeeping plus the value
 /// per entry, a few MiB per core, enough to hold the hot set of a skewed (Zipf-like) key
@@ -106,7 +106,7 @@ impl<V> Lru<V> {
     }
 
     /// Inserts or replaces `key`'s value and marks it most recently used, evicting the least
-    /// recently used entry when full. A key longer than [`MAX_KEY_BYTES`] cannot name a link and
+    /// recently used entry when full. A key longer than [`MAX_STORED_KEY_BYTES`] cannot name a link and
     /// is not cached.
     pub fn insert(&mut self, key: &[u8], v: V) {
         let Some(inline) = InlineKey::new(key) else {
@@ -196,7 +196,7 @@ impl<V> Lru<V> {
     }
 
     fn find(&self, key: &[u8]) -> Option<(usize, u32)> {
-        if key.len() > MAX_KEY_BYTES {
+        if key.len() > MAX_STORED_KEY_BYTES {
             return None;
         }
         self.find_hashed(key, self.hash(key))
@@ -325,7 +325,7 @@ mod tests {
 
     fn key(k: u8) -> Vec<u8> {
         // Varied lengths, including the maximum, from a small key space so operations collide.
-        let len = [1, 7, 33, MAX_KEY_BYTES][usize::from(k) % 4];
+        let len = [1, 7, 33, MAX_STORED_KEY_BYTES][usize::from(k) % 4];
         let mut v = vec![b'a' + k % 26; len];
         v[0] = k;
         v
@@ -406,13 +406,13 @@ mod tests {
     #[test]
     fn over_long_keys_are_never_cached() {
         let mut lru = Lru::with_capacity(4);
-        let long = [b'k'; MAX_KEY_BYTES + 1];
+        let long = [b'k'; MAX_STORED_KEY_BYTES + 1];
         lru.insert(&long, 1);
         assert_eq!(lru.len(), 0);
         assert_eq!(lru.get(&long), None);
         assert_eq!(lru.remove(&long), None);
         assert!(InlineKey::new(&long).is_none());
-        let max = [b'k'; MAX_KEY_BYTES];
+        let max = [b'k'; MAX_STORED_KEY_BYTES];
         assert_eq!(InlineKey::new(&max).unwrap().as_bytes(), &max);
     }
 

@@ -70,8 +70,8 @@ pub fn normalize(name: &str) -> Result<String, DomainError> {
 pub struct HostTable {
     /// Every domain's record, back to back: its id (`u32`, little-endian), then its name.
     bytes: Vec<u8>,
-    /// Each name's range in `bytes`, by `DomainId`.
-    names: Vec<Range<u32>>,
+    /// Each domain's id and its name's range in `bytes`, ids ascending.
+    names: Vec<(DomainId, Range<u32>)>,
     /// Open addressing: a record's start (bits 0-31), its name's length (32-39) and the top
     /// 24 bits of its hash (40-63); 0 = empty.
     slots: Vec<u64>,
@@ -80,6 +80,20 @@ pub struct HostTable {
 impl HostTable {
     /// A table of `names` (each normalized; `DomainId`s follow their order).
     pub fn new<S: AsRef<str>>(names: &[S]) -> Result<HostTable, DomainError> {
+        let numbered: Vec<(DomainId, &str)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (DomainId(i as u32), n.as_ref()))
+            .collect();
+        HostTable::numbered(&numbered)
+    }
+
+    /// A table of `names`, each with its own id (ascending: the domain book's numbers).
+    pub fn numbered<S: AsRef<str>>(names: &[(DomainId, S)]) -> Result<HostTable, DomainError> {
+        assert!(
+            names.windows(2).all(|w| w[0].0 .0 < w[1].0 .0),
+            "domain ids ascend"
+        );
         if names.len() > MAX_DOMAINS {
             return Err(DomainError::TooMany);
         }
@@ -89,7 +103,7 @@ impl HostTable {
             names: Vec::with_capacity(names.len()),
             slots: vec![0; slot_count],
         };
-        for name in names {
+        for (id, name) in names {
             let ascii = normalize(name.as_ref())?;
             if t.lookup(ascii.as_bytes()).is_some() {
                 return Err(DomainError::Duplicate {
@@ -97,17 +111,17 @@ impl HostTable {
                     ascii,
                 });
             }
-            t.insert(&ascii);
+            t.insert(*id, &ascii);
         }
         Ok(t)
     }
 
-    fn insert(&mut self, ascii: &str) {
+    fn insert(&mut self, id: DomainId, ascii: &str) {
         let record = self.bytes.len();
-        let id = self.names.len() as u32;
-        self.bytes.extend_from_slice(&id.to_le_bytes());
+        self.bytes.extend_from_slice(&id.0.to_le_bytes());
         self.bytes.extend_from_slice(ascii.as_bytes());
-        self.names.push(record as u32 + 4..self.bytes.len() as u32);
+        self.names
+            .push((id, record as u32 + 4..self.bytes.len() as u32));
         let hash = hash_lowercase(ascii.as_bytes());
         let mask = self.slots.len() - 1;
         let mut i = hash as usize & mask;
@@ -127,10 +141,11 @@ impl HostTable {
         self.names.is_empty()
     }
 
-    /// The ASCII name of `id`.
-    pub fn name(&self, id: DomainId) -> &str {
-        let r = &self.names[id.0 as usize];
-        std::str::from_utf8(&self.bytes[r.start as usize..r.end as usize]).expect("ASCII")
+    /// The ASCII name of `id`, if the table holds it.
+    pub fn name(&self, id: DomainId) -> Option<&str> {
+        let i = self.names.binary_search_by_key(&id.0, |(d, _)| d.0).ok()?;
+        let r = &self.names[i].1;
+        Some(std::str::from_utf8(&self.bytes[r.start as usize..r.end as usize]).expect("ASCII"))
     }
 
     /// The domain a `Host` header value names: its port (and a trailing dot) cut, compared
@@ -288,7 +303,7 @@ mod tests {
         assert_eq!(t.lookup(b"GO.Brand.com:8080"), Some(DomainId(0)));
         assert_eq!(t.lookup(b"sho.rt."), Some(DomainId(1)));
         assert_eq!(t.lookup(b"xn--bcher-kva.example:443"), Some(DomainId(2)));
-        assert_eq!(t.name(DomainId(2)), "xn--bcher-kva.example");
+        assert_eq!(t.name(DomainId(2)), Some("xn--bcher-kva.example"));
         for unknown in [
             &b"brand.com"[..],
             b"go.brand.co",

@@ -1,28 +1,28 @@
 //! A link key stored inline, the vocabulary every role shares: the LRU's keys, the mesh's
 //! messages, the memtable's keys.
 
-use shards::link::MAX_KEY_BYTES;
+use shards::link::MAX_STORED_KEY_BYTES;
 
-/// A link key stored inline (no heap), up to [`MAX_KEY_BYTES`].
+/// A link key stored inline (no heap), up to [`MAX_STORED_KEY_BYTES`].
 #[derive(Clone, Copy)]
 pub struct InlineKey {
     len: u8,
-    bytes: [u8; MAX_KEY_BYTES],
+    bytes: [u8; MAX_STORED_KEY_BYTES],
 }
 
 impl InlineKey {
     /// The empty key (no link has it; fills unused slots).
     pub const EMPTY: InlineKey = InlineKey {
         len: 0,
-        bytes: [0; MAX_KEY_BYTES],
+        bytes: [0; MAX_STORED_KEY_BYTES],
     };
 
-    /// Copies `key`; `None` if it is longer than [`MAX_KEY_BYTES`].
+    /// Copies `key`; `None` if it is longer than [`MAX_STORED_KEY_BYTES`].
     pub fn new(key: &[u8]) -> Option<InlineKey> {
-        if key.len() > MAX_KEY_BYTES {
+        if key.len() > MAX_STORED_KEY_BYTES {
             return None;
         }
-        let mut bytes = [0; MAX_KEY_BYTES];
+        let mut bytes = [0; MAX_STORED_KEY_BYTES];
         bytes[..key.len()].copy_from_slice(key);
         Some(InlineKey {
             len: key.len() as u8,

@@ -106,6 +106,10 @@ pub enum Expect {
 pub struct Request<'b> {
     /// The method.
     pub method: Method,
+    /// The host the request is for: an absolute-form target's authority, else the `Host`
+    /// field's value (port included, as sent; checked as `uri-host [":" port]`). `None` only
+    /// for HTTP/1.0 without `Host`.
+    pub host: Option<&'b [u8]>,
     /// The target up to but excluding the first `?`. Always starts with `/`.
     pub path: &'b [u8],
     /// The query after the first `?` (without it), if the target had a `?`.
@@ -300,7 +304,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request<'_>>, ParseError> {
     else {
         return Err(ParseError::BadRequest(BadRequest::Syntax));
     };
-    let target = request_path(method, target.as_bytes())?;
+    let (authority, target) = request_path(method, target.as_bytes())?;
     let (path, query) = match memchr::memchr(b'?', target) {
         Some(i) => (&target[..i], Some(&target[i + 1..])),
         None => (target, None),
@@ -334,6 +338,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request<'_>>, ParseError> {
 
     Ok(Some(Request {
         method: Method::from_token(method),
+        host: authority.or(fields.host),
         path,
         query,
         minor_version,
@@ -354,12 +359,16 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request<'_>>, ParseError> {
 
 /// The path and query part of a request target: origin-form as is, absolute-form
 /// (`http://host/p?q`) from its path (`/` when it has none), `*` for `OPTIONS`.
-fn request_path<'b>(method: &str, target: &'b [u8]) -> Result<&'b [u8], ParseError> {
+/// With the authority of an absolute-form target, which stands for `Host` (RFC 9112 §3.2.2).
+fn request_path<'b>(
+    method: &str,
+    target: &'b [u8],
+) -> Result<(Option<&'b [u8]>, &'b [u8]), ParseError> {
     if target.first() == Some(&b'/') {
-        return Ok(target);
+        return Ok((None, target));
     }
     if target == b"*" && method == "OPTIONS" {
-        return Ok(target);
+        return Ok((None, target));
     }
     let lower = |n: usize| target.get(..n).map(|p| p.to_ascii_lowercase());
     let rest = if lower(7).as_deref() == Some(b"http://") {
@@ -373,11 +382,12 @@ fn request_path<'b>(method: &str, target: &'b [u8]) -> Result<&'b [u8], ParseErr
     if end == 0 || !valid_host(&rest[..end]) {
         return Err(ParseError::BadRequest(BadRequest::Target));
     }
+    let authority = Some(&rest[..end]);
     match rest[end..].first() {
-        Some(b'/') => Ok(&rest[end..]),
+        Some(b'/') => Ok((authority, &rest[end..])),
         // `http://host` or `http://host?q`: the path is `/` (RFC 9110 §4.2.3); a query
         // on the root is not a key, so it is dropped with it.
-        _ => Ok(b"/"),
+        _ => Ok((authority, b"/")),
     }
 }
 
@@ -513,6 +523,7 @@ struct Fields<'b> {
     /// `Transfer-Encoding`, if present once (twice is not implemented: 501).
     transfer_encoding: Option<&'b [u8]>,
     hosts: u32,
+    host: Option<&'b [u8]>,
     conn_close: bool,
     conn_keep_alive: bool,
     authorization: Option<&'b [u8]>,
@@ -540,6 +551,7 @@ fn scan_fields<'b>(headers: &[httparse::Header<'b>]) -> Result<Fields<'b>, Parse
                 if !valid_host(value) {
                     return Err(ParseError::BadRequest(BadRequest::BadHost));
                 }
+                f.host = Some(value);
             }
             10 if name.eq_ignore_ascii_case(b"connection") => {
                 for token in value.split(|&b| b == b',') {
@@ -1123,6 +1135,24 @@ mod tests {
             BadRequest::DuplicateHeader,
         );
         assert!(!ok(b"GET / HTTP/1.0\r\n\r\n").keep_alive); // Host optional in 1.0
+    }
+
+    #[test]
+    fn the_host_is_the_absolute_forms_authority_else_the_host_field() {
+        assert_eq!(
+            ok(b"GET /k HTTP/1.1\r\nHost: Sho.rt:8080\r\n\r\n").host,
+            Some(&b"Sho.rt:8080"[..])
+        );
+        let abs = ok(b"GET http://go.brand.com/k?x HTTP/1.1\r\nHost: other\r\n\r\n");
+        assert_eq!(
+            (abs.host, abs.path),
+            (Some(&b"go.brand.com"[..]), &b"/k"[..])
+        );
+        assert_eq!(
+            ok(b"GET https://b.example HTTP/1.1\r\nHost: b\r\n\r\n").host,
+            Some(&b"b.example"[..])
+        );
+        assert_eq!(ok(b"GET /k HTTP/1.0\r\n\r\n").host, None);
     }
 
     #[test]

@@ -252,10 +252,10 @@ pub enum WriteOutcome {
 }
 
 /// Largest a mesh message may be. The queues hold messages by value (no allocation per
-/// forward), so every slot is this big: 136 bytes is a `Lookup`/`Answer` with its inline key,
-/// about two cache lines. A variant that grows past it must box its payload; the build fails
-/// otherwise.
-pub const MAX_MESH_MSG_BYTES: usize = 136;
+/// forward), so every slot is this big: 144 bytes is a `Lookup`/`Answer` with its inline key
+/// (a stored key: up to 71 bytes with its domain's prefix), a little over two cache lines. A
+/// variant that grows past it must box its payload; the build fails otherwise.
+pub const MAX_MESH_MSG_BYTES: usize = 144;
 
 const _: () = assert!(std::mem::size_of::<MeshMsg>() <= MAX_MESH_MSG_BYTES);
 

@@ -236,7 +236,9 @@ impl Core {
     fn sweep(&mut self) {
         let (now_ms, now_s) = (self.clock.now_ms, self.clock.now_s);
         self.conns.sweep(now_ms);
-        self.api.take_key_updates();
+        if let Some(domains) = self.api.take_reloads() {
+            self.conns.set_domains(domains);
+        }
         self.api.creates.poll(&mut self.mesh);
         self.api.creates.publish(&self.shared.counters[self.me]);
         self.shared.counters[self.me].publish_owner(&self.owner.tally());

@@ -1,12 +1,17 @@
-//! Picks up API keys created or revoked (`ricochet keys ...`) while the server runs.
+//! Picks up API keys created or revoked (`ricochet keys ...`) and domains declared or removed
+//! (`ricochet domains ...`) while the server runs.
 //!
-//! A background thread (not a core: it stats and reads a file) checks `api_keys.json` every
-//! [`KEY_RELOAD_INTERVAL_MS`]; when its modification time or size changed it loads the store
-//! and offers the new `Arc` to every core through `service::Outlets` (a queue of one per core,
-//! then the doorbell). Cores take it at their next sweep (`try_recv`, no syscall), so a
-//! revoked key stops working within about a second.
+//! A background thread (not a core: it stats and reads files) checks `api_keys.json` and
+//! `domains.json` every [`KEY_RELOAD_INTERVAL_MS`]; when a file's modification time or size
+//! changed it loads it and offers both, as one `Arc<Reloaded>`, to every core through
+//! `service::Outlets` (a queue of one per core, then the doorbell). Cores take it at their
+//! next sweep (`try_recv`, no syscall), so a revoked key stops working, and a domain starts
+//! or stops answering, within about a second. A file that cannot be read keeps what was in
+//! force, and says so.
 
+use crate::api::domains::{DomainBook, Domains, UnknownHost, DOMAINS_FILE};
 use crate::api::keys::{ApiKeyStore, API_KEYS_FILE};
+use crate::api::Reloaded;
 use crate::mesh::service::{Inbox, Outlets};
 use crate::mesh::Doorbells;
 use std::path::PathBuf;
@@ -25,7 +30,8 @@ pub type FleetKeys = (
 /// How often the key file is checked for changes.
 pub const KEY_RELOAD_INTERVAL_MS: u64 = 1_000;
 
-/// Starts the watcher; returns one receiver per core. The thread ends when `stop` is set.
+/// Starts the watcher (`domains`: the view in force at start, rebuilt with `unknown` on a
+/// change); returns one receiver per core. The thread ends when `stop` is set.
 /// In fleet mode (`fleet`: a session and the keys read at start, `None` if the database did
 /// not answer then) it also reads the fleet's keys from the database at every tick and offers
 /// the local keys with them whenever either changed; while the database cannot be read, the
@@ -36,41 +42,33 @@ pub fn start(
     stop: Arc<AtomicBool>,
     mut local: ApiKeyStore,
     mut fleet: Option<FleetKeys>,
-) -> std::io::Result<Vec<Inbox<Arc<ApiKeyStore>>>> {
+    mut domains: Arc<Domains>,
+    unknown: UnknownHost,
+) -> std::io::Result<Vec<Inbox<Arc<Reloaded>>>> {
     let (outlets, rxs) = Outlets::new(bells.0.len(), 1, bells);
     let path = data_dir.join(API_KEYS_FILE);
+    let domains_path = data_dir.join(DOMAINS_FILE);
     let stamp = |p: &PathBuf| -> Option<(SystemTime, u64)> {
         let m = std::fs::metadata(p).ok()?;
         Some((m.modified().ok()?, m.len()))
     };
     let mut last = stamp(&path);
+    let mut domain_file = DomainFile {
+        stamp: stamp(&domains_path),
+        path: domains_path,
+        data_dir: data_dir.clone(),
+        unknown,
+    };
     std::thread::Builder::new()
         .name("ricochet-keywatch".into())
         .spawn(move || {
             // Cores whose queue was full when the latest store was offered: offered again each
             // tick, so none keeps an older key set (a revoked key) for more than a tick longer.
-            let mut latest: Option<Arc<ApiKeyStore>> = None;
+            let mut latest: Option<Arc<Reloaded>> = None;
             let mut behind = vec![false; outlets.cores()];
             while !stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(KEY_RELOAD_INTERVAL_MS));
-                let mut changed = false;
-                // A database that failed the node's checks may be another fleet's: its keys
-                // are not read (the last good ones stay).
-                if let Some((db, keys, _)) = fleet
-                    .as_mut()
-                    .filter(|(_, _, stats)| stats.refused().is_none())
-                {
-                    match fleet::keys::list_keys(db) {
-                        Ok(now) if keys.as_ref() != Some(&now) => {
-                            *keys = Some(now);
-                            changed = true;
-                        }
-                        Ok(_) => {}
-                        Err(e) => eprintln!(
-                            "cannot read the fleet's API keys: {e}; keeping the current keys"
-                        ),
-                    }
-                }
+                let mut changed = fleet.as_mut().is_some_and(read_fleet_keys);
                 let now = stamp(&path);
                 if now.is_none() && last.is_some() {
                     // Deleted (or unreadable): like a corrupt file, keep the keys we have,
@@ -96,12 +94,19 @@ pub fn start(
                         ),
                     }
                 }
+                if let Some(d) = domain_file.reload(stamp(&domain_file.path)) {
+                    domains = d;
+                    changed = true;
+                }
                 if changed {
                     let store = match &fleet {
                         Some((_, keys, _)) => local.clone().with_fleet_keys(keys.as_deref()),
                         None => local.clone(),
                     };
-                    latest = Some(Arc::new(store));
+                    latest = Some(Arc::new(Reloaded {
+                        keys: Arc::new(store),
+                        domains: domains.clone(),
+                    }));
                     behind.iter_mut().for_each(|b| *b = true);
                 }
                 if let Some(store) = &latest {
@@ -112,4 +117,54 @@ pub fn start(
             }
         })?;
     Ok(rxs)
+}
+
+/// `domains.json` as the watcher last read it.
+struct DomainFile {
+    path: PathBuf,
+    data_dir: PathBuf,
+    stamp: Option<(SystemTime, u64)>,
+    unknown: UnknownHost,
+}
+
+impl DomainFile {
+    /// The new view if the file changed (`now`: its stamp) and reads well. A deleted book
+    /// reads as no domains (the server as before them), like a fresh data dir; a damaged one
+    /// keeps the domains in force, and is read again at the next change.
+    fn reload(&mut self, now: Option<(SystemTime, u64)>) -> Option<Arc<Domains>> {
+        if now == self.stamp {
+            return None;
+        }
+        match DomainBook::load(&self.data_dir) {
+            Ok(book) => {
+                self.stamp = now;
+                eprintln!("reloaded domains from {}", self.path.display());
+                Some(Arc::new(book.view(self.unknown)))
+            }
+            Err(e) => {
+                self.stamp = now;
+                eprintln!("cannot reload domains: {e}; keeping the current domains");
+                None
+            }
+        }
+    }
+}
+
+/// Reads the fleet's keys again; whether they changed. A database that failed the node's
+/// checks may be another fleet's: its keys are not read (the last good ones stay).
+fn read_fleet_keys((db, keys, stats): &mut FleetKeys) -> bool {
+    if stats.refused().is_some() {
+        return false;
+    }
+    match fleet::keys::list_keys(db) {
+        Ok(now) if keys.as_ref() != Some(&now) => {
+            *keys = Some(now);
+            true
+        }
+        Ok(_) => false,
+        Err(e) => {
+            eprintln!("cannot read the fleet's API keys: {e}; keeping the current keys");
+            false
+        }
+    }
 }

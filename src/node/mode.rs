@@ -40,6 +40,11 @@ pub type FleetCores = Vec<(
 )>;
 
 impl Mode {
+    /// Whether this is fleet mode.
+    pub fn is_fleet(&self) -> bool {
+        matches!(self, Mode::Fleet(_))
+    }
+
     /// Flags checked before the data dir is touched (a bad database URL is a flag error).
     pub fn check_flags(&self) -> anyhow::Result<()> {
         match self {

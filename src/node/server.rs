@@ -51,6 +51,8 @@ pub struct ServeOptions {
     /// `None`: every CPU this process may run on.
     pub cores: Option<usize>,
     pub public_url: Option<String>,
+    /// What a `Host` naming no declared domain gets (`--unknown-host`).
+    pub unknown_host: crate::api::domains::UnknownHost,
     pub parking: Parking,
     pub lru_capacity: usize,
     pub timeouts: Timeouts,
@@ -122,6 +124,8 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         keywatch_stop.clone(),
         write.local_keys.clone(),
         write.fleet_keys.take(),
+        write.domains.clone(),
+        opts.unknown_host,
     )
     .context("starting the API key watcher")?;
     let parts = CoreParts {
@@ -332,6 +336,8 @@ struct WriteSide {
     /// Fleet mode: the fleet's keys and where to read them again; the key watcher takes them.
     fleet_keys: Option<crate::node::keywatch::FleetKeys>,
     api_keys: Arc<crate::api::keys::ApiKeyStore>,
+    /// The declared domains at start; the key watcher offers later ones.
+    domains: Arc<crate::api::domains::Domains>,
     seg_cfg: shards::alloc::SegmentConfig,
     rate_cfg: crate::api::ratelimit::RateLimitConfig,
 }
@@ -358,6 +364,15 @@ fn open_write_side(opts: &ServeOptions, links: &Links, cores: usize) -> anyhow::
         Some((_, keys, _)) => local_keys.clone().with_fleet_keys(keys.as_deref()),
         None => local_keys.clone(),
     });
+    let book = crate::api::domains::DomainBook::load(dir.path()).context("loading domains")?;
+    if !book.is_empty() && opts.mode.is_fleet() {
+        anyhow::bail!(
+            "{} declares domains, which fleet mode does not support yet: remove the file to \
+             serve the fleet's links on one domain",
+            dir.path().join(crate::api::domains::DOMAINS_FILE).display()
+        );
+    }
+    let domains = Arc::new(book.view(opts.unknown_host));
     let seg_cfg = shards::alloc::SegmentConfig {
         segment_len: opts.segment_len,
         ..Default::default()
@@ -378,6 +393,7 @@ fn open_write_side(opts: &ServeOptions, links: &Links, cores: usize) -> anyhow::
         local_keys,
         fleet_keys,
         api_keys,
+        domains,
         seg_cfg,
         rate_cfg,
     })
@@ -390,12 +406,15 @@ impl WriteSide {
         core: usize,
         router: Router,
         doorbells: &Arc<Doorbells>,
-        key_updates: crate::mesh::service::Inbox<Arc<crate::api::keys::ApiKeyStore>>,
+        key_updates: crate::mesh::service::Inbox<Arc<crate::api::Reloaded>>,
         public_url: String,
     ) -> anyhow::Result<crate::api_front::ApiFront> {
         Ok(crate::api_front::ApiFront::new(
             router,
-            self.api_keys.clone(),
+            crate::api::Reloaded {
+                keys: self.api_keys.clone(),
+                domains: self.domains.clone(),
+            },
             key_updates,
             crate::api::ratelimit::RateLimiter::new(self.rate_cfg)
                 .map_err(|e| anyhow::anyhow!("rate limit: {e}"))?,
@@ -542,6 +561,7 @@ impl CoreParts<'_> {
             opts.timeouts,
             self.shared.clone(),
         );
+        conns.set_domains(api.domains().clone());
         let mut fleet_inbox = None;
         if let Some((links, inbox)) = fleet {
             owner.set_fleet(links);
@@ -612,7 +632,7 @@ fn spawn_cores(
         crate::mesh::service::Inbox<crate::fleet_mode::messages::FleetToCore>,
     )>,
     per_core: Vec<Option<crate::analytics::CoreClicks>>,
-    key_updates: Vec<crate::mesh::service::Inbox<Arc<crate::api::keys::ApiKeyStore>>>,
+    key_updates: Vec<crate::mesh::service::Inbox<Arc<crate::api::Reloaded>>>,
 ) -> anyhow::Result<Vec<CoreHandle>> {
     let mut handles = Vec::with_capacity(cpus.len());
     let mut logs = std::mem::take(&mut links.logs).into_iter();

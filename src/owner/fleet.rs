@@ -578,6 +578,10 @@ impl Owner {
 }
 
 /// What a database answer means for the owner ([`Owner::committed`]).
+#[expect(
+    clippy::large_enum_variant,
+    reason = "a local value, made once per database answer and matched at once; never stored or queued"
+)]
 enum Verdict {
     /// Answer this, log nothing.
     Answer(WriteOutcome),

@@ -106,6 +106,8 @@ pub struct Client {
     stream: TcpStream,
     buf: Vec<u8>,
     pub token: String,
+    /// The `Host` every request names (the domain it is for).
+    pub host: String,
     /// Status and `Connection` header of the previous answer, and requests made, to explain
     /// a connection the server closed.
     last: Option<(u16, Option<String>)>,
@@ -122,6 +124,7 @@ impl Client {
             stream,
             buf: Vec::new(),
             token: API_KEY.to_string(),
+            host: "t".to_string(),
             last: None,
             requests: 0,
         })
@@ -141,7 +144,7 @@ impl Client {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> io::Result<Resp> {
-        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: t\r\n");
+        let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.host);
         if auth {
             req.push_str(&format!("Authorization: Bearer {}\r\n", self.token));
         }

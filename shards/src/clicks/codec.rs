@@ -13,7 +13,7 @@
 //! All integers little-endian. A decoder reads exactly the payload's bytes or refuses it.
 
 use super::{Delta, FacetCount, FacetKind, LinkDay, Record, MAX_FACET_VALUE_BYTES};
-use crate::link::MAX_KEY_BYTES;
+use crate::link::MAX_STORED_KEY_BYTES;
 
 /// Largest payload a frame may declare (a delta with two dense sketches and every facet
 /// fits many times over); past it the frame is corrupt, not merely large.
@@ -122,7 +122,7 @@ pub fn encode(r: &Record, out: &mut Vec<u8>) {
 }
 
 fn put_key(out: &mut Vec<u8>, key: &[u8]) {
-    assert!(key.len() <= MAX_KEY_BYTES);
+    assert!(key.len() <= MAX_STORED_KEY_BYTES);
     out.push(key.len() as u8);
     out.extend_from_slice(key);
 }
@@ -237,7 +237,7 @@ impl<'a> Reader<'a> {
     }
     fn key(&mut self) -> Result<super::ShortKey, DecodeError> {
         let n = self.u8()? as usize;
-        if n == 0 || n > MAX_KEY_BYTES {
+        if n == 0 || n > MAX_STORED_KEY_BYTES {
             return Err(DecodeError::Malformed("key length"));
         }
         Ok(super::ShortKey::new(self.take(n)?))

@@ -1,7 +1,7 @@
 //! A validated import record: what every input format (`parse`, `vendor`) yields per line.
 
 use super::error::LineError;
-use crate::link::{validate_key, validate_url, LinkError, RedirectStatus};
+use crate::link::{validate_stored_key, validate_url, LinkError, RedirectStatus};
 use std::borrow::Cow;
 
 /// A valid input record.
@@ -31,7 +31,9 @@ pub(crate) fn validated<'a>(
         line,
         message: e.to_string(),
     };
-    validate_key(key.as_bytes()).map_err(err)?;
+    // A stored key (`N.key`, a declared domain's link as `export` writes it) reads back into
+    // its domain.
+    validate_stored_key(key.as_bytes()).map_err(err)?;
     validate_url(&url).map_err(err)?;
     Ok(Record {
         line,

@@ -16,7 +16,7 @@ use super::layout::{
     SLOT_POS_BITS,
 };
 use crate::error::Error;
-use crate::link::{validate_key, RedirectStatus};
+use crate::link::{validate_stored_key, RedirectStatus};
 use crate::placement::MAX_SHARD_COUNT;
 use memmap2::Mmap;
 use std::fs::File;
@@ -331,7 +331,7 @@ impl<'a> Iterator for Iter<'a> {
             return None;
         }
         let Some(item) = read_record(self.records, self.off).and_then(|rec| {
-            validate_key(rec.key).ok()?;
+            validate_stored_key(rec.key).ok()?;
             let key = std::str::from_utf8(rec.key).ok()?;
             Some((rec.next, key, to_link_ref(&rec)?))
         }) else {

@@ -8,7 +8,7 @@ use super::layout::{
 };
 use crate::durable;
 use crate::error::Error;
-use crate::link::{check_storable_url, validate_key, RedirectStatus};
+use crate::link::{check_storable_url, validate_stored_key, RedirectStatus};
 use crate::placement::{shard_of, MAX_SHARD_COUNT};
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
@@ -106,7 +106,7 @@ fn index_links(
     let n_slots = slot_count_for(links.len());
     let mut slots = vec![0u64; n_slots];
     for l in &links {
-        validate_key(l.key.as_bytes()).map_err(|e| bad(format!("key {:?}: {e}", l.key)))?;
+        validate_stored_key(l.key.as_bytes()).map_err(|e| bad(format!("key {:?}: {e}", l.key)))?;
         check_storable_url(&l.target).map_err(|e| bad(format!("key {:?}: {e}", l.key)))?;
         let home = shard_of(l.key.as_bytes(), shard_count);
         if home != shard {

@@ -104,6 +104,8 @@ pub struct Conns {
     /// Click counting (`analytics::combiner`), unless `--analytics off`.
     pub clicks: Option<crate::analytics::combiner::Combiner>,
     client_ip: crate::analytics::ClientIp,
+    /// The declared domains: which keyspace a request's `Host` names (`api::domains`).
+    domains: Arc<crate::api::domains::Domains>,
 }
 
 impl Conns {
@@ -139,7 +141,13 @@ impl Conns {
             head_end: memchr::memmem::Finder::new(b"\r\n\r\n"),
             clicks: None,
             client_ip: crate::analytics::ClientIp::Peer,
+            domains: crate::api::domains::Domains::none(),
         }
+    }
+
+    /// The declared domains from now on (at start, and on each reload).
+    pub fn set_domains(&mut self, domains: Arc<crate::api::domains::Domains>) {
+        self.domains = domains;
     }
 
     /// A link is deleted or its stats reset: hand off this core's clicks so far; the number

@@ -114,7 +114,7 @@ impl Conns {
                 let path = &line[start..];
                 let key_len = memchr::memchr3(b' ', b'?', b'\r', path).unwrap_or(path.len());
                 let key = &path[..key_len];
-                if (1..=shards::link::MAX_KEY_BYTES).contains(&key.len()) {
+                if (1..=shards::link::MAX_STORED_KEY_BYTES).contains(&key.len()) {
                     let o = self.router.owner(key);
                     if o.core == self.me {
                         if let Some(s) = store.prefetch_slot(o.shard, key) {
@@ -407,6 +407,26 @@ impl Conns {
         env: &mut Env,
     ) {
         let head = req.method == Method::Head;
+        // The keyspace is the `Host`'s domain: its stored key carries the domain's number
+        // (`shards::link::stored_key`), built on the stack; the default domain's is the key.
+        let mut stored = [0u8; shards::link::MAX_STORED_KEY_BYTES];
+        let key = match self.domains.domain_of(req.host) {
+            Some(shards::link::DEFAULT_DOMAIN) => key,
+            Some(domain) => {
+                let n = shards::link::stored_key(domain, key, &mut stored);
+                &stored[..n]
+            }
+            None => {
+                // `--unknown-host not-found`: no keyspace, so no link and no click.
+                let f = Framing {
+                    head_only: head,
+                    conn: persist,
+                    date: &env.clock.date,
+                };
+                self.tally.not_found += 1;
+                return encode::encode_not_found(&mut self.slots[slot as usize].out, f);
+            }
+        };
         let c = &self.slots[slot as usize];
         // HEAD is never a click (RFC 9110: a HEAD is no visit); a GET's context is taken now,
         // while its header fields are at hand, and counted only if it is answered with a

@@ -1,0 +1,737 @@
+//! The declared domains (issue 26): each is its own keyspace, chosen on the redirect path by
+//! the request's `Host`. The book is `<data_dir>/domains.json`, changed by
+//! `ricochet domains add|list|remove` under an exclusive `flock` and replaced atomically, as
+//! the API key store is; a running server picks a change up within about a second
+//! (`node::keywatch`).
+//!
+//! Every domain has a *number*, the prefix of its links' stored keys
+//! (`shards::link::stored_key`): the default domain is number 0, so a data dir from before
+//! domains is its keyspace unchanged and opens without a rewrite. Naming the default domain
+//! (`domains add NAME --default`) renames number 0 and its links follow, as Shlink's links
+//! without a domain follow `DEFAULT_DOMAIN`. Other domains get the next number, never reused:
+//! a removed domain keeps it (its links are kept and stop redirecting), and adding the name
+//! again brings them back.
+//!
+//! ```text
+//! {"version": 1, "next_number": 3, "domains": [
+//!   {"number": 0, "name": "sho.rt", "scheme": "https"},
+//!   {"number": 1, "name": "go.brand.com", "scheme": "https", "regular_404": "https://brand.com/"},
+//!   {"number": 2, "name": "old.example", "scheme": "http", "removed_at": "2026-12-05T22:00:00Z"}]}
+//! ```
+
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::timefmt::{format_rfc3339_utc, now_s, parse_rfc3339_s};
+use crate::base::hosts::{normalize, DomainError, DomainId, HostTable, MAX_DOMAINS};
+use shards::link::{DEFAULT_DOMAIN, MAX_DOMAIN_NUMBER};
+
+/// File name of the domain book inside the data directory.
+pub const DOMAINS_FILE: &str = "domains.json";
+
+/// File name of the lock that serializes changes to the domain book.
+pub const DOMAINS_LOCK_FILE: &str = "domains.lock";
+
+/// Longest not-found redirect URL, in bytes (a link target's limit).
+pub const MAX_REDIRECT_URL_BYTES: usize = shards::link::MAX_URL_BYTES;
+
+/// Version of the `domains.json` layout.
+const FILE_VERSION: u32 = 1;
+
+/// The scheme a domain's short URLs are written with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Scheme {
+    Http,
+    #[default]
+    Https,
+}
+
+impl Scheme {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheme::Http => "http",
+            Scheme::Https => "https",
+        }
+    }
+}
+
+/// Where a domain sends what is not one of its links (Shlink's three not-found redirects).
+/// `None`: answer 404 as without domains.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotFoundRedirects {
+    /// For `GET /`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// For a key the domain does not hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regular_404: Option<String>,
+    /// For a link that is disabled or expired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invalid_short_url: Option<String>,
+}
+
+/// One declared domain.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Domain {
+    /// The prefix of its links' stored keys; 0 is the default domain.
+    pub number: u32,
+    /// ASCII (IDNA), lowercase, no trailing dot.
+    pub name: String,
+    #[serde(default)]
+    pub scheme: Scheme,
+    #[serde(flatten)]
+    pub redirects: NotFoundRedirects,
+    /// RFC 3339; a removed domain keeps its number and its links, and answers nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removed_at: Option<String>,
+}
+
+impl Domain {
+    pub fn is_removed(&self) -> bool {
+        self.removed_at.is_some()
+    }
+
+    pub fn is_default(&self) -> bool {
+        self.number == DEFAULT_DOMAIN
+    }
+}
+
+/// Why the book refused a change or could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum DomainBookError {
+    #[error("{path}: {source}")]
+    Io { path: String, source: io::Error },
+    #[error("{path} is not a valid domain book: {reason}")]
+    Corrupt { path: String, reason: String },
+    #[error(transparent)]
+    Name(#[from] DomainError),
+    #[error("{0} is already declared")]
+    AlreadyDeclared(String),
+    #[error("{0} is not a declared domain")]
+    Unknown(String),
+    #[error(
+        "{0} is the default domain: it cannot be removed (name another with `ricochet domains \
+         add NAME --default`)"
+    )]
+    RemoveDefault(String),
+    #[error(
+        "{0} is declared as a domain of its own (removed or not), with its own links: it \
+         cannot become the default domain's name"
+    )]
+    DefaultTaken(String),
+    #[error("{what} is not an http(s) URL: {reason}")]
+    BadRedirect { what: &'static str, reason: String },
+    #[error("no more domain numbers (at most {MAX_DOMAIN_NUMBER} domains are ever declared)")]
+    NumbersExhausted,
+}
+
+/// What `domains add` asks for.
+#[derive(Clone, Debug, Default)]
+pub struct NewDomain {
+    pub name: String,
+    pub default: bool,
+    pub scheme: Scheme,
+    pub redirects: NotFoundRedirects,
+}
+
+/// The domain book as read from the data directory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DomainBook {
+    next_number: u32,
+    /// By number, ascending.
+    domains: Vec<Domain>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct FileV1 {
+    version: u32,
+    next_number: u32,
+    domains: Vec<Domain>,
+}
+
+impl DomainBook {
+    /// Reads `<dir>/domains.json`; a missing file is a book with no declared domain (one
+    /// unnamed default domain, as before domains).
+    pub fn load(dir: &Path) -> Result<DomainBook, DomainBookError> {
+        let path = dir.join(DOMAINS_FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(DomainBook::default()),
+            Err(e) => return Err(io_err(&path, e)),
+        };
+        let corrupt = |reason: String| DomainBookError::Corrupt {
+            path: path.display().to_string(),
+            reason,
+        };
+        let file: FileV1 = serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+        if file.version != FILE_VERSION {
+            return Err(corrupt(format!(
+                "version {} (this build reads {FILE_VERSION})",
+                file.version
+            )));
+        }
+        let book = DomainBook {
+            next_number: file.next_number,
+            domains: file.domains,
+        };
+        book.check().map_err(corrupt)?;
+        Ok(book)
+    }
+
+    /// The invariants a book read from disk must hold (a hand-edited or damaged file is
+    /// refused, never half-used).
+    fn check(&self) -> Result<(), String> {
+        if !self.domains.windows(2).all(|w| w[0].number < w[1].number) {
+            return Err("domain numbers are not unique and ascending".into());
+        }
+        if self.next_number > MAX_DOMAIN_NUMBER + 1 {
+            return Err(format!("next_number {} is too large", self.next_number));
+        }
+        for d in &self.domains {
+            if d.number != DEFAULT_DOMAIN && d.number >= self.next_number {
+                return Err(format!("number {} is not below next_number", d.number));
+            }
+            if normalize(&d.name).ok().as_deref() != Some(d.name.as_str()) {
+                return Err(format!("{:?} is not a normalized domain name", d.name));
+            }
+            if d.is_default() && d.is_removed() {
+                return Err("the default domain is marked removed".into());
+            }
+            if let Some(t) = &d.removed_at {
+                parse_rfc3339_s(t).map_err(|_| format!("removed_at {t:?} is not RFC 3339"))?;
+            }
+            check_redirects(&d.redirects).map_err(|e| e.to_string())?;
+        }
+        let live: Vec<(DomainId, &str)> = self
+            .live()
+            .map(|d| (DomainId(d.number), d.name.as_str()))
+            .collect();
+        HostTable::numbered(&live).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// Every domain, removed ones included, by number.
+    pub fn all(&self) -> &[Domain] {
+        &self.domains
+    }
+
+    /// The domains that answer requests.
+    pub fn live(&self) -> impl Iterator<Item = &Domain> {
+        self.domains.iter().filter(|d| !d.is_removed())
+    }
+
+    /// Whether any domain is declared (without one, every request is the default domain's).
+    pub fn is_empty(&self) -> bool {
+        self.domains.is_empty()
+    }
+
+    /// The domain of `name` (normalized first), removed or not.
+    pub fn find(&self, name: &str) -> Option<&Domain> {
+        let ascii = normalize(name).ok()?;
+        self.domains.iter().find(|d| d.name == ascii)
+    }
+
+    /// Declares a domain (or names the default one), in memory; see [`DomainBook::add_to`].
+    pub fn add(&mut self, new: &NewDomain) -> Result<&Domain, DomainBookError> {
+        let ascii = normalize(&new.name)?;
+        check_redirects(&new.redirects)?;
+        let same = self.domains.iter().position(|d| d.name == ascii);
+        let at = if new.default {
+            match same {
+                // Removed or not, that name is another keyspace's: adding it back must find
+                // its links.
+                Some(i) if !self.domains[i].is_default() => {
+                    return Err(DomainBookError::DefaultTaken(ascii));
+                }
+                _ => {}
+            }
+            match self.domains.first() {
+                Some(d) if d.is_default() => 0,
+                _ => {
+                    self.domains.insert(0, Domain::new(DEFAULT_DOMAIN, &ascii));
+                    0
+                }
+            }
+        } else {
+            match same {
+                Some(i) if self.domains[i].is_removed() => i,
+                Some(_) => return Err(DomainBookError::AlreadyDeclared(ascii)),
+                None => {
+                    let number = self.next_number.max(1);
+                    if number > MAX_DOMAIN_NUMBER || self.live().count() >= MAX_DOMAINS {
+                        return Err(DomainBookError::NumbersExhausted);
+                    }
+                    self.next_number = number + 1;
+                    self.domains.push(Domain::new(number, &ascii));
+                    self.domains.len() - 1
+                }
+            }
+        };
+        let d = &mut self.domains[at];
+        d.name = ascii;
+        d.scheme = new.scheme;
+        d.redirects = new.redirects.clone();
+        d.removed_at = None;
+        Ok(&self.domains[at])
+    }
+
+    /// Marks a domain removed, in memory: it keeps its number and its links.
+    pub fn remove(&mut self, name: &str) -> Result<&Domain, DomainBookError> {
+        let ascii = normalize(name)?;
+        let Some(d) = self
+            .domains
+            .iter_mut()
+            .find(|d| d.name == ascii && !d.is_removed())
+        else {
+            return Err(DomainBookError::Unknown(ascii));
+        };
+        if d.is_default() {
+            return Err(DomainBookError::RemoveDefault(ascii));
+        }
+        d.removed_at = Some(format_rfc3339_utc(now_s()));
+        Ok(d)
+    }
+
+    /// Applies `change` to the book on disk under the lock and writes it back atomically.
+    pub fn change<T>(
+        dir: &Path,
+        change: impl FnOnce(&mut DomainBook) -> Result<T, DomainBookError>,
+    ) -> Result<T, DomainBookError> {
+        std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
+        let lock_path = dir.join(DOMAINS_LOCK_FILE);
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| io_err(&lock_path, e))?;
+        super::keys::lock_exclusive(&lock).map_err(|e| io_err(&lock_path, e))?;
+        let mut book = DomainBook::load(dir)?;
+        let out = change(&mut book)?;
+        let file = FileV1 {
+            version: FILE_VERSION,
+            next_number: book.next_number,
+            domains: book.domains,
+        };
+        let mut bytes = serde_json::to_vec_pretty(&file).expect("the book serializes");
+        bytes.push(b'\n');
+        shards::durable::write_atomic(dir, DOMAINS_FILE, &bytes, 0o644)
+            .map_err(|e| io_err(&dir.join(DOMAINS_FILE), e))?;
+        Ok(out)
+    }
+
+    /// What the cores consult: the live domains by `Host`, and each by number.
+    pub fn view(&self, unknown: UnknownHost) -> Domains {
+        let live: Vec<&Domain> = self.live().collect();
+        let numbered: Vec<(DomainId, &str)> = live
+            .iter()
+            .map(|d| (DomainId(d.number), d.name.as_str()))
+            .collect();
+        Domains {
+            hosts: HostTable::numbered(&numbered).expect("a checked book builds its table"),
+            live: live.into_iter().cloned().collect(),
+            unknown,
+        }
+    }
+}
+
+impl Domain {
+    fn new(number: u32, name: &str) -> Domain {
+        Domain {
+            number,
+            name: name.to_owned(),
+            scheme: Scheme::default(),
+            redirects: NotFoundRedirects::default(),
+            removed_at: None,
+        }
+    }
+}
+
+/// What a `Host` that names no declared domain gets (`--unknown-host`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum UnknownHost {
+    /// The default domain's links (as without domains).
+    #[default]
+    Default,
+    /// 404, whatever the key.
+    NotFound,
+}
+
+/// The cores' view of the book: immutable, shared as an `Arc`, replaced whole on a change.
+#[derive(Debug, Default)]
+pub struct Domains {
+    hosts: HostTable,
+    /// The live domains, by number.
+    live: Vec<Domain>,
+    unknown: UnknownHost,
+}
+
+impl Domains {
+    /// No declared domain, unknown hosts to the default one: the server as before domains.
+    pub fn none() -> Arc<Domains> {
+        Arc::new(Domains::default())
+    }
+
+    /// The number of the domain a request is for: its `Host` (or absolute-form authority)
+    /// looked up among the live domains. Without one (HTTP/1.0), or with a `Host` that names
+    /// none: the default domain, or `None` (answer 404) under `--unknown-host not-found`.
+    /// No allocation, no lock.
+    #[inline]
+    pub fn domain_of(&self, host: Option<&[u8]>) -> Option<u32> {
+        if self.hosts.is_empty() {
+            return match self.unknown {
+                UnknownHost::Default => Some(DEFAULT_DOMAIN),
+                UnknownHost::NotFound => host.is_none().then_some(DEFAULT_DOMAIN),
+            };
+        }
+        match host.and_then(|h| self.hosts.lookup(h)) {
+            Some(id) => Some(id.0),
+            None if self.unknown == UnknownHost::Default => Some(DEFAULT_DOMAIN),
+            None => None,
+        }
+    }
+
+    /// The live domain of `number`.
+    pub fn get(&self, number: u32) -> Option<&Domain> {
+        let i = self.live.binary_search_by_key(&number, |d| d.number).ok()?;
+        Some(&self.live[i])
+    }
+
+    /// The live domain named `name` (any case, IDNA or Unicode).
+    pub fn by_name(&self, name: &str) -> Option<&Domain> {
+        self.hosts
+            .lookup(name.as_bytes())
+            .and_then(|id| self.get(id.0))
+            .or_else(|| {
+                let ascii = normalize(name).ok()?;
+                self.hosts
+                    .lookup(ascii.as_bytes())
+                    .and_then(|id| self.get(id.0))
+            })
+    }
+
+    /// The live domains, by number.
+    pub fn live(&self) -> &[Domain] {
+        &self.live
+    }
+}
+
+fn check_redirects(r: &NotFoundRedirects) -> Result<(), DomainBookError> {
+    for (what, url) in [
+        ("--base-url", &r.base_url),
+        ("--regular-404", &r.regular_404),
+        ("--invalid-short-url", &r.invalid_short_url),
+    ] {
+        if let Some(u) = url {
+            if u.len() > MAX_REDIRECT_URL_BYTES {
+                return Err(DomainBookError::BadRedirect {
+                    what,
+                    reason: format!("longer than {MAX_REDIRECT_URL_BYTES} bytes"),
+                });
+            }
+            shards::link::validate_url(u).map_err(|e| DomainBookError::BadRedirect {
+                what,
+                reason: e.to_string(),
+            })?;
+        }
+    }
+    Ok(())
+}
+
+fn io_err(path: &Path, source: io::Error) -> DomainBookError {
+    DomainBookError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// `ricochet domains ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum DomainsCommand {
+    /// Declare a domain (its own keyspace), or with --default name the default domain (whose
+    /// links are those of the server before domains). Adding a removed domain again brings
+    /// its links back.
+    Add {
+        /// The domain name (IDNA names are stored in their ASCII form).
+        name: String,
+        /// Name the default domain (number 0) instead of declaring a new keyspace.
+        #[arg(long)]
+        default: bool,
+        /// The scheme of its short URLs.
+        #[arg(long, value_enum, default_value_t = Scheme::Https)]
+        scheme: Scheme,
+        /// Where `GET /` on it redirects (Shlink's base URL redirect).
+        #[arg(long)]
+        base_url: Option<String>,
+        /// Where an unknown key on it redirects (Shlink's regular 404 redirect).
+        #[arg(long)]
+        regular_404: Option<String>,
+        /// Where a disabled or expired link on it redirects (Shlink's invalid short URL
+        /// redirect).
+        #[arg(long)]
+        invalid_short_url: Option<String>,
+    },
+    /// List the declared domains, removed ones included.
+    List,
+    /// Remove a domain: its links stop redirecting but are kept (and exported); adding it
+    /// again restores them.
+    Remove {
+        /// The domain name.
+        name: String,
+    },
+}
+
+/// Runs a `ricochet domains` subcommand against the book in `data_dir`, printing to stdout.
+pub fn run_domains_command(data_dir: &Path, cmd: DomainsCommand) -> anyhow::Result<()> {
+    let stdout = io::stdout();
+    run_domains_command_to(data_dir, cmd, &mut stdout.lock())
+}
+
+fn run_domains_command_to(
+    data_dir: &Path,
+    cmd: DomainsCommand,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    match cmd {
+        DomainsCommand::Add {
+            name,
+            default,
+            scheme,
+            base_url,
+            regular_404,
+            invalid_short_url,
+        } => {
+            let new = NewDomain {
+                name,
+                default,
+                scheme,
+                redirects: NotFoundRedirects {
+                    base_url,
+                    regular_404,
+                    invalid_short_url,
+                },
+            };
+            let d = DomainBook::change(data_dir, |b| b.add(&new).cloned())?;
+            let what = if d.is_default() {
+                "the default domain".to_owned()
+            } else {
+                format!("domain number {}", d.number)
+            };
+            writeln!(out, "Declared {} as {what}.", d.name)?;
+            writeln!(
+                out,
+                "A running server picks up the change within about a second."
+            )?;
+        }
+        DomainsCommand::List => print_list(&DomainBook::load(data_dir)?, out)?,
+        DomainsCommand::Remove { name } => {
+            let d = DomainBook::change(data_dir, |b| b.remove(&name).cloned())?;
+            writeln!(
+                out,
+                "Removed {}: its links are kept and stop redirecting; `ricochet domains add {}` \
+                 restores them.",
+                d.name, d.name
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn print_list(book: &DomainBook, out: &mut dyn Write) -> anyhow::Result<()> {
+    if book.is_empty() {
+        writeln!(
+            out,
+            "No domains declared: every request is the default domain's."
+        )?;
+        return Ok(());
+    }
+    let w = book
+        .all()
+        .iter()
+        .map(|d| d.name.len())
+        .max()
+        .unwrap_or(0)
+        .max("NAME".len());
+    writeln!(
+        out,
+        "{:>6}  {:<w$}  {:<6}  STATUS",
+        "NUMBER", "NAME", "SCHEME"
+    )?;
+    for d in book.all() {
+        let status = match (&d.removed_at, d.is_default()) {
+            (Some(t), _) => format!("removed {t}"),
+            (None, true) => "default".to_owned(),
+            (None, false) => "active".to_owned(),
+        };
+        writeln!(
+            out,
+            "{:>6}  {:<w$}  {:<6}  {status}",
+            d.number,
+            d.name,
+            d.scheme.as_str()
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn add(b: &mut DomainBook, name: &str) -> Result<u32, DomainBookError> {
+        b.add(&NewDomain {
+            name: name.into(),
+            ..NewDomain::default()
+        })
+        .map(|d| d.number)
+    }
+
+    #[test]
+    fn numbers_are_never_reused_and_a_removed_domain_comes_back_with_its_own() {
+        let mut b = DomainBook::default();
+        assert_eq!(add(&mut b, "go.brand.com").unwrap(), 1);
+        assert_eq!(add(&mut b, "Sho.RT").unwrap(), 2);
+        assert!(matches!(
+            add(&mut b, "sho.rt."),
+            Err(DomainBookError::AlreadyDeclared(n)) if n == "sho.rt"
+        ));
+        b.remove("go.brand.com").unwrap();
+        assert!(matches!(
+            b.remove("go.brand.com"),
+            Err(DomainBookError::Unknown(_))
+        ));
+        assert_eq!(add(&mut b, "third.example").unwrap(), 3);
+        assert_eq!(add(&mut b, "GO.brand.com").unwrap(), 1, "its number again");
+        let v = b.view(UnknownHost::Default);
+        assert_eq!(v.domain_of(Some(b"go.brand.com:8080")), Some(1));
+        assert_eq!(v.domain_of(Some(b"SHO.rt")), Some(2));
+        assert_eq!(v.domain_of(Some(b"other.example")), Some(DEFAULT_DOMAIN));
+        assert_eq!(v.domain_of(None), Some(DEFAULT_DOMAIN));
+        let strict = b.view(UnknownHost::NotFound);
+        assert_eq!(strict.domain_of(Some(b"other.example")), None);
+        assert_eq!(strict.get(3).unwrap().name, "third.example");
+    }
+
+    #[test]
+    fn the_default_domain_is_number_0_renamed_not_moved() {
+        let mut b = DomainBook::default();
+        let d = b
+            .add(&NewDomain {
+                name: "sho.rt".into(),
+                default: true,
+                ..NewDomain::default()
+            })
+            .unwrap();
+        assert_eq!(d.number, 0);
+        assert_eq!(add(&mut b, "go.brand.com").unwrap(), 1);
+        let rename = NewDomain {
+            name: "s.example".into(),
+            default: true,
+            ..NewDomain::default()
+        };
+        assert_eq!(b.add(&rename).unwrap().number, 0);
+        assert!(b.find("sho.rt").is_none());
+        let taken = NewDomain {
+            name: "go.brand.com".into(),
+            default: true,
+            ..NewDomain::default()
+        };
+        assert!(matches!(
+            b.add(&taken),
+            Err(DomainBookError::DefaultTaken(_))
+        ));
+        assert!(matches!(
+            b.remove("s.example"),
+            Err(DomainBookError::RemoveDefault(_))
+        ));
+        let v = b.view(UnknownHost::NotFound);
+        assert_eq!(v.domain_of(Some(b"s.example")), Some(0));
+        assert_eq!(v.by_name("GO.brand.com").unwrap().number, 1);
+    }
+
+    #[test]
+    fn bad_names_and_redirects_are_refused_with_the_reason() {
+        let mut b = DomainBook::default();
+        assert!(matches!(
+            add(&mut b, "127.0.0.1"),
+            Err(DomainBookError::Name(_))
+        ));
+        let e = b
+            .add(&NewDomain {
+                name: "sho.rt".into(),
+                redirects: NotFoundRedirects {
+                    regular_404: Some("ftp://x".into()),
+                    ..Default::default()
+                },
+                ..NewDomain::default()
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("--regular-404"), "{e}");
+        assert!(b.is_empty(), "a refused change changes nothing");
+    }
+
+    #[test]
+    fn the_book_survives_its_file_and_a_damaged_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(DomainBook::load(dir.path()).unwrap(), DomainBook::default());
+        DomainBook::change(dir.path(), |b| add(b, "go.brand.com")).unwrap();
+        DomainBook::change(dir.path(), |b| add(b, "sho.rt")).unwrap();
+        DomainBook::change(dir.path(), |b| b.remove("sho.rt").map(|_| ())).unwrap();
+        let b = DomainBook::load(dir.path()).unwrap();
+        assert_eq!(b.all().len(), 2);
+        assert!(b.find("sho.rt").unwrap().is_removed());
+        assert_eq!(b.live().count(), 1);
+        let path = dir.path().join(DOMAINS_FILE);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace("\"number\": 2", "\"number\": 1")).unwrap();
+        let e = DomainBook::load(dir.path()).unwrap_err();
+        assert!(e.to_string().contains("domains.json"), "{e}");
+        std::fs::write(&path, b"{").unwrap();
+        assert!(matches!(
+            DomainBook::load(dir.path()),
+            Err(DomainBookError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn the_cli_declares_lists_and_removes() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = |cmd| {
+            let mut out = Vec::new();
+            run_domains_command_to(dir.path(), cmd, &mut out)
+                .map(|()| String::from_utf8(out).unwrap())
+        };
+        assert!(run(DomainsCommand::List)
+            .unwrap()
+            .contains("No domains declared"));
+        let o = run(DomainsCommand::Add {
+            name: "Bücher.example".into(),
+            default: false,
+            scheme: Scheme::Http,
+            base_url: None,
+            regular_404: Some("https://brand.example/".into()),
+            invalid_short_url: None,
+        })
+        .unwrap();
+        assert!(
+            o.contains("xn--bcher-kva.example as domain number 1"),
+            "{o}"
+        );
+        let o = run(DomainsCommand::Remove {
+            name: "xn--bcher-kva.example".into(),
+        })
+        .unwrap();
+        assert!(o.contains("restores them"), "{o}");
+        let o = run(DomainsCommand::List).unwrap();
+        assert!(o.contains("removed 20"), "{o}");
+        let e = run(DomainsCommand::Remove {
+            name: "nope.example".into(),
+        })
+        .unwrap_err();
+        assert_eq!(e.to_string(), "nope.example is not a declared domain");
+    }
+}

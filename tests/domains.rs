@@ -1,0 +1,212 @@
+//! Domains as keyspaces (issue 26, single node): `ricochet domains`, the `Host` header choosing
+//! the keyspace on the redirect path (on 3 cores, more than this machine's CPUs, so keys and
+//! forwards land on every owner), the API's `domain`, live reload, removal and re-adding, and
+//! links of every domain surviving `kill -9`.
+#![expect(
+    clippy::too_many_lines,
+    reason = "an end-to-end test is one scenario against real processes, read top to bottom"
+)]
+
+mod common;
+
+use common::api::{data_dir, start, Client, NO_RATE_LIMIT};
+use serde_json::json;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn domains(dir: &Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new(common::server_bin())
+        .arg("domains")
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("run ricochet domains");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// `GET /{key}` with `Host: host`: (status, Location).
+fn visit(c: &mut Client, host: &str, key: &str) -> (u16, Option<String>) {
+    c.host = host.to_owned();
+    let r = c.redirect(key);
+    (r.status, r.location().map(str::to_owned))
+}
+
+/// Waits until `key` on `host` answers `status` (a reload is in force within about a second).
+fn until(c: &mut Client, host: &str, key: &str, status: u16) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (got, _) = visit(c, host, key);
+        if got == status {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "GET /{key} with Host {host}: {got}, wanted {status} within 5 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn create(c: &mut Client, body: serde_json::Value) -> serde_json::Value {
+    let r = c.create(&body);
+    assert_eq!(r.status, 201, "{body}: {}", r.text());
+    r.json()
+}
+
+#[test]
+fn each_domain_is_its_own_keyspace_chosen_by_host() {
+    let (_t, dir) = data_dir();
+    assert!(domains(&dir, &["list"]).1.contains("No domains declared"));
+    let (ok, text) = domains(&dir, &["add", "Sho.RT", "--default"]);
+    assert!(
+        ok && text.contains("sho.rt as the default domain"),
+        "{text}"
+    );
+    let (ok, text) = domains(&dir, &["add", "go.brand.com", "--scheme", "http"]);
+    assert!(ok && text.contains("domain number 1"), "{text}");
+    let (ok, text) = domains(&dir, &["add", "127.0.0.1"]);
+    assert!(!ok && text.contains("not a domain name"), "{text}");
+
+    let mut flags = vec!["--cores", "3", "--test-oversubscribe"];
+    flags.extend(NO_RATE_LIMIT);
+    let s = start(&dir, &flags);
+    let mut c = Client::new(&s);
+
+    // The same key on two domains: two links.
+    let keys: Vec<String> = (0..24).map(|i| format!("promo{i}")).collect();
+    for k in &keys {
+        let v = create(
+            &mut c,
+            json!({"long_url": format!("https://default.example/{k}"), "custom_alias": k}),
+        );
+        assert_eq!(v["domain"], "sho.rt", "{v}");
+        let v = create(
+            &mut c,
+            json!({"long_url": format!("https://brand.example/{k}"), "custom_alias": k,
+                   "domain": "GO.brand.com"}),
+        );
+        assert_eq!(v["domain"], "go.brand.com", "{v}");
+        assert_eq!(v["short_url"], format!("http://go.brand.com/{k}"), "{v}");
+    }
+    // A generated key on a domain.
+    let v = create(
+        &mut c,
+        json!({"long_url": "https://brand.example/gen", "domain": "go.brand.com"}),
+    );
+    let generated = v["key"].as_str().unwrap().to_owned();
+    let r = c.create(&json!({"long_url": "https://x.example/", "domain": "nope.example"}));
+    let p = r.assert_problem(422);
+    assert!(
+        p["detail"].as_str().unwrap().contains("nope.example"),
+        "{p}"
+    );
+
+    let check_all = |c: &mut Client| {
+        for k in &keys {
+            let want_default = format!("https://default.example/{k}");
+            let want_brand = format!("https://brand.example/{k}");
+            assert_eq!(visit(c, "sho.rt", k), (302, Some(want_default.clone())));
+            assert_eq!(
+                visit(c, "SHO.RT:8080", k),
+                (302, Some(want_default.clone()))
+            );
+            assert_eq!(visit(c, "go.brand.com", k), (302, Some(want_brand)));
+            // An undeclared host is the default domain's (--unknown-host default).
+            assert_eq!(visit(c, "other.example", k), (302, Some(want_default)));
+        }
+        assert_eq!(
+            visit(c, "go.brand.com.", &generated),
+            (302, Some("https://brand.example/gen".into()))
+        );
+        assert_eq!(visit(c, "sho.rt", &generated).0, 404);
+    };
+    check_all(&mut c);
+
+    // The API reads each domain's link by `?domain=`.
+    c.host = "t".into();
+    let r = c.get_link("promo3?domain=go.brand.com");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["long_url"], "https://brand.example/promo3");
+    let r = c.get_link("promo3");
+    assert_eq!(r.json()["long_url"], "https://default.example/promo3");
+    c.get_link("promo3?domain=nope.example").assert_problem(422);
+
+    // A domain added while the server runs is in force within about a second.
+    let (ok, text) = domains(&dir, &["add", "third.example"]);
+    assert!(ok, "{text}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        c.host = "t".into();
+        let r = c.create(
+            &json!({"long_url": "https://third.example/p", "custom_alias": "promo0",
+                                 "domain": "third.example"}),
+        );
+        if r.status == 201 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "third.example not in force: {}",
+            r.text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        visit(&mut c, "third.example", "promo0"),
+        (302, Some("https://third.example/p".into()))
+    );
+
+    // Removed: its links stop redirecting (the undeclared host is the default domain's
+    // again) but are kept; added again, they are back.
+    assert!(domains(&dir, &["remove", "go.brand.com"]).0);
+    until(&mut c, "go.brand.com", &generated, 404);
+    assert_eq!(
+        visit(&mut c, "go.brand.com", "promo1"),
+        (302, Some("https://default.example/promo1".into()))
+    );
+    assert!(domains(&dir, &["add", "go.brand.com", "--scheme", "http"]).0);
+    until(&mut c, "go.brand.com", &generated, 302);
+    check_all(&mut c);
+
+    // Every domain's links survive kill -9.
+    s.kill9();
+    let s = start(&dir, &flags);
+    let mut c = Client::new(&s);
+    check_all(&mut c);
+    assert_eq!(
+        visit(&mut c, "third.example", "promo0"),
+        (302, Some("https://third.example/p".into()))
+    );
+    drop(s);
+
+    // --unknown-host not-found: an undeclared host has no keyspace.
+    let mut strict = flags.clone();
+    strict.extend(["--unknown-host", "not-found"]);
+    let s = start(&dir, &strict);
+    let mut c = Client::new(&s);
+    assert_eq!(visit(&mut c, "other.example", "promo1").0, 404);
+    assert_eq!(
+        visit(&mut c, "sho.rt", "promo1"),
+        (302, Some("https://default.example/promo1".into()))
+    );
+}
+
+#[test]
+fn a_damaged_domain_book_is_refused_at_start() {
+    let (_t, dir) = data_dir();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("domains.json"),
+        b"{\"version\": 1, \"next_number\": ",
+    )
+    .unwrap();
+    let e = common::api::try_start(&dir, &[]).map(|_| ()).unwrap_err();
+    assert!(e.contains("domains.json"), "{e}");
+}
