@@ -210,3 +210,84 @@ fn a_damaged_domain_book_is_refused_at_start() {
     let e = common::api::try_start(&dir, &[]).map(|_| ()).unwrap_err();
     assert!(e.contains("domains.json"), "{e}");
 }
+
+/// Shlink's special redirects, per domain: `/` to its base URL, a key with no live link (never
+/// created, deleted, expired) to its invalid-short-URL redirect, any other path to its regular
+/// 404 redirect; a domain without them answers 404; only GET and HEAD are redirected.
+#[test]
+fn a_domain_sends_what_it_does_not_hold_to_its_not_found_redirects() {
+    let (_t, dir) = data_dir();
+    let (ok, text) = domains(
+        &dir,
+        &[
+            "add",
+            "go.brand.com",
+            "--base-url",
+            "https://brand.example/",
+            "--regular-404",
+            "https://brand.example/404",
+            "--invalid-short-url",
+            "https://brand.example/expired",
+        ],
+    );
+    assert!(ok, "{text}");
+    let (ok, text) = domains(&dir, &["add", "plain.example"]);
+    assert!(ok, "{text}");
+    let (ok, text) = domains(&dir, &["add", "x.example", "--base-url", "ftp://x"]);
+    assert!(!ok && text.contains("--base-url"), "{text}");
+    let s = start(&dir, &[]);
+    let mut c = Client::new(&s);
+    create(
+        &mut c,
+        json!({"long_url": "https://brand.example/live", "custom_alias": "live",
+               "domain": "go.brand.com"}),
+    );
+    create(
+        &mut c,
+        json!({"long_url": "https://brand.example/gone", "custom_alias": "gone",
+               "domain": "go.brand.com"}),
+    );
+    c.host = "t".into();
+    assert_eq!(
+        c.send(
+            "DELETE",
+            "/api/v1/urls/gone?domain=go.brand.com",
+            true,
+            &[],
+            b""
+        )
+        .unwrap()
+        .status,
+        204
+    );
+    let brand = |path: &str| Some(format!("https://brand.example/{path}"));
+    assert_eq!(visit(&mut c, "go.brand.com", "live"), (302, brand("live")));
+    assert_eq!(visit(&mut c, "go.brand.com", ""), (302, brand("")));
+    assert_eq!(
+        visit(&mut c, "go.brand.com", "gone"),
+        (302, brand("expired"))
+    );
+    assert_eq!(
+        visit(&mut c, "go.brand.com", "never"),
+        (302, brand("expired"))
+    );
+    assert_eq!(
+        visit(&mut c, "Go.Brand.com:443", "a/b"),
+        (302, brand("404"))
+    );
+    // Twice on one connection, the second after a forwarded lookup's: answers stay in order.
+    assert_eq!(
+        visit(&mut c, "go.brand.com", "never2"),
+        (302, brand("expired"))
+    );
+    let r = c.send("HEAD", "/never", false, &[], b"").unwrap();
+    assert_eq!(r.status, 302);
+    assert!(r.body.is_empty());
+    c.host = "go.brand.com".into();
+    assert_eq!(c.send("POST", "/a/b", false, &[], b"").unwrap().status, 404);
+    // Without redirects of its own, 404 as before domains.
+    assert_eq!(visit(&mut c, "plain.example", "never").0, 404);
+    assert_eq!(visit(&mut c, "plain.example", "a/b").0, 404);
+    assert_eq!(visit(&mut c, "plain.example", "").0, 404);
+    assert_eq!(visit(&mut c, "other.example", "never").0, 404);
+}

@@ -4,7 +4,9 @@
 //! has a non-ASCII target, sent percent-encoded (`http::encode::put_location`). Click
 //! analytics is on in `full` mode (the default) throughout; the second test sends a
 //! `User-Agent`, `Referer` and `X-Forwarded-For` on every request, with
-//! `--client-ip x-forwarded-for`, so every click is classified and hashed.
+//! `--client-ip x-forwarded-for`, so every click is classified and hashed. Another runs the
+//! links of a declared domain, its `Host` looked up among several on every request, with its
+//! invalid-short-URL redirect for the misses.
 
 mod common;
 
@@ -39,12 +41,12 @@ fn sent_as(url: &str) -> String {
 
 /// A GET of `key`, with click headers when `fields` (varied by `n`: 40 user agents, 300
 /// referrer hosts, a new client address for every request).
-fn get_with(key: &str, fields: bool, n: usize) -> Vec<u8> {
+fn get_with(key: &str, fields: bool, n: usize, host: &str) -> Vec<u8> {
     if !fields {
-        return get(key);
+        return format!("GET /{key} HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes();
     }
     format!(
-        "GET /{key} HTTP/1.1\r\nHost: t\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64) Gecko/20100101 Firefox/{}.0\r\nReferer: https://www.site{}.example/page/{n}?q=secret\r\nX-Forwarded-For: 198.51.100.7, 10.{}.{}.{}\r\n\r\n",
+        "GET /{key} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64) Gecko/20100101 Firefox/{}.0\r\nReferer: https://www.site{}.example/page/{n}?q=secret\r\nX-Forwarded-For: 198.51.100.7, 10.{}.{}.{}\r\n\r\n",
         80 + n % 40,
         n % 300,
         (n >> 16) & 255,
@@ -54,7 +56,19 @@ fn get_with(key: &str, fields: bool, n: usize) -> Vec<u8> {
     .into_bytes()
 }
 
-fn round(conns: &mut [Reader], links: &[Link], pipelined: bool, fields: bool) {
+/// Where the links live: the `Host` the requests name, and what a key with no link gets.
+#[derive(Clone, Copy)]
+struct Domain {
+    host: &'static str,
+    miss: u16,
+}
+
+const DEFAULT: Domain = Domain {
+    host: "t",
+    miss: 404,
+};
+
+fn round(conns: &mut [Reader], links: &[Link], pipelined: bool, fields: bool, d: Domain) {
     let mut n = 0;
     for (i, r) in conns.iter_mut().enumerate() {
         let chunk: Vec<&Link> = links.iter().skip(i).step_by(7).take(64).collect();
@@ -63,22 +77,22 @@ fn round(conns: &mut [Reader], links: &[Link], pipelined: bool, fields: bool) {
                 let mut bytes = Vec::new();
                 for l in batch {
                     n += 1;
-                    bytes.extend_from_slice(&get_with(&l.key, fields, n));
+                    bytes.extend_from_slice(&get_with(&l.key, fields, n, d.host));
                 }
-                bytes.extend_from_slice(b"GET /no-such-key-here HTTP/1.1\r\nHost: t\r\n\r\n");
+                bytes.extend_from_slice(&get_with("no-such-key-here", false, n, d.host));
                 r.send(&bytes);
                 for l in batch {
                     let resp = r.read_response(false);
                     assert_eq!(resp.header("location"), Some(sent_as(&l.url).as_str()));
                 }
-                assert_eq!(r.read_response(false).status, 404);
+                assert_eq!(r.read_response(false).status, d.miss);
             }
         } else {
             for l in chunk {
-                r.send(format!("HEAD /{} HTTP/1.1\r\nHost: t\r\n\r\n", l.key).as_bytes());
+                r.send(format!("HEAD /{} HTTP/1.1\r\nHost: {}\r\n\r\n", l.key, d.host).as_bytes());
                 assert_eq!(r.read_response(true).status, l.status);
                 n += 1;
-                r.send(&get_with(&l.key, fields, n));
+                r.send(&get_with(&l.key, fields, n, d.host));
                 assert_eq!(
                     r.read_response(false).header("location"),
                     Some(sent_as(&l.url).as_str())
@@ -90,7 +104,20 @@ fn round(conns: &mut [Reader], links: &[Link], pipelined: bool, fields: bool) {
 
 #[test]
 fn redirect_path_allocates_nothing_once_warm() {
-    run(false, &[]);
+    run(false, &[], DEFAULT);
+}
+
+/// Links of a declared domain, chosen by `Host` among several, with its not-found redirect.
+#[test]
+fn a_domains_redirects_allocate_nothing() {
+    run(
+        true,
+        &[],
+        Domain {
+            host: "Go.Brand.com:8080",
+            miss: 302,
+        },
+    );
 }
 
 #[test]
@@ -98,6 +125,7 @@ fn counting_classified_clicks_allocates_nothing_on_the_cores() {
     run(
         true,
         &["--analytics", "full", "--client-ip", "x-forwarded-for"],
+        DEFAULT,
     );
 }
 
@@ -114,17 +142,49 @@ fn the_redirect_path_allocates_nothing_when_the_cores_aggregate_clicks() {
             "x-forwarded-for",
             "--clicks-on-cores",
         ],
+        DEFAULT,
     );
 }
 
-fn run(fields: bool, flags: &[&str]) {
+fn run(fields: bool, flags: &[&str], d: Domain) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let mut links = dataset(3000, 11);
     for (i, l) in links.iter_mut().enumerate().step_by(10) {
         l.url = format!("https://bücher.example/straße/{i}?q=ü");
     }
-    import(&dir, &links);
+    if d.host == DEFAULT.host {
+        import(&dir, &links);
+    } else {
+        // Domain number 1's links, imported under their stored keys (`1.key`); other
+        // domains declared around it, so the `Host` is looked up among several.
+        let stored: Vec<Link> = links
+            .iter()
+            .map(|l| Link {
+                key: format!("1.{}", l.key),
+                ..l.clone()
+            })
+            .collect();
+        import(&dir, &stored);
+        for args in [
+            &[
+                "add",
+                "go.brand.com",
+                "--invalid-short-url",
+                "https://brand.example/",
+            ][..],
+            &["add", "sho.rt", "--default"],
+            &["add", "other.example"],
+        ] {
+            let out = std::process::Command::new(server_bin())
+                .args(["domains", "--data-dir"])
+                .arg(&dir)
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+        }
+    }
     let server = Server::start(&dir, flags);
     let mut conns: Vec<Reader> = (0..16).map(|_| Reader::new(server.connect())).collect();
     // One long-lived connection reads /metrics, so reading costs the same every time.
@@ -132,15 +192,15 @@ fn run(fields: bool, flags: &[&str]) {
     core_allocs(&mut metrics);
     // Warm up: pools, per-connection pending lists, LRU entries for foreign keys.
     for _ in 0..2 {
-        round(&mut conns, &links, false, fields);
-        round(&mut conns, &links, true, fields);
+        round(&mut conns, &links, false, fields, d);
+        round(&mut conns, &links, true, fields, d);
     }
     let a1: u64 = core_allocs(&mut metrics).iter().sum();
     let a2: u64 = core_allocs(&mut metrics).iter().sum();
     let per_metrics_request = a2 - a1;
     for _ in 0..3 {
-        round(&mut conns, &links, false, fields);
-        round(&mut conns, &links, true, fields);
+        round(&mut conns, &links, false, fields, d);
+        round(&mut conns, &links, true, fields, d);
     }
     let a3: u64 = core_allocs(&mut metrics).iter().sum();
     let under_load = a3 - a2;

@@ -59,19 +59,31 @@ impl Scheme {
     }
 }
 
-/// Where a domain sends what is not one of its links (Shlink's three not-found redirects).
-/// `None`: answer 404 as without domains.
+/// Where a domain sends a GET or HEAD it has no link for: Shlink's three "special" (not-found)
+/// redirects, with Shlink's meanings (shlink.io, "Special redirects"). `None`: 404 as without
+/// domains. Answered `302 Found`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NotFoundRedirects {
-    /// For `GET /`.
+    /// For the domain's root, `/`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
-    /// For a key the domain does not hold.
+    /// For any other path that is not a key (`/a/b`, `/favicon.ico`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regular_404: Option<String>,
-    /// For a link that is disabled or expired.
+    /// For a key that names no live link of the domain: never created, deleted or expired.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub invalid_short_url: Option<String>,
+}
+
+/// Which of a domain's not-found redirects applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotFound {
+    /// `/`.
+    BaseUrl,
+    /// A path that cannot be a key.
+    Regular404,
+    /// A key with no live link.
+    InvalidShortUrl,
 }
 
 /// One declared domain.
@@ -395,6 +407,20 @@ impl Domains {
         }
     }
 
+    /// Where a GET or HEAD on domain `number` goes when it finds no link (`None`: 404).
+    #[inline]
+    pub fn not_found_redirect(&self, number: u32, case: NotFound) -> Option<&str> {
+        if self.live.is_empty() {
+            return None;
+        }
+        let r = &self.get(number)?.redirects;
+        match case {
+            NotFound::BaseUrl => r.base_url.as_deref(),
+            NotFound::Regular404 => r.regular_404.as_deref(),
+            NotFound::InvalidShortUrl => r.invalid_short_url.as_deref(),
+        }
+    }
+
     /// The live domain of `number`.
     pub fn get(&self, number: u32) -> Option<&Domain> {
         let i = self.live.binary_search_by_key(&number, |d| d.number).ok()?;
@@ -467,11 +493,11 @@ pub enum DomainsCommand {
         /// Where `GET /` on it redirects (Shlink's base URL redirect).
         #[arg(long)]
         base_url: Option<String>,
-        /// Where an unknown key on it redirects (Shlink's regular 404 redirect).
+        /// Where a path on it that cannot be a key redirects (Shlink's regular 404 redirect).
         #[arg(long)]
         regular_404: Option<String>,
-        /// Where a disabled or expired link on it redirects (Shlink's invalid short URL
-        /// redirect).
+        /// Where a key with no live link on it (unknown, deleted, expired) redirects (Shlink's
+        /// invalid short URL redirect).
         #[arg(long)]
         invalid_short_url: Option<String>,
     },

@@ -4,6 +4,7 @@
 
 use super::{Conns, PendingKind, Recv, MAX_INBUF_BYTES};
 use crate::analytics::combiner::{Click, ClickFields};
+use crate::api::domains::{Domains, NotFound};
 use crate::api_front::{ApiFront, ApiOp, Step, API_PREFIX};
 use crate::base::clock::Clock;
 use crate::base::key::InlineKey;
@@ -14,6 +15,7 @@ use crate::http::status::Status;
 use crate::mesh::{Answer, Mesh, RedirectMsg, ReplyTo, RequestPlace, WriteOutcome};
 use crate::owner::Owner;
 use crate::route::{route, Route};
+use shards::link::RedirectStatus::Found;
 use shards::table::SlotHint;
 
 /// What answering requests may use besides the connections: the owner's links (read only),
@@ -344,7 +346,7 @@ impl Conns {
                 encode::encode_response(out, &r, f);
             }
             Route::MethodNotAllowed(allow) => encode::encode_method_not_allowed(out, allow, f),
-            Route::NotFound => encode::encode_not_found(out, f),
+            Route::NotFound => not_found(&self.domains, req, out, f),
             Route::Metrics => self.answer_metrics(slot, f),
             Route::Probe | Route::OpenApi | Route::StatsPage => {
                 answer_read_only(&self.shared, route, req, out, f)
@@ -465,6 +467,7 @@ impl Conns {
         let mut counted = Counted {
             tally: &mut self.tally,
             clicks: &mut self.clicks,
+            domains: &self.domains,
         };
         if owner.core == self.me {
             let answer = env.owner.local_answer(owner.shard, key, now_s);
@@ -576,6 +579,7 @@ impl Conns {
         let mut counted = Counted {
             tally: &mut self.tally,
             clicks: &mut self.clicks,
+            domains: &self.domains,
         };
         counted.answer(
             &mut self.scratch,
@@ -694,6 +698,7 @@ impl Conns {
 struct Counted<'a> {
     tally: &'a mut crate::metrics::Tally,
     clicks: &'a mut Option<crate::analytics::combiner::Combiner>,
+    domains: &'a crate::api::domains::Domains,
 }
 
 impl Counted<'_> {
@@ -726,12 +731,38 @@ impl Counted<'_> {
                     conn: persist,
                     date: &clock.date,
                 };
-                encode::encode_not_found(out, f);
+                let (domain, _) = shards::link::split_stored_key(key);
+                match self
+                    .domains
+                    .not_found_redirect(domain, NotFound::InvalidShortUrl)
+                {
+                    Some(url) => {
+                        encode::encode_redirect(out, Found, url.as_bytes(), persist, &clock.date)
+                    }
+                    None => encode::encode_not_found(out, f),
+                }
                 if let (Some(k), false) = (self.clicks.as_mut(), head) {
                     k.not_found(clock.now_s);
                 }
             }
         }
+    }
+}
+
+/// A path with no handler: 404, or on a GET or HEAD the `Host`'s domain's base URL redirect
+/// (for `/`) or regular 404 redirect (any other path), if it has one.
+fn not_found(domains: &Domains, req: &Request<'_>, out: &mut Vec<u8>, f: Framing<'_>) {
+    let case = match req.path {
+        b"/" => NotFound::BaseUrl,
+        _ => NotFound::Regular404,
+    };
+    let url = matches!(req.method, Method::Get | Method::Head)
+        .then(|| domains.domain_of(req.host))
+        .flatten()
+        .and_then(|d| domains.not_found_redirect(d, case));
+    match url {
+        Some(url) => encode::encode_redirect(out, Found, url.as_bytes(), f.conn, f.date),
+        None => encode::encode_not_found(out, f),
     }
 }
 
