@@ -291,3 +291,75 @@ fn a_domain_sends_what_it_does_not_hold_to_its_not_found_redirects() {
     assert_eq!(visit(&mut c, "plain.example", "").0, 404);
     assert_eq!(visit(&mut c, "other.example", "never").0, 404);
 }
+
+/// `GET /api/v1/urls?domain=`: a walk over every core's shards that lists exactly one domain's
+/// live links, each once; without it, every domain's, each with its `domain`.
+#[test]
+fn the_list_walks_one_domain_or_all() {
+    let (_t, dir) = data_dir();
+    assert!(domains(&dir, &["add", "go.brand.com"]).0);
+    assert!(domains(&dir, &["add", "b.example"]).0);
+    let mut flags = vec!["--cores", "3", "--test-oversubscribe"];
+    flags.extend(NO_RATE_LIMIT);
+    let s = start(&dir, &flags);
+    let mut c = Client::new(&s);
+    let mut want: std::collections::BTreeMap<&str, std::collections::BTreeSet<String>> =
+        Default::default();
+    for i in 0..90 {
+        let domain = ["", "go.brand.com", "b.example"][i % 3];
+        let key = format!("k{}", i / 2);
+        let mut body = json!({"long_url": format!("https://x.example/{i}"), "custom_alias": key});
+        if !domain.is_empty() {
+            body["domain"] = json!(domain);
+        }
+        create(&mut c, body);
+        want.entry(domain).or_default().insert(key);
+    }
+    let walk = |c: &mut Client, domain: &str| {
+        let mut got = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut path = "/api/v1/urls?limit=7".to_string();
+            if !domain.is_empty() {
+                path.push_str(&format!("&domain={domain}"));
+            }
+            if let Some(cur) = &cursor {
+                path.push_str(&format!("&cursor={cur}"));
+            }
+            let r = c.send("GET", &path, true, &[], b"").unwrap();
+            assert_eq!(r.status, 200, "{}", r.text());
+            let v = r.json();
+            for item in v["items"].as_array().unwrap() {
+                got.push((
+                    item["domain"].as_str().unwrap_or("").to_owned(),
+                    item["key"].as_str().unwrap().to_owned(),
+                ));
+            }
+            match v["next_cursor"].as_str() {
+                Some(n) => cursor = Some(n.to_owned()),
+                None => return got,
+            }
+        }
+    };
+    for domain in ["go.brand.com", "b.example"] {
+        let got = walk(&mut c, domain);
+        assert!(got.iter().all(|(d, _)| d == domain), "{got:?}");
+        let keys: std::collections::BTreeSet<String> = got.iter().map(|(_, k)| k.clone()).collect();
+        assert_eq!(keys.len(), got.len(), "each once: {got:?}");
+        assert_eq!(&keys, &want[domain]);
+    }
+    let all = walk(&mut c, "");
+    assert_eq!(all.len(), 90);
+    assert_eq!(
+        all.iter().filter(|(d, _)| d.is_empty()).count(),
+        want[""].len()
+    );
+    let r = c
+        .send("GET", "/api/v1/urls?domain=nope.example", true, &[], b"")
+        .unwrap();
+    let p = r.assert_problem(422);
+    assert!(
+        p["detail"].as_str().unwrap().contains("nope.example"),
+        "{p}"
+    );
+}

@@ -22,6 +22,8 @@ pub struct ListWalk {
     /// Links the walk wants in all (a native page, or a Shlink page's whole window).
     pub limit: u32,
     pub items: Vec<LinkInfo>,
+    /// Only this domain's links (`?domain=`); `None`: every domain's.
+    pub domain: Option<u32>,
 }
 
 impl ListWalk {
@@ -64,12 +66,17 @@ fn cursor(shard: u32, key: &InlineKey) -> String {
 
 /// Parses `limit` and `cursor` from the query. Unknown parameters are refused, so a typo is
 /// not silently a different page.
-pub fn parse_query(query: Option<&[u8]>, shards: u32) -> Result<ListWalk, Problem> {
+pub fn parse_query(
+    query: Option<&[u8]>,
+    shards: u32,
+    domains: &crate::api::domains::Domains,
+) -> Result<ListWalk, Problem> {
     let mut walk = ListWalk {
         shard: 0,
         after: None,
         limit: u32::from(DEFAULT_LIST_LIMIT),
         items: Vec::new(),
+        domain: None,
     };
     let text = std::str::from_utf8(query.unwrap_or_default())
         .map_err(|_| Problem::invalid_field(None, "the query is not UTF-8"))?;
@@ -101,10 +108,23 @@ pub fn parse_query(query: Option<&[u8]>, shards: u32) -> Result<ListWalk, Proble
                 walk.shard = shard;
                 walk.after = Some(InlineKey::new(key.as_bytes()).ok_or_else(bad)?);
             }
+            "domain" => {
+                let name = url::form_urlencoded::parse(pair.as_bytes())
+                    .next()
+                    .map(|(_, v)| v.into_owned())
+                    .unwrap_or_default();
+                let d = domains.by_name(&name).ok_or_else(|| {
+                    Problem::invalid_field(
+                        Some("domain"),
+                        format!("{name:?} is not a domain this server answers for"),
+                    )
+                })?;
+                walk.domain = Some(d.number);
+            }
             other => {
                 return Err(Problem::invalid_field(
                     None,
-                    format!("unknown query parameter {other:?} (limit, cursor)"),
+                    format!("unknown query parameter {other:?} (limit, cursor, domain)"),
                 ))
             }
         }
@@ -137,12 +157,12 @@ mod tests {
 
     #[test]
     fn queries_parse_and_refuse_clearly() {
-        let w = parse_query(None, 256).unwrap();
+        let w = parse_query(None, 256, &Default::default()).unwrap();
         assert_eq!(
             (w.shard, w.after, w.limit),
             (0, None, u32::from(DEFAULT_LIST_LIMIT))
         );
-        let w = parse_query(Some(b"limit=7&cursor=12.abc_D"), 256).unwrap();
+        let w = parse_query(Some(b"limit=7&cursor=12.abc_D"), 256, &Default::default()).unwrap();
         assert_eq!(
             (w.shard, w.after.unwrap().as_str(), w.limit),
             (12, "abc_D", 7)
@@ -157,7 +177,9 @@ mod tests {
             "page=2",
         ] {
             assert_eq!(
-                parse_query(Some(bad.as_bytes()), 256).unwrap_err().status,
+                parse_query(Some(bad.as_bytes()), 256, &Default::default())
+                    .unwrap_err()
+                    .status,
                 422,
                 "{bad}"
             );

@@ -381,10 +381,10 @@ impl ApiFront {
         req: &Request<'_>,
         mesh: &mut Mesh,
     ) -> Result<(), Problem> {
-        let walk = listing::parse_query(req.query, self.router.shard_count())?;
-        let (shard, after, limit) = (walk.shard, walk.after, walk.limit);
+        let walk = listing::parse_query(req.query, self.router.shard_count(), &self.domains)?;
+        let (shard, after, limit, domain) = (walk.shard, walk.after, walk.limit, walk.domain);
         let reply = defer(out, ApiOp::List(walk));
-        self.list_shard(reply, shard, after, limit, mesh);
+        self.list_shard(reply, shard, after, limit, domain, mesh);
         Ok(())
     }
 
@@ -496,6 +496,7 @@ impl ApiFront {
         shard: u32,
         after: Option<InlineKey>,
         limit: u32,
+        domain: Option<u32>,
         mesh: &mut Mesh,
     ) {
         let owner = self.router.core_of_shard(shard);
@@ -506,6 +507,7 @@ impl ApiFront {
                 shard,
                 after,
                 limit,
+                domain,
             },
         );
     }
@@ -611,8 +613,8 @@ impl ApiFront {
                     .start(reply, req, created_at_s, tries, None, mesh);
             }
             ApiOp::List(walk) => {
-                let (shard, limit) = (walk.shard, walk.wanted());
-                self.list_shard(reply, shard, None, limit, mesh);
+                let (shard, limit, domain) = (walk.shard, walk.wanted(), walk.domain);
+                self.list_shard(reply, shard, None, limit, domain, mesh);
             }
             ApiOp::Stats(q) => {
                 if let Err(p) = self.query_stats(reply, (**q).clone()) {

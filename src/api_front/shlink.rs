@@ -338,12 +338,13 @@ impl ApiFront {
             // One more than the window: whether another page follows.
             limit: window + 1,
             items: Vec::new(),
+            domain: None,
         };
         let reply = defer(
             out,
             ApiOp::Shlink(Box::new(ApiOp::List(walk)), page, per_page),
         );
-        self.list_shard(reply, 0, None, window + 1, mesh);
+        self.list_shard(reply, 0, None, window + 1, None, mesh);
         Ok(())
     }
 

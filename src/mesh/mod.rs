@@ -320,6 +320,8 @@ pub enum ApiMsg {
         shard: u32,
         after: Option<InlineKey>,
         limit: u32,
+        /// Only this domain's links (`None`: every domain's).
+        domain: Option<u32>,
     },
     /// An idempotent create, sent to the owner of its idempotency scope.
     IdemCreate {

@@ -542,7 +542,16 @@ impl Core {
                 shard,
                 after,
                 limit,
-            } => self.owner.on_list(reply, shard, after, limit, now_s, mesh),
+                domain,
+            } => {
+                let page = crate::owner::Page {
+                    shard,
+                    after,
+                    limit,
+                    domain,
+                };
+                self.owner.on_list(reply, page, now_s, mesh)
+            }
             ApiMsg::WriteDone { reply, outcome } => match reply {
                 ReplyTo::Flight { flight, .. } => {
                     let creates = &mut self.api.creates;

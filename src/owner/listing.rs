@@ -15,23 +15,32 @@ use crate::mesh::ListedShard;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
+/// A page asked of a shard's owner.
+#[derive(Clone, Copy, Debug)]
+pub struct Page {
+    pub shard: u32,
+    /// Keys after this one (the cursor's).
+    pub after: Option<InlineKey>,
+    pub limit: u32,
+    /// Only links of this domain (by stored key, `shards::link::split_stored_key`).
+    pub domain: Option<u32>,
+}
+
 impl Owner {
-    /// Another core (or this one) asks for a page of `shard`.
+    /// Another core (or this one) asks for a page of a shard.
     pub fn on_list(
         &self,
         reply: crate::mesh::ReplyTo,
-        shard: u32,
-        after: Option<InlineKey>,
-        limit: u32,
+        p: Page,
         now_s: u64,
         mesh: &mut crate::mesh::Mesh,
     ) {
         debug_assert_eq!(
-            self.router.core_of_shard(shard),
+            self.router.core_of_shard(p.shard),
             self.me,
             "pages come from the owner"
         );
-        let page = self.list_shard(shard, after.as_ref(), limit as usize, now_s);
+        let page = self.list_shard(p, now_s);
         let outcome = crate::mesh::WriteOutcome::Listed(Box::new(page));
         mesh.deliver(
             reply.core(),
@@ -39,16 +48,16 @@ impl Owner {
         );
     }
 
-    /// Up to `limit` live links of `shard` with keys after `after`, in key order.
-    pub fn list_shard(
-        &self,
-        shard: u32,
-        after: Option<&InlineKey>,
-        limit: usize,
-        now_s: u64,
-    ) -> ListedShard {
-        let after = after.map(|k| k.as_bytes());
-        let past = |k: &[u8]| after.is_none_or(|a| k > a);
+    /// Up to `limit` live links of `shard` (of `domain`, if given) with keys after `after`,
+    /// in key order.
+    pub fn list_shard(&self, p: Page, now_s: u64) -> ListedShard {
+        let (shard, limit) = (p.shard, p.limit as usize);
+        let after = p.after.as_ref().map(|k| k.as_bytes());
+        let in_domain = |k: &[u8]| {
+            p.domain
+                .is_none_or(|d| shards::link::split_stored_key(k).0 == d)
+        };
+        let past = |k: &[u8]| after.is_none_or(|a| k > a) && in_domain(k);
         let live = |exp: u64| exp == 0 || now_s < exp;
         let mut mem: Vec<(&InlineKey, &MemEntry)> = self
             .writes

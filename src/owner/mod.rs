@@ -38,6 +38,7 @@ use store::Store;
 use writes::Writes;
 
 pub use compaction::{CompactionSetup, COMPACTION_RETRY_MS};
+pub use listing::Page;
 
 /// One core's owned links and their write path.
 pub struct Owner {
