@@ -68,6 +68,30 @@ fn hosts(c: &mut Criterion) {
             black_box(few.lookup(black_box(&packed[at[i].clone()])))
         })
     });
+    // The server's way (`api::domains::HostMemo` before the table): most requests name the
+    // host the previous one named; one in 16 names another.
+    let mut book = ricochet::api::domains::DomainBook::default();
+    for n in &names {
+        book.add(&ricochet::api::domains::NewDomain {
+            name: n.clone(),
+            ..Default::default()
+        })
+        .expect("valid names");
+    }
+    let view = book.view(ricochet::api::domains::UnknownHost::Default);
+    let mut memo = ricochet::api::domains::HostMemo::default();
+    g.bench_function("memo_then_lookup_10k_domains_1_in_16_new", |b| {
+        let mut i = 0usize;
+        b.iter(|| {
+            i = i.wrapping_add(1);
+            let h = if i % 16 == 0 {
+                (i / 16) & (HOSTS - 1)
+            } else {
+                1
+            };
+            black_box(memo.domain_of(&view, Some(black_box(&packed[at[h].clone()]))))
+        })
+    });
     g.finish();
 }
 

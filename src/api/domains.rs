@@ -446,6 +446,57 @@ impl Domains {
     }
 }
 
+/// Longest `Host` value a [`HostMemo`] remembers (a name and a port; longer ones are looked up
+/// every time).
+pub const HOST_MEMO_BYTES: usize = 64;
+
+/// A core's memory of the last `Host` it looked up and the domain it named: a connection, and
+/// most of a fleet's traffic, sends the same few hosts again and again, and comparing the bytes
+/// with the last ones (a few nanoseconds) saves the table's hash and probe (50-65 ns,
+/// perf/reports/2026-12-05-issue26-host-lookup.md). Cleared whenever the domains change.
+#[derive(Clone, Copy, Debug)]
+pub struct HostMemo {
+    bytes: [u8; HOST_MEMO_BYTES],
+    /// 0: empty (an empty `Host` is never remembered).
+    len: u8,
+    domain: Option<u32>,
+}
+
+impl Default for HostMemo {
+    fn default() -> HostMemo {
+        HostMemo {
+            bytes: [0; HOST_MEMO_BYTES],
+            len: 0,
+            domain: None,
+        }
+    }
+}
+
+impl HostMemo {
+    /// [`Domains::domain_of`], answered from memory when `host` is the last one asked.
+    #[inline]
+    pub fn domain_of(&mut self, domains: &Domains, host: Option<&[u8]>) -> Option<u32> {
+        let Some(h) = host.filter(|h| !domains.hosts.is_empty() && !h.is_empty()) else {
+            return domains.domain_of(host);
+        };
+        if h.len() == usize::from(self.len) && self.bytes[..h.len()] == *h {
+            return self.domain;
+        }
+        let domain = domains.domain_of(host);
+        if h.len() <= HOST_MEMO_BYTES {
+            self.bytes[..h.len()].copy_from_slice(h);
+            self.len = h.len() as u8;
+            self.domain = domain;
+        }
+        domain
+    }
+
+    /// Forgets: the domains changed.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+}
+
 fn check_redirects(r: &NotFoundRedirects) -> Result<(), DomainBookError> {
     for (what, url) in [
         ("--base-url", &r.base_url),
@@ -640,6 +691,28 @@ mod tests {
         let strict = b.view(UnknownHost::NotFound);
         assert_eq!(strict.domain_of(Some(b"other.example")), None);
         assert_eq!(strict.get(3).unwrap().name, "third.example");
+    }
+
+    proptest::proptest! {
+        /// The memo answers as the table does, whatever order hosts come in.
+        #[test]
+        fn the_memo_answers_as_the_lookup(
+            asks in proptest::collection::vec((0usize..6, proptest::bool::ANY), 1..40),
+            strict in proptest::bool::ANY,
+        ) {
+            let mut b = DomainBook::default();
+            add(&mut b, "go.brand.com").unwrap();
+            add(&mut b, "sho.rt").unwrap();
+            let unknown = if strict { UnknownHost::NotFound } else { UnknownHost::Default };
+            let v = b.view(unknown);
+            let long = format!("{}.example", "a".repeat(70));
+            let hosts = ["go.brand.com", "GO.brand.com:80", "sho.rt", "other.example", "", long.as_str()];
+            let mut memo = HostMemo::default();
+            for (i, none) in asks {
+                let host = (!none).then_some(hosts[i].as_bytes());
+                proptest::prop_assert_eq!(memo.domain_of(&v, host), v.domain_of(host));
+            }
+        }
     }
 
     #[test]

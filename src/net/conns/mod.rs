@@ -106,6 +106,7 @@ pub struct Conns {
     client_ip: crate::analytics::ClientIp,
     /// The declared domains: which keyspace a request's `Host` names (`api::domains`).
     domains: Arc<crate::api::domains::Domains>,
+    host_memo: crate::api::domains::HostMemo,
 }
 
 impl Conns {
@@ -142,12 +143,14 @@ impl Conns {
             clicks: None,
             client_ip: crate::analytics::ClientIp::Peer,
             domains: crate::api::domains::Domains::none(),
+            host_memo: Default::default(),
         }
     }
 
     /// The declared domains from now on (at start, and on each reload).
     pub fn set_domains(&mut self, domains: Arc<crate::api::domains::Domains>) {
         self.domains = domains;
+        self.host_memo.clear();
     }
 
     /// A link is deleted or its stats reset: hand off this core's clicks so far; the number

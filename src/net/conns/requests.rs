@@ -412,7 +412,7 @@ impl Conns {
         // The keyspace is the `Host`'s domain: its stored key carries the domain's number
         // (`shards::link::stored_key`), built on the stack; the default domain's is the key.
         let mut stored = [0u8; shards::link::MAX_STORED_KEY_BYTES];
-        let key = match self.domains.domain_of(req.host) {
+        let key = match self.host_memo.domain_of(&self.domains, req.host) {
             Some(shards::link::DEFAULT_DOMAIN) => key,
             Some(domain) => {
                 let n = shards::link::stored_key(domain, key, &mut stored);
