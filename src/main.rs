@@ -458,11 +458,23 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
         _ => anyhow::bail!("--format: export writes ndjson, tsv or csv"),
     };
     let now_s = ricochet::api::timefmt::now_s();
+    let book = ricochet::api::domains::DomainBook::load(&a.data_dir)?;
+    let names: std::collections::BTreeMap<u32, String> = book
+        .all()
+        .iter()
+        .map(|d| (d.number, d.name.clone()))
+        .collect();
     let summary = match &a.output {
-        None => export(&a.data_dir, format, now_s, &mut std::io::stdout().lock())?,
+        None => export(
+            &a.data_dir,
+            format,
+            now_s,
+            &names,
+            &mut std::io::stdout().lock(),
+        )?,
         Some(path) => {
             let mut buf = Vec::new();
-            let s = export(&a.data_dir, format, now_s, &mut buf)?;
+            let s = export(&a.data_dir, format, now_s, &names, &mut buf)?;
             let dir = path
                 .parent()
                 .filter(|p| !p.as_os_str().is_empty())
@@ -500,6 +512,12 @@ fn import(a: ImportArgs) -> anyhow::Result<()> {
         vendor,
         drop_unsupported,
     };
+    // Removed domains too: their links are kept, and come back with the domain.
+    let domains = ricochet::api::domains::DomainBook::load(&a.data_dir)?
+        .all()
+        .iter()
+        .map(|d| (d.name.clone(), d.number))
+        .collect();
     let opts = ImportOptions {
         data_dir: a.data_dir,
         input: a.input,
@@ -513,6 +531,7 @@ fn import(a: ImportArgs) -> anyhow::Result<()> {
         }),
         strict: a.strict,
         shard_count_for_new_dir: a.shards,
+        domains,
     };
     let summary = run(&opts)?;
     println!("{summary}");

@@ -363,3 +363,120 @@ fn the_list_walks_one_domain_or_all() {
         "{p}"
     );
 }
+
+fn cli(args: &[&str]) -> (bool, String) {
+    let out = Command::new(common::server_bin())
+        .args(args)
+        .output()
+        .expect("run ricochet");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// An export names each link's domain; an import into another data dir, whose same domains
+/// have other numbers, puts every link back on its domain (NDJSON, TSV and CSV); a domain the
+/// target has not declared is a bad line naming it; Shlink's CSV `Domain` column is imported.
+#[test]
+fn export_and_import_carry_domains_by_name() {
+    let (_t, dir) = data_dir();
+    assert!(domains(&dir, &["add", "sho.rt", "--default"]).0);
+    assert!(domains(&dir, &["add", "go.brand.com"]).0);
+    let s = start(&dir, &[]);
+    let mut c = Client::new(&s);
+    for (domain, url) in [
+        ("", "https://d.example/"),
+        ("go.brand.com", "https://b.example/"),
+    ] {
+        let mut body = json!({"long_url": url, "custom_alias": "same"});
+        if !domain.is_empty() {
+            body["domain"] = json!(domain);
+        }
+        create(&mut c, body);
+    }
+    drop(s);
+    let tmp = tempfile::tempdir().unwrap();
+    for format in ["ndjson", "tsv", "csv"] {
+        let file = tmp.path().join(format!("links.{format}"));
+        let d = dir.to_str().unwrap();
+        let (ok, text) = cli(&[
+            "export",
+            "--data-dir",
+            d,
+            "--format",
+            format,
+            "--output",
+            file.to_str().unwrap(),
+        ]);
+        assert!(ok, "{text}");
+        let body = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            body.contains("go.brand.com") && !body.contains("1.same"),
+            "{format}: {body}"
+        );
+
+        // The target declares the domains in another order: go.brand.com is number 2 there.
+        let target = tmp.path().join(format!("target-{format}"));
+        assert!(domains(&target, &["add", "other.example"]).0);
+        let (ok, text) = cli(&[
+            "import",
+            "--data-dir",
+            target.to_str().unwrap(),
+            "--strict",
+            file.to_str().unwrap(),
+        ]);
+        assert!(
+            !ok && text.contains("go.brand.com") && text.contains("not declared"),
+            "{text}"
+        );
+        assert!(domains(&target, &["add", "GO.brand.com"]).0);
+        let (ok, text) = cli(&[
+            "import",
+            "--data-dir",
+            target.to_str().unwrap(),
+            file.to_str().unwrap(),
+        ]);
+        assert!(ok, "{text}");
+        let s = start(&target, &[]);
+        let mut c = Client::new(&s);
+        assert_eq!(
+            visit(&mut c, "go.brand.com", "same"),
+            (302, Some("https://b.example/".into()))
+        );
+        assert_eq!(
+            visit(&mut c, "anything", "same"),
+            (302, Some("https://d.example/".into()))
+        );
+    }
+
+    // Shlink's CSV export: its `Domain` column picks the domain.
+    let shlink = tmp.path().join("shlink.csv");
+    std::fs::write(
+        &shlink,
+        "Long URL,Short code,Domain\nhttps://s.example/a,fromshlink,go.brand.com\nhttps://s.example/b,fromshlink,\n",
+    )
+    .unwrap();
+    let d = dir.to_str().unwrap();
+    let (ok, text) = cli(&[
+        "import",
+        "--data-dir",
+        d,
+        "--format",
+        "shlink-csv",
+        shlink.to_str().unwrap(),
+    ]);
+    assert!(ok, "{text}");
+    let s = start(&dir, &[]);
+    let mut c = Client::new(&s);
+    assert_eq!(
+        visit(&mut c, "go.brand.com", "fromshlink"),
+        (302, Some("https://s.example/a".into()))
+    );
+    assert_eq!(
+        visit(&mut c, "sho.rt", "fromshlink"),
+        (302, Some("https://s.example/b".into()))
+    );
+}

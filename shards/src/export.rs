@@ -48,11 +48,17 @@ pub struct ExportSummary {
     pub retries: usize,
 }
 
-/// Writes every live link of `dir` (at `now_s`) to `out` in key order.
+/// Writes every live link of `dir` (at `now_s`) to `out` in key order. `domains` names the
+/// data dir's domains by number (`ricochet domains`): a link of a named domain is written as
+/// its key and its domain's name (NDJSON's `domain`, a fifth TSV/CSV column, present only
+/// when such a link is), which `ricochet import` reads back into the domain of that name; a
+/// link of a number without a name keeps its stored key (`N.key`), which import reads back
+/// into number N.
 pub fn export(
     dir: &Path,
     format: ExportFormat,
     now_s: u64,
+    domains: &BTreeMap<u32, String>,
     out: &mut dyn Write,
 ) -> Result<ExportSummary, Error> {
     let (State { links, .. }, retries) = consistent_state(dir)?;
@@ -61,9 +67,19 @@ pub fn export(
         ..Default::default()
     };
     let io = |e: std::io::Error| Error::io(dir.to_path_buf(), "write the export", e);
+    let named = |key: &str| named_key(key, domains).1.is_some();
+    let with_domains = links.keys().any(|k| named(k));
+    let domain_col = if with_domains { "\tdomain" } else { "" };
     match format {
-        ExportFormat::Tsv => writeln!(out, "key\tlong_url\tstatus\texpires_at").map_err(io)?,
-        ExportFormat::Csv => writeln!(out, "key,long_url,status,expires_at").map_err(io)?,
+        ExportFormat::Tsv => {
+            writeln!(out, "key\tlong_url\tstatus\texpires_at{domain_col}").map_err(io)?
+        }
+        ExportFormat::Csv => writeln!(
+            out,
+            "key,long_url,status,expires_at{}",
+            if with_domains { ",domain" } else { "" }
+        )
+        .map_err(io)?,
         ExportFormat::Ndjson => {}
     }
     for l in links.values() {
@@ -71,7 +87,9 @@ pub fn export(
             summary.expired += 1;
             continue;
         }
-        write_line(out, format, l).map_err(io)?;
+        let (key, domain) = named_key(&l.key, domains);
+        let domain = with_domains.then_some(domain.unwrap_or(""));
+        write_line(out, format, l, key, domain).map_err(io)?;
         summary.links += 1;
     }
     out.flush().map_err(io)?;
@@ -121,40 +139,65 @@ fn consistent_state(dir: &Path) -> Result<(State, usize), Error> {
     }
 }
 
-/// One link's line in `format`.
-fn write_line(out: &mut dyn Write, format: ExportFormat, l: &OwnedLink) -> std::io::Result<()> {
+/// A stored key as its key and its domain's name, if `domains` names its number (the default
+/// domain's keys are written as they are).
+fn named_key<'k, 'd>(
+    key: &'k str,
+    domains: &'d BTreeMap<u32, String>,
+) -> (&'k str, Option<&'d str>) {
+    let (number, bare) = crate::link::split_stored_key(key.as_bytes());
+    match domains.get(&number) {
+        Some(name) if number != crate::link::DEFAULT_DOMAIN => (
+            std::str::from_utf8(bare).unwrap_or(key),
+            Some(name.as_str()),
+        ),
+        _ => (key, None),
+    }
+}
+
+/// One link's line in `format`, as `key` (on `domain`, when the export has that column:
+/// `Some("")` for the default domain).
+fn write_line(
+    out: &mut dyn Write,
+    format: ExportFormat,
+    l: &OwnedLink,
+    key: &str,
+    domain: Option<&str>,
+) -> std::io::Result<()> {
     let expires = (l.expires_at_s != 0).then(|| crate::timefmt::format_rfc3339_utc(l.expires_at_s));
     match format {
         ExportFormat::Ndjson => {
-            let line = serde_json::json!({
-                "key": l.key,
+            let mut line = serde_json::json!({
+                "key": key,
                 "long_url": l.target,
                 "status": l.status.code(),
                 "expires_at": expires,
                 "created_at": crate::timefmt::format_rfc3339_utc(l.created_at_s),
             });
+            if let Some(d) = domain.filter(|d| !d.is_empty()) {
+                line["domain"] = serde_json::Value::from(d);
+            }
             writeln!(out, "{line}")?;
         }
         ExportFormat::Tsv => writeln!(
             out,
-            "{}\t{}\t{}\t{}",
-            l.key,
+            "{}\t{}\t{}\t{}{}{}",
+            key,
             l.target,
             l.status.code(),
-            expires.unwrap_or_default()
+            expires.unwrap_or_default(),
+            if domain.is_some() { "\t" } else { "" },
+            domain.unwrap_or_default()
         )?,
         ExportFormat::Csv => {
             let mut w = csv::WriterBuilder::new()
                 .has_headers(false)
                 .from_writer(Vec::new());
             let status = l.status.code().to_string();
-            w.write_record([
-                l.key.as_str(),
-                l.target.as_str(),
-                &status,
-                &expires.unwrap_or_default(),
-            ])
-            .map_err(std::io::Error::other)?;
+            let expires = expires.unwrap_or_default();
+            let mut fields = vec![key, l.target.as_str(), &status, &expires];
+            fields.extend(domain);
+            w.write_record(fields).map_err(std::io::Error::other)?;
             out.write_all(
                 &w.into_inner()
                     .map_err(|e| std::io::Error::other(e.to_string()))?,

@@ -26,6 +26,7 @@ pub(crate) fn export_held(dir: &DataDir, to: &std::path::Path) -> anyhow::Result
         dir.path(),
         shards::export::ExportFormat::Ndjson,
         shards::timefmt::now_s(),
+        &Default::default(),
         &mut held,
     )?;
     for key in shards::export::held_deletes(dir.path())? {

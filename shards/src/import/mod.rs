@@ -35,6 +35,7 @@ use crate::manifest::MANIFEST_FILE;
 use crate::placement::{shard_of, DEFAULT_SHARD_COUNT};
 use crate::table::{write_table_file, OwnedLink};
 use spill::{read_bucket, SpillWriter};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::ControlFlow;
@@ -69,6 +70,10 @@ pub struct ImportOptions {
     pub strict: bool,
     /// Shard count if the data dir is created; ignored for an existing dir.
     pub shard_count_for_new_dir: u32,
+    /// The data dir's domains (removed ones too), by ASCII name, and their numbers:
+    /// a record naming one is imported into it (its stored key, `link::stored_key`); a
+    /// record naming another is a bad line. The default domain's name may be among them.
+    pub domains: BTreeMap<String, u32>,
 }
 
 impl ImportOptions {
@@ -80,6 +85,7 @@ impl ImportOptions {
             format: None,
             strict: false,
             shard_count_for_new_dir: DEFAULT_SHARD_COUNT,
+            domains: BTreeMap::new(),
         }
     }
 }
@@ -273,31 +279,35 @@ fn spill_input(
     let mut spill = SpillWriter::create(&spill_dir, shard_count.min(MAX_SPILL_FILES))?;
     let mut storage_err = None;
     let mut dropped = BTreeMap::new();
-    parse::for_each(input, format, &mut |item| match item {
-        Ok(rec) => {
-            for c in &rec.dropped {
-                *dropped.entry(*c).or_insert(0) += 1;
-            }
-            let shard = shard_of(rec.key.as_bytes(), shard_count);
-            let created = rec.created_at_s.unwrap_or(0);
-            match spill.push(
-                rec.line,
-                shard,
-                rec.status,
-                &rec.key,
-                &rec.url,
-                rec.expires_at_s,
-                created,
-            ) {
-                Ok(()) => ControlFlow::Continue(()),
-                Err(e) => {
-                    storage_err = Some(e);
-                    ControlFlow::Break(())
+    parse::for_each(
+        input,
+        format,
+        &mut |item| match item.and_then(|r| in_domain(r, &opts.domains)) {
+            Ok(rec) => {
+                for c in &rec.dropped {
+                    *dropped.entry(*c).or_insert(0) += 1;
+                }
+                let shard = shard_of(rec.key.as_bytes(), shard_count);
+                let created = rec.created_at_s.unwrap_or(0);
+                match spill.push(
+                    rec.line,
+                    shard,
+                    rec.status,
+                    &rec.key,
+                    &rec.url,
+                    rec.expires_at_s,
+                    created,
+                ) {
+                    Ok(()) => ControlFlow::Continue(()),
+                    Err(e) => {
+                        storage_err = Some(e);
+                        ControlFlow::Break(())
+                    }
                 }
             }
-        }
-        Err(e) => errors.push(e),
-    })
+            Err(e) => errors.push(e),
+        },
+    )
     .map_err(|source| ImportError::Input {
         path: opts.input.clone(),
         source,
@@ -397,6 +407,37 @@ fn publish(dir: &DataDir, staged: &mut Vec<(u32, PathBuf)>) -> Result<(), Import
     crate::durable::fsync_dir(&dir.tables_dir())?;
     dir.record_tables(published)?;
     Ok(())
+}
+
+/// `rec` with its key made its domain's stored key; a domain not declared is a bad line.
+fn in_domain<'a>(
+    mut rec: record::Record<'a>,
+    domains: &BTreeMap<String, u32>,
+) -> Result<record::Record<'a>, LineError> {
+    let Some(name) = rec.domain.take().filter(|d| !d.is_empty()) else {
+        return Ok(rec);
+    };
+    let ascii = name.trim_end_matches('.').to_ascii_lowercase();
+    let ascii = match url::Host::parse(&ascii) {
+        Ok(url::Host::Domain(d)) => d,
+        _ => ascii,
+    };
+    let Some(&number) = domains.get(&ascii) else {
+        return Err(LineError {
+            line: rec.line,
+            message: format!(
+                "domain {name:?} is not declared in this data dir (`ricochet domains add {ascii}`)"
+            ),
+        });
+    };
+    if crate::link::split_stored_key(rec.key.as_bytes()).0 != crate::link::DEFAULT_DOMAIN {
+        return Err(LineError {
+            line: rec.line,
+            message: format!("key {:?} already names a domain number", rec.key),
+        });
+    }
+    rec.key = Cow::Owned(crate::link::stored_key_string(number, &rec.key));
+    Ok(rec)
 }
 
 /// Parses and validates every line of `input` as `format` without importing anything; returns

@@ -196,9 +196,10 @@ fn fields_to_record<'a>(
     kind: &str,
 ) -> Result<Record<'a>, LineError> {
     let err = |message: String| LineError { line, message };
-    if !(2..=4).contains(&fields.len()) {
+    if !(2..=5).contains(&fields.len()) {
         return Err(err(format!(
-            "expected 2 to 4 {kind} fields (key, long_url[, status[, expires_at]]), found {}",
+            "expected 2 to 5 {kind} fields (key, long_url[, status[, expires_at[, domain]]]), \
+             found {}",
             fields.len()
         )));
     }
@@ -217,8 +218,13 @@ fn fields_to_record<'a>(
         None | Some([]) => None,
         Some(s) => Some(std::str::from_utf8(s).map_err(|_| err("expires_at is not UTF-8".into()))?),
     };
+    let domain = match fields.get(4) {
+        None | Some([]) => None,
+        Some(s) => Some(std::str::from_utf8(s).map_err(|_| err("domain is not UTF-8".into()))?),
+    };
     let mut r = validated(line, Cow::Borrowed(key), Cow::Borrowed(url), status)?;
     r.expires_at_s = expiry(line, expires)?;
+    r.domain = domain.map(Cow::Borrowed);
     Ok(r)
 }
 
@@ -246,6 +252,8 @@ struct JsonLine<'a> {
     expires_at: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     created_at: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    domain: Option<Cow<'a, str>>,
 }
 
 fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
@@ -268,5 +276,6 @@ fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
     let mut r = validated(line, j.key, j.long_url, status)?;
     r.expires_at_s = expires_at_s;
     r.created_at_s = created_at_s;
+    r.domain = j.domain;
     Ok(r)
 }

@@ -17,6 +17,9 @@ pub(crate) struct Record<'a> {
     /// Columns of another shortener's export whose values were left out
     /// (`--drop-unsupported`), for the summary.
     pub dropped: Vec<&'static str>,
+    /// The link's domain by name (`None` or empty: the default domain); the import resolves
+    /// it to the data dir's number (`ImportOptions::domains`).
+    pub domain: Option<Cow<'a, str>>,
 }
 
 /// A record of `key` and `url` after the link rules (`link::validate_key`, `validate_url`);
@@ -43,5 +46,6 @@ pub(crate) fn validated<'a>(
         expires_at_s: 0,
         created_at_s: None,
         dropped: Vec::new(),
+        domain: None,
     })
 }

@@ -37,6 +37,8 @@ enum Col {
     MoreKeys,
     /// Bitly's `archived`: `true` rows are left out (an archived Bitlink no longer redirects).
     Archived,
+    /// Shlink's `Domain`: the link's domain (declared in the data dir), empty for the default.
+    Domain,
     Unsupported(&'static str),
     /// Known and of no meaning here (ignored, documented).
     Ignored,
@@ -47,7 +49,7 @@ fn column(vendor: Vendor, header: &str) -> Option<Col> {
     Some(match (vendor, h.as_str()) {
         (Vendor::Shlink, "long url" | "longurl") => Col::Url,
         (Vendor::Shlink, "short code" | "shortcode") => Col::Key,
-        (Vendor::Shlink, "domain") => Col::Unsupported("Domain"),
+        (Vendor::Shlink, "domain") => Col::Domain,
         (Vendor::Shlink, "title") => Col::Unsupported("Title"),
         (Vendor::Shlink, "tags") => Col::Unsupported("Tags"),
         (Vendor::Yourls, "keyword") => Col::Key,
@@ -179,6 +181,7 @@ fn rows_of(
 ) -> Result<Vec<Result<Record<'static>, LineError>>, LineError> {
     let err = |message: String| LineError { line, message };
     let (mut keys, mut url, mut created, mut dropped) = (Vec::new(), None, None, Vec::new());
+    let mut domain = None;
     for (c, v) in cols.iter().zip(row.iter()) {
         let v = v.trim();
         match c {
@@ -189,6 +192,7 @@ fn rows_of(
                     .map(|k| bare_key(vendor, k)),
             ),
             Col::Url => url = Some(v.to_owned()),
+            Col::Domain if !v.is_empty() => domain = Some(v.to_owned()),
             Col::Created if !v.is_empty() => {
                 created = Some(
                     parse_time(vendor, v)
@@ -220,6 +224,7 @@ fn rows_of(
             )?;
             r.created_at_s = created;
             r.dropped = dropped.clone();
+            r.domain = domain.clone().map(Cow::Owned);
             Ok(r)
         })
         .collect())
