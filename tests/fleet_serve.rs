@@ -336,6 +336,21 @@ fn a_standalone_data_dir_cannot_join_a_fleet() {
         api::try_start(&dir3, &fleet_args).is_ok(),
         "the fleet node restarts"
     );
+    // Domains are a single node's so far (issue 26): a fleet node refuses a domain book
+    // rather than serve keys the database does not scope.
+    let out = std::process::Command::new(common::server_bin())
+        .args(["domains", "--data-dir"])
+        .arg(&dir3)
+        .args(["add", "go.brand.com"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let e = api::try_start(&dir3, &fleet_args).err().expect("refused");
+    assert!(
+        e.contains("domains.json") && e.contains("fleet mode"),
+        "{e}"
+    );
+    std::fs::remove_file(dir3.join("domains.json")).unwrap();
     // Flags are checked before anything starts.
     let e = api::try_start(&dir, &["--fleet-pg", &db.url])
         .err()
