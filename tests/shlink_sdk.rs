@@ -27,6 +27,18 @@ fn shlinks_sdk_works_against_ricochet() {
         return;
     }
     let (_t, dir) = data_dir();
+    let out = Command::new(common::server_bin())
+        .args(["domains", "--data-dir"])
+        .arg(&dir)
+        .args([
+            "add",
+            "go.brand.com",
+            "--invalid-short-url",
+            "https://brand.example/",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
     let s = start(&dir, &["--cores", "2", "--public-url", "https://sho.rt"]);
     let base = format!("http://{}", s.addr);
     let out = Command::new("node")

@@ -291,6 +291,23 @@ impl ApiFront {
         Some(r.domains.clone())
     }
 
+    /// A link's domain name (`None` on an unnamed default domain), the base of its short URL
+    /// and its key. A named domain's links are at its own name; the default domain's (named
+    /// or not) at --public-url, as before domains; a removed domain's links keep the public
+    /// URL's (they have no other to give).
+    fn short_url_parts<'a>(&'a self, info: &'a LinkInfo) -> (Option<&'a str>, String, &'a str) {
+        let (number, key) = shards::link::split_stored_key(info.key.as_bytes());
+        let key = std::str::from_utf8(key).unwrap_or("");
+        let named = self.domains.get(number);
+        let base = match named {
+            Some(d) if number != shards::link::DEFAULT_DOMAIN => {
+                format!("{}://{}", d.scheme.as_str(), d.name)
+            }
+            _ => self.public_url.clone(),
+        };
+        (named.map(|d| d.name.as_str()), base, key)
+    }
+
     /// The declared domains in force.
     pub fn domains(&self) -> &Arc<crate::api::domains::Domains> {
         &self.domains
@@ -676,21 +693,10 @@ impl ApiFront {
 
     /// A link's JSON, as every answer shows it.
     fn link_json(&self, info: &LinkInfo) -> Vec<u8> {
-        let (number, key) = shards::link::split_stored_key(info.key.as_bytes());
-        let key = std::str::from_utf8(key).unwrap_or("");
-        // A named domain's links are at its own name; the default domain's (named or not)
-        // at --public-url, as before domains. A removed domain's links have no URL to give:
-        // they keep the public URL's.
-        let named = self.domains.get(number);
-        let base = match named {
-            Some(d) if number != shards::link::DEFAULT_DOMAIN => {
-                format!("{}://{}", d.scheme.as_str(), d.name)
-            }
-            _ => self.public_url.clone(),
-        };
+        let (domain, base, key) = self.short_url_parts(info);
         link_json(
             key,
-            named.map(|d| d.name.as_str()),
+            domain,
             &base,
             &info.target,
             info.created_at_s,

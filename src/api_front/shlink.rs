@@ -4,11 +4,11 @@
 //! owner messages, and the answers translated back; this file is the one place that maps
 //! between the two shapes.
 //!
-//! Offered: create, read, edit, delete, the paged list, health. Not offered, and what the
-//! adapter answers (docs/shlink.md): tags, `validSince`, `maxVisits`, titles,
+//! Offered: create, read, edit, delete, the paged list, health, and domains (`domain` on a
+//! create, `?domain=` on one short URL and on the list, `GET /rest/v3/domains`). Not offered,
+//! and what the adapter answers (docs/shlink.md): tags, `validSince`, `maxVisits`, titles,
 //! device URLs and `findIfExists: true` are refused with `invalid-data` naming the field;
-//! `shortCodeLength` is ignored (generated keys are 7 characters); `domain` other than none is
-//! refused; `visitsSummary` is zeros (the adapter does not ask the click aggregators; a
+//! `shortCodeLength` is ignored (generated keys are 7 characters); `visitsSummary` is zeros (the adapter does not ask the click aggregators; a
 //! link's clicks are on `/api/v1/urls/{key}/stats`) and the `/visits` endpoints, which list
 //! individual visits ricochet never stores, are `not-found`, as is any other endpoint.
 
@@ -26,6 +26,7 @@ use crate::mesh::{LinkInfo, Mesh, WriteOutcome};
 
 pub use crate::route::SHLINK_PREFIX;
 const SHORT_URLS: &[u8] = b"/rest/v3/short-urls";
+const DOMAINS: &[u8] = b"/rest/v3/domains";
 const HEALTH: &[&[u8]] = &[b"/rest/v3/health", b"/rest/health"];
 
 /// Shlink's default page size, and the deepest item a page may reach (`page * itemsPerPage`):
@@ -189,11 +190,15 @@ fn refuse_unsupported(body: &Map<String, Value>) -> Result<(), ShlinkError> {
 fn native_body(body: &[u8], create: bool) -> Result<Vec<u8>, ShlinkError> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| ShlinkError::invalid(format!("the body is not JSON: {e}"), None))?;
-    let Value::Object(m) = v else {
+    let Value::Object(mut m) = v else {
         return Err(ShlinkError::invalid("the body is not a JSON object", None));
     };
-    refuse_unsupported(&m)?;
     let mut native = Map::new();
+    // A create names its domain in the body (an edit, in the query).
+    if let Some(d) = m.remove("domain").filter(|d| create && !d.is_null()) {
+        native.insert("domain".into(), d);
+    }
+    refuse_unsupported(&m)?;
     if let Some(u) = m.get("longUrl") {
         native.insert("long_url".into(), u.clone());
     }
@@ -261,6 +266,12 @@ impl ApiFront {
             };
             return encode::encode_response(out, &r, f);
         }
+        if path == DOMAINS && req.method == Method::Get {
+            return match self.shlink_admit(req) {
+                Ok(_) => self.shlink_domains(out, f),
+                Err(e) => fail(out, e),
+            };
+        }
         let key = if path == SHORT_URLS {
             None
         } else if let Some(k) = path
@@ -296,7 +307,10 @@ impl ApiFront {
         let started = match (key, req.method) {
             (None, Method::Get) => self.shlink_list(out, defer, req.query, mesh),
             (None, _) => self.shlink_create(out, defer, key_id, body, now_s, mesh),
-            (Some(code), method) => self.shlink_one(out, defer, code, method, body, now_s, mesh),
+            (Some(code), method) => {
+                let item = (code, req.query);
+                self.shlink_one(out, defer, item, method, body, now_s, mesh)
+            }
         };
         if let Err(e) = started {
             fail(out, e);
@@ -332,19 +346,28 @@ impl ApiFront {
     ) -> Result<(), ShlinkError> {
         let (page, per_page) = shlink_page(query)?;
         let window = page * per_page;
+        let domain = match shlink_domain_param(query) {
+            // Shlink's keyword for the default domain (SDK `ShlinkShortUrlsListParams`).
+            Some(name) if name == "DEFAULT" => Some(shards::link::DEFAULT_DOMAIN),
+            Some(name) => Some(
+                self.domain_number(Some(&name))
+                    .map_err(|p| ShlinkError::from_native(&p))?,
+            ),
+            None => None,
+        };
         let walk = ListWalk {
             shard: 0,
             after: None,
             // One more than the window: whether another page follows.
             limit: window + 1,
             items: Vec::new(),
-            domain: None,
+            domain,
         };
         let reply = defer(
             out,
             ApiOp::Shlink(Box::new(ApiOp::List(walk)), page, per_page),
         );
-        self.list_shard(reply, 0, None, window + 1, None, mesh);
+        self.list_shard(reply, 0, None, window + 1, domain, mesh);
         Ok(())
     }
 
@@ -362,7 +385,10 @@ impl ApiFront {
             return Err(ShlinkError::from_native(&ra.into()));
         }
         let cr = native_body(body, true)?;
-        let cr = parse_create(&cr, now_s).map_err(|p| ShlinkError::from_native(&p))?;
+        let mut cr = parse_create(&cr, now_s).map_err(|p| ShlinkError::from_native(&p))?;
+        cr.domain_number = self
+            .domain_number(cr.domain.as_deref())
+            .map_err(|p| ShlinkError::from_native(&p))?;
         self.creates
             .check_alias(&cr)
             .map_err(|p| ShlinkError::from_native(&p))?;
@@ -383,18 +409,19 @@ impl ApiFront {
         &mut self,
         out: &[u8],
         defer: &mut Defer<'_>,
-        code: &[u8],
+        (code, query): (&[u8], Option<&[u8]>),
         method: Method,
         body: &[u8],
         now_s: u64,
         mesh: &mut Mesh,
     ) -> Result<(), ShlinkError> {
-        let Some(ikey) = shards::link::validate_key(code)
-            .ok()
-            .and_then(|()| InlineKey::new(code))
-        else {
+        if shards::link::validate_key(code).is_err() {
             return Err(ShlinkError::not_found(Some(&String::from_utf8_lossy(code))));
-        };
+        }
+        // `?domain=`: the short code on that domain.
+        let ikey: InlineKey = self
+            .item_key(query, code)
+            .map_err(|p| ShlinkError::from_native(&p))?;
         // Only a PATCH has a body: Shlink's fields, in the native API's names.
         let native = match method {
             Method::Get | Method::Delete => Vec::new(),
@@ -403,26 +430,55 @@ impl ApiFront {
         let (op, ask) = super::item_ask(method, ikey, &native, now_s)
             .map_err(|p| ShlinkError::from_native(&p))?;
         let reply = defer(out, ApiOp::Shlink(Box::new(op), 0, 0));
-        let owner = self.router.owner(code).core;
+        let owner = self.router.owner(ikey.as_bytes()).core;
         mesh.deliver(owner, ask.message(reply));
         Ok(())
     }
 
+    /// `GET /rest/v3/domains`: the live domains with their special redirects, the default one
+    /// first (named by `--public-url`'s host while it has no name of its own).
+    fn shlink_domains(&self, out: &mut Vec<u8>, f: Framing<'_>) {
+        let redirects = |r: &crate::api::domains::NotFoundRedirects| {
+            json!({"baseUrlRedirect": r.base_url, "regular404Redirect": r.regular_404,
+                   "invalidShortUrlRedirect": r.invalid_short_url})
+        };
+        let none = crate::api::domains::NotFoundRedirects::default();
+        let default = self.domains.get(shards::link::DEFAULT_DOMAIN);
+        let default_name = default.map(|d| d.name.clone()).unwrap_or_else(|| {
+            url::Url::parse(&self.public_url)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_owned))
+                .unwrap_or_default()
+        });
+        let mut data = vec![json!({"domain": default_name, "isDefault": true,
+            "redirects": redirects(default.map_or(&none, |d| &d.redirects))})];
+        data.extend(self.domains.live().iter().filter(|d| !d.is_default()).map(
+            |d| json!({"domain": d.name, "isDefault": false, "redirects": redirects(&d.redirects)}),
+        ));
+        let body = json!({"domains": {"data": data, "defaultRedirects": redirects(&none)}});
+        let bytes = serde_json::to_vec(&body).expect("json");
+        let r = Response {
+            status: Status::Ok,
+            headers: &[],
+            content_type: Some("application/json"),
+            body: &bytes,
+        };
+        encode::encode_response(out, &r, f);
+    }
+
     /// A Shlink short URL object.
     fn short_url_json(&self, info: &LinkInfo) -> Value {
-        // Shlink's API does not take domains yet: it shows each link's key alone.
-        let key = std::str::from_utf8(shards::link::split_stored_key(info.key.as_bytes()).1)
-            .unwrap_or("");
+        let (domain, base, key) = self.short_url_parts(info);
         let expires = (info.expires_at_s != 0).then(|| format_rfc3339_utc(info.expires_at_s));
         json!({
             "shortCode": key,
-            "shortUrl": format!("{}/{key}", self.public_url.trim_end_matches('/')),
+            "shortUrl": format!("{}/{key}", base.trim_end_matches('/')),
             "longUrl": &*info.target,
             "dateCreated": format_rfc3339_utc(info.created_at_s),
             "visitsSummary": {"total": 0, "nonBots": 0, "bots": 0},
             "tags": [],
             "meta": {"validSince": null, "validUntil": expires, "maxVisits": null},
-            "domain": null,
+            "domain": domain,
             "title": null,
             "crawlable": false,
             "forwardQuery": false,
@@ -527,6 +583,14 @@ impl ApiFront {
 }
 
 /// `page` (from 1) and `itemsPerPage` (1 to 500; -1, "all", is refused: use the cursor API).
+/// The `domain` query parameter, if given and not empty.
+fn shlink_domain_param(query: Option<&[u8]>) -> Option<String> {
+    url::form_urlencoded::parse(query.unwrap_or_default())
+        .find(|(k, _)| k == "domain")
+        .map(|(_, v)| v.into_owned())
+        .filter(|v| !v.is_empty())
+}
+
 fn shlink_page(query: Option<&[u8]>) -> Result<(u32, u32), ShlinkError> {
     let (mut page, mut per_page) = (1u32, SHLINK_DEFAULT_PAGE_ITEMS);
     let text = std::str::from_utf8(query.unwrap_or_default()).unwrap_or("");
@@ -562,7 +626,6 @@ fn shlink_page(query: Option<&[u8]>) -> Result<(u32, u32), ShlinkError> {
             | "endDate"
             | "excludeMaxVisitsReached"
             | "excludePastValidUntil"
-            | "domain"
             | "excludeTags[]"
             | "excludeTagsMode"
             | "apiKeyName" => {

@@ -31,6 +31,24 @@ for (const [name, makeClient] of [['fetch', () => new FetchHttpClient()], ['node
   assert.ok(made.shortUrl.endsWith(`/${slug}`), made.shortUrl);
   assert.deepEqual(made.tags, []);
 
+  // Domains: the same slug on another domain is another short URL.
+  const domains = await api.listDomains();
+  assert.deepEqual(domains.data.map((d) => [d.domain, d.isDefault]), [['sho.rt', true], ['go.brand.com', false]]);
+  assert.equal(domains.data[1].redirects.invalidShortUrlRedirect, 'https://brand.example/');
+  const branded = await api.createShortUrl({ longUrl: 'https://example.com/sdk/brand', customSlug: slug, domain: 'go.brand.com' });
+  assert.equal(branded.domain, 'go.brand.com');
+  assert.equal(branded.shortUrl, `https://go.brand.com/${slug}`);
+  assert.equal((await api.getShortUrl({ shortCode: slug, domain: 'go.brand.com' })).longUrl, 'https://example.com/sdk/brand');
+  assert.equal((await api.getShortUrl({ shortCode: slug })).longUrl, 'https://example.com/sdk/a');
+  const onBrand = await api.listShortUrls({ domain: 'go.brand.com', itemsPerPage: 50 });
+  assert.ok(onBrand.data.every((s) => s.domain === 'go.brand.com'), JSON.stringify(onBrand.data));
+  assert.ok(onBrand.data.some((s) => s.shortCode === slug));
+  const onDefault = await api.listShortUrls({ domain: 'DEFAULT', itemsPerPage: 50 });
+  assert.ok(onDefault.data.every((s) => s.domain === null), JSON.stringify(onDefault.data));
+  await rejectsWith(api.createShortUrl({ longUrl: 'https://example.com/sdk/x', domain: 'nope.example' }), 'invalid-data');
+  await api.deleteShortUrl({ shortCode: slug, domain: 'go.brand.com' });
+  await rejectsWith(api.getShortUrl({ shortCode: slug, domain: 'go.brand.com' }), 'short-url-not-found');
+
   const generated = await api.createShortUrl({ longUrl: 'https://example.com/sdk/b' });
   assert.match(generated.shortCode, /^[0-9A-Za-z]{7}$/);
 
