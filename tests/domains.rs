@@ -479,4 +479,32 @@ fn export_and_import_carry_domains_by_name() {
         visit(&mut c, "sho.rt", "fromshlink"),
         (302, Some("https://s.example/b".into()))
     );
+    drop(s);
+
+    // Bitly's bitlinks: a declared domain's go to it; Bitly's own (bit.ly) to the default one.
+    let bitly = tmp.path().join("bitly.csv");
+    std::fs::write(
+        &bitly,
+        "id,long_url,custom_bitlinks\nbit.ly/fromBitly,https://b.example/1,https://go.brand.com/fromBitly\n",
+    )
+    .unwrap();
+    let (ok, text) = cli(&[
+        "import",
+        "--data-dir",
+        d,
+        "--format",
+        "bitly-csv",
+        bitly.to_str().unwrap(),
+    ]);
+    assert!(ok, "{text}");
+    let s = start(&dir, &[]);
+    let mut c = Client::new(&s);
+    assert_eq!(
+        visit(&mut c, "sho.rt", "fromBitly"),
+        (302, Some("https://b.example/1".into()))
+    );
+    assert_eq!(
+        visit(&mut c, "go.brand.com", "fromBitly"),
+        (302, Some("https://b.example/1".into()))
+    );
 }

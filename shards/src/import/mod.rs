@@ -423,6 +423,9 @@ fn in_domain<'a>(
         _ => ascii,
     };
     let Some(&number) = domains.get(&ascii) else {
+        if rec.domain_if_declared {
+            return Ok(rec);
+        }
         return Err(LineError {
             line: rec.line,
             message: format!(

@@ -20,6 +20,10 @@ pub(crate) struct Record<'a> {
     /// The link's domain by name (`None` or empty: the default domain); the import resolves
     /// it to the data dir's number (`ImportOptions::domains`).
     pub domain: Option<Cow<'a, str>>,
+    /// The domain came with the key (a Bitly bitlink, `bit.ly/KEY`): if the data dir has not
+    /// declared it, the link goes to the default domain rather than being a bad line (Bitly's
+    /// own shared domains are no one else's to serve).
+    pub domain_if_declared: bool,
 }
 
 /// A record of `key` and `url` after the link rules (`link::validate_key`, `validate_url`);
@@ -47,5 +51,6 @@ pub(crate) fn validated<'a>(
         created_at_s: None,
         dropped: Vec::new(),
         domain: None,
+        domain_if_declared: false,
     })
 }

@@ -185,11 +185,11 @@ fn rows_of(
     for (c, v) in cols.iter().zip(row.iter()) {
         let v = v.trim();
         match c {
-            Col::Key => keys.insert(0, bare_key(vendor, v)),
+            Col::Key => keys.insert(0, (bare_key(vendor, v), bitlink_host(vendor, v))),
             Col::MoreKeys => keys.extend(
                 v.split([',', ' ', '|'])
                     .filter(|s| !s.is_empty())
-                    .map(|k| bare_key(vendor, k)),
+                    .map(|k| (bare_key(vendor, k), bitlink_host(vendor, k))),
             ),
             Col::Url => url = Some(v.to_owned()),
             Col::Domain if !v.is_empty() => domain = Some(v.to_owned()),
@@ -215,7 +215,7 @@ fn rows_of(
     keys.dedup();
     Ok(keys
         .into_iter()
-        .map(|k| {
+        .map(|(k, bitlink_domain)| {
             let mut r = validated(
                 line,
                 Cow::Owned(k),
@@ -225,9 +225,27 @@ fn rows_of(
             r.created_at_s = created;
             r.dropped = dropped.clone();
             r.domain = domain.clone().map(Cow::Owned);
+            if let (None, Some(host)) = (&r.domain, &bitlink_domain) {
+                r.domain = Some(Cow::Owned(host.clone()));
+                r.domain_if_declared = true;
+            }
             Ok(r)
         })
         .collect())
+}
+
+/// The host of a bitlink (`bit.ly/3xyz`, `https://go.brand.com/abc`), if it has one.
+fn bitlink_host(vendor: Vendor, v: &str) -> Option<String> {
+    if vendor != Vendor::Bitly {
+        return None;
+    }
+    let rest = v
+        .strip_prefix("https://")
+        .or_else(|| v.strip_prefix("http://"))
+        .unwrap_or(v);
+    let (host, _) = rest.rsplit_once('/')?;
+    let host = host.split('/').next().unwrap_or(host);
+    (!host.is_empty()).then(|| host.to_owned())
 }
 
 /// A key from a column that may hold a short URL (`bit.ly/3xyz`, `https://s.test/abc`).
