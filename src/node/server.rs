@@ -163,6 +163,16 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     drop(write.allocator);
     // Held to the end: a server started meanwhile would share the port with a draining one.
     drop(port_lock);
+    if let Some(c) = &shared.clicks {
+        // What `/metrics` can no longer be asked: clicks answered but not counted (no clean
+        // batch free on their core, `ricochet_clicks_dropped_total`) over the server's life.
+        let dropped: u64 = c
+            .per_core
+            .iter()
+            .map(|a| a.dropped.load(Ordering::Relaxed))
+            .sum();
+        eprintln!("clicks dropped since start: {dropped}");
+    }
     eprintln!("ricochet drained and stopped");
     Ok(())
 }

@@ -195,6 +195,11 @@ impl Server {
 
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
+        self.sigterm_and_wait()
+    }
+
+    /// [`Server::terminate`], keeping the `Server` (its stderr can still be read).
+    pub fn sigterm_and_wait(&mut self) -> std::process::ExitStatus {
         // SAFETY: sending a signal to our own child process.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(20);
