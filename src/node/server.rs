@@ -163,9 +163,15 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     drop(write.allocator);
     // Held to the end: a server started meanwhile would share the port with a draining one.
     drop(port_lock);
+    say_dropped_clicks(&shared);
+    eprintln!("ricochet drained and stopped");
+    Ok(())
+}
+
+/// What `/metrics` can no longer be asked once the server stops: the clicks answered but not
+/// counted over its life (no clean batch free on their core, `ricochet_clicks_dropped_total`).
+fn say_dropped_clicks(shared: &Shared) {
     if let Some(c) = &shared.clicks {
-        // What `/metrics` can no longer be asked: clicks answered but not counted (no clean
-        // batch free on their core, `ricochet_clicks_dropped_total`) over the server's life.
         let dropped: u64 = c
             .per_core
             .iter()
@@ -173,8 +179,6 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             .sum();
         eprintln!("clicks dropped since start: {dropped}");
     }
-    eprintln!("ricochet drained and stopped");
-    Ok(())
 }
 
 /// What every core and the service threads read: counters, readiness, the drain flag.
