@@ -137,6 +137,14 @@ fn each_domain_is_its_own_keyspace_chosen_by_host() {
     let r = c.get_link("promo3");
     assert_eq!(r.json()["long_url"], "https://default.example/promo3");
     c.get_link("promo3?domain=nope.example").assert_problem(422);
+    let r = c
+        .send("GET", "/api/v1/stats?domain=go.brand.com", true, &[], b"")
+        .unwrap();
+    let p = r.assert_problem(422);
+    assert!(
+        p["detail"].as_str().unwrap().contains("every domain"),
+        "{p}"
+    );
 
     // A domain added while the server runs is in force within about a second.
     let (ok, text) = domains(&dir, &["add", "third.example"]);

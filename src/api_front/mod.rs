@@ -231,6 +231,11 @@ impl ApiFront {
             p.detail = "click analytics is off on this server (--analytics off)".into();
             return problem(out, p);
         };
+        // `parse_range` lets a link's stats name their domain; these cover every domain.
+        if url::form_urlencoded::parse(req.query.unwrap_or_default()).any(|(k, _)| k == "domain") {
+            let why = "the server-wide stats cover every domain; domain is taken on a link's stats";
+            return problem(out, Problem::invalid_field(Some("domain"), why));
+        }
         let today = shards::clicks::day_of(clock.now_s);
         let (from, to) = match crate::analytics::stats::parse_range(req.query, today) {
             Ok((from, to, _)) => (from, to),
