@@ -10,6 +10,9 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
+/// Serializes [`DataDir::record_tables`] within a process.
+static INVENTORY_WRITES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Subdirectory holding shard tables.
 pub const TABLES_DIR: &str = "tables";
 
@@ -167,7 +170,16 @@ impl DataDir {
     /// Adds `shards` to the inventory (crash-safe replace). Called after their tables are
     /// durable: a crash in between leaves a table the inventory does not list yet, which is
     /// harmless, never the reverse.
+    ///
+    /// One at a time in a process ([`INVENTORY_WRITES`]): several cores' compactions and a
+    /// regeneration may record tables at once, and two read-modify-writes through the one temp
+    /// file interleaved into an inventory with an empty line, refused at the next start
+    /// (`tests/fleet_links.rs`, `a_running_node_behind_the_horizon_regenerates_while_serving`,
+    /// on 3 cores). Other processes are kept out by the dir's lock. Never on a redirect path.
     pub fn record_tables(&self, shards: impl IntoIterator<Item = u32>) -> Result<(), Error> {
+        let _one_writer = INVENTORY_WRITES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut set = self.inventory()?.unwrap_or_default();
         let before = set.len();
         set.extend(shards);
