@@ -68,16 +68,21 @@ pub fn export(
     };
     let io = |e: std::io::Error| Error::io(dir.to_path_buf(), "write the export", e);
     let named = |key: &str| named_key(key, domains).1.is_some();
-    let with_domains = links.keys().any(|k| named(k));
+    // TSV and CSV columns are positional: an author column needs the domain column before it.
+    let with_authors = links.values().any(|l| l.author.is_some());
+    let with_domains = with_authors || links.keys().any(|k| named(k));
     let domain_col = if with_domains { "\tdomain" } else { "" };
+    let author_col = if with_authors { "\tauthor" } else { "" };
     match format {
-        ExportFormat::Tsv => {
-            writeln!(out, "key\tlong_url\tstatus\texpires_at{domain_col}").map_err(io)?
-        }
+        ExportFormat::Tsv => writeln!(
+            out,
+            "key\tlong_url\tstatus\texpires_at{domain_col}{author_col}"
+        )
+        .map_err(io)?,
         ExportFormat::Csv => writeln!(
             out,
             "key,long_url,status,expires_at{}",
-            if with_domains { ",domain" } else { "" }
+            domain_col.replace('\t', ",") + &author_col.replace('\t', ",")
         )
         .map_err(io)?,
         ExportFormat::Ndjson => {}
@@ -89,7 +94,8 @@ pub fn export(
         }
         let (key, domain) = named_key(&l.key, domains);
         let domain = with_domains.then_some(domain.unwrap_or(""));
-        write_line(out, format, l, key, domain).map_err(io)?;
+        let author = with_authors.then_some(l.author.as_str());
+        write_line(out, format, l, key, domain, author).map_err(io)?;
         summary.links += 1;
     }
     out.flush().map_err(io)?;
@@ -163,6 +169,7 @@ fn write_line(
     l: &OwnedLink,
     key: &str,
     domain: Option<&str>,
+    author: Option<&str>,
 ) -> std::io::Result<()> {
     let expires = (l.expires_at_s != 0).then(|| crate::timefmt::format_rfc3339_utc(l.expires_at_s));
     match format {
@@ -177,17 +184,22 @@ fn write_line(
             if let Some(d) = domain.filter(|d| !d.is_empty()) {
                 line["domain"] = serde_json::Value::from(d);
             }
+            if l.author.is_some() {
+                line["author"] = serde_json::Value::from(l.author.as_str());
+            }
             writeln!(out, "{line}")?;
         }
         ExportFormat::Tsv => writeln!(
             out,
-            "{}\t{}\t{}\t{}{}{}",
+            "{}\t{}\t{}\t{}{}{}{}{}",
             key,
             l.target,
             l.status.code(),
             expires.unwrap_or_default(),
             if domain.is_some() { "\t" } else { "" },
-            domain.unwrap_or_default()
+            domain.unwrap_or_default(),
+            if author.is_some() { "\t" } else { "" },
+            author.unwrap_or_default()
         )?,
         ExportFormat::Csv => {
             let mut w = csv::WriterBuilder::new()
@@ -197,6 +209,7 @@ fn write_line(
             let expires = expires.unwrap_or_default();
             let mut fields = vec![key, l.target.as_str(), &status, &expires];
             fields.extend(domain);
+            fields.extend(author);
             w.write_record(fields).map_err(std::io::Error::other)?;
             out.write_all(
                 &w.into_inner()
@@ -254,6 +267,7 @@ fn read_state(dd: &DataDir) -> Result<Option<State>, Error> {
                             expires_at_s: l.expires_at_s,
                             created_at_s: l.created_at_s,
                             flags: l.flags,
+                            author: l.author,
                         },
                     );
                 }

@@ -14,12 +14,89 @@ pub const MAX_URL_BYTES: usize = 8192;
 /// `created_at_s` it tells two incarnations of one key apart, which the second alone cannot
 /// when a key is deleted and created again within it (an idempotent retry must not be told
 /// it created the other one). 0: unknown (a link written before tags, imported, or in fleet
-/// mode, where the database's creating transaction decides). The other bits are reserved, 0.
+/// mode, where the database's creating transaction decides). Bit 24 is [`AUTHOR_FLAG`]; the
+/// others are reserved, 0.
 pub const CREATION_TAG_MASK: u32 = 0x00FF_FFFF;
 
 /// The creation tag a link's stored `flags` hold (see [`CREATION_TAG_MASK`]).
 pub fn creation_tag(flags: u32) -> u32 {
     flags & CREATION_TAG_MASK
+}
+
+/// The `flags` bit (tables and logs) saying that the link records its author: the 8 bytes
+/// of an [`Author`] follow its target. Set and cleared by the encoders from the link's
+/// `author` field; never set in memory. Data written before authors never has it.
+pub const AUTHOR_FLAG: u32 = 1 << 24;
+
+/// Bytes of an [`Author`] in a record.
+pub const AUTHOR_BYTES: usize = 8;
+
+/// Who created a link (issue 26): the id of the API key that sent the create, 1 to
+/// [`AUTHOR_BYTES`] ASCII letters or digits, padded with zero bytes; all zeros is
+/// [`Author::NONE`] (imported, created before authors were recorded, or by an operator's
+/// tool). Author-only API keys see only the links they authored. `Copy` and 8 bytes, so a
+/// memtable entry grows by one word and a table record by 8 bytes only when it has one.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Author([u8; AUTHOR_BYTES]);
+
+impl Author {
+    /// No recorded author.
+    pub const NONE: Author = Author([0; AUTHOR_BYTES]);
+
+    /// The author named `id`: 1..=[`AUTHOR_BYTES`] ASCII letters or digits.
+    pub fn from_id(id: &str) -> Option<Author> {
+        let b = id.as_bytes();
+        if b.is_empty() || b.len() > AUTHOR_BYTES || !b.iter().all(u8::is_ascii_alphanumeric) {
+            return None;
+        }
+        let mut out = [0; AUTHOR_BYTES];
+        out[..b.len()].copy_from_slice(b);
+        Some(Author(out))
+    }
+
+    /// The author from its record bytes: [`Author::NONE`] for all zeros, else a valid id
+    /// followed only by zero padding; `None` for anything else (a damaged record).
+    pub fn from_bytes(b: [u8; AUTHOR_BYTES]) -> Option<Author> {
+        let len = b.iter().position(|&c| c == 0).unwrap_or(AUTHOR_BYTES);
+        if len == 0 {
+            return b.iter().all(|&c| c == 0).then_some(Author::NONE);
+        }
+        let padded = b[len..].iter().all(|&c| c == 0);
+        let text = std::str::from_utf8(&b[..len]).ok()?;
+        Author::from_id(text).filter(|_| padded)
+    }
+
+    /// The record bytes.
+    pub fn bytes(&self) -> [u8; AUTHOR_BYTES] {
+        self.0
+    }
+
+    /// Whether a link has a recorded author.
+    pub fn is_some(&self) -> bool {
+        *self != Author::NONE
+    }
+
+    /// The id as text; `""` for [`Author::NONE`].
+    pub fn as_str(&self) -> &str {
+        let len = self.0.iter().position(|&c| c == 0).unwrap_or(AUTHOR_BYTES);
+        // Only ASCII alphanumerics are ever stored (see `from_id`, `from_bytes`).
+        std::str::from_utf8(&self.0[..len]).unwrap_or("")
+    }
+
+    /// The flags bit a record of this author carries ([`AUTHOR_FLAG`] or 0).
+    pub fn flag(&self) -> u32 {
+        if self.is_some() {
+            AUTHOR_FLAG
+        } else {
+            0
+        }
+    }
+}
+
+impl std::fmt::Debug for Author {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Author({})", self.as_str())
+    }
 }
 
 /// Makes creation tags (see [`CREATION_TAG_MASK`]) for one owner.

@@ -1,7 +1,7 @@
 //! Table build + lookup against a HashMap oracle, and corrupt-file handling.
 
 use proptest::prelude::*;
-use shards::link::RedirectStatus;
+use shards::link::{Author, RedirectStatus};
 use shards::placement::shard_of;
 use shards::table::{write_table, OwnedLink, Table, HEADER_BYTES, INDEX_LOAD_PERCENT};
 use shards::Error;
@@ -16,6 +16,11 @@ fn link(key: &str, target: &str, status: RedirectStatus, n: u64) -> OwnedLink {
         expires_at_s: n * 3,
         created_at_s: 1_700_000_000 + n,
         flags: (n % 7) as u32,
+        author: if n % 3 == 0 {
+            Author::from_id(&format!("k{n}")).unwrap()
+        } else {
+            Author::NONE
+        },
     }
 }
 
@@ -89,6 +94,7 @@ proptest! {
                     prop_assert_eq!(got.expires_at_s, want.expires_at_s);
                     prop_assert_eq!(got.created_at_s, want.created_at_s);
                     prop_assert_eq!(got.flags, want.flags);
+                    prop_assert_eq!(got.author, want.author);
                 }
                 None => prop_assert!(got.is_none(), "absent key {} found", probe),
             }
@@ -259,6 +265,38 @@ fn corrupt_tables_are_rejected_with_file_name() {
     }
     let e = Table::open(&dir.path().join("missing.tbl")).unwrap_err();
     assert!(e.to_string().contains("missing.tbl"), "{e}");
+}
+
+/// A table of format 1 (before authors: no record has one) opens and reads unchanged in a
+/// build that writes format 2; a version above this build's is refused, naming both.
+#[test]
+fn format_1_tables_read_unchanged_and_a_future_format_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("00000.tbl");
+    let links: Vec<OwnedLink> = (0..200u64)
+        .map(|i| OwnedLink {
+            author: Author::NONE,
+            ..link(&format!("key{i}"), &format!("https://e.com/{i}"), RedirectStatus::Found, i)
+        })
+        .collect();
+    write_table(&p, 0, 1, 0, links.clone()).unwrap();
+    let mut bytes = std::fs::read(&p).unwrap();
+    assert_eq!(bytes[8..12], 2u32.to_le_bytes());
+    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+    reseal(&mut bytes);
+    std::fs::write(&p, &bytes).unwrap();
+    let t = Table::open(&p).unwrap();
+    let read: Vec<OwnedLink> = t.iter().map(OwnedLink::from).collect();
+    let mut want = links;
+    want.sort_by(|a, b| a.key.cmp(&b.key));
+    assert_eq!(read, want);
+    assert_eq!(t.get(b"key7").unwrap().target, "https://e.com/7");
+    drop(t);
+    bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
+    reseal(&mut bytes);
+    std::fs::write(&p, &bytes).unwrap();
+    let e = Table::open(&p).unwrap_err().to_string();
+    assert!(e.contains("version 3") && e.contains("1 to 2"), "{e}");
 }
 
 #[test]

@@ -297,6 +297,7 @@ fn spill_input(
                     &rec.url,
                     rec.expires_at_s,
                     created,
+                    rec.author,
                 ) {
                     Ok(()) => ControlFlow::Continue(()),
                     Err(e) => {
@@ -380,6 +381,7 @@ fn stage_shard(
                 now_s
             },
             flags: 0,
+            author: r.author,
         }));
     let max_log_seq = existing.as_ref().map_or(0, |t| t.max_log_seq());
     let staged_path = staged_path(dir, shard);

@@ -196,9 +196,9 @@ fn fields_to_record<'a>(
     kind: &str,
 ) -> Result<Record<'a>, LineError> {
     let err = |message: String| LineError { line, message };
-    if !(2..=5).contains(&fields.len()) {
+    if !(2..=6).contains(&fields.len()) {
         return Err(err(format!(
-            "expected 2 to 5 {kind} fields (key, long_url[, status[, expires_at[, domain]]]), \
+            "expected 2 to 6 {kind} fields (key, long_url[, status[, expires_at[, domain[, author]]]]), \
              found {}",
             fields.len()
         )));
@@ -222,10 +222,29 @@ fn fields_to_record<'a>(
         None | Some([]) => None,
         Some(s) => Some(std::str::from_utf8(s).map_err(|_| err("domain is not UTF-8".into()))?),
     };
+    let author = match fields.get(5) {
+        None | Some([]) => None,
+        Some(s) => Some(std::str::from_utf8(s).map_err(|_| err("author is not UTF-8".into()))?),
+    };
     let mut r = validated(line, Cow::Borrowed(key), Cow::Borrowed(url), status)?;
     r.expires_at_s = expiry(line, expires)?;
     r.domain = domain.map(Cow::Borrowed);
+    r.author = author_of(line, author)?;
     Ok(r)
+}
+
+/// `author` (an API key's id, 1 to 8 ASCII letters or digits) or none.
+fn author_of(line: u64, text: Option<&str>) -> Result<crate::link::Author, LineError> {
+    match text {
+        None | Some("") => Ok(crate::link::Author::NONE),
+        Some(t) => crate::link::Author::from_id(t).ok_or_else(|| LineError {
+            line,
+            message: format!(
+                "author {t:?} is not an API key id (1 to {} ASCII letters or digits)",
+                crate::link::AUTHOR_BYTES
+            ),
+        }),
+    }
 }
 
 /// `expires_at` as Unix seconds (0: never); it must be RFC 3339 and in the future.
@@ -254,6 +273,8 @@ struct JsonLine<'a> {
     created_at: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     domain: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    author: Option<Cow<'a, str>>,
 }
 
 fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
@@ -277,5 +298,6 @@ fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
     r.expires_at_s = expires_at_s;
     r.created_at_s = created_at_s;
     r.domain = j.domain;
+    r.author = author_of(line, j.author.as_deref())?;
     Ok(r)
 }

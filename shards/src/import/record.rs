@@ -24,6 +24,9 @@ pub(crate) struct Record<'a> {
     /// declared it, the link goes to the default domain rather than being a bad line (Bitly's
     /// own shared domains are no one else's to serve).
     pub domain_if_declared: bool,
+    /// The id of the API key that created the link (`author`, as `export` writes it);
+    /// `Author::NONE` when the input has none.
+    pub author: crate::link::Author,
 }
 
 /// A record of `key` and `url` after the link rules (`link::validate_key`, `validate_url`);
@@ -52,5 +55,6 @@ pub(crate) fn validated<'a>(
         dropped: Vec::new(),
         domain: None,
         domain_if_declared: false,
+        author: crate::link::Author::NONE,
     })
 }

@@ -31,10 +31,11 @@ pub(crate) struct Spilled {
     pub expires_at_s: u64,
     /// 0 = the import's own time.
     pub created_at_s: u64,
+    pub author: crate::link::Author,
 }
 
 /// Bytes of a spill record's fixed head.
-const HEAD_BYTES: usize = 35;
+const HEAD_BYTES: usize = 43;
 
 pub(crate) struct SpillWriter {
     dir: PathBuf,
@@ -91,6 +92,7 @@ impl SpillWriter {
         url: &str,
         expires_at_s: u64,
         created_at_s: u64,
+        author: crate::link::Author,
     ) -> Result<(), Error> {
         let bucket = shard % self.bucket_count();
         let b = &mut self.buckets[bucket as usize];
@@ -102,6 +104,7 @@ impl SpillWriter {
         head[15..19].copy_from_slice(&(url.len() as u32).to_le_bytes());
         head[19..27].copy_from_slice(&expires_at_s.to_le_bytes());
         head[27..35].copy_from_slice(&created_at_s.to_le_bytes());
+        head[35..43].copy_from_slice(&author.bytes());
         b.buf.extend_from_slice(&head);
         b.buf.extend_from_slice(key.as_bytes());
         b.buf.extend_from_slice(url.as_bytes());
@@ -176,6 +179,7 @@ fn decode(r: &mut impl Read, path: &Path) -> Result<Vec<Spilled>, Error> {
         let url_len = u32::from_le_bytes(head[15..19].try_into().expect("4")) as usize;
         let expires_at_s = u64::from_le_bytes(head[19..27].try_into().expect("8"));
         let created_at_s = u64::from_le_bytes(head[27..35].try_into().expect("8"));
+        let author = head[35..43].try_into().expect("8");
         let mut bytes = vec![0u8; key_len + url_len];
         r.read_exact(&mut bytes).map_err(io)?;
         let url = bytes.split_off(key_len);
@@ -189,6 +193,7 @@ fn decode(r: &mut impl Read, path: &Path) -> Result<Vec<Spilled>, Error> {
             url: String::from_utf8(url).map_err(|_| corrupt())?,
             expires_at_s,
             created_at_s,
+            author: crate::link::Author::from_bytes(author).ok_or_else(corrupt)?,
         });
     }
 }
@@ -206,7 +211,7 @@ mod tests {
         // Bucket 1 gets enough to outgrow its buffer twice; bucket 2 one small record.
         let big = 2 * SPILL_BUFFER_BYTES / url.len() + 1;
         for i in 0..big as u64 {
-            w.push(i, 5, RedirectStatus::Found, &format!("k{i}"), &url, 0, 0)
+            w.push(i, 5, RedirectStatus::Found, &format!("k{i}"), &url, 0, 0, Default::default())
                 .unwrap();
         }
         w.push(
@@ -217,6 +222,7 @@ mod tests {
             "http://h",
             9,
             8,
+            Default::default(),
         )
         .unwrap();
         let buckets = w.finish().unwrap();

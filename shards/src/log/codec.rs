@@ -1,7 +1,7 @@
 //! Byte format of the log: file header, frames, record payloads. All integers little-endian.
 //! `docs/log.md` documents the same layout byte by byte; changing either is a format change.
 
-use crate::link::RedirectStatus;
+use crate::link::{Author, RedirectStatus, AUTHOR_BYTES, AUTHOR_FLAG};
 
 use super::{LinkFields, LogOp, LogOpRef, LogRecord, MAX_RECORD_BYTES};
 
@@ -76,19 +76,17 @@ pub fn decode_header(h: &[u8; HEADER_BYTES]) -> Result<u32, HeaderError> {
 pub fn payload_len(op: &LogOpRef<'_>) -> usize {
     PAYLOAD_PREFIX_BYTES
         + match op {
-            LogOpRef::Put(link) => LINK_FIXED_BYTES + link.key.len() + link.target.len(),
+            LogOpRef::Put(link) => link_len(link),
             LogOpRef::Delete { key } => 2 + key.len(),
             LogOpRef::FleetPut { link, idem, .. } => {
-                LINK_FIXED_BYTES
-                    + link.key.len()
-                    + link.target.len()
+                link_len(link)
                     + 8
                     + 2
                     + idem.map_or(0, |(scope, _)| 32 + scope.len())
             }
             LogOpRef::FleetDelete { key, .. } => 8 + 2 + key.len(),
             LogOpRef::PutWithIdem { link, scope, .. } => {
-                LINK_FIXED_BYTES + link.key.len() + link.target.len() + 32 + 2 + scope.len()
+                link_len(link) + 32 + 2 + scope.len()
             }
             LogOpRef::IdemRecord {
                 scope,
@@ -325,10 +323,18 @@ fn decode_idem_record(r: &mut Reader<'_>, tag: u8) -> Result<LogOp, String> {
 /// length (2), target length (4).
 const LINK_FIXED_BYTES: usize = 2 + 4 + 8 + 8 + 8 + 2 + 4;
 
-/// A link's fields (shared by `Put` and `PutWithIdem`), in their on-disk order.
+/// Encoded size of a link's fields: the fixed part, key, target, and the author if any.
+fn link_len(l: &LinkFields<&str>) -> usize {
+    let author = if l.author.is_some() { AUTHOR_BYTES } else { 0 };
+    LINK_FIXED_BYTES + l.key.len() + l.target.len() + author
+}
+
+/// A link's fields (shared by `Put` and `PutWithIdem`), in their on-disk order; flags carry
+/// [`AUTHOR_FLAG`] exactly when the author's bytes follow the target.
 fn encode_link(out: &mut Vec<u8>, l: &LinkFields<&str>) {
+    debug_assert_eq!(l.flags & AUTHOR_FLAG, 0, "the author flag is the encoder's");
     out.extend_from_slice(&l.status.code().to_le_bytes());
-    out.extend_from_slice(&l.flags.to_le_bytes());
+    out.extend_from_slice(&(l.flags | l.author.flag()).to_le_bytes());
     out.extend_from_slice(&l.expires_at_s.to_le_bytes());
     out.extend_from_slice(&l.created_at_s.to_le_bytes());
     out.extend_from_slice(&l.id.to_le_bytes());
@@ -336,6 +342,9 @@ fn encode_link(out: &mut Vec<u8>, l: &LinkFields<&str>) {
     out.extend_from_slice(&(l.target.len() as u32).to_le_bytes());
     out.extend_from_slice(l.key.as_bytes());
     out.extend_from_slice(l.target.as_bytes());
+    if l.author.is_some() {
+        out.extend_from_slice(&l.author.bytes());
+    }
 }
 
 /// Reads what [`encode_link`] wrote.
@@ -350,14 +359,26 @@ fn decode_link(r: &mut Reader<'_>) -> Result<LinkFields, String> {
     let target_len = r.u32()? as usize;
     let key = r.string(key_len, "key")?;
     let target = r.string(target_len, "target")?;
+    let author = if flags & AUTHOR_FLAG != 0 {
+        let b: [u8; AUTHOR_BYTES] = r
+            .bytes(AUTHOR_BYTES)?
+            .try_into()
+            .map_err(|_| "short author".to_string())?;
+        Author::from_bytes(b)
+            .filter(Author::is_some)
+            .ok_or_else(|| "bad author".to_string())?
+    } else {
+        Author::NONE
+    };
     Ok(LinkFields {
         key,
         target,
         status,
         expires_at_s,
         created_at_s,
-        flags,
+        flags: flags & !AUTHOR_FLAG,
         id,
+        author,
     })
 }
 
@@ -456,6 +477,7 @@ mod tests {
                 created_at_s: 6,
                 flags: 0xdead_beef,
                 id: 42,
+                author: Author::from_id("Ab3").unwrap(),
             }),
             LogOp::Delete { key: "k".into() },
             LogOp::IdemRecord {

@@ -55,6 +55,8 @@ pub struct LinkFields<S = String> {
     pub flags: u32,
     /// The generated ID behind `key`; 0 for a custom alias.
     pub id: u64,
+    /// Who created the link ([`crate::link::Author::NONE`]: unknown).
+    pub author: crate::link::Author,
 }
 
 impl LinkFields<String> {
@@ -68,6 +70,7 @@ impl LinkFields<String> {
             created_at_s: self.created_at_s,
             flags: self.flags,
             id: self.id,
+            author: self.author,
         }
     }
 }
@@ -336,8 +339,13 @@ mod tests {
             status: RedirectStatus::Found,
             expires_at_s: i % 3,
             created_at_s: 1_700_000_000 + i,
-            flags: i as u32,
+            flags: i as u32 & crate::link::CREATION_TAG_MASK,
             id: i,
+            author: if i % 2 == 0 {
+                crate::link::Author::from_id(&format!("a{i}")).unwrap()
+            } else {
+                crate::link::Author::NONE
+            },
         })
     }
 
@@ -353,6 +361,7 @@ mod tests {
                     created_at_s: 1_700_000_000 + i,
                     flags: 0,
                     id: 0,
+                    author: crate::link::Author::NONE,
                 },
                 version: i * 3 + 1,
                 idem: (i % 4 == 0).then(|| (format!("api{i}:k"), [(i * 5) as u8; 32])),
@@ -373,6 +382,7 @@ mod tests {
                     created_at_s: 1_700_000_000 + i,
                     flags: 0,
                     id: i,
+                    author: crate::link::Author::from_id("k").unwrap(),
                 },
                 scope: format!("api{i}:idem-{i}"),
                 request_hash: [(i * 7) as u8; 32],

@@ -18,8 +18,15 @@
 /// Bytes every table file starts with.
 pub const TABLE_MAGIC: [u8; 8] = *b"RICOTBL\0";
 
-/// Table format this build reads and writes. Bump on any incompatible change.
-pub const TABLE_FORMAT_VERSION: u32 = 1;
+/// Table format this build writes. Bump on any incompatible change.
+/// - 1: the first format.
+/// - 2: a record may carry its link's author (`link::AUTHOR_FLAG`). A format-1 table is a
+///   format-2 table none of whose records has one, so this build reads both unchanged; a
+///   build that reads only format 1 refuses a format-2 table (it would misplace records).
+pub const TABLE_FORMAT_VERSION: u32 = 2;
+
+/// The oldest table format this build reads.
+pub const OLDEST_TABLE_FORMAT_VERSION: u32 = 1;
 
 /// Size of the header. 64 keeps the payload that follows aligned for rkyv (which needs 8) and
 /// fits the header in one cache line.
@@ -69,9 +76,9 @@ impl Header {
             ));
         }
         let version = u32_at(b, 8);
-        if version != TABLE_FORMAT_VERSION {
+        if !(OLDEST_TABLE_FORMAT_VERSION..=TABLE_FORMAT_VERSION).contains(&version) {
             return Err(format!(
-                "unsupported table format version {version} (this build reads {TABLE_FORMAT_VERSION})"
+                "unsupported table format version {version} (this build reads {OLDEST_TABLE_FORMAT_VERSION} to {TABLE_FORMAT_VERSION})"
             ));
         }
         let header_bytes = u32_at(b, 20);

@@ -12,16 +12,18 @@
 //! off  size  field
 //!   0     8  expires_at_s (0 = never)
 //!   8     8  created_at_s
-//!  16     4  flags (bits 0..24: creation tag, `link::CREATION_TAG_MASK`; others 0)
+//!  16     4  flags (bits 0..24: creation tag, `link::CREATION_TAG_MASK`;
+//!              bit 24: `link::AUTHOR_FLAG`; others 0)
 //!  20     4  target_len
 //!  24     2  status (301/302/307/308)
 //!  26     1  key_len
 //!  27     k  key bytes
 //! 27+k    t  target bytes (UTF-8)
+//! 27+k+t  8  author (`link::Author`), only when flags has `AUTHOR_FLAG` (format 2)
 //!            zero padding to a multiple of 8
 //! ```
 
-use crate::link::RedirectStatus;
+use crate::link::{Author, RedirectStatus, AUTHOR_BYTES, AUTHOR_FLAG};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// What the rkyv payload of a table file holds.
@@ -94,10 +96,12 @@ pub(crate) fn slot_count_for(entries: usize) -> usize {
     sized.max(entries + 1)
 }
 
-/// Padded size of a record with a `key_len`-byte key and `target_len`-byte target.
+/// Padded size of a record with a `key_len`-byte key, `target_len`-byte target and, if
+/// `authored`, an author.
 #[inline]
-pub(crate) fn record_len(key_len: usize, target_len: usize) -> usize {
-    (RECORD_FIXED_BYTES + key_len + target_len).next_multiple_of(RECORD_ALIGN)
+pub(crate) fn record_len(key_len: usize, target_len: usize, authored: bool) -> usize {
+    let author = if authored { AUTHOR_BYTES } else { 0 };
+    (RECORD_FIXED_BYTES + key_len + target_len + author).next_multiple_of(RECORD_ALIGN)
 }
 
 /// Appends one record to `out` (which must be at a multiple of [`RECORD_ALIGN`]).
@@ -109,18 +113,23 @@ pub(crate) fn push_record(
     expires_at_s: u64,
     created_at_s: u64,
     flags: u32,
+    author: Author,
 ) {
     debug_assert_eq!(out.len() % RECORD_ALIGN, 0);
+    debug_assert_eq!(flags & AUTHOR_FLAG, 0, "the author flag is the encoder's");
     let start = out.len();
     out.extend_from_slice(&expires_at_s.to_le_bytes());
     out.extend_from_slice(&created_at_s.to_le_bytes());
-    out.extend_from_slice(&flags.to_le_bytes());
+    out.extend_from_slice(&(flags | author.flag()).to_le_bytes());
     out.extend_from_slice(&(target.len() as u32).to_le_bytes());
     out.extend_from_slice(&status.code().to_le_bytes());
     out.push(key.len() as u8);
     out.extend_from_slice(key);
     out.extend_from_slice(target);
-    out.resize(start + record_len(key.len(), target.len()), 0);
+    if author.is_some() {
+        out.extend_from_slice(&author.bytes());
+    }
+    out.resize(start + record_len(key.len(), target.len(), author.is_some()), 0);
 }
 
 /// A record's fields as byte slices, bounds-checked against `records`.
@@ -130,7 +139,11 @@ pub(crate) struct RawRecord<'a> {
     pub status: u16,
     pub expires_at_s: u64,
     pub created_at_s: u64,
+    /// Without [`AUTHOR_FLAG`] (that is `author`).
     pub flags: u32,
+    /// [`Author::NONE`] for a record without [`AUTHOR_FLAG`], or whose author bytes are not
+    /// a valid author (only a forged file holds one; the table's CRC vouches for the rest).
+    pub author: Author,
     /// Offset of the next record.
     pub next: usize,
 }
@@ -153,14 +166,23 @@ pub(crate) fn read_record(records: &[u8], off: usize) -> Option<RawRecord<'_>> {
     let key_at = off + RECORD_FIXED_BYTES;
     let target_at = key_at + key_len;
     let key = records.get(key_at..target_at)?;
-    let target = records.get(target_at..target_at.checked_add(target_len)?)?;
+    let target_end = target_at.checked_add(target_len)?;
+    let target = records.get(target_at..target_end)?;
+    let authored = flags & AUTHOR_FLAG != 0;
+    let author = if authored {
+        let b = records.get(target_end..target_end.checked_add(AUTHOR_BYTES)?)?;
+        Author::from_bytes(b.try_into().ok()?).unwrap_or(Author::NONE)
+    } else {
+        Author::NONE
+    };
     Some(RawRecord {
         key,
         target,
         status,
         expires_at_s,
         created_at_s,
-        flags,
-        next: off + record_len(key_len, target_len),
+        flags: flags & !AUTHOR_FLAG,
+        author,
+        next: off + record_len(key_len, target_len, authored),
     })
 }

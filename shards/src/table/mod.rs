@@ -23,6 +23,7 @@ impl From<(&str, LinkRef<'_>)> for OwnedLink {
             expires_at_s: l.expires_at_s,
             created_at_s: l.created_at_s,
             flags: l.flags,
+            author: l.author,
         }
     }
 }

@@ -35,6 +35,8 @@ pub struct LinkRef<'a> {
     pub created_at_s: u64,
     /// Per-link flags: the creation tag (`link::CREATION_TAG_MASK`); other bits reserved.
     pub flags: u32,
+    /// Who created the link (`Author::NONE`: unknown).
+    pub author: crate::link::Author,
 }
 
 /// An immutable, memory-mapped shard table. `Send + Sync`: lookups only read the mapping.
@@ -356,6 +358,7 @@ fn to_link_ref<'a>(rec: &RawRecord<'a>) -> Option<LinkRef<'a>> {
         expires_at_s: rec.expires_at_s,
         created_at_s: rec.created_at_s,
         flags: rec.flags,
+        author: rec.author,
     })
 }
 
@@ -465,6 +468,7 @@ mod tests {
             expires_at_s: 0,
             created_at_s: 0,
             flags: 0,
+            author: crate::link::Author::NONE,
         });
         write_table(&path, 0, 1, 0, links).unwrap();
         let table = Table::open(&path).unwrap();

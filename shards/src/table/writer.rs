@@ -32,6 +32,8 @@ pub struct OwnedLink {
     pub created_at_s: u64,
     /// Per-link flags: the creation tag (`link::CREATION_TAG_MASK`); other bits reserved (0).
     pub flags: u32,
+    /// Who created the link (`Author::NONE`: unknown).
+    pub author: crate::link::Author,
 }
 
 impl From<&crate::log::LinkFields> for OwnedLink {
@@ -44,6 +46,7 @@ impl From<&crate::log::LinkFields> for OwnedLink {
             expires_at_s: l.expires_at_s,
             created_at_s: l.created_at_s,
             flags: l.flags,
+            author: l.author,
         }
     }
 }
@@ -95,7 +98,7 @@ fn index_links(
     };
     let records_len: usize = links
         .iter()
-        .map(|l| record_len(l.key.len(), l.target.len()))
+        .map(|l| record_len(l.key.len(), l.target.len(), l.author.is_some()))
         .sum();
     if (records_len / RECORD_ALIGN) as u64 >= SLOT_POS_MASK {
         return Err(bad(format!(
@@ -124,6 +127,7 @@ fn index_links(
             l.expires_at_s,
             l.created_at_s,
             l.flags,
+            l.author,
         );
         let h = index_hash(l.key.as_bytes());
         let mut i = home_slot(h, n_slots);
