@@ -140,7 +140,7 @@ impl Flights {
         };
         match outcome {
             // The link and its idempotency record were made durable together (`PutWithIdem`).
-            WriteOutcome::Created(info) => self.finish(flight, Ok(info), now_s, mesh),
+            WriteOutcome::Created(info) => self.finish(flight, Ok(*info), now_s, mesh),
             WriteOutcome::Exists if f.req.custom_alias.is_none() => {
                 let (req, created, tag) = (f.req.clone(), f.created_at_s, Self::tag(f));
                 let fr = self.flight_reply(flight);
@@ -172,7 +172,7 @@ impl Flights {
         replies.extend(tokens.iter().filter_map(|t| self.waiters.remove(&t.0)));
         for reply in replies {
             let outcome = match &result {
-                Ok(info) => WriteOutcome::Created(info.clone()),
+                Ok(info) => WriteOutcome::Created(Box::new(info.clone())),
                 Err(o) => clone_failure(o),
             };
             mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });

@@ -571,6 +571,7 @@ mod tests {
     #[test]
     fn hash_fields_do_not_run_together() {
         let a = CreateRequest {
+            author: shards::link::Author::NONE,
             long_url: "https://a.b/xy".into(),
             custom_alias: Some("z".into()),
             expires_at_s: None,

@@ -22,6 +22,9 @@ use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::roles::Role;
 
 use rand::distributions::Alphanumeric;
 use rand::rngs::OsRng;
@@ -101,6 +104,11 @@ impl KeyId {
         })
     }
 
+    /// The author a link created with this key records (the same 1 to 8 letters or digits).
+    pub fn author(&self) -> shards::link::Author {
+        shards::link::Author::from_id(self.as_str()).expect("a key id is a valid author")
+    }
+
     /// The id as text.
     pub fn as_str(&self) -> &str {
         // Only ASCII alphanumerics are ever stored (see `from_bytes`).
@@ -131,6 +139,22 @@ pub struct ApiKeyInfo {
     pub created_at_s: u64,
     /// Unix second of revocation; `None` while the key is active.
     pub revoked_at_s: Option<u64>,
+    /// What the key may do and reach.
+    pub role: Role,
+}
+
+/// An API request's verified key: its id and role.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    pub id: KeyId,
+    pub role: Arc<Role>,
+}
+
+impl Caller {
+    /// The author the key's creates record.
+    pub fn author(&self) -> shards::link::Author {
+        self.id.author()
+    }
 }
 
 /// Errors of the key store. The `Display` text is meant for the operator.
@@ -158,6 +182,7 @@ struct Entry {
     hash: [u8; 32],
     created_at_s: u64,
     revoked_at_s: Option<u64>,
+    role: Arc<Role>,
 }
 
 type Entries = HashMap<KeyId, Entry>;
@@ -184,8 +209,9 @@ impl ApiKeyStore {
 
     /// Creates a key labelled `name` and persists its hash. Returns its id and the plaintext
     /// key, which exists nowhere else: show it to the operator once.
-    pub fn create(&mut self, name: &str) -> Result<(KeyId, String), KeyStoreError> {
+    pub fn create(&mut self, name: &str, role: Role) -> Result<(KeyId, String), KeyStoreError> {
         validate_name(name)?;
+        let role = Arc::new(role);
         let now = now_s();
         self.mutate(|entries| {
             let id = loop {
@@ -203,6 +229,7 @@ impl ApiKeyStore {
                     hash: sha256(plaintext.as_bytes()),
                     created_at_s: now,
                     revoked_at_s: None,
+                    role: role.clone(),
                 },
             );
             Ok((id, plaintext))
@@ -219,6 +246,7 @@ impl ApiKeyStore {
                 name: e.name.clone(),
                 created_at_s: e.created_at_s,
                 revoked_at_s: e.revoked_at_s,
+                role: (*e.role).clone(),
             })
             .collect();
         out.sort_by_key(|a| (a.created_at_s, a.id));
@@ -255,6 +283,8 @@ impl ApiKeyStore {
                 hash: k.hash,
                 created_at_s: k.created_at_s,
                 revoked_at_s: k.revoked_at_s,
+                // Fleet keys have no roles yet (issue 26's fleet half): every one is admin.
+                role: Arc::default(),
             };
             self.entries.insert(id, entry);
         }
@@ -280,7 +310,7 @@ impl ApiKeyStore {
     /// against the [`ENV_KEY_ID`] key, whose format is the operator's choice. At most two
     /// constant-time hash comparisons; whether an id exists may show in timing, but ids are
     /// not secret.
-    pub fn verify(&self, bearer: &[u8]) -> Option<KeyId> {
+    pub fn verify(&self, bearer: &[u8]) -> Option<Caller> {
         let hash = sha256(bearer);
         let by_id = bearer
             .strip_prefix(KEY_PREFIX.as_bytes())
@@ -292,7 +322,10 @@ impl ApiKeyStore {
             .into_iter()
             .flatten()
             .find(|(_, e)| e.revoked_at_s.is_none() && bool::from(e.hash.ct_eq(&hash)))
-            .map(|(id, _)| *id)
+            .map(|(id, e)| Caller {
+                id: *id,
+                role: e.role.clone(),
+            })
     }
 
     /// Prepares the key store of `dir` at server start. `env_key` is the value of
@@ -323,6 +356,7 @@ impl ApiKeyStore {
                             hash,
                             created_at_s: now,
                             revoked_at_s: None,
+                            role: Arc::default(),
                         },
                     );
                     Ok(())
@@ -340,7 +374,7 @@ impl ApiKeyStore {
                 if store.active_count() > 0 {
                     return Ok(None);
                 }
-                let (_, plaintext) = store.create(BOOTSTRAP_KEY_NAME)?;
+                let (_, plaintext) = store.create(BOOTSTRAP_KEY_NAME, Role::default())?;
                 Ok(Some(plaintext))
             }
         }
@@ -379,6 +413,16 @@ pub enum KeysCommand {
     Create {
         /// A label for the key, e.g. who or what uses it.
         name: String,
+        /// The key sees, edits, deletes and reads stats of only the links it created.
+        #[arg(long)]
+        author_only: bool,
+        /// The key reaches only the links of this domain (repeat for several; `DEFAULT` names
+        /// the default domain).
+        #[arg(long = "domain", value_name = "NAME")]
+        domains: Vec<String>,
+        /// The key may only read links and stats.
+        #[arg(long)]
+        read_only: bool,
     },
     /// List API keys (ids, names, dates; never secrets).
     List,
@@ -402,9 +446,16 @@ fn run_keys_command_to(
 ) -> anyhow::Result<()> {
     let mut store = ApiKeyStore::load(data_dir)?;
     match cmd {
-        KeysCommand::Create { name } => {
-            let (id, plaintext) = store.create(&name)?;
-            writeln!(out, "Created API key {id} ({name}):")?;
+        KeysCommand::Create {
+            name,
+            author_only,
+            domains,
+            read_only,
+        } => {
+            let role = Role::new(author_only, read_only, &domains)?;
+            let described = role.describe();
+            let (id, plaintext) = store.create(&name, role)?;
+            writeln!(out, "Created API key {id} ({name}), role {described}:")?;
             writeln!(out)?;
             writeln!(out, "    {plaintext}")?;
             writeln!(out)?;
@@ -431,10 +482,11 @@ fn run_keys_command_to(
                 .max("NAME".len());
             writeln!(
                 out,
-                "{:<id_w$}  {:<name_w$}  {:<20}  STATUS",
+                "{:<id_w$}  {:<name_w$}  {:<20}  {:<22}  ROLE",
                 "ID",
                 "NAME",
                 "CREATED",
+                "STATUS",
                 id_w = KEY_ID_BYTES
             )?;
             for k in keys {
@@ -444,10 +496,11 @@ fn run_keys_command_to(
                 };
                 writeln!(
                     out,
-                    "{:<id_w$}  {:<name_w$}  {:<20}  {status}",
+                    "{:<id_w$}  {:<name_w$}  {:<20}  {status:<22}  {}",
                     k.id.as_str(),
                     k.name,
                     format_rfc3339_utc(k.created_at_s),
+                    k.role.describe(),
                     id_w = KEY_ID_BYTES
                 )?;
             }
@@ -478,6 +531,9 @@ struct FileEntry {
     created_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     revoked_at: Option<String>,
+    /// Absent for an admin key (every key written before roles).
+    #[serde(default, skip_serializing_if = "Role::is_admin")]
+    role: Role,
 }
 
 fn read_entries(path: &Path) -> Result<Entries, KeyStoreError> {
@@ -512,6 +568,7 @@ fn read_entries(path: &Path) -> Result<Entries, KeyStoreError> {
             hash,
             created_at_s,
             revoked_at_s,
+            role: Arc::new(k.role),
         };
         if entries.insert(id, entry).is_some() {
             return Err(corrupt(format!("key id {id} appears twice")));
@@ -533,6 +590,7 @@ fn write_entries(dir: &Path, entries: &Entries) -> Result<(), KeyStoreError> {
                 hash: encode_hex(&e.hash),
                 created_at: format_rfc3339_utc(e.created_at_s),
                 revoked_at: e.revoked_at_s.map(format_rfc3339_utc),
+                role: (*e.role).clone(),
             })
             .collect(),
     };
@@ -679,13 +737,13 @@ mod tests {
     fn created_key_verifies_and_persists_only_a_hash() {
         let dir = tmp();
         let mut store = ApiKeyStore::load(dir.path()).unwrap();
-        let (id, key) = store.create("ci").unwrap();
+        let (id, key) = store.create("ci", Role::default()).unwrap();
         assert!(key.starts_with(&format!("rk_{id}_")));
         assert_eq!(key.len(), 3 + KEY_ID_BYTES + 1 + KEY_SECRET_BYTES);
         assert!(key[3..]
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_'));
-        assert_eq!(store.verify(key.as_bytes()), Some(id));
+        assert_eq!(store.verify(key.as_bytes()).map(|c| c.id), Some(id));
 
         let text = fs::read_to_string(dir.path().join(API_KEYS_FILE)).unwrap();
         let secret = &key[key.len() - KEY_SECRET_BYTES..];
@@ -699,7 +757,7 @@ mod tests {
         assert!(!dir.path().join("api_keys.json.tmp").exists());
 
         let reloaded = ApiKeyStore::load(dir.path()).unwrap();
-        assert_eq!(reloaded.verify(key.as_bytes()), Some(id));
+        assert_eq!(reloaded.verify(key.as_bytes()).map(|c| c.id), Some(id));
         assert_eq!(reloaded.list(), store.list());
         assert_eq!(reloaded.list()[0].name, "ci");
     }
@@ -708,18 +766,18 @@ mod tests {
     fn wrong_keys_are_refused() {
         let dir = tmp();
         let mut store = ApiKeyStore::load(dir.path()).unwrap();
-        let (id_a, key_a) = store.create("a").unwrap();
-        let (_, key_b) = store.create("b").unwrap();
+        let (id_a, key_a) = store.create("a", Role::default()).unwrap();
+        let (_, key_b) = store.create("b", Role::default()).unwrap();
         let mut flipped = key_a.clone().into_bytes();
         let last = flipped.len() - 1;
         flipped[last] = if flipped[last] == b'x' { b'y' } else { b'x' };
-        assert_eq!(store.verify(&flipped), None);
+        assert_eq!(store.verify(&flipped).map(|c| c.id), None);
         // Key a's id with key b's secret.
         let spliced = format!("rk_{id_a}_{}", &key_b[key_b.len() - KEY_SECRET_BYTES..]);
-        assert_eq!(store.verify(spliced.as_bytes()), None);
-        assert_eq!(store.verify(&key_a.as_bytes()[..key_a.len() - 1]), None);
+        assert_eq!(store.verify(spliced.as_bytes()).map(|c| c.id), None);
+        assert_eq!(store.verify(&key_a.as_bytes()[..key_a.len() - 1]).map(|c| c.id), None);
         for junk in [&b""[..], b"rk_", b"rk__", b"Bearer x", b"rk_zzzzzzzz_abc"] {
-            assert_eq!(store.verify(junk), None);
+            assert_eq!(store.verify(junk).map(|c| c.id), None);
         }
         assert!(store.verify(key_b.as_bytes()).is_some());
     }
@@ -728,10 +786,10 @@ mod tests {
     fn revoke_disables_and_persists() {
         let dir = tmp();
         let mut store = ApiKeyStore::load(dir.path()).unwrap();
-        let (id, key) = store.create("gone").unwrap();
-        let (_, other) = store.create("kept").unwrap();
+        let (id, key) = store.create("gone", Role::default()).unwrap();
+        let (_, other) = store.create("kept", Role::default()).unwrap();
         assert!(store.revoke(id.as_str()).unwrap());
-        assert_eq!(store.verify(key.as_bytes()), None);
+        assert_eq!(store.verify(key.as_bytes()).map(|c| c.id), None);
         assert!(store.verify(other.as_bytes()).is_some());
         assert!(!store.revoke(id.as_str()).unwrap());
         assert!(matches!(
@@ -744,7 +802,7 @@ mod tests {
         ));
 
         let reloaded = ApiKeyStore::load(dir.path()).unwrap();
-        assert_eq!(reloaded.verify(key.as_bytes()), None);
+        assert_eq!(reloaded.verify(key.as_bytes()).map(|c| c.id), None);
         let info = reloaded.list().into_iter().find(|k| k.id == id).unwrap();
         assert!(info.revoked_at_s.is_some());
         assert_eq!(reloaded.active_count(), 1);
@@ -755,9 +813,9 @@ mod tests {
         let dir = tmp();
         let mut store = ApiKeyStore::load(dir.path()).unwrap();
         for bad in ["", "  ", "a\nb", &"n".repeat(MAX_KEY_NAME_BYTES + 1)] {
-            assert!(matches!(store.create(bad), Err(KeyStoreError::BadName(_))));
+            assert!(matches!(store.create(bad, Role::default()), Err(KeyStoreError::BadName(_))));
         }
-        assert!(store.create(&"n".repeat(MAX_KEY_NAME_BYTES)).is_ok());
+        assert!(store.create(&"n".repeat(MAX_KEY_NAME_BYTES), Role::default()).is_ok());
     }
 
     #[test]
@@ -766,8 +824,8 @@ mod tests {
         let dir = tmp();
         let mut a = ApiKeyStore::load(dir.path()).unwrap();
         let mut b = ApiKeyStore::load(dir.path()).unwrap();
-        let (_, key_a) = a.create("a").unwrap();
-        let (_, key_b) = b.create("b").unwrap();
+        let (_, key_a) = a.create("a", Role::default()).unwrap();
+        let (_, key_b) = b.create("b", Role::default()).unwrap();
         let fresh = ApiKeyStore::load(dir.path()).unwrap();
         assert_eq!(fresh.list().len(), 2);
         assert!(fresh.verify(key_a.as_bytes()).is_some());
@@ -780,7 +838,7 @@ mod tests {
         let dir = tmp();
         let key = ApiKeyStore::bootstrap(dir.path(), None).unwrap().unwrap();
         let store = ApiKeyStore::load(dir.path()).unwrap();
-        let id = store.verify(key.as_bytes()).unwrap();
+        let id = store.verify(key.as_bytes()).unwrap().id;
         assert_eq!(store.list()[0].name, BOOTSTRAP_KEY_NAME);
         assert_eq!(ApiKeyStore::bootstrap(dir.path(), None).unwrap(), None);
 
@@ -791,7 +849,7 @@ mod tests {
         assert_ne!(again, key);
         let store = ApiKeyStore::load(dir.path()).unwrap();
         assert!(store.verify(again.as_bytes()).is_some());
-        assert_eq!(store.verify(key.as_bytes()), None);
+        assert_eq!(store.verify(key.as_bytes()).map(|c| c.id), None);
     }
 
     #[test]
@@ -805,7 +863,7 @@ mod tests {
         );
         let store = ApiKeyStore::load(dir.path()).unwrap();
         assert_eq!(
-            store.verify(env1.as_bytes()).map(|id| id.to_string()),
+            store.verify(env1.as_bytes()).map(|c| c.id.to_string()),
             Some(ENV_KEY_ID.to_owned())
         );
         assert_eq!(store.list().len(), 1);
@@ -818,14 +876,14 @@ mod tests {
         // A new value replaces the old one.
         ApiKeyStore::bootstrap(dir.path(), Some(env2.clone())).unwrap();
         let store = ApiKeyStore::load(dir.path()).unwrap();
-        assert_eq!(store.verify(env1.as_bytes()), None);
+        assert_eq!(store.verify(env1.as_bytes()).map(|c| c.id), None);
         assert!(store.verify(env2.as_bytes()).is_some());
 
         // Variable removed: the env key is revoked and, with nothing else active, a key is
         // generated.
         let generated = ApiKeyStore::bootstrap(dir.path(), None).unwrap().unwrap();
         let store = ApiKeyStore::load(dir.path()).unwrap();
-        assert_eq!(store.verify(env2.as_bytes()), None);
+        assert_eq!(store.verify(env2.as_bytes()).map(|c| c.id), None);
         assert!(store.verify(generated.as_bytes()).is_some());
 
         // Variable set again: accepted again (un-revoked), the generated key still works.
@@ -901,6 +959,9 @@ mod tests {
         };
         let created = run(KeysCommand::Create {
             name: "deploy bot".into(),
+            author_only: false,
+            domains: Vec::new(),
+            read_only: false,
         })
         .unwrap();
         let key = created
@@ -911,7 +972,7 @@ mod tests {
             .to_owned();
         assert!(created.contains("not be shown again"));
         let store = ApiKeyStore::load(dir.path()).unwrap();
-        let id = store.verify(key.as_bytes()).unwrap();
+        let id = store.verify(key.as_bytes()).unwrap().id;
 
         let listed = run(KeysCommand::List).unwrap();
         assert!(listed.starts_with("ID"), "{listed}");
@@ -920,7 +981,43 @@ mod tests {
             row.starts_with(id.as_str()) && row.contains("deploy bot"),
             "{listed}"
         );
-        assert!(row.ends_with("active"), "{listed}");
+        assert!(row.contains("active") && row.ends_with("admin"), "{listed}");
+        let made = run(KeysCommand::Create {
+            name: "team a".into(),
+            author_only: true,
+            domains: vec!["Go.Brand.com".into()],
+            read_only: true,
+        })
+        .unwrap();
+        assert!(
+            made.contains("role author-only, domain-only (go.brand.com), read-only"),
+            "{made}"
+        );
+        let listed = run(KeysCommand::List).unwrap();
+        assert!(
+            listed
+                .lines()
+                .find(|l| l.contains("team a"))
+                .unwrap()
+                .ends_with("author-only, domain-only (go.brand.com), read-only"),
+            "{listed}"
+        );
+        // The role is kept in the file and comes back with the key.
+        let store = ApiKeyStore::load(dir.path()).unwrap();
+        let team = store.list().into_iter().find(|k| k.name == "team a");
+        assert_eq!(
+            team.unwrap().role,
+            Role::new(true, true, &["go.brand.com".into()]).unwrap()
+        );
+        let bad = run(KeysCommand::Create {
+            name: "bad".into(),
+            author_only: false,
+            domains: vec!["not a host".into()],
+            read_only: false,
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(bad.contains("--domain \"not a host\""), "{bad}");
         assert!(!listed.contains(&key[key.len() - KEY_SECRET_BYTES..]));
 
         let revoked = run(KeysCommand::Revoke { id: id.to_string() }).unwrap();

@@ -19,6 +19,7 @@ pub mod openapi;
 pub mod problem;
 pub mod ratelimit;
 pub mod request;
+pub mod roles;
 pub mod timefmt;
 
 /// What `node::keywatch` reloads while the server runs, offered whole to every core whenever

@@ -100,6 +100,40 @@ impl Problem {
         )
     }
 
+    /// 403: the key's role is read-only and the request would change something
+    /// (`api::roles`).
+    pub fn read_only_key() -> Problem {
+        Problem::new(
+            403,
+            problem_type!("read-only-key"),
+            "Read-only API key",
+            "this API key may only read links and stats".to_owned(),
+        )
+    }
+
+    /// 403: a create on a domain the key's role does not reach (`api::roles`). Only a create
+    /// hears this: for an existing link, a domain out of reach is 404, so nothing leaks.
+    pub fn domain_not_allowed(domain: &str) -> Problem {
+        let mut p = Problem::new(
+            403,
+            problem_type!("domain-not-allowed"),
+            "Domain not allowed",
+            format!("this API key may not create links on {domain}"),
+        );
+        p.field = Some("domain");
+        p
+    }
+
+    /// 403: an endpoint for admin keys only (server-wide stats), asked by a key with a role.
+    pub fn admin_only() -> Problem {
+        Problem::new(
+            403,
+            problem_type!("admin-only"),
+            "Admin keys only",
+            "this endpoint is for API keys without a role (admin); a key with a role reads its links' stats one by one".to_owned(),
+        )
+    }
+
     /// 404: no live link has this key.
     pub fn not_found() -> Problem {
         Problem::new(

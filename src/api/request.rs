@@ -71,6 +71,9 @@ pub struct CreateRequest {
     /// The number of that domain (`api::domains`), resolved by the front against the domains
     /// in force; 0 (the default domain) until then.
     pub domain_number: u32,
+    /// The API key that sends it (set by the front, never from the body): the link records
+    /// it as its author.
+    pub author: shards::link::Author,
 }
 
 impl CreateRequest {
@@ -146,6 +149,7 @@ pub fn parse_create(body: &[u8], now_s: u64) -> Result<CreateRequest, Problem> {
         long_url.ok_or_else(|| Problem::invalid_field(Some("long_url"), "long_url is required"))?;
     let expires_at_s = expiry_from(ttl_days, expires_at, now_s)?;
     Ok(CreateRequest {
+        author: shards::link::Author::NONE,
         long_url,
         custom_alias,
         expires_at_s,
@@ -421,6 +425,7 @@ mod tests {
         assert_eq!(
             r,
             CreateRequest {
+                author: shards::link::Author::NONE,
                 long_url: "https://example.com/a".into(),
                 custom_alias: None,
                 expires_at_s: None,

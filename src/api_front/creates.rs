@@ -185,14 +185,18 @@ impl Creates {
         mesh: &mut Mesh,
     ) {
         let owner = self.router.owner(key.as_bytes()).core;
-        let wreq = WriteReq::Create {
-            key,
+        let new = crate::mesh::NewLink {
             target: Arc::from(req.long_url.as_str()),
             status: req.redirect_status,
             expires_at_s: req.expires_at_s.unwrap_or(0),
             created_at_s,
             id,
             idem,
+            author: req.author,
+        };
+        let wreq = WriteReq::Create {
+            key,
+            new: Box::new(new),
         };
         mesh.deliver(owner, ApiMsg::Write { reply, req: wreq });
     }

@@ -22,8 +22,9 @@ pub struct ListWalk {
     /// Links the walk wants in all (a native page, or a Shlink page's whole window).
     pub limit: u32,
     pub items: Vec<LinkInfo>,
-    /// Only this domain's links (`?domain=`); `None`: every domain's.
-    pub domain: Option<u32>,
+    /// Which links the walk lists: parsed from `?domain=`, then narrowed to the caller's reach
+    /// (`api_front::list_filter`).
+    pub filter: std::sync::Arc<crate::mesh::ListFilter>,
 }
 
 impl ListWalk {
@@ -76,7 +77,7 @@ pub fn parse_query(
         after: None,
         limit: u32::from(DEFAULT_LIST_LIMIT),
         items: Vec::new(),
-        domain: None,
+        filter: Default::default(),
     };
     let text = std::str::from_utf8(query.unwrap_or_default())
         .map_err(|_| Problem::invalid_field(None, "the query is not UTF-8"))?;
@@ -119,7 +120,10 @@ pub fn parse_query(
                         format!("{name:?} is not a domain this server answers for"),
                     )
                 })?;
-                walk.domain = Some(d.number);
+                walk.filter = std::sync::Arc::new(crate::mesh::ListFilter {
+                    domains: Some(vec![d.number]),
+                    ..Default::default()
+                });
             }
             other => {
                 return Err(Problem::invalid_field(

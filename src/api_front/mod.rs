@@ -18,7 +18,10 @@ use crate::http::encode::{self, Conn as Persist, Framing, Response};
 use crate::http::parse::{Method, Request};
 use crate::http::status::Status;
 use crate::mesh::router::Router;
-use crate::mesh::{ApiMsg, LinkInfo, Mesh, OwnerAsk, ReadReq, ReplyTo, WriteOutcome, WriteReq};
+use crate::api::roles::{AuthorReach, Reach};
+use crate::mesh::{
+    ApiMsg, LinkInfo, ListFilter, Mesh, OwnerAsk, ReadReq, ReplyTo, WriteOutcome, WriteReq,
+};
 use creates::Creates;
 use std::sync::Arc;
 use std::time::Instant;
@@ -332,8 +335,14 @@ impl ApiFront {
         })
     }
 
-    /// The stored key of an item path's `key` on the domain its query's `domain` names.
-    fn item_key(&self, query: Option<&[u8]>, key: &[u8]) -> Result<InlineKey, Problem> {
+    /// The stored key of an item path's `key` on the domain its query's `domain` names; 404
+    /// when that domain is out of the caller's reach (as if the link did not exist).
+    fn item_key(
+        &self,
+        query: Option<&[u8]>,
+        key: &[u8],
+        reach: &Reach,
+    ) -> Result<InlineKey, Problem> {
         let ikey = valid_key(key)?;
         let mut domain = None;
         for (name, value) in url::form_urlencoded::parse(query.unwrap_or_default()) {
@@ -342,6 +351,9 @@ impl ApiFront {
             }
         }
         let number = self.domain_number(domain.as_deref())?;
+        if !reach.domain_ok(number) {
+            return Err(Problem::not_found());
+        }
         if number == shards::link::DEFAULT_DOMAIN {
             return Ok(ikey);
         }
@@ -371,23 +383,37 @@ impl ApiFront {
         let Admitted {
             collection,
             key,
-            key_id,
+            caller,
             stats,
         } = match self.check_head(req) {
             Ok(ok) => ok,
             Err(refusal) => return refusal.encode(out, f),
         };
+        let reach = caller.role.reach(caller.author(), &self.domains);
         if req.path == GLOBAL_STATS {
+            if !reach.admin {
+                return encode_problem(out, &Problem::admin_only(), &[], f);
+            }
             return self.query_global(out, defer, req, persist, clock);
+        }
+        let writes = req.method != Method::Get && req.method != Method::Head;
+        if reach.read_only && writes {
+            return encode_problem(out, &Problem::read_only_key(), &[], f);
         }
         // `check_head` refused a declared body over the limit; `body` is exactly that long.
         debug_assert!(body.len() <= MAX_REQUEST_BODY_BYTES);
         let now_s = clock.now_s;
         let started = match (collection, key) {
-            (true, _) if req.method == Method::Get => self.start_list(out, defer, req, mesh),
-            (true, _) => self.start_create(out, defer, req, key_id, body, now_s, mesh),
-            (false, Some(key)) if stats => self.start_stats(out, defer, req, key, now_s, mesh),
-            (false, Some(key)) => self.start_item(out, defer, req, key, body, now_s, mesh),
+            (true, _) if req.method == Method::Get => {
+                self.start_list(out, defer, req, &reach, mesh)
+            }
+            (true, _) => self.start_create(out, defer, req, &caller, &reach, body, now_s, mesh),
+            (false, Some(key)) if stats => {
+                self.start_stats(out, defer, req, (key, &reach), now_s, mesh)
+            }
+            (false, Some(key)) => {
+                self.start_item(out, defer, req, (key, &reach), body, now_s, mesh)
+            }
             (false, None) => unreachable!("check_head admits an item path with its key"),
         };
         if let Err(p) = started {
@@ -401,13 +427,30 @@ impl ApiFront {
         out: &[u8],
         defer: &mut Defer<'_>,
         req: &Request<'_>,
+        reach: &Reach,
         mesh: &mut Mesh,
     ) -> Result<(), Problem> {
-        let walk = listing::parse_query(req.query, self.router.shard_count(), &self.domains)?;
-        let (shard, after, limit, domain) = (walk.shard, walk.after, walk.limit, walk.domain);
+        let mut walk = listing::parse_query(req.query, self.router.shard_count(), &self.domains)?;
+        walk.filter = list_filter(walk.filter.domains.as_deref(), reach);
+        let (shard, after, limit) = (walk.shard, walk.after, walk.limit);
+        let filter = walk.filter.clone();
         let reply = defer(out, ApiOp::List(walk));
-        self.list_shard(reply, shard, after, limit, domain, mesh);
+        self.list_shard(reply, shard, after, limit, filter, mesh);
         Ok(())
+    }
+
+    /// Refuses a create the caller's role does not allow on domain `number` (403
+    /// `domain-not-allowed`: the request names the domain, so nothing leaks).
+    fn check_create_domain(
+        &self,
+        cr: &crate::api::request::CreateRequest,
+        reach: &Reach,
+    ) -> Result<(), Problem> {
+        if reach.domain_ok(cr.domain_number) {
+            return Ok(());
+        }
+        let name = cr.domain.as_deref().unwrap_or("the default domain");
+        Err(Problem::domain_not_allowed(name))
     }
 
     /// `POST /api/v1/urls`: a create, sent to its idempotency scope's owner under an
@@ -418,14 +461,18 @@ impl ApiFront {
         out: &[u8],
         defer: &mut Defer<'_>,
         req: &Request<'_>,
-        key_id: crate::api::keys::KeyId,
+        caller: &crate::api::keys::Caller,
+        reach: &Reach,
         body: &[u8],
         now_s: u64,
         mesh: &mut Mesh,
     ) -> Result<(), Problem> {
+        let key_id = caller.id;
         self.ratelimit.check(key_id, Instant::now())?;
         let mut cr = parse_create(body, now_s)?;
         cr.domain_number = self.domain_number(cr.domain.as_deref())?;
+        self.check_create_domain(&cr, reach)?;
+        cr.author = caller.author();
         self.creates.check_alias(&cr)?;
         let idem = match req.idempotency_key {
             Some(h) => Some(IdemScope::new(key_id, h)?),
@@ -465,23 +512,29 @@ impl ApiFront {
         out: &[u8],
         defer: &mut Defer<'_>,
         req: &Request<'_>,
-        key: &[u8],
+        (key, reach): (&[u8], &Reach),
         now_s: u64,
         mesh: &mut Mesh,
     ) -> Result<(), Problem> {
-        let ikey = self.item_key(req.query, key)?;
+        let ikey = self.item_key(req.query, key, reach)?;
         if self.clicks.is_none() {
             let mut p = Problem::not_found();
             p.detail = "click analytics is off on this server (--analytics off)".into();
             return Err(p);
         }
         let (op, ask) = if req.method == Method::Delete {
-            let reset = WriteReq::ResetStats { key: ikey };
+            let reset = WriteReq::ResetStats {
+                key: ikey,
+                reach: reach.author,
+            };
             (ApiOp::ResetStats, OwnerAsk::Write(reset))
         } else {
             let today = shards::clicks::day_of(now_s);
             let q = crate::analytics::stats::parse_query(req.query, ikey, today)?;
-            let exists = ReadReq::StatsOf { key: ikey };
+            let exists = ReadReq::StatsOf {
+                key: ikey,
+                reach: reach.author,
+            };
             (ApiOp::Stats(Box::new(q)), OwnerAsk::Read(exists))
         };
         let reply = defer(out, op);
@@ -497,13 +550,13 @@ impl ApiFront {
         out: &[u8],
         defer: &mut Defer<'_>,
         req: &Request<'_>,
-        key: &[u8],
+        (key, reach): (&[u8], &Reach),
         body: &[u8],
         now_s: u64,
         mesh: &mut Mesh,
     ) -> Result<(), Problem> {
-        let ikey = self.item_key(req.query, key)?;
-        let (op, ask) = item_ask(req.method, ikey, body, now_s)?;
+        let ikey = self.item_key(req.query, key, reach)?;
+        let (op, ask) = item_ask(req.method, (ikey, reach.author), body, now_s)?;
         let reply = defer(out, op);
         let owner = self.router.owner(ikey.as_bytes()).core;
         mesh.deliver(owner, ask.message(reply));
@@ -518,7 +571,7 @@ impl ApiFront {
         shard: u32,
         after: Option<InlineKey>,
         limit: u32,
-        domain: Option<u32>,
+        filter: Arc<ListFilter>,
         mesh: &mut Mesh,
     ) {
         let owner = self.router.core_of_shard(shard);
@@ -529,7 +582,7 @@ impl ApiFront {
                 shard,
                 after,
                 limit,
-                domain,
+                filter,
             },
         );
     }
@@ -580,7 +633,7 @@ impl ApiFront {
             }));
         }
         // The auth scheme is case-insensitive (RFC 9110 section 11.1).
-        let Some(key_id) = req
+        let Some(caller) = req
             .authorization
             .filter(|a| a.len() > 7 && a[..7].eq_ignore_ascii_case(b"bearer "))
             .and_then(|a| self.keys.verify(a[7..].trim_ascii()))
@@ -603,7 +656,7 @@ impl ApiFront {
         Ok(Admitted {
             collection,
             key,
-            key_id,
+            caller,
             stats,
         })
     }
@@ -635,8 +688,8 @@ impl ApiFront {
                     .start(reply, req, created_at_s, tries, None, mesh);
             }
             ApiOp::List(walk) => {
-                let (shard, limit, domain) = (walk.shard, walk.wanted(), walk.domain);
-                self.list_shard(reply, shard, None, limit, domain, mesh);
+                let (shard, limit, filter) = (walk.shard, walk.wanted(), walk.filter.clone());
+                self.list_shard(reply, shard, None, limit, filter, mesh);
             }
             ApiOp::Stats(q) => {
                 if let Err(p) = self.query_stats(reply, (**q).clone()) {
@@ -786,11 +839,11 @@ impl ApiFront {
     }
 }
 
-/// A request its head admits: to the collection (`POST`) or an item `key`, by API key `key_id`.
+/// A request its head admits: to the collection (`POST`) or an item `key`, by `caller`.
 pub struct Admitted<'r> {
     pub collection: bool,
     pub key: Option<&'r [u8]>,
-    pub key_id: crate::api::keys::KeyId,
+    pub caller: crate::api::keys::Caller,
     /// `/api/v1/urls/{key}/stats`.
     pub stats: bool,
 }
@@ -845,13 +898,16 @@ pub(crate) fn encode_problem(
 /// the operation that answers it; shared by the native and the Shlink API.
 pub(crate) fn item_ask(
     method: Method,
-    key: InlineKey,
+    (key, reach): (InlineKey, AuthorReach),
     body: &[u8],
     now_s: u64,
 ) -> Result<(ApiOp, OwnerAsk), Problem> {
     Ok(match method {
-        Method::Get => (ApiOp::Get, OwnerAsk::Read(ReadReq::Get { key })),
-        Method::Delete => (ApiOp::Delete, OwnerAsk::Write(WriteReq::Delete { key })),
+        Method::Get => (ApiOp::Get, OwnerAsk::Read(ReadReq::Get { key, reach })),
+        Method::Delete => (
+            ApiOp::Delete,
+            OwnerAsk::Write(WriteReq::Delete { key, reach }),
+        ),
         _ => {
             let p = parse_patch(body, now_s)?;
             let patch = WriteReq::Patch {
@@ -859,9 +915,31 @@ pub(crate) fn item_ask(
                 target: p.long_url.map(Arc::from),
                 expiry: p.expiry,
                 status: p.redirect_status,
+                reach,
             };
             (ApiOp::Patch, OwnerAsk::Write(patch))
         }
+    })
+}
+
+/// The list filter of a walk asked for `domains` (`?domain=`; `None`: all) by a caller of
+/// `reach`: the domains asked for that the role reaches, and the role's author.
+pub(crate) fn list_filter(domains: Option<&[u32]>, reach: &Reach) -> Arc<ListFilter> {
+    let domains = match (domains, &reach.domains) {
+        (Some(asked), Some(reached)) => Some(
+            asked
+                .iter()
+                .copied()
+                .filter(|d| reached.binary_search(d).is_ok())
+                .collect(),
+        ),
+        (Some(asked), None) => Some(asked.to_vec()),
+        (None, Some(reached)) => Some(reached.to_vec()),
+        (None, None) => None,
+    };
+    Arc::new(ListFilter {
+        domains,
+        author: reach.author,
     })
 }
 

@@ -268,7 +268,10 @@ impl ApiFront {
         }
         if path == DOMAINS && req.method == Method::Get {
             return match self.shlink_admit(req) {
-                Ok(_) => self.shlink_domains(out, f),
+                Ok(caller) => {
+                    let reach = caller.role.reach(caller.author(), &self.domains);
+                    self.shlink_domains(out, &reach, f)
+                }
                 Err(e) => fail(out, e),
             };
         }
@@ -299,16 +302,20 @@ impl ApiFront {
             };
             return encode::encode_response(out, &r, f);
         }
-        let key_id = match self.shlink_admit(req) {
-            Ok(id) => id,
+        let caller = match self.shlink_admit(req) {
+            Ok(c) => c,
             Err(e) => return fail(out, e),
         };
+        let reach = caller.role.reach(caller.author(), &self.domains);
+        if reach.read_only && req.method != Method::Get && req.method != Method::Head {
+            return fail(out, ShlinkError::from_native(&Problem::read_only_key()));
+        }
         let now_s = clock.now_s;
         let started = match (key, req.method) {
-            (None, Method::Get) => self.shlink_list(out, defer, req.query, mesh),
-            (None, _) => self.shlink_create(out, defer, key_id, body, now_s, mesh),
+            (None, Method::Get) => self.shlink_list(out, defer, req.query, &reach, mesh),
+            (None, _) => self.shlink_create(out, defer, (&caller, &reach), body, now_s, mesh),
             (Some(code), method) => {
-                let item = (code, req.query);
+                let item = (code, req.query, &reach);
                 self.shlink_one(out, defer, item, method, body, now_s, mesh)
             }
         };
@@ -318,11 +325,11 @@ impl ApiFront {
     }
 
     /// The API key and the body's size of a Shlink request: the key's id, or the refusal.
-    fn shlink_admit(&self, req: &Request<'_>) -> Result<crate::api::keys::KeyId, ShlinkError> {
+    fn shlink_admit(&self, req: &Request<'_>) -> Result<crate::api::keys::Caller, ShlinkError> {
         let Some(api_key) = req.x_api_key else {
             return Err(ShlinkError { status: 401, type_: MISSING_AUTH, title: "Invalid authorization", detail: "Expected one of the following authentication headers, [\"X-Api-Key\"], but none were provided".into(), extra: None, retry_after_s: None });
         };
-        let Some(key_id) = self.keys.verify(api_key.trim_ascii()) else {
+        let Some(caller) = self.keys.verify(api_key.trim_ascii()) else {
             let p = match self.keys.fleet_keys_unread() {
                 true => Problem::unavailable(super::FLEET_KEYS_RETRY_AFTER_S),
                 false => Problem::unauthorized(),
@@ -333,7 +340,7 @@ impl ApiFront {
             let p = Problem::payload_too_large(crate::api::request::MAX_REQUEST_BODY_BYTES);
             return Err(ShlinkError::from_native(&p));
         }
-        Ok(key_id)
+        Ok(caller)
     }
 
     /// `GET /rest/v3/short-urls`: the list walk over every shard, up to the page asked for.
@@ -342,6 +349,7 @@ impl ApiFront {
         out: &[u8],
         defer: &mut Defer<'_>,
         query: Option<&[u8]>,
+        reach: &crate::api::roles::Reach,
         mesh: &mut Mesh,
     ) -> Result<(), ShlinkError> {
         let (page, per_page) = shlink_page(query)?;
@@ -361,13 +369,14 @@ impl ApiFront {
             // One more than the window: whether another page follows.
             limit: window + 1,
             items: Vec::new(),
-            domain,
+            filter: super::list_filter(domain.as_ref().map(std::slice::from_ref), reach),
         };
+        let filter = walk.filter.clone();
         let reply = defer(
             out,
             ApiOp::Shlink(Box::new(ApiOp::List(walk)), page, per_page),
         );
-        self.list_shard(reply, 0, None, window + 1, domain, mesh);
+        self.list_shard(reply, 0, None, window + 1, filter, mesh);
         Ok(())
     }
 
@@ -376,12 +385,12 @@ impl ApiFront {
         &mut self,
         out: &[u8],
         defer: &mut Defer<'_>,
-        key_id: crate::api::keys::KeyId,
+        (caller, reach): (&crate::api::keys::Caller, &crate::api::roles::Reach),
         body: &[u8],
         now_s: u64,
         mesh: &mut Mesh,
     ) -> Result<(), ShlinkError> {
-        if let Err(ra) = self.ratelimit.check(key_id, std::time::Instant::now()) {
+        if let Err(ra) = self.ratelimit.check(caller.id, std::time::Instant::now()) {
             return Err(ShlinkError::from_native(&ra.into()));
         }
         let cr = native_body(body, true)?;
@@ -389,6 +398,9 @@ impl ApiFront {
         cr.domain_number = self
             .domain_number(cr.domain.as_deref())
             .map_err(|p| ShlinkError::from_native(&p))?;
+        self.check_create_domain(&cr, reach)
+            .map_err(|p| ShlinkError::from_native(&p))?;
+        cr.author = caller.author();
         self.creates
             .check_alias(&cr)
             .map_err(|p| ShlinkError::from_native(&p))?;
@@ -409,7 +421,7 @@ impl ApiFront {
         &mut self,
         out: &[u8],
         defer: &mut Defer<'_>,
-        (code, query): (&[u8], Option<&[u8]>),
+        (code, query, reach): (&[u8], Option<&[u8]>, &crate::api::roles::Reach),
         method: Method,
         body: &[u8],
         now_s: u64,
@@ -420,14 +432,17 @@ impl ApiFront {
         }
         // `?domain=`: the short code on that domain.
         let ikey: InlineKey = self
-            .item_key(query, code)
-            .map_err(|p| ShlinkError::from_native(&p))?;
+            .item_key(query, code, reach)
+            .map_err(|p| match p.status {
+                404 => ShlinkError::not_found(Some(&String::from_utf8_lossy(code))),
+                _ => ShlinkError::from_native(&p),
+            })?;
         // Only a PATCH has a body: Shlink's fields, in the native API's names.
         let native = match method {
             Method::Get | Method::Delete => Vec::new(),
             _ => native_body(body, false)?,
         };
-        let (op, ask) = super::item_ask(method, ikey, &native, now_s)
+        let (op, ask) = super::item_ask(method, (ikey, reach.author), &native, now_s)
             .map_err(|p| ShlinkError::from_native(&p))?;
         let reply = defer(out, ApiOp::Shlink(Box::new(op), 0, 0));
         let owner = self.router.owner(ikey.as_bytes()).core;
@@ -437,7 +452,7 @@ impl ApiFront {
 
     /// `GET /rest/v3/domains`: the live domains with their special redirects, the default one
     /// first (named by `--public-url`'s host while it has no name of its own).
-    fn shlink_domains(&self, out: &mut Vec<u8>, f: Framing<'_>) {
+    fn shlink_domains(&self, out: &mut Vec<u8>, reach: &crate::api::roles::Reach, f: Framing<'_>) {
         let redirects = |r: &crate::api::domains::NotFoundRedirects| {
             json!({"baseUrlRedirect": r.base_url, "regular404Redirect": r.regular_404,
                    "invalidShortUrlRedirect": r.invalid_short_url})
@@ -450,11 +465,19 @@ impl ApiFront {
                 .and_then(|u| u.host_str().map(str::to_owned))
                 .unwrap_or_default()
         });
-        let mut data = vec![json!({"domain": default_name, "isDefault": true,
-            "redirects": redirects(default.map_or(&none, |d| &d.redirects))})];
-        data.extend(self.domains.live().iter().filter(|d| !d.is_default()).map(
-            |d| json!({"domain": d.name, "isDefault": false, "redirects": redirects(&d.redirects)}),
-        ));
+        // A domain-only key sees its domains only (as Shlink's DOMAIN_SPECIFIC keys do).
+        let mut data = Vec::new();
+        if reach.domain_ok(shards::link::DEFAULT_DOMAIN) {
+            data.push(json!({"domain": default_name, "isDefault": true,
+                "redirects": redirects(default.map_or(&none, |d| &d.redirects))}));
+        }
+        data.extend(
+            self.domains
+                .live()
+                .iter()
+                .filter(|d| !d.is_default() && reach.domain_ok(d.number))
+                .map(|d| json!({"domain": d.name, "isDefault": false, "redirects": redirects(&d.redirects)})),
+        );
         let body = json!({"domains": {"data": data, "defaultRedirects": redirects(&none)}});
         let bytes = serde_json::to_vec(&body).expect("json");
         let r = Response {

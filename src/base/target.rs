@@ -143,6 +143,7 @@ mod tests {
             expires_at_s: 0,
             created_at_s: 1,
             flags: 0,
+            author: shards::link::Author::NONE,
         };
         write_table(&path, shard, 8, 0, [link]).unwrap();
         let table = Table::open(&path).unwrap();

@@ -22,6 +22,7 @@
 pub mod router; // the one function that decides a key's core
 pub mod service; // service threads' bounded outlets into the cores
 
+use crate::api::roles::AuthorReach;
 use crate::base::key::InlineKey;
 use crossbeam::queue::ArrayQueue;
 use shards::link::RedirectStatus;
@@ -130,36 +131,33 @@ pub struct LinkInfo {
     pub created_tag: u32,
     /// 0 = never.
     pub expires_at_s: u64,
+    /// The API key that created the link (`Author::NONE`: unknown).
+    pub author: shards::link::Author,
 }
 
 /// A change to a link, executed by the key's owner (in fleet mode, judged by the database).
 #[derive(Debug)]
 pub enum WriteReq {
     /// Insert if absent (the owner's conditional insert is the final judge of uniqueness).
-    Create {
-        key: InlineKey,
-        target: Arc<str>,
-        status: RedirectStatus,
-        expires_at_s: u64,
-        created_at_s: u64,
-        /// The generated ID behind `key`; 0 for a custom alias.
-        id: u64,
-        /// For a create under an Idempotency-Key: the scope (`api::idempotency::scope_string`) and
-        /// request hash, logged in the same record as the link (`LogOp::PutWithIdem`).
-        idem: Option<Box<(String, [u8; 32])>>,
-    },
+    /// Boxed: the new link's fields do not fit a mesh slot beside the key.
+    Create { key: InlineKey, new: Box<NewLink> },
+    /// A change to an existing link within `reach` (else `NotFound`: an author-only key's
+    /// view of another author's link, `api::roles`).
     Patch {
         key: InlineKey,
         target: Option<Arc<str>>,
         expiry: crate::api::request::ExpiryUpdate,
         status: Option<RedirectStatus>,
+        reach: AuthorReach,
     },
     Delete {
         key: InlineKey,
+        reach: AuthorReach,
     },
     /// `DELETE /api/v1/urls/{key}/stats`: purge the link's click stats (it stays).
     ResetStats {
         key: InlineKey,
+        reach: AuthorReach,
     },
 }
 
@@ -169,23 +167,52 @@ impl WriteReq {
         match self {
             WriteReq::Create { key, .. }
             | WriteReq::Patch { key, .. }
-            | WriteReq::Delete { key }
-            | WriteReq::ResetStats { key } => *key,
+            | WriteReq::Delete { key, .. }
+            | WriteReq::ResetStats { key, .. } => *key,
         }
     }
+
+    /// Whose links the request may change (a create may make any key).
+    pub fn reach(&self) -> AuthorReach {
+        match self {
+            WriteReq::Create { .. } => AuthorReach::ANY,
+            WriteReq::Patch { reach, .. }
+            | WriteReq::Delete { reach, .. }
+            | WriteReq::ResetStats { reach, .. } => *reach,
+        }
+    }
+}
+
+/// The fields of a link a [`WriteReq::Create`] makes.
+#[derive(Debug)]
+pub struct NewLink {
+    pub target: Arc<str>,
+    pub status: RedirectStatus,
+    pub expires_at_s: u64,
+    pub created_at_s: u64,
+    /// The generated ID behind the key; 0 for a custom alias.
+    pub id: u64,
+    /// For a create under an Idempotency-Key: the scope (`api::idempotency::scope_string`) and
+    /// request hash, logged in the same record as the link (`LogOp::PutWithIdem`).
+    pub idem: Option<Box<(String, [u8; 32])>>,
+    /// The API key that created it.
+    pub author: shards::link::Author,
 }
 
 /// An API read of one link, answered by the key's owner from what it holds (in fleet mode,
 /// read through to the database when it holds nothing).
 #[derive(Debug)]
 pub enum ReadReq {
+    /// The link, if it is within `reach` (`api::roles`).
     Get {
         key: InlineKey,
+        reach: AuthorReach,
     },
-    /// `GET /api/v1/urls/{key}/stats`: does the link exist (expired links too: their clicks
-    /// stay readable)?
+    /// `GET /api/v1/urls/{key}/stats`: does the link exist within `reach` (expired links too:
+    /// their clicks stay readable)?
     StatsOf {
         key: InlineKey,
+        reach: AuthorReach,
     },
     /// An idempotent create's replay: the link, if it is the one created at `created_at_s`
     /// (else `NotFound`: it was deleted, and the key may now be someone else's).
@@ -201,7 +228,17 @@ impl ReadReq {
     /// The key the request is about (its owner answers it).
     pub fn key(&self) -> InlineKey {
         match self {
-            ReadReq::Get { key } | ReadReq::StatsOf { key } | ReadReq::Replay { key, .. } => *key,
+            ReadReq::Get { key, .. }
+            | ReadReq::StatsOf { key, .. }
+            | ReadReq::Replay { key, .. } => *key,
+        }
+    }
+
+    /// Whose links the read may see (a replay is the scope's own create).
+    pub fn reach(&self) -> AuthorReach {
+        match self {
+            ReadReq::Get { reach, .. } | ReadReq::StatsOf { reach, .. } => *reach,
+            ReadReq::Replay { .. } => AuthorReach::ANY,
         }
     }
 }
@@ -223,12 +260,34 @@ impl OwnerAsk {
     }
 }
 
+/// Which links a list page holds: those of the given domains (`None`: every domain's) within
+/// an author's reach (`api::roles`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListFilter {
+    /// Domain numbers, sorted.
+    pub domains: Option<Vec<u32>>,
+    pub author: AuthorReach,
+}
+
+impl ListFilter {
+    /// Whether the link of stored key `stored` created by `author` belongs on the page.
+    pub fn admits(&self, stored: &[u8], author: shards::link::Author) -> bool {
+        let domain = shards::link::split_stored_key(stored).0;
+        self.domains
+            .as_ref()
+            .is_none_or(|d| d.binary_search(&domain).is_ok())
+            && self.author.admits(author)
+    }
+}
+
 /// The owner's verdict on a [`WriteReq`] or [`ReadReq`].
 #[derive(Debug)]
 pub enum WriteOutcome {
-    Created(LinkInfo),
-    Updated(LinkInfo),
-    Found(LinkInfo),
+    // Boxed: with its author a link's fields no longer fit a mesh slot beside a `ReplyTo`
+    // (`MAX_MESH_MSG_BYTES`); API answers may allocate.
+    Created(Box<LinkInfo>),
+    Updated(Box<LinkInfo>),
+    Found(Box<LinkInfo>),
     Deleted,
     /// Create: the key is taken.
     Exists,
@@ -320,8 +379,8 @@ pub enum ApiMsg {
         shard: u32,
         after: Option<InlineKey>,
         limit: u32,
-        /// Only this domain's links (`None`: every domain's).
-        domain: Option<u32>,
+        /// Which links the page may hold (domains, author).
+        filter: Arc<ListFilter>,
     },
     /// An idempotent create, sent to the owner of its idempotency scope.
     IdemCreate {

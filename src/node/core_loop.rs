@@ -542,13 +542,13 @@ impl Core {
                 shard,
                 after,
                 limit,
-                domain,
+                filter,
             } => {
                 let page = crate::owner::Page {
                     shard,
                     after,
                     limit,
-                    domain,
+                    filter,
                 };
                 self.owner.on_list(reply, page, now_s, mesh)
             }

@@ -307,6 +307,7 @@ fn apply(
                 created_at_s: l.created_at_s,
                 created_tag: shards::link::creation_tag(l.flags),
                 expires_at_s: l.expires_at_s,
+                author: l.author,
             };
             memtable.insert(
                 k,

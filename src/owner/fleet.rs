@@ -200,10 +200,10 @@ impl Owner {
                     0
                 };
                 let outcome = match (self.link_info(shard, &key, at), row) {
-                    (Some(local), _) => WriteOutcome::Found(local),
+                    (Some(local), _) => WriteOutcome::Found(Box::new(local)),
                     (None, Err(())) => WriteOutcome::DatabaseUnavailable,
                     (None, Ok(_)) => match live(at) {
-                        Some(state) => WriteOutcome::Found(info_of(key, state)),
+                        Some(state) => WriteOutcome::Found(Box::new(info_of(key, state))),
                         None => return false,
                     },
                 };
@@ -225,20 +225,13 @@ impl Owner {
         let fleet = self.judge.fleet_mut().expect("fleet mode");
         let key = req.key();
         let write = match &req {
-            WriteReq::Create {
-                target,
-                status,
-                expires_at_s,
-                created_at_s,
-                idem,
-                ..
-            } => LinkWrite::Create {
+            WriteReq::Create { new, .. } => LinkWrite::Create {
                 key: key.as_str().to_owned(),
-                target: target.to_string(),
-                status: status.code(),
-                created_at_s: *created_at_s,
-                expires_at_s: *expires_at_s,
-                idem: idem.clone(),
+                target: new.target.to_string(),
+                status: new.status.code(),
+                created_at_s: new.created_at_s,
+                expires_at_s: new.expires_at_s,
+                idem: new.idem.clone(),
             },
             WriteReq::Patch {
                 target,
@@ -368,16 +361,18 @@ impl Owner {
                     same_creation,
                     link,
                 },
-                WriteReq::Create { idem, .. },
+                WriteReq::Create { new, .. },
             ) => {
                 let claim = (request_hash, made, created_at_s, same_creation);
-                Verdict::Answer(replayed(idem.as_deref(), claim, link))
+                Verdict::Answer(replayed(new.idem.as_deref(), claim, link))
             }
             (LinkWritten::NotFound, _) => Verdict::Answer(WriteOutcome::NotFound),
             (LinkWritten::Deleted { .. }, WriteReq::ResetStats { .. }) => Verdict::StatsReset,
             (
                 LinkWritten::Created { version },
-                WriteReq::Create {
+                WriteReq::Create { new, .. },
+            ) => {
+                let crate::mesh::NewLink {
                     target,
                     status,
                     expires_at_s,
@@ -385,8 +380,8 @@ impl Owner {
                     id,
                     idem,
                     ..
-                },
-            ) => {
+                } = *new;
+                // The fleet's tables keep no author yet (issue 26's fleet half).
                 let info = LinkInfo {
                     key,
                     target,
@@ -394,9 +389,10 @@ impl Owner {
                     created_at_s,
                     created_tag: 0,
                     expires_at_s,
+                    author: shards::link::Author::NONE,
                 };
                 Verdict::Log {
-                    outcome: WriteOutcome::Created(info.clone()),
+                    outcome: WriteOutcome::Created(Box::new(info.clone())),
                     entry: MemEntry::Live { info, id, version },
                     idem,
                     invalidate: None,
@@ -405,7 +401,7 @@ impl Owner {
             (LinkWritten::Updated(state), _) => {
                 let info = info_of(key, &state);
                 Verdict::Log {
-                    outcome: WriteOutcome::Updated(info.clone()),
+                    outcome: WriteOutcome::Updated(Box::new(info.clone())),
                     entry: MemEntry::Live {
                         info,
                         id: self.writes.id_of(&key),
@@ -506,6 +502,7 @@ impl Owner {
                 created_at_s: row.created_at_s,
                 created_tag: 0,
                 expires_at_s: row.expires_at_s,
+                author: shards::link::Author::NONE,
             };
             let op = LogOpRef::FleetPut {
                 link: link_fields(&info, 0),
@@ -610,7 +607,7 @@ fn replayed(
         (_, Some(made), Some(state))
             if same_creation.unwrap_or(state.created_at_s == created_at_s) =>
         {
-            WriteOutcome::Created(info_of(made, &state))
+            WriteOutcome::Created(Box::new(info_of(made, &state)))
         }
         _ => WriteOutcome::NotFound,
     }
@@ -626,26 +623,21 @@ fn superseded(written: &LinkWritten, req: &WriteReq, floor: u64) -> Option<Write
         (LinkWritten::Deleted { .. }, WriteReq::ResetStats { .. }) => return None,
         (
             LinkWritten::Created { version },
-            WriteReq::Create {
-                target,
-                status,
-                expires_at_s,
-                created_at_s,
-                ..
-            },
+            WriteReq::Create { new, .. },
         ) => {
             let info = LinkInfo {
                 key,
-                target: target.clone(),
-                status: *status,
-                created_at_s: *created_at_s,
+                target: new.target.clone(),
+                status: new.status,
+                created_at_s: new.created_at_s,
                 created_tag: 0,
-                expires_at_s: *expires_at_s,
+                expires_at_s: new.expires_at_s,
+                author: shards::link::Author::NONE,
             };
-            (*version, WriteOutcome::Created(info))
+            (*version, WriteOutcome::Created(Box::new(info)))
         }
         (LinkWritten::Updated(state), _) => {
-            (state.version, WriteOutcome::Updated(info_of(key, state)))
+            (state.version, WriteOutcome::Updated(Box::new(info_of(key, state))))
         }
         (LinkWritten::Deleted { version }, _) => (*version, WriteOutcome::Deleted),
         _ => return None,
@@ -671,6 +663,8 @@ fn info_of(key: InlineKey, state: &fleet::links::LinkState) -> LinkInfo {
         created_at_s: state.created_at_s,
         created_tag: 0,
         expires_at_s: state.expires_at_s,
+        // The fleet's tables keep no author yet (issue 26's fleet half).
+        author: shards::link::Author::NONE,
     }
 }
 
@@ -683,5 +677,6 @@ fn link_fields(info: &LinkInfo, id: u64) -> LinkFields<&str> {
         created_at_s: info.created_at_s,
         flags: 0,
         id,
+        author: info.author,
     }
 }

@@ -83,6 +83,7 @@ pub fn fold_snapshot(
                                 expires_at_s: info.expires_at_s,
                                 created_at_s: info.created_at_s,
                                 flags: info.created_tag,
+                                author: info.author,
                             },
                         );
                     }

@@ -16,14 +16,14 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 
 /// A page asked of a shard's owner.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Page {
     pub shard: u32,
     /// Keys after this one (the cursor's).
     pub after: Option<InlineKey>,
     pub limit: u32,
-    /// Only links of this domain (by stored key, `shards::link::split_stored_key`).
-    pub domain: Option<u32>,
+    /// Which links belong on it (by stored key and author).
+    pub filter: Arc<crate::mesh::ListFilter>,
 }
 
 impl Owner {
@@ -48,16 +48,14 @@ impl Owner {
         );
     }
 
-    /// Up to `limit` live links of `shard` (of `domain`, if given) with keys after `after`,
-    /// in key order.
+    /// Up to `limit` live links of `shard` that the page's filter admits, with keys after
+    /// `after`, in key order. The filter is applied as the walk goes, so a page is full
+    /// unless the shard is done.
     pub fn list_shard(&self, p: Page, now_s: u64) -> ListedShard {
         let (shard, limit) = (p.shard, p.limit as usize);
         let after = p.after.as_ref().map(|k| k.as_bytes());
-        let in_domain = |k: &[u8]| {
-            p.domain
-                .is_none_or(|d| shards::link::split_stored_key(k).0 == d)
-        };
-        let past = |k: &[u8]| after.is_none_or(|a| k > a) && in_domain(k);
+        let past = |k: &[u8]| after.is_none_or(|a| k > a);
+        let admits = |k: &[u8], author| p.filter.admits(k, author);
         let live = |exp: u64| exp == 0 || now_s < exp;
         let mut mem: Vec<(&InlineKey, &MemEntry)> = self
             .writes
@@ -94,20 +92,23 @@ impl Owner {
             };
             let item = if from_mem {
                 match mem.next().expect("peeked") {
-                    (_, MemEntry::Live { info, .. }) if live(info.expires_at_s) => {
+                    (_, MemEntry::Live { info, .. })
+                        if live(info.expires_at_s) && admits(info.key.as_bytes(), info.author) =>
+                    {
                         Some(info.clone())
                     }
                     _ => None,
                 }
             } else {
                 let (k, l) = table.next().expect("peeked");
-                live(l.expires_at_s).then(|| LinkInfo {
+                (live(l.expires_at_s) && admits(k.as_bytes(), l.author)).then(|| LinkInfo {
                     key: InlineKey::new(k.as_bytes()).expect("table keys are valid keys"),
                     target: Arc::from(l.target),
                     status: l.status,
                     created_at_s: l.created_at_s,
                     created_tag: shards::link::creation_tag(l.flags),
                     expires_at_s: l.expires_at_s,
+                    author: l.author,
                 })
             };
             items.extend(item);

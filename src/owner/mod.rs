@@ -183,6 +183,7 @@ impl Owner {
             created_at_s: l.created_at_s,
             created_tag: shards::link::creation_tag(l.flags),
             expires_at_s: l.expires_at_s,
+            author: l.author,
         })
     }
 
@@ -218,21 +219,51 @@ mod tests {
     const SHARDS: u32 = 16;
 
     #[derive(Clone, Debug)]
+    /// Each API step is sent by one of three keys (`Who`): 0 is admin, 1 and 2 are
+    /// author-only (`api::roles`), so a step may meet another author's link.
     enum Step {
-        Create(usize, u32),
-        Patch(usize, u32),
-        Delete(usize),
-        Get(usize),
+        Create(usize, u32, Who),
+        Patch(usize, u32, Who),
+        Delete(usize, Who),
+        Get(usize, Who),
         /// Write and sync the pending batch (what the ring does), if none is in flight.
         Sync,
     }
 
+    type Who = u8;
+
+    /// An admin's new link to `url(v)`.
+    fn new_link(v: u32) -> Box<crate::mesh::NewLink> {
+        Box::new(crate::mesh::NewLink {
+            target: Arc::from(url(v).as_str()),
+            status: RedirectStatus::Found,
+            expires_at_s: 0,
+            created_at_s: 1,
+            id: 0,
+            idem: None,
+            author: author(0),
+        })
+    }
+
+    /// The author key `who`'s creates record.
+    fn author(who: Who) -> shards::link::Author {
+        shards::link::Author::from_id(&format!("a{who}")).unwrap()
+    }
+
+    /// What key `who` reaches: admin (0) any link, the others only their own.
+    fn reach(who: Who) -> crate::api::roles::AuthorReach {
+        match who {
+            0 => crate::api::roles::AuthorReach::ANY,
+            w => crate::api::roles::AuthorReach::only(author(w)),
+        }
+    }
+
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
-            (0..5usize, any::<u32>()).prop_map(|(k, v)| Step::Create(k, v)),
-            (0..5usize, any::<u32>()).prop_map(|(k, v)| Step::Patch(k, v)),
-            (0..5usize).prop_map(Step::Delete),
-            (0..5usize).prop_map(Step::Get),
+            (0..5usize, any::<u32>(), 0..3u8).prop_map(|(k, v, w)| Step::Create(k, v, w)),
+            (0..5usize, any::<u32>(), 0..3u8).prop_map(|(k, v, w)| Step::Patch(k, v, w)),
+            (0..5usize, 0..3u8).prop_map(|(k, w)| Step::Delete(k, w)),
+            (0..5usize, 0..3u8).prop_map(|(k, w)| Step::Get(k, w)),
             Just(Step::Sync),
             Just(Step::Sync),
         ]
@@ -463,9 +494,11 @@ mod tests {
         let keys = keys(&Router::new(SHARDS, 2));
         // `logical`: the state every write is judged against (writes to one key apply in arrival
         // order); `applied`: what reads see (writes whose batch is durable).
-        let mut logical: Model<usize, String> = Model::new();
-        let mut applied: Model<usize, String> = Model::new();
-        let mut pending: Vec<(u32, usize, Option<String>)> = Vec::new();
+        // Values: the link's target and its author.
+        let mut logical: Model<usize, (String, Who)> = Model::new();
+        let mut applied: Model<usize, (String, Who)> = Model::new();
+        let mut pending: Vec<(u32, usize, Option<(String, Who)>)> = Vec::new();
+        let sees = |who: Who, link: Option<&(String, Who)>| link.is_some_and(|l| who == 0 || l.1 == who);
         for (seq, s) in steps.iter().enumerate() {
             let seq = seq as u32;
             match s {
@@ -484,61 +517,74 @@ mod tests {
                     });
                     continue;
                 }
-                Step::Get(k) => {
-                    let want = match applied.get(k) {
-                        Some(u) => Want::Link("found", u.clone()),
+                Step::Get(k, who) => {
+                    let want = match applied.get(k).filter(|l| sees(*who, Some(l))) {
+                        Some(u) => Want::Link("found", u.0.clone()),
                         None => Want::NotFound,
                     };
-                    let get = OwnerAsk::Read(ReadReq::Get { key: keys[*k] });
+                    let get = OwnerAsk::Read(ReadReq::Get {
+                        key: keys[*k],
+                        reach: reach(*who),
+                    });
                     rig.ask_owner(seq, keys[*k], get, want);
                     assert!(!rig.due.contains_key(&seq), "a read is answered at once");
                     continue;
                 }
-                Step::Create(k, v) => {
-                    let (req, want) = (
-                        WriteReq::Create {
-                            key: keys[*k],
-                            target: Arc::from(url(*v).as_str()),
-                            status: RedirectStatus::Found,
-                            expires_at_s: 0,
-                            created_at_s: 1,
-                            id: 0,
-                            idem: None,
-                        },
-                        if logical.contains_key(k) {
-                            Want::Exists
-                        } else {
-                            logical.insert(*k, url(*v));
-                            pending.push((seq, *k, Some(url(*v))));
-                            Want::Link("created", url(*v))
-                        },
-                    );
+                Step::Create(k, v, who) => {
+                    let new = crate::mesh::NewLink {
+                        target: Arc::from(url(*v).as_str()),
+                        status: RedirectStatus::Found,
+                        expires_at_s: 0,
+                        created_at_s: 1,
+                        id: 0,
+                        idem: None,
+                        author: author(*who),
+                    };
+                    let req = WriteReq::Create {
+                        key: keys[*k],
+                        new: Box::new(new),
+                    };
+                    // The key space is shared: a key taken by another author is taken.
+                    let want = if logical.contains_key(k) {
+                        Want::Exists
+                    } else {
+                        logical.insert(*k, (url(*v), *who));
+                        pending.push((seq, *k, Some((url(*v), *who))));
+                        Want::Link("created", url(*v))
+                    };
                     rig.ask(seq, req, want);
                 }
-                Step::Patch(k, v) => {
+                Step::Patch(k, v, who) => {
                     let req = WriteReq::Patch {
                         key: keys[*k],
                         target: Some(Arc::from(url(*v).as_str())),
                         expiry: ExpiryUpdate::Keep,
                         status: None,
+                        reach: reach(*who),
                     };
-                    let want = if logical.contains_key(k) {
-                        logical.insert(*k, url(*v));
-                        pending.push((seq, *k, Some(url(*v))));
-                        Want::Link("updated", url(*v))
-                    } else {
-                        Want::NotFound
+                    let want = match logical.get(k).cloned() {
+                        Some(l) if sees(*who, Some(&l)) => {
+                            logical.insert(*k, (url(*v), l.1));
+                            pending.push((seq, *k, Some((url(*v), l.1))));
+                            Want::Link("updated", url(*v))
+                        }
+                        _ => Want::NotFound,
                     };
                     rig.ask(seq, req, want);
                 }
-                Step::Delete(k) => {
-                    let want = if logical.remove(k).is_some() {
+                Step::Delete(k, who) => {
+                    let want = if sees(*who, logical.get(k)) {
+                        logical.remove(k);
                         pending.push((seq, *k, None));
                         Want::Deleted
                     } else {
                         Want::NotFound
                     };
-                    rig.ask(seq, WriteReq::Delete { key: keys[*k] }, want);
+                    let req = WriteReq::Delete {
+                        key: keys[*k],
+                        reach: reach(*who),
+                    };
+                    rig.ask(seq, req, want);
                 }
             }
         }
@@ -555,17 +601,17 @@ mod tests {
         let path = rig._dir.path().join("wal-0.log");
         std::fs::write(&path, &rig.file).unwrap();
         let rec = shards::log::recover(&path, false).unwrap();
-        let mut replayed: Model<String, String> = Model::new();
+        let mut replayed: Model<String, (String, shards::link::Author)> = Model::new();
         for r in rec.records {
             match r.op {
-                LogOp::Put(l) => drop(replayed.insert(l.key, l.target)),
+                LogOp::Put(l) => drop(replayed.insert(l.key, (l.target, l.author))),
                 LogOp::Delete { key } => drop(replayed.remove(&key)),
                 other => panic!("unexpected record {other:?}"),
             }
         }
-        let want: Model<String, String> = logical
+        let want: Model<String, (String, shards::link::Author)> = logical
             .into_iter()
-            .map(|(k, v)| (keys[k].as_str().to_string(), v))
+            .map(|(k, (v, who))| (keys[k].as_str().to_string(), (v, author(who))))
             .collect();
         assert_eq!(replayed, want);
     }
@@ -591,13 +637,13 @@ mod tests {
     #[test]
     fn writes_to_one_key_wait_for_the_one_in_flight_and_are_judged_after_it() {
         run(&[
-            Step::Create(0, 1),
-            Step::Delete(0),
-            Step::Patch(0, 2),
-            Step::Create(0, 3),
-            Step::Get(0),
+            Step::Create(0, 1, 0),
+            Step::Delete(0, 0),
+            Step::Patch(0, 2, 0),
+            Step::Create(0, 3, 0),
+            Step::Get(0, 0),
             Step::Sync,
-            Step::Get(0),
+            Step::Get(0, 0),
         ]);
     }
 
@@ -618,12 +664,7 @@ mod tests {
             let v = seq;
             let req = WriteReq::Create {
                 key,
-                target: Arc::from(url(v).as_str()),
-                status: RedirectStatus::Found,
-                expires_at_s: 0,
-                created_at_s: 1,
-                id: 0,
-                idem: None,
+                new: new_link(v),
             };
             rig.ask(seq, req, Want::Link("created", url(v)));
         };
@@ -744,6 +785,7 @@ mod tests {
                     expires_at_s: 0,
                     created_at_s: 1,
                     flags: 0,
+                    author: shards::link::Author::NONE,
                 });
         }
         for shard in router.shards_of_core(OWNER) {
@@ -943,20 +985,19 @@ mod tests {
                     let req = match o {
                         0 => WriteReq::Create {
                             key,
-                            target: Arc::from(url(v).as_str()),
-                            status: RedirectStatus::Found,
-                            expires_at_s: 0,
-                            created_at_s: 1,
-                            id: 0,
-                            idem: None,
+                            new: new_link(v),
                         },
                         1 => WriteReq::Patch {
                             key,
                             target: Some(Arc::from(url(v).as_str())),
                             expiry: ExpiryUpdate::Keep,
                             status: None,
+                            reach: crate::api::roles::AuthorReach::ANY,
                         },
-                        _ => WriteReq::Delete { key },
+                        _ => WriteReq::Delete {
+                            key,
+                            reach: crate::api::roles::AuthorReach::ANY,
+                        },
                     };
                     seq += 1;
                     rig.ask(seq, req, Want::Any);
@@ -1047,6 +1088,7 @@ mod tests {
                                 expires_at_s: 0,
                                 created_at_s: 1,
                                 flags: 0,
+                                author: shards::link::Author::NONE,
                             });
                     }
                     let tables = by_shard

@@ -30,7 +30,7 @@ type Planned = (
     LinkInfo,
     u64,
     Option<InlineKey>,
-    fn(LinkInfo) -> WriteOutcome,
+    fn(Box<LinkInfo>) -> WriteOutcome,
 );
 
 impl Owner {
@@ -39,8 +39,8 @@ impl Owner {
     /// A single node's stats reset logs nothing and waits for no write.
     pub fn on_write(&mut self, reply: ReplyTo, req: WriteReq, now_s: u64, mesh: &mut Mesh) {
         match (&self.judge, &req) {
-            (Judge::Local, WriteReq::ResetStats { key }) => {
-                self.reset_stats_here(reply, *key, mesh)
+            (Judge::Local, WriteReq::ResetStats { key, reach }) => {
+                self.reset_stats_here(reply, *key, *reach, mesh)
             }
             (Judge::Local, _) => {
                 if let Some(req) = self.admit(reply, req, mesh) {
@@ -66,7 +66,9 @@ impl Owner {
             ReadReq::StatsOf { .. } => 0,
             ReadReq::Get { .. } | ReadReq::Replay { .. } => now_s,
         };
-        let link = self.link_info(shard, &key, at);
+        let link = self
+            .link_info(shard, &key, at)
+            .filter(|i| req.reach().admits(i.author));
         if link.is_none() && self.reads_through() {
             let waiter = match req {
                 ReadReq::StatsOf { .. } => super::fleet_state::ReadWaiter::StatsOf(reply),
@@ -94,9 +96,16 @@ impl Owner {
 
     /// A single node's stats reset: nothing to log (the stats live with the aggregator, which
     /// makes the purge durable before the 204).
-    fn reset_stats_here(&mut self, reply: ReplyTo, key: InlineKey, mesh: &mut Mesh) {
+    fn reset_stats_here(
+        &mut self,
+        reply: ReplyTo,
+        key: InlineKey,
+        reach: crate::api::roles::AuthorReach,
+        mesh: &mut Mesh,
+    ) {
         let shard = self.router.owner(key.as_bytes()).shard;
-        if self.link_info(shard, &key, 0).is_none() {
+        let link = self.link_info(shard, &key, 0);
+        if !link.is_some_and(|i| reach.admits(i.author)) {
             return answer(mesh, reply, WriteOutcome::NotFound);
         }
         self.broadcast_invalidate(key, reply, WriteOutcome::Deleted, true, mesh);
@@ -135,18 +144,22 @@ impl Owner {
     fn write_locally(&mut self, reply: ReplyTo, req: WriteReq, now_s: u64, mesh: &mut Mesh) {
         let key = req.key();
         let shard = self.router.owner(key.as_bytes()).shard;
-        let current = self.link_info(shard, &key, now_s);
+        // A link outside the request's reach is, to it, no link (`api::roles`).
+        let current = self
+            .link_info(shard, &key, now_s)
+            .filter(|i| req.reach().admits(i.author));
         let exists = current.is_some();
         let planned = match req {
-            WriteReq::Create {
-                target,
-                status,
-                expires_at_s,
-                created_at_s,
-                id,
-                idem,
-                ..
-            } => (!exists).then(|| {
+            WriteReq::Create { new, .. } => (!exists).then(|| {
+                let crate::mesh::NewLink {
+                    target,
+                    status,
+                    expires_at_s,
+                    created_at_s,
+                    id,
+                    idem,
+                    author,
+                } = *new;
                 let info = LinkInfo {
                     key,
                     target,
@@ -154,6 +167,7 @@ impl Owner {
                     created_at_s,
                     created_tag: self.creations.next(created_at_s, micros_into_second()),
                     expires_at_s,
+                    author,
                 };
                 let planned: Planned = (info, id, None, WriteOutcome::Created);
                 (planned, idem)
@@ -234,6 +248,7 @@ impl Owner {
             created_at_s: info.created_at_s,
             flags: info.created_tag,
             id,
+            author: info.author,
         };
         let op = match &idem {
             None => LogOpRef::Put(link),
@@ -258,7 +273,7 @@ impl Owner {
             apply: Some((key, entry)),
             then: Then::Reply {
                 reply,
-                outcome: outcome_of(info),
+                outcome: outcome_of(Box::new(info)),
                 invalidate,
             },
         });
@@ -456,5 +471,5 @@ fn answer(mesh: &mut Mesh, reply: ReplyTo, outcome: WriteOutcome) {
 
 /// A read's outcome: the link, or 404.
 fn found(link: Option<LinkInfo>) -> WriteOutcome {
-    link.map_or(WriteOutcome::NotFound, WriteOutcome::Found)
+    link.map_or(WriteOutcome::NotFound, |l| WriteOutcome::Found(Box::new(l)))
 }
