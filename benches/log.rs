@@ -19,6 +19,8 @@ fn put(i: u64, key: &str, target: &str) -> LogOpRef<'static> {
         created_at_s: 1_700_000_000 + i,
         flags: 0,
         id: i,
+        // As an API create logs it: with its API key's id.
+        author: shards::link::Author::from_id("k3Xb9q2A").expect("an id"),
     })
 }
 

@@ -276,7 +276,12 @@ fn format_1_tables_read_unchanged_and_a_future_format_is_refused() {
     let links: Vec<OwnedLink> = (0..200u64)
         .map(|i| OwnedLink {
             author: Author::NONE,
-            ..link(&format!("key{i}"), &format!("https://e.com/{i}"), RedirectStatus::Found, i)
+            ..link(
+                &format!("key{i}"),
+                &format!("https://e.com/{i}"),
+                RedirectStatus::Found,
+                i,
+            )
         })
         .collect();
     write_table(&p, 0, 1, 0, links.clone()).unwrap();

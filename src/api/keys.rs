@@ -453,20 +453,7 @@ fn run_keys_command_to(
             read_only,
         } => {
             let role = Role::new(author_only, read_only, &domains)?;
-            let described = role.describe();
-            let (id, plaintext) = store.create(&name, role)?;
-            writeln!(out, "Created API key {id} ({name}), role {described}:")?;
-            writeln!(out)?;
-            writeln!(out, "    {plaintext}")?;
-            writeln!(out)?;
-            writeln!(
-                out,
-                "Store it now: it will not be shown again (only its hash is kept)."
-            )?;
-            writeln!(
-                out,
-                "A running server picks up the change within about a second."
-            )?;
+            create_key(&mut store, data_dir, &name, role, out)?;
         }
         KeysCommand::List => {
             let keys = store.list();
@@ -513,6 +500,34 @@ fn run_keys_command_to(
             }
         }
     }
+    Ok(())
+}
+
+/// `ricochet keys create`: makes the key and shows its plaintext, once.
+fn create_key(
+    store: &mut ApiKeyStore,
+    data_dir: &Path,
+    name: &str,
+    role: Role,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    // Keys made before the first `serve` are a data dir's first data: make the dir (as
+    // `serve` would) so its start does not take the key file for a dir that lost its manifest.
+    shards::datadir::DataDir::open_or_create(data_dir)?;
+    let described = role.describe();
+    let (id, plaintext) = store.create(name, role)?;
+    writeln!(out, "Created API key {id} ({name}), role {described}:")?;
+    writeln!(out)?;
+    writeln!(out, "    {plaintext}")?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "Store it now: it will not be shown again (only its hash is kept)."
+    )?;
+    writeln!(
+        out,
+        "A running server picks up the change within about a second."
+    )?;
     Ok(())
 }
 
@@ -775,7 +790,12 @@ mod tests {
         // Key a's id with key b's secret.
         let spliced = format!("rk_{id_a}_{}", &key_b[key_b.len() - KEY_SECRET_BYTES..]);
         assert_eq!(store.verify(spliced.as_bytes()).map(|c| c.id), None);
-        assert_eq!(store.verify(&key_a.as_bytes()[..key_a.len() - 1]).map(|c| c.id), None);
+        assert_eq!(
+            store
+                .verify(&key_a.as_bytes()[..key_a.len() - 1])
+                .map(|c| c.id),
+            None
+        );
         for junk in [&b""[..], b"rk_", b"rk__", b"Bearer x", b"rk_zzzzzzzz_abc"] {
             assert_eq!(store.verify(junk).map(|c| c.id), None);
         }
@@ -813,9 +833,14 @@ mod tests {
         let dir = tmp();
         let mut store = ApiKeyStore::load(dir.path()).unwrap();
         for bad in ["", "  ", "a\nb", &"n".repeat(MAX_KEY_NAME_BYTES + 1)] {
-            assert!(matches!(store.create(bad, Role::default()), Err(KeyStoreError::BadName(_))));
+            assert!(matches!(
+                store.create(bad, Role::default()),
+                Err(KeyStoreError::BadName(_))
+            ));
         }
-        assert!(store.create(&"n".repeat(MAX_KEY_NAME_BYTES), Role::default()).is_ok());
+        assert!(store
+            .create(&"n".repeat(MAX_KEY_NAME_BYTES), Role::default())
+            .is_ok());
     }
 
     #[test]
@@ -951,37 +976,12 @@ mod tests {
     }
 
     #[test]
-    fn cli_create_list_revoke() {
+    fn cli_keys_with_roles() {
         let dir = tmp();
         let run = |cmd: KeysCommand| {
             let mut out = Vec::new();
             run_keys_command_to(dir.path(), cmd, &mut out).map(|()| String::from_utf8(out).unwrap())
         };
-        let created = run(KeysCommand::Create {
-            name: "deploy bot".into(),
-            author_only: false,
-            domains: Vec::new(),
-            read_only: false,
-        })
-        .unwrap();
-        let key = created
-            .lines()
-            .map(str::trim)
-            .find(|l| l.starts_with(KEY_PREFIX))
-            .unwrap()
-            .to_owned();
-        assert!(created.contains("not be shown again"));
-        let store = ApiKeyStore::load(dir.path()).unwrap();
-        let id = store.verify(key.as_bytes()).unwrap().id;
-
-        let listed = run(KeysCommand::List).unwrap();
-        assert!(listed.starts_with("ID"), "{listed}");
-        let row = listed.lines().nth(1).unwrap();
-        assert!(
-            row.starts_with(id.as_str()) && row.contains("deploy bot"),
-            "{listed}"
-        );
-        assert!(row.contains("active") && row.ends_with("admin"), "{listed}");
         let made = run(KeysCommand::Create {
             name: "team a".into(),
             author_only: true,
@@ -1018,6 +1018,41 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(bad.contains("--domain \"not a host\""), "{bad}");
+    }
+
+    #[test]
+    fn cli_create_list_revoke() {
+        let dir = tmp();
+        let run = |cmd: KeysCommand| {
+            let mut out = Vec::new();
+            run_keys_command_to(dir.path(), cmd, &mut out).map(|()| String::from_utf8(out).unwrap())
+        };
+        let created = run(KeysCommand::Create {
+            name: "deploy bot".into(),
+            author_only: false,
+            domains: Vec::new(),
+            read_only: false,
+        })
+        .unwrap();
+        let key = created
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with(KEY_PREFIX))
+            .unwrap()
+            .to_owned();
+        assert!(created.contains("not be shown again"));
+        let store = ApiKeyStore::load(dir.path()).unwrap();
+        let id = store.verify(key.as_bytes()).unwrap().id;
+
+        let listed = run(KeysCommand::List).unwrap();
+        assert!(listed.starts_with("ID"), "{listed}");
+        let row = listed.lines().nth(1).unwrap();
+        assert!(
+            row.starts_with(id.as_str()) && row.contains("deploy bot"),
+            "{listed}"
+        );
+        assert!(row.contains("active") && row.ends_with("admin"), "{listed}");
+
         assert!(!listed.contains(&key[key.len() - KEY_SECRET_BYTES..]));
 
         let revoked = run(KeysCommand::Revoke { id: id.to_string() }).unwrap();

@@ -208,7 +208,9 @@ mod tests {
             Role::new(false, false, &["bad host!".into()]),
             Err(RoleError::BadDomain(..))
         ));
-        let many: Vec<String> = (0..=MAX_ROLE_DOMAINS).map(|i| format!("d{i}.com")).collect();
+        let many: Vec<String> = (0..=MAX_ROLE_DOMAINS)
+            .map(|i| format!("d{i}.com"))
+            .collect();
         assert_eq!(
             Role::new(false, false, &many),
             Err(RoleError::TooManyDomains)
@@ -225,8 +227,14 @@ mod tests {
             .reach(me, &none);
         assert!(r.admits(b"abc", me));
         assert!(!r.admits(b"abc", other));
-        assert!(!r.admits(b"abc", Author::NONE), "an import's link is no author's");
-        assert!(!r.admits(b"3.abc", me), "an undeclared domain reaches nothing");
+        assert!(
+            !r.admits(b"abc", Author::NONE),
+            "an import's link is no author's"
+        );
+        assert!(
+            !r.admits(b"3.abc", me),
+            "an undeclared domain reaches nothing"
+        );
         let all = Reach::all();
         assert!(all.admits(b"3.abc", Author::NONE) && all.admin);
         assert!(AuthorReach::ANY.admits(other));

@@ -12,13 +12,13 @@ pub mod shlink;
 use crate::api::idempotency::{request_hash, scope_string, IdemScope};
 use crate::api::problem::{Problem, PROBLEM_CONTENT_TYPE};
 use crate::api::request::{link_json, parse_create, parse_patch, MAX_REQUEST_BODY_BYTES};
+use crate::api::roles::{AuthorReach, Reach};
 use crate::base::clock::Clock;
 use crate::base::key::InlineKey;
 use crate::http::encode::{self, Conn as Persist, Framing, Response};
 use crate::http::parse::{Method, Request};
 use crate::http::status::Status;
 use crate::mesh::router::Router;
-use crate::api::roles::{AuthorReach, Reach};
 use crate::mesh::{
     ApiMsg, LinkInfo, ListFilter, Mesh, OwnerAsk, ReadReq, ReplyTo, WriteOutcome, WriteReq,
 };

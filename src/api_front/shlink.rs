@@ -148,6 +148,19 @@ impl ShlinkError {
     }
 }
 
+/// `GET /rest/health`: Shlink's health answer.
+fn encode_health(out: &mut Vec<u8>, f: Framing<'_>) {
+    let body = serde_json::to_vec(&json!({"status": "pass", "version": env!("CARGO_PKG_VERSION")}))
+        .expect("json");
+    let r = Response {
+        status: Status::Ok,
+        headers: &[],
+        content_type: Some("application/json"),
+        body: &body,
+    };
+    encode::encode_response(out, &r, f);
+}
+
 /// A native body member's name in Shlink's API.
 fn shlink_field(native: &str) -> &'static str {
     match native {
@@ -254,17 +267,7 @@ impl ApiFront {
         let fail = |out: &mut Vec<u8>, e: ShlinkError| e.encode(out, f);
         let path = req.path;
         if HEALTH.contains(&path) {
-            let body = serde_json::to_vec(
-                &json!({"status": "pass", "version": env!("CARGO_PKG_VERSION")}),
-            )
-            .expect("json");
-            let r = Response {
-                status: Status::Ok,
-                headers: &[],
-                content_type: Some("application/json"),
-                body: &body,
-            };
-            return encode::encode_response(out, &r, f);
+            return encode_health(out, f);
         }
         if path == DOMAINS && req.method == Method::Get {
             return match self.shlink_admit(req) {

@@ -54,6 +54,7 @@ statuses! {
     PermanentRedirect = 308, "Permanent Redirect";
     BadRequest = 400, "Bad Request";
     Unauthorized = 401, "Unauthorized";
+    Forbidden = 403, "Forbidden";
     NotFound = 404, "Not Found";
     MethodNotAllowed = 405, "Method Not Allowed";
     Conflict = 409, "Conflict";
@@ -96,8 +97,8 @@ mod tests {
     #[test]
     fn emits_every_required_code() {
         let required = [
-            200, 201, 204, 301, 302, 307, 308, 400, 401, 404, 405, 409, 411, 413, 414, 417, 422,
-            429, 431, 500, 501, 503, 505, 507,
+            200, 201, 204, 301, 302, 307, 308, 400, 401, 403, 404, 405, 409, 411, 413, 414, 417,
+            422, 429, 431, 500, 501, 503, 505, 507,
         ];
         for code in required {
             let s = Status::from_code(code).unwrap_or_else(|| panic!("missing {code}"));

@@ -140,7 +140,10 @@ pub struct LinkInfo {
 pub enum WriteReq {
     /// Insert if absent (the owner's conditional insert is the final judge of uniqueness).
     /// Boxed: the new link's fields do not fit a mesh slot beside the key.
-    Create { key: InlineKey, new: Box<NewLink> },
+    Create {
+        key: InlineKey,
+        new: Box<NewLink>,
+    },
     /// A change to an existing link within `reach` (else `NotFound`: an author-only key's
     /// view of another author's link, `api::roles`).
     Patch {
@@ -204,16 +207,10 @@ pub struct NewLink {
 #[derive(Debug)]
 pub enum ReadReq {
     /// The link, if it is within `reach` (`api::roles`).
-    Get {
-        key: InlineKey,
-        reach: AuthorReach,
-    },
+    Get { key: InlineKey, reach: AuthorReach },
     /// `GET /api/v1/urls/{key}/stats`: does the link exist within `reach` (expired links too:
     /// their clicks stay readable)?
-    StatsOf {
-        key: InlineKey,
-        reach: AuthorReach,
-    },
+    StatsOf { key: InlineKey, reach: AuthorReach },
     /// An idempotent create's replay: the link, if it is the one created at `created_at_s`
     /// (else `NotFound`: it was deleted, and the key may now be someone else's).
     Replay {

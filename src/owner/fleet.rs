@@ -368,10 +368,7 @@ impl Owner {
             }
             (LinkWritten::NotFound, _) => Verdict::Answer(WriteOutcome::NotFound),
             (LinkWritten::Deleted { .. }, WriteReq::ResetStats { .. }) => Verdict::StatsReset,
-            (
-                LinkWritten::Created { version },
-                WriteReq::Create { new, .. },
-            ) => {
+            (LinkWritten::Created { version }, WriteReq::Create { new, .. }) => {
                 let crate::mesh::NewLink {
                     target,
                     status,
@@ -621,10 +618,7 @@ fn superseded(written: &LinkWritten, req: &WriteReq, floor: u64) -> Option<Write
     let key = req.key();
     let (version, outcome) = match (written, req) {
         (LinkWritten::Deleted { .. }, WriteReq::ResetStats { .. }) => return None,
-        (
-            LinkWritten::Created { version },
-            WriteReq::Create { new, .. },
-        ) => {
+        (LinkWritten::Created { version }, WriteReq::Create { new, .. }) => {
             let info = LinkInfo {
                 key,
                 target: new.target.clone(),
@@ -636,9 +630,10 @@ fn superseded(written: &LinkWritten, req: &WriteReq, floor: u64) -> Option<Write
             };
             (*version, WriteOutcome::Created(Box::new(info)))
         }
-        (LinkWritten::Updated(state), _) => {
-            (state.version, WriteOutcome::Updated(Box::new(info_of(key, state))))
-        }
+        (LinkWritten::Updated(state), _) => (
+            state.version,
+            WriteOutcome::Updated(Box::new(info_of(key, state))),
+        ),
         (LinkWritten::Deleted { version }, _) => (*version, WriteOutcome::Deleted),
         _ => return None,
     };

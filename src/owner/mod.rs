@@ -232,6 +232,9 @@ mod tests {
 
     type Who = u8;
 
+    /// A model link: its target and who made it.
+    type Linked = (String, Who);
+
     /// An admin's new link to `url(v)`.
     fn new_link(v: u32) -> Box<crate::mesh::NewLink> {
         Box::new(crate::mesh::NewLink {
@@ -495,10 +498,10 @@ mod tests {
         // `logical`: the state every write is judged against (writes to one key apply in arrival
         // order); `applied`: what reads see (writes whose batch is durable).
         // Values: the link's target and its author.
-        let mut logical: Model<usize, (String, Who)> = Model::new();
-        let mut applied: Model<usize, (String, Who)> = Model::new();
-        let mut pending: Vec<(u32, usize, Option<(String, Who)>)> = Vec::new();
-        let sees = |who: Who, link: Option<&(String, Who)>| link.is_some_and(|l| who == 0 || l.1 == who);
+        let mut logical: Model<usize, Linked> = Model::new();
+        let mut applied: Model<usize, Linked> = Model::new();
+        let mut pending: Vec<(u32, usize, Option<Linked>)> = Vec::new();
+        let sees = |who: Who, link: Option<&Linked>| link.is_some_and(|l| who == 0 || l.1 == who);
         for (seq, s) in steps.iter().enumerate() {
             let seq = seq as u32;
             match s {

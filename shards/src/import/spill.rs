@@ -211,8 +211,17 @@ mod tests {
         // Bucket 1 gets enough to outgrow its buffer twice; bucket 2 one small record.
         let big = 2 * SPILL_BUFFER_BYTES / url.len() + 1;
         for i in 0..big as u64 {
-            w.push(i, 5, RedirectStatus::Found, &format!("k{i}"), &url, 0, 0, Default::default())
-                .unwrap();
+            w.push(
+                i,
+                5,
+                RedirectStatus::Found,
+                &format!("k{i}"),
+                &url,
+                0,
+                0,
+                Default::default(),
+            )
+            .unwrap();
         }
         w.push(
             7,

@@ -79,15 +79,10 @@ pub fn payload_len(op: &LogOpRef<'_>) -> usize {
             LogOpRef::Put(link) => link_len(link),
             LogOpRef::Delete { key } => 2 + key.len(),
             LogOpRef::FleetPut { link, idem, .. } => {
-                link_len(link)
-                    + 8
-                    + 2
-                    + idem.map_or(0, |(scope, _)| 32 + scope.len())
+                link_len(link) + 8 + 2 + idem.map_or(0, |(scope, _)| 32 + scope.len())
             }
             LogOpRef::FleetDelete { key, .. } => 8 + 2 + key.len(),
-            LogOpRef::PutWithIdem { link, scope, .. } => {
-                link_len(link) + 32 + 2 + scope.len()
-            }
+            LogOpRef::PutWithIdem { link, scope, .. } => link_len(link) + 32 + 2 + scope.len(),
             LogOpRef::IdemRecord {
                 scope,
                 response_key,

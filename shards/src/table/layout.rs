@@ -23,7 +23,7 @@
 //!            zero padding to a multiple of 8
 //! ```
 
-use crate::link::{Author, RedirectStatus, AUTHOR_BYTES, AUTHOR_FLAG};
+use crate::link::{Author, AUTHOR_BYTES, AUTHOR_FLAG};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// What the rkyv payload of a table file holds.
@@ -104,32 +104,27 @@ pub(crate) fn record_len(key_len: usize, target_len: usize, authored: bool) -> u
     (RECORD_FIXED_BYTES + key_len + target_len + author).next_multiple_of(RECORD_ALIGN)
 }
 
-/// Appends one record to `out` (which must be at a multiple of [`RECORD_ALIGN`]).
-pub(crate) fn push_record(
-    out: &mut Vec<u8>,
-    key: &[u8],
-    target: &[u8],
-    status: RedirectStatus,
-    expires_at_s: u64,
-    created_at_s: u64,
-    flags: u32,
-    author: Author,
-) {
+/// Appends link `l`'s record to `out` (which must be at a multiple of [`RECORD_ALIGN`]).
+pub(crate) fn push_record(out: &mut Vec<u8>, l: &super::OwnedLink) {
     debug_assert_eq!(out.len() % RECORD_ALIGN, 0);
-    debug_assert_eq!(flags & AUTHOR_FLAG, 0, "the author flag is the encoder's");
+    debug_assert_eq!(l.flags & AUTHOR_FLAG, 0, "the author flag is the encoder's");
+    let (key, target, author) = (l.key.as_bytes(), l.target.as_bytes(), l.author);
     let start = out.len();
-    out.extend_from_slice(&expires_at_s.to_le_bytes());
-    out.extend_from_slice(&created_at_s.to_le_bytes());
-    out.extend_from_slice(&(flags | author.flag()).to_le_bytes());
+    out.extend_from_slice(&l.expires_at_s.to_le_bytes());
+    out.extend_from_slice(&l.created_at_s.to_le_bytes());
+    out.extend_from_slice(&(l.flags | author.flag()).to_le_bytes());
     out.extend_from_slice(&(target.len() as u32).to_le_bytes());
-    out.extend_from_slice(&status.code().to_le_bytes());
+    out.extend_from_slice(&l.status.code().to_le_bytes());
     out.push(key.len() as u8);
     out.extend_from_slice(key);
     out.extend_from_slice(target);
     if author.is_some() {
         out.extend_from_slice(&author.bytes());
     }
-    out.resize(start + record_len(key.len(), target.len(), author.is_some()), 0);
+    out.resize(
+        start + record_len(key.len(), target.len(), author.is_some()),
+        0,
+    );
 }
 
 /// A record's fields as byte slices, bounds-checked against `records`.

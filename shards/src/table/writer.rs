@@ -119,16 +119,7 @@ fn index_links(
             )));
         }
         let off = records.len();
-        push_record(
-            &mut records,
-            l.key.as_bytes(),
-            l.target.as_bytes(),
-            l.status,
-            l.expires_at_s,
-            l.created_at_s,
-            l.flags,
-            l.author,
-        );
+        push_record(&mut records, l);
         let h = index_hash(l.key.as_bytes());
         let mut i = home_slot(h, n_slots);
         while slots[i] != 0 {
