@@ -601,7 +601,7 @@ fn fresh_connection_after_a_close_is_served() {
 #[test]
 fn create_rate_limit_answers_429_with_retry_after() {
     let (_t, dir) = data_dir();
-    // 1/s with a burst of 2 for the whole server (split over the two cores).
+    // 1/s with a burst of 2 for the whole server (one budget every core draws from).
     let s = start(&dir, &["--create-rate", "1", "--create-burst", "2"]);
     let mut c = Client::new(&s);
     let first = c.create(&json!({"long_url": "https://example.com/rl/0"}));

@@ -432,3 +432,58 @@ fn idempotency_keys_stay_scoped_to_the_api_key() {
         assert_eq!(ask(&mut c, theirs), 404);
     }
 }
+
+/// The create limit is one budget per API key for the whole node (issue 26), whichever core
+/// a connection lands on: one connection gets the whole burst (not a core's share), and many
+/// connections spread over 3 cores get no more than it together. A key's own limits, set at
+/// its creation, replace the server's.
+#[test]
+fn per_key_create_limits_are_one_budget_for_the_whole_node() {
+    let (_t, dir) = data_dir();
+    let own = make_key(&dir, "own", &["--create-rate", "1", "--create-burst", "6"]);
+    let flags = [
+        "--cores",
+        "3",
+        "--test-oversubscribe",
+        "--create-rate",
+        "1",
+        "--create-burst",
+        "9",
+    ];
+    let s = start(&dir, &flags);
+    let started = std::time::Instant::now();
+    let mut made = |c: &mut Client, token: &str, n: usize| -> usize {
+        as_key(c, token);
+        (0..n)
+            .filter(|i| {
+                let body = json!({"long_url": format!("https://example.com/rl/{i}")});
+                let r = c.create(&body);
+                assert!(matches!(r.status, 201 | 429), "{}", r.text());
+                r.status == 201
+            })
+            .count()
+    };
+    // One connection: the whole burst of each key.
+    let mut one = Client::new(&s);
+    let admin_one = made(&mut one, API_KEY, 30);
+    let own_one = made(&mut one, &own, 30);
+    // Twelve more connections (spread over the cores by the kernel): the budget is spent.
+    let mut many: Vec<Client> = (0..12).map(|_| Client::new(&s)).collect();
+    let admin_many: usize = many.iter_mut().map(|c| made(c, API_KEY, 3)).sum();
+    let own_many: usize = many.iter_mut().map(|c| made(c, &own, 3)).sum();
+    // What refilled meanwhile (1 a second each) is all that may pass beyond the bursts.
+    let refill = started.elapsed().as_secs() as usize + 1;
+    assert!(
+        (9..=9 + refill).contains(&admin_one),
+        "admin on one connection: {admin_one}"
+    );
+    assert!((6..=6 + refill).contains(&own_one), "own on one connection: {own_one}");
+    assert!(
+        admin_one + admin_many <= 9 + refill,
+        "admin in all: {admin_one} + {admin_many}, refill {refill}"
+    );
+    assert!(
+        own_one + own_many <= 6 + refill,
+        "own in all: {own_one} + {own_many}, refill {refill}"
+    );
+}

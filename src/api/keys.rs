@@ -24,6 +24,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::ratelimit::RateLimitConfig;
 use super::roles::Role;
 
 use rand::distributions::Alphanumeric;
@@ -109,6 +110,12 @@ impl KeyId {
         shards::link::Author::from_id(self.as_str()).expect("a key id is a valid author")
     }
 
+    /// The id's bytes, zero-padded, as one word: never 0 (an id has at least one byte), so it
+    /// can key a lock-free table (`ratelimit::RateLimiter`).
+    pub fn to_u64(self) -> u64 {
+        u64::from_le_bytes(self.bytes)
+    }
+
     /// The id as text.
     pub fn as_str(&self) -> &str {
         // Only ASCII alphanumerics are ever stored (see `from_bytes`).
@@ -141,6 +148,8 @@ pub struct ApiKeyInfo {
     pub revoked_at_s: Option<u64>,
     /// What the key may do and reach.
     pub role: Role,
+    /// Its own create limits (`None`: the server's).
+    pub limits: Option<RateLimitConfig>,
 }
 
 /// An API request's verified key: its id and role.
@@ -148,6 +157,8 @@ pub struct ApiKeyInfo {
 pub struct Caller {
     pub id: KeyId,
     pub role: Arc<Role>,
+    /// The key's own create limits (`None`: the server's).
+    pub limits: Option<RateLimitConfig>,
 }
 
 impl Caller {
@@ -183,6 +194,7 @@ struct Entry {
     created_at_s: u64,
     revoked_at_s: Option<u64>,
     role: Arc<Role>,
+    limits: Option<RateLimitConfig>,
 }
 
 type Entries = HashMap<KeyId, Entry>;
@@ -210,6 +222,16 @@ impl ApiKeyStore {
     /// Creates a key labelled `name` and persists its hash. Returns its id and the plaintext
     /// key, which exists nowhere else: show it to the operator once.
     pub fn create(&mut self, name: &str, role: Role) -> Result<(KeyId, String), KeyStoreError> {
+        self.create_limited(name, role, None)
+    }
+
+    /// [`Self::create`], with create limits of the key's own.
+    pub fn create_limited(
+        &mut self,
+        name: &str,
+        role: Role,
+        limits: Option<RateLimitConfig>,
+    ) -> Result<(KeyId, String), KeyStoreError> {
         validate_name(name)?;
         let role = Arc::new(role);
         let now = now_s();
@@ -230,6 +252,7 @@ impl ApiKeyStore {
                     created_at_s: now,
                     revoked_at_s: None,
                     role: role.clone(),
+                    limits,
                 },
             );
             Ok((id, plaintext))
@@ -247,6 +270,7 @@ impl ApiKeyStore {
                 created_at_s: e.created_at_s,
                 revoked_at_s: e.revoked_at_s,
                 role: (*e.role).clone(),
+                limits: e.limits,
             })
             .collect();
         out.sort_by_key(|a| (a.created_at_s, a.id));
@@ -285,6 +309,7 @@ impl ApiKeyStore {
                 revoked_at_s: k.revoked_at_s,
                 // Fleet keys have no roles yet (issue 26's fleet half): every one is admin.
                 role: Arc::default(),
+                limits: None,
             };
             self.entries.insert(id, entry);
         }
@@ -325,6 +350,7 @@ impl ApiKeyStore {
             .map(|(id, e)| Caller {
                 id: *id,
                 role: e.role.clone(),
+                limits: e.limits,
             })
     }
 
@@ -357,6 +383,7 @@ impl ApiKeyStore {
                             created_at_s: now,
                             revoked_at_s: None,
                             role: Arc::default(),
+                            limits: None,
                         },
                     );
                     Ok(())
@@ -423,6 +450,14 @@ pub enum KeysCommand {
         /// The key may only read links and stats.
         #[arg(long)]
         read_only: bool,
+        /// Creates per second this key may make, whole node (default: the server's
+        /// `--create-rate`); needs `--create-burst`.
+        #[arg(long, value_name = "N", requires = "create_burst")]
+        create_rate: Option<u32>,
+        /// Creates this key may make at once when rested (default: the server's
+        /// `--create-burst`); needs `--create-rate`.
+        #[arg(long, value_name = "N", requires = "create_rate")]
+        create_burst: Option<u32>,
     },
     /// List API keys (ids, names, dates; never secrets).
     List,
@@ -451,9 +486,19 @@ fn run_keys_command_to(
             author_only,
             domains,
             read_only,
+            create_rate,
+            create_burst,
         } => {
             let role = Role::new(author_only, read_only, &domains)?;
-            create_key(&mut store, data_dir, &name, role, out)?;
+            let limits = match (create_rate, create_burst) {
+                (Some(per_second), Some(burst)) => Some(
+                    RateLimitConfig { per_second, burst }
+                        .validate()
+                        .map_err(|e| anyhow::anyhow!("--create-rate/--create-burst: {e}"))?,
+                ),
+                _ => None,
+            };
+            create_key(&mut store, data_dir, &name, (role, limits), out)?;
         }
         KeysCommand::List => {
             let keys = store.list();
@@ -508,15 +553,21 @@ fn create_key(
     store: &mut ApiKeyStore,
     data_dir: &Path,
     name: &str,
-    role: Role,
+    (role, limits): (Role, Option<RateLimitConfig>),
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     // Keys made before the first `serve` are a data dir's first data: make the dir (as
     // `serve` would) so its start does not take the key file for a dir that lost its manifest.
     shards::datadir::DataDir::open_or_create(data_dir)?;
     let described = role.describe();
-    let (id, plaintext) = store.create(name, role)?;
-    writeln!(out, "Created API key {id} ({name}), role {described}:")?;
+    let (id, plaintext) = store.create_limited(name, role, limits)?;
+    let limited = limits.map_or(String::new(), |l| {
+        format!(", {} creates/s, burst {}", l.per_second, l.burst)
+    });
+    writeln!(
+        out,
+        "Created API key {id} ({name}), role {described}{limited}:"
+    )?;
     writeln!(out)?;
     writeln!(out, "    {plaintext}")?;
     writeln!(out)?;
@@ -549,6 +600,9 @@ struct FileEntry {
     /// Absent for an admin key (every key written before roles).
     #[serde(default, skip_serializing_if = "Role::is_admin")]
     role: Role,
+    /// The key's own create limits; absent: the server's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    create_limit: Option<RateLimitConfig>,
 }
 
 fn read_entries(path: &Path) -> Result<Entries, KeyStoreError> {
@@ -584,6 +638,11 @@ fn read_entries(path: &Path) -> Result<Entries, KeyStoreError> {
             created_at_s,
             revoked_at_s,
             role: Arc::new(k.role),
+            limits: k
+                .create_limit
+                .map(RateLimitConfig::validate)
+                .transpose()
+                .map_err(|e| corrupt(format!("key {id}: create_limit: {e}")))?,
         };
         if entries.insert(id, entry).is_some() {
             return Err(corrupt(format!("key id {id} appears twice")));
@@ -606,6 +665,7 @@ fn write_entries(dir: &Path, entries: &Entries) -> Result<(), KeyStoreError> {
                 created_at: format_rfc3339_utc(e.created_at_s),
                 revoked_at: e.revoked_at_s.map(format_rfc3339_utc),
                 role: (*e.role).clone(),
+                create_limit: e.limits,
             })
             .collect(),
     };
@@ -987,10 +1047,14 @@ mod tests {
             author_only: true,
             domains: vec!["Go.Brand.com".into()],
             read_only: true,
+            create_rate: Some(5),
+            create_burst: Some(7),
         })
         .unwrap();
         assert!(
-            made.contains("role author-only, domain-only (go.brand.com), read-only"),
+            made.contains(
+                "role author-only, domain-only (go.brand.com), read-only, 5 creates/s, burst 7"
+            ),
             "{made}"
         );
         let listed = run(KeysCommand::List).unwrap();
@@ -1004,16 +1068,27 @@ mod tests {
         );
         // The role is kept in the file and comes back with the key.
         let store = ApiKeyStore::load(dir.path()).unwrap();
-        let team = store.list().into_iter().find(|k| k.name == "team a");
+        let team = store
+            .list()
+            .into_iter()
+            .find(|k| k.name == "team a")
+            .unwrap();
         assert_eq!(
-            team.unwrap().role,
+            team.role,
             Role::new(true, true, &["go.brand.com".into()]).unwrap()
         );
+        let limits = RateLimitConfig {
+            per_second: 5,
+            burst: 7,
+        };
+        assert_eq!(team.limits, Some(limits));
         let bad = run(KeysCommand::Create {
             name: "bad".into(),
             author_only: false,
             domains: vec!["not a host".into()],
             read_only: false,
+            create_rate: None,
+            create_burst: None,
         })
         .unwrap_err()
         .to_string();
@@ -1032,6 +1107,8 @@ mod tests {
             author_only: false,
             domains: Vec::new(),
             read_only: false,
+            create_rate: None,
+            create_burst: None,
         })
         .unwrap();
         let key = created

@@ -4,7 +4,7 @@
 //!
 //! A `POST /api/v1/urls` handler, in order:
 //! 1. [`keys::ApiKeyStore::verify`] the bearer token, else [`problem::Problem::unauthorized`].
-//! 2. [`ratelimit::RateLimiter::check`] the key id, else 429 (`Problem::from(RetryAfter)`).
+//! 2. [`ratelimit::RateLimiter::check`] the key id (one budget per key for the whole node), else 429 (`Problem::from(RetryAfter)`).
 //! 3. [`request::parse_create`] the body at the current wall-clock second.
 //! 4. With an `Idempotency-Key` header: [`idempotency::IdemScope::new`], then on the owner core
 //!    [`idempotency::IdemTable::begin`] with [`idempotency::request_hash`]; create only on

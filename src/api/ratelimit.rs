@@ -1,12 +1,16 @@
-//! Per-API-key rate limiting: a token bucket per key, kept as GCRA (one "theoretical arrival
-//! time" per key instead of a token count and a refill timestamp).
+//! Per-API-key rate limiting of creates: a token bucket per key, kept as GCRA (one
+//! "theoretical arrival time" per key instead of a token count and a refill timestamp), shared
+//! by every core of the node.
 //!
 //! A key may make `burst` requests at once, then one every `1 / per_second` seconds; an idle
-//! key refills at that rate up to `burst`. The clock is injected (`now: Instant`), so tests are
-//! deterministic. One `RateLimiter` is one budget: a server that checks on several cores gives
-//! each key the configured rate per core unless it divides the rate or checks on one core.
+//! key refills at that rate up to `burst`. The budget is the node's (issue 26: "per API key
+//! across all cores"): each key has one slot of two atomic words in a fixed table, and a core
+//! takes from it with a compare-and-swap, so no lock is taken and connections on every core
+//! draw from the same bucket. Limits are a key's own when it was created with some
+//! (`ricochet keys create --create-rate --create-burst`), else the server's. The clock is
+//! injected (`now: Instant`), so tests are deterministic.
 
-use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::keys::KeyId;
@@ -14,26 +18,26 @@ use super::problem::Problem;
 
 /// Default sustained rate of link creations per API key: 20 per second, far above any
 /// interactive use and enough for scripted imports, while a leaked key can add at most
-/// ~1.7 M links a day per limiter before someone revokes it.
+/// ~1.7 M links a day before someone revokes it.
 pub const DEFAULT_CREATES_PER_SECOND: u32 = 20;
 
 /// Default burst per API key: 100 requests at once (5 s of the default rate), so a batch job
 /// that fires a page of creates in parallel is not throttled.
 pub const DEFAULT_BURST: u32 = 100;
 
-/// Default number of keys a limiter tracks: 4096. Keys are operator-issued, so real
-/// deployments have far fewer; the cap bounds memory (~100 KiB) whatever happens.
-pub const DEFAULT_MAX_TRACKED_KEYS: usize = 4096;
+/// Keys the node's budget table tracks: 16,384 slots of 16 bytes (256 KiB). Keys are
+/// operator-issued, so real deployments have far fewer; a key that finds the table full (more
+/// keys than this have created links since start) draws from one shared overflow bucket with
+/// the server's limits, so it is limited, never unlimited.
+pub const MAX_TRACKED_KEYS: usize = 16_384;
 
-/// Rate limit settings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A rate: sustained creates per second and the burst a rested key may make at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RateLimitConfig {
     /// Sustained requests per second per key (>= 1).
     pub per_second: u32,
     /// Requests a rested key may make at once (>= 1).
     pub burst: u32,
-    /// Most keys tracked at once (>= 1); see [`RateLimiter::check`] for what happens past it.
-    pub max_tracked_keys: usize,
 }
 
 impl Default for RateLimitConfig {
@@ -41,8 +45,26 @@ impl Default for RateLimitConfig {
         RateLimitConfig {
             per_second: DEFAULT_CREATES_PER_SECOND,
             burst: DEFAULT_BURST,
-            max_tracked_keys: DEFAULT_MAX_TRACKED_KEYS,
         }
+    }
+}
+
+impl RateLimitConfig {
+    /// Checks both figures are at least 1.
+    pub fn validate(self) -> Result<RateLimitConfig, RateLimitConfigError> {
+        if self.per_second == 0 {
+            return Err(RateLimitConfigError::ZeroRate);
+        }
+        if self.burst == 0 {
+            return Err(RateLimitConfigError::ZeroBurst);
+        }
+        Ok(self)
+    }
+
+    /// Nanoseconds one request costs, and how far ahead of now a key's arrival time may run.
+    fn interval_window_ns(self) -> (u64, u64) {
+        let interval = 1_000_000_000 / u64::from(self.per_second.max(1));
+        (interval, interval * u64::from(self.burst.max(1)))
     }
 }
 
@@ -53,8 +75,6 @@ pub enum RateLimitConfigError {
     ZeroRate,
     #[error("burst must be at least 1")]
     ZeroBurst,
-    #[error("max tracked keys must be at least 1")]
-    ZeroKeys,
 }
 
 /// How long a throttled client must wait before its next request can pass.
@@ -78,74 +98,105 @@ impl From<RetryAfter> for Problem {
     }
 }
 
-/// Token buckets keyed by API key id.
+/// One key's bucket: the key (its id as 8 bytes; 0 = free) and its theoretical arrival time in
+/// nanoseconds since the limiter's epoch.
+#[derive(Debug, Default)]
+struct Slot {
+    key: AtomicU64,
+    tat_ns: AtomicU64,
+}
+
+/// The node's token buckets, one per API key, shared by every core (`Arc`).
 #[derive(Debug)]
 pub struct RateLimiter {
-    /// Time one request costs: 1 s / per_second.
-    interval: Duration,
-    /// How far ahead of now a key's arrival time may run: interval * burst.
-    window: Duration,
-    max_tracked_keys: usize,
-    /// Per key, when its bucket is next full again ("theoretical arrival time").
-    tat: HashMap<KeyId, Instant>,
+    /// The server's limits, for keys created without their own.
+    default: RateLimitConfig,
+    epoch: Instant,
+    /// [`MAX_TRACKED_KEYS`] slots (open addressing, linear probing), then the overflow slot.
+    slots: Box<[Slot]>,
 }
 
 impl RateLimiter {
-    /// A limiter with `config`.
-    pub fn new(config: RateLimitConfig) -> Result<RateLimiter, RateLimitConfigError> {
-        if config.per_second == 0 {
-            return Err(RateLimitConfigError::ZeroRate);
-        }
-        if config.burst == 0 {
-            return Err(RateLimitConfigError::ZeroBurst);
-        }
-        if config.max_tracked_keys == 0 {
-            return Err(RateLimitConfigError::ZeroKeys);
-        }
-        let interval = Duration::from_secs(1) / config.per_second;
+    /// A limiter whose keys without limits of their own get `default`.
+    pub fn new(default: RateLimitConfig) -> Result<RateLimiter, RateLimitConfigError> {
+        RateLimiter::with_capacity(default, MAX_TRACKED_KEYS)
+    }
+
+    fn with_capacity(
+        default: RateLimitConfig,
+        capacity: usize,
+    ) -> Result<RateLimiter, RateLimitConfigError> {
         Ok(RateLimiter {
-            interval,
-            // <= 1 s * u32::MAX: cannot overflow a Duration.
-            window: interval * config.burst,
-            max_tracked_keys: config.max_tracked_keys,
-            tat: HashMap::with_capacity(config.max_tracked_keys.min(DEFAULT_MAX_TRACKED_KEYS)),
+            default: default.validate()?,
+            epoch: Instant::now(),
+            slots: (0..=capacity).map(|_| Slot::default()).collect(),
         })
     }
 
-    /// Takes one request from `key`'s bucket at `now`, or says how long to wait.
-    ///
-    /// When a new key arrives and `max_tracked_keys` are tracked, keys whose buckets are full
-    /// are forgotten first (nothing is lost: an untracked key starts full); if every bucket is
-    /// in use, the key closest to full is forgotten, which hands it back at most the small rest
-    /// of its burst.
-    pub fn check(&mut self, key: KeyId, now: Instant) -> Result<(), RetryAfter> {
-        let tat = self.tat.get(&key).map_or(now, |&t| t.max(now));
-        let next = tat + self.interval;
-        let ahead = next - now;
-        if ahead > self.window {
-            return Err(RetryAfter {
-                wait: ahead - self.window,
-            });
-        }
-        if !self.tat.contains_key(&key) && self.tat.len() >= self.max_tracked_keys {
-            self.make_room(now);
-        }
-        self.tat.insert(key, next);
-        Ok(())
-    }
-
-    /// Number of keys currently tracked.
-    pub fn tracked_keys(&self) -> usize {
-        self.tat.len()
-    }
-
-    fn make_room(&mut self, now: Instant) {
-        self.tat.retain(|_, tat| *tat > now);
-        if self.tat.len() >= self.max_tracked_keys {
-            if let Some(nearest_full) = self.tat.iter().min_by_key(|(_, t)| **t).map(|(k, _)| *k) {
-                self.tat.remove(&nearest_full);
+    /// Takes one request from `key`'s bucket at `now` (with the key's own limits, if it has
+    /// some), or says how long to wait. Lock-free: a compare-and-swap on the key's slot.
+    pub fn check(
+        &self,
+        key: KeyId,
+        own: Option<RateLimitConfig>,
+        now: Instant,
+    ) -> Result<(), RetryAfter> {
+        let (slot, limits) = match self.slot_of(key.to_u64()) {
+            Some(s) => (s, own.unwrap_or(self.default)),
+            None => (self.slots.last().expect("an overflow slot"), self.default),
+        };
+        let (interval, window) = limits.interval_window_ns();
+        let now_ns = u64::try_from(now.saturating_duration_since(self.epoch).as_nanos())
+            .unwrap_or(u64::MAX / 2);
+        let mut old = slot.tat_ns.load(Ordering::Acquire);
+        loop {
+            let next = old.max(now_ns) + interval;
+            let ahead = next - now_ns;
+            if ahead > window {
+                let wait = Duration::from_nanos(ahead - window);
+                return Err(RetryAfter { wait });
+            }
+            match slot
+                .tat_ns
+                .compare_exchange_weak(old, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(()),
+                Err(seen) => old = seen,
             }
         }
+    }
+
+    /// `key`'s slot, claimed on first use; `None` when the table is full.
+    fn slot_of(&self, key: u64) -> Option<&Slot> {
+        debug_assert_ne!(key, 0, "a key id is never empty");
+        let n = self.slots.len() - 1;
+        // Fibonacci hashing of the id's bytes.
+        let home = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % n;
+        for i in 0..n {
+            let slot = &self.slots[(home + i) % n];
+            match slot.key.load(Ordering::Acquire) {
+                k if k == key => return Some(slot),
+                0 => match slot
+                    .key
+                    .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => return Some(slot),
+                    Err(k) if k == key => return Some(slot),
+                    Err(_) => {}
+                },
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// Number of keys with a slot.
+    pub fn tracked_keys(&self) -> usize {
+        let n = self.slots.len() - 1;
+        self.slots[..n]
+            .iter()
+            .filter(|s| s.key.load(Ordering::Relaxed) != 0)
+            .count()
     }
 }
 
@@ -157,143 +208,161 @@ mod tests {
         KeyId::parse(s).unwrap()
     }
 
-    fn limiter(per_second: u32, burst: u32, max_tracked_keys: usize) -> RateLimiter {
-        RateLimiter::new(RateLimitConfig {
-            per_second,
-            burst,
-            max_tracked_keys,
-        })
-        .unwrap()
+    fn limiter(per_second: u32, burst: u32) -> RateLimiter {
+        RateLimiter::new(RateLimitConfig { per_second, burst }).unwrap()
     }
 
     const MS: Duration = Duration::from_millis(1);
 
     #[test]
     fn burst_then_steady_rate() {
-        let mut rl = limiter(10, 3, 16);
+        let rl = limiter(10, 3);
         let t0 = Instant::now();
         let k = key("a");
         for _ in 0..3 {
-            assert_eq!(rl.check(k, t0), Ok(()));
+            assert_eq!(rl.check(k, None, t0), Ok(()));
         }
-        assert_eq!(rl.check(k, t0), Err(RetryAfter { wait: 100 * MS }));
-        assert_eq!(rl.check(k, t0 + 99 * MS), Err(RetryAfter { wait: MS }));
-        assert_eq!(rl.check(k, t0 + 100 * MS), Ok(()));
-        assert!(rl.check(k, t0 + 100 * MS).is_err());
+        assert_eq!(rl.check(k, None, t0), Err(RetryAfter { wait: 100 * MS }));
+        assert_eq!(
+            rl.check(k, None, t0 + 99 * MS),
+            Err(RetryAfter { wait: MS })
+        );
+        assert_eq!(rl.check(k, None, t0 + 100 * MS), Ok(()));
+        assert!(rl.check(k, None, t0 + 100 * MS).is_err());
         // Steady: one every 100 ms passes indefinitely.
         for i in 2..50 {
-            assert_eq!(rl.check(k, t0 + i * 100 * MS), Ok(()), "tick {i}");
-            assert!(rl.check(k, t0 + i * 100 * MS).is_err(), "tick {i}");
+            assert_eq!(rl.check(k, None, t0 + i * 100 * MS), Ok(()), "tick {i}");
+            assert!(rl.check(k, None, t0 + i * 100 * MS).is_err(), "tick {i}");
         }
     }
 
     #[test]
     fn rejected_requests_cost_nothing() {
-        let mut rl = limiter(10, 1, 16);
+        let rl = limiter(10, 1);
         let t0 = Instant::now();
         let k = key("a");
-        assert!(rl.check(k, t0).is_ok());
+        assert!(rl.check(k, None, t0).is_ok());
         for i in 0..100 {
-            assert!(rl.check(k, t0 + i * MS).is_err());
+            assert!(rl.check(k, None, t0 + i * MS).is_err());
         }
-        assert!(rl.check(k, t0 + 100 * MS).is_ok());
+        assert!(rl.check(k, None, t0 + 100 * MS).is_ok());
     }
 
     #[test]
     fn idle_key_refills_up_to_burst_only() {
-        let mut rl = limiter(10, 4, 16);
+        let rl = limiter(10, 4);
         let t0 = Instant::now();
         let k = key("a");
         for _ in 0..4 {
-            rl.check(k, t0).unwrap();
+            rl.check(k, None, t0).unwrap();
         }
         // An hour idle refills to 4, not more.
         let later = t0 + Duration::from_secs(3600);
         for _ in 0..4 {
-            assert!(rl.check(k, later).is_ok());
+            assert!(rl.check(k, None, later).is_ok());
         }
-        assert!(rl.check(k, later).is_err());
+        assert!(rl.check(k, None, later).is_err());
         // Half refilled after 200 ms.
         let t2 = later + 200 * MS;
-        assert!(rl.check(k, t2).is_ok());
-        assert!(rl.check(k, t2).is_ok());
-        assert!(rl.check(k, t2).is_err());
+        assert!(rl.check(k, None, t2).is_ok());
+        assert!(rl.check(k, None, t2).is_ok());
+        assert!(rl.check(k, None, t2).is_err());
     }
 
     #[test]
-    fn keys_are_independent() {
-        let mut rl = limiter(1, 2, 16);
+    fn keys_are_independent_and_a_key_may_have_its_own_limits() {
+        let rl = limiter(1, 2);
         let t0 = Instant::now();
-        let (a, b) = (key("a"), key("b"));
-        rl.check(a, t0).unwrap();
-        rl.check(a, t0).unwrap();
-        assert!(rl.check(a, t0).is_err());
-        assert!(rl.check(b, t0).is_ok());
-        assert!(rl.check(b, t0).is_ok());
-        assert_eq!(rl.check(b, t0).unwrap_err().wait, Duration::from_secs(1));
+        let (a, b, c) = (key("a"), key("b"), key("c"));
+        rl.check(a, None, t0).unwrap();
+        rl.check(a, None, t0).unwrap();
+        assert!(rl.check(a, None, t0).is_err());
+        assert!(rl.check(b, None, t0).is_ok());
+        assert!(rl.check(b, None, t0).is_ok());
+        assert_eq!(
+            rl.check(b, None, t0).unwrap_err().wait,
+            Duration::from_secs(1)
+        );
+        let own = Some(RateLimitConfig {
+            per_second: 100,
+            burst: 5,
+        });
+        for _ in 0..5 {
+            assert!(rl.check(c, own, t0).is_ok());
+        }
+        assert_eq!(rl.check(c, own, t0).unwrap_err().wait, 10 * MS);
     }
 
     #[test]
     fn uneven_intervals() {
         // 3 per second: 333_333_333 ns each.
-        let mut rl = limiter(3, 1, 16);
+        let rl = limiter(3, 1);
         let t0 = Instant::now();
         let k = key("a");
-        rl.check(k, t0).unwrap();
-        let e = rl.check(k, t0).unwrap_err();
+        rl.check(k, None, t0).unwrap();
+        let e = rl.check(k, None, t0).unwrap_err();
         assert_eq!(e.wait, Duration::from_nanos(333_333_333));
         assert_eq!(e.secs_ceil(), 1);
-        assert!(rl.check(k, t0 + e.wait).is_ok());
+        assert!(rl.check(k, None, t0 + e.wait).is_ok());
     }
 
     #[test]
-    fn eviction_prefers_full_buckets() {
-        let mut rl = limiter(1, 2, 2);
+    fn a_full_table_sends_new_keys_to_one_shared_bucket() {
+        let rl = RateLimiter::with_capacity(
+            RateLimitConfig {
+                per_second: 1,
+                burst: 2,
+            },
+            2,
+        )
+        .unwrap();
         let t0 = Instant::now();
-        let (a, b, c) = (key("a"), key("b"), key("c"));
-        rl.check(a, t0).unwrap();
-        rl.check(a, t0).unwrap(); // a: exhausted until t0 + 2 s.
-        rl.check(b, t0).unwrap(); // b: one used, full again at t0 + 1 s.
-                                  // At t0 + 1.5 s, b is full again and a is not: c evicts b.
-        let t1 = t0 + 1500 * MS;
-        rl.check(c, t1).unwrap();
+        rl.check(key("a"), None, t0).unwrap();
+        rl.check(key("b"), None, t0).unwrap();
         assert_eq!(rl.tracked_keys(), 2);
-        // a still remembers its debt: one token back (refilled 1.5 of 2), not the full burst.
-        assert!(rl.check(a, t1).is_ok());
-        assert!(rl.check(a, t1).is_err());
+        // c and d share the overflow bucket (with the server's limits): limited, together.
+        let big = Some(RateLimitConfig {
+            per_second: 1000,
+            burst: 1000,
+        });
+        assert!(rl.check(key("c"), big, t0).is_ok());
+        assert!(rl.check(key("d"), big, t0).is_ok());
+        assert!(rl.check(key("c"), big, t0).is_err());
+        assert!(
+            rl.check(key("a"), None, t0).is_ok(),
+            "a keeps its own bucket"
+        );
     }
 
+    /// Cores take from one bucket concurrently: exactly `burst` of many simultaneous creates
+    /// pass, however the threads interleave.
     #[test]
-    fn eviction_when_all_busy_drops_nearest_full() {
-        let mut rl = limiter(1, 3, 2);
+    fn concurrent_takers_share_one_budget_exactly() {
+        let rl = std::sync::Arc::new(limiter(1, 250));
         let t0 = Instant::now();
-        let (a, b, c) = (key("a"), key("b"), key("c"));
-        for _ in 0..3 {
-            rl.check(a, t0).unwrap(); // full at t0 + 3 s
-        }
-        rl.check(b, t0).unwrap(); // full at t0 + 1 s
-        rl.check(c, t0).unwrap(); // evicts b
-        assert_eq!(rl.tracked_keys(), 2);
-        assert!(rl.check(a, t0).is_err());
-        // b comes back with a full bucket (it had used only one token).
-        for _ in 0..3 {
-            assert!(rl.check(b, t0 + MS).is_ok());
-        }
+        let passed: usize = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| {
+                    let rl = rl.clone();
+                    s.spawn(move || {
+                        (0..1000)
+                            .filter(|_| rl.check(key("k"), None, t0).is_ok())
+                            .count()
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert_eq!(passed, 250);
     }
 
     #[test]
     fn config_validation_and_retry_after() {
-        let bad = |per_second, burst, max_tracked_keys| {
-            RateLimiter::new(RateLimitConfig {
-                per_second,
-                burst,
-                max_tracked_keys,
-            })
-            .unwrap_err()
+        let bad = |per_second, burst| {
+            RateLimiter::new(RateLimitConfig { per_second, burst }).unwrap_err()
         };
-        assert_eq!(bad(0, 1, 1), RateLimitConfigError::ZeroRate);
-        assert_eq!(bad(1, 0, 1), RateLimitConfigError::ZeroBurst);
-        assert_eq!(bad(1, 1, 0), RateLimitConfigError::ZeroKeys);
+        assert_eq!(bad(0, 1), RateLimitConfigError::ZeroRate);
+        assert_eq!(bad(1, 0), RateLimitConfigError::ZeroBurst);
         assert!(RateLimiter::new(RateLimitConfig::default()).is_ok());
         let r = |ms| RetryAfter {
             wait: Duration::from_millis(ms),

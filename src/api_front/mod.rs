@@ -98,7 +98,8 @@ pub struct ApiFront {
     domains: Arc<crate::api::domains::Domains>,
     /// New key stores and domains from `keywatch`, taken at each sweep.
     key_updates: crossbeam::channel::Receiver<Arc<crate::api::Reloaded>>,
-    ratelimit: crate::api::ratelimit::RateLimiter,
+    /// The node's per-key create budgets, shared with every core.
+    ratelimit: Arc<crate::api::ratelimit::RateLimiter>,
     public_url: String,
     /// Key choice for creates: this core's ID ranges and the key generator.
     pub creates: Creates,
@@ -127,7 +128,7 @@ impl ApiFront {
         router: Router,
         reloaded: crate::api::Reloaded,
         key_updates: crossbeam::channel::Receiver<Arc<crate::api::Reloaded>>,
-        ratelimit: crate::api::ratelimit::RateLimiter,
+        ratelimit: Arc<crate::api::ratelimit::RateLimiter>,
         public_url: String,
         creates: Creates,
     ) -> ApiFront {
@@ -468,7 +469,8 @@ impl ApiFront {
         mesh: &mut Mesh,
     ) -> Result<(), Problem> {
         let key_id = caller.id;
-        self.ratelimit.check(key_id, Instant::now())?;
+        self.ratelimit
+            .check(key_id, caller.limits, Instant::now())?;
         let mut cr = parse_create(body, now_s)?;
         cr.domain_number = self.domain_number(cr.domain.as_deref())?;
         self.check_create_domain(&cr, reach)?;

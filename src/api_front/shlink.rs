@@ -393,7 +393,10 @@ impl ApiFront {
         now_s: u64,
         mesh: &mut Mesh,
     ) -> Result<(), ShlinkError> {
-        if let Err(ra) = self.ratelimit.check(caller.id, std::time::Instant::now()) {
+        if let Err(ra) = self
+            .ratelimit
+            .check(caller.id, caller.limits, std::time::Instant::now())
+        {
             return Err(ShlinkError::from_native(&ra.into()));
         }
         let cr = native_body(body, true)?;

@@ -101,7 +101,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         lock: port_lock,
     } = crate::net::listener::open(opts.listen, cores)?;
     let doorbells = Arc::new(Doorbells::new(cores).context("creating doorbell eventfds")?);
-    let mut write = open_write_side(&opts, &links, cores)?;
+    let mut write = open_write_side(&opts, &links)?;
     let clicks = start_clicks(&opts, &links, cores, &doorbells)?;
     let draining = Arc::new(AtomicBool::new(false));
     install_signal_handlers(&draining, &doorbells)?;
@@ -353,10 +353,11 @@ struct WriteSide {
     /// The declared domains at start; the key watcher offers later ones.
     domains: Arc<crate::api::domains::Domains>,
     seg_cfg: shards::alloc::SegmentConfig,
-    rate_cfg: crate::api::ratelimit::RateLimitConfig,
+    /// Every core's creates draw from it (per API key, whole node).
+    ratelimit: Arc<crate::api::ratelimit::RateLimiter>,
 }
 
-fn open_write_side(opts: &ServeOptions, links: &Links, cores: usize) -> anyhow::Result<WriteSide> {
+fn open_write_side(opts: &ServeOptions, links: &Links) -> anyhow::Result<WriteSide> {
     let dir = &links.dir;
     let (allocator, secret, fleet_stats) =
         opts.mode
@@ -395,10 +396,13 @@ fn open_write_side(opts: &ServeOptions, links: &Links, cores: usize) -> anyhow::
         .validate()
         .map_err(|e| anyhow::anyhow!("--segment-len: {e}"))?;
     let rate_cfg = crate::api::ratelimit::RateLimitConfig {
-        per_second: opts.create_rate_per_s.div_ceil(cores as u32).max(1),
-        burst: opts.create_burst.div_ceil(cores as u32).max(1),
-        ..Default::default()
+        per_second: opts.create_rate_per_s,
+        burst: opts.create_burst,
     };
+    let ratelimit = Arc::new(
+        crate::api::ratelimit::RateLimiter::new(rate_cfg)
+            .map_err(|e| anyhow::anyhow!("--create-rate/--create-burst: {e}"))?,
+    );
     Ok(WriteSide {
         allocator,
         secret,
@@ -409,7 +413,7 @@ fn open_write_side(opts: &ServeOptions, links: &Links, cores: usize) -> anyhow::
         api_keys,
         domains,
         seg_cfg,
-        rate_cfg,
+        ratelimit,
     })
 }
 
@@ -430,8 +434,7 @@ impl WriteSide {
                 domains: self.domains.clone(),
             },
             key_updates,
-            crate::api::ratelimit::RateLimiter::new(self.rate_cfg)
-                .map_err(|e| anyhow::anyhow!("rate limit: {e}"))?,
+            self.ratelimit.clone(),
             public_url,
             crate::api_front::creates::Creates::new(
                 core,
