@@ -452,7 +452,7 @@ fn per_key_create_limits_are_one_budget_for_the_whole_node() {
     ];
     let s = start(&dir, &flags);
     let started = std::time::Instant::now();
-    let mut made = |c: &mut Client, token: &str, n: usize| -> usize {
+    let made = |c: &mut Client, token: &str, n: usize| -> usize {
         as_key(c, token);
         (0..n)
             .filter(|i| {
