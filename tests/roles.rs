@@ -477,7 +477,10 @@ fn per_key_create_limits_are_one_budget_for_the_whole_node() {
         (9..=9 + refill).contains(&admin_one),
         "admin on one connection: {admin_one}"
     );
-    assert!((6..=6 + refill).contains(&own_one), "own on one connection: {own_one}");
+    assert!(
+        (6..=6 + refill).contains(&own_one),
+        "own on one connection: {own_one}"
+    );
     assert!(
         admin_one + admin_many <= 9 + refill,
         "admin in all: {admin_one} + {admin_many}, refill {refill}"

@@ -12,6 +12,10 @@ pub struct FleetKey {
     pub hash: [u8; 32],
     pub created_at_s: u64,
     pub revoked_at_s: Option<u64>,
+    /// The key's role as JSON (`api::roles::Role`; `{}`: admin).
+    pub role: String,
+    /// Its own create limit as JSON (`{"per_second", "burst"}`), or `None`: the node's.
+    pub create_limit: Option<String>,
 }
 
 /// Every key, oldest first.
@@ -19,8 +23,8 @@ pub fn list_keys(db: &mut Db) -> Result<Vec<FleetKey>, FleetError> {
     db.call("list API keys", async |c| {
         let rows = c
             .query(
-                "SELECT id, name, hash, created_at, revoked_at FROM ricochet_api_keys \
-                 ORDER BY created_at, id",
+                "SELECT id, name, hash, created_at, revoked_at, role::text, create_limit::text \
+                   FROM ricochet_api_keys ORDER BY created_at, id",
                 &[],
             )
             .await?;
@@ -33,6 +37,8 @@ pub fn list_keys(db: &mut Db) -> Result<Vec<FleetKey>, FleetError> {
                     hash: r.get::<_, Vec<u8>>(2).try_into().ok()?,
                     created_at_s: r.get::<_, i64>(3) as u64,
                     revoked_at_s: r.get::<_, Option<i64>>(4).map(|t| t as u64),
+                    role: r.get(5),
+                    create_limit: r.get(6),
                 })
             })
             .collect())
@@ -44,8 +50,16 @@ pub fn insert_key(db: &mut Db, key: &FleetKey) -> Result<(), FleetError> {
     let k = key.clone();
     db.call("create an API key", async |c| {
         c.execute(
-            "INSERT INTO ricochet_api_keys (id, name, hash, created_at) VALUES ($1, $2, $3, $4)",
-            &[&k.id, &k.name, &&k.hash[..], &(k.created_at_s as i64)],
+            "INSERT INTO ricochet_api_keys (id, name, hash, created_at, role, create_limit) \
+             VALUES ($1, $2, $3, $4, $5::text::jsonb, $6::text::jsonb)",
+            &[
+                &k.id,
+                &k.name,
+                &&k.hash[..],
+                &(k.created_at_s as i64),
+                &k.role,
+                &k.create_limit,
+            ],
         )
         .await
     })?;

@@ -63,15 +63,21 @@ pub enum LinkWrite {
         /// Under an Idempotency-Key: its scope and the request's hash, claimed in the database
         /// together with the link.
         idem: Option<Box<(String, [u8; 32])>>,
+        /// The API key that creates it (`ricochet_links.author`).
+        author: String,
     },
+    /// `author_only` (here and below): an author-only API key's id, the only author whose
+    /// link the write may change (another's is `NotFound`); `""`: any link.
     Patch {
         key: String,
         target: Option<String>,
         status: Option<u16>,
         expiry: ExpiryChange,
+        author_only: String,
     },
     Delete {
         key: String,
+        author_only: String,
     },
     /// `DELETE /api/v1/urls/{key}/stats`: every node's click rows of the link go, and a
     /// reset row tells every node to purge its own (`migrations/0008_click_resets.sql`).
@@ -79,6 +85,7 @@ pub enum LinkWrite {
     /// its stats stay readable, so resettable).
     ResetStats {
         key: String,
+        author_only: String,
     },
 }
 
@@ -90,6 +97,8 @@ pub struct LinkState {
     pub created_at_s: u64,
     pub expires_at_s: u64,
     pub version: u64,
+    /// The API key that created it (`""`: unknown).
+    pub author: String,
 }
 
 /// What the database decided.
@@ -461,6 +470,7 @@ pub async fn create_batch(
 ) -> Result<Vec<LinkWritten>, tokio_postgres::Error> {
     let (mut keys, mut targets, mut statuses, mut created, mut expires) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut authors = Vec::new();
     for w in creates {
         let LinkWrite::Create {
             key,
@@ -469,10 +479,12 @@ pub async fn create_batch(
             created_at_s,
             expires_at_s,
             idem: None,
+            author,
         } = w
         else {
             unreachable!("only plain creates are batched");
         };
+        authors.push(author.as_str());
         keys.push(key.as_str());
         targets.push(target.as_str());
         statuses.push(*status as i16);
@@ -482,13 +494,13 @@ pub async fn create_batch(
     let rows = c
         .query(
             concat!(
-                "INSERT INTO ricochet_links (key, target, status, created_at, expires_at) \
+                "INSERT INTO ricochet_links (key, target, status, created_at, expires_at, author) \
                  SELECT * FROM unnest($1::text[], $2::text[], $3::smallint[], $4::bigint[], \
-                                      $5::bigint[]) ",
+                                      $5::bigint[], $6::text[]) ",
                 revive_dead_key!(),
                 "RETURNING key, version"
             ),
-            &[&keys, &targets, &statuses, &created, &expires],
+            &[&keys, &targets, &statuses, &created, &expires, &authors],
         )
         .await?;
     let made: std::collections::HashMap<String, i64> =
@@ -519,7 +531,7 @@ macro_rules! revive_dead_key {
             "ON CONFLICT (key) DO UPDATE SET target = EXCLUDED.target, \
                  status = EXCLUDED.status, created_at = EXCLUDED.created_at, \
                  expires_at = EXCLUDED.expires_at, deleted = false, \
-                 created_xid = pg_current_xact_id() \
+                 author = EXCLUDED.author, created_xid = pg_current_xact_id() \
                WHERE ricochet_links.deleted \
                   OR (ricochet_links.expires_at <> 0 AND ricochet_links.expires_at <= ",
             db_now_s!(),
@@ -539,7 +551,11 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
             created_at_s,
             expires_at_s,
             idem: Some(idem),
-        } => create_claiming(c, key, target, status, created_at_s, expires_at_s, idem).await,
+            author,
+        } => {
+            let fields = (key, target, status, created_at_s, expires_at_s, author);
+            create_claiming(c, fields, idem).await
+        }
         LinkWrite::Create {
             key,
             target,
@@ -547,15 +563,17 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
             created_at_s,
             expires_at_s,
             idem: None,
-        } => create(c, key, target, status, created_at_s, expires_at_s).await,
+            author,
+        } => create(c, (key, target, status, created_at_s, expires_at_s, author)).await,
         LinkWrite::Patch {
             key,
             target,
             status,
             expiry,
-        } => patch(c, key, target, status, expiry).await,
-        LinkWrite::ResetStats { key } => reset_stats(c, key).await,
-        LinkWrite::Delete { key } => delete(c, key).await,
+            author_only,
+        } => patch(c, key, target, status, expiry, author_only).await,
+        LinkWrite::ResetStats { key, author_only } => reset_stats(c, key, author_only).await,
+        LinkWrite::Delete { key, author_only } => delete(c, key, author_only).await,
     }
 }
 
@@ -563,11 +581,7 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
 /// before (a replay, or another request with the same key) answers what it made.
 async fn create_claiming(
     c: &Client,
-    key: &String,
-    target: &String,
-    status: &u16,
-    created_at_s: &u64,
-    expires_at_s: &u64,
+    (key, target, status, created_at_s, expires_at_s, author): NewRow<'_>,
     idem: &(String, [u8; 32]),
 ) -> Result<LinkWritten, tokio_postgres::Error> {
     let (scope, hash) = idem;
@@ -586,8 +600,8 @@ async fn create_claiming(
                 " - $8 \
                  RETURNING 1), \
              link AS ( \
-                 INSERT INTO ricochet_links (key, target, status, created_at, expires_at) \
-                 SELECT $1, $2, $3, $4, $5 FROM claim ",
+                 INSERT INTO ricochet_links (key, target, status, created_at, expires_at, author) \
+                 SELECT $1, $2, $3, $4, $5, $10 FROM claim ",
                 revive_dead_key!(),
                 "RETURNING version) \
              SELECT (SELECT version FROM link), EXISTS (SELECT 1 FROM claim), \
@@ -605,6 +619,7 @@ async fn create_claiming(
                 &&hash[..],
                 &retention,
                 &ALIAS_TAKEN,
+                author,
             ],
         )
         .await;
@@ -630,7 +645,7 @@ async fn claimed_before(c: &Client, scope: &String) -> Result<LinkWritten, tokio
         .query_one(
             "SELECT i.request_hash, i.key, i.created_at, l.target, l.status, \
                     l.created_at, l.expires_at, l.version, \
-                    i.created_xid = l.created_xid \
+                    i.created_xid = l.created_xid, l.author \
                FROM ricochet_idempotency i \
                LEFT JOIN ricochet_links l ON l.key = i.key AND NOT l.deleted \
               WHERE i.scope = $1",
@@ -644,6 +659,7 @@ async fn claimed_before(c: &Client, scope: &String) -> Result<LinkWritten, tokio
         created_at_s: r.get::<_, i64>(5) as u64,
         expires_at_s: r.get::<_, i64>(6) as u64,
         version: r.get::<_, i64>(7) as u64,
+        author: r.get(9),
     });
     Ok(LinkWritten::IdemClaimed {
         request_hash: request_hash.try_into().unwrap_or([0; 32]),
@@ -654,20 +670,26 @@ async fn claimed_before(c: &Client, scope: &String) -> Result<LinkWritten, tokio
     })
 }
 
+/// A new link's columns: key, target, status, created_at, expires_at, author.
+type NewRow<'a> = (
+    &'a String,
+    &'a String,
+    &'a u16,
+    &'a u64,
+    &'a u64,
+    &'a String,
+);
+
 /// A create: the key, unless a live link holds it.
 async fn create(
     c: &Client,
-    key: &String,
-    target: &String,
-    status: &u16,
-    created_at_s: &u64,
-    expires_at_s: &u64,
+    (key, target, status, created_at_s, expires_at_s, author): NewRow<'_>,
 ) -> Result<LinkWritten, tokio_postgres::Error> {
     let row = c
         .query_opt(
             concat!(
-                "INSERT INTO ricochet_links (key, target, status, created_at, expires_at) \
-                 VALUES ($1, $2, $3, $4, $5) ",
+                "INSERT INTO ricochet_links (key, target, status, created_at, expires_at, author) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ",
                 revive_dead_key!(),
                 "RETURNING version"
             ),
@@ -677,6 +699,7 @@ async fn create(
                 &(*status as i16),
                 &(*created_at_s as i64),
                 &(*expires_at_s as i64),
+                author,
             ],
         )
         .await?;
@@ -695,6 +718,7 @@ async fn patch(
     target: &Option<String>,
     status: &Option<u16>,
     expiry: &ExpiryChange,
+    author_only: &String,
 ) -> Result<LinkWritten, tokio_postgres::Error> {
     let (kind, at): (i16, i64) = match expiry {
         ExpiryChange::Keep => (0, 0),
@@ -708,12 +732,19 @@ async fn patch(
                      status = COALESCE($3, status), \
                      expires_at = CASE $4::smallint WHEN 0 THEN expires_at \
                                                     WHEN 1 THEN 0 ELSE $5 END \
-                  WHERE key = $1 AND NOT deleted \
+                  WHERE key = $1 AND NOT deleted AND ($6 = '' OR author = $6) \
                     AND (expires_at = 0 OR expires_at > ",
                 db_now_s!(),
-                ") RETURNING target, status, created_at, expires_at, version"
+                ") RETURNING target, status, created_at, expires_at, version, author"
             ),
-            &[key, target, &status.map(|s| s as i16), &kind, &at],
+            &[
+                key,
+                target,
+                &status.map(|s| s as i16),
+                &kind,
+                &at,
+                author_only,
+            ],
         )
         .await?;
     Ok(match row {
@@ -723,22 +754,28 @@ async fn patch(
             created_at_s: r.get::<_, i64>(2) as u64,
             expires_at_s: r.get::<_, i64>(3) as u64,
             version: r.get::<_, i64>(4) as u64,
+            author: r.get(5),
         }),
         None => LinkWritten::NotFound,
     })
 }
 
 /// A stats reset of a link that exists.
-async fn reset_stats(c: &Client, key: &String) -> Result<LinkWritten, tokio_postgres::Error> {
+async fn reset_stats(
+    c: &Client,
+    key: &String,
+    author_only: &String,
+) -> Result<LinkWritten, tokio_postgres::Error> {
     let row = c
         .query_one(
-            "WITH l AS (SELECT key FROM ricochet_links WHERE key = $1 AND NOT deleted), \
+            "WITH l AS (SELECT key FROM ricochet_links WHERE key = $1 AND NOT deleted \
+                           AND ($2 = '' OR author = $2)), \
                   r AS (INSERT INTO ricochet_click_resets (key) SELECT key FROM l \
                         RETURNING key), \
                   d AS (DELETE FROM ricochet_click_days \
                          WHERE key IN (SELECT key FROM r)) \
              SELECT count(*) FROM r",
-            &[key],
+            &[key, author_only],
         )
         .await?;
     Ok(if row.get::<_, i64>(0) == 1 {
@@ -749,7 +786,11 @@ async fn reset_stats(c: &Client, key: &String) -> Result<LinkWritten, tokio_post
 }
 
 /// A delete of a live link, with every node's clicks of it.
-async fn delete(c: &Client, key: &String) -> Result<LinkWritten, tokio_postgres::Error> {
+async fn delete(
+    c: &Client,
+    key: &String,
+    author_only: &String,
+) -> Result<LinkWritten, tokio_postgres::Error> {
     let row = c
         .query_opt(
             // Every node's clicks of the link go in the same statement; each node
@@ -757,7 +798,7 @@ async fn delete(c: &Client, key: &String) -> Result<LinkWritten, tokio_postgres:
             // before then may have written some back).
             concat!(
                 "WITH d AS (UPDATE ricochet_links SET deleted = true \
-                             WHERE key = $1 AND NOT deleted \
+                             WHERE key = $1 AND NOT deleted AND ($2 = '' OR author = $2) \
                                AND (expires_at = 0 OR expires_at > ",
                 db_now_s!(),
                 ") RETURNING key, version), \
@@ -765,7 +806,7 @@ async fn delete(c: &Client, key: &String) -> Result<LinkWritten, tokio_postgres:
                              WHERE key IN (SELECT key FROM d)) \
                  SELECT version FROM d"
             ),
-            &[key],
+            &[key, author_only],
         )
         .await?;
     Ok(match row {
@@ -896,7 +937,7 @@ pub async fn lookup(
 ) -> Result<Vec<(String, Stored)>, tokio_postgres::Error> {
     let rows = c
         .query(
-            "SELECT key, target, status, created_at, expires_at, deleted, version \
+            "SELECT key, target, status, created_at, expires_at, deleted, version, author \
                FROM ricochet_links WHERE key = ANY($1)",
             &[&keys],
         )
@@ -910,6 +951,7 @@ pub async fn lookup(
                 created_at_s: r.get::<_, i64>(3) as u64,
                 expires_at_s: r.get::<_, i64>(4) as u64,
                 version: r.get::<_, i64>(6) as u64,
+                author: r.get(7),
             };
             (
                 r.get(0),

@@ -23,10 +23,11 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     ),
     (11, include_str!("../migrations/0011_creation_xid.sql")),
     (12, include_str!("../migrations/0012_target_check.sql")),
+    (13, include_str!("../migrations/0013_authors_and_roles.sql")),
 ];
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 12;
+pub const SCHEMA_VERSION: u32 = 13;
 
 // One migration per version, in order: a version without its migration would be recorded
 // without its tables.

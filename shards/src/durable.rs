@@ -169,6 +169,23 @@ pub(crate) fn rename_durable(from: &Path, to: &Path) -> Result<(), Error> {
     fsync_dir(parent_dir(to))
 }
 
+/// Takes an exclusive `flock` on `file`, waiting for it (retried on EINTR). Serializes the
+/// read-modify-write of small operator files (API keys, domains) between processes.
+pub fn lock_exclusive(file: &File) -> io::Result<()> {
+    loop {
+        // SAFETY: `file` owns an open descriptor for the whole call; flock only takes an
+        // advisory lock on it and touches no memory.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -321,7 +321,7 @@ impl DomainBook {
             .write(true)
             .open(&lock_path)
             .map_err(|e| io_err(&lock_path, e))?;
-        super::keys::lock_exclusive(&lock).map_err(|e| io_err(&lock_path, e))?;
+        shards::durable::lock_exclusive(&lock).map_err(|e| io_err(&lock_path, e))?;
         let mut book = DomainBook::load(dir)?;
         let out = change(&mut book)?;
         let file = FileV1 {

@@ -17,15 +17,14 @@
 //! fixed id [`ENV_KEY_ID`] and may have any format (see [`ApiKeyStore::bootstrap`]).
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::ratelimit::RateLimitConfig;
-use super::roles::Role;
+use super::roles::{Role, RoleArgs};
 
 use rand::distributions::Alphanumeric;
 use rand::rngs::OsRng;
@@ -302,14 +301,28 @@ impl ApiKeyStore {
             let Some(id) = KeyId::parse(&k.id) else {
                 continue;
             };
+            // A role that does not read is never taken for admin: the key is left out.
+            let role = serde_json::from_str::<Role>(&k.role);
+            let limits = k
+                .create_limit
+                .as_deref()
+                .map(serde_json::from_str::<RateLimitConfig>)
+                .transpose();
+            let (Ok(role), Ok(limits)) = (role, limits) else {
+                eprintln!(
+                    "fleet API key {} has a role or create limit this node cannot read; \
+                     it is not accepted here",
+                    k.id
+                );
+                continue;
+            };
             let entry = Entry {
                 name: k.name.clone(),
                 hash: k.hash,
                 created_at_s: k.created_at_s,
                 revoked_at_s: k.revoked_at_s,
-                // Fleet keys have no roles yet (issue 26's fleet half): every one is admin.
-                role: Arc::default(),
-                limits: None,
+                role: Arc::new(role),
+                limits,
             };
             self.entries.insert(id, entry);
         }
@@ -421,7 +434,7 @@ impl ApiKeyStore {
             .mode(0o600)
             .open(&lock_path)
             .map_err(|e| io_err(&lock_path, e))?;
-        lock_exclusive(&lock).map_err(|e| io_err(&lock_path, e))?;
+        shards::durable::lock_exclusive(&lock).map_err(|e| io_err(&lock_path, e))?;
         let path = self.dir.join(API_KEYS_FILE);
         let mut entries = read_entries(&path)?;
         let out = change(&mut entries)?;
@@ -440,24 +453,8 @@ pub enum KeysCommand {
     Create {
         /// A label for the key, e.g. who or what uses it.
         name: String,
-        /// The key sees, edits, deletes and reads stats of only the links it created.
-        #[arg(long)]
-        author_only: bool,
-        /// The key reaches only the links of this domain (repeat for several; `DEFAULT` names
-        /// the default domain).
-        #[arg(long = "domain", value_name = "NAME")]
-        domains: Vec<String>,
-        /// The key may only read links and stats.
-        #[arg(long)]
-        read_only: bool,
-        /// Creates per second this key may make, whole node (default: the server's
-        /// `--create-rate`); needs `--create-burst`.
-        #[arg(long, value_name = "N", requires = "create_burst")]
-        create_rate: Option<u32>,
-        /// Creates this key may make at once when rested (default: the server's
-        /// `--create-burst`); needs `--create-rate`.
-        #[arg(long, value_name = "N", requires = "create_rate")]
-        create_burst: Option<u32>,
+        #[command(flatten)]
+        role: RoleArgs,
     },
     /// List API keys (ids, names, dates; never secrets).
     List,
@@ -481,23 +478,8 @@ fn run_keys_command_to(
 ) -> anyhow::Result<()> {
     let mut store = ApiKeyStore::load(data_dir)?;
     match cmd {
-        KeysCommand::Create {
-            name,
-            author_only,
-            domains,
-            read_only,
-            create_rate,
-            create_burst,
-        } => {
-            let role = Role::new(author_only, read_only, &domains)?;
-            let limits = match (create_rate, create_burst) {
-                (Some(per_second), Some(burst)) => Some(
-                    RateLimitConfig { per_second, burst }
-                        .validate()
-                        .map_err(|e| anyhow::anyhow!("--create-rate/--create-burst: {e}"))?,
-                ),
-                _ => None,
-            };
+        KeysCommand::Create { name, role } => {
+            let (role, limits) = role.parse()?;
             create_key(&mut store, data_dir, &name, (role, limits), out)?;
         }
         KeysCommand::List => {
@@ -680,21 +662,6 @@ fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), KeyStore
     shards::durable::write_atomic(dir, name, bytes, 0o600).map_err(|e| io_err(&dir.join(name), e))
 }
 
-pub(crate) fn lock_exclusive(file: &File) -> io::Result<()> {
-    loop {
-        // SAFETY: `file` owns an open descriptor for the whole call; flock only takes an
-        // advisory lock on it and touches no memory.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-        if rc == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
-    }
-}
-
 fn validate_name(name: &str) -> Result<(), KeyStoreError> {
     if name.trim().is_empty() {
         return Err(KeyStoreError::BadName("name is empty".into()));
@@ -733,7 +700,10 @@ fn validate_env_key(key: &str) -> Result<(), KeyStoreError> {
 
 /// A new fleet key (`ricochet fleet keys create`): its id, its plaintext (shown once) and the
 /// SHA-256 the database stores, in the format `verify` checks.
-pub fn new_fleet_key(name: &str) -> Result<(fleet::keys::FleetKey, String), KeyStoreError> {
+pub fn new_fleet_key(
+    name: &str,
+    (role, limits): (Role, Option<RateLimitConfig>),
+) -> Result<(fleet::keys::FleetKey, String), KeyStoreError> {
     validate_name(name)?;
     let id = random_base62(KEY_ID_BYTES);
     let plaintext = format!("{KEY_PREFIX}{id}_{}", random_base62(KEY_SECRET_BYTES));
@@ -743,6 +713,8 @@ pub fn new_fleet_key(name: &str) -> Result<(fleet::keys::FleetKey, String), KeyS
         hash: sha256(plaintext.as_bytes()),
         created_at_s: now_s(),
         revoked_at_s: None,
+        role: serde_json::to_string(&role).expect("a role serializes"),
+        create_limit: limits.map(|l| serde_json::to_string(&l).expect("limits serialize")),
     };
     Ok((key, plaintext))
 }
@@ -1044,11 +1016,13 @@ mod tests {
         };
         let made = run(KeysCommand::Create {
             name: "team a".into(),
-            author_only: true,
-            domains: vec!["Go.Brand.com".into()],
-            read_only: true,
-            create_rate: Some(5),
-            create_burst: Some(7),
+            role: RoleArgs {
+                author_only: true,
+                domains: vec!["Go.Brand.com".into()],
+                read_only: true,
+                create_rate: Some(5),
+                create_burst: Some(7),
+            },
         })
         .unwrap();
         assert!(
@@ -1084,11 +1058,13 @@ mod tests {
         assert_eq!(team.limits, Some(limits));
         let bad = run(KeysCommand::Create {
             name: "bad".into(),
-            author_only: false,
-            domains: vec!["not a host".into()],
-            read_only: false,
-            create_rate: None,
-            create_burst: None,
+            role: RoleArgs {
+                author_only: false,
+                domains: vec!["not a host".into()],
+                read_only: false,
+                create_rate: None,
+                create_burst: None,
+            },
         })
         .unwrap_err()
         .to_string();
@@ -1104,11 +1080,13 @@ mod tests {
         };
         let created = run(KeysCommand::Create {
             name: "deploy bot".into(),
-            author_only: false,
-            domains: Vec::new(),
-            read_only: false,
-            create_rate: None,
-            create_burst: None,
+            role: RoleArgs {
+                author_only: false,
+                domains: Vec::new(),
+                read_only: false,
+                create_rate: None,
+                create_burst: None,
+            },
         })
         .unwrap();
         let key = created

@@ -13,7 +13,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::keys::KeyId;
 use super::problem::Problem;
 
 /// Default sustained rate of link creations per API key: 20 per second, far above any
@@ -135,13 +134,14 @@ impl RateLimiter {
 
     /// Takes one request from `key`'s bucket at `now` (with the key's own limits, if it has
     /// some), or says how long to wait. Lock-free: a compare-and-swap on the key's slot.
+    /// `key` is the API key's id as one word (`keys::KeyId::to_u64`, never 0).
     pub fn check(
         &self,
-        key: KeyId,
+        key: u64,
         own: Option<RateLimitConfig>,
         now: Instant,
     ) -> Result<(), RetryAfter> {
-        let (slot, limits) = match self.slot_of(key.to_u64()) {
+        let (slot, limits) = match self.slot_of(key) {
             Some(s) => (s, own.unwrap_or(self.default)),
             None => (self.slots.last().expect("an overflow slot"), self.default),
         };
@@ -204,8 +204,8 @@ impl RateLimiter {
 mod tests {
     use super::*;
 
-    fn key(s: &str) -> KeyId {
-        KeyId::parse(s).unwrap()
+    fn key(s: &str) -> u64 {
+        crate::api::keys::KeyId::parse(s).unwrap().to_u64()
     }
 
     fn limiter(per_second: u32, burst: u32) -> RateLimiter {

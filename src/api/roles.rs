@@ -128,6 +128,45 @@ impl Role {
     }
 }
 
+/// The role and limit flags of `ricochet keys create` and `ricochet fleet keys create`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args)]
+pub struct RoleArgs {
+    /// The key sees, edits, deletes and reads stats of only the links it created.
+    #[arg(long)]
+    pub author_only: bool,
+    /// The key reaches only the links of this domain (repeat for several; `DEFAULT` names
+    /// the default domain).
+    #[arg(long = "domain", value_name = "NAME")]
+    pub domains: Vec<String>,
+    /// The key may only read links and stats.
+    #[arg(long)]
+    pub read_only: bool,
+    /// Creates per second this key may make, whole node (default: the server's
+    /// `--create-rate`); needs `--create-burst`.
+    #[arg(long, value_name = "N", requires = "create_burst")]
+    pub create_rate: Option<u32>,
+    /// Creates this key may make at once when rested (default: the server's
+    /// `--create-burst`); needs `--create-rate`.
+    #[arg(long, value_name = "N", requires = "create_rate")]
+    pub create_burst: Option<u32>,
+}
+
+impl RoleArgs {
+    /// The role and the key's own create limits the flags ask for; an error names the flag.
+    pub fn parse(&self) -> anyhow::Result<(Role, Option<crate::api::ratelimit::RateLimitConfig>)> {
+        let role = Role::new(self.author_only, self.read_only, &self.domains)?;
+        let limits = match (self.create_rate, self.create_burst) {
+            (Some(per_second), Some(burst)) => Some(
+                crate::api::ratelimit::RateLimitConfig { per_second, burst }
+                    .validate()
+                    .map_err(|e| anyhow::anyhow!("--create-rate/--create-burst: {e}"))?,
+            ),
+            _ => None,
+        };
+        Ok((role, limits))
+    }
+}
+
 /// The author half of a reach, carried to a link's owner with every read, write and list page
 /// (8 bytes, `Copy`, so a mesh message stays within `MAX_MESH_MSG_BYTES`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -142,6 +181,12 @@ impl AuthorReach {
     pub fn only(author: Author) -> AuthorReach {
         debug_assert!(author.is_some());
         AuthorReach(author)
+    }
+
+    /// The one author whose links are within reach, as the fleet database's column holds it;
+    /// `""`: any.
+    pub fn author_only(&self) -> &str {
+        self.0.as_str()
     }
 
     /// Whether a link created by `author` is within reach.

@@ -470,7 +470,7 @@ impl ApiFront {
     ) -> Result<(), Problem> {
         let key_id = caller.id;
         self.ratelimit
-            .check(key_id, caller.limits, Instant::now())?;
+            .check(key_id.to_u64(), caller.limits, Instant::now())?;
         let mut cr = parse_create(body, now_s)?;
         cr.domain_number = self.domain_number(cr.domain.as_deref())?;
         self.check_create_domain(&cr, reach)?;

@@ -393,9 +393,9 @@ impl ApiFront {
         now_s: u64,
         mesh: &mut Mesh,
     ) -> Result<(), ShlinkError> {
-        if let Err(ra) = self
-            .ratelimit
-            .check(caller.id, caller.limits, std::time::Instant::now())
+        if let Err(ra) =
+            self.ratelimit
+                .check(caller.id.to_u64(), caller.limits, std::time::Instant::now())
         {
             return Err(ShlinkError::from_native(&ra.into()));
         }

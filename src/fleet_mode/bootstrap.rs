@@ -133,6 +133,9 @@ pub fn import_snapshot(
                 "status": l.status,
                 "created_at": shards::timefmt::format_rfc3339_utc(l.created_at.max(0) as u64),
             });
+            if !l.author.is_empty() {
+                line["author"] = l.author.as_str().into();
+            }
             if l.expires_at > 0 {
                 line["expires_at"] =
                     shards::timefmt::format_rfc3339_utc(l.expires_at as u64).into();
@@ -162,6 +165,9 @@ fn snapshot_link_usable(l: &fleet::feed::LiveLink) -> Result<(), String> {
         .ok_or_else(|| format!("status {}", l.status))?;
     if l.created_at < 0 || l.expires_at < 0 {
         return Err("a negative time".into());
+    }
+    if !l.author.is_empty() && shards::link::Author::from_id(&l.author).is_none() {
+        return Err(format!("author {:?}", l.author));
     }
     Ok(())
 }

@@ -51,6 +51,8 @@ pub enum FleetKeysCommand {
         pg: String,
         /// A label for the key (1 to 64 visible ASCII characters).
         name: String,
+        #[command(flatten)]
+        role: crate::api::roles::RoleArgs,
     },
     /// List the keys (ids, names, times; never secrets).
     List {
@@ -153,13 +155,15 @@ fn print_namespace(ns: &fleet::NamespaceRow) {
 
 fn run_keys(cmd: FleetKeysCommand) -> anyhow::Result<()> {
     match cmd {
-        FleetKeysCommand::Create { pg, name } => {
+        FleetKeysCommand::Create { pg, name, role } => {
             let mut db = fleet::Db::new(&pg)?;
-            let (key, plaintext) = crate::api::keys::new_fleet_key(&name)?;
+            let (role, limits) = role.parse()?;
+            let described = role.describe();
+            let (key, plaintext) = crate::api::keys::new_fleet_key(&name, (role, limits))?;
             fleet::keys::insert_key(&mut db, &key)?;
             eprintln!(
-                "created fleet API key {} ({name}); every node accepts it within about a second. \
-                 The key (shown once, store it now):",
+                "created fleet API key {} ({name}), role {described}; every node accepts it \
+                 within about a second. The key (shown once, store it now):",
                 key.id
             );
             println!("{plaintext}");
@@ -171,8 +175,10 @@ fn run_keys(cmd: FleetKeysCommand) -> anyhow::Result<()> {
                     Some(t) => format!("revoked at {t}"),
                     None => "active".to_owned(),
                 };
+                let role = serde_json::from_str::<crate::api::roles::Role>(&k.role)
+                    .map_or_else(|e| format!("unreadable role: {e}"), |r| r.describe());
                 println!(
-                    "{}\t{}\tcreated at {}\t{state}",
+                    "{}\t{}\tcreated at {}\t{state}\t{role}",
                     k.id, k.name, k.created_at_s
                 );
             }

@@ -37,6 +37,8 @@ pub struct FeedLink {
     pub expires_at_s: u64,
     pub deleted: bool,
     pub version: u64,
+    /// The API key that created the link (`Author::NONE`: unknown).
+    pub author: shards::link::Author,
 }
 
 /// A core applied its rows of a batch (`ok`), or could not (its log is poisoned).
@@ -64,6 +66,7 @@ pub(crate) fn feed_link(r: &fleet::feed::FeedRow) -> Option<FeedLink> {
         expires_at_s: 0,
         deleted: true,
         version: u64::try_from(r.version).ok()?,
+        author: shards::link::Author::NONE,
     })
 }
 
@@ -76,7 +79,17 @@ fn feed_link_fields(r: &fleet::feed::FeedRow) -> Option<FeedLink> {
         expires_at_s: u64::try_from(r.expires_at).ok()?,
         deleted: r.deleted,
         version: u64::try_from(r.version).ok()?,
+        author: author_of(&r.author)?,
     })
+}
+
+/// A database author column as a link's author: `""` is none; anything but a key id is not a
+/// row this node can hold (the column's CHECK keeps them out).
+pub(crate) fn author_of(text: &str) -> Option<shards::link::Author> {
+    match text {
+        "" => Some(shards::link::Author::NONE),
+        id => shards::link::Author::from_id(id),
+    }
 }
 
 /// What the follower asks of one core in a regeneration.

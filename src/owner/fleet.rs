@@ -151,7 +151,7 @@ impl Owner {
         if !self.answer_found(w, key, row, now_s, mesh) {
             match w {
                 ReadWaiter::Redirect(r) => fetched_to(mesh, r, key, Fetched::Absent),
-                ReadWaiter::Get(r) | ReadWaiter::StatsOf(r) => {
+                ReadWaiter::Get(r, _) | ReadWaiter::StatsOf(r, _) => {
                     let outcome = WriteOutcome::NotFound;
                     mesh.deliver(r.core(), ApiMsg::WriteDone { reply: r, outcome });
                 }
@@ -192,18 +192,28 @@ impl Owner {
                 };
                 fetched_to(mesh, r, key, fetched);
             }
-            ReadWaiter::Get(r) | ReadWaiter::StatsOf(r) => {
+            ReadWaiter::Get(r, reach) | ReadWaiter::StatsOf(r, reach) => {
                 // An expired link keeps its stats: the stats API judges as if at time 0.
-                let at = if matches!(w, ReadWaiter::Get(_)) {
+                let at = if matches!(w, ReadWaiter::Get(..)) {
                     now_s
                 } else {
                     0
                 };
                 let outcome = match (self.link_info(shard, &key, at), row) {
-                    (Some(local), _) => WriteOutcome::Found(Box::new(local)),
+                    (Some(local), _) if reach.admits(local.author) => {
+                        WriteOutcome::Found(Box::new(local))
+                    }
+                    // Outside the key's reach: no link, to it (`api::roles`).
+                    (Some(_), _) => WriteOutcome::NotFound,
                     (None, Err(())) => WriteOutcome::DatabaseUnavailable,
                     (None, Ok(_)) => match live(at) {
-                        Some(state) => WriteOutcome::Found(Box::new(info_of(key, state))),
+                        Some(state) => {
+                            let info = info_of(key, state);
+                            match reach.admits(info.author) {
+                                true => WriteOutcome::Found(Box::new(info)),
+                                false => WriteOutcome::NotFound,
+                            }
+                        }
                         None => return false,
                     },
                 };
@@ -232,11 +242,13 @@ impl Owner {
                 created_at_s: new.created_at_s,
                 expires_at_s: new.expires_at_s,
                 idem: new.idem.clone(),
+                author: new.author.as_str().to_owned(),
             },
             WriteReq::Patch {
                 target,
                 expiry,
                 status,
+                reach,
                 ..
             } => LinkWrite::Patch {
                 key: key.as_str().to_owned(),
@@ -247,12 +259,15 @@ impl Owner {
                     ExpiryUpdate::Clear => ExpiryChange::Clear,
                     ExpiryUpdate::Set(t) => ExpiryChange::Set(*t),
                 },
+                author_only: reach.author_only().to_owned(),
             },
-            WriteReq::Delete { .. } => LinkWrite::Delete {
+            WriteReq::Delete { reach, .. } => LinkWrite::Delete {
                 key: key.as_str().to_owned(),
+                author_only: reach.author_only().to_owned(),
             },
-            WriteReq::ResetStats { .. } => LinkWrite::ResetStats {
+            WriteReq::ResetStats { reach, .. } => LinkWrite::ResetStats {
                 key: key.as_str().to_owned(),
+                author_only: reach.author_only().to_owned(),
             },
         };
         if let Some(r) = fleet.stats.refused() {
@@ -376,9 +391,8 @@ impl Owner {
                     created_at_s,
                     id,
                     idem,
-                    ..
+                    author,
                 } = *new;
-                // The fleet's tables keep no author yet (issue 26's fleet half).
                 let info = LinkInfo {
                     key,
                     target,
@@ -386,7 +400,7 @@ impl Owner {
                     created_at_s,
                     created_tag: 0,
                     expires_at_s,
-                    author: shards::link::Author::NONE,
+                    author,
                 };
                 Verdict::Log {
                     outcome: WriteOutcome::Created(Box::new(info.clone())),
@@ -499,7 +513,7 @@ impl Owner {
                 created_at_s: row.created_at_s,
                 created_tag: 0,
                 expires_at_s: row.expires_at_s,
-                author: shards::link::Author::NONE,
+                author: row.author,
             };
             let op = LogOpRef::FleetPut {
                 link: link_fields(&info, 0),
@@ -626,7 +640,7 @@ fn superseded(written: &LinkWritten, req: &WriteReq, floor: u64) -> Option<Write
                 created_at_s: new.created_at_s,
                 created_tag: 0,
                 expires_at_s: new.expires_at_s,
-                author: shards::link::Author::NONE,
+                author: new.author,
             };
             (*version, WriteOutcome::Created(Box::new(info)))
         }
@@ -658,8 +672,9 @@ fn info_of(key: InlineKey, state: &fleet::links::LinkState) -> LinkInfo {
         created_at_s: state.created_at_s,
         created_tag: 0,
         expires_at_s: state.expires_at_s,
-        // The fleet's tables keep no author yet (issue 26's fleet half).
-        author: shards::link::Author::NONE,
+        // The column's CHECK admits only key ids; anything else reads as no author.
+        author: crate::fleet_mode::messages::author_of(&state.author)
+            .unwrap_or(shards::link::Author::NONE),
     }
 }
 

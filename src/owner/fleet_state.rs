@@ -30,8 +30,9 @@ pub const MAX_READS_IN_FLIGHT: usize = 8192;
 #[derive(Clone, Copy, Debug)]
 pub enum ReadWaiter {
     Redirect(ReplyTo),
-    Get(ReplyTo),
-    StatsOf(ReplyTo),
+    /// An API read, within an API key's reach (`api::roles`).
+    Get(ReplyTo, crate::api::roles::AuthorReach),
+    StatsOf(ReplyTo, crate::api::roles::AuthorReach),
 }
 
 /// Lookups of one key waiting for the database (single-flight). `asked` were waiting when its

@@ -730,6 +730,7 @@ mod tests {
             expires_at_s: 0,
             deleted: false,
             version,
+            author: shards::link::Author::NONE,
         };
         let ack = |acks: &crossbeam::channel::Receiver<crate::fleet_mode::messages::FeedAck>| {
             let a = acks.try_recv().expect("an ack");
@@ -909,6 +910,7 @@ mod tests {
                 created_at_s: 1,
                 expires_at_s: 0,
                 version: v,
+                author: String::new(),
             };
             match (o, change) {
                 (0, Some(_)) => LinkWritten::Created { version: v },
@@ -952,7 +954,7 @@ mod tests {
             fleet_links::LinkWrite::Patch { key, target, .. } => {
                 (key.clone(), 1, target.clone().unwrap_or_default())
             }
-            fleet_links::LinkWrite::Delete { key } => (key.clone(), 2, String::new()),
+            fleet_links::LinkWrite::Delete { key, .. } => (key.clone(), 2, String::new()),
             other => panic!("unexpected write {other:?}"),
         };
         let slot = |key: &str| keys.iter().position(|k| k.as_str() == key).unwrap();
@@ -965,6 +967,7 @@ mod tests {
             expires_at_s: 0,
             deleted: t.is_none(),
             version: *v,
+            author: shards::link::Author::NONE,
         };
         let drain_acks =
             |acks: &crossbeam::channel::Receiver<crate::fleet_mode::messages::FeedAck>| {

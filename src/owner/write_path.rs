@@ -66,18 +66,20 @@ impl Owner {
             ReadReq::StatsOf { .. } => 0,
             ReadReq::Get { .. } | ReadReq::Replay { .. } => now_s,
         };
-        let link = self
-            .link_info(shard, &key, at)
-            .filter(|i| req.reach().admits(i.author));
-        if link.is_none() && self.reads_through() {
+        let held = self.link_info(shard, &key, at);
+        if held.is_none() && self.reads_through() {
             let waiter = match req {
-                ReadReq::StatsOf { .. } => super::fleet_state::ReadWaiter::StatsOf(reply),
+                ReadReq::StatsOf { reach, .. } => {
+                    super::fleet_state::ReadWaiter::StatsOf(reply, reach)
+                }
                 // A replay is never read through: its scope's records are this node's.
                 ReadReq::Replay { .. } => return answer(mesh, reply, WriteOutcome::NotFound),
-                ReadReq::Get { .. } => super::fleet_state::ReadWaiter::Get(reply),
+                ReadReq::Get { reach, .. } => super::fleet_state::ReadWaiter::Get(reply, reach),
             };
             return self.read_through(waiter, key, now_s, mesh);
         }
+        // A link outside the request's reach is, to it, no link (`api::roles`).
+        let link = held.filter(|i| req.reach().admits(i.author));
         let link = match req {
             ReadReq::Replay {
                 created_at_s,

@@ -104,8 +104,19 @@ pub(crate) fn record_len(key_len: usize, target_len: usize, authored: bool) -> u
     (RECORD_FIXED_BYTES + key_len + target_len + author).next_multiple_of(RECORD_ALIGN)
 }
 
+/// A record's fields, borrowed from the link being written.
+pub(crate) struct RecordFields<'a> {
+    pub key: &'a str,
+    pub target: &'a str,
+    pub status: crate::link::RedirectStatus,
+    pub expires_at_s: u64,
+    pub created_at_s: u64,
+    pub flags: u32,
+    pub author: Author,
+}
+
 /// Appends link `l`'s record to `out` (which must be at a multiple of [`RECORD_ALIGN`]).
-pub(crate) fn push_record(out: &mut Vec<u8>, l: &super::OwnedLink) {
+pub(crate) fn push_record(out: &mut Vec<u8>, l: &RecordFields<'_>) {
     debug_assert_eq!(out.len() % RECORD_ALIGN, 0);
     debug_assert_eq!(l.flags & AUTHOR_FLAG, 0, "the author flag is the encoder's");
     let (key, target, author) = (l.key.as_bytes(), l.target.as_bytes(), l.author);

@@ -4,7 +4,7 @@
 use super::header::{Header, HEADER_BYTES};
 use super::layout::{
     home_slot, index_hash, push_record, record_len, slot_count_for, slot_word, Payload,
-    RECORD_ALIGN, SLOT_POS_MASK,
+    RecordFields, RECORD_ALIGN, SLOT_POS_MASK,
 };
 use crate::durable;
 use crate::error::Error;
@@ -119,7 +119,16 @@ fn index_links(
             )));
         }
         let off = records.len();
-        push_record(&mut records, l);
+        let fields = RecordFields {
+            key: &l.key,
+            target: &l.target,
+            status: l.status,
+            expires_at_s: l.expires_at_s,
+            created_at_s: l.created_at_s,
+            flags: l.flags,
+            author: l.author,
+        };
+        push_record(&mut records, &fields);
         let h = index_hash(l.key.as_bytes());
         let mut i = home_slot(h, n_slots);
         while slots[i] != 0 {
