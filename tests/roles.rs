@@ -4,7 +4,7 @@
 //! and that no answer shows a link outside the key's reach. Then the authors survive
 //! compaction and `kill -9`, and idempotency keys stay scoped to the API key.
 //!
-//! Fleet mode is not covered: fleet keys have no roles yet (docs/operating.md says so).
+//! Fleet mode: `tests/fleet_roles.rs`.
 #![expect(
     clippy::too_many_lines,
     reason = "an end-to-end test is one scenario against real processes, read top to bottom"

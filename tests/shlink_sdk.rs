@@ -66,3 +66,78 @@ fn shlinks_sdk_works_against_ricochet() {
             .assert_problem(404);
     }
 }
+
+/// Creates an API key with `flags` in `dir`; its plaintext.
+fn make_key(dir: &Path, name: &str, flags: &[&str]) -> String {
+    let out = Command::new(common::server_bin())
+        .args(["keys", "--data-dir"])
+        .arg(dir)
+        .args(["create", name])
+        .args(flags)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("rk_"))
+        .expect("a key")
+        .to_owned()
+}
+
+/// Keys with roles through the SDK (`tests/shlink/roles.mjs`): author-only, read-only and
+/// domain-only keys, each against the endpoints the SDK calls.
+#[test]
+fn shlinks_sdk_sees_each_role_through_ricochet() {
+    let dir_sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/shlink");
+    let installed = dir_sdk
+        .join("node_modules/@shlinkio/shlink-js-sdk")
+        .exists()
+        && Command::new("node").arg("--version").output().is_ok();
+    if !installed {
+        assert!(
+            std::env::var_os("RICOCHET_REQUIRE_SHLINK_SDK").is_none(),
+            "RICOCHET_REQUIRE_SHLINK_SDK is set but node or tests/shlink/node_modules is missing"
+        );
+        eprintln!("SKIPPED: npm ci --prefix tests/shlink (CI does)");
+        return;
+    }
+    let (_t, dir) = data_dir();
+    let out = Command::new(common::server_bin())
+        .args(["domains", "--data-dir"])
+        .arg(&dir)
+        .args(["add", "go.brand.com"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let keys = [
+        make_key(&dir, "author", &["--author-only"]),
+        make_key(&dir, "other", &["--author-only"]),
+        make_key(&dir, "reader", &["--read-only"]),
+        make_key(&dir, "brand", &["--domain", "go.brand.com"]),
+    ];
+    let s = start(&dir, &["--cores", "3", "--test-oversubscribe"]);
+    let base = format!("http://{}", s.addr);
+    let out = Command::new("node")
+        .current_dir(&dir_sdk)
+        .arg("roles.mjs")
+        .arg(&base)
+        .args(&keys)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the SDK run failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["ok"], true);
+    // What the SDK did, seen natively by the admin key.
+    let mut c = Client::new(&s);
+    assert_eq!(
+        c.get_link("roles-mine").json()["long_url"],
+        "https://example.com/roles/mine2"
+    );
+    c.get_link("roles-theirs").assert_problem(404);
+}
