@@ -132,6 +132,15 @@ fn export_while_serving_round_trips_through_import() {
             "{k} deleted before the export is in it"
         );
     }
+    // Links record their author (the API key's id; issue 26), imports have none.
+    assert_eq!(
+        exported[&keys[5]]["author"], "env",
+        "{}",
+        exported[&keys[5]]
+    );
+    assert!(exported["imp-a"].get("author").is_none());
+    let tsv = std::fs::read_to_string(&exports["tsv"]).unwrap();
+    assert!(tsv.starts_with("key\tlong_url\tstatus\texpires_at\tdomain\tauthor\n"));
     for (fmt, path) in &exports {
         let (t2, dir2) = data_dir();
         let _keep = t2;
@@ -154,6 +163,23 @@ fn export_while_serving_round_trips_through_import() {
                 "{fmt}: {k}"
             );
         }
+        // Every format carries the author back.
+        let authors = t.path().join(format!("authors-{fmt}.ndjson"));
+        ricochet(&[
+            "export",
+            "--data-dir",
+            dir2.to_str().unwrap(),
+            "--output",
+            authors.to_str().unwrap(),
+        ]);
+        let authors = std::fs::read_to_string(&authors).unwrap();
+        let line = authors
+            .lines()
+            .find(|l| l.contains(&format!("\"{}\"", keys[5])));
+        assert!(
+            line.unwrap().contains("\"author\":\"env\""),
+            "{fmt}: {line:?}"
+        );
         if *fmt == "ndjson" {
             // Exporting the restored dir gives the same bytes back.
             let again = t.path().join("again.ndjson");
