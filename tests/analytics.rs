@@ -1138,3 +1138,86 @@ fn service_cpus_give_the_aggregators_cpus_the_cores_do_not_use() {
         .expect("refused");
     assert!(e.contains("--service-cpus") && e.contains("'x'"), "{e}");
 }
+
+/// Shlink's visit figures come from the click aggregators (issue 26), the same as the native
+/// stats: a short URL's `visitsSummary` (total, non-bots, bots) and the overview
+/// (`GET /rest/v3/visits`: clicks as non-orphan visits, 404s as orphan ones), on 3 cores; the
+/// overview is for admin keys only, like `GET /api/v1/stats`.
+#[test]
+fn shlink_visit_figures_are_the_aggregators() {
+    let (_t, dir) = data_dir();
+    let reader = {
+        let out = std::process::Command::new(common::server_bin())
+            .args(["keys", "--data-dir"])
+            .arg(&dir)
+            .args(["create", "reader", "--read-only"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("rk_"))
+            .unwrap()
+            .to_owned()
+    };
+    let s = start(&dir, &flags(&["--cores", "3", "--test-oversubscribe"]));
+    let mut c = Client::new(&s);
+    let key = c.create_ok("https://example.com/visits", Some("vis"));
+    let other = c.create_ok("https://example.com/other", Some("oth"));
+    for _ in 0..5 {
+        assert_eq!(click(&mut c, &key, &[("User-Agent", CHROME)]), 302);
+    }
+    for _ in 0..2 {
+        assert_eq!(click(&mut c, &key, &[("User-Agent", "Googlebot/2.1")]), 302);
+    }
+    assert_eq!(click(&mut c, &other, &[("User-Agent", FIREFOX)]), 302);
+    for _ in 0..3 {
+        assert_eq!(
+            click(&mut c, "no-such-link", &[("User-Agent", CHROME)]),
+            404
+        );
+    }
+    let native = settled(&mut c, &key, "bots=include");
+    assert_eq!(native["summary"]["clicks"], 7, "{native}");
+    let shlink = |c: &mut Client, token: &str, path: &str| {
+        c.send("GET", path, false, &[("X-Api-Key", token)], b"")
+            .unwrap()
+    };
+    let one = shlink(&mut c, common::api::API_KEY, "/rest/v3/short-urls/vis");
+    assert_eq!(one.status, 200, "{}", one.text());
+    assert_eq!(
+        one.json()["visitsSummary"],
+        json!({"total": 7, "nonBots": 5, "bots": 2}),
+        "{}",
+        one.text()
+    );
+    assert_eq!(one.json()["longUrl"], "https://example.com/visits");
+    // The overview, once every aggregator's part includes the 404s.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let overview = loop {
+        let r = shlink(&mut c, common::api::API_KEY, "/rest/v3/visits");
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        if v["visits"]["orphanVisits"]["total"] == 3 && v["visits"]["nonOrphanVisits"]["total"] == 8
+        {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "{v}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        overview["visits"]["nonOrphanVisits"],
+        json!({"total": 8, "nonBots": 6, "bots": 2})
+    );
+    let global = c
+        .send("GET", "/api/v1/stats", true, &[], b"")
+        .unwrap()
+        .json();
+    assert_eq!(global["summary"]["clicks"], 8, "{global}");
+    assert_eq!(global["summary"]["not_found"], 3, "{global}");
+    // A key with a role reads a short URL's summary, not the server-wide overview.
+    let r = shlink(&mut c, &reader, "/rest/v3/visits");
+    assert_eq!(r.status, 403, "{}", r.text());
+    let r = shlink(&mut c, &reader, "/rest/v3/short-urls/vis");
+    assert_eq!(r.json()["visitsSummary"]["total"], 7);
+}

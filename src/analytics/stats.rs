@@ -193,6 +193,26 @@ fn bad_day(field: &'static str) -> Problem {
     )
 }
 
+/// The widest range a query may ask for, ending `today`: what Shlink's totals cover (the
+/// default click retention is as long, `DEFAULT_RETENTION_DAYS`).
+pub fn whole_window(today: Day) -> (Day, Day) {
+    (today.saturating_sub(MAX_STATS_DAYS - 1), today)
+}
+
+impl StatsQuery {
+    /// Every click of `key` over [`whole_window`], bots included (Shlink's `visitsSummary`
+    /// splits them).
+    pub fn whole_window(key: InlineKey, today: Day) -> StatsQuery {
+        let (from, to) = whole_window(today);
+        StatsQuery {
+            key,
+            from,
+            to,
+            bots: Bots::Include,
+        }
+    }
+}
+
 /// `YYYY-MM-DD` to a day number.
 pub fn parse_day(s: &str) -> Option<Day> {
     let b = s.as_bytes();

@@ -65,6 +65,9 @@ pub enum ApiOp {
     ResetStats,
     /// `GET /api/v1/stats`: answered by the aggregators only (`ApiFront::gather`).
     GlobalStats,
+    /// A Shlink short URL read: the link, while its aggregator counts its visits over the
+    /// whole click window (`shlink::shlink_stats_body`).
+    ShlinkVisits(Box<LinkInfo>),
 }
 
 impl ApiOp {
@@ -215,14 +218,16 @@ impl ApiFront {
         ))
     }
 
-    /// `GET /api/v1/stats`: asks every aggregator for its part.
-    fn query_global(
+    /// `GET /api/v1/stats` (or, `shlink`, Shlink's `GET /rest/v3/visits` over the whole
+    /// click window): asks every aggregator for its part.
+    pub(crate) fn query_global(
         &mut self,
         out: &mut Vec<u8>,
         defer: &mut Defer<'_>,
         req: &Request<'_>,
         persist: Persist,
         clock: &Clock,
+        shlink: bool,
     ) {
         let f = Framing {
             head_only: false,
@@ -241,9 +246,17 @@ impl ApiFront {
             return problem(out, Problem::invalid_field(Some("domain"), why));
         }
         let today = shards::clicks::day_of(clock.now_s);
-        let (from, to) = match crate::analytics::stats::parse_range(req.query, today) {
-            Ok((from, to, _)) => (from, to),
+        let range = match shlink {
+            true => Ok(crate::analytics::stats::whole_window(today)),
+            false => crate::analytics::stats::parse_range(req.query, today).map(|(f, t, _)| (f, t)),
+        };
+        let (from, to) = match range {
+            Ok(r) => r,
             Err(p) => return problem(out, p),
+        };
+        let op = move || match shlink {
+            true => ApiOp::Shlink(Box::new(ApiOp::GlobalStats), 0, 0),
+            false => ApiOp::GlobalStats,
         };
         if self.stats_in_flight >= crate::analytics::MAX_STATS_IN_FLIGHT_PER_CORE {
             return problem(out, Problem::unavailable(1));
@@ -251,7 +264,7 @@ impl ApiFront {
         if let Some(fleet) = &self.fleet_stats {
             // The fleet's figures, whole, from the database: no parts to gather.
             let msg = crate::analytics::Control::Global {
-                reply: defer(out, ApiOp::GlobalStats),
+                reply: defer(out, op()),
                 from,
                 to,
             };
@@ -265,7 +278,7 @@ impl ApiFront {
             self.stats_in_flight += 1;
             return;
         }
-        let reply = defer(out, ApiOp::GlobalStats);
+        let reply = defer(out, op());
         self.stats_in_flight += 1;
         let id = reply;
         self.gathering.insert(
@@ -395,7 +408,7 @@ impl ApiFront {
             if !reach.admin {
                 return encode_problem(out, &Problem::admin_only(), &[], f);
             }
-            return self.query_global(out, defer, req, persist, clock);
+            return self.query_global(out, defer, req, persist, clock, false);
         }
         let writes = req.method != Method::Get && req.method != Method::Head;
         if reach.read_only && writes {
@@ -696,6 +709,14 @@ impl ApiFront {
             ApiOp::Stats(q) => {
                 if let Err(p) = self.query_stats(reply, (**q).clone()) {
                     encode_problem(out, &p, &[], f);
+                    return Step::Answered;
+                }
+            }
+            ApiOp::ShlinkVisits(info) => {
+                let today = shards::clicks::day_of(shards::timefmt::now_s());
+                let q = crate::analytics::stats::StatsQuery::whole_window(info.key, today);
+                if let Err(p) = self.query_stats(reply, q) {
+                    shlink::encode_native_problem(out, &p, f);
                     return Step::Answered;
                 }
             }

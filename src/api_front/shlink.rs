@@ -8,9 +8,11 @@
 //! create, `?domain=` on one short URL and on the list, `GET /rest/v3/domains`). Not offered,
 //! and what the adapter answers (docs/shlink.md): tags, `validSince`, `maxVisits`, titles,
 //! device URLs and `findIfExists: true` are refused with `invalid-data` naming the field;
-//! `shortCodeLength` is ignored (generated keys are 7 characters); `visitsSummary` is zeros (the adapter does not ask the click aggregators; a
-//! link's clicks are on `/api/v1/urls/{key}/stats`) and the `/visits` endpoints, which list
-//! individual visits ricochet never stores, are `not-found`, as is any other endpoint.
+//! `shortCodeLength` is ignored (generated keys are 7 characters). One short URL's
+//! `visitsSummary` and the `/visits` overview come from the click aggregators
+//! ([`ApiFront::shlink_stats_body`]); in the list `visitsSummary` is zeros; the `/visits`
+//! endpoints that list individual visits, which ricochet never stores, are `not-found`, as is
+//! any other endpoint.
 
 use serde_json::{json, Map, Value};
 
@@ -27,6 +29,8 @@ use crate::mesh::{LinkInfo, Mesh, WriteOutcome};
 pub use crate::route::SHLINK_PREFIX;
 const SHORT_URLS: &[u8] = b"/rest/v3/short-urls";
 const DOMAINS: &[u8] = b"/rest/v3/domains";
+/// The visits overview: the server-wide figures of `GET /api/v1/stats`.
+const VISITS: &[u8] = b"/rest/v3/visits";
 const HEALTH: &[&[u8]] = &[b"/rest/v3/health", b"/rest/health"];
 
 /// Shlink's default page size, and the deepest item a page may reach (`page * itemsPerPage`):
@@ -161,6 +165,11 @@ fn encode_health(out: &mut Vec<u8>, f: Framing<'_>) {
     encode::encode_response(out, &r, f);
 }
 
+/// A native problem answered in Shlink's envelope.
+pub(super) fn encode_native_problem(out: &mut Vec<u8>, p: &Problem, f: Framing<'_>) {
+    ShlinkError::from_native(p).encode(out, f);
+}
+
 /// A native body member's name in Shlink's API.
 fn shlink_field(native: &str) -> &'static str {
     match native {
@@ -269,14 +278,8 @@ impl ApiFront {
         if HEALTH.contains(&path) {
             return encode_health(out, f);
         }
-        if path == DOMAINS && req.method == Method::Get {
-            return match self.shlink_admit(req) {
-                Ok(caller) => {
-                    let reach = caller.role.reach(caller.author(), &self.domains);
-                    self.shlink_domains(out, &reach, f)
-                }
-                Err(e) => fail(out, e),
-            };
+        if req.method == Method::Get && (path == VISITS || path == DOMAINS) {
+            return self.shlink_overview(out, defer, req, persist, clock);
         }
         let key = if path == SHORT_URLS {
             None
@@ -324,6 +327,34 @@ impl ApiFront {
         };
         if let Err(e) = started {
             fail(out, e);
+        }
+    }
+
+    /// `GET /rest/v3/visits` (admin keys only) or `GET /rest/v3/domains` (the domains the key
+    /// reaches).
+    fn shlink_overview(
+        &mut self,
+        out: &mut Vec<u8>,
+        defer: &mut Defer<'_>,
+        req: &Request<'_>,
+        persist: Persist,
+        clock: &crate::base::clock::Clock,
+    ) {
+        let f = Framing {
+            head_only: false,
+            conn: persist,
+            date: &clock.date,
+        };
+        match self.shlink_admit(req) {
+            Ok(caller) if req.path == DOMAINS => {
+                let reach = caller.role.reach(caller.author(), &self.domains);
+                self.shlink_domains(out, &reach, f)
+            }
+            Ok(caller) if caller.role.is_admin() => {
+                self.query_global(out, defer, req, persist, clock, true)
+            }
+            Ok(_) => ShlinkError::from_native(&Problem::admin_only()).encode(out, f),
+            Err(e) => e.encode(out, f),
         }
     }
 
@@ -495,6 +526,31 @@ impl ApiFront {
         encode::encode_response(out, &r, f);
     }
 
+    /// A stats answer in Shlink's shape, if `op` is a Shlink request that waited for one: the
+    /// visits overview (`GET /rest/v3/visits`: clicks as non-orphan visits, 404s as orphan
+    /// ones), or a short URL with its `visitsSummary`. `None`: a native answer, sent as is.
+    pub fn shlink_stats_body(&self, op: &ApiOp, native: &[u8]) -> Option<Vec<u8>> {
+        let ApiOp::Shlink(inner, ..) = op else {
+            return None;
+        };
+        let v: Value = serde_json::from_slice(native).ok()?;
+        let n = |k: &str| v["summary"][k].as_u64().unwrap_or(0);
+        let summary = |total, bots| json!({"total": total, "nonBots": total - bots, "bots": bots});
+        let body = match &**inner {
+            ApiOp::GlobalStats => json!({"visits": {
+                "nonOrphanVisits": summary(n("clicks"), n("bot_clicks")),
+                "orphanVisits": summary(n("not_found"), 0),
+            }}),
+            ApiOp::ShlinkVisits(info) => {
+                let mut url = self.short_url_json(info);
+                url["visitsSummary"] = summary(n("clicks"), n("bot_clicks"));
+                url
+            }
+            _ => return None,
+        };
+        Some(serde_json::to_vec(&body).expect("json"))
+    }
+
     /// A Shlink short URL object.
     fn short_url_json(&self, info: &LinkInfo) -> Value {
         let (domain, base, key) = self.short_url_parts(info);
@@ -581,6 +637,12 @@ impl ApiFront {
                 } else {
                     fail(out, ShlinkError::from_native(&Problem::unavailable(1)));
                 }
+            }
+            // A short URL read: its visit totals come from its aggregator next
+            // (`shlink_stats_body`); with analytics off it has none.
+            (op @ ApiOp::Get, WriteOutcome::Found(i)) if self.clicks.is_some() => {
+                *op = ApiOp::ShlinkVisits(i);
+                return None;
             }
             (_, WriteOutcome::Created(i) | WriteOutcome::Found(i) | WriteOutcome::Updated(i)) => {
                 ok(out, Status::Ok, &self.short_url_json(&i));

@@ -272,7 +272,8 @@ impl Core {
             any = true;
             self.api.stats_done();
             if let Some(place) = reply.place() {
-                self.conns.on_stats_answer(place, None, &self.clock);
+                self.conns
+                    .on_stats_answer(place, None, &self.clock, &self.api);
             }
         }
         while let Ok(m) = inbox.try_recv() {
@@ -285,14 +286,15 @@ impl Core {
                     self.api.stats_done();
                     if let Some(place) = reply.place() {
                         self.conns
-                            .on_stats_answer(place, body.as_deref(), &self.clock)
+                            .on_stats_answer(place, body.as_deref(), &self.clock, &self.api)
                     }
                 }
                 crate::analytics::ToCore::GlobalPart { reply, part } => {
                     let dropped = self.shared.clicks.as_ref().map_or(0, |c| c.dropped_total());
                     let body = self.api.gather(reply, *part, dropped);
                     if let (Some(body), Some(place)) = (body, reply.place()) {
-                        self.conns.on_stats_answer(place, Some(&body), &self.clock)
+                        self.conns
+                            .on_stats_answer(place, Some(&body), &self.clock, &self.api)
                     }
                 }
             }

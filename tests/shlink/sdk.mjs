@@ -83,6 +83,12 @@ for (const [name, makeClient] of [['fetch', () => new FetchHttpClient()], ['node
   await api.deleteShortUrl({ shortCode: generated.shortCode });
   await rejectsWith(api.getShortUrl({ shortCode: generated.shortCode }), 'short-url-not-found');
 
+  // Visit figures come from the click aggregators (no clicks in this run: zeros, in shape).
+  const overview = await api.getVisitsOverview();
+  assert.deepEqual(overview.nonOrphanVisits, { total: 0, nonBots: 0, bots: 0 });
+  assert.deepEqual(overview.orphanVisits, { total: 0, nonBots: 0, bots: 0 });
+  assert.deepEqual((await api.getShortUrl({ shortCode: slug })).visitsSummary, { total: 0, nonBots: 0, bots: 0 });
+
   const intruder = new ShlinkApiClient(makeClient(), { baseUrl, apiKey: 'wrong-key' });
   await rejectsWith(intruder.listShortUrls(), 'invalid-api-key');
   results[name] = { slug, deleted: generated.shortCode };

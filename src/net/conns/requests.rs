@@ -627,12 +627,24 @@ impl Conns {
         }
     }
 
-    /// Stats JSON from the aggregators: the answer to the deferred request.
-    pub fn on_stats_answer(&mut self, reply: RequestPlace, body: Option<&[u8]>, clock: &Clock) {
+    /// Stats JSON from the aggregators: the answer to the deferred request (in Shlink's shape
+    /// for a Shlink request, `ApiFront::shlink_stats_body`).
+    pub fn on_stats_answer(
+        &mut self,
+        reply: RequestPlace,
+        body: Option<&[u8]>,
+        clock: &Clock,
+        api: &ApiFront,
+    ) {
         let Some(p) = self.waiting(reply) else {
             return; // The connection went away meanwhile.
         };
         let f = p.framing(&clock.date);
+        let shlink = match (&p.kind, body) {
+            (PendingKind::Api(op), Some(b)) => api.shlink_stats_body(op, b),
+            _ => None,
+        };
+        let body = shlink.as_deref().or(body);
         self.scratch.clear();
         match body {
             Some(body) => {
