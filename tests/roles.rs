@@ -183,6 +183,12 @@ fn matrix(c: &mut Client, who: &[Who]) {
             "admin" => assert_eq!(r.status, 200, "{}", r.text()),
             _ => assert_eq!(problem(&r, 403), "admin-only", "{}", w.name),
         }
+        // Shlink's visits overview: the server-wide figures, admin keys only, like the native.
+        let r = shlink(c, &w.token, "GET", "/rest/v3/visits", b"");
+        match w.name {
+            "admin" => assert_eq!(r.status, 200, "{}", r.text()),
+            _ => assert_eq!(problem(&r, 403), "admin-only", "{}", w.name),
+        }
         // Shlink's domains: those the key reaches.
         let r = shlink(c, &w.token, "GET", "/rest/v3/domains", b"");
         assert_eq!(r.status, 200);
@@ -225,6 +231,11 @@ fn matrix(c: &mut Client, who: &[Who]) {
                 if visible { 200 } else { 404 },
                 "Shlink GET {what}"
             );
+            if visible {
+                // With its visit totals from the aggregator (no clicks here: zeros).
+                let summary = &r.json()["visitsSummary"];
+                assert_eq!(summary["total"], 0, "{what}: {}", r.text());
+            }
 
             // Writes: 403 for a read-only key, else 404 out of reach. Within reach they are
             // made below, once every key has looked.
