@@ -716,7 +716,7 @@ impl ApiFront {
                 let today = shards::clicks::day_of(shards::timefmt::now_s());
                 let q = crate::analytics::stats::StatsQuery::whole_window(info.key, today);
                 if let Err(p) = self.query_stats(reply, q) {
-                    shlink::encode_native_problem(out, &p, f);
+                    self.encode_shlink_problem(out, &p, f);
                     return Step::Answered;
                 }
             }

@@ -165,11 +165,6 @@ fn encode_health(out: &mut Vec<u8>, f: Framing<'_>) {
     encode::encode_response(out, &r, f);
 }
 
-/// A native problem answered in Shlink's envelope.
-pub(super) fn encode_native_problem(out: &mut Vec<u8>, p: &Problem, f: Framing<'_>) {
-    ShlinkError::from_native(p).encode(out, f);
-}
-
 /// A native body member's name in Shlink's API.
 fn shlink_field(native: &str) -> &'static str {
     match native {
@@ -549,6 +544,11 @@ impl ApiFront {
             _ => return None,
         };
         Some(serde_json::to_vec(&body).expect("json"))
+    }
+
+    /// A native problem answered in Shlink's envelope.
+    pub(super) fn encode_shlink_problem(&self, out: &mut Vec<u8>, p: &Problem, f: Framing<'_>) {
+        ShlinkError::from_native(p).encode(out, f);
     }
 
     /// A Shlink short URL object.
