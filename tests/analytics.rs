@@ -1220,4 +1220,9 @@ fn shlink_visit_figures_are_the_aggregators() {
     assert_eq!(r.status, 403, "{}", r.text());
     let r = shlink(&mut c, &reader, "/rest/v3/short-urls/vis");
     assert_eq!(r.json()["visitsSummary"]["total"], 7);
+    // Another method on the overviews is refused as a method, with what is allowed.
+    for path in ["/rest/v3/visits", "/rest/v3/domains"] {
+        let r = c.send("DELETE", path, false, &[], b"").unwrap();
+        assert_eq!((r.status, r.header("allow")), (405, Some("GET")), "{path}");
+    }
 }

@@ -142,6 +142,22 @@ fn every_fleet_node_answers_each_role_with_its_reach_only() {
         });
         assert_eq!(listed(s, &alice), set(&["ali"]));
         assert_eq!(listed(s, &bob), set(&["bob"]));
+        // Shlink's view: the fleet's visit totals (no clicks yet), and another's link absent.
+        let sh = |token: &str, code: &str| {
+            Client::new(s)
+                .send(
+                    "GET",
+                    &format!("/rest/v3/short-urls/{code}"),
+                    false,
+                    &[("X-Api-Key", token)],
+                    b"",
+                )
+                .unwrap()
+        };
+        let r = sh(&alice, "ali");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["visitsSummary"]["total"], 0, "{}", r.text());
+        assert_eq!(sh(&alice, "bob").status, 404);
         assert_eq!(listed(s, &reader), set(&["adm", "ali", "bob"]));
     }
     // Writes out of reach change nothing, from either node; a read-only key writes nothing.

@@ -273,7 +273,17 @@ impl ApiFront {
         if HEALTH.contains(&path) {
             return encode_health(out, f);
         }
-        if req.method == Method::Get && (path == VISITS || path == DOMAINS) {
+        if path == VISITS || path == DOMAINS {
+            if req.method != Method::Get {
+                // The resource exists: the method is what is refused (RFC 9110 section 15.5.6).
+                let r = Response {
+                    status: Status::MethodNotAllowed,
+                    headers: &[("Allow", b"GET")],
+                    content_type: Some("text/plain"),
+                    body: b"method not allowed\n",
+                };
+                return encode::encode_response(out, &r, f);
+            }
             return self.shlink_overview(out, defer, req, persist, clock);
         }
         let key = if path == SHORT_URLS {
