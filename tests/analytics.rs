@@ -1146,20 +1146,7 @@ fn service_cpus_give_the_aggregators_cpus_the_cores_do_not_use() {
 #[test]
 fn shlink_visit_figures_are_the_aggregators() {
     let (_t, dir) = data_dir();
-    let reader = {
-        let out = std::process::Command::new(common::server_bin())
-            .args(["keys", "--data-dir"])
-            .arg(&dir)
-            .args(["create", "reader", "--read-only"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::trim)
-            .find(|l| l.starts_with("rk_"))
-            .unwrap()
-            .to_owned()
-    };
+    let reader = common::api::make_key(&dir, "reader", &["--read-only"]);
     let s = start(&dir, &flags(&["--cores", "3", "--test-oversubscribe"]));
     let mut c = Client::new(&s);
     let key = c.create_ok("https://example.com/visits", Some("vis"));

@@ -16,19 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn domains(dir: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(common::server_bin())
-        .arg("domains")
-        .arg("--data-dir")
-        .arg(dir)
-        .args(args)
-        .output()
-        .expect("run ricochet domains");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    common::api::cli(dir, "domains", args)
 }
 
 /// `GET /{key}` with `Host: host`: (status, Location).

@@ -12,44 +12,13 @@
 
 mod common;
 
-use common::api::{data_dir, start, Client, Resp, API_KEY, NO_RATE_LIMIT};
+use common::api::{cli, data_dir, make_key, start, Client, Resp, API_KEY, NO_RATE_LIMIT};
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
 
 const BRAND: &str = "go.brand.com";
 const OTHER: &str = "other.example";
-
-/// Runs `ricochet <args>` against `dir`: (success, stdout + stderr).
-fn cli(dir: &Path, cmd: &str, args: &[&str]) -> (bool, String) {
-    let out = Command::new(common::server_bin())
-        .arg(cmd)
-        .arg("--data-dir")
-        .arg(dir)
-        .args(args)
-        .output()
-        .expect("run ricochet");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
-/// Creates a key with `flags`; its plaintext.
-fn make_key(dir: &Path, name: &str, flags: &[&str]) -> String {
-    let mut args = vec!["create", name];
-    args.extend(flags);
-    let (ok, text) = cli(dir, "keys", &args);
-    assert!(ok, "{text}");
-    text.lines()
-        .map(str::trim)
-        .find(|l| l.starts_with("rk_"))
-        .unwrap_or_else(|| panic!("no key in {text}"))
-        .to_owned()
-}
 
 /// One key of the matrix: its token and which of the links it reaches.
 struct Who {

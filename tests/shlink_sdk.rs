@@ -7,12 +7,13 @@
 
 mod common;
 
-use common::api::{data_dir, start, Client, API_KEY};
+use common::api::{data_dir, make_key, start, Client, API_KEY};
 use std::path::Path;
 use std::process::Command;
 
-#[test]
-fn shlinks_sdk_works_against_ricochet() {
+/// `tests/shlink` with the SDK installed, or `None` (the test is SKIPPED) when node or the
+/// SDK is missing and `RICOCHET_REQUIRE_SHLINK_SDK` is not set (CI sets it).
+fn sdk_dir() -> Option<std::path::PathBuf> {
     let dir_sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/shlink");
     let installed = dir_sdk
         .join("node_modules/@shlinkio/shlink-js-sdk")
@@ -24,8 +25,16 @@ fn shlinks_sdk_works_against_ricochet() {
             "RICOCHET_REQUIRE_SHLINK_SDK is set but node or tests/shlink/node_modules is missing"
         );
         eprintln!("SKIPPED: npm ci --prefix tests/shlink (CI does)");
-        return;
+        return None;
     }
+    Some(dir_sdk)
+}
+
+#[test]
+fn shlinks_sdk_works_against_ricochet() {
+    let Some(dir_sdk) = sdk_dir() else {
+        return;
+    };
     let (_t, dir) = data_dir();
     let out = Command::new(common::server_bin())
         .args(["domains", "--data-dir"])
@@ -67,41 +76,13 @@ fn shlinks_sdk_works_against_ricochet() {
     }
 }
 
-/// Creates an API key with `flags` in `dir`; its plaintext.
-fn make_key(dir: &Path, name: &str, flags: &[&str]) -> String {
-    let out = Command::new(common::server_bin())
-        .args(["keys", "--data-dir"])
-        .arg(dir)
-        .args(["create", name])
-        .args(flags)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::trim)
-        .find(|l| l.starts_with("rk_"))
-        .expect("a key")
-        .to_owned()
-}
-
 /// Keys with roles through the SDK (`tests/shlink/roles.mjs`): author-only, read-only and
 /// domain-only keys, each against the endpoints the SDK calls.
 #[test]
 fn shlinks_sdk_sees_each_role_through_ricochet() {
-    let dir_sdk = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/shlink");
-    let installed = dir_sdk
-        .join("node_modules/@shlinkio/shlink-js-sdk")
-        .exists()
-        && Command::new("node").arg("--version").output().is_ok();
-    if !installed {
-        assert!(
-            std::env::var_os("RICOCHET_REQUIRE_SHLINK_SDK").is_none(),
-            "RICOCHET_REQUIRE_SHLINK_SDK is set but node or tests/shlink/node_modules is missing"
-        );
-        eprintln!("SKIPPED: npm ci --prefix tests/shlink (CI does)");
+    let Some(dir_sdk) = sdk_dir() else {
         return;
-    }
+    };
     let (_t, dir) = data_dir();
     let out = Command::new(common::server_bin())
         .args(["domains", "--data-dir"])

@@ -202,6 +202,22 @@ pub struct NewLink {
     pub author: shards::link::Author,
 }
 
+impl NewLink {
+    /// The link this create makes under `key`, with creation tag `created_tag` (0: unknown,
+    /// as in fleet mode, where the database's transaction decides).
+    pub fn info(&self, key: InlineKey, created_tag: u32) -> LinkInfo {
+        LinkInfo {
+            key,
+            target: self.target.clone(),
+            status: self.status,
+            created_at_s: self.created_at_s,
+            created_tag,
+            expires_at_s: self.expires_at_s,
+            author: self.author,
+        }
+    }
+}
+
 /// An API read of one link, answered by the key's owner from what it holds (in fleet mode,
 /// read through to the database when it holds nothing).
 #[derive(Debug)]

@@ -384,24 +384,7 @@ impl Owner {
             (LinkWritten::NotFound, _) => Verdict::Answer(WriteOutcome::NotFound),
             (LinkWritten::Deleted { .. }, WriteReq::ResetStats { .. }) => Verdict::StatsReset,
             (LinkWritten::Created { version }, WriteReq::Create { new, .. }) => {
-                let crate::mesh::NewLink {
-                    target,
-                    status,
-                    expires_at_s,
-                    created_at_s,
-                    id,
-                    idem,
-                    author,
-                } = *new;
-                let info = LinkInfo {
-                    key,
-                    target,
-                    status,
-                    created_at_s,
-                    created_tag: 0,
-                    expires_at_s,
-                    author,
-                };
+                let (info, id, idem) = (new.info(key, 0), new.id, new.idem);
                 Verdict::Log {
                     outcome: WriteOutcome::Created(Box::new(info.clone())),
                     entry: MemEntry::Live { info, id, version },
@@ -633,16 +616,7 @@ fn superseded(written: &LinkWritten, req: &WriteReq, floor: u64) -> Option<Write
     let (version, outcome) = match (written, req) {
         (LinkWritten::Deleted { .. }, WriteReq::ResetStats { .. }) => return None,
         (LinkWritten::Created { version }, WriteReq::Create { new, .. }) => {
-            let info = LinkInfo {
-                key,
-                target: new.target.clone(),
-                status: new.status,
-                created_at_s: new.created_at_s,
-                created_tag: 0,
-                expires_at_s: new.expires_at_s,
-                author: new.author,
-            };
-            (*version, WriteOutcome::Created(Box::new(info)))
+            (*version, WriteOutcome::Created(Box::new(new.info(key, 0))))
         }
         (LinkWritten::Updated(state), _) => (
             state.version,

@@ -153,26 +153,9 @@ impl Owner {
         let exists = current.is_some();
         let planned = match req {
             WriteReq::Create { new, .. } => (!exists).then(|| {
-                let crate::mesh::NewLink {
-                    target,
-                    status,
-                    expires_at_s,
-                    created_at_s,
-                    id,
-                    idem,
-                    author,
-                } = *new;
-                let info = LinkInfo {
-                    key,
-                    target,
-                    status,
-                    created_at_s,
-                    created_tag: self.creations.next(created_at_s, micros_into_second()),
-                    expires_at_s,
-                    author,
-                };
-                let planned: Planned = (info, id, None, WriteOutcome::Created);
-                (planned, idem)
+                let tag = self.creations.next(new.created_at_s, micros_into_second());
+                let planned: Planned = (new.info(key, tag), new.id, None, WriteOutcome::Created);
+                (planned, new.idem)
             }),
             WriteReq::Patch {
                 target,

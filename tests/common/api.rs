@@ -421,3 +421,33 @@ pub fn last_two_days(days: &[Value], field: impl Fn(&Value) -> u64) -> u64 {
     );
     recent.iter().map(field).sum()
 }
+
+/// Runs `ricochet <cmd> --data-dir <dir> <args>`: (success, stdout + stderr).
+pub fn cli(dir: &Path, cmd: &str, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(super::server_bin())
+        .arg(cmd)
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("run ricochet");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// Creates an API key named `name` with `flags` (a role, limits) in `dir`; its plaintext.
+pub fn make_key(dir: &Path, name: &str, flags: &[&str]) -> String {
+    let mut args = vec!["create", name];
+    args.extend(flags);
+    let (ok, text) = cli(dir, "keys", &args);
+    assert!(ok, "{text}");
+    text.lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("rk_"))
+        .unwrap_or_else(|| panic!("no key in {text}"))
+        .to_owned()
+}
