@@ -458,7 +458,7 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
         _ => anyhow::bail!("--format: export writes ndjson, tsv or csv"),
     };
     let now_s = ricochet::api::timefmt::now_s();
-    let book = ricochet::api::domains::DomainBook::load(&a.data_dir)?;
+    let book = ricochet::fleet_mode::domains::book_of_data_dir(&a.data_dir)?;
     let names: std::collections::BTreeMap<u32, String> = book
         .all()
         .iter()

@@ -336,8 +336,8 @@ fn a_standalone_data_dir_cannot_join_a_fleet() {
         api::try_start(&dir3, &fleet_args).is_ok(),
         "the fleet node restarts"
     );
-    // Domains are a single node's so far (issue 26): a fleet node refuses a domain book
-    // rather than serve keys the database does not scope.
+    // A fleet's domains are the database's (`ricochet fleet domains`, tests/fleet_domains.rs):
+    // a fleet node refuses a domain book of its own data dir.
     let out = std::process::Command::new(common::server_bin())
         .args(["domains", "--data-dir"])
         .arg(&dir3)

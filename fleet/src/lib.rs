@@ -21,6 +21,7 @@
 //! - `stats.rs`: counters and latency histogram for `/metrics` and `/readyz`.
 //! - `feed.rs`: the change feed's commit-safe poll of `ricochet_links`.
 //! - `history.rs`: which history (timeline, WAL position) of the database a node followed.
+//! - `domains.rs`: the fleet's domain book (`ricochet fleet domains`, read by every node).
 //! - `keys.rs`: API keys shared by the fleet (`ricochet fleet keys`, read by every node).
 //! - `replication.rs`: whether the standbys a failover could promote hold a commit (an
 //!   allocation is published only then).
@@ -32,6 +33,7 @@ mod authority;
 pub mod ceiling;
 pub mod clicks;
 mod db;
+pub mod domains;
 mod evidence;
 pub mod feed;
 pub mod history;

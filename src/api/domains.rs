@@ -169,7 +169,13 @@ impl DomainBook {
     /// Reads `<dir>/domains.json`; a missing file is a book with no declared domain (one
     /// unnamed default domain, as before domains).
     pub fn load(dir: &Path) -> Result<DomainBook, DomainBookError> {
-        let path = dir.join(DOMAINS_FILE);
+        DomainBook::load_file(dir, DOMAINS_FILE)
+    }
+
+    /// Reads `<dir>/<file>` in `domains.json`'s layout (a fleet node's copy of the fleet's
+    /// book is another file of the same layout); a missing file is an empty book.
+    pub fn load_file(dir: &Path, file: &str) -> Result<DomainBook, DomainBookError> {
+        let path = dir.join(file);
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(DomainBook::default()),
@@ -192,6 +198,35 @@ impl DomainBook {
         };
         book.check().map_err(corrupt)?;
         Ok(book)
+    }
+
+    /// A book of `domains` (by number) whose next new domain gets `next_number`, checked as a
+    /// book read from disk is (the fleet's rows come this way).
+    pub fn from_parts(next_number: u32, domains: Vec<Domain>) -> Result<DomainBook, String> {
+        let book = DomainBook {
+            next_number,
+            domains,
+        };
+        book.check()?;
+        Ok(book)
+    }
+
+    /// The number the next new domain gets.
+    pub fn next_number(&self) -> u32 {
+        self.next_number
+    }
+
+    /// Writes the book to `<dir>/<file>` atomically (write, fsync, rename, fsync the dir).
+    pub fn save_as(&self, dir: &Path, file: &str) -> Result<(), DomainBookError> {
+        let file_v1 = FileV1 {
+            version: FILE_VERSION,
+            next_number: self.next_number,
+            domains: self.domains.clone(),
+        };
+        let mut bytes = serde_json::to_vec_pretty(&file_v1).expect("the book serializes");
+        bytes.push(b'\n');
+        shards::durable::write_atomic(dir, file, &bytes, 0o644)
+            .map_err(|e| io_err(&dir.join(file), e))
     }
 
     /// The invariants a book read from disk must hold (a hand-edited or damaged file is
@@ -324,15 +359,7 @@ impl DomainBook {
         shards::durable::lock_exclusive(&lock).map_err(|e| io_err(&lock_path, e))?;
         let mut book = DomainBook::load(dir)?;
         let out = change(&mut book)?;
-        let file = FileV1 {
-            version: FILE_VERSION,
-            next_number: book.next_number,
-            domains: book.domains,
-        };
-        let mut bytes = serde_json::to_vec_pretty(&file).expect("the book serializes");
-        bytes.push(b'\n');
-        shards::durable::write_atomic(dir, DOMAINS_FILE, &bytes, 0o644)
-            .map_err(|e| io_err(&dir.join(DOMAINS_FILE), e))?;
+        book.save_as(dir, DOMAINS_FILE)?;
         Ok(out)
     }
 
@@ -562,14 +589,54 @@ pub enum DomainsCommand {
     },
 }
 
+/// Where a domain book is kept and changed: a data dir's `domains.json` ([`DirBook`]), or in
+/// fleet mode the fleet's table (`fleet_mode::domains::FleetBook`). The commands and the
+/// rules of a change are the same for both.
+pub trait BookStore {
+    /// The book as it is now.
+    fn load(&mut self) -> anyhow::Result<DomainBook>;
+    /// Applies `change` to the book, serialized against other changes, and keeps the result.
+    fn change(
+        &mut self,
+        change: &mut dyn FnMut(&mut DomainBook) -> Result<Domain, DomainBookError>,
+    ) -> anyhow::Result<Domain>;
+    /// The command that changes this book, for messages (`ricochet domains`).
+    fn command(&self) -> &'static str;
+}
+
+/// A data dir's `domains.json`.
+pub struct DirBook<'a>(pub &'a Path);
+
+impl BookStore for DirBook<'_> {
+    fn load(&mut self) -> anyhow::Result<DomainBook> {
+        Ok(DomainBook::load(self.0)?)
+    }
+
+    fn change(
+        &mut self,
+        change: &mut dyn FnMut(&mut DomainBook) -> Result<Domain, DomainBookError>,
+    ) -> anyhow::Result<Domain> {
+        Ok(DomainBook::change(self.0, change)?)
+    }
+
+    fn command(&self) -> &'static str {
+        "ricochet domains"
+    }
+}
+
 /// Runs a `ricochet domains` subcommand against the book in `data_dir`, printing to stdout.
 pub fn run_domains_command(data_dir: &Path, cmd: DomainsCommand) -> anyhow::Result<()> {
+    run_book_command(&mut DirBook(data_dir), cmd)
+}
+
+/// Runs a domains subcommand against `store`, printing to stdout.
+pub fn run_book_command(store: &mut dyn BookStore, cmd: DomainsCommand) -> anyhow::Result<()> {
     let stdout = io::stdout();
-    run_domains_command_to(data_dir, cmd, &mut stdout.lock())
+    run_domains_command_to(store, cmd, &mut stdout.lock())
 }
 
 fn run_domains_command_to(
-    data_dir: &Path,
+    store: &mut dyn BookStore,
     cmd: DomainsCommand,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
@@ -592,7 +659,7 @@ fn run_domains_command_to(
                     invalid_short_url,
                 },
             };
-            let d = DomainBook::change(data_dir, |b| b.add(&new).cloned())?;
+            let d = store.change(&mut |b| b.add(&new).cloned())?;
             let what = if d.is_default() {
                 "the default domain".to_owned()
             } else {
@@ -604,14 +671,16 @@ fn run_domains_command_to(
                 "A running server picks up the change within about a second."
             )?;
         }
-        DomainsCommand::List => print_list(&DomainBook::load(data_dir)?, out)?,
+        DomainsCommand::List => print_list(&store.load()?, out)?,
         DomainsCommand::Remove { name } => {
-            let d = DomainBook::change(data_dir, |b| b.remove(&name).cloned())?;
+            let d = store.change(&mut |b| b.remove(&name).cloned())?;
             writeln!(
                 out,
-                "Removed {}: its links are kept and stop redirecting; `ricochet domains add {}` \
-                 restores them.",
-                d.name, d.name
+                "Removed {}: its links are kept and stop redirecting; `{} add {}` restores \
+                 them.",
+                d.name,
+                store.command(),
+                d.name
             )?;
         }
     }
@@ -801,7 +870,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let run = |cmd| {
             let mut out = Vec::new();
-            run_domains_command_to(dir.path(), cmd, &mut out)
+            run_domains_command_to(&mut DirBook(dir.path()), cmd, &mut out)
                 .map(|()| String::from_utf8(out).unwrap())
         };
         assert!(run(DomainsCommand::List)

@@ -157,7 +157,7 @@ pub fn import_snapshot(
 
 /// Whether a snapshot row passes the importer's checks (key, target, status).
 fn snapshot_link_usable(l: &fleet::feed::LiveLink) -> Result<(), String> {
-    shards::link::validate_key(l.key.as_bytes()).map_err(|e| e.to_string())?;
+    shards::link::validate_stored_key(l.key.as_bytes()).map_err(|e| e.to_string())?;
     shards::link::validate_url(&l.target).map_err(|e| e.to_string())?;
     u16::try_from(l.status)
         .ok()

@@ -1,4 +1,5 @@
-//! `ricochet fleet ...`: the operator commands (schema, namespaces, API keys, stats resets).
+//! `ricochet fleet ...`: the operator commands (schema, namespaces, API keys, domains,
+//! tombstones).
 
 use anyhow::bail;
 
@@ -20,6 +21,14 @@ pub enum FleetCommand {
     Keys {
         #[command(subcommand)]
         cmd: FleetKeysCommand,
+    },
+    /// The fleet's domains, each its own keyspace chosen by `Host` (every node follows the
+    /// table within about a second; the same rules as `ricochet domains`).
+    Domains {
+        #[arg(long)]
+        pg: String,
+        #[command(subcommand)]
+        cmd: crate::api::domains::DomainsCommand,
     },
     /// Remove tombstones (deleted links) last changed more than --older-than-s seconds ago,
     /// raising the tombstone horizon past them; nodes do this on their own for tombstones
@@ -119,6 +128,10 @@ pub fn run_command(cmd: FleetCommand) -> anyhow::Result<()> {
             }
         }
         FleetCommand::Keys { cmd } => run_keys(cmd)?,
+        FleetCommand::Domains { pg, cmd } => crate::api::domains::run_book_command(
+            &mut super::domains::FleetBook(fleet::Db::new(&pg)?),
+            cmd,
+        )?,
         FleetCommand::GcTombstones { pg, older_than_s } => {
             let mut db = fleet::Db::new(&pg)?;
             let mut total = 0;

@@ -3,12 +3,13 @@
 //! (`continuity`), links from a database snapshot
 //! (`bootstrap`), the change feed's follower thread (`follower`) and its live regeneration
 //! (`regen`, with the `fleet-lost-*` files of `lost`), what the service threads hand the cores
-//! (`messages`), and the operator commands (`cli`). The PostgreSQL client is the `fleet`
+//! (`messages`), the fleet's domain book (`domains`), and the operator commands (`cli`). The PostgreSQL client is the `fleet`
 //! crate; a core's side of fleet mode is `owner/fleet.rs` and `owner/regen.rs`.
 
 pub mod bootstrap;
 pub mod cli;
 pub mod continuity;
+pub mod domains;
 pub mod files;
 pub mod follower;
 pub mod lost;

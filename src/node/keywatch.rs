@@ -14,18 +14,19 @@ use crate::api::keys::{ApiKeyStore, API_KEYS_FILE};
 use crate::api::Reloaded;
 use crate::mesh::service::{Inbox, Outlets};
 use crate::mesh::Doorbells;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-/// Fleet mode's key source: a database session and the fleet's keys last read (`None`: not
-/// read yet).
-pub type FleetKeys = (
-    fleet::Db,
-    Option<Vec<fleet::keys::FleetKey>>,
-    Arc<fleet::FleetStats>,
-);
+/// Fleet mode's source of keys and domains: a database session, the fleet's keys last read
+/// (`None`: not read yet) and its domains.
+pub struct FleetKeys {
+    pub db: fleet::Db,
+    pub keys: Option<Vec<fleet::keys::FleetKey>>,
+    pub stats: Arc<fleet::FleetStats>,
+    pub domains: crate::fleet_mode::domains::FleetDomains,
+}
 
 /// How often the key file is checked for changes.
 pub const KEY_RELOAD_INTERVAL_MS: u64 = 1_000;
@@ -35,7 +36,8 @@ pub const KEY_RELOAD_INTERVAL_MS: u64 = 1_000;
 /// In fleet mode (`fleet`: a session and the keys read at start, `None` if the database did
 /// not answer then) it also reads the fleet's keys from the database at every tick and offers
 /// the local keys with them whenever either changed; while the database cannot be read, the
-/// keys it last gave stay.
+/// keys it last gave stay. There the fleet's domain table, not `domains.json`, is the book
+/// (`fleet_mode::domains`).
 pub fn start(
     data_dir: PathBuf,
     bells: Arc<Doorbells>,
@@ -48,10 +50,6 @@ pub fn start(
     let (outlets, rxs) = Outlets::new(bells.0.len(), 1, bells);
     let path = data_dir.join(API_KEYS_FILE);
     let domains_path = data_dir.join(DOMAINS_FILE);
-    let stamp = |p: &PathBuf| -> Option<(SystemTime, u64)> {
-        let m = std::fs::metadata(p).ok()?;
-        Some((m.modified().ok()?, m.len()))
-    };
     let mut last = stamp(&path);
     let mut domain_file = DomainFile {
         stamp: stamp(&domains_path),
@@ -94,13 +92,13 @@ pub fn start(
                         ),
                     }
                 }
-                if let Some(d) = domain_file.reload(stamp(&domain_file.path)) {
+                if let Some(d) = domain_file.poll(fleet.as_mut()) {
                     domains = d;
                     changed = true;
                 }
                 if changed {
                     let store = match &fleet {
-                        Some((_, keys, _)) => local.clone().with_fleet_keys(keys.as_deref()),
+                        Some(f) => local.clone().with_fleet_keys(f.keys.as_deref()),
                         None => local.clone(),
                     };
                     latest = Some(Arc::new(Reloaded {
@@ -119,7 +117,14 @@ pub fn start(
     Ok(rxs)
 }
 
-/// `domains.json` as the watcher last read it.
+/// The modification time and size of `p`, if it can be read.
+fn stamp(p: &Path) -> Option<(SystemTime, u64)> {
+    let m = std::fs::metadata(p).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}
+
+/// The domain book as the watcher last read it: `domains.json`, or in fleet mode the fleet's
+/// table.
 struct DomainFile {
     path: PathBuf,
     data_dir: PathBuf,
@@ -128,6 +133,14 @@ struct DomainFile {
 }
 
 impl DomainFile {
+    /// The new view if the book changed: the fleet's table in fleet mode, else the file.
+    fn poll(&mut self, fleet: Option<&mut FleetKeys>) -> Option<Arc<Domains>> {
+        match fleet {
+            Some(f) => read_fleet_domains(f).map(|book| Arc::new(book.view(self.unknown))),
+            None => self.reload(stamp(&self.path)),
+        }
+    }
+
     /// The new view if the file changed (`now`: its stamp) and reads well. A deleted book
     /// reads as no domains (the server as before them), like a fresh data dir; a damaged one
     /// keeps the domains in force, and is read again at the next change.
@@ -152,13 +165,13 @@ impl DomainFile {
 
 /// Reads the fleet's keys again; whether they changed. A database that failed the node's
 /// checks may be another fleet's: its keys are not read (the last good ones stay).
-fn read_fleet_keys((db, keys, stats): &mut FleetKeys) -> bool {
-    if stats.refused().is_some() {
+fn read_fleet_keys(f: &mut FleetKeys) -> bool {
+    if f.stats.refused().is_some() {
         return false;
     }
-    match fleet::keys::list_keys(db) {
-        Ok(now) if keys.as_ref() != Some(&now) => {
-            *keys = Some(now);
+    match fleet::keys::list_keys(&mut f.db) {
+        Ok(now) if f.keys.as_ref() != Some(&now) => {
+            f.keys = Some(now);
             true
         }
         Ok(_) => false,
@@ -167,4 +180,13 @@ fn read_fleet_keys((db, keys, stats): &mut FleetKeys) -> bool {
             false
         }
     }
+}
+
+/// Reads the fleet's domains again; the new book if they changed. Like the keys, not from a
+/// database that failed the node's checks.
+fn read_fleet_domains(f: &mut FleetKeys) -> Option<DomainBook> {
+    if f.stats.refused().is_some() {
+        return None;
+    }
+    f.domains.poll(&mut f.db)
 }

@@ -135,13 +135,34 @@ impl Mode {
         }
     }
 
-    /// Fleet mode: the fleet's API keys and where to read them again (the key watcher reads
-    /// them about once a second). With the database down they are unread until it answers: a
-    /// token that is not a local key is then answered 503, not 401 (it may be a fleet key).
+    /// The domain book at start: the data dir's `domains.json` on a single node; the fleet's
+    /// table (or the node's copy of it while the database does not answer) on a fleet node.
+    pub fn domain_book(
+        &self,
+        dir: &DataDir,
+        db_answers: bool,
+    ) -> anyhow::Result<crate::api::domains::DomainBook> {
+        match self {
+            Mode::Single => {
+                crate::api::domains::DomainBook::load(dir.path()).context("loading domains")
+            }
+            Mode::Fleet(f) => {
+                let mut db = fleet::Db::new(&f.url)?;
+                crate::fleet_mode::domains::book_at_start(dir.path(), db_answers.then_some(&mut db))
+            }
+        }
+    }
+
+    /// Fleet mode: the fleet's API keys and domains and where to read them again (the key
+    /// watcher reads them about once a second; `book`: the domains the node starts with).
+    /// With the database down the keys are unread until it answers: a token that is not a
+    /// local key is then answered 503, not 401 (it may be a fleet key).
     pub fn fleet_keys(
         &self,
+        dir: &DataDir,
         db_answers: bool,
         stats: Option<&Arc<fleet::FleetStats>>,
+        book: &crate::api::domains::DomainBook,
     ) -> anyhow::Result<Option<crate::node::keywatch::FleetKeys>> {
         let Mode::Fleet(f) = self else {
             return Ok(None);
@@ -151,8 +172,12 @@ impl Mode {
             true => Some(fleet::keys::list_keys(&mut db).context("reading the fleet's API keys")?),
             false => None,
         };
-        let stats = stats.expect("fleet mode has fleet stats").clone();
-        Ok(Some((db, keys, stats)))
+        Ok(Some(crate::node::keywatch::FleetKeys {
+            db,
+            keys,
+            stats: stats.expect("fleet mode has fleet stats").clone(),
+            domains: crate::fleet_mode::domains::FleetDomains::new(dir.path(), book),
+        }))
     }
 
     /// Fleet mode with analytics on: the click flusher's setup (each node's clicks go to the

@@ -372,21 +372,14 @@ fn open_write_side(opts: &ServeOptions, links: &Links) -> anyhow::Result<WriteSi
         println!("generated API key (shown once, store it now): {generated}");
     }
     let local_keys = crate::api::keys::ApiKeyStore::load(dir.path()).context("loading API keys")?;
-    let fleet_keys = opts
-        .mode
-        .fleet_keys(links.fleet_db_answers(), fleet_stats.as_ref())?;
+    let book = opts.mode.domain_book(dir, links.fleet_db_answers())?;
+    let fleet_keys =
+        opts.mode
+            .fleet_keys(dir, links.fleet_db_answers(), fleet_stats.as_ref(), &book)?;
     let api_keys = Arc::new(match &fleet_keys {
-        Some((_, keys, _)) => local_keys.clone().with_fleet_keys(keys.as_deref()),
+        Some(f) => local_keys.clone().with_fleet_keys(f.keys.as_deref()),
         None => local_keys.clone(),
     });
-    let book = crate::api::domains::DomainBook::load(dir.path()).context("loading domains")?;
-    if !book.is_empty() && opts.mode.is_fleet() {
-        anyhow::bail!(
-            "{} declares domains, which fleet mode does not support yet: remove the file to \
-             serve the fleet's links on one domain",
-            dir.path().join(crate::api::domains::DOMAINS_FILE).display()
-        );
-    }
     let domains = Arc::new(book.view(opts.unknown_host));
     let seg_cfg = shards::alloc::SegmentConfig {
         segment_len: opts.segment_len,

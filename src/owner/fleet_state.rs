@@ -105,13 +105,14 @@ impl FleetLinks {
 
     /// Whether `key` is a generated key that cannot have been issued yet: its ID is above
     /// every namespace's ceiling in a read sent less than `HIGH_WATER_FRESH_MS` ago. Fleet
-    /// nodes refuse custom aliases of the generated shape, so such a key has no link.
+    /// nodes refuse custom aliases of the generated shape, so such a key has no link. IDs are
+    /// the fleet's whatever the domain: a stored key's domain prefix does not count.
     pub(super) fn never_issued(&self, key: &InlineKey, now: Instant) -> bool {
         let Some(c) = self.ceilings.as_deref().filter(|c| c.is_fresh(now)) else {
             return false;
         };
         self.keygen
-            .id_for(key.as_bytes())
+            .id_for(shards::link::split_stored_key(key.as_bytes()).1)
             .is_some_and(|id| !c.may_be_issued(id))
     }
 }
