@@ -288,6 +288,127 @@ fn a_domain_sends_what_it_does_not_hold_to_its_not_found_redirects() {
     assert_eq!(visit(&mut c, "other.example", "never").0, 404);
 }
 
+/// Shlink's `PATCH /rest/v3/domains/redirects` (admin keys only): the book is written off the
+/// cores, the change is in force on the core that answered before its 200 and on every core
+/// (3 here, more than the CPUs) within about a second, and it survives a restart.
+#[test]
+fn an_admin_key_changes_a_domains_redirects_through_shlinks_api() {
+    let (_t, dir) = data_dir();
+    let (ok, text) = domains(
+        &dir,
+        &[
+            "add",
+            "go.brand.com",
+            "--regular-404",
+            "https://brand.example/404",
+        ],
+    );
+    assert!(ok, "{text}");
+    let reader = common::api::make_key(&dir, "reader", &["--read-only"]);
+    let brand_key = common::api::make_key(&dir, "brand", &["--domain", "go.brand.com"]);
+    let s = start(&dir, &["--cores", "3", "--test-oversubscribe"]);
+    let mut c = Client::new(&s);
+    let patch = |c: &mut Client, token: &str, body: &str| {
+        c.host = "t".into();
+        let headers = [("X-Api-Key", token), ("Content-Type", "application/json")];
+        c.send(
+            "PATCH",
+            "/rest/v3/domains/redirects",
+            false,
+            &headers,
+            body.as_bytes(),
+        )
+        .unwrap()
+    };
+    let body = r#"{"domain": "Go.Brand.com", "invalidShortUrlRedirect": "https://brand.example/gone",
+                   "baseUrlRedirect": "https://brand.example/"}"#;
+    let r = patch(&mut c, common::api::API_KEY, body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json(),
+        json!({"baseUrlRedirect": "https://brand.example/",
+               "regular404Redirect": "https://brand.example/404",
+               "invalidShortUrlRedirect": "https://brand.example/gone"})
+    );
+    // Every core (keys land on all three) sends a miss to the new redirect.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for i in 0..48 {
+        let key = format!("never{i}");
+        loop {
+            let got = visit(&mut c, "go.brand.com", &key);
+            if got == (302, Some("https://brand.example/gone".into())) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{key}: {got:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    assert_eq!(
+        visit(&mut c, "go.brand.com", ""),
+        (302, Some("https://brand.example/".into()))
+    );
+    // null clears one; the others stay.
+    let r = patch(
+        &mut c,
+        common::api::API_KEY,
+        r#"{"domain": "go.brand.com", "baseUrlRedirect": null}"#,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["baseUrlRedirect"], serde_json::Value::Null);
+    assert_eq!(r.json()["regular404Redirect"], "https://brand.example/404");
+    // Refused: other roles (403, nothing changed), bad input (400 naming it), other methods.
+    for token in [&reader[..], &brand_key[..]] {
+        let r = patch(
+            &mut c,
+            token,
+            r#"{"domain": "go.brand.com", "regular404Redirect": null}"#,
+        );
+        assert_eq!(r.status, 403, "{}", r.text());
+        assert!(r.text().contains("admin-only"), "{}", r.text());
+    }
+    for (body, says) in [
+        (r#"{"domain": "nope.example"}"#, "nope.example"),
+        (
+            r#"{"domain": "go.brand.com", "regular404Redirect": "ftp://x"}"#,
+            "regular404Redirect",
+        ),
+        (
+            r#"{"domain": "go.brand.com", "baseUrlRedirect": 7}"#,
+            "baseUrlRedirect",
+        ),
+        (r#"{"baseUrlRedirect": null}"#, "domain"),
+        ("[", "JSON"),
+    ] {
+        let r = patch(&mut c, common::api::API_KEY, body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert!(r.text().contains(says), "{body}: {}", r.text());
+    }
+    c.host = "t".into();
+    let headers = [("X-Api-Key", common::api::API_KEY)];
+    let r = c
+        .send("GET", "/rest/v3/domains/redirects", false, &headers, b"")
+        .unwrap();
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("allow"), Some("PATCH"));
+    drop(s);
+    // The book on disk holds it: a restarted server answers with it.
+    let (ok, text) = domains(&dir, &["list"]);
+    assert!(ok, "{text}");
+    let book = std::fs::read_to_string(dir.join("domains.json")).unwrap();
+    assert!(book.contains("https://brand.example/gone"), "{book}");
+    assert!(!book.contains(r#""base_url""#), "{book}");
+    let s = start(&dir, &[]);
+    let mut c = Client::new(&s);
+    assert_eq!(
+        visit(&mut c, "go.brand.com", "never"),
+        (302, Some("https://brand.example/gone".into()))
+    );
+    assert_eq!(
+        visit(&mut c, "go.brand.com", "a/b"),
+        (302, Some("https://brand.example/404".into()))
+    );
+}
+
 /// `GET /api/v1/urls?domain=`: a walk over every core's shards that lists exactly one domain's
 /// live links, each once; without it, every domain's, each with its `domain`.
 #[test]

@@ -261,6 +261,32 @@ fn every_fleet_node_follows_the_fleets_domains() {
     check(&c, &keys[2..]);
     drop(c);
 
+    // Shlink's PATCH /rest/v3/domains/redirects on one node writes the fleet's table; every
+    // node follows.
+    let mut cb = Client::new(&b);
+    let headers = [
+        ("X-Api-Key", common::api::API_KEY),
+        ("Content-Type", "application/json"),
+    ];
+    let body =
+        br#"{"domain": "go.brand.com", "invalidShortUrlRedirect": "https://brand.example/moved"}"#;
+    let r = cb
+        .send("PATCH", "/rest/v3/domains/redirects", false, &headers, body)
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json()["invalidShortUrlRedirect"],
+        "https://brand.example/moved"
+    );
+    let row = db.sql("SELECT invalid_short_url FROM ricochet_domains WHERE name = 'go.brand.com'");
+    assert_eq!(row.trim(), "https://brand.example/moved");
+    for s in [&a, &b] {
+        eventually("the edited redirect reached every node", || {
+            visit(s, "go.brand.com", "nosuchkey").1.as_deref()
+                == Some("https://brand.example/moved")
+        });
+    }
+
     // The database down: a node restarted then serves its links on the domains it last read.
     eventually("node b holds every brand link", || {
         keys.iter().all(|k| visit(&b, "go.brand.com", k).0 == 302)

@@ -41,6 +41,16 @@ pub const MAX_REDIRECT_URL_BYTES: usize = shards::link::MAX_URL_BYTES;
 /// Version of the `domains.json` layout.
 const FILE_VERSION: u32 = 1;
 
+/// A change of one domain's not-found redirects: for each, `None` keeps it, `Some(None)`
+/// clears it, `Some(Some(url))` sets it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RedirectsEdit {
+    pub domain: String,
+    pub base_url: Option<Option<String>>,
+    pub regular_404: Option<Option<String>>,
+    pub invalid_short_url: Option<Option<String>>,
+}
+
 /// The scheme a domain's short URLs are written with.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -324,6 +334,32 @@ impl DomainBook {
         d.redirects = new.redirects.clone();
         d.removed_at = None;
         Ok(&self.domains[at])
+    }
+
+    /// Changes a live domain's not-found redirects, in memory (Shlink's
+    /// `PATCH /rest/v3/domains/redirects`); the redirects it does not name stay.
+    pub fn set_redirects(&mut self, edit: &RedirectsEdit) -> Result<&Domain, DomainBookError> {
+        let ascii = normalize(&edit.domain)?;
+        let Some(d) = self
+            .domains
+            .iter_mut()
+            .find(|d| d.name == ascii && !d.is_removed())
+        else {
+            return Err(DomainBookError::Unknown(ascii));
+        };
+        let mut r = d.redirects.clone();
+        for (to, from) in [
+            (&mut r.base_url, &edit.base_url),
+            (&mut r.regular_404, &edit.regular_404),
+            (&mut r.invalid_short_url, &edit.invalid_short_url),
+        ] {
+            if let Some(v) = from {
+                v.clone_into(to);
+            }
+        }
+        check_redirects(&r)?;
+        d.redirects = r;
+        Ok(d)
     }
 
     /// Marks a domain removed, in memory: it keeps its number and its links.
@@ -862,6 +898,67 @@ mod tests {
         assert!(matches!(
             DomainBook::load(dir.path()),
             Err(DomainBookError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn an_edit_changes_the_redirects_it_names_only() {
+        let mut b = DomainBook::default();
+        b.add(&NewDomain {
+            name: "go.brand.com".into(),
+            redirects: NotFoundRedirects {
+                base_url: Some("https://brand.example/".into()),
+                regular_404: Some("https://brand.example/404".into()),
+                invalid_short_url: None,
+            },
+            ..NewDomain::default()
+        })
+        .unwrap();
+        let d = b
+            .set_redirects(&RedirectsEdit {
+                domain: "GO.brand.com".into(),
+                base_url: Some(None),
+                invalid_short_url: Some(Some("https://brand.example/gone".into())),
+                ..RedirectsEdit::default()
+            })
+            .unwrap();
+        assert_eq!(
+            d.redirects,
+            NotFoundRedirects {
+                base_url: None,
+                regular_404: Some("https://brand.example/404".into()),
+                invalid_short_url: Some("https://brand.example/gone".into()),
+            }
+        );
+        let bad = RedirectsEdit {
+            domain: "go.brand.com".into(),
+            base_url: Some(Some("ftp://x".into())),
+            ..RedirectsEdit::default()
+        };
+        assert!(matches!(
+            b.set_redirects(&bad),
+            Err(DomainBookError::BadRedirect { .. })
+        ));
+        assert_eq!(
+            b.all()[0].redirects.regular_404.as_deref(),
+            Some("https://brand.example/404")
+        );
+        let unknown = RedirectsEdit {
+            domain: "nope.example".into(),
+            ..RedirectsEdit::default()
+        };
+        assert!(matches!(
+            b.set_redirects(&unknown),
+            Err(DomainBookError::Unknown(n)) if n == "nope.example"
+        ));
+        b.remove("go.brand.com").unwrap();
+        let again = RedirectsEdit {
+            domain: "go.brand.com".into(),
+            ..RedirectsEdit::default()
+        };
+        assert!(matches!(
+            b.set_redirects(&again),
+            Err(DomainBookError::Unknown(_))
         ));
     }
 

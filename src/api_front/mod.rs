@@ -68,6 +68,8 @@ pub enum ApiOp {
     /// A Shlink short URL read: the link, while its aggregator counts its visits over the
     /// whole click window (`shlink::shlink_stats_body`).
     ShlinkVisits(Box<LinkInfo>),
+    /// Shlink's `PATCH /rest/v3/domains/redirects`, answered by `keywatch` (`EditDone`).
+    DomainRedirects,
 }
 
 impl ApiOp {
@@ -101,6 +103,8 @@ pub struct ApiFront {
     domains: Arc<crate::api::domains::Domains>,
     /// New key stores and domains from `keywatch`, taken at each sweep.
     key_updates: crossbeam::channel::Receiver<Arc<crate::api::Reloaded>>,
+    /// Edits of the domain book go to `keywatch` (a file or database write), answers back.
+    editor: crate::node::keywatch::BookEditor,
     /// The node's per-key create budgets, shared with every core.
     ratelimit: Arc<crate::api::ratelimit::RateLimiter>,
     public_url: String,
@@ -131,6 +135,7 @@ impl ApiFront {
         router: Router,
         reloaded: crate::api::Reloaded,
         key_updates: crossbeam::channel::Receiver<Arc<crate::api::Reloaded>>,
+        editor: crate::node::keywatch::BookEditor,
         ratelimit: Arc<crate::api::ratelimit::RateLimiter>,
         public_url: String,
         creates: Creates,
@@ -140,6 +145,7 @@ impl ApiFront {
             keys: reloaded.keys,
             domains: reloaded.domains,
             key_updates,
+            editor,
             ratelimit,
             public_url,
             creates,
@@ -311,6 +317,17 @@ impl ApiFront {
         self.keys = r.keys.clone();
         self.domains = r.domains.clone();
         Some(r.domains.clone())
+    }
+
+    /// Answers of `keywatch` to this core's domain edits.
+    pub fn take_edits_done(&mut self) -> Option<crate::node::keywatch::EditDone> {
+        let d = self
+            .editor
+            .refused
+            .pop()
+            .or_else(|| self.editor.done.try_recv().ok())?;
+        self.editor.in_flight -= 1;
+        Some(d)
     }
 
     /// A link's domain name (`None` on an unnamed default domain), the base of its short URL

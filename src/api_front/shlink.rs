@@ -5,7 +5,8 @@
 //! between the two shapes.
 //!
 //! Offered: create, read, edit, delete, the paged list, health, and domains (`domain` on a
-//! create, `?domain=` on one short URL and on the list, `GET /rest/v3/domains`). Not offered,
+//! create, `?domain=` on one short URL and on the list, `GET /rest/v3/domains`,
+//! `PATCH /rest/v3/domains/redirects` through `node::keywatch`). Not offered,
 //! and what the adapter answers (docs/shlink.md): tags, `validSince`, `maxVisits`, titles,
 //! device URLs and `findIfExists: true` are refused with `invalid-data` naming the field;
 //! `shortCodeLength` is ignored (generated keys are 7 characters). One short URL's
@@ -29,6 +30,8 @@ use crate::mesh::{LinkInfo, Mesh, WriteOutcome};
 pub use crate::route::SHLINK_PREFIX;
 const SHORT_URLS: &[u8] = b"/rest/v3/short-urls";
 const DOMAINS: &[u8] = b"/rest/v3/domains";
+/// A domain's not-found redirects, changed by an admin key (`keywatch` writes the book).
+const DOMAIN_REDIRECTS: &[u8] = b"/rest/v3/domains/redirects";
 /// The visits overview: the server-wide figures of `GET /api/v1/stats`.
 const VISITS: &[u8] = b"/rest/v3/visits";
 const HEALTH: &[&[u8]] = &[b"/rest/v3/health", b"/rest/health"];
@@ -153,6 +156,18 @@ impl ShlinkError {
 }
 
 /// `GET /rest/health`: Shlink's health answer.
+/// 405 with the methods `allow`ed: the resource exists, the method is what is refused (RFC
+/// 9110 section 15.5.6).
+fn method_not_allowed(out: &mut Vec<u8>, allow: &[u8], f: Framing<'_>) {
+    let r = Response {
+        status: Status::MethodNotAllowed,
+        headers: &[("Allow", allow)],
+        content_type: Some("text/plain"),
+        body: b"method not allowed\n",
+    };
+    encode::encode_response(out, &r, f);
+}
+
 fn encode_health(out: &mut Vec<u8>, f: Framing<'_>) {
     let body = serde_json::to_vec(&json!({"status": "pass", "version": env!("CARGO_PKG_VERSION")}))
         .expect("json");
@@ -273,17 +288,10 @@ impl ApiFront {
         if HEALTH.contains(&path) {
             return encode_health(out, f);
         }
+        if path == DOMAIN_REDIRECTS {
+            return self.shlink_domain_redirects(out, defer, req, body, f);
+        }
         if path == VISITS || path == DOMAINS {
-            if req.method != Method::Get {
-                // The resource exists: the method is what is refused (RFC 9110 section 15.5.6).
-                let r = Response {
-                    status: Status::MethodNotAllowed,
-                    headers: &[("Allow", b"GET")],
-                    content_type: Some("text/plain"),
-                    body: b"method not allowed\n",
-                };
-                return encode::encode_response(out, &r, f);
-            }
             return self.shlink_overview(out, defer, req, persist, clock);
         }
         let key = if path == SHORT_URLS {
@@ -305,13 +313,7 @@ impl ApiFront {
             return fail(out, e);
         };
         if let Some(allow) = shlink_methods_refused(key.is_some(), req.method) {
-            let r = Response {
-                status: Status::MethodNotAllowed,
-                headers: &[("Allow", allow)],
-                content_type: Some("text/plain"),
-                body: b"method not allowed\n",
-            };
-            return encode::encode_response(out, &r, f);
+            return method_not_allowed(out, allow, f);
         }
         let caller = match self.shlink_admit(req) {
             Ok(c) => c,
@@ -350,6 +352,9 @@ impl ApiFront {
             conn: persist,
             date: &clock.date,
         };
+        if req.method != Method::Get {
+            return method_not_allowed(out, b"GET", f);
+        }
         match self.shlink_admit(req) {
             Ok(caller) if req.path == DOMAINS => {
                 let reach = caller.role.reach(caller.author(), &self.domains);
@@ -361,6 +366,95 @@ impl ApiFront {
             Ok(_) => ShlinkError::from_native(&Problem::admin_only()).encode(out, f),
             Err(e) => e.encode(out, f),
         }
+    }
+
+    /// `PATCH /rest/v3/domains/redirects` (admin keys only): `domain` and any of Shlink's three
+    /// redirects (a URL, or `null` to clear it; one left out stays). The book is written by
+    /// `keywatch`, off the core; the answer (`Conns::on_domain_edited`) comes when it is.
+    fn shlink_domain_redirects(
+        &mut self,
+        out: &mut Vec<u8>,
+        defer: &mut Defer<'_>,
+        req: &Request<'_>,
+        body: &[u8],
+        f: Framing<'_>,
+    ) {
+        if req.method != Method::Patch {
+            return method_not_allowed(out, b"PATCH", f);
+        }
+        let edit = match self.shlink_admit(req) {
+            Ok(caller) if caller.role.is_admin() => parse_redirects_edit(body),
+            Ok(_) => Err(ShlinkError::from_native(&Problem::admin_only())),
+            Err(e) => Err(e),
+        };
+        let edit = match edit {
+            Ok(edit) => edit,
+            Err(e) => return e.encode(out, f),
+        };
+        if self.editor.in_flight >= crate::node::keywatch::MAX_QUEUED_DOMAIN_EDITS {
+            return ShlinkError::from_native(&Problem::unavailable(1)).encode(out, f);
+        }
+        let reply = defer(out, ApiOp::DomainRedirects);
+        let (crate::mesh::ReplyTo::Request { core, place }, _) = (reply, ()) else {
+            unreachable!("an API request is deferred on its connection");
+        };
+        self.editor.in_flight += 1;
+        let req = crate::node::keywatch::EditRequest {
+            core: usize::from(core),
+            place,
+            edit,
+        };
+        if let Err(e) = self.editor.tx.try_send(req) {
+            // Another core filled the queue meanwhile: answered 503 at the next sweep.
+            let place = e.into_inner().place;
+            let why = "the domain book has too many edits waiting; retry".to_owned();
+            self.editor.refused.push(crate::node::keywatch::EditDone {
+                place,
+                result: Err(crate::node::keywatch::EditRefused::Unavailable(why)),
+            });
+        }
+    }
+
+    /// The answer to a domain edit: Shlink's redirects object, or the refusal.
+    pub fn encode_domain_edited(
+        &self,
+        out: &mut Vec<u8>,
+        result: &Result<crate::api::domains::Domain, crate::node::keywatch::EditRefused>,
+        f: Framing<'_>,
+    ) {
+        use crate::node::keywatch::EditRefused;
+        let e = match result {
+            Ok(d) => {
+                let r = &d.redirects;
+                let body = json!({"baseUrlRedirect": r.base_url,
+                    "regular404Redirect": r.regular_404,
+                    "invalidShortUrlRedirect": r.invalid_short_url});
+                let bytes = serde_json::to_vec(&body).expect("json");
+                let r = Response {
+                    status: Status::Ok,
+                    headers: &[],
+                    content_type: Some("application/json"),
+                    body: &bytes,
+                };
+                return encode::encode_response(out, &r, f);
+            }
+            Err(EditRefused::Invalid(why)) => {
+                let detail = [
+                    ("--base-url", "baseUrlRedirect"),
+                    ("--regular-404", "regular404Redirect"),
+                    ("--invalid-short-url", "invalidShortUrlRedirect"),
+                ]
+                .iter()
+                .fold(why.clone(), |d, (from, to)| d.replace(from, to));
+                ShlinkError::invalid(detail, None)
+            }
+            Err(EditRefused::Unavailable(why)) => {
+                let mut p = Problem::unavailable(1);
+                p.detail = format!("the domain book could not be written: {why}");
+                ShlinkError::from_native(&p)
+            }
+        };
+        e.encode(out, f);
     }
 
     /// The API key and the body's size of a Shlink request: the key's id, or the refusal.
@@ -745,4 +839,38 @@ fn shlink_page(query: Option<&[u8]>) -> Result<(u32, u32), ShlinkError> {
         ));
     }
     Ok((page, per_page))
+}
+
+/// The body of `PATCH /rest/v3/domains/redirects`: `domain` (required) and Shlink's three
+/// redirect members, each a string, `null` (cleared) or absent (kept).
+fn parse_redirects_edit(body: &[u8]) -> Result<crate::api::domains::RedirectsEdit, ShlinkError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ShlinkError::invalid(format!("the body is not JSON: {e}"), None))?;
+    let Value::Object(o) = v else {
+        return Err(ShlinkError::invalid("the body is not a JSON object", None));
+    };
+    let domain = match o.get("domain") {
+        Some(Value::String(d)) => d.clone(),
+        _ => {
+            return Err(ShlinkError::invalid(
+                "domain: the name of a declared domain is required",
+                Some("domain"),
+            ))
+        }
+    };
+    let member = |name: &'static str| match o.get(name) {
+        None => Ok(None),
+        Some(Value::Null) => Ok(Some(None)),
+        Some(Value::String(u)) => Ok(Some(Some(u.clone()))),
+        Some(_) => Err(ShlinkError::invalid(
+            format!("{name}: a URL or null"),
+            Some(name),
+        )),
+    };
+    Ok(crate::api::domains::RedirectsEdit {
+        domain,
+        base_url: member("baseUrlRedirect")?,
+        regular_404: member("regular404Redirect")?,
+        invalid_short_url: member("invalidShortUrlRedirect")?,
+    })
 }

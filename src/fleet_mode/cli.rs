@@ -129,7 +129,7 @@ pub fn run_command(cmd: FleetCommand) -> anyhow::Result<()> {
         }
         FleetCommand::Keys { cmd } => run_keys(cmd)?,
         FleetCommand::Domains { pg, cmd } => crate::api::domains::run_book_command(
-            &mut super::domains::FleetBook(fleet::Db::new(&pg)?),
+            &mut super::domains::FleetBook(&mut fleet::Db::new(&pg)?),
             cmd,
         )?,
         FleetCommand::GcTombstones { pg, older_than_s } => {

@@ -71,12 +71,12 @@ pub fn rows_of_book(book: &DomainBook) -> Vec<DomainRow> {
         .collect()
 }
 
-/// The fleet's table as a [`BookStore`]: `ricochet fleet domains`.
-pub struct FleetBook(pub fleet::Db);
+/// The fleet's table as a [`BookStore`]: `ricochet fleet domains`, and the API's edits.
+pub struct FleetBook<'a>(pub &'a mut fleet::Db);
 
-impl BookStore for FleetBook {
+impl BookStore for FleetBook<'_> {
     fn load(&mut self) -> anyhow::Result<DomainBook> {
-        let rows = fleet::domains::list_domains(&mut self.0)?;
+        let rows = fleet::domains::list_domains(self.0)?;
         book_of_rows(&rows).map_err(|e| anyhow::anyhow!("the fleet's domains: {e}"))
     }
 
@@ -84,7 +84,7 @@ impl BookStore for FleetBook {
         &mut self,
         change: &mut dyn FnMut(&mut DomainBook) -> Result<Domain, DomainBookError>,
     ) -> anyhow::Result<Domain> {
-        fleet::domains::change_domains(&mut self.0, |rows| {
+        fleet::domains::change_domains(self.0, |rows| {
             let mut book = book_of_rows(rows).map_err(anyhow::Error::msg)?;
             let d = change(&mut book)?;
             *rows = rows_of_book(&book);

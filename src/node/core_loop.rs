@@ -239,6 +239,10 @@ impl Core {
         if let Some(domains) = self.api.take_reloads() {
             self.conns.set_domains(domains);
         }
+        // After the reloads: an edit's answer leaves once its change is in force here.
+        while let Some(done) = self.api.take_edits_done() {
+            self.conns.on_domain_edited(&done, &self.clock, &self.api);
+        }
         self.api.creates.poll(&mut self.mesh);
         self.api.creates.publish(&self.shared.counters[self.me]);
         self.shared.counters[self.me].publish_owner(&self.owner.tally());

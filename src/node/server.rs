@@ -418,6 +418,7 @@ impl WriteSide {
         router: Router,
         doorbells: &Arc<Doorbells>,
         key_updates: crate::mesh::service::Inbox<Arc<crate::api::Reloaded>>,
+        editor: crate::node::keywatch::BookEditor,
         public_url: String,
     ) -> anyhow::Result<crate::api_front::ApiFront> {
         Ok(crate::api_front::ApiFront::new(
@@ -427,6 +428,7 @@ impl WriteSide {
                 domains: self.domains.clone(),
             },
             key_updates,
+            editor,
             self.ratelimit.clone(),
             public_url,
             crate::api_front::creates::Creates::new(
@@ -642,19 +644,26 @@ fn spawn_cores(
         crate::mesh::service::Inbox<crate::fleet_mode::messages::FleetToCore>,
     )>,
     per_core: Vec<Option<crate::analytics::CoreClicks>>,
-    key_updates: Vec<crate::mesh::service::Inbox<Arc<crate::api::Reloaded>>>,
+    books: crate::node::keywatch::CoreEnds,
 ) -> anyhow::Result<Vec<CoreHandle>> {
     let mut handles = Vec::with_capacity(cpus.len());
     let mut logs = std::mem::take(&mut links.logs).into_iter();
     let mut fleet_cores = fleet_cores.into_iter();
     let mut core_clicks = per_core.into_iter();
-    let mut key_updates = key_updates.into_iter();
+    let mut key_updates = books.reloads.into_iter();
+    let mut edits_done = books.edits_done.into_iter();
     for (core, &cpu) in cpus.iter().enumerate() {
         let api = write.api_client(
             core,
             parts.router,
             parts.doorbells,
             key_updates.next().expect("one receiver per core"),
+            crate::node::keywatch::BookEditor {
+                tx: books.edits.clone(),
+                done: edits_done.next().expect("one receiver per core"),
+                in_flight: 0,
+                refused: Vec::new(),
+            },
             parts.public_url.clone(),
         )?;
         let setup = parts.setup(

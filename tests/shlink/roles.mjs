@@ -52,6 +52,9 @@ assert.deepEqual((await brand.listDomains()).data.map((d) => d.domain), ['go.bra
 assert.deepEqual(codes(await brand.listShortUrls({ itemsPerPage: 50 })), [branded.shortCode]);
 await rejectsWith(brand.createShortUrl({ longUrl: 'https://example.com/roles/x' }), 403, 'domain-not-allowed');
 await rejectsWith(brand.getShortUrl({ shortCode: mine.shortCode }), 404, 'short-url-not-found');
+// Changing a domain's redirects is for admin keys only, even on the key's own domain.
+await rejectsWith(brand.editDomainRedirects({ domain: 'go.brand.com', baseUrlRedirect: null }), 403, 'admin-only');
+await rejectsWith(reader.editDomainRedirects({ domain: 'go.brand.com', baseUrlRedirect: null }), 403, 'admin-only');
 
 // The other author deletes its own; the first author's link is untouched.
 await other.deleteShortUrl({ shortCode: theirs.shortCode });

@@ -35,6 +35,14 @@ for (const [name, makeClient] of [['fetch', () => new FetchHttpClient()], ['node
   const domains = await api.listDomains();
   assert.deepEqual(domains.data.map((d) => [d.domain, d.isDefault]), [['sho.rt', true], ['go.brand.com', false]]);
   assert.equal(domains.data[1].redirects.invalidShortUrlRedirect, 'https://brand.example/');
+  // A domain's redirects changed: those named change, the others stay; an unknown domain
+  // and a URL that is not one are invalid data.
+  const home = `https://brand.example/home-${name}`;
+  const redirects = await api.editDomainRedirects({ domain: 'GO.brand.com', baseUrlRedirect: home, regular404Redirect: null });
+  assert.deepEqual(redirects, { baseUrlRedirect: home, regular404Redirect: null, invalidShortUrlRedirect: 'https://brand.example/' });
+  assert.equal((await api.listDomains()).data[1].redirects.baseUrlRedirect, home);
+  await rejectsWith(api.editDomainRedirects({ domain: 'nope.example', baseUrlRedirect: null }), 'invalid-data');
+  await rejectsWith(api.editDomainRedirects({ domain: 'go.brand.com', baseUrlRedirect: 'ftp://x' }), 'invalid-data');
   const branded = await api.createShortUrl({ longUrl: 'https://example.com/sdk/brand', customSlug: slug, domain: 'go.brand.com' });
   assert.equal(branded.domain, 'go.brand.com');
   assert.equal(branded.shortUrl, `https://go.brand.com/${slug}`);

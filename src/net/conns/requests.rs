@@ -667,6 +667,22 @@ impl Conns {
         self.fill_answer(reply);
     }
 
+    /// `keywatch` answered a domain edit (Shlink's `PATCH /rest/v3/domains/redirects`).
+    pub fn on_domain_edited(
+        &mut self,
+        done: &crate::node::keywatch::EditDone,
+        clock: &Clock,
+        api: &ApiFront,
+    ) {
+        let Some(p) = self.waiting(done.place) else {
+            return; // The connection went away meanwhile.
+        };
+        let f = p.framing(&clock.date);
+        self.scratch.clear();
+        api.encode_domain_edited(&mut self.scratch, &done.result, f);
+        self.fill_answer(done.place);
+    }
+
     /// The deferred request `reply` answers, if its connection is still the one that asked
     /// (not closed, its slot not reused).
     fn waiting(&mut self, reply: RequestPlace) -> Option<&mut super::answers::Pending> {
