@@ -1196,6 +1196,32 @@ fn shlink_visit_figures_are_the_aggregators() {
         overview["visits"]["nonOrphanVisits"],
         json!({"total": 8, "nonBots": 6, "bots": 2})
     );
+    // The list (every click is merged now): each link's own figures (its aggregator's, on whichever of the 3 cores owns
+    // it), on every page size, links with no clicks at zero.
+    for _ in 0..6 {
+        c.create_ok("https://example.com/quiet", None);
+    }
+    for per_page in [1, 3, 50] {
+        let mut seen = std::collections::BTreeMap::new();
+        for page in 1..=(8 / per_page + 1) {
+            let path = format!("/rest/v3/short-urls?itemsPerPage={per_page}&page={page}");
+            let r = shlink(&mut c, &reader, &path);
+            assert_eq!(r.status, 200, "{path}: {}", r.text());
+            for u in r.json()["shortUrls"]["data"].as_array().unwrap() {
+                let code = u["shortCode"].as_str().unwrap().to_owned();
+                seen.insert(code, u["visitsSummary"].clone());
+            }
+        }
+        assert_eq!(seen.len(), 8, "{per_page}: {seen:?}");
+        for (code, summary) in &seen {
+            let want = match code.as_str() {
+                "vis" => json!({"total": 7, "nonBots": 5, "bots": 2}),
+                "oth" => json!({"total": 1, "nonBots": 1, "bots": 0}),
+                _ => json!({"total": 0, "nonBots": 0, "bots": 0}),
+            };
+            assert_eq!(summary, &want, "{code} with {per_page} per page");
+        }
+    }
     let global = c
         .send("GET", "/api/v1/stats", true, &[], b"")
         .unwrap()

@@ -70,6 +70,9 @@ pub enum ApiOp {
     ShlinkVisits(Box<LinkInfo>),
     /// Shlink's `PATCH /rest/v3/domains/redirects`, answered by `keywatch` (`EditDone`).
     DomainRedirects,
+    /// A Shlink list page whose links' visit totals are asked of their aggregators, one link
+    /// at a time (`shlink::ListVisits`).
+    ShlinkListVisits(Box<ListVisits>),
 }
 
 impl ApiOp {
@@ -79,6 +82,26 @@ impl ApiOp {
             ApiOp::Shlink(inner, ..) => inner.core(),
             op => op,
         }
+    }
+}
+
+/// A Shlink list page (the walk's items `start..end`) waiting for its links' visit totals:
+/// asked of each link's aggregator in turn (a page is at most `itemsPerPage` links).
+#[derive(Debug)]
+pub struct ListVisits {
+    walk: listing::ListWalk,
+    start: usize,
+    end: usize,
+    /// Clicks and bot clicks of the links asked so far, in page order.
+    totals: Vec<(u64, u64)>,
+}
+
+impl ListVisits {
+    /// The whole-window stats query of the next link without totals.
+    pub fn next_query(&self) -> crate::analytics::stats::StatsQuery {
+        let info = &self.walk.items[self.start + self.totals.len()];
+        let today = shards::clicks::day_of(shards::timefmt::now_s());
+        crate::analytics::stats::StatsQuery::whole_window(info.key, today)
     }
 }
 
@@ -733,6 +756,12 @@ impl ApiFront {
                 let today = shards::clicks::day_of(shards::timefmt::now_s());
                 let q = crate::analytics::stats::StatsQuery::whole_window(info.key, today);
                 if let Err(p) = self.query_stats(reply, q) {
+                    self.encode_shlink_problem(out, &p, f);
+                    return Step::Answered;
+                }
+            }
+            ApiOp::ShlinkListVisits(lv) => {
+                if let Err(p) = self.query_stats(reply, lv.next_query()) {
                     self.encode_shlink_problem(out, &p, f);
                     return Step::Answered;
                 }

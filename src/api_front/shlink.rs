@@ -11,14 +11,15 @@
 //! device URLs and `findIfExists: true` are refused with `invalid-data` naming the field;
 //! `shortCodeLength` is ignored (generated keys are 7 characters). One short URL's
 //! `visitsSummary` and the `/visits` overview come from the click aggregators
-//! ([`ApiFront::shlink_stats_body`]); in the list `visitsSummary` is zeros; the `/visits`
+//! ([`ApiFront::shlink_stats_body`]), and so do a list page's, one link at a time
+//! ([`ApiFront::on_list_visits`]); the `/visits`
 //! endpoints that list individual visits, which ricochet never stores, are `not-found`, as is
 //! any other endpoint.
 
 use serde_json::{json, Map, Value};
 
 use super::listing::ListWalk;
-use super::{ApiFront, ApiOp, Defer, MAX_CREATE_TRIES};
+use super::{ApiFront, ApiOp, Defer, ListVisits, MAX_CREATE_TRIES};
 use crate::api::problem::Problem;
 use crate::api::request::parse_create;
 use crate::api::timefmt::format_rfc3339_utc;
@@ -634,7 +635,7 @@ impl ApiFront {
         };
         let v: Value = serde_json::from_slice(native).ok()?;
         let n = |k: &str| v["summary"][k].as_u64().unwrap_or(0);
-        let summary = |total, bots| json!({"total": total, "nonBots": total - bots, "bots": bots});
+        let summary = visits_summary;
         let body = match &**inner {
             ApiOp::GlobalStats => json!({"visits": {
                 "nonOrphanVisits": summary(n("clicks"), n("bot_clicks")),
@@ -650,8 +651,74 @@ impl ApiFront {
         Some(serde_json::to_vec(&body).expect("json"))
     }
 
+    /// A list walk that is over: its page answered (`Some`), or with analytics on turned
+    /// into the wait for its links' visit totals (`None`: `on_reply` asks the first).
+    fn list_walked(
+        &self,
+        op: &mut ApiOp,
+        page: u32,
+        per_page: u32,
+        out: &mut Vec<u8>,
+        f: Framing<'_>,
+    ) -> Option<()> {
+        let ApiOp::List(walk) = op else {
+            unreachable!("called for a list walk");
+        };
+        let (start, end, _) = page_bounds(walk, page, per_page);
+        if self.clicks.is_none() || start == end {
+            let body =
+                serde_json::to_vec(&self.list_json(walk, page, per_page, &[])).expect("json");
+            let r = Response {
+                status: Status::Ok,
+                headers: &[],
+                content_type: Some("application/json"),
+                body: &body,
+            };
+            encode::encode_response(out, &r, f);
+            return Some(());
+        }
+        let ApiOp::List(walk) = std::mem::replace(op, ApiOp::Get) else {
+            unreachable!("matched a list above");
+        };
+        *op = ApiOp::ShlinkListVisits(Box::new(ListVisits {
+            walk,
+            start,
+            end,
+            totals: Vec::with_capacity(end - start),
+        }));
+        None
+    }
+
+    /// A link's stats answer for a list page waiting for its visit totals: the next link
+    /// asked (through `reply`), or the page's answer once every link's totals are in.
+    /// `NotAList` for any other request.
+    pub fn on_list_visits(
+        &mut self,
+        op: &mut ApiOp,
+        native: &[u8],
+        reply: crate::mesh::ReplyTo,
+    ) -> ListVisitsStep {
+        let ApiOp::Shlink(inner, page, per_page) = op else {
+            return ListVisitsStep::NotAList;
+        };
+        let ApiOp::ShlinkListVisits(lv) = &mut **inner else {
+            return ListVisitsStep::NotAList;
+        };
+        let v: Value = serde_json::from_slice(native).unwrap_or(Value::Null);
+        let n = |k: &str| v["summary"][k].as_u64().unwrap_or(0);
+        lv.totals.push((n("clicks"), n("bot_clicks")));
+        if lv.start + lv.totals.len() < lv.end {
+            return match self.query_stats(reply, lv.next_query()) {
+                Ok(()) => ListVisitsStep::Asked,
+                Err(p) => ListVisitsStep::Failed(p),
+            };
+        }
+        let body = self.list_json(&lv.walk, *page, *per_page, &lv.totals);
+        ListVisitsStep::Done(serde_json::to_vec(&body).expect("json"))
+    }
+
     /// A native problem answered in Shlink's envelope.
-    pub(super) fn encode_shlink_problem(&self, out: &mut Vec<u8>, p: &Problem, f: Framing<'_>) {
+    pub fn encode_shlink_problem(&self, out: &mut Vec<u8>, p: &Problem, f: Framing<'_>) {
         ShlinkError::from_native(p).encode(out, f);
     }
 
@@ -676,16 +743,20 @@ impl ApiFront {
     }
 
     /// A list page in Shlink's envelope: page `page` of `per_page` items out of the walk's
-    /// window, with pagination figures exact up to this page.
-    fn list_json(&self, walk: &ListWalk, page: u32, per_page: u32) -> Value {
-        let window = (page * per_page) as usize;
-        let more = walk.items.len() > window;
-        let start = window
-            .saturating_sub(per_page as usize)
-            .min(walk.items.len());
-        let data: Vec<Value> = walk.items[start..walk.items.len().min(window)]
+    /// window, with pagination figures exact up to this page, and each item's visit totals
+    /// (`totals`, in page order: clicks, bot clicks; zeros when empty).
+    fn list_json(&self, walk: &ListWalk, page: u32, per_page: u32, totals: &[(u64, u64)]) -> Value {
+        let (start, end, more) = page_bounds(walk, page, per_page);
+        let data: Vec<Value> = walk.items[start..end]
             .iter()
-            .map(|i| self.short_url_json(i))
+            .enumerate()
+            .map(|(n, i)| {
+                let mut v = self.short_url_json(i);
+                if let Some(&(clicks, bots)) = totals.get(n) {
+                    v["visitsSummary"] = visits_summary(clicks, bots);
+                }
+                v
+            })
             .collect();
         // Exact up to this page; past it, "at least one more" when more follow.
         let total = start + data.len() + usize::from(more);
@@ -719,10 +790,10 @@ impl ApiFront {
             encode::encode_response(out, &r, f);
         };
         let fail = |out: &mut Vec<u8>, e: ShlinkError| e.encode(out, f);
-        match (op, outcome) {
+        match (&mut *op, outcome) {
             (ApiOp::List(walk), WriteOutcome::Listed(l)) => {
                 walk.take(l.items, l.complete, self.router.shard_count())?;
-                ok(out, Status::Ok, &self.list_json(walk, page, per_page));
+                return self.list_walked(op, page, per_page, out, f);
             }
             (ApiOp::Create { req, tries, .. }, WriteOutcome::Exists) => {
                 if let Some(slug) = &req.custom_alias {
@@ -873,4 +944,29 @@ fn parse_redirects_edit(body: &[u8]) -> Result<crate::api::domains::RedirectsEdi
         regular_404: member("regular404Redirect")?,
         invalid_short_url: member("invalidShortUrlRedirect")?,
     })
+}
+
+/// What became of a stats answer for a deferred request ([`ApiFront::on_list_visits`]).
+pub enum ListVisitsStep {
+    /// Not a list page waiting for totals: answered as any stats answer.
+    NotAList,
+    /// The next link's totals were asked: still deferred.
+    Asked,
+    /// The page, as Shlink's JSON.
+    Done(Vec<u8>),
+    /// The next link could not be asked: this answer instead.
+    Failed(Problem),
+}
+
+/// Shlink's `visitsSummary` of `clicks` of which `bots` were bots'.
+fn visits_summary(clicks: u64, bots: u64) -> Value {
+    json!({"total": clicks, "nonBots": clicks.saturating_sub(bots), "bots": bots})
+}
+
+/// The walk's items on page `page` of `per_page` (`start..end`), and whether more follow.
+fn page_bounds(walk: &ListWalk, page: u32, per_page: u32) -> (usize, usize, bool) {
+    let window = (page * per_page) as usize;
+    let len = walk.items.len();
+    let start = window.saturating_sub(per_page as usize).min(len);
+    (start, len.min(window), len > window)
 }

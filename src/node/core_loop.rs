@@ -277,7 +277,7 @@ impl Core {
             self.api.stats_done();
             if let Some(place) = reply.place() {
                 self.conns
-                    .on_stats_answer(place, None, &self.clock, &self.api);
+                    .on_stats_answer(place, None, &self.clock, &mut self.api);
             }
         }
         while let Ok(m) = inbox.try_recv() {
@@ -289,8 +289,12 @@ impl Core {
                 crate::analytics::ToCore::Stats { reply, body } => {
                     self.api.stats_done();
                     if let Some(place) = reply.place() {
-                        self.conns
-                            .on_stats_answer(place, body.as_deref(), &self.clock, &self.api)
+                        self.conns.on_stats_answer(
+                            place,
+                            body.as_deref(),
+                            &self.clock,
+                            &mut self.api,
+                        )
                     }
                 }
                 crate::analytics::ToCore::GlobalPart { reply, part } => {
@@ -298,7 +302,7 @@ impl Core {
                     let body = self.api.gather(reply, *part, dropped);
                     if let (Some(body), Some(place)) = (body, reply.place()) {
                         self.conns
-                            .on_stats_answer(place, Some(&body), &self.clock, &self.api)
+                            .on_stats_answer(place, Some(&body), &self.clock, &mut self.api)
                     }
                 }
             }

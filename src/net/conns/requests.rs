@@ -5,6 +5,7 @@
 use super::{Conns, PendingKind, Recv, MAX_INBUF_BYTES};
 use crate::analytics::combiner::{Click, ClickFields};
 use crate::api::domains::{Domains, NotFound};
+use crate::api_front::shlink::ListVisitsStep;
 use crate::api_front::{ApiFront, ApiOp, Step, API_PREFIX};
 use crate::base::clock::Clock;
 use crate::base::key::InlineKey;
@@ -628,35 +629,49 @@ impl Conns {
     }
 
     /// Stats JSON from the aggregators: the answer to the deferred request (in Shlink's shape
-    /// for a Shlink request, `ApiFront::shlink_stats_body`).
+    /// for a Shlink request, `ApiFront::shlink_stats_body`; a Shlink list page asks its next
+    /// link's totals, `ApiFront::on_list_visits`).
     pub fn on_stats_answer(
         &mut self,
         reply: RequestPlace,
         body: Option<&[u8]>,
         clock: &Clock,
-        api: &ApiFront,
+        api: &mut ApiFront,
     ) {
+        let me = self.me as u16;
         let Some(p) = self.waiting(reply) else {
             return; // The connection went away meanwhile.
         };
         let f = p.framing(&clock.date);
-        let shlink = match (&p.kind, body) {
-            (PendingKind::Api(op), Some(b)) => api.shlink_stats_body(op, b),
-            _ => None,
+        let step = match (&mut p.kind, body) {
+            (PendingKind::Api(op), Some(b)) => {
+                let again = ReplyTo::request(me, reply.slot, reply.gen, reply.seq);
+                match api.on_list_visits(op, b, again) {
+                    ListVisitsStep::NotAList => ListVisitsStep::Done(
+                        api.shlink_stats_body(op, b).unwrap_or_else(|| b.to_vec()),
+                    ),
+                    step => step,
+                }
+            }
+            (_, Some(b)) => ListVisitsStep::Done(b.to_vec()),
+            (_, None) => ListVisitsStep::NotAList,
         };
-        let body = shlink.as_deref().or(body);
         self.scratch.clear();
-        match body {
-            Some(body) => {
+        match step {
+            ListVisitsStep::Asked => return,
+            ListVisitsStep::Done(body) => {
                 let r = Response {
                     status: Status::Ok,
                     headers: &[],
                     content_type: Some("application/json"),
-                    body,
+                    body: &body,
                 };
                 encode::encode_response(&mut self.scratch, &r, f);
             }
-            None => {
+            ListVisitsStep::Failed(problem) => {
+                api.encode_shlink_problem(&mut self.scratch, &problem, f)
+            }
+            ListVisitsStep::NotAList => {
                 let mut p = crate::api::problem::Problem::unavailable(1);
                 p.detail = "the fleet database did not answer the stats query in time; retry. \
                             Redirects keep working."
