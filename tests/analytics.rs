@@ -1147,6 +1147,7 @@ fn service_cpus_give_the_aggregators_cpus_the_cores_do_not_use() {
 fn shlink_visit_figures_are_the_aggregators() {
     let (_t, dir) = data_dir();
     let reader = common::api::make_key(&dir, "reader", &["--read-only"]);
+    let author = common::api::make_key(&dir, "author", &["--author-only"]);
     let s = start(&dir, &flags(&["--cores", "3", "--test-oversubscribe"]));
     let mut c = Client::new(&s);
     let key = c.create_ok("https://example.com/visits", Some("vis"));
@@ -1228,11 +1229,37 @@ fn shlink_visit_figures_are_the_aggregators() {
         .json();
     assert_eq!(global["summary"]["clicks"], 8, "{global}");
     assert_eq!(global["summary"]["not_found"], 3, "{global}");
-    // A key with a role reads a short URL's summary, not the server-wide overview.
+    // A key with a role: the overview of the links it reaches, no orphan visits (Shlink's
+    // rule: those belong to no link).
     let r = shlink(&mut c, &reader, "/rest/v3/visits");
-    assert_eq!(r.status, 403, "{}", r.text());
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json()["visits"],
+        json!({"nonOrphanVisits": {"total": 8, "nonBots": 6, "bots": 2},
+               "orphanVisits": {"total": 0, "nonBots": 0, "bots": 0}}),
+        "{}",
+        r.text()
+    );
     let r = shlink(&mut c, &reader, "/rest/v3/short-urls/vis");
     assert_eq!(r.json()["visitsSummary"]["total"], 7);
+    let mut ca = Client::new(&s);
+    ca.token = author.clone();
+    let mine = ca.create_ok("https://example.com/mine", Some("mine"));
+    for _ in 0..2 {
+        assert_eq!(click(&mut c, &mine, &[("User-Agent", CHROME)]), 302);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = shlink(&mut c, &author, "/rest/v3/visits");
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json()["visits"].clone();
+        if v["nonOrphanVisits"]["total"] == 2 {
+            assert_eq!(v["orphanVisits"]["total"], 0, "{v}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{v}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // Another method on the overviews is refused as a method, with what is allowed.
     for path in ["/rest/v3/visits", "/rest/v3/domains"] {
         let r = c.send("DELETE", path, false, &[], b"").unwrap();

@@ -137,6 +137,30 @@ fn every_nodes_clicks_add_up_in_the_stats_of_any_node() {
     let g = settled(&b, "/api/v1/stats", |v| v["summary"]["clicks"] == 55);
     assert_eq!(g["top_links"][0]["key"], key.as_str(), "{g}");
     assert_eq!(g["top_links"][0]["clicks"], 55, "{g}");
+    // Shlink's figures are the fleet's on either node: one short URL, the list, the overview.
+    let want = serde_json::json!({"total": 55, "nonBots": 50, "bots": 5});
+    for s in [&a, &b] {
+        let mut c = Client::new(s);
+        let headers = [("X-Api-Key", common::api::API_KEY)];
+        let get = |c: &mut Client, path: &str| {
+            let r = c.send("GET", path, false, &headers, b"").unwrap();
+            assert_eq!(r.status, 200, "{path}: {}", r.text());
+            r.json()
+        };
+        let one = get(&mut c, &format!("/rest/v3/short-urls/{key}"));
+        assert_eq!(one["visitsSummary"], want, "{one}");
+        let list = get(&mut c, "/rest/v3/short-urls?itemsPerPage=50");
+        let listed = list["shortUrls"]["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|u| u["shortCode"] == key.as_str())
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(listed["visitsSummary"], want, "{list}");
+        let overview = get(&mut c, "/rest/v3/visits");
+        assert_eq!(overview["visits"]["nonOrphanVisits"], want, "{overview}");
+    }
     // Both nodes' rows are in the database, one per node.
     assert_eq!(
         db.sql(&format!(

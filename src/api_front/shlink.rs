@@ -42,6 +42,18 @@ const HEALTH: &[&[u8]] = &[b"/rest/v3/health", b"/rest/health"];
 pub const SHLINK_DEFAULT_PAGE_ITEMS: u32 = 10;
 pub const MAX_SHLINK_WINDOW: u32 = 5_000;
 
+/// Most links a key with a role may reach for Shlink's `GET /rest/v3/visits`: its overview
+/// sums each link's totals, asked of the aggregators in turn; past this many it is refused
+/// (per-link figures stay available).
+pub const MAX_OVERVIEW_LINKS: u32 = MAX_SHLINK_WINDOW;
+
+/// The page number that marks a list walk as a role's `/visits` overview rather than a page
+/// (pages start at 1).
+const OVERVIEW_PAGE: u32 = 0;
+
+/// A role's overview that reaches more than [`MAX_OVERVIEW_LINKS`] links.
+const TOO_MANY_LINKS: &str = "https://ricochet.dev/problems/too-many-links";
+
 /// Shlink's error types.
 const INVALID_DATA: &str = "https://shlink.io/api/error/invalid-data";
 const NON_UNIQUE_SLUG: &str = "https://shlink.io/api/error/non-unique-slug";
@@ -293,7 +305,7 @@ impl ApiFront {
             return self.shlink_domain_redirects(out, defer, req, body, f);
         }
         if path == VISITS || path == DOMAINS {
-            return self.shlink_overview(out, defer, req, persist, clock);
+            return self.shlink_overview(out, defer, req, (persist, clock), mesh);
         }
         let key = if path == SHORT_URLS {
             None
@@ -338,15 +350,15 @@ impl ApiFront {
         }
     }
 
-    /// `GET /rest/v3/visits` (admin keys only) or `GET /rest/v3/domains` (the domains the key
-    /// reaches).
+    /// `GET /rest/v3/visits` (server-wide for admin keys, the reached links' for others) or
+    /// `GET /rest/v3/domains` (the domains the key reaches).
     fn shlink_overview(
         &mut self,
         out: &mut Vec<u8>,
         defer: &mut Defer<'_>,
         req: &Request<'_>,
-        persist: Persist,
-        clock: &crate::base::clock::Clock,
+        (persist, clock): (Persist, &crate::base::clock::Clock),
+        mesh: &mut Mesh,
     ) {
         let f = Framing {
             head_only: false,
@@ -364,9 +376,44 @@ impl ApiFront {
             Ok(caller) if caller.role.is_admin() => {
                 self.query_global(out, defer, req, persist, clock, true)
             }
-            Ok(_) => ShlinkError::from_native(&Problem::admin_only()).encode(out, f),
+            Ok(caller) => {
+                let reach = caller.role.reach(caller.author(), &self.domains);
+                self.shlink_reach_overview(out, defer, &reach, mesh)
+            }
             Err(e) => e.encode(out, f),
         }
+    }
+
+    /// `GET /rest/v3/visits` for a key with a role: the visits of the links it reaches, summed
+    /// (a walk of every shard filtered by its reach, then each link's totals), and no orphan
+    /// visits, which belong to no link (Shlink shows them to admin keys only).
+    fn shlink_reach_overview(
+        &mut self,
+        out: &[u8],
+        defer: &mut Defer<'_>,
+        reach: &crate::api::roles::Reach,
+        mesh: &mut Mesh,
+    ) {
+        let walk = ListWalk {
+            shard: 0,
+            after: None,
+            limit: MAX_OVERVIEW_LINKS + 1,
+            items: Vec::new(),
+            filter: super::list_filter(None, reach),
+        };
+        let filter = walk.filter.clone();
+        let op = ApiOp::Shlink(Box::new(ApiOp::List(walk)), OVERVIEW_PAGE, 0);
+        let reply = defer(out, op);
+        self.list_shard(reply, 0, None, MAX_OVERVIEW_LINKS + 1, filter, mesh);
+    }
+
+    /// A role's overview: `totals` (clicks, bot clicks) of the links it reaches, summed.
+    fn reach_overview_json(totals: &[(u64, u64)]) -> Value {
+        let (clicks, bots) = totals
+            .iter()
+            .fold((0, 0), |(c, b), &(tc, tb)| (c + tc, b + tb));
+        json!({"visits": {"nonOrphanVisits": visits_summary(clicks, bots),
+                          "orphanVisits": visits_summary(0, 0)}})
     }
 
     /// `PATCH /rest/v3/domains/redirects` (admin keys only): `domain` and any of Shlink's three
@@ -664,7 +711,39 @@ impl ApiFront {
         let ApiOp::List(walk) = op else {
             unreachable!("called for a list walk");
         };
-        let (start, end, _) = page_bounds(walk, page, per_page);
+        let (start, end) = match page {
+            OVERVIEW_PAGE if walk.items.len() > MAX_OVERVIEW_LINKS as usize => {
+                let e = ShlinkError {
+                    status: 422,
+                    type_: TOO_MANY_LINKS,
+                    title: "Too many links",
+                    detail: format!(
+                        "this key reaches more than {MAX_OVERVIEW_LINKS} links, more than the \
+                         visits overview sums; read each link's visitsSummary instead"
+                    ),
+                    extra: None,
+                    retry_after_s: None,
+                };
+                e.encode(out, f);
+                return Some(());
+            }
+            OVERVIEW_PAGE => (0, walk.items.len()),
+            _ => {
+                let (start, end, _) = page_bounds(walk, page, per_page);
+                (start, end)
+            }
+        };
+        if page == OVERVIEW_PAGE && (self.clicks.is_none() || start == end) {
+            let body = serde_json::to_vec(&Self::reach_overview_json(&[])).expect("json");
+            let r = Response {
+                status: Status::Ok,
+                headers: &[],
+                content_type: Some("application/json"),
+                body: &body,
+            };
+            encode::encode_response(out, &r, f);
+            return Some(());
+        }
         if self.clicks.is_none() || start == end {
             let body =
                 serde_json::to_vec(&self.list_json(walk, page, per_page, &[])).expect("json");
@@ -713,7 +792,10 @@ impl ApiFront {
                 Err(p) => ListVisitsStep::Failed(p),
             };
         }
-        let body = self.list_json(&lv.walk, *page, *per_page, &lv.totals);
+        let body = match *page {
+            OVERVIEW_PAGE => Self::reach_overview_json(&lv.totals),
+            _ => self.list_json(&lv.walk, *page, *per_page, &lv.totals),
+        };
         ListVisitsStep::Done(serde_json::to_vec(&body).expect("json"))
     }
 
