@@ -12,8 +12,8 @@
 -- key itself on the default domain, `<number>.<key>` on any other (`17.x7Kp2`; a key never
 -- holds '.'). The primary key on it is therefore unique on (domain, key), and every row
 -- written before this migration is the default domain's, unchanged: no rewrite. The checks
--- are replaced NOT VALID and then validated, which reads the table but does not block reads
--- or writes of it while it does.
+-- are replaced (added NOT VALID, then validated: one scan of each table, inside `fleet
+-- init`'s transaction, which the upgrade runbook runs with the nodes stopped).
 --
 -- IF EXISTS / IF NOT EXISTS: an init that finds this version recorded as not applied (tests
 -- roll the recorded version back to re-run the newest migration) must be able to run it again.
