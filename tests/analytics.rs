@@ -1141,8 +1141,8 @@ fn service_cpus_give_the_aggregators_cpus_the_cores_do_not_use() {
 
 /// Shlink's visit figures come from the click aggregators (issue 26), the same as the native
 /// stats: a short URL's `visitsSummary` (total, non-bots, bots) and the overview
-/// (`GET /rest/v3/visits`: clicks as non-orphan visits, 404s as orphan ones), on 3 cores; the
-/// overview is for admin keys only, like `GET /api/v1/stats`.
+/// (`GET /rest/v3/visits`: clicks as non-orphan visits, 404s as orphan ones), on 3 cores. A key
+/// with a role sees, there and in `GET /api/v1/stats`, the figures of the links it reaches.
 #[test]
 fn shlink_visit_figures_are_the_aggregators() {
     let (_t, dir) = data_dir();
@@ -1242,6 +1242,44 @@ fn shlink_visit_figures_are_the_aggregators() {
     );
     let r = shlink(&mut c, &reader, "/rest/v3/short-urls/vis");
     assert_eq!(r.json()["visitsSummary"]["total"], 7);
+    // The native server-wide stats of the same key: the same clicks, per day and per link,
+    // and no 404s (they belong to no link).
+    let mut cr = Client::new(&s);
+    cr.token = reader.clone();
+    let mine = cr.send("GET", "/api/v1/stats", true, &[], b"").unwrap();
+    assert_eq!(mine.status, 200, "{}", mine.text());
+    let v = mine.json();
+    assert_eq!(
+        v["summary"],
+        json!({"clicks": 8, "human_clicks": 6, "bot_clicks": 2, "not_found": 0}),
+        "{v}"
+    );
+    assert_eq!(
+        v["top_links"],
+        json!([{"key": "vis", "domain": null, "clicks": 7}, {"key": "oth", "domain": null, "clicks": 1}]),
+        "{v}"
+    );
+    assert_eq!(v["links"], 8, "{v}");
+    let today = v["days"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (today["clicks"].clone(), today["bot_clicks"].clone()),
+        (json!(8), json!(2)),
+        "{v}"
+    );
+    assert_eq!(
+        v["days"],
+        global["days"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                let mut d = d.clone();
+                d["not_found"] = json!(0);
+                d
+            })
+            .collect::<serde_json::Value>(),
+        "the admin's days without 404s: {v}"
+    );
     let mut ca = Client::new(&s);
     ca.token = author.clone();
     let mine = ca.create_ok("https://example.com/mine", Some("mine"));
@@ -1255,6 +1293,15 @@ fn shlink_visit_figures_are_the_aggregators() {
         let v = r.json()["visits"].clone();
         if v["nonOrphanVisits"]["total"] == 2 {
             assert_eq!(v["orphanVisits"]["total"], 0, "{v}");
+            ca.token = author.clone();
+            let r = ca.send("GET", "/api/v1/stats", true, &[], b"").unwrap();
+            let n = r.json();
+            assert_eq!(n["summary"]["clicks"], 2, "{n}");
+            assert_eq!(
+                n["top_links"],
+                json!([{"key": "mine", "domain": null, "clicks": 2}])
+            );
+            assert_eq!(n["links"], 1, "{n}");
             break;
         }
         assert!(Instant::now() < deadline, "{v}");

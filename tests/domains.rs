@@ -133,6 +133,28 @@ fn each_domain_is_its_own_keyspace_chosen_by_host() {
         p["detail"].as_str().unwrap().contains("every domain"),
         "{p}"
     );
+    // The server-wide top links name each link's domain: the generated key, clicked most.
+    for _ in 0..5 {
+        assert_eq!(visit(&mut c, "go.brand.com", &generated).0, 302);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = c
+            .send("GET", "/api/v1/stats", true, &[], b"")
+            .unwrap()
+            .json();
+        let top = v["top_links"][0].clone();
+        if top["clicks"] == 6 {
+            assert_eq!(
+                top,
+                json!({"key": generated, "domain": "go.brand.com", "clicks": 6})
+            );
+            assert_eq!(v["top_links"][1]["domain"], "sho.rt", "{v}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{v}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     // A domain added while the server runs is in force within about a second.
     let (ok, text) = domains(&dir, &["add", "third.example"]);

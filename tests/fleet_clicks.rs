@@ -136,7 +136,47 @@ fn every_nodes_clicks_add_up_in_the_stats_of_any_node() {
     }
     let g = settled(&b, "/api/v1/stats", |v| v["summary"]["clicks"] == 55);
     assert_eq!(g["top_links"][0]["key"], key.as_str(), "{g}");
+    assert_eq!(g["top_links"][0]["domain"], Value::Null, "{g}");
     assert_eq!(g["top_links"][0]["clicks"], 55, "{g}");
+    // A key with a role: the fleet's figures of the links it reaches (each link's from the
+    // database), on either node, and no 404s.
+    let out = std::process::Command::new(common::BIN)
+        .args([
+            "fleet",
+            "keys",
+            "create",
+            "--pg",
+            &db.url,
+            "reader",
+            "--read-only",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reader = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    for s in [&a, &b] {
+        let mut c = Client::new(s);
+        c.token = reader.clone();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let v = loop {
+            // 503 until the node's key watcher has read the new key.
+            let r = c.send("GET", "/api/v1/stats", true, &[], b"").unwrap();
+            if r.status == 200 {
+                break r.json();
+            }
+            assert!(Instant::now() < deadline, "{}", r.text());
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        assert_eq!(v["summary"]["clicks"], 55, "{v}");
+        assert_eq!(v["summary"]["bot_clicks"], 5, "{v}");
+        assert_eq!(v["summary"]["not_found"], 0, "{v}");
+        assert_eq!(v["links"], 1, "{v}");
+        assert_eq!(v["top_links"][0]["key"], key.as_str(), "{v}");
+    }
     // Shlink's figures are the fleet's on either node: one short URL, the list, the overview.
     let want = serde_json::json!({"total": 55, "nonBots": 50, "bots": 5});
     for s in [&a, &b] {

@@ -146,11 +146,15 @@ fn matrix(c: &mut Client, who: &[Who]) {
         as_key(c, &w.token);
         assert_eq!(native_list(c), w.sees, "{}'s native list", w.name);
         assert_eq!(shlink_list(c, &w.token), w.sees, "{}'s Shlink list", w.name);
-        // The server-wide stats: admin keys only.
+        // The server-wide stats: every link for admin keys; for the others the links they
+        // reach (none clicked here), counted, and no 404s.
         let r = c.send("GET", "/api/v1/stats", true, &[], b"").unwrap();
-        match w.name {
-            "admin" => assert_eq!(r.status, 200, "{}", r.text()),
-            _ => assert_eq!(problem(&r, 403), "admin-only", "{}", w.name),
+        assert_eq!(r.status, 200, "{}: {}", w.name, r.text());
+        let v = r.json();
+        assert_eq!(v["summary"]["clicks"], 0, "{}: {v}", w.name);
+        if w.name != "admin" {
+            assert_eq!(v["links"], w.sees.len(), "{}: {v}", w.name);
+            assert_eq!(v["summary"]["not_found"], 0, "{}: {v}", w.name);
         }
         // Shlink's visits overview: server-wide for admin keys; for the others the visits of
         // the links they reach (none clicked here) and no orphan visits.
@@ -476,7 +480,7 @@ fn per_key_create_limits_are_one_budget_for_the_whole_node() {
 /// `MAX_OVERVIEW_LINKS` links it is refused, never a partial sum; admin keys get the
 /// server-wide figures whatever the count.
 #[test]
-fn a_roles_visits_overview_is_refused_past_its_bound() {
+fn a_roles_server_wide_figures_are_refused_past_their_bound() {
     let (_t, dir) = common::api::data_dir();
     let n = ricochet::api_front::shlink::MAX_OVERVIEW_LINKS as usize + 1;
     let tsv = dir.with_extension("tsv");
@@ -497,5 +501,13 @@ fn a_roles_visits_overview_is_refused_past_its_bound() {
         r.text()
     );
     let r = shlink(&mut c, common::api::API_KEY, "GET", "/rest/v3/visits", b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    // The native server-wide stats likewise.
+    c.token = reader;
+    let r = c.send("GET", "/api/v1/stats", true, &[], b"").unwrap();
+    assert_eq!(problem(&r, 422), "too-many-links", "{}", r.text());
+    assert!(r.text().contains("5000"), "{}", r.text());
+    c.token = API_KEY.to_owned();
+    let r = c.send("GET", "/api/v1/stats", true, &[], b"").unwrap();
     assert_eq!(r.status, 200, "{}", r.text());
 }

@@ -76,13 +76,20 @@ pub fn global_part(store: &ClickStore, from: Day, to: Day, complete_until_ms: u6
     }
 }
 
-fn keep_top(top: &mut Vec<(String, u64)>) {
+/// The [`TOP_LINKS`] links with the most clicks, most first (ties by key).
+pub fn keep_top(top: &mut Vec<(String, u64)>) {
     top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     top.truncate(TOP_LINKS);
 }
 
 /// The JSON of `GET /api/v1/stats` from every aggregator's part.
 pub fn global_json(from: Day, to: Day, parts: &[GlobalPart], dropped: u64) -> Vec<u8> {
+    serde_json::to_vec(&global_value(from, to, parts, dropped)).expect("stats serialize")
+}
+
+/// [`global_json`], as a value. Its `top_links` name each link by its stored key (a named
+/// domain's link as `<number>.<key>`); the API front names the domain (`global_stats.rs`).
+pub fn global_value(from: Day, to: Day, parts: &[GlobalPart], dropped: u64) -> serde_json::Value {
     let mut days = vec![[0u64; 3]; (to - from + 1) as usize];
     let mut top = Vec::new();
     for p in parts {
@@ -109,7 +116,7 @@ pub fn global_json(from: Day, to: Day, parts: &[GlobalPart], dropped: u64) -> Ve
         .iter()
         .map(|(k, n)| serde_json::json!({"key": k, "clicks": n}))
         .collect();
-    let v = serde_json::json!({
+    serde_json::json!({
         "from": format_day(from),
         "to": format_day(to),
         "timezone": "UTC",
@@ -118,8 +125,7 @@ pub fn global_json(from: Day, to: Day, parts: &[GlobalPart], dropped: u64) -> Ve
         "top_links": top_rows,
         "complete_until": rfc3339_ms(complete),
         "dropped_clicks": dropped,
-    });
-    serde_json::to_vec(&v).expect("stats serialize")
+    })
 }
 
 /// Parses a link's stats query: [`parse_range`] for `key`.

@@ -124,13 +124,25 @@ impl Problem {
         p
     }
 
-    /// 403: an endpoint for admin keys only (server-wide stats), asked by a key with a role.
+    /// 403: an endpoint for admin keys only (Shlink's domain redirects edit), asked by a key
+    /// with a role.
     pub fn admin_only() -> Problem {
         Problem::new(
             403,
             problem_type!("admin-only"),
             "Admin keys only",
-            "this endpoint is for API keys without a role (admin); a key with a role reads its links' stats one by one".to_owned(),
+            "this endpoint is for API keys without a role (admin)".to_owned(),
+        )
+    }
+
+    /// 422: a key with a role asked for figures summed over its links (`GET /api/v1/stats`),
+    /// and it reaches more than `limit` of them.
+    pub fn too_many_links(limit: u32) -> Problem {
+        Problem::new(
+            422,
+            problem_type!("too-many-links"),
+            "Too many links",
+            format!("this API key reaches more than {limit} links, more than the server-wide stats sum for a key with a role; read each link's stats instead"),
         )
     }
 

@@ -6,8 +6,10 @@
 //! redirect hot path: allocation is fine here.
 
 pub mod creates;
+pub mod global_stats;
 pub mod listing;
 pub mod shlink;
+pub mod stats_sum;
 
 use crate::api::idempotency::{request_hash, scope_string, IdemScope};
 use crate::api::problem::{Problem, PROBLEM_CONTENT_TYPE};
@@ -73,9 +75,17 @@ pub enum ApiOp {
     /// A Shlink list page whose links' visit totals are asked of their aggregators, one link
     /// at a time (`shlink::ListVisits`).
     ShlinkListVisits(Box<ListVisits>),
+    /// `GET /api/v1/stats` by a key with a role: its links walked, then their figures summed
+    /// (`global_stats::ReachStats`).
+    ReachStats(Box<stats_sum::ReachStats>),
 }
 
 impl ApiOp {
+    /// Whether it came through Shlink's API (its answers in Shlink's shape).
+    pub fn is_shlink(&self) -> bool {
+        matches!(self, ApiOp::Shlink(..))
+    }
+
     /// The native operation (under a Shlink envelope, if any).
     pub fn core(&self) -> &ApiOp {
         match self {
@@ -143,14 +153,7 @@ pub struct ApiFront {
     lost_stats: Vec<ReplyTo>,
     stats_in_flight: usize,
     /// `GET /api/v1/stats` requests waiting for the aggregators' parts: range, parts so far.
-    gathering: std::collections::HashMap<ReplyTo, Gathering>,
-}
-
-/// The parts of one server-wide stats answer collected so far.
-struct Gathering {
-    from: shards::clicks::Day,
-    to: shards::clicks::Day,
-    parts: Vec<crate::analytics::stats::GlobalPart>,
+    gathering: std::collections::HashMap<ReplyTo, stats_sum::Gathering>,
 }
 
 impl ApiFront {
@@ -225,112 +228,6 @@ impl ApiFront {
     /// A stats answer arrived.
     pub fn stats_done(&mut self) {
         self.stats_in_flight = self.stats_in_flight.saturating_sub(1);
-    }
-
-    /// One aggregator's part of a server-wide stats answer; the JSON once every part is in.
-    pub fn gather(
-        &mut self,
-        reply: ReplyTo,
-        part: crate::analytics::stats::GlobalPart,
-        dropped: u64,
-    ) -> Option<Vec<u8>> {
-        let id = reply;
-        let g = self.gathering.get_mut(&id)?;
-        g.parts.push(part);
-        if g.parts.len() < self.router.cores() {
-            return None;
-        }
-        let g = self.gathering.remove(&id).expect("present");
-        self.stats_done();
-        Some(crate::analytics::stats::global_json(
-            g.from, g.to, &g.parts, dropped,
-        ))
-    }
-
-    /// `GET /api/v1/stats` (or, `shlink`, Shlink's `GET /rest/v3/visits` over the whole
-    /// click window): asks every aggregator for its part.
-    pub(crate) fn query_global(
-        &mut self,
-        out: &mut Vec<u8>,
-        defer: &mut Defer<'_>,
-        req: &Request<'_>,
-        persist: Persist,
-        clock: &Clock,
-        shlink: bool,
-    ) {
-        let f = Framing {
-            head_only: false,
-            conn: persist,
-            date: &clock.date,
-        };
-        let problem = |out: &mut Vec<u8>, p: Problem| encode_problem(out, &p, &[], f);
-        let Some(control) = self.clicks.clone() else {
-            let mut p = Problem::not_found();
-            p.detail = "click analytics is off on this server (--analytics off)".into();
-            return problem(out, p);
-        };
-        // `parse_range` lets a link's stats name their domain; these cover every domain.
-        if url::form_urlencoded::parse(req.query.unwrap_or_default()).any(|(k, _)| k == "domain") {
-            let why = "the server-wide stats cover every domain; domain is taken on a link's stats";
-            return problem(out, Problem::invalid_field(Some("domain"), why));
-        }
-        let today = shards::clicks::day_of(clock.now_s);
-        let range = match shlink {
-            true => Ok(crate::analytics::stats::whole_window(today)),
-            false => crate::analytics::stats::parse_range(req.query, today).map(|(f, t, _)| (f, t)),
-        };
-        let (from, to) = match range {
-            Ok(r) => r,
-            Err(p) => return problem(out, p),
-        };
-        let op = move || match shlink {
-            true => ApiOp::Shlink(Box::new(ApiOp::GlobalStats), 0, 0),
-            false => ApiOp::GlobalStats,
-        };
-        if self.stats_in_flight >= crate::analytics::MAX_STATS_IN_FLIGHT_PER_CORE {
-            return problem(out, Problem::unavailable(1));
-        }
-        if let Some(fleet) = &self.fleet_stats {
-            // The fleet's figures, whole, from the database: no parts to gather.
-            let msg = crate::analytics::Control::Global {
-                reply: defer(out, op()),
-                from,
-                to,
-            };
-            if let Err(e) = fleet.try_send(msg) {
-                let crate::analytics::Control::Global { reply, .. } = e.into_inner() else {
-                    unreachable!("sent a Global");
-                };
-                self.stats_in_flight += 1;
-                return self.fleet_stats_lost(reply);
-            }
-            self.stats_in_flight += 1;
-            return;
-        }
-        let reply = defer(out, op());
-        self.stats_in_flight += 1;
-        let id = reply;
-        self.gathering.insert(
-            id,
-            Gathering {
-                from,
-                to,
-                parts: Vec::new(),
-            },
-        );
-        for tx in &control {
-            // A full queue: that aggregator's part is empty rather than the answer lost.
-            if tx
-                .try_send(crate::analytics::Control::Global { reply, from, to })
-                .is_err()
-            {
-                let g = self.gathering.get_mut(&id).expect("inserted");
-                g.parts.push(crate::analytics::stats::GlobalPart {
-                    days: vec![[0; 3]; (to - from + 1) as usize],
-                    ..Default::default()
-                });
-            }
-        }
     }
 
     /// Takes reloaded API keys and domains, if `keywatch` offered them; returns the domains
@@ -445,10 +342,13 @@ impl ApiFront {
         };
         let reach = caller.role.reach(caller.author(), &self.domains);
         if req.path == GLOBAL_STATS {
-            if !reach.admin {
-                return encode_problem(out, &Problem::admin_only(), &[], f);
+            if reach.admin {
+                return self.query_global(out, defer, req, persist, clock, false);
             }
-            return self.query_global(out, defer, req, persist, clock, false);
+            if let Err(p) = self.start_reach_stats(out, defer, req, &reach, clock, mesh) {
+                encode_problem(out, &p, &[], f);
+            }
+            return;
         }
         let writes = req.method != Method::Get && req.method != Method::Head;
         if reach.read_only && writes {
@@ -766,6 +666,12 @@ impl ApiFront {
                     return Step::Answered;
                 }
             }
+            ApiOp::ReachStats(rs) => {
+                if let Err(p) = self.continue_reach_stats(reply, rs, mesh) {
+                    encode_problem(out, &p, &[], f);
+                    return Step::Answered;
+                }
+            }
             _ => {
                 debug_assert!(false, "only creates, lists and stats continue");
                 encode_problem(out, &Problem::unavailable(1), &[], f);
@@ -861,6 +767,9 @@ impl ApiFront {
         match (op, outcome) {
             // The link exists: its aggregator answers next (`Conns::on_api_answer`).
             (ApiOp::Stats(_), WriteOutcome::Found(_)) => return None,
+            (ApiOp::ReachStats(rs), WriteOutcome::Listed(page)) => {
+                return self.reach_walked(rs, page.items, page.complete, out, f);
+            }
             (ApiOp::List(walk), WriteOutcome::Listed(page)) => {
                 let shards = self.router.shard_count();
                 let next = walk.take(page.items, page.complete, shards)?;
@@ -959,6 +868,17 @@ pub(crate) fn encode_problem(
         headers: &headers,
         content_type: Some(PROBLEM_CONTENT_TYPE),
         body: &body,
+    };
+    encode::encode_response(out, &r, f);
+}
+
+/// Appends a 200 with a JSON body.
+pub(crate) fn encode_json(out: &mut Vec<u8>, body: &[u8], f: Framing<'_>) {
+    let r = Response {
+        status: Status::Ok,
+        headers: &[],
+        content_type: Some("application/json"),
+        body,
     };
     encode::encode_response(out, &r, f);
 }

@@ -19,7 +19,8 @@
 use serde_json::{json, Map, Value};
 
 use super::listing::ListWalk;
-use super::{ApiFront, ApiOp, Defer, ListVisits, MAX_CREATE_TRIES};
+use super::stats_sum::StatsStep;
+use super::{encode_json, ApiFront, ApiOp, Defer, ListVisits, MAX_CREATE_TRIES};
 use crate::api::problem::Problem;
 use crate::api::request::parse_create;
 use crate::api::timefmt::format_rfc3339_utc;
@@ -42,10 +43,11 @@ const HEALTH: &[&[u8]] = &[b"/rest/v3/health", b"/rest/health"];
 pub const SHLINK_DEFAULT_PAGE_ITEMS: u32 = 10;
 pub const MAX_SHLINK_WINDOW: u32 = 5_000;
 
-/// Most links a key with a role may reach for Shlink's `GET /rest/v3/visits`: its overview
-/// sums each link's totals, asked of the aggregators in turn; past this many it is refused
-/// (per-link figures stay available).
-pub const MAX_OVERVIEW_LINKS: u32 = MAX_SHLINK_WINDOW;
+pub use super::stats_sum::MAX_OVERVIEW_LINKS;
+const _: () = assert!(
+    MAX_OVERVIEW_LINKS == MAX_SHLINK_WINDOW,
+    "the overview sums a window"
+);
 
 /// The page number that marks a list walk as a role's `/visits` overview rather than a page
 /// (pages start at 1).
@@ -184,13 +186,7 @@ fn method_not_allowed(out: &mut Vec<u8>, allow: &[u8], f: Framing<'_>) {
 fn encode_health(out: &mut Vec<u8>, f: Framing<'_>) {
     let body = serde_json::to_vec(&json!({"status": "pass", "version": env!("CARGO_PKG_VERSION")}))
         .expect("json");
-    let r = Response {
-        status: Status::Ok,
-        headers: &[],
-        content_type: Some("application/json"),
-        body: &body,
-    };
-    encode::encode_response(out, &r, f);
+    encode_json(out, &body, f);
 }
 
 /// A native body member's name in Shlink's API.
@@ -478,13 +474,7 @@ impl ApiFront {
                     "regular404Redirect": r.regular_404,
                     "invalidShortUrlRedirect": r.invalid_short_url});
                 let bytes = serde_json::to_vec(&body).expect("json");
-                let r = Response {
-                    status: Status::Ok,
-                    headers: &[],
-                    content_type: Some("application/json"),
-                    body: &bytes,
-                };
-                return encode::encode_response(out, &r, f);
+                return encode_json(out, &bytes, f);
             }
             Err(EditRefused::Invalid(why)) => {
                 let detail = [
@@ -663,14 +653,7 @@ impl ApiFront {
                 .map(|d| json!({"domain": d.name, "isDefault": false, "redirects": redirects(&d.redirects)})),
         );
         let body = json!({"domains": {"data": data, "defaultRedirects": redirects(&none)}});
-        let bytes = serde_json::to_vec(&body).expect("json");
-        let r = Response {
-            status: Status::Ok,
-            headers: &[],
-            content_type: Some("application/json"),
-            body: &bytes,
-        };
-        encode::encode_response(out, &r, f);
+        encode_json(out, &serde_json::to_vec(&body).expect("json"), f);
     }
 
     /// A stats answer in Shlink's shape, if `op` is a Shlink request that waited for one: the
@@ -733,27 +716,12 @@ impl ApiFront {
                 (start, end)
             }
         };
-        if page == OVERVIEW_PAGE && (self.clicks.is_none() || start == end) {
-            let body = serde_json::to_vec(&Self::reach_overview_json(&[])).expect("json");
-            let r = Response {
-                status: Status::Ok,
-                headers: &[],
-                content_type: Some("application/json"),
-                body: &body,
-            };
-            encode::encode_response(out, &r, f);
-            return Some(());
-        }
         if self.clicks.is_none() || start == end {
-            let body =
-                serde_json::to_vec(&self.list_json(walk, page, per_page, &[])).expect("json");
-            let r = Response {
-                status: Status::Ok,
-                headers: &[],
-                content_type: Some("application/json"),
-                body: &body,
+            let body = match page {
+                OVERVIEW_PAGE => Self::reach_overview_json(&[]),
+                _ => self.list_json(walk, page, per_page, &[]),
             };
-            encode::encode_response(out, &r, f);
+            encode_json(out, &serde_json::to_vec(&body).expect("json"), f);
             return Some(());
         }
         let ApiOp::List(walk) = std::mem::replace(op, ApiOp::Get) else {
@@ -770,33 +738,33 @@ impl ApiFront {
 
     /// A link's stats answer for a list page waiting for its visit totals: the next link
     /// asked (through `reply`), or the page's answer once every link's totals are in.
-    /// `NotAList` for any other request.
-    pub fn on_list_visits(
+    /// `None` for any other request.
+    pub(super) fn on_list_visits(
         &mut self,
         op: &mut ApiOp,
         native: &[u8],
         reply: crate::mesh::ReplyTo,
-    ) -> ListVisitsStep {
+    ) -> Option<StatsStep> {
         let ApiOp::Shlink(inner, page, per_page) = op else {
-            return ListVisitsStep::NotAList;
+            return None;
         };
         let ApiOp::ShlinkListVisits(lv) = &mut **inner else {
-            return ListVisitsStep::NotAList;
+            return None;
         };
         let v: Value = serde_json::from_slice(native).unwrap_or(Value::Null);
         let n = |k: &str| v["summary"][k].as_u64().unwrap_or(0);
         lv.totals.push((n("clicks"), n("bot_clicks")));
         if lv.start + lv.totals.len() < lv.end {
-            return match self.query_stats(reply, lv.next_query()) {
-                Ok(()) => ListVisitsStep::Asked,
-                Err(p) => ListVisitsStep::Failed(p),
-            };
+            return Some(match self.query_stats(reply, lv.next_query()) {
+                Ok(()) => StatsStep::Asked,
+                Err(p) => StatsStep::Failed(p),
+            });
         }
         let body = match *page {
             OVERVIEW_PAGE => Self::reach_overview_json(&lv.totals),
             _ => self.list_json(&lv.walk, *page, *per_page, &lv.totals),
         };
-        ListVisitsStep::Done(serde_json::to_vec(&body).expect("json"))
+        Some(StatsStep::Done(serde_json::to_vec(&body).expect("json")))
     }
 
     /// A native problem answered in Shlink's envelope.
@@ -1026,18 +994,6 @@ fn parse_redirects_edit(body: &[u8]) -> Result<crate::api::domains::RedirectsEdi
         regular_404: member("regular404Redirect")?,
         invalid_short_url: member("invalidShortUrlRedirect")?,
     })
-}
-
-/// What became of a stats answer for a deferred request ([`ApiFront::on_list_visits`]).
-pub enum ListVisitsStep {
-    /// Not a list page waiting for totals: answered as any stats answer.
-    NotAList,
-    /// The next link's totals were asked: still deferred.
-    Asked,
-    /// The page, as Shlink's JSON.
-    Done(Vec<u8>),
-    /// The next link could not be asked: this answer instead.
-    Failed(Problem),
 }
 
 /// Shlink's `visitsSummary` of `clicks` of which `bots` were bots'.

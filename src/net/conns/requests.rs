@@ -5,7 +5,7 @@
 use super::{Conns, PendingKind, Recv, MAX_INBUF_BYTES};
 use crate::analytics::combiner::{Click, ClickFields};
 use crate::api::domains::{Domains, NotFound};
-use crate::api_front::shlink::ListVisitsStep;
+use crate::api_front::stats_sum::StatsStep;
 use crate::api_front::{ApiFront, ApiOp, Step, API_PREFIX};
 use crate::base::clock::Clock;
 use crate::base::key::InlineKey;
@@ -646,32 +646,24 @@ impl Conns {
         let step = match (&mut p.kind, body) {
             (PendingKind::Api(op), Some(b)) => {
                 let again = ReplyTo::request(me, reply.slot, reply.gen, reply.seq);
-                match api.on_list_visits(op, b, again) {
-                    ListVisitsStep::NotAList => ListVisitsStep::Done(
-                        api.shlink_stats_body(op, b).unwrap_or_else(|| b.to_vec()),
-                    ),
-                    step => step,
-                }
+                Some((api.on_stats_body(op, b, again), op.is_shlink()))
             }
-            (_, Some(b)) => ListVisitsStep::Done(b.to_vec()),
-            (_, None) => ListVisitsStep::NotAList,
+            (_, Some(b)) => Some((StatsStep::Done(b.to_vec()), false)),
+            (_, None) => None,
         };
         self.scratch.clear();
         match step {
-            ListVisitsStep::Asked => return,
-            ListVisitsStep::Done(body) => {
-                let r = Response {
-                    status: Status::Ok,
-                    headers: &[],
-                    content_type: Some("application/json"),
-                    body: &body,
-                };
-                encode::encode_response(&mut self.scratch, &r, f);
+            Some((StatsStep::Asked, _)) => return,
+            Some((StatsStep::Done(body), _)) => {
+                crate::api_front::encode_json(&mut self.scratch, &body, f)
             }
-            ListVisitsStep::Failed(problem) => {
+            Some((StatsStep::Failed(problem), true)) => {
                 api.encode_shlink_problem(&mut self.scratch, &problem, f)
             }
-            ListVisitsStep::NotAList => {
+            Some((StatsStep::Failed(problem), false)) => {
+                crate::api_front::encode_problem(&mut self.scratch, &problem, &[], f)
+            }
+            None => {
                 let mut p = crate::api::problem::Problem::unavailable(1);
                 p.detail = "the fleet database did not answer the stats query in time; retry. \
                             Redirects keep working."
