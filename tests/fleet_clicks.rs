@@ -140,24 +140,7 @@ fn every_nodes_clicks_add_up_in_the_stats_of_any_node() {
     assert_eq!(g["top_links"][0]["clicks"], 55, "{g}");
     // A key with a role: the fleet's figures of the links it reaches (each link's from the
     // database), on either node, and no 404s.
-    let out = std::process::Command::new(common::BIN)
-        .args([
-            "fleet",
-            "keys",
-            "create",
-            "--pg",
-            &db.url,
-            "reader",
-            "--read-only",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let reader = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let reader = common::pg::fleet_key(&db.url, "reader", &["--read-only"]);
     for s in [&a, &b] {
         let mut c = Client::new(s);
         c.token = reader.clone();

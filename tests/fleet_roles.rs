@@ -12,7 +12,7 @@
 mod common;
 
 use common::api::{self, Client, API_KEY};
-use common::pg::{fleet_node_args, prepare_fleet, TestDb};
+use common::pg::{fleet_key, fleet_node_args, prepare_fleet, TestDb};
 use common::Server;
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -23,21 +23,6 @@ fn node(dir: &Path, url: &str, id: &str, cores: &str) -> Server {
     let mut args = fleet_node_args(url, id, cores);
     args.push("--test-oversubscribe");
     api::start(dir, &args)
-}
-
-fn fleet_key(url: &str, name: &str, flags: &[&str]) -> String {
-    let mut args = vec!["fleet", "keys", "create", "--pg", url, name];
-    args.extend(flags);
-    let out = std::process::Command::new(common::BIN)
-        .args(&args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
 fn client(s: &Server, token: &str) -> Client {

@@ -12,7 +12,6 @@
 //!
 //! Top links name their domain (`top_links[].domain`, `null` on an unnamed default domain).
 
-use super::listing::ListWalk;
 use super::stats_sum::{Gathering, ReachStats, StatsStep, MAX_OVERVIEW_LINKS};
 use super::{encode_json, encode_problem, ApiFront, ApiOp, Defer};
 use crate::analytics::stats;
@@ -139,17 +138,11 @@ impl ApiFront {
         mesh: &mut Mesh,
     ) -> Result<(), Problem> {
         let (from, to) = self.global_range(req, clock)?;
-        let walk = ListWalk {
-            shard: 0,
-            after: None,
-            limit: MAX_OVERVIEW_LINKS + 1,
-            items: Vec::new(),
-            filter: super::list_filter(None, reach),
-        };
-        let filter = walk.filter.clone();
+        let walk = super::overview_walk(reach);
+        let (limit, filter) = (walk.limit, walk.filter.clone());
         let op = ApiOp::ReachStats(Box::new(ReachStats::new(walk, from, to)));
         let reply = defer(out, op);
-        self.list_shard(reply, 0, None, MAX_OVERVIEW_LINKS + 1, filter, mesh);
+        self.list_shard(reply, 0, None, limit, filter, mesh);
         Ok(())
     }
 

@@ -932,6 +932,19 @@ pub(crate) fn list_filter(domains: Option<&[u32]>, reach: &Reach) -> Arc<ListFil
     })
 }
 
+/// The walk over every link a key of `reach` reaches, for figures summed over them (a role's
+/// server-wide stats, Shlink's `/visits`): one link past `MAX_OVERVIEW_LINKS`, to tell "too
+/// many".
+pub(crate) fn overview_walk(reach: &Reach) -> listing::ListWalk {
+    listing::ListWalk {
+        shard: 0,
+        after: None,
+        limit: stats_sum::MAX_OVERVIEW_LINKS + 1,
+        items: Vec::new(),
+        filter: list_filter(None, reach),
+    }
+}
+
 /// A key of the item path: 404 when it cannot be one.
 fn valid_key(key: &[u8]) -> Result<InlineKey, Problem> {
     shards::link::validate_key(key)

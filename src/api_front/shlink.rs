@@ -390,17 +390,11 @@ impl ApiFront {
         reach: &crate::api::roles::Reach,
         mesh: &mut Mesh,
     ) {
-        let walk = ListWalk {
-            shard: 0,
-            after: None,
-            limit: MAX_OVERVIEW_LINKS + 1,
-            items: Vec::new(),
-            filter: super::list_filter(None, reach),
-        };
-        let filter = walk.filter.clone();
+        let walk = super::overview_walk(reach);
+        let (limit, filter) = (walk.limit, walk.filter.clone());
         let op = ApiOp::Shlink(Box::new(ApiOp::List(walk)), OVERVIEW_PAGE, 0);
         let reply = defer(out, op);
-        self.list_shard(reply, 0, None, MAX_OVERVIEW_LINKS + 1, filter, mesh);
+        self.list_shard(reply, 0, None, limit, filter, mesh);
     }
 
     /// A role's overview: `totals` (clicks, bot clicks) of the links it reaches, summed.

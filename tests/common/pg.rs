@@ -521,3 +521,20 @@ pub fn fleet_node_args<'a>(url: &'a str, id: &'a str, cores: &'a str) -> Vec<&'a
     ]);
     args
 }
+
+/// A fleet API key made with `ricochet fleet keys create --pg URL NAME FLAGS...`: its token.
+#[allow(dead_code)]
+pub fn fleet_key(url: &str, name: &str, flags: &[&str]) -> String {
+    let mut args = vec!["fleet", "keys", "create", "--pg", url, name];
+    args.extend(flags);
+    let out = std::process::Command::new(super::BIN)
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
