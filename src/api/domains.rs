@@ -470,6 +470,13 @@ impl Domains {
         }
     }
 
+    /// Whether any domain is declared (without, every request is the default domain's or,
+    /// under `--unknown-host not-found` with a `Host`, none's).
+    #[inline]
+    pub fn has_hosts(&self) -> bool {
+        !self.hosts.is_empty()
+    }
+
     /// Where a GET or HEAD on domain `number` goes when it finds no link (`None`: 404).
     #[inline]
     pub fn not_found_redirect(&self, number: u32, case: NotFound) -> Option<&str> {

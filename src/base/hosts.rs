@@ -1,9 +1,10 @@
-//! Which declared domain a request's `Host` names (issue 26, first step: the table and its
-//! lookup; the data path does not ask it yet). The table is built once from the declared
+//! Which declared domain a request's `Host` names. The table is built once from the declared
 //! names, each normalized by [`normalize`] (IDNA to ASCII, lowercase, no trailing dot), and
-//! looked up on the redirect path with no allocation and no lock: the `Host` value's port is
-//! cut, its bytes hashed ASCII-lowercased eight at a time as they are read, and compared
-//! without case the same way.
+//! looked up on the redirect path (through `api::domains`, after its per-core memo) with no
+//! allocation and no lock: the `Host` value's port is cut, its bytes hashed ASCII-lowercased
+//! eight at a time as they are read, and compared without case the same way. A name of 8 to
+//! 32 bytes (most) is read as four fixed words, so neither the hash nor the comparison loops:
+//! a mix of hosts of random lengths mispredicts no loop exit.
 //!
 //! Layout: an open-addressing index of `u64` slots at most half full, each holding where its
 //! record starts in one packed buffer, the name's length and 24 bits of its hash (0 = empty);
@@ -187,66 +188,122 @@ fn slot_word(record: u32, len: usize, hash: u64) -> u64 {
     u64::from(record) | (len as u64) << 32 | (hash >> 40) << 40
 }
 
-/// The name part of a `Host` value: without its port (`:digits` after the name, or after a
-/// bracketed IPv6 literal) and without a trailing dot.
+/// The name part of a `Host` value: without its port (`:` and digits, at the end) and without
+/// a trailing dot. A bracketed IPv6 literal keeps its brackets and so names no domain.
 #[inline]
 fn host_name(host: &[u8]) -> &[u8] {
-    let name = match memchr::memrchr(b':', host) {
-        Some(colon)
-            if !host[..colon].contains(&b':')
-                && host[colon + 1..].iter().all(u8::is_ascii_digit) =>
-        {
-            &host[..colon]
-        }
-        Some(colon) if host.first() == Some(&b'[') && host[..colon].ends_with(b"]") => {
-            &host[..colon]
-        }
+    // Scanned from the end: a port is a few digits, and a name holds no `:`.
+    let mut i = host.len();
+    while i > 0 && host[i - 1].is_ascii_digit() {
+        i -= 1;
+    }
+    let name = match i.checked_sub(1) {
+        Some(colon) if host[colon] == b':' => &host[..colon],
         _ => host,
     };
     name.strip_suffix(b".").unwrap_or(name)
 }
 
-/// A hash of the bytes ASCII-lowercased as they are read, eight at a time (a multiply-rotate
-/// round per word): a name's hash whatever the case it arrives in, with no copy.
+/// Names of this many bytes at most are hashed and compared as four words (`words4`), with no
+/// loop; longer ones word by word.
+const FOUR_WORDS: usize = 32;
+
+/// Four words that together cover a name of 8..=32 bytes: at 0, 8 and 16 (each moved back so
+/// it ends by the name's end) and its last eight bytes. Overlaps are fine: both the hash and
+/// the comparison read the same words of a name of one length.
 #[inline]
-fn hash_lowercase(bytes: &[u8]) -> u64 {
-    let mut h = bytes.len() as u64;
-    let mut words = bytes.chunks_exact(8);
-    for w in &mut words {
-        let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
-        h = (h.rotate_left(5) ^ lower8(w)).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-    let tail = words.remainder();
-    if !tail.is_empty() {
-        h = (h.rotate_left(5) ^ lower8(tail_word(tail))).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-    // Fold the high bits in: the index uses the low ones.
-    h ^ (h >> 32)
+fn words4(b: &[u8]) -> [u64; 4] {
+    debug_assert!((8..=FOUR_WORDS).contains(&b.len()));
+    let last = b.len() - 8;
+    let at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+    [at(0), at(8.min(last)), at(16.min(last)), at(last)]
 }
 
-/// `host` equals the lowercase `name` without regard to ASCII case, compared a word at a time.
+/// A name of 1..=7 bytes as one word covering it (two overlapping halves from four bytes up).
+#[inline]
+fn short_word(b: &[u8]) -> u64 {
+    debug_assert!((1..8).contains(&b.len()));
+    if b.len() >= 4 {
+        let half = |i: usize| u64::from(u32::from_le_bytes(b[i..i + 4].try_into().expect("4")));
+        half(0) | half(b.len() - 4) << 32
+    } else {
+        b.iter()
+            .enumerate()
+            .fold(0, |w, (i, &x)| w | u64::from(x) << (8 * i))
+    }
+}
+
+/// The words a name of any length is read as: a short name's one word four times, four words
+/// for up to 32 bytes, or every whole word and the last eight bytes.
+#[inline]
+fn for_each_word(b: &[u8], mut f: impl FnMut(u64)) {
+    let mut words = b.chunks_exact(8);
+    for w in &mut words {
+        f(u64::from_le_bytes(w.try_into().expect("8 bytes")));
+    }
+    if !words.remainder().is_empty() {
+        f(u64::from_le_bytes(
+            b[b.len() - 8..].try_into().expect("8 bytes"),
+        ));
+    }
+}
+
+/// Secrets of the hash's multiply-folds (wyhash's constants).
+const S: [u64; 4] = [
+    0xa076_1d64_78bd_642f,
+    0xe703_7ed1_a0b4_28db,
+    0x8ebc_6af0_9c88_c6e3,
+    0x5899_65cc_7537_4cc3,
+];
+
+/// The 128-bit product of `a` and `b`, its halves folded together.
+#[inline]
+fn mum(a: u64, b: u64) -> u64 {
+    let r = u128::from(a) * u128::from(b);
+    r as u64 ^ (r >> 64) as u64
+}
+
+/// A hash of the bytes ASCII-lowercased as they are read (a name's hash whatever the case it
+/// arrives in, with no copy). Up to 32 bytes it is two independent multiply-folds of four
+/// words, with no loop to mispredict: a `Host` mix of random lengths costs the same as one.
+#[inline]
+fn hash_lowercase(bytes: &[u8]) -> u64 {
+    let len = bytes.len() as u64;
+    let w = match bytes.len() {
+        0 => return S[0],
+        1..=7 => [short_word(bytes); 4],
+        8..=FOUR_WORDS => words4(bytes),
+        _ => {
+            let mut h = S[0] ^ len;
+            for_each_word(bytes, |w| h = mum(h ^ lower8(w), S[1]));
+            return mum(h, S[2]);
+        }
+    };
+    let w = w.map(lower8);
+    mum(w[0] ^ S[0], w[1] ^ S[1]) ^ mum(w[2] ^ S[2], w[3] ^ S[3] ^ len)
+}
+
+/// `host` equals the lowercase `name` without regard to ASCII case, compared a word at a time
+/// (up to 32 bytes with no branch but the length's).
 #[inline]
 fn eq_lowercase(name: &[u8], host: &[u8]) -> bool {
     if name.len() != host.len() {
         return false;
     }
-    let (mut n, mut h) = (name.chunks_exact(8), host.chunks_exact(8));
-    for (a, b) in (&mut n).zip(&mut h) {
-        let a = u64::from_le_bytes(a.try_into().expect("8 bytes"));
-        let b = u64::from_le_bytes(b.try_into().expect("8 bytes"));
-        if a != lower8(b) {
-            return false;
+    match name.len() {
+        0 => true,
+        1..=7 => short_word(name) == lower8(short_word(host)),
+        8..=FOUR_WORDS => {
+            let (a, b) = (words4(name), words4(host));
+            (0..4).fold(0, |d, i| d | (a[i] ^ lower8(b[i]))) == 0
+        }
+        len => {
+            let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+            let whole = (name.chunks_exact(8).zip(host.chunks_exact(8)))
+                .all(|(a, b)| word(a) == lower8(word(b)));
+            whole && word(&name[len - 8..]) == lower8(word(&host[len - 8..]))
         }
     }
-    tail_word(n.remainder()) == lower8(tail_word(h.remainder()))
-}
-
-/// Up to 8 bytes as a little-endian word, zero-padded.
-#[inline]
-fn tail_word(tail: &[u8]) -> u64 {
-    let mut w = [0u8; 8];
-    w[..tail.len()].copy_from_slice(tail);
-    u64::from_le_bytes(w)
 }
 
 /// The eight bytes of `x` with `A`-`Z` lowercased and every other byte as it was (SWAR: each
@@ -348,11 +405,16 @@ mod tests {
 
     proptest! {
         /// Against a map of the lowercase names: every declared name is found under any case
-        /// and with a port, and no other name is.
+        /// and with a port, and no other name is: neither random names nor a declared one with
+        /// one byte changed (so each word of the comparison; names of 3 to about 80 bytes).
         #[test]
         fn lookups_answer_as_a_map_of_lowercase_names(
-            names in proptest::collection::btree_set("[a-z]{1,8}\\.[a-z]{2,5}", 1..200),
+            names in proptest::collection::btree_set("[a-z0-9-]{1,20}(\\.[a-z]{1,20}){1,3}", 1..200),
             others in proptest::collection::vec("[a-z]{1,8}\\.[a-z]{2,5}", 0..50),
+            changed in proptest::collection::vec(
+                (any::<proptest::sample::Index>(), any::<proptest::sample::Index>(), b'a'..=b'z'),
+                0..50,
+            ),
             upper in any::<bool>(),
             port in proptest::option::of(1u16..),
         ) {
@@ -367,6 +429,13 @@ mod tests {
             }
             for o in others.iter().filter(|o| !names.contains(o)) {
                 prop_assert_eq!(t.lookup(o.as_bytes()), None);
+            }
+            for (which, at, byte) in changed {
+                let mut n = names[which.index(names.len())].clone().into_bytes();
+                let i = at.index(n.len());
+                n[i] = byte;
+                let found = names.iter().position(|m| m.as_bytes() == n.as_slice());
+                prop_assert_eq!(t.lookup(&n), found.map(|i| DomainId(i as u32)));
             }
         }
     }

@@ -116,7 +116,15 @@ impl Conns {
             if start > 0 {
                 let path = &line[start..];
                 let key_len = memchr::memchr3(b' ', b'?', b'\r', path).unwrap_or(path.len());
-                let key = &path[..key_len];
+                let mut stored = [0u8; shards::link::MAX_STORED_KEY_BYTES];
+                let key = match self.hinted_domain(line) {
+                    Some(shards::link::DEFAULT_DOMAIN) => &path[..key_len],
+                    Some(d) if key_len <= shards::link::MAX_KEY_BYTES => {
+                        let n = shards::link::stored_key(d, &path[..key_len], &mut stored);
+                        &stored[..n]
+                    }
+                    _ => &[][..],
+                };
                 if (1..=shards::link::MAX_STORED_KEY_BYTES).contains(&key.len()) {
                     let o = self.router.owner(key);
                     if o.core == self.me {
@@ -132,6 +140,26 @@ impl Conns {
         for &(shard, s) in &found[..n] {
             store.prefetch_record(shard, s);
         }
+    }
+
+    /// The domain a request head's `Host` names, for a prefetch hint (`prefetch_batch`): with
+    /// domains declared, the first header field named `Host` (any case) looked up in the
+    /// table; without, the default domain, and the head is not scanned.
+    fn hinted_domain(&self, head: &[u8]) -> Option<u32> {
+        if !self.domains.has_hosts() {
+            return Some(shards::link::DEFAULT_DOMAIN);
+        }
+        let host = memchr::memchr_iter(b'\n', head)
+            .map(|at| &head[at + 1..])
+            .find(|field| field.len() > 5 && field[..5].eq_ignore_ascii_case(b"host:"))
+            .map(|field| {
+                let value = &field[5..field
+                    .iter()
+                    .position(|&b| b == b'\r')
+                    .unwrap_or(field.len())];
+                value.trim_ascii()
+            });
+        self.domains.domain_of(host)
     }
 
     /// Answers the complete requests at the start of `data`; returns the bytes consumed.
