@@ -107,6 +107,8 @@ pub struct Conns {
     /// The declared domains: which keyspace a request's `Host` names (`api::domains`).
     domains: Arc<crate::api::domains::Domains>,
     host_memo: crate::api::domains::HostMemo,
+    /// The domains of the batch being answered, found by `prefetch_batch`.
+    batch_domains: crate::api::domains::BatchDomains,
 }
 
 impl Conns {
@@ -144,6 +146,7 @@ impl Conns {
             client_ip: crate::analytics::ClientIp::Peer,
             domains: crate::api::domains::Domains::none(),
             host_memo: Default::default(),
+            batch_domains: Default::default(),
         }
     }
 

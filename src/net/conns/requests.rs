@@ -89,7 +89,8 @@ impl Conns {
     /// `data` (a cheap scan, not a parse: a wrong guess only wastes a hint) and prefetches their
     /// table slots, then the records the slots name, so the batch's cache misses overlap
     /// instead of being paid one lookup at a time. A single request skips all of this.
-    fn prefetch_batch(&self, data: &[u8], owner: &Owner) {
+    fn prefetch_batch(&mut self, data: &[u8], owner: &Owner) {
+        self.batch_domains.clear();
         let Some(first_end) = self.head_end.find(data) else {
             return;
         };
@@ -117,7 +118,9 @@ impl Conns {
                 let path = &line[start..];
                 let key_len = memchr::memchr3(b' ', b'?', b'\r', path).unwrap_or(path.len());
                 let mut stored = [0u8; shards::link::MAX_STORED_KEY_BYTES];
-                let key = match self.hinted_domain(line) {
+                // Where the request line ends when it is `GET /key HTTP/1.1`.
+                let line_end = start + key_len + b" HTTP/1.1\r\n".len();
+                let key = match self.hinted_domain(line, line_end) {
                     Some(shards::link::DEFAULT_DOMAIN) => &path[..key_len],
                     Some(d) if key_len <= shards::link::MAX_KEY_BYTES => {
                         let n = shards::link::stored_key(d, &path[..key_len], &mut stored);
@@ -144,22 +147,32 @@ impl Conns {
 
     /// The domain a request head's `Host` names, for a prefetch hint (`prefetch_batch`): with
     /// domains declared, the first header field named `Host` (any case) looked up in the
-    /// table; without, the default domain, and the head is not scanned.
-    fn hinted_domain(&self, head: &[u8]) -> Option<u32> {
+    /// table, and kept for the answer (`batch_domains`); without, the default domain, and the
+    /// head is not scanned.
+    fn hinted_domain(&mut self, head: &[u8], line_end: usize) -> Option<u32> {
         if !self.domains.has_hosts() {
             return Some(shards::link::DEFAULT_DOMAIN);
         }
-        let host = memchr::memchr_iter(b'\n', head)
-            .map(|at| &head[at + 1..])
-            .find(|field| field.len() > 5 && field[..5].eq_ignore_ascii_case(b"host:"))
+        let is_host = |field: &&[u8]| field.len() > 5 && field[..5].eq_ignore_ascii_case(b"host:");
+        // Clients put `Host` first (RFC 9110 section 7.2 asks them to): try there, then scan.
+        let first = (head.get(line_end.wrapping_sub(1)) == Some(&b'\n'))
+            .then(|| &head[line_end..])
+            .filter(is_host);
+        let host = first
+            .or_else(|| {
+                memchr::memchr_iter(b'\n', head)
+                    .map(|at| &head[at + 1..])
+                    .find(is_host)
+            })
             .map(|field| {
-                let value = &field[5..field
-                    .iter()
-                    .position(|&b| b == b'\r')
-                    .unwrap_or(field.len())];
-                value.trim_ascii()
+                let end = memchr::memchr(b'\r', field).unwrap_or(field.len());
+                field[5..end].trim_ascii()
             });
-        self.domains.domain_of(host)
+        let domain = self.domains.domain_of(host);
+        if let Some(h) = host {
+            self.batch_domains.keep(h, domain);
+        }
+        domain
     }
 
     /// Answers the complete requests at the start of `data`; returns the bytes consumed.
@@ -441,7 +454,11 @@ impl Conns {
         // The keyspace is the `Host`'s domain: its stored key carries the domain's number
         // (`shards::link::stored_key`), built on the stack; the default domain's is the key.
         let mut stored = [0u8; shards::link::MAX_STORED_KEY_BYTES];
-        let key = match self.host_memo.domain_of(&self.domains, req.host) {
+        let domain = match req.host.and_then(|h| self.batch_domains.take(h)) {
+            Some(found) => found,
+            None => self.host_memo.domain_of(&self.domains, req.host),
+        };
+        let key = match domain {
             Some(shards::link::DEFAULT_DOMAIN) => key,
             Some(domain) => {
                 let n = shards::link::stored_key(domain, key, &mut stored);
