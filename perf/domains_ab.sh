@@ -9,6 +9,10 @@
 #
 #   perf/domains_ab.sh BINARY
 #
+# AB_SAME_REQUESTS=1: A is sent B's requests too (the same `Host` values, which name no domain
+# on A's server and so are the default domain's): the two sides then differ only in the
+# server's domains, not in the bytes it parses.
+#
 # Needs perf/run.sh's fixture (PERF_WORK, default /tmp/ricochet-perf: data-1000000,
 # links-1000000.tsv, keys-1000000.txt) and wrk. Builds the three-domain data dir beside it once
 # ($PERF_WORK/dom3). Settings: AB_ROUNDS=3, AB_DURATION_S=10, AB_CONNECTIONS=64. Prints one line
@@ -99,6 +103,7 @@ for round in $(seq 1 "$rounds"); do
     order="A B"; ((round % 2 == 0)) && order="B A"
     for side in $order; do
         data="$one"; keys="$work/keys-1000000.txt"
+        [[ "${AB_SAME_REQUESTS:-0}" == 1 ]] && keys="$dom3/keys.txt"
         [[ "$side" == B ]] && { data="$dom3/data"; keys="$dom3/keys.txt"; }
         port="$(free_port)"
         rm -rf "$scratch/data"; cp -a "$data" "$scratch/data"; rm -rf "$scratch/data/clicks"
@@ -124,7 +129,7 @@ for round in $(seq 1 "$rounds"); do
     done
 done
 median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
-echo "medians (A = one domain, B = three domains, Host mix; binary $bin):"
+echo "medians (A = one domain, B = three domains, Host mix; AB_SAME_REQUESTS=${AB_SAME_REQUESTS:-0}; binary $bin):"
 for depth in 1 16; do
     a="$(awk -v d=$depth '$1=="A" && $2==d {print $3}' "$results" | median)"
     b="$(awk -v d=$depth '$1=="B" && $2==d {print $3}' "$results" | median)"

@@ -249,11 +249,11 @@ fn bots_are_flagged_not_dropped_and_facets_are_counted() {
     assert_eq!(sum["clicks"], json!(10), "bots=exclude counts humans: {v}");
     assert_eq!(sum["human_clicks"], json!(10));
     assert_eq!(sum["bot_clicks"], json!(7));
-    assert_eq!(
-        sum["unique_visitors"],
-        json!(2),
-        "two human (IP, UA) pairs: {v}"
-    );
+    // Two human (IP, UA) pairs, the bots' three left out. HyperLogLog counts a handful by the
+    // registers they set, and under the day's random salt the two share one of the 1,024 in
+    // about 1 run in 1,000: then 1. Counting bots would give 5.
+    let uniques = sum["unique_visitors"].as_u64().unwrap();
+    assert!((1..=2).contains(&uniques), "two human (IP, UA) pairs: {v}");
     assert_eq!(facet(&v, "referrers", "news.example.com"), 5, "{v}");
     assert_eq!(facet(&v, "referrers", "t.co"), 3);
     assert_eq!(facet(&v, "referrers", "(direct)"), 2);

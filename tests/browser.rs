@@ -127,10 +127,19 @@ fn the_stats_page_shows_a_links_clicks_in_chromium() {
         "{v}"
     );
     assert_eq!(v["key"], json!("paged"));
+    let mut cards = v["cards"].clone();
+    let uniques = cards["uniques"].take();
     assert_eq!(
-        v["cards"],
-        json!({"clicks": "11", "humans": "8", "bots": "3", "uniques": "3"}),
-        "bots included: three visitors (one address, three user agents): {v}"
+        cards,
+        json!({"clicks": "11", "humans": "8", "bots": "3", "uniques": null}),
+        "{v}"
+    );
+    // Bots included: three visitors (one address, three user agents). HyperLogLog counts a
+    // handful by the registers they set; two of the three share one of the 1,024 under the
+    // day's random salt in about 3 runs in 1,000, and then the page shows 2.
+    assert!(
+        uniques == json!("3") || uniques == json!("2"),
+        "three visitors: {v}"
     );
     let refs = v["referrers"].as_array().unwrap();
     assert!(refs.contains(&json!(["news.example.com", "6"])), "{v}");

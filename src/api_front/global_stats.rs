@@ -124,9 +124,7 @@ impl ApiFront {
             }
         }
     }
-}
 
-impl ApiFront {
     /// `GET /api/v1/stats` for a key with a role: the walk over the links it reaches first.
     pub(super) fn start_reach_stats(
         &mut self,
