@@ -144,6 +144,20 @@ fn every_fleet_node_answers_each_role_with_its_reach_only() {
         assert_eq!(r.json()["visitsSummary"]["total"], 0, "{}", r.text());
         assert_eq!(sh(&alice, "bob").status, 404);
         assert_eq!(listed(s, &reader), set(&["adm", "ali", "bob"]));
+        // The server-wide stats of each role: the links it reaches, summed from the fleet's
+        // database (no clicks yet), counted.
+        for (token, links) in [(&alice, 1), (&bob, 1), (&reader, 3)] {
+            let r = client(s, token)
+                .send("GET", "/api/v1/stats", true, &[], b"")
+                .unwrap();
+            assert_eq!(r.status, 200, "{}", r.text());
+            let v = r.json();
+            assert_eq!(
+                (v["links"].clone(), v["summary"]["clicks"].clone()),
+                (json!(links), json!(0)),
+                "{v}"
+            );
+        }
     }
     // Writes out of reach change nothing, from either node; a read-only key writes nothing.
     for s in [&a, &b] {
