@@ -50,49 +50,7 @@ if [[ ! -e "$dom3/done" ]]; then
     touch "$dom3/done"
 fi
 
-lua="$dom3/hosts.lua"
-cat >"$lua" <<'LUA'
--- perf/run.sh's random.lua, with a Host per key: a line is KEY or KEY<TAB>HOST.
-local pool = {}
-local at = 0
-local POOL = 65536
-
-function init(args)
-    local depth = tonumber(os.getenv("WRK_DEPTH") or "1")
-    local keys = {}
-    for line in io.lines(os.getenv("WRK_KEYS")) do keys[#keys + 1] = line end
-    math.randomseed(tonumber(os.getenv("WRK_SEED") or "1"))
-    local batches = math.floor(POOL / depth)
-    for b = 1, batches do
-        local parts = {}
-        for i = 1, depth do
-            local line = keys[math.random(#keys)]
-            local key, host = line:match("^([^\t]+)\t(.+)$")
-            if key then
-                parts[i] = wrk.format("GET", "/" .. key, {Host = host})
-            else
-                parts[i] = wrk.format("GET", "/" .. line)
-            end
-        end
-        pool[b] = table.concat(parts)
-    end
-end
-
-function request()
-    at = at % #pool + 1
-    return pool[at]
-end
-
-function done(summary, latency, requests)
-    local e = summary.errors
-    local f = assert(io.open(os.getenv("WRK_JSON"), "w"))
-    f:write(string.format(
-        '{"rps":%.1f,"status_errors":%d,"latency_us":{"p50":%d,"p99":%d}}\n',
-        summary.requests / (summary.duration / 1e6), e.status,
-        latency:percentile(50), latency:percentile(99)))
-    f:close()
-end
-LUA
+lua="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/random.lua"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -120,7 +78,7 @@ for round in $(seq 1 "$rounds"); do
             json="$(mktemp)"
             WRK_DEPTH=$depth WRK_KEYS="$keys" WRK_JSON="$json" taskset -c 1 \
                 wrk -t1 -c"$conns" -d"${duration}s" -s "$lua" "http://127.0.0.1:$port/" >/dev/null
-            read -r rps bad p50 p99 < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); l=d["latency_us"]; print(d["rps"], d["status_errors"], l["p50"], l["p99"])' "$json")
+            read -r rps bad p50 p99 < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); l=d["latency_us"]; print(d["rps"], d["errors"]["status"], l["p50"], l["p99"])' "$json")
             rm -f "$json"
             echo "round $round $side depth $depth: $rps req/s, p50 $p50 us, p99 $p99 us, non-3xx $bad"
             echo "$side $depth $rps $p99" >>"$results"

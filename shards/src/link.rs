@@ -269,6 +269,21 @@ pub fn stored_key(domain: u32, key: &[u8], buf: &mut [u8; MAX_STORED_KEY_BYTES])
     p + 1 + key.len()
 }
 
+/// The stored key of `key` on `domain`: `key` itself on the default domain (no copy), else
+/// built into `buf` ([`stored_key`]).
+#[inline]
+pub fn stored_key_in<'a>(
+    domain: u32,
+    key: &'a [u8],
+    buf: &'a mut [u8; MAX_STORED_KEY_BYTES],
+) -> &'a [u8] {
+    if domain == DEFAULT_DOMAIN {
+        return key;
+    }
+    let n = stored_key(domain, key, buf);
+    &buf[..n]
+}
+
 /// The stored key of `key` on `domain`, as a `String` (the API's and the tools' side).
 pub fn stored_key_string(domain: u32, key: &str) -> String {
     let mut buf = [0u8; MAX_STORED_KEY_BYTES];

@@ -71,9 +71,7 @@ impl ApiFront {
             Err(p) => return problem(out, p),
         };
         let Some(control) = self.clicks.clone() else {
-            let mut p = Problem::not_found();
-            p.detail = "click analytics is off on this server (--analytics off)".into();
-            return problem(out, p);
+            return problem(out, analytics_off());
         };
         let op = move || match shlink {
             true => ApiOp::Shlink(Box::new(ApiOp::GlobalStats), 0, 0),
@@ -148,9 +146,7 @@ impl ApiFront {
     /// a `domain` (these figures cover every domain the key reaches).
     fn global_range(&self, req: &Request<'_>, clock: &Clock) -> Result<(Day, Day), Problem> {
         if self.clicks.is_none() {
-            let mut p = Problem::not_found();
-            p.detail = "click analytics is off on this server (--analytics off)".into();
-            return Err(p);
+            return Err(analytics_off());
         }
         if url::form_urlencoded::parse(req.query.unwrap_or_default()).any(|(k, _)| k == "domain") {
             let why = "the server-wide stats cover every domain; domain is taken on a link's stats";
@@ -247,4 +243,11 @@ impl ApiFront {
         }
         serde_json::to_vec(&v).expect("stats serialize")
     }
+}
+
+/// 404: the server keeps no click figures (`--analytics off`).
+fn analytics_off() -> Problem {
+    let mut p = Problem::not_found();
+    p.detail = "click analytics is off on this server (--analytics off)".into();
+    p
 }

@@ -233,8 +233,8 @@ fn short_word(b: &[u8]) -> u64 {
     }
 }
 
-/// The words a name of any length is read as: a short name's one word four times, four words
-/// for up to 32 bytes, or every whole word and the last eight bytes.
+/// The words a name of more than 32 bytes is hashed as: every whole word, then the last eight
+/// bytes if a part word is left.
 #[inline]
 fn for_each_word(b: &[u8], mut f: impl FnMut(u64)) {
     let mut words = b.chunks_exact(8);

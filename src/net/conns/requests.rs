@@ -121,10 +121,8 @@ impl Conns {
                 // Where the request line ends when it is `GET /key HTTP/1.1`.
                 let line_end = start + key_len + b" HTTP/1.1\r\n".len();
                 let key = match self.hinted_domain(line, line_end) {
-                    Some(shards::link::DEFAULT_DOMAIN) => &path[..key_len],
                     Some(d) if key_len <= shards::link::MAX_KEY_BYTES => {
-                        let n = shards::link::stored_key(d, &path[..key_len], &mut stored);
-                        &stored[..n]
+                        shards::link::stored_key_in(d, &path[..key_len], &mut stored)
                     }
                     _ => &[][..],
                 };
@@ -459,11 +457,7 @@ impl Conns {
             None => self.host_memo.domain_of(&self.domains, req.host),
         };
         let key = match domain {
-            Some(shards::link::DEFAULT_DOMAIN) => key,
-            Some(domain) => {
-                let n = shards::link::stored_key(domain, key, &mut stored);
-                &stored[..n]
-            }
+            Some(domain) => shards::link::stored_key_in(domain, key, &mut stored),
             None => {
                 // `--unknown-host not-found`: no keyspace, so no link and no click.
                 let f = Framing {
