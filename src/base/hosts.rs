@@ -409,7 +409,11 @@ mod tests {
         /// one byte changed (so each word of the comparison; names of 3 to about 80 bytes).
         #[test]
         fn lookups_answer_as_a_map_of_lowercase_names(
-            names in proptest::collection::btree_set("[a-z0-9-]{1,20}(\\.[a-z]{1,20}){1,3}", 1..200),
+            // One hyphen at most: IDNA refuses `--` in the third and fourth places (`xn--`).
+            names in proptest::collection::btree_set(
+                "[a-z0-9]{1,10}(-[a-z0-9]{1,9})?(\\.[a-z]{1,20}){1,3}",
+                1..200,
+            ),
             others in proptest::collection::vec("[a-z]{1,8}\\.[a-z]{2,5}", 0..50),
             changed in proptest::collection::vec(
                 (any::<proptest::sample::Index>(), any::<proptest::sample::Index>(), b'a'..=b'z'),
