@@ -156,6 +156,8 @@ fn each_domain_is_its_own_keyspace_chosen_by_host() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
+    pipelined_hosts_choose_each_requests_keyspace(s.addr, &keys);
+
     // A domain added while the server runs is in force within about a second.
     let (ok, text) = domains(&dir, &["add", "third.example"]);
     assert!(ok, "{text}");
@@ -198,6 +200,7 @@ fn each_domain_is_its_own_keyspace_chosen_by_host() {
     let s = start(&dir, &flags);
     let mut c = Client::new(&s);
     check_all(&mut c);
+    pipelined_hosts_choose_each_requests_keyspace(s.addr, &keys);
     assert_eq!(
         visit(&mut c, "third.example", "promo0"),
         (302, Some("https://third.example/p".into()))
@@ -214,6 +217,69 @@ fn each_domain_is_its_own_keyspace_chosen_by_host() {
         visit(&mut c, "sho.rt", "promo1"),
         (302, Some("https://default.example/promo1".into()))
     );
+}
+
+/// Pipelines of GETs and HEADs naming the same keys on different hosts, in one write each (a
+/// run parsed ahead and prefetched together, `net::conns::run`): every answer is its own
+/// request's domain's link, whichever field order, case, port or target form names it.
+fn pipelined_hosts_choose_each_requests_keyspace(addr: std::net::SocketAddr, keys: &[String]) {
+    let mut rng = common::api::seed("pipelined_hosts");
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for _ in 0..4 {
+        let mut r = common::Reader::connect(addr);
+        let mut wire = String::new();
+        let mut want = Vec::new();
+        for _ in 0..40 {
+            let k = &keys[(next() % keys.len() as u64) as usize];
+            let method = if next() % 4 == 0 { "HEAD" } else { "GET" };
+            let (head, brand) = match next() % 6 {
+                0 => (format!("{method} /{k} HTTP/1.1\r\nHost: sho.rt\r\n"), false),
+                1 => (
+                    format!("{method} /{k} HTTP/1.1\r\nHost: GO.Brand.COM:8080\r\n"),
+                    true,
+                ),
+                2 => (
+                    format!("{method} /{k} HTTP/1.1\r\nUser-Agent: t\r\nhost: go.brand.com\r\n"),
+                    true,
+                ),
+                3 => (
+                    format!("{method} /{k} HTTP/1.1\r\nHost: other.example\r\n"),
+                    false,
+                ),
+                4 => (
+                    format!("{method} http://go.brand.com/{k} HTTP/1.1\r\nHost: sho.rt\r\n"),
+                    true,
+                ),
+                _ => (
+                    format!("{method} /{k}?utm=1 HTTP/1.1\r\nHost: SHO.RT\r\n"),
+                    false,
+                ),
+            };
+            wire.push_str(&head);
+            wire.push_str("\r\n");
+            let site = if brand { "brand" } else { "default" };
+            want.push((
+                method == "HEAD",
+                format!("https://{site}.example/{k}"),
+                head,
+            ));
+        }
+        r.send(wire.as_bytes());
+        for (head_only, location, request) in want {
+            let resp = r.read_response(head_only);
+            assert_eq!(resp.status, 302, "{request:?}");
+            assert_eq!(
+                resp.header("location"),
+                Some(location.as_str()),
+                "{request:?}"
+            );
+        }
+    }
 }
 
 #[test]

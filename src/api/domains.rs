@@ -568,48 +568,14 @@ impl HostMemo {
     }
 }
 
-/// Most requests of one batch whose domains [`BatchDomains`] keeps (a core answers at most
-/// `http::limits::MAX_PIPELINED_REQUESTS` per batch).
-pub const BATCH_DOMAINS: usize = 16;
-
-/// The domains a pipelined batch's `Host` values named, found while its prefetch hints were
-/// made (`net::conns`), so that answering each request does not look its `Host` up again.
-/// An entry is the `Host` value's address and length in the batch's input: a request whose
-/// `Host` is the same bytes at the same place is the same request. Valid for one batch:
-/// [`BatchDomains::clear`] before the next.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct BatchDomains {
-    found: [(usize, usize, Option<u32>); BATCH_DOMAINS],
-    n: usize,
-    /// The first entry not taken yet (requests are answered in order).
-    next: usize,
-}
-
-impl BatchDomains {
-    /// Forgets the last batch's.
-    #[inline]
-    pub fn clear(&mut self) {
-        self.n = 0;
-        self.next = 0;
-    }
-
-    /// Keeps `host`'s domain (a slice of the batch's input); past [`BATCH_DOMAINS`], not.
-    #[inline]
-    pub fn keep(&mut self, host: &[u8], domain: Option<u32>) {
-        if self.n < BATCH_DOMAINS {
-            self.found[self.n] = (host.as_ptr() as usize, host.len(), domain);
-            self.n += 1;
-        }
-    }
-
-    /// The domain kept for this very `host` value (same address, same length), if any.
-    #[inline]
-    pub fn take(&mut self, host: &[u8]) -> Option<Option<u32>> {
-        let at = (host.as_ptr() as usize, host.len());
-        let i = (self.next..self.n).find(|&i| (self.found[i].0, self.found[i].1) == at)?;
-        self.next = i + 1;
-        Some(self.found[i].2)
-    }
+/// A request's keyspace as far as it is known before it is answered: its `Host` not asked
+/// yet, or already looked up (a pipelined run's prefetch, `net::conns::run`, asks it once
+/// for the hint and the answer both).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostDomain {
+    Unasked,
+    /// The domain's number, or `None` for an unknown host under `--unknown-host not-found`.
+    Found(Option<u32>),
 }
 
 fn check_redirects(r: &NotFoundRedirects) -> Result<(), DomainBookError> {
@@ -822,34 +788,6 @@ mod tests {
             ..NewDomain::default()
         })
         .map(|d| d.number)
-    }
-
-    #[test]
-    fn a_batch_gives_back_only_the_domain_of_the_very_host_value_it_kept() {
-        let input =
-            b"GET /a HTTP/1.1\r\nHost: sho.rt\r\n\r\nGET /b HTTP/1.1\r\nHost: sho.rt\r\n\r\n";
-        let first = &input[23..29];
-        let second = &input[56..62];
-        assert_eq!((first, second), (&b"sho.rt"[..], &b"sho.rt"[..]));
-        let mut b = BatchDomains::default();
-        b.keep(first, Some(1));
-        b.keep(second, None);
-        // The same bytes elsewhere (another request's, or a copy) are not the kept value.
-        assert_eq!(b.take(b"sho.rt"), None);
-        assert_eq!(b.take(&first[..5]), None);
-        assert_eq!(b.take(first), Some(Some(1)));
-        assert_eq!(
-            b.take(first),
-            None,
-            "taken once: requests are answered in order"
-        );
-        assert_eq!(b.take(second), Some(None));
-        b.clear();
-        assert_eq!(b.take(second), None);
-        for _ in 0..BATCH_DOMAINS + 1 {
-            b.keep(first, Some(2));
-        }
-        assert_eq!(b.take(first), Some(Some(2)));
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod answers;
 pub mod conn;
 pub mod pool;
 mod requests;
+mod run;
 
 pub use answers::{Answers, Pending, PendingKind};
 pub use conn::{Conn, Life, Recv, INBUF_PAUSE_BYTES, INBUF_RESUME_BYTES, MAX_INBUF_BYTES};
@@ -98,17 +99,12 @@ pub struct Conns {
     accept_errors: u64,
     next_accept_report_ms: u64,
     scratch: Vec<u8>,
-    /// Finds the end of a request head (`\r\n\r\n`) for `prefetch_batch`; built once, since
-    /// `memmem::find` builds a searcher on every call (~5% of a pipelined batch's CPU).
-    head_end: memchr::memmem::Finder<'static>,
     /// Click counting (`analytics::combiner`), unless `--analytics off`.
     pub clicks: Option<crate::analytics::combiner::Combiner>,
     client_ip: crate::analytics::ClientIp,
     /// The declared domains: which keyspace a request's `Host` names (`api::domains`).
     domains: Arc<crate::api::domains::Domains>,
     host_memo: crate::api::domains::HostMemo,
-    /// The domains of the batch being answered, found by `prefetch_batch`.
-    batch_domains: crate::api::domains::BatchDomains,
 }
 
 impl Conns {
@@ -141,12 +137,10 @@ impl Conns {
             accept_errors: 0,
             next_accept_report_ms: 0,
             scratch: Vec::with_capacity(4096),
-            head_end: memchr::memmem::Finder::new(b"\r\n\r\n"),
             clicks: None,
             client_ip: crate::analytics::ClientIp::Peer,
             domains: crate::api::domains::Domains::none(),
             host_memo: Default::default(),
-            batch_domains: Default::default(),
         }
     }
 

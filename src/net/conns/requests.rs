@@ -2,9 +2,10 @@
 //! answer each at once (health, metrics, a local hit, an LRU hit, a 404) or defer it to its
 //! owner (a forwarded lookup, an API request), and fill deferred answers when owners reply.
 
+use super::run::{Parsed, Run, RunEnd, PARSE_AHEAD};
 use super::{Conns, PendingKind, Recv, MAX_INBUF_BYTES};
 use crate::analytics::combiner::{Click, ClickFields};
-use crate::api::domains::{Domains, NotFound};
+use crate::api::domains::{Domains, HostDomain, NotFound};
 use crate::api_front::stats_sum::StatsStep;
 use crate::api_front::{ApiFront, ApiOp, Step, API_PREFIX};
 use crate::base::clock::Clock;
@@ -15,7 +16,7 @@ use crate::http::parse::{parse_request, BadRequest, Expect, Method, ParseError, 
 use crate::http::status::Status;
 use crate::mesh::{Answer, Mesh, RedirectMsg, ReplyTo, RequestPlace, WriteOutcome};
 use crate::owner::Owner;
-use crate::route::{route, Route};
+use crate::route::Route;
 use shards::link::RedirectStatus::Found;
 use shards::table::SlotHint;
 
@@ -85,95 +86,43 @@ impl Conns {
         self.mark_dirty(slot);
     }
 
-    /// For a pipelined batch: finds the keys of the local GET/HEAD requests at the start of
-    /// `data` (a cheap scan, not a parse: a wrong guess only wastes a hint) and prefetches their
-    /// table slots, then the records the slots name, so the batch's cache misses overlap
-    /// instead of being paid one lookup at a time. A single request skips all of this.
-    fn prefetch_batch(&mut self, data: &[u8], owner: &Owner) {
-        self.batch_domains.clear();
-        let Some(first_end) = self.head_end.find(data) else {
-            return;
-        };
-        if first_end + 4 >= data.len() {
-            return; // One request: nothing to overlap.
+    /// For a pipelined run: finds each redirect's domain (kept for its answer) and stored key,
+    /// and prefetches the table slots of the keys owned here, then the records the slots
+    /// name, so the run's cache misses overlap. A single request skips all of this.
+    fn prefetch_run(&mut self, run: &mut Run<'_>, owner: &Owner) {
+        if run.len() < 2 {
+            return; // Nothing to overlap.
         }
         let store = owner.store();
-        let mut found = [(0u32, SlotHint::default()); MAX_PIPELINED_REQUESTS];
+        let mut found = [(0u32, SlotHint::default()); PARSE_AHEAD];
         let mut n = 0;
-        let mut pos = 0;
-        while n < found.len() && pos < data.len() {
-            let rest = &data[pos..];
-            let Some(end) = self.head_end.find(rest) else {
-                break;
+        for a in run.items_mut() {
+            let Route::Redirect(key) = a.route else {
+                continue;
             };
-            let line = &rest[..end];
-            let start = if line.starts_with(b"GET /") {
-                5
-            } else if line.starts_with(b"HEAD /") {
-                6
-            } else {
-                0
+            let domain = self.host_memo.domain_of(&self.domains, a.req.host);
+            a.domain = HostDomain::Found(domain);
+            let Some(domain) = domain else {
+                continue;
             };
-            if start > 0 {
-                let path = &line[start..];
-                let key_len = memchr::memchr3(b' ', b'?', b'\r', path).unwrap_or(path.len());
-                let mut stored = [0u8; shards::link::MAX_STORED_KEY_BYTES];
-                // Where the request line ends when it is `GET /key HTTP/1.1`.
-                let line_end = start + key_len + b" HTTP/1.1\r\n".len();
-                let key = match self.hinted_domain(line, line_end) {
-                    Some(d) if key_len <= shards::link::MAX_KEY_BYTES => {
-                        shards::link::stored_key_in(d, &path[..key_len], &mut stored)
-                    }
-                    _ => &[][..],
-                };
-                if (1..=shards::link::MAX_STORED_KEY_BYTES).contains(&key.len()) {
-                    let o = self.router.owner(key);
-                    if o.core == self.me {
-                        if let Some(s) = store.prefetch_slot(o.shard, key) {
-                            found[n] = (o.shard, s);
-                            n += 1;
-                        }
-                    }
+            let mut stored = [0u8; shards::link::MAX_STORED_KEY_BYTES];
+            let key = shards::link::stored_key_in(domain, key, &mut stored);
+            let o = self.router.owner(key);
+            if o.core == self.me {
+                if let Some(s) = store.prefetch_slot(o.shard, key) {
+                    found[n] = (o.shard, s);
+                    n += 1;
                 }
             }
-            pos += end + 4;
         }
         for &(shard, s) in &found[..n] {
             store.prefetch_record(shard, s);
         }
     }
 
-    /// The domain a request head's `Host` names, for a prefetch hint (`prefetch_batch`): with
-    /// domains declared, the first header field named `Host` (any case) looked up in the
-    /// table, and kept for the answer (`batch_domains`); without, the default domain, and the
-    /// head is not scanned.
-    fn hinted_domain(&mut self, head: &[u8], line_end: usize) -> Option<u32> {
-        if !self.domains.has_hosts() {
-            return Some(shards::link::DEFAULT_DOMAIN);
-        }
-        let is_host = |field: &&[u8]| field.len() > 5 && field[..5].eq_ignore_ascii_case(b"host:");
-        // Clients put `Host` first (RFC 9110 section 7.2 asks them to): try there, then scan.
-        let first = (head.get(line_end.wrapping_sub(1)) == Some(&b'\n'))
-            .then(|| &head[line_end..])
-            .filter(is_host);
-        let host = first
-            .or_else(|| {
-                memchr::memchr_iter(b'\n', head)
-                    .map(|at| &head[at + 1..])
-                    .find(is_host)
-            })
-            .map(|field| {
-                let end = memchr::memchr(b'\r', field).unwrap_or(field.len());
-                field[5..end].trim_ascii()
-            });
-        let domain = self.domains.domain_of(host);
-        if let Some(h) = host {
-            self.batch_domains.keep(h, domain);
-        }
-        domain
-    }
-
-    /// Answers the complete requests at the start of `data`; returns the bytes consumed.
+    /// Answers the complete requests at the start of `data`; returns the bytes consumed. Runs
+    /// of bodiless `GET`/`HEAD` requests (a pipelined client's redirects) are parsed ahead
+    /// and prefetched together (`run.rs`); anything else goes one request at a time.
     fn process(&mut self, slot: u32, data: &[u8], env: &mut Env) -> usize {
         if self.congested {
             // Bounded mesh outbox: new requests wait, unparsed, until it drains.
@@ -185,62 +134,37 @@ impl Conns {
             }
             return 0;
         }
-        self.prefetch_batch(data, env.owner);
         let mut pos = 0;
         let mut answered = 0;
-        while answered < MAX_PIPELINED_REQUESTS && pos < data.len() {
-            let req = match parse_request(&data[pos..]) {
-                Ok(None) => break,
-                Ok(Some(req)) => req,
-                Err(e) => {
-                    self.parse_error(slot, e, data[pos..].starts_with(b"HEAD "), env.clock);
+        'batch: while answered < MAX_PIPELINED_REQUESTS && pos < data.len() {
+            let most = (MAX_PIPELINED_REQUESTS - answered).min(PARSE_AHEAD);
+            let mut run = Run::parse(&data[pos..], most);
+            self.prefetch_run(&mut run, env.owner);
+            for a in run.items() {
+                pos += a.req.head_len;
+                answered += 1;
+                if !self.answer_one(slot, a, &[], env) {
+                    break 'batch;
+                }
+            }
+            match run.end {
+                RunEnd::Full => continue,
+                RunEnd::Incomplete => break,
+                RunEnd::Other => {}
+            }
+            match self.process_one(slot, &data[pos..], env) {
+                Took::Answered { used, more } => {
+                    pos += used;
+                    answered += 1;
+                    if !more {
+                        break;
+                    }
+                }
+                Took::Wait => break,
+                Took::Rest => {
                     pos = data.len();
                     break;
                 }
-            };
-            if req.expect == Expect::Unsupported {
-                self.refuse_expectation(slot, env.clock);
-                pos = data.len();
-                break;
-            }
-            let (total, decoded) = match frame(&req, &data[pos + req.head_len..]) {
-                Ok(framed) => framed,
-                Err(err) => {
-                    self.parse_error(slot, err, data[pos..].starts_with(b"HEAD "), env.clock);
-                    pos = data.len();
-                    break;
-                }
-            };
-            if data.len() - pos < total {
-                // The body is still on its way; a client that asked to be told first is.
-                if req.expect == Expect::Continue && self.answer_expect(slot, &req, env) {
-                    pos = data.len();
-                }
-                break;
-            }
-            self.slots[slot as usize].continue_sent = false;
-            let persist = if self.draining {
-                Persist::Close
-            } else {
-                Persist::for_request(&req)
-            };
-            let body = match &decoded {
-                Some(b) => &b[..],
-                None => &data[pos + req.head_len..pos + total],
-            };
-            let deferred_before = self.slots[slot as usize].answers.len();
-            self.handle(slot, &req, persist, body, env);
-            pos += total;
-            answered += 1;
-            if !persist.keep_alive() {
-                self.slots[slot as usize].close_after_send();
-                break;
-            }
-            // RFC 9112 section 9.3.2: only a run of safe requests may be processed in
-            // parallel. Requests after an unsafe one that is still being carried out wait in
-            // `inbuf` until its answer has been sent, so they see its effect.
-            if !req.method.is_safe() && self.slots[slot as usize].answers.len() > deferred_before {
-                break;
             }
         }
         if answered > 0 {
@@ -248,6 +172,65 @@ impl Conns {
             self.slots[slot as usize].deadline_ms = 0;
         }
         pos
+    }
+
+    /// Parses and answers the one request at the start of `data`, whatever it is.
+    fn process_one(&mut self, slot: u32, data: &[u8], env: &mut Env) -> Took {
+        let head_only = data.starts_with(b"HEAD ");
+        let req = match parse_request(data) {
+            Ok(None) => return Took::Wait,
+            Ok(Some(req)) => req,
+            Err(e) => {
+                self.parse_error(slot, e, head_only, env.clock);
+                return Took::Rest;
+            }
+        };
+        if req.expect == Expect::Unsupported {
+            self.refuse_expectation(slot, env.clock);
+            return Took::Rest;
+        }
+        let (total, decoded) = match frame(&req, &data[req.head_len..]) {
+            Ok(framed) => framed,
+            Err(err) => {
+                self.parse_error(slot, err, head_only, env.clock);
+                return Took::Rest;
+            }
+        };
+        if data.len() < total {
+            // The body is still on its way; a client that asked to be told first is.
+            if req.expect == Expect::Continue && self.answer_expect(slot, &req, env) {
+                return Took::Rest;
+            }
+            return Took::Wait;
+        }
+        let body = match &decoded {
+            Some(b) => &b[..],
+            None => &data[req.head_len..total],
+        };
+        let more = self.answer_one(slot, &Parsed::new(req), body, env);
+        Took::Answered { used: total, more }
+    }
+
+    /// Answers one complete request; `false` when the requests after it must wait (the
+    /// connection closes after it, or it is unsafe and still being carried out).
+    fn answer_one(&mut self, slot: u32, p: &Parsed<'_>, body: &[u8], env: &mut Env) -> bool {
+        let req = &p.req;
+        self.slots[slot as usize].continue_sent = false;
+        let persist = if self.draining {
+            Persist::Close
+        } else {
+            Persist::for_request(req)
+        };
+        let deferred_before = self.slots[slot as usize].answers.len();
+        self.handle(slot, p, persist, body, env);
+        if !persist.keep_alive() {
+            self.slots[slot as usize].close_after_send();
+            return false;
+        }
+        // RFC 9112 section 9.3.2: only a run of safe requests may be processed in parallel.
+        // Requests after an unsafe one that is still being carried out wait in `inbuf` until
+        // its answer has been sent, so they see its effect.
+        req.method.is_safe() || self.slots[slot as usize].answers.len() == deferred_before
     }
 
     /// `Expect: 100-continue` with the body not yet sent (RFC 9110 section 10.1.1): if the head
@@ -331,14 +314,8 @@ impl Conns {
     }
 
     /// Answers one request, or defers it to its owner: the handler `route` names.
-    fn handle(
-        &mut self,
-        slot: u32,
-        req: &Request<'_>,
-        persist: Persist,
-        body: &[u8],
-        env: &mut Env,
-    ) {
+    fn handle(&mut self, slot: u32, p: &Parsed<'_>, persist: Persist, body: &[u8], env: &mut Env) {
+        let (req, route) = (&p.req, p.route);
         let date = &env.clock.date;
         let c = &mut self.slots[slot as usize];
         if c.out.capacity() == 0 {
@@ -356,9 +333,8 @@ impl Conns {
             conn: persist,
             date,
         };
-        let route = route(req);
         match route {
-            Route::Redirect(key) => self.redirect(slot, req, key, persist, env),
+            Route::Redirect(key) => self.redirect(slot, req, key, p.domain, persist, env),
             Route::NotImplemented => {
                 let r = Response {
                     status: Status::NotImplemented,
@@ -445,6 +421,7 @@ impl Conns {
         slot: u32,
         req: &Request<'_>,
         key: &[u8],
+        domain: HostDomain,
         persist: Persist,
         env: &mut Env,
     ) {
@@ -452,9 +429,9 @@ impl Conns {
         // The keyspace is the `Host`'s domain: its stored key carries the domain's number
         // (`shards::link::stored_key`), built on the stack; the default domain's is the key.
         let mut stored = [0u8; shards::link::MAX_STORED_KEY_BYTES];
-        let domain = match req.host.and_then(|h| self.batch_domains.take(h)) {
-            Some(found) => found,
-            None => self.host_memo.domain_of(&self.domains, req.host),
+        let domain = match domain {
+            HostDomain::Found(found) => found,
+            HostDomain::Unasked => self.host_memo.domain_of(&self.domains, req.host),
         };
         let key = match domain {
             Some(domain) => shards::link::stored_key_in(domain, key, &mut stored),
@@ -894,6 +871,17 @@ fn answer_read_only(
         },
         _ => debug_assert!(false, "not a read-only endpoint: {route:?}"),
     }
+}
+
+/// What `Conns::process_one` did with the request at the start of its input.
+enum Took {
+    /// Answered (or deferred) it, which took `used` bytes; `more`: the requests after it may
+    /// be answered now.
+    Answered { used: usize, more: bool },
+    /// It is not complete yet: wait for more bytes.
+    Wait,
+    /// It was refused and the connection closes: the rest of the input is dropped.
+    Rest,
 }
 
 /// The bytes a request takes (`usize::MAX` while its chunked body is incomplete) and its
