@@ -12,6 +12,7 @@
 //! 5. Answer 201 with [`request::link_json`], or a [`problem::Problem`] as
 //!    [`problem::PROBLEM_CONTENT_TYPE`].
 
+pub mod blocklist;
 pub mod domains;
 pub mod idempotency;
 pub mod keys;

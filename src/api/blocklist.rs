@@ -1,0 +1,630 @@
+//! The abuse blocklist: hosts (each blocking its subdomains too), host + path prefixes and
+//! exact URLs that no link may redirect to (issue 27). Read from the file `--blocklist`
+//! names, in the formats threat feeds ship (see [`Blocklist::parse`]); checked at create,
+//! PATCH and import (422 `blocked-target`) and on the redirect path (451), where a link whose
+//! target became blocked stops redirecting at once and starts again once unblocked.
+//!
+//! Matching is on the target's parsed host: IDNA to ASCII, lowercase, without a trailing dot,
+//! percent-decoded, as the `url` crate (the WHATWG parser browsers run) reads it, never on the
+//! raw string, so `https://EVIL.example./x` and `https://%65vil.example/x` are `evil.example`.
+//! On the redirect path a host of plain ASCII letters, digits, `-` and `.` (nearly every
+//! target) is lowercased as it is hashed, on the stack; any other host (Unicode, `%`, an IP
+//! literal) is parsed by the `url` crate, which allocates: such a link's verdict is kept in
+//! a fixed per-core memo ([`VerdictMemo`]) so that it is parsed once per blocklist, not per
+//! redirect.
+//!
+//! Layout: one map from a host to what is blocked under it (the whole host and its subdomains,
+//! or a list of path prefixes and exact paths), with two Bloom filters in front: one of every
+//! entry's last two labels, so a target whose last two labels name no entry's (nearly all)
+//! costs one hash and one cache line; then one of every entry's host, asked for the target's
+//! host and each parent domain before the map is.
+
+use ahash::AHashMap;
+use std::path::{Path, PathBuf};
+
+/// Entries one blocklist holds at most (a larger file is refused whole, with the line it
+/// reached: a truncated blocklist would unblock silently).
+pub const MAX_BLOCKLIST_ENTRIES: usize = 10_000_000;
+
+/// Bad lines reported one by one in the log and `/readyz?verbose`; past this, only counted.
+pub const MAX_REPORTED_BAD_LINES: usize = 20;
+
+/// Labels of a target host checked against host entries (the host itself and each parent
+/// domain): a deeper host's top labels are checked, the rest are not (253 bytes hold at most
+/// 127 labels; no blocklist entry is that deep).
+pub const MAX_CHECKED_LABELS: usize = 16;
+
+/// Bits of the Bloom filter per entry: about 1% false positives with 7 probes in one line.
+pub const BLOOM_BITS_PER_ENTRY: usize = 12;
+
+/// What an entry blocks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// A host and every subdomain of it.
+    Host(String),
+    /// Targets on exactly this host whose path (and query) starts with this prefix.
+    Prefix { host: String, path: String },
+    /// Exactly this URL (scheme and fragment aside): host and path with query.
+    Url { host: String, path: String },
+}
+
+impl std::fmt::Display for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Entry::Host(h) => write!(f, "{h}"),
+            Entry::Prefix { host, path } => write!(f, "{host}{path}*"),
+            Entry::Url { host, path } => write!(f, "{host}{path}"),
+        }
+    }
+}
+
+/// A line the parser could not read: reported, never fatal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadLine {
+    pub line: usize,
+    pub reason: String,
+}
+
+/// What one host holds.
+#[derive(Clone, Debug, Default)]
+struct Rules {
+    /// The entry `Host(host)`: the host and its subdomains are blocked.
+    whole: bool,
+    prefixes: Vec<Box<[u8]>>,
+    exact: Vec<Box<[u8]>>,
+}
+
+/// A loaded blocklist, shared read-only by every core (`Arc`).
+#[derive(Debug, Default)]
+pub struct Blocklist {
+    /// The file it was read from (`None`: no blocklist).
+    pub source: Option<PathBuf>,
+    by_host: AHashMap<Box<[u8]>, Rules>,
+    /// Every entry's host.
+    bloom: Bloom,
+    /// Every entry's host cut to its last two labels (`a.evil.example` → `evil.example`): a
+    /// target whose own last two labels miss here is blocked by no entry, after one probe.
+    coarse: Bloom,
+    /// An entry of one label (a whole top-level domain) exists: the coarse probe cannot
+    /// answer alone.
+    single_label: bool,
+    entries: usize,
+    /// Lines that did not parse (the first [`MAX_REPORTED_BAD_LINES`]) and how many in all.
+    pub bad: Vec<BadLine>,
+    pub bad_count: usize,
+    /// Changes each load, so per-core verdict memos ([`VerdictMemo`]) forget the last one's.
+    pub generation: u64,
+}
+
+/// Why a blocklist file could not be read at all.
+#[derive(Debug, thiserror::Error)]
+pub enum BlocklistError {
+    #[error("cannot read blocklist {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("blocklist {path}: more than {MAX_BLOCKLIST_ENTRIES} entries (line {line})")]
+    TooMany { path: PathBuf, line: usize },
+}
+
+impl Blocklist {
+    /// No blocklist: nothing is blocked and the redirect path checks nothing.
+    pub fn none() -> std::sync::Arc<Blocklist> {
+        std::sync::Arc::new(Blocklist::default())
+    }
+
+    /// Reads `path` ([`Blocklist::parse`]).
+    pub fn load(path: &Path, generation: u64) -> Result<Blocklist, BlocklistError> {
+        let text = std::fs::read(path).map_err(|source| BlocklistError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let text = String::from_utf8_lossy(&text);
+        let mut b = Blocklist::parse(&text).map_err(|line| BlocklistError::TooMany {
+            path: path.to_owned(),
+            line,
+        })?;
+        b.source = Some(path.to_owned());
+        b.generation = generation;
+        Ok(b)
+    }
+
+    /// Parses one entry per line: `#` starts a comment (whole line or after an entry); a bare
+    /// host (`evil.example`, IDNA or ASCII); a hosts-file line (`0.0.0.0 evil.example`, an IP
+    /// address then one or more hosts); an Adblock host rule (`||evil.example^`); a host and
+    /// path prefix (`evil.example/phish`, with `*` at the end or not); an exact URL
+    /// (`https://evil.example/login?x=1`, any scheme). A line that is none of these is a
+    /// [`BadLine`] and everything else still loads. `Err(line)`: more than
+    /// [`MAX_BLOCKLIST_ENTRIES`] entries.
+    pub fn parse(text: &str) -> Result<Blocklist, usize> {
+        let mut b = Blocklist::default();
+        let mut entries = Vec::new();
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() || line.starts_with('!') {
+                continue; // A comment (`!` is Adblock's).
+            }
+            match parse_line(line) {
+                Ok(found) => entries.extend(found),
+                Err(reason) => {
+                    b.bad_count += 1;
+                    if b.bad.len() < MAX_REPORTED_BAD_LINES {
+                        b.bad.push(BadLine {
+                            line: i + 1,
+                            reason,
+                        });
+                    }
+                }
+            }
+            if entries.len() > MAX_BLOCKLIST_ENTRIES {
+                return Err(i + 1);
+            }
+        }
+        b.bloom = Bloom::with_entries(entries.len());
+        b.coarse = Bloom::with_entries(entries.len());
+        for e in entries {
+            b.add(e);
+        }
+        Ok(b)
+    }
+
+    fn add(&mut self, e: Entry) {
+        let (host, kind) = match e {
+            Entry::Host(h) => (h, None),
+            Entry::Prefix { host, path } => (host, Some((true, path))),
+            Entry::Url { host, path } => (host, Some((false, path))),
+        };
+        self.bloom.insert(host_hash(host.as_bytes()));
+        match last_two_labels(host.as_bytes()) {
+            Some(top) => self.coarse.insert(host_hash(top)),
+            None => self.single_label = true,
+        }
+        let rules = self
+            .by_host
+            .entry(host.into_bytes().into_boxed_slice())
+            .or_default();
+        let path = |p: String| p.into_bytes().into_boxed_slice();
+        match kind {
+            None => rules.whole = true,
+            Some((true, p)) => rules.prefixes.push(path(p)),
+            Some((false, p)) => rules.exact.push(path(p)),
+        }
+        self.entries += 1;
+    }
+
+    /// Entries loaded.
+    pub fn len(&self) -> usize {
+        self.entries
+    }
+
+    /// Whether nothing is blocked (the redirect path then checks nothing).
+    pub fn is_empty(&self) -> bool {
+        self.entries == 0
+    }
+
+    /// The rule that blocks a target of (canonical, lowercase) `host` and `path` (path and
+    /// query, from its `/`), if any. No allocation.
+    fn find<'a>(&'a self, host: &'a [u8], path: &[u8]) -> Option<Hit<'a>> {
+        let mut hit = None;
+        for_each_suffix(host, |suffix, whole_host| {
+            if hit.is_some() || !self.bloom.may_hold(host_hash(suffix)) {
+                return;
+            }
+            let Some(rules) = self.by_host.get(suffix) else {
+                return;
+            };
+            let kind = if rules.whole {
+                Some(HitKind::Host)
+            } else if !whole_host {
+                None
+            } else if let Some(p) = rules.prefixes.iter().find(|p| path.starts_with(p)) {
+                Some(HitKind::Prefix(p))
+            } else {
+                rules
+                    .exact
+                    .iter()
+                    .find(|p| ***p == *path)
+                    .map(|p| HitKind::Url(p))
+            };
+            hit = kind.map(|kind| Hit { host: suffix, kind });
+        });
+        hit
+    }
+
+    /// Whether `target` (a stored link target, as given) is blocked: the redirect path's
+    /// check, with no allocation for a plain ASCII host and path; `memo` keeps the verdicts
+    /// of the others, which are parsed by the `url` crate once per blocklist.
+    #[inline]
+    pub fn blocks(&self, target: &[u8], memo: &mut VerdictMemo) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        let mut buf = [0u8; crate::base::hosts::MAX_DOMAIN_BYTES];
+        match plain_target(target, &mut buf) {
+            Some((host, path)) => {
+                let coarse_miss = !self.single_label
+                    && last_two_labels(host)
+                        .is_some_and(|top| !self.coarse.may_hold(host_hash(top)));
+                !coarse_miss && self.find(host, path).is_some()
+            }
+            None => memo.verdict(self, target),
+        }
+    }
+
+    /// The entry blocking `url` (an API's or an import's target), parsed as browsers do.
+    pub fn blocking_url(&self, url: &str) -> Option<Entry> {
+        if self.is_empty() {
+            return None;
+        }
+        let (host, path) = canonical(url)?;
+        self.find(host.as_bytes(), path.as_bytes())
+            .map(|hit| hit.entry())
+    }
+}
+
+/// A rule that matched: the host (or parent domain) it is under and what it blocks there.
+struct Hit<'a> {
+    host: &'a [u8],
+    kind: HitKind<'a>,
+}
+
+enum HitKind<'a> {
+    Host,
+    Prefix(&'a [u8]),
+    Url(&'a [u8]),
+}
+
+impl Hit<'_> {
+    fn entry(&self) -> Entry {
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let host = text(self.host);
+        match self.kind {
+            HitKind::Host => Entry::Host(host),
+            HitKind::Prefix(p) => Entry::Prefix {
+                host,
+                path: text(p),
+            },
+            HitKind::Url(p) => Entry::Url {
+                host,
+                path: text(p),
+            },
+        }
+    }
+}
+
+/// A target's canonical host and path with query, by the `url` crate.
+fn canonical(url: &str) -> Option<(String, String)> {
+    let u = url::Url::parse(url).ok()?;
+    let host = match u.host()? {
+        url::Host::Domain(d) => d.strip_suffix('.').unwrap_or(d).to_owned(),
+        url::Host::Ipv4(a) => a.to_string(),
+        url::Host::Ipv6(a) => format!("[{a}]"),
+    };
+    let mut path = u.path().to_owned();
+    if let Some(q) = u.query() {
+        path.push('?');
+        path.push_str(q);
+    }
+    Some((host, path))
+}
+
+/// Calls `f` with `host` and each parent domain of it (at most [`MAX_CHECKED_LABELS`]),
+/// `true` only for the whole host.
+fn for_each_suffix<'h>(host: &'h [u8], mut f: impl FnMut(&'h [u8], bool)) {
+    f(host, true);
+    // From the top: a host of many labels cannot push its registered domain out of reach.
+    // A byte loop: hosts are short, and a call per dot costs more than it finds.
+    let mut checked = 1;
+    for at in (0..host.len()).rev() {
+        if host[at] == b'.' && checked < MAX_CHECKED_LABELS {
+            f(&host[at + 1..], false);
+            checked += 1;
+        }
+    }
+}
+
+/// `host`'s last two labels (itself if it has two), `None` for a single label.
+fn last_two_labels(host: &[u8]) -> Option<&[u8]> {
+    let mut dots = (0..host.len()).rev().filter(|&at| host[at] == b'.');
+    dots.next()?;
+    Some(dots.next().map_or(host, |at| &host[at + 1..]))
+}
+
+/// A stored target's host (lowercased into `buf`, without a trailing dot) and path with
+/// query (fragment cut), when the `url` crate would read them as they are: `http://` or
+/// `https://` (any case), a host of ASCII letters, digits, `-` and `.` with a letter (all
+/// digits is an IPv4 address, which it may rewrite), an optional port, no userinfo; a path of
+/// printable ASCII without `'` (which it encodes in a query) and without dot segments (which
+/// it removes). Entries hold hosts and paths as it writes them, so such a target is compared
+/// byte for byte; `None` for any other (the slow path). One pass, no allocation.
+fn plain_target<'t, 'b>(
+    t: &'t [u8],
+    buf: &'b mut [u8; crate::base::hosts::MAX_DOMAIN_BYTES],
+) -> Option<(&'b [u8], &'t [u8])> {
+    let start = match t.get(..8) {
+        Some(s) if s.eq_ignore_ascii_case(b"https://") => 8,
+        _ if t.get(..7)?.eq_ignore_ascii_case(b"http://") => 7,
+        _ => return None,
+    };
+    let rest = &t[start..];
+    let end = memchr::memchr3(b'/', b'?', b'#', rest).unwrap_or(rest.len());
+    let (authority, after) = rest.split_at(end);
+    let host = match memchr::memchr(b':', authority) {
+        Some(c) => {
+            let port = &authority[c + 1..];
+            if !port.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            &authority[..c]
+        }
+        None => authority,
+    };
+    let host = host.strip_suffix(b".").unwrap_or(host);
+    let lower = buf.get_mut(..host.len())?;
+    // Branch-free over the bytes: letters, digits, `-` and `.` only, with a letter.
+    let plain_host = shards::link::every_target_byte(host, |b| {
+        b.is_ascii_alphanumeric() || b == b'-' || b == b'.'
+    }) && host.iter().any(|&b| b > b'9');
+    for (d, &s) in lower.iter_mut().zip(host) {
+        *d = s | (u8::from(s.is_ascii_uppercase()) << 5);
+    }
+    let path = &after[..memchr::memchr(b'#', after).unwrap_or(after.len())];
+    let plain_path = shards::link::every_target_byte(path, |b| b.is_ascii_graphic() && b != b'\'')
+        && !memchr::memchr_iter(b'.', path).any(|at| at > 0 && path[at - 1] == b'/');
+    (plain_host && plain_path && !host.is_empty()).then_some((&*lower, path))
+}
+
+/// The Bloom filter's and the map's hash of a host.
+fn host_hash(h: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(h)
+}
+
+/// Parses one non-comment line into its entries.
+fn parse_line(line: &str) -> Result<Vec<Entry>, String> {
+    let mut words = line.split_whitespace();
+    let first = words.next().unwrap_or("");
+    if first.parse::<std::net::IpAddr>().is_ok() {
+        // A hosts-file line: the address, then the hosts it sinks.
+        let hosts: Vec<&str> = words.collect();
+        if hosts.is_empty() {
+            return Err("an address with no host after it".into());
+        }
+        return hosts.iter().map(|h| host_entry(h)).collect();
+    }
+    if words.next().is_some() {
+        return Err(format!("more than one word: {line:?}"));
+    }
+    if let Some(h) = first.strip_prefix("||") {
+        return Ok(vec![host_entry(h.strip_suffix('^').unwrap_or(h))?]);
+    }
+    if first.contains("://") {
+        let (host, path) = canonical(first).ok_or_else(|| format!("not a URL: {first:?}"))?;
+        return Ok(vec![Entry::Url { host, path }]);
+    }
+    match first.split_once('/') {
+        None => Ok(vec![host_entry(first)?]),
+        Some((host, rest)) => {
+            let url = format!("http://{host}/{}", rest.strip_suffix('*').unwrap_or(rest));
+            let (host, path) =
+                canonical(&url).ok_or_else(|| format!("not a host and path: {first:?}"))?;
+            Ok(vec![Entry::Prefix { host, path }])
+        }
+    }
+}
+
+fn host_entry(h: &str) -> Result<Entry, String> {
+    let url = format!("http://{h}/");
+    match canonical(&url) {
+        Some((host, _)) if !h.contains(['/', '@', ':', '?', '#']) => Ok(Entry::Host(host)),
+        _ => Err(format!("not a host name: {h:?}")),
+    }
+}
+
+/// Verdicts for targets whose host is not plain ASCII, per core: a fixed direct-mapped array
+/// by the target's hash, filled on a miss (the only allocation, by the `url` crate, once per
+/// target and blocklist), forgotten when the blocklist changes.
+pub struct VerdictMemo {
+    slots: Box<[(u64, u64, bool)]>,
+}
+
+/// Entries of a core's [`VerdictMemo`].
+pub const VERDICT_MEMO_ENTRIES: usize = 4096;
+
+impl Default for VerdictMemo {
+    fn default() -> VerdictMemo {
+        VerdictMemo {
+            slots: vec![(0, 0, false); VERDICT_MEMO_ENTRIES].into_boxed_slice(),
+        }
+    }
+}
+
+impl VerdictMemo {
+    fn verdict(&mut self, list: &Blocklist, target: &[u8]) -> bool {
+        let h = xxhash_rust::xxh3::xxh3_64(target) | 1;
+        let slot = &mut self.slots[(h as usize) % VERDICT_MEMO_ENTRIES];
+        if slot.0 == h && slot.1 == list.generation {
+            return slot.2;
+        }
+        let blocked = std::str::from_utf8(target)
+            .ok()
+            .and_then(|t| list.blocking_url(t))
+            .is_some();
+        *slot = (h, list.generation, blocked);
+        blocked
+    }
+}
+
+/// The Bloom filter: 512-bit blocks, each key's probes in one block (one cache line).
+#[derive(Debug, Default)]
+struct Bloom {
+    blocks: Vec<[u64; 8]>,
+}
+
+impl Bloom {
+    fn with_entries(n: usize) -> Bloom {
+        let blocks = (n * BLOOM_BITS_PER_ENTRY).div_ceil(512).max(1);
+        Bloom {
+            blocks: vec![[0; 8]; blocks],
+        }
+    }
+
+    /// The block and the seven bits of `h`.
+    fn probes(&self, h: u64) -> (usize, [u32; 7]) {
+        let block = ((u128::from(h) * self.blocks.len() as u128) >> 64) as usize;
+        let mut bits = [0u32; 7];
+        let mut x = h.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        for b in &mut bits {
+            *b = (x >> 55) as u32; // 9 bits: 0..512
+            x = x.rotate_left(9);
+        }
+        (block, bits)
+    }
+
+    fn insert(&mut self, h: u64) {
+        let (block, bits) = self.probes(h);
+        for b in bits {
+            self.blocks[block][(b / 64) as usize] |= 1 << (b % 64);
+        }
+    }
+
+    #[inline]
+    fn may_hold(&self, h: u64) -> bool {
+        if self.blocks.is_empty() {
+            return false;
+        }
+        let (block, bits) = self.probes(h);
+        let line = &self.blocks[block];
+        bits.iter().fold(true, |all, &b| {
+            all & (line[(b / 64) as usize] >> (b % 64) & 1 == 1)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIST: &str = "\
+# a comment line
+evil.example
+0.0.0.0 sink.example other-sink.example   # hosts file
+127.0.0.1 localhost.example
+||adblock.example^
+! an Adblock comment
+Bücher.example
+phish.example/login*
+phish.example/x
+https://exact.example/a?b=1#frag
+not a line
+http://
+0.0.0.0
+";
+
+    fn blocked(b: &Blocklist, t: &str) -> bool {
+        let mut memo = VerdictMemo::default();
+        let fast = b.blocks(t.as_bytes(), &mut memo);
+        let slow = b.blocking_url(t).is_some();
+        assert_eq!(fast, slow, "redirect and API checks disagree on {t}");
+        fast
+    }
+
+    #[test]
+    fn every_format_loads_and_bad_lines_are_reported_with_their_numbers() {
+        let b = Blocklist::parse(LIST).unwrap();
+        assert_eq!(b.len(), 9);
+        let lines: Vec<usize> = b.bad.iter().map(|l| l.line).collect();
+        assert_eq!(lines, [11, 12, 13], "{:?}", b.bad);
+        assert_eq!(b.bad_count, 3);
+    }
+
+    #[test]
+    fn hosts_block_their_subdomains_on_the_parsed_host() {
+        let b = Blocklist::parse(LIST).unwrap();
+        for t in [
+            "https://evil.example/",
+            "http://EVIL.Example./x?y",
+            "https://a.b.evil.example:8443/p",
+            "https://user:pw@evil.example/",
+            "https://%65vil.example/",
+            "https://sink.example",
+            "https://other-sink.example/#x",
+            "https://adblock.example/",
+            "https://bücher.example/",
+            "https://xn--bcher-kva.example/",
+            "https://WWW.BÜCHER.example/",
+            &format!("https://{}evil.example/", "a.".repeat(40)),
+        ] {
+            assert!(blocked(&b, t), "{t}");
+        }
+        for t in [
+            "https://notevil.example/",
+            "https://evil.example.com/",
+            "https://example/",
+            "https://good.example/evil.example",
+            "https://good.example/?u=https://evil.example/",
+        ] {
+            assert!(!blocked(&b, t), "{t}");
+        }
+    }
+
+    #[test]
+    fn prefixes_and_exact_urls_hold_on_their_host_only() {
+        let b = Blocklist::parse(LIST).unwrap();
+        for t in [
+            "https://phish.example/login",
+            "http://phish.example/login/step2?x=1",
+            "https://PHISH.example/login-now",
+            "https://phish.example/x",
+            "https://phish.example/a/../login",
+            "https://exact.example/a?b=1",
+            "http://exact.example/a?b=1#other",
+        ] {
+            assert!(blocked(&b, t), "{t}");
+        }
+        for t in [
+            "https://phish.example/",
+            "https://phish.example/y/x",
+            "https://sub.phish.example/login",
+            "https://exact.example/a?b=2",
+            "https://exact.example/a",
+        ] {
+            assert!(!blocked(&b, t), "{t}");
+        }
+        assert_eq!(
+            b.blocking_url("https://a.evil.example/")
+                .map(|e| e.to_string()),
+            Some("evil.example".into())
+        );
+        assert_eq!(
+            b.blocking_url("https://phish.example/login2")
+                .map(|e| e.to_string()),
+            Some("phish.example/login*".into())
+        );
+    }
+
+    #[test]
+    fn an_empty_list_blocks_nothing() {
+        let b = Blocklist::parse("# nothing\n\n").unwrap();
+        assert!(b.is_empty());
+        assert!(!blocked(&b, "https://evil.example/"));
+    }
+
+    proptest::proptest! {
+        /// Against a plain check of every suffix of the parsed host: the Bloom filter never
+        /// hides an entry, and the redirect path's check answers as the API's.
+        #[test]
+        fn the_filter_never_hides_an_entry(
+            hosts in proptest::collection::vec("[a-z]{1,8}(\\.[a-z]{1,8}){0,2}", 1..300),
+            probes in proptest::collection::vec("[a-z]{1,8}(\\.[a-z]{1,8}){0,3}", 1..100),
+        ) {
+            let b = Blocklist::parse(&hosts.join("\n")).unwrap();
+            let set: std::collections::HashSet<&str> = hosts.iter().map(String::as_str).collect();
+            for p in probes.iter().chain(&hosts) {
+                let labels: Vec<&str> = p.split('.').collect();
+                let want = (0..labels.len()).any(|i| set.contains(labels[i..].join(".").as_str()));
+                proptest::prop_assert_eq!(blocked(&b, &format!("https://{p}/x")), want, "{}", p);
+            }
+        }
+    }
+}
