@@ -130,6 +130,11 @@ struct ServeArgs {
     /// default domain's links, or 404.
     #[arg(long, value_enum, default_value_t = ricochet::api::domains::UnknownHost::Default)]
     unknown_host: ricochet::api::domains::UnknownHost,
+    /// An abuse blocklist: one host, host/path prefix or URL per line (hosts-file and Adblock
+    /// host lines too); links to what it names answer 451 and cannot be created. Read again
+    /// within about a second of a change.
+    #[arg(long, value_name = "FILE")]
+    blocklist: Option<std::path::PathBuf>,
     /// How an idle core waits: `adaptive` spins, then sleeps until an event; `busy` never sleeps.
     #[arg(long, value_enum, default_value_t = ParkArg::Adaptive)]
     park: ParkArg,
@@ -396,6 +401,7 @@ fn serve_options(a: ServeArgs) -> ServeOptions {
         cores: a.cores,
         public_url: a.public_url,
         unknown_host: a.unknown_host,
+        blocklist: a.blocklist,
         parking: match a.park {
             ParkArg::Busy => Parking::Busy,
             ParkArg::Adaptive => Parking::Adaptive { spin_us: a.spin_us },

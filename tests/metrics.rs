@@ -131,7 +131,7 @@ fn metrics_parse_with_bounded_labels_and_true_counts() {
         ("core", ["0", "1"].map(String::from).into()),
         (
             "outcome",
-            ["redirect", "not_found", "api", "other"]
+            ["redirect", "not_found", "blocked", "api", "other"]
                 .map(String::from)
                 .into(),
         ),

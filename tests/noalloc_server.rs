@@ -146,6 +146,21 @@ fn the_redirect_path_allocates_nothing_when_the_cores_aggregate_clicks() {
     );
 }
 
+/// With an abuse blocklist loaded (none of the links' targets on it): each redirect's target
+/// is checked, plain ones in place and the tenth with a Unicode host through the per-core
+/// verdict memo, and nothing is allocated once warm.
+#[test]
+fn checking_targets_against_a_blocklist_allocates_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let list = tmp.path().join("blocklist.txt");
+    let mut text = String::from("# no target of the dataset\n0.0.0.0 evil.example\n");
+    for i in 0..1000 {
+        text.push_str(&format!("phish{i}.example\nexample{i}.org/login\n"));
+    }
+    std::fs::write(&list, text).unwrap();
+    run(true, &["--blocklist", list.to_str().unwrap()], DEFAULT);
+}
+
 fn run(fields: bool, flags: &[&str], d: Domain) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");

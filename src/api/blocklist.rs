@@ -263,6 +263,68 @@ impl Blocklist {
     }
 }
 
+/// Says on stderr what a load found: the entries, and each bad line by file and number.
+pub fn report_loaded(b: &Blocklist) {
+    let name = b
+        .source
+        .as_deref()
+        .map_or_else(String::new, |p| p.display().to_string());
+    eprintln!("blocklist {name}: {} entries", b.len());
+    for l in &b.bad {
+        eprintln!("blocklist {name}:{}: skipped: {}", l.line, l.reason);
+    }
+    if b.bad_count > b.bad.len() {
+        eprintln!(
+            "blocklist {name}: {} more bad lines skipped",
+            b.bad_count - b.bad.len()
+        );
+    }
+}
+
+/// The blocklist file as the key watcher (`node::keywatch`) last read it: read again when its
+/// modification time or size changes. A file that cannot be read keeps the list in force.
+pub struct BlocklistFile {
+    path: PathBuf,
+    stamp: Option<(std::time::SystemTime, u64)>,
+    generation: u64,
+}
+
+impl BlocklistFile {
+    /// Watches `path`, loaded at start as generation 1.
+    pub fn new(path: PathBuf) -> BlocklistFile {
+        BlocklistFile {
+            stamp: stamp(&path),
+            path,
+            generation: 1,
+        }
+    }
+
+    /// The new list if the file changed and reads.
+    pub fn poll(&mut self) -> Option<std::sync::Arc<Blocklist>> {
+        let now = stamp(&self.path);
+        if now == self.stamp {
+            return None;
+        }
+        self.stamp = now;
+        self.generation += 1;
+        match Blocklist::load(&self.path, self.generation) {
+            Ok(b) => {
+                report_loaded(&b);
+                Some(std::sync::Arc::new(b))
+            }
+            Err(e) => {
+                eprintln!("{e}; keeping the blocklist in force");
+                None
+            }
+        }
+    }
+}
+
+fn stamp(p: &Path) -> Option<(std::time::SystemTime, u64)> {
+    let m = std::fs::metadata(p).ok()?;
+    Some((m.modified().ok()?, m.len()))
+}
+
 /// A rule that matched: the host (or parent domain) it is under and what it blocks there.
 struct Hit<'a> {
     host: &'a [u8],
@@ -421,36 +483,59 @@ fn host_entry(h: &str) -> Result<Entry, String> {
     }
 }
 
-/// Verdicts for targets whose host is not plain ASCII, per core: a fixed direct-mapped array
-/// by the target's hash, filled on a miss (the only allocation, by the `url` crate, once per
-/// target and blocklist), forgotten when the blocklist changes.
+/// Verdicts for targets the redirect path cannot check in place (a host or path that is not
+/// plain ASCII), per core: a fixed four-way set-associative array by the target's hash,
+/// filled on a miss (the only allocation, by the `url` crate, once per target and blocklist
+/// while the targets in use fit), forgotten when the blocklist changes.
 pub struct VerdictMemo {
-    slots: Box<[(u64, u64, bool)]>,
+    sets: Box<[[Verdict; VERDICT_MEMO_WAYS]]>,
 }
 
-/// Entries of a core's [`VerdictMemo`].
-pub const VERDICT_MEMO_ENTRIES: usize = 4096;
+/// Targets a core's [`VerdictMemo`] holds: past that many targets that need the slow path in
+/// use at once, some are parsed again (and allocate) when they come back.
+pub const VERDICT_MEMO_ENTRIES: usize = 8192;
+
+/// Ways of a [`VerdictMemo`] set.
+const VERDICT_MEMO_WAYS: usize = 4;
+
+#[derive(Clone, Copy, Default)]
+struct Verdict {
+    /// The target's hash (odd: 0 is empty), and the blocklist generation it was judged by.
+    hash: u64,
+    generation: u64,
+    blocked: bool,
+}
 
 impl Default for VerdictMemo {
     fn default() -> VerdictMemo {
+        let sets = VERDICT_MEMO_ENTRIES / VERDICT_MEMO_WAYS;
         VerdictMemo {
-            slots: vec![(0, 0, false); VERDICT_MEMO_ENTRIES].into_boxed_slice(),
+            sets: vec![[Verdict::default(); VERDICT_MEMO_WAYS]; sets].into_boxed_slice(),
         }
     }
 }
 
 impl VerdictMemo {
     fn verdict(&mut self, list: &Blocklist, target: &[u8]) -> bool {
-        let h = xxhash_rust::xxh3::xxh3_64(target) | 1;
-        let slot = &mut self.slots[(h as usize) % VERDICT_MEMO_ENTRIES];
-        if slot.0 == h && slot.1 == list.generation {
-            return slot.2;
+        let hash = xxhash_rust::xxh3::xxh3_64(target) | 1;
+        let set = &mut self.sets[(hash >> 1) as usize % (VERDICT_MEMO_ENTRIES / VERDICT_MEMO_WAYS)];
+        if let Some(v) = set
+            .iter()
+            .find(|v| v.hash == hash && v.generation == list.generation)
+        {
+            return v.blocked;
         }
         let blocked = std::str::from_utf8(target)
             .ok()
             .and_then(|t| list.blocking_url(t))
             .is_some();
-        *slot = (h, list.generation, blocked);
+        // The new verdict goes first; the oldest (or one of another generation) goes.
+        set.rotate_right(1);
+        set[0] = Verdict {
+            hash,
+            generation: list.generation,
+            blocked,
+        };
         blocked
     }
 }

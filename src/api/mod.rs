@@ -29,4 +29,6 @@ pub mod timefmt;
 pub struct Reloaded {
     pub keys: std::sync::Arc<keys::ApiKeyStore>,
     pub domains: std::sync::Arc<domains::Domains>,
+    /// The abuse blocklist (`--blocklist`; empty without one).
+    pub blocklist: std::sync::Arc<blocklist::Blocklist>,
 }

@@ -146,6 +146,19 @@ impl Problem {
         )
     }
 
+    /// 422: the target is on the abuse blocklist (`--blocklist`); `entry` is the matching
+    /// line's entry.
+    pub fn blocked_target(entry: &crate::api::blocklist::Entry) -> Problem {
+        let mut p = Problem::new(
+            422,
+            problem_type!("blocked-target"),
+            "Blocked target",
+            format!("the target is on this server's blocklist (entry {entry})"),
+        );
+        p.field = Some("long_url");
+        p
+    }
+
     /// 404: no live link has this key.
     pub fn not_found() -> Problem {
         Problem::new(

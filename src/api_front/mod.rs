@@ -134,6 +134,7 @@ pub struct ApiFront {
     keys: Arc<crate::api::keys::ApiKeyStore>,
     /// The declared domains (`api::domains`).
     domains: Arc<crate::api::domains::Domains>,
+    blocklist: Arc<crate::api::blocklist::Blocklist>,
     /// New key stores and domains from `keywatch`, taken at each sweep.
     key_updates: crossbeam::channel::Receiver<Arc<crate::api::Reloaded>>,
     /// Edits of the domain book go to `keywatch` (a file or database write), answers back.
@@ -170,6 +171,7 @@ impl ApiFront {
             router,
             keys: reloaded.keys,
             domains: reloaded.domains,
+            blocklist: reloaded.blocklist,
             key_updates,
             editor,
             ratelimit,
@@ -230,13 +232,19 @@ impl ApiFront {
         self.stats_in_flight = self.stats_in_flight.saturating_sub(1);
     }
 
-    /// Takes reloaded API keys and domains, if `keywatch` offered them; returns the domains
-    /// for the core's connections.
-    pub fn take_reloads(&mut self) -> Option<Arc<crate::api::domains::Domains>> {
+    /// Takes reloaded API keys, domains and blocklist, if `keywatch` offered them; returns
+    /// them for the core's connections.
+    pub fn take_reloads(&mut self) -> Option<Arc<crate::api::Reloaded>> {
         let r = self.key_updates.try_recv().ok()?;
         self.keys = r.keys.clone();
         self.domains = r.domains.clone();
-        Some(r.domains.clone())
+        self.blocklist = r.blocklist.clone();
+        Some(r)
+    }
+
+    /// The abuse blocklist in force here.
+    pub fn blocklist(&self) -> &Arc<crate::api::blocklist::Blocklist> {
+        &self.blocklist
     }
 
     /// Answers of `keywatch` to this core's domain edits.
@@ -425,6 +433,9 @@ impl ApiFront {
         self.ratelimit
             .check(key_id.to_u64(), caller.limits, Instant::now())?;
         let mut cr = parse_create(body, now_s)?;
+        if let Some(entry) = self.blocklist.blocking_url(&cr.long_url) {
+            return Err(Problem::blocked_target(&entry));
+        }
         cr.domain_number = self.domain_number(cr.domain.as_deref())?;
         self.check_create_domain(&cr, reach)?;
         cr.author = caller.author();
@@ -511,7 +522,12 @@ impl ApiFront {
         mesh: &mut Mesh,
     ) -> Result<(), Problem> {
         let ikey = self.item_key(req.query, key, reach)?;
-        let (op, ask) = item_ask(req.method, (ikey, reach.author), body, now_s)?;
+        let (op, ask) = item_ask(
+            req.method,
+            (ikey, reach.author),
+            body,
+            (now_s, &self.blocklist),
+        )?;
         let reply = defer(out, op);
         let owner = self.router.owner(ikey.as_bytes()).core;
         mesh.deliver(owner, ask.message(reply));
@@ -889,7 +905,7 @@ pub(crate) fn item_ask(
     method: Method,
     (key, reach): (InlineKey, AuthorReach),
     body: &[u8],
-    now_s: u64,
+    (now_s, blocklist): (u64, &crate::api::blocklist::Blocklist),
 ) -> Result<(ApiOp, OwnerAsk), Problem> {
     Ok(match method {
         Method::Get => (ApiOp::Get, OwnerAsk::Read(ReadReq::Get { key, reach })),
@@ -899,6 +915,13 @@ pub(crate) fn item_ask(
         ),
         _ => {
             let p = parse_patch(body, now_s)?;
+            if let Some(entry) = p
+                .long_url
+                .as_deref()
+                .and_then(|u| blocklist.blocking_url(u))
+            {
+                return Err(Problem::blocked_target(&entry));
+            }
             let patch = WriteReq::Patch {
                 key,
                 target: p.long_url.map(Arc::from),

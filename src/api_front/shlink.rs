@@ -610,8 +610,13 @@ impl ApiFront {
             Method::Get | Method::Delete => Vec::new(),
             _ => native_body(body, false)?,
         };
-        let (op, ask) = super::item_ask(method, (ikey, reach.author), &native, now_s)
-            .map_err(|p| ShlinkError::from_native(&p))?;
+        let (op, ask) = super::item_ask(
+            method,
+            (ikey, reach.author),
+            &native,
+            (now_s, &self.blocklist),
+        )
+        .map_err(|p| ShlinkError::from_native(&p))?;
         let reply = defer(out, ApiOp::Shlink(Box::new(op), 0, 0));
         let owner = self.router.owner(ikey.as_bytes()).core;
         mesh.deliver(owner, ask.message(reply));

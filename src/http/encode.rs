@@ -176,6 +176,25 @@ pub fn encode_response(out: &mut Vec<u8>, r: &Response<'_>, f: Framing<'_>) {
 const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
 
 /// Appends `404 Not Found` with a short text body.
+/// The answer to a link whose target the abuse blocklist names (`api::blocklist`): 451 with a
+/// short page saying why, and no `Location`.
+pub fn encode_blocked(out: &mut Vec<u8>, f: Framing<'_>) {
+    let r = Response {
+        status: Status::UnavailableForLegalReasons,
+        headers: &[],
+        content_type: Some("text/html; charset=utf-8"),
+        body: BLOCKED_PAGE,
+    };
+    encode_response(out, &r, f);
+}
+
+/// The page of [`encode_blocked`].
+pub const BLOCKED_PAGE: &[u8] =
+    b"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<title>Link blocked</title></head><body><h1>Link blocked</h1>\
+<p>This short link points to an address on this service's blocklist (phishing, malware \
+or other abuse), so it does not redirect.</p></body></html>\n";
+
 pub fn encode_not_found(out: &mut Vec<u8>, f: Framing<'_>) {
     let r = Response {
         status: Status::NotFound,

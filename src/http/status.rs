@@ -64,6 +64,7 @@ statuses! {
     ExpectationFailed = 417, "Expectation Failed";
     UnprocessableContent = 422, "Unprocessable Content";
     TooManyRequests = 429, "Too Many Requests";
+    UnavailableForLegalReasons = 451, "Unavailable For Legal Reasons";
     RequestHeaderFieldsTooLarge = 431, "Request Header Fields Too Large";
     InternalServerError = 500, "Internal Server Error";
     NotImplemented = 501, "Not Implemented";
@@ -98,7 +99,7 @@ mod tests {
     fn emits_every_required_code() {
         let required = [
             200, 201, 204, 301, 302, 307, 308, 400, 401, 403, 404, 405, 409, 411, 413, 414, 417,
-            422, 429, 431, 500, 501, 503, 505, 507,
+            422, 429, 431, 451, 500, 501, 503, 505, 507,
         ];
         for code in required {
             let s = Status::from_code(code).unwrap_or_else(|| panic!("missing {code}"));

@@ -64,6 +64,12 @@ const PER_CORE: &[(&str, &str, MetricType, Get)] = &[
         |c| &c.not_found,
     ),
     (
+        "ricochet_blocked",
+        "451 answers: links whose target the abuse blocklist names",
+        MetricType::Counter,
+        |c| &c.blocked,
+    ),
+    (
         "ricochet_forwarded",
         "Lookups forwarded to the owning core",
         MetricType::Counter,
@@ -258,22 +264,24 @@ impl ServerCollector {
     fn outcomes(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
         let mut m = enc.encode_descriptor(
             "ricochet_responses",
-            "Requests by outcome: redirect, not_found (key lookups), api, other (probes, metrics, errors)",
+            "Requests by outcome: redirect, not_found (key lookups), blocked (451), api, other (probes, metrics, errors)",
             None,
             MetricType::Counter,
         )?;
         for (i, c) in self.0.counters.iter().enumerate() {
             let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-            let (all, r, n, a) = (
+            let (all, r, n, b, a) = (
                 load(&c.requests),
                 load(&c.redirects),
                 load(&c.not_found),
+                load(&c.blocked),
                 load(&c.api_requests),
             );
-            let other = all.saturating_sub(r + n + a);
+            let other = all.saturating_sub(r + n + b + a);
             for (outcome, v) in [
                 ("redirect", r),
                 ("not_found", n),
+                ("blocked", b),
                 ("api", a),
                 ("other", other),
             ] {

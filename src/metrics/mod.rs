@@ -121,6 +121,7 @@ pub struct CoreCounters {
     pub requests: AtomicU64,
     pub redirects: AtomicU64,
     pub not_found: AtomicU64,
+    pub blocked: AtomicU64,
     pub forwarded: AtomicU64,
     pub lru_hits: AtomicU64,
     pub api_requests: AtomicU64,
@@ -171,6 +172,8 @@ pub struct Tally {
     pub requests: u64,
     pub redirects: u64,
     pub not_found: u64,
+    /// Links answered 451 because the blocklist names their target.
+    pub blocked: u64,
     pub forwarded: u64,
     pub lru_hits: u64,
     pub api_requests: u64,
@@ -188,6 +191,7 @@ impl CoreCounters {
         self.requests.store(t.requests, Ordering::Relaxed);
         self.redirects.store(t.redirects, Ordering::Relaxed);
         self.not_found.store(t.not_found, Ordering::Relaxed);
+        self.blocked.store(t.blocked, Ordering::Relaxed);
         self.forwarded.store(t.forwarded, Ordering::Relaxed);
         self.lru_hits.store(t.lru_hits, Ordering::Relaxed);
         self.api_requests.store(t.api_requests, Ordering::Relaxed);

@@ -236,8 +236,9 @@ impl Core {
     fn sweep(&mut self) {
         let (now_ms, now_s) = (self.clock.now_ms, self.clock.now_s);
         self.conns.sweep(now_ms);
-        if let Some(domains) = self.api.take_reloads() {
-            self.conns.set_domains(domains);
+        if let Some(r) = self.api.take_reloads() {
+            self.conns.set_domains(r.domains.clone());
+            self.conns.set_blocklist(r.blocklist.clone());
         }
         // After the reloads: an edit's answer leaves once its change is in force here.
         while let Some(done) = self.api.take_edits_done() {

@@ -101,8 +101,17 @@ pub struct CoreEnds {
     pub edits_done: Vec<Inbox<EditDone>>,
 }
 
-/// Starts the watcher (`domains`: the view in force at start, rebuilt with `unknown` on a
-/// change); returns each core's ends. The thread ends when `stop` is set.
+/// What the watcher starts from besides the keys: the domains in force (rebuilt with
+/// `unknown` on a change) and the blocklist (read again from `blocklist_path` on a change).
+pub struct Books {
+    pub domains: Arc<Domains>,
+    pub unknown: UnknownHost,
+    pub blocklist: Arc<crate::api::blocklist::Blocklist>,
+    pub blocklist_path: Option<PathBuf>,
+}
+
+/// Starts the watcher (`books`: the domains and blocklist in force at start); returns each
+/// core's ends. The thread ends when `stop` is set.
 /// In fleet mode (`fleet`: a session and the keys read at start, `None` if the database did
 /// not answer then) it also reads the fleet's keys from the database at every tick and offers
 /// the local keys with them whenever either changed; while the database cannot be read, the
@@ -116,9 +125,14 @@ pub fn start(
     stop: Arc<AtomicBool>,
     local: ApiKeyStore,
     fleet: Option<FleetKeys>,
-    domains: Arc<Domains>,
-    unknown: UnknownHost,
+    books: Books,
 ) -> std::io::Result<CoreEnds> {
+    let Books {
+        domains,
+        unknown,
+        blocklist,
+        blocklist_path,
+    } = books;
     let cores = bells.0.len();
     let (edit_tx, edits) = bounded(MAX_QUEUED_DOMAIN_EDITS);
     let (outlets, reloads) = Outlets::new(cores, 1, bells.clone());
@@ -138,6 +152,8 @@ pub fn start(
         local,
         fleet,
         domains,
+        blocklist,
+        blocklist_file: blocklist_path.map(crate::api::blocklist::BlocklistFile::new),
         outlets,
         latest: None,
         behind: vec![false; cores],
@@ -164,6 +180,8 @@ struct Watcher {
     fleet: Option<FleetKeys>,
     domain_file: DomainFile,
     domains: Arc<Domains>,
+    blocklist: Arc<crate::api::blocklist::Blocklist>,
+    blocklist_file: Option<crate::api::blocklist::BlocklistFile>,
     outlets: Outlets<Arc<Reloaded>>,
     latest: Option<Arc<Reloaded>>,
     /// Cores whose queue was full when the latest store was offered: offered again each
@@ -195,12 +213,17 @@ impl Watcher {
         }
     }
 
-    /// Every [`KEY_RELOAD_INTERVAL_MS`]: the keys and the domains read again if they changed.
+    /// Every [`KEY_RELOAD_INTERVAL_MS`]: the keys, the domains and the blocklist read again if
+    /// they changed.
     fn tick(&mut self) {
         let mut changed = self.fleet.as_mut().is_some_and(read_fleet_keys);
         changed |= self.reload_local_keys();
         if let Some(d) = self.domain_file.poll(self.fleet.as_mut()) {
             self.domains = d;
+            changed = true;
+        }
+        if let Some(b) = self.blocklist_file.as_mut().and_then(|f| f.poll()) {
+            self.blocklist = b;
             changed = true;
         }
         if changed {
@@ -248,6 +271,7 @@ impl Watcher {
         self.latest = Some(Arc::new(Reloaded {
             keys: Arc::new(store),
             domains: self.domains.clone(),
+            blocklist: self.blocklist.clone(),
         }));
         self.behind.iter_mut().for_each(|b| *b = true);
         self.offer_behind();

@@ -53,6 +53,8 @@ pub struct ServeOptions {
     pub public_url: Option<String>,
     /// What a `Host` naming no declared domain gets (`--unknown-host`).
     pub unknown_host: crate::api::domains::UnknownHost,
+    /// The abuse blocklist file (`--blocklist`), if any.
+    pub blocklist: Option<PathBuf>,
     pub parking: Parking,
     pub lru_capacity: usize,
     pub timeouts: Timeouts,
@@ -124,8 +126,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
         keywatch_stop.clone(),
         write.local_keys.clone(),
         write.fleet_keys.take(),
-        write.domains.clone(),
-        opts.unknown_host,
+        write.books(&opts),
     )
     .context("starting the API key watcher")?;
     let parts = CoreParts {
@@ -352,6 +353,8 @@ struct WriteSide {
     api_keys: Arc<crate::api::keys::ApiKeyStore>,
     /// The declared domains at start; the key watcher offers later ones.
     domains: Arc<crate::api::domains::Domains>,
+    /// The abuse blocklist at start (`--blocklist`); the key watcher offers later ones.
+    blocklist: Arc<crate::api::blocklist::Blocklist>,
     seg_cfg: shards::alloc::SegmentConfig,
     /// Every core's creates draw from it (per API key, whole node).
     ratelimit: Arc<crate::api::ratelimit::RateLimiter>,
@@ -381,6 +384,15 @@ fn open_write_side(opts: &ServeOptions, links: &Links) -> anyhow::Result<WriteSi
         None => local_keys.clone(),
     });
     let domains = Arc::new(book.view(opts.unknown_host));
+    let blocklist = match &opts.blocklist {
+        Some(path) => {
+            let b = crate::api::blocklist::Blocklist::load(path, 1)
+                .with_context(|| format!("--blocklist {}", path.display()))?;
+            crate::api::blocklist::report_loaded(&b);
+            Arc::new(b)
+        }
+        None => crate::api::blocklist::Blocklist::none(),
+    };
     let seg_cfg = shards::alloc::SegmentConfig {
         segment_len: opts.segment_len,
         ..Default::default()
@@ -405,12 +417,23 @@ fn open_write_side(opts: &ServeOptions, links: &Links) -> anyhow::Result<WriteSi
         fleet_keys,
         api_keys,
         domains,
+        blocklist,
         seg_cfg,
         ratelimit,
     })
 }
 
 impl WriteSide {
+    /// What the key watcher starts from: the domains and the blocklist in force.
+    fn books(&self, opts: &ServeOptions) -> crate::node::keywatch::Books {
+        crate::node::keywatch::Books {
+            domains: self.domains.clone(),
+            unknown: opts.unknown_host,
+            blocklist: self.blocklist.clone(),
+            blocklist_path: opts.blocklist.clone(),
+        }
+    }
+
     /// Core `core`'s API side: the keys, its share of the rate limit, its ID segments.
     fn api_client(
         &self,
@@ -426,6 +449,7 @@ impl WriteSide {
             crate::api::Reloaded {
                 keys: self.api_keys.clone(),
                 domains: self.domains.clone(),
+                blocklist: self.blocklist.clone(),
             },
             key_updates,
             editor,
@@ -574,6 +598,7 @@ impl CoreParts<'_> {
             self.shared.clone(),
         );
         conns.set_domains(api.domains().clone());
+        conns.set_blocklist(api.blocklist().clone());
         let mut fleet_inbox = None;
         if let Some((links, inbox)) = fleet {
             owner.set_fleet(links);

@@ -105,6 +105,10 @@ pub struct Conns {
     /// The declared domains: which keyspace a request's `Host` names (`api::domains`).
     domains: Arc<crate::api::domains::Domains>,
     host_memo: crate::api::domains::HostMemo,
+    /// The abuse blocklist in force (`api::blocklist`), and this core's verdicts for targets
+    /// it parses the slow way.
+    blocklist: Arc<crate::api::blocklist::Blocklist>,
+    verdicts: crate::api::blocklist::VerdictMemo,
 }
 
 impl Conns {
@@ -141,7 +145,14 @@ impl Conns {
             client_ip: crate::analytics::ClientIp::Peer,
             domains: crate::api::domains::Domains::none(),
             host_memo: Default::default(),
+            blocklist: crate::api::blocklist::Blocklist::none(),
+            verdicts: Default::default(),
         }
+    }
+
+    /// The abuse blocklist from now on (at start, and on each reload).
+    pub fn set_blocklist(&mut self, blocklist: Arc<crate::api::blocklist::Blocklist>) {
+        self.blocklist = blocklist;
     }
 
     /// The declared domains from now on (at start, and on each reload).

@@ -485,6 +485,8 @@ impl Conns {
             tally: &mut self.tally,
             clicks: &mut self.clicks,
             domains: &self.domains,
+            blocklist: &self.blocklist,
+            verdicts: &mut self.verdicts,
         };
         if owner.core == self.me {
             let answer = env.owner.local_answer(owner.shard, key, now_s);
@@ -597,6 +599,8 @@ impl Conns {
             tally: &mut self.tally,
             clicks: &mut self.clicks,
             domains: &self.domains,
+            blocklist: &self.blocklist,
+            verdicts: &mut self.verdicts,
         };
         counted.answer(
             &mut self.scratch,
@@ -750,6 +754,8 @@ struct Counted<'a> {
     tally: &'a mut crate::metrics::Tally,
     clicks: &'a mut Option<crate::analytics::combiner::Combiner>,
     domains: &'a crate::api::domains::Domains,
+    blocklist: &'a crate::api::blocklist::Blocklist,
+    verdicts: &'a mut crate::api::blocklist::VerdictMemo,
 }
 
 impl Counted<'_> {
@@ -768,6 +774,16 @@ impl Counted<'_> {
         clock: &Clock,
     ) {
         match found {
+            // A target the blocklist names: the link is kept, but sends nobody there.
+            Some((_, target)) if self.blocklist.blocks(target, self.verdicts) => {
+                self.tally.blocked += 1;
+                let f = Framing {
+                    head_only: head,
+                    conn: persist,
+                    date: &clock.date,
+                };
+                encode::encode_blocked(out, f);
+            }
             Some((status, target)) => {
                 self.tally.redirects += 1;
                 encode::encode_redirect(out, status, target, persist, &clock.date);
