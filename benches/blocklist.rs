@@ -42,6 +42,11 @@ fn blocklist(c: &mut Criterion) {
     let (text, listed) = list_text(&mut rng);
     let list = Blocklist::parse(&text).expect("within the limit");
     assert_eq!(list.len(), ENTRIES);
+    eprintln!(
+        "{ENTRIES} entries: {} bytes, {:.1} bytes an entry",
+        list.heap_bytes(),
+        list.heap_bytes() as f64 / ENTRIES as f64
+    );
     let clean: Vec<String> = (0..TARGETS)
         .map(|i| {
             let sub = if i % 3 == 0 { "www." } else { "" };

@@ -19,7 +19,6 @@
 //! costs one hash and one cache line; then one of every entry's host, asked for the target's
 //! host and each parent domain before the map is.
 
-use ahash::AHashMap;
 use std::path::{Path, PathBuf};
 
 /// Entries one blocklist holds at most (a larger file is refused whole, with the line it
@@ -65,13 +64,154 @@ pub struct BadLine {
     pub reason: String,
 }
 
-/// What one host holds.
-#[derive(Clone, Debug, Default)]
-struct Rules {
+/// The hosts entries name and what each blocks, in a few flat vectors: no allocation per
+/// entry, so a million-entry list loads fast and, above all, is dropped in a few frees (the
+/// last core to take a new list drops the old one, between requests).
+#[derive(Debug, Default)]
+struct HostIndex {
+    /// Every host name, then every path, back to back.
+    bytes: Vec<u8>,
+    recs: Vec<HostRec>,
+    /// Open addressing, at most half full: a record's index plus one (0: empty).
+    slots: Vec<u32>,
+    /// Path rules grouped by host (each record's `rules` range), once built.
+    rules: Vec<PathRule>,
+    /// Path rules as added, by record, until [`HostIndex::finish`].
+    pending: Vec<(u32, PathRule)>,
+}
+
+/// A host of the index.
+#[derive(Clone, Copy, Debug)]
+struct HostRec {
+    at: u32,
+    len: u32,
     /// The entry `Host(host)`: the host and its subdomains are blocked.
     whole: bool,
-    prefixes: Vec<Box<[u8]>>,
-    exact: Vec<Box<[u8]>>,
+    /// Its path rules: `rules[from..from + n]`.
+    rules_from: u32,
+    rules_n: u32,
+}
+
+/// A path prefix or an exact path (with query) under one host.
+#[derive(Clone, Copy, Debug)]
+struct PathRule {
+    at: u32,
+    len: u32,
+    prefix: bool,
+}
+
+impl HostIndex {
+    fn name(&self, r: &HostRec) -> &[u8] {
+        &self.bytes[r.at as usize..(r.at + r.len) as usize]
+    }
+
+    /// The record of `host` (lowercase), if any.
+    fn get(&self, host: &[u8], h: u64) -> Option<&HostRec> {
+        if self.slots.is_empty() {
+            return None;
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = (h as usize) & mask;
+        loop {
+            let s = self.slots[i];
+            if s == 0 {
+                return None;
+            }
+            let r = &self.recs[s as usize - 1];
+            if self.name(r) == host {
+                return Some(r);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Adds `host` (lowercase) with a path rule, or as a whole host (`rule: None`).
+    fn insert(&mut self, host: &[u8], h: u64, rule: Option<(bool, &[u8])>) {
+        if (self.recs.len() + 1) * 2 > self.slots.len() {
+            self.grow();
+        }
+        let mask = self.slots.len() - 1;
+        let mut i = (h as usize) & mask;
+        let rec = loop {
+            match self.slots[i] {
+                0 => {
+                    let at = self.bytes.len() as u32;
+                    self.bytes.extend_from_slice(host);
+                    self.recs.push(HostRec {
+                        at,
+                        len: host.len() as u32,
+                        whole: false,
+                        rules_from: 0,
+                        rules_n: 0,
+                    });
+                    self.slots[i] = self.recs.len() as u32;
+                    break self.recs.len() - 1;
+                }
+                s if self.name(&self.recs[s as usize - 1]) == host => break s as usize - 1,
+                _ => i = (i + 1) & mask,
+            }
+        };
+        match rule {
+            None => self.recs[rec].whole = true,
+            Some((prefix, path)) => {
+                let at = self.bytes.len() as u32;
+                self.bytes.extend_from_slice(path);
+                let r = PathRule {
+                    at,
+                    len: path.len() as u32,
+                    prefix,
+                };
+                self.pending.push((rec as u32, r));
+            }
+        }
+    }
+
+    fn grow(&mut self) {
+        let n = (self.slots.len() * 2).max(16);
+        self.slots = vec![0; n];
+        for (i, r) in self.recs.iter().enumerate() {
+            let mut at = (host_hash(self.name(r)) as usize) & (n - 1);
+            while self.slots[at] != 0 {
+                at = (at + 1) & (n - 1);
+            }
+            self.slots[at] = i as u32 + 1;
+        }
+    }
+
+    /// Groups the path rules by host once every entry is in.
+    fn finish(&mut self) {
+        self.pending.sort_by_key(|(rec, _)| *rec);
+        self.rules = Vec::with_capacity(self.pending.len());
+        for (rec, rule) in std::mem::take(&mut self.pending) {
+            let r = &mut self.recs[rec as usize];
+            if r.rules_n == 0 {
+                r.rules_from = self.rules.len() as u32;
+            }
+            r.rules_n += 1;
+            self.rules.push(rule);
+        }
+        self.bytes.shrink_to_fit();
+        self.recs.shrink_to_fit();
+    }
+
+    /// `r`'s path rules: (prefix or exact, path).
+    fn rules_of<'a>(&'a self, r: &HostRec) -> impl Iterator<Item = (bool, &'a [u8])> + Clone + 'a {
+        let from = r.rules_from as usize;
+        self.rules[from..from + r.rules_n as usize].iter().map(|p| {
+            (
+                p.prefix,
+                &self.bytes[p.at as usize..(p.at + p.len) as usize],
+            )
+        })
+    }
+
+    /// Bytes it takes.
+    fn heap_bytes(&self) -> usize {
+        self.bytes.capacity()
+            + self.recs.capacity() * std::mem::size_of::<HostRec>()
+            + self.slots.capacity() * 4
+            + self.rules.capacity() * std::mem::size_of::<PathRule>()
+    }
 }
 
 /// A loaded blocklist, shared read-only by every core (`Arc`).
@@ -79,7 +219,7 @@ struct Rules {
 pub struct Blocklist {
     /// The file it was read from (`None`: no blocklist).
     pub source: Option<PathBuf>,
-    by_host: AHashMap<Box<[u8]>, Rules>,
+    index: HostIndex,
     /// Every entry's host.
     bloom: Bloom,
     /// Every entry's host cut to its last two labels (`a.evil.example` → `evil.example`): a
@@ -139,14 +279,17 @@ impl Blocklist {
     /// [`MAX_BLOCKLIST_ENTRIES`] entries.
     pub fn parse(text: &str) -> Result<Blocklist, usize> {
         let mut b = Blocklist::default();
-        let mut entries = Vec::new();
+        // Filters sized by the lines (an entry each, but for hosts-file lines naming several).
+        let lines = memchr::memchr_iter(b'\n', text.as_bytes()).count() + 1;
+        b.bloom = Bloom::with_entries(lines);
+        b.coarse = Bloom::with_entries(lines);
         for (i, raw) in text.lines().enumerate() {
             let line = raw.split('#').next().unwrap_or("").trim();
             if line.is_empty() || line.starts_with('!') {
                 continue; // A comment (`!` is Adblock's).
             }
             match parse_line(line) {
-                Ok(found) => entries.extend(found),
+                Ok(found) => found.into_iter().for_each(|e| b.add(e)),
                 Err(reason) => {
                     b.bad_count += 1;
                     if b.bad.len() < MAX_REPORTED_BAD_LINES {
@@ -157,15 +300,11 @@ impl Blocklist {
                     }
                 }
             }
-            if entries.len() > MAX_BLOCKLIST_ENTRIES {
+            if b.entries > MAX_BLOCKLIST_ENTRIES {
                 return Err(i + 1);
             }
         }
-        b.bloom = Bloom::with_entries(entries.len());
-        b.coarse = Bloom::with_entries(entries.len());
-        for e in entries {
-            b.add(e);
-        }
+        b.index.finish();
         Ok(b)
     }
 
@@ -175,22 +314,20 @@ impl Blocklist {
             Entry::Prefix { host, path } => (host, Some((true, path))),
             Entry::Url { host, path } => (host, Some((false, path))),
         };
-        self.bloom.insert(host_hash(host.as_bytes()));
+        let h = host_hash(host.as_bytes());
+        self.bloom.insert(h);
         match last_two_labels(host.as_bytes()) {
             Some(top) => self.coarse.insert(host_hash(top)),
             None => self.single_label = true,
         }
-        let rules = self
-            .by_host
-            .entry(host.into_bytes().into_boxed_slice())
-            .or_default();
-        let path = |p: String| p.into_bytes().into_boxed_slice();
-        match kind {
-            None => rules.whole = true,
-            Some((true, p)) => rules.prefixes.push(path(p)),
-            Some((false, p)) => rules.exact.push(path(p)),
-        }
+        let rule = kind.as_ref().map(|(prefix, p)| (*prefix, p.as_bytes()));
+        self.index.insert(host.as_bytes(), h, rule);
         self.entries += 1;
+    }
+
+    /// Bytes of memory it takes (its index and filters).
+    pub fn heap_bytes(&self) -> usize {
+        self.index.heap_bytes() + (self.bloom.blocks.len() + self.coarse.blocks.len()) * 64
     }
 
     /// Entries loaded.
@@ -208,24 +345,28 @@ impl Blocklist {
     fn find<'a>(&'a self, host: &'a [u8], path: &[u8]) -> Option<Hit<'a>> {
         let mut hit = None;
         for_each_suffix(host, |suffix, whole_host| {
-            if hit.is_some() || !self.bloom.may_hold(host_hash(suffix)) {
+            let h = host_hash(suffix);
+            if hit.is_some() || !self.bloom.may_hold(h) {
                 return;
             }
-            let Some(rules) = self.by_host.get(suffix) else {
+            let Some(rec) = self.index.get(suffix, h) else {
                 return;
             };
-            let kind = if rules.whole {
+            let kind = if rec.whole {
                 Some(HitKind::Host)
             } else if !whole_host {
                 None
-            } else if let Some(p) = rules.prefixes.iter().find(|p| path.starts_with(p)) {
-                Some(HitKind::Prefix(p))
             } else {
-                rules
-                    .exact
-                    .iter()
-                    .find(|p| ***p == *path)
-                    .map(|p| HitKind::Url(p))
+                // A prefix first, as the list's entries say more about a path than a URL.
+                let mut rules = self.index.rules_of(rec);
+                let prefix = rules
+                    .clone()
+                    .find(|&(prefix, p)| prefix && path.starts_with(p));
+                prefix.map(|(_, p)| HitKind::Prefix(p)).or_else(|| {
+                    rules
+                        .find(|&(prefix, p)| !prefix && p == path)
+                        .map(|(_, p)| HitKind::Url(p))
+                })
             };
             hit = kind.map(|kind| Hit { host: suffix, kind });
         });
@@ -269,7 +410,11 @@ pub fn report_loaded(b: &Blocklist) {
         .source
         .as_deref()
         .map_or_else(String::new, |p| p.display().to_string());
-    eprintln!("blocklist {name}: {} entries", b.len());
+    eprintln!(
+        "blocklist {name}: {} entries ({} KiB)",
+        b.len(),
+        b.heap_bytes() / 1024
+    );
     for l in &b.bad {
         eprintln!("blocklist {name}:{}: skipped: {}", l.line, l.reason);
     }
@@ -504,7 +649,9 @@ fn host_entry(h: &str) -> Result<Entry, String> {
                 && l.iter().all(|&b| b.is_ascii_alphanumeric() || b == b'-')
         });
     if plain {
-        return Ok(Entry::Host(String::from_utf8_lossy(name).to_ascii_lowercase()));
+        return Ok(Entry::Host(
+            String::from_utf8_lossy(name).to_ascii_lowercase(),
+        ));
     }
     let url = format!("http://{h}/");
     match canonical(&url) {
