@@ -326,6 +326,10 @@ struct ImportArgs {
     /// Virtual shards for a new data dir (fixed for its life).
     #[arg(long, default_value_t = shards::placement::DEFAULT_SHARD_COUNT)]
     shards: u32,
+    /// The abuse blocklist the server runs with (`serve --blocklist`): a link whose target it
+    /// names is a bad line naming the entry.
+    #[arg(long, value_name = "FILE")]
+    blocklist: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -510,6 +514,20 @@ fn export(a: ExportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The import's check of targets against the blocklist at `path` (its bad lines reported).
+fn blocklist_check(path: &std::path::Path) -> anyhow::Result<shards::import::TargetCheck> {
+    use ricochet::api::blocklist::{report_loaded, Blocklist};
+    let list =
+        Blocklist::load(path, 1).with_context(|| format!("--blocklist {}", path.display()))?;
+    report_loaded(&list);
+    Ok(shards::import::TargetCheck(std::sync::Arc::new(
+        move |url| {
+            list.blocking_url(url)
+                .map(|e| format!("the target is on the blocklist (entry {e})"))
+        },
+    )))
+}
+
 fn import(a: ImportArgs) -> anyhow::Result<()> {
     use shards::import::vendor::Vendor;
     use shards::import::{run, Format, ImportOptions};
@@ -538,6 +556,10 @@ fn import(a: ImportArgs) -> anyhow::Result<()> {
         strict: a.strict,
         shard_count_for_new_dir: a.shards,
         domains,
+        refuse_target: match &a.blocklist {
+            Some(path) => Some(blocklist_check(path)?),
+            None => None,
+        },
     };
     let summary = run(&opts)?;
     println!("{summary}");

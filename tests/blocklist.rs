@@ -152,3 +152,54 @@ fn blocked_targets_are_refused_and_stop_redirecting_until_unblocked() {
         "{err:?}"
     );
 }
+
+/// `ricochet import --blocklist FILE`: a line whose target the list names is a bad line naming
+/// the file, the line and the entry (and, as for any bad line, nothing is imported).
+#[test]
+fn an_import_refuses_blocked_targets_by_line() {
+    let (_t, dir) = data_dir();
+    let files = tempfile::tempdir().unwrap();
+    let list = files.path().join("blocklist.txt");
+    std::fs::write(&list, LIST).unwrap();
+    let links = files.path().join("links.tsv");
+    std::fs::write(
+        &links,
+        "a1\thttps://good.example/1\nb2\thttps://x.EVIL.example/2\nc3\thttps://phish.example/login\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::server_bin())
+        .arg("import")
+        .arg("--data-dir")
+        .arg(&dir)
+        .arg(&links)
+        .arg("--blocklist")
+        .arg(&list)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("links.tsv:2: the target is on the blocklist (entry evil.example)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("links.tsv:3: the target is on the blocklist (entry phish.example/login*)"),
+        "{err}"
+    );
+    assert!(err.contains("blocklist.txt:4: skipped"), "{err}");
+    // Without the blocked lines it imports.
+    std::fs::write(&links, "a1\thttps://good.example/1\n").unwrap();
+    let out = std::process::Command::new(common::server_bin())
+        .args(["import", "--data-dir"])
+        .arg(&dir)
+        .arg(&links)
+        .arg("--blocklist")
+        .arg(&list)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

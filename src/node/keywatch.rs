@@ -154,6 +154,7 @@ pub fn start(
         domains,
         blocklist,
         blocklist_file: blocklist_path.map(crate::api::blocklist::BlocklistFile::new),
+        retired: Vec::new(),
         outlets,
         latest: None,
         behind: vec![false; cores],
@@ -182,6 +183,9 @@ struct Watcher {
     domains: Arc<Domains>,
     blocklist: Arc<crate::api::blocklist::Blocklist>,
     blocklist_file: Option<crate::api::blocklist::BlocklistFile>,
+    /// Lists replaced while a core may still hold them: each is dropped here once no core
+    /// does (a million-entry list is tens of megabytes, whose free would stall a core).
+    retired: Vec<Arc<crate::api::blocklist::Blocklist>>,
     outlets: Outlets<Arc<Reloaded>>,
     latest: Option<Arc<Reloaded>>,
     /// Cores whose queue was full when the latest store was offered: offered again each
@@ -223,9 +227,10 @@ impl Watcher {
             changed = true;
         }
         if let Some(b) = self.blocklist_file.as_mut().and_then(|f| f.poll()) {
-            self.blocklist = b;
+            self.retired.push(std::mem::replace(&mut self.blocklist, b));
             changed = true;
         }
+        self.retired.retain(|b| Arc::strong_count(b) > 1);
         if changed {
             self.publish();
         }

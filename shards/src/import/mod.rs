@@ -74,6 +74,19 @@ pub struct ImportOptions {
     /// a record naming one is imported into it (its stored key, `link::stored_key`); a
     /// record naming another is a bad line. The default domain's name may be among them.
     pub domains: BTreeMap<String, u32>,
+    /// Targets no link may have (the server's abuse blocklist): a record whose target it
+    /// refuses (with the reason) is a bad line.
+    pub refuse_target: Option<TargetCheck>,
+}
+
+/// A check of a link's target: `Some(reason)` refuses it.
+#[derive(Clone)]
+pub struct TargetCheck(pub std::sync::Arc<dyn Fn(&str) -> Option<String> + Send + Sync>);
+
+impl std::fmt::Debug for TargetCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TargetCheck")
+    }
 }
 
 impl ImportOptions {
@@ -86,6 +99,7 @@ impl ImportOptions {
             strict: false,
             shard_count_for_new_dir: DEFAULT_SHARD_COUNT,
             domains: BTreeMap::new(),
+            refuse_target: None,
         }
     }
 }
@@ -279,36 +293,35 @@ fn spill_input(
     let mut spill = SpillWriter::create(&spill_dir, shard_count.min(MAX_SPILL_FILES))?;
     let mut storage_err = None;
     let mut dropped = BTreeMap::new();
-    parse::for_each(
-        input,
-        format,
-        &mut |item| match item.and_then(|r| in_domain(r, &opts.domains)) {
-            Ok(rec) => {
-                for c in &rec.dropped {
-                    *dropped.entry(*c).or_insert(0) += 1;
-                }
-                let shard = shard_of(rec.key.as_bytes(), shard_count);
-                let created = rec.created_at_s.unwrap_or(0);
-                match spill.push(
-                    rec.line,
-                    shard,
-                    rec.status,
-                    &rec.key,
-                    &rec.url,
-                    rec.expires_at_s,
-                    created,
-                    rec.author,
-                ) {
-                    Ok(()) => ControlFlow::Continue(()),
-                    Err(e) => {
-                        storage_err = Some(e);
-                        ControlFlow::Break(())
-                    }
+    parse::for_each(input, format, &mut |item| match item
+        .and_then(|r| in_domain(r, &opts.domains))
+        .and_then(|r| allowed_target(r, opts.refuse_target.as_ref()))
+    {
+        Ok(rec) => {
+            for c in &rec.dropped {
+                *dropped.entry(*c).or_insert(0) += 1;
+            }
+            let shard = shard_of(rec.key.as_bytes(), shard_count);
+            let created = rec.created_at_s.unwrap_or(0);
+            match spill.push(
+                rec.line,
+                shard,
+                rec.status,
+                &rec.key,
+                &rec.url,
+                rec.expires_at_s,
+                created,
+                rec.author,
+            ) {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(e) => {
+                    storage_err = Some(e);
+                    ControlFlow::Break(())
                 }
             }
-            Err(e) => errors.push(e),
-        },
-    )
+        }
+        Err(e) => errors.push(e),
+    })
     .map_err(|source| ImportError::Input {
         path: opts.input.clone(),
         source,
@@ -412,6 +425,20 @@ fn publish(dir: &DataDir, staged: &mut Vec<(u32, PathBuf)>) -> Result<(), Import
 }
 
 /// `rec` with its key made its domain's stored key; a domain not declared is a bad line.
+/// `rec`, unless `check` refuses its target.
+fn allowed_target<'a>(
+    rec: record::Record<'a>,
+    check: Option<&TargetCheck>,
+) -> Result<record::Record<'a>, LineError> {
+    match check.and_then(|c| (c.0)(&rec.url)) {
+        Some(reason) => Err(LineError {
+            line: rec.line,
+            message: reason,
+        }),
+        None => Ok(rec),
+    }
+}
+
 fn in_domain<'a>(
     mut rec: record::Record<'a>,
     domains: &BTreeMap<String, u32>,
