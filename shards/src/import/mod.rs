@@ -80,8 +80,11 @@ pub struct ImportOptions {
 }
 
 /// A check of a link's target: `Some(reason)` refuses it.
+pub type TargetCheckFn = dyn Fn(&str) -> Option<String> + Send + Sync;
+
+/// A shared [`TargetCheckFn`].
 #[derive(Clone)]
-pub struct TargetCheck(pub std::sync::Arc<dyn Fn(&str) -> Option<String> + Send + Sync>);
+pub struct TargetCheck(pub std::sync::Arc<TargetCheckFn>);
 
 impl std::fmt::Debug for TargetCheck {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
