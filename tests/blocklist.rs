@@ -74,6 +74,22 @@ fn blocked_targets_are_refused_and_stop_redirecting_until_unblocked() {
         s.stderr_lines()
     );
     let mut c = Client::new(&s);
+    let r = c.send("GET", "/readyz?verbose", false, &[], b"").unwrap();
+    let v = r.json();
+    let check = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "blocklist")
+        .cloned()
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(check["ok"], true, "{check}");
+    let detail = check["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("3 entries from ")
+            && detail.contains("blocklist.txt:4: more than one word"),
+        "{detail}"
+    );
 
     for (url, entry) in [
         ("https://evil.example/x", "evil.example"),

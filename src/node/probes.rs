@@ -40,7 +40,12 @@ pub struct ProbeAnswer {
 }
 
 /// Answers a probe path (`/livez`, `/healthz`, `/readyz`), or `None` for any other path.
-pub fn answer(path: &[u8], query: Option<&[u8]>, shared: &Shared) -> Option<ProbeAnswer> {
+pub fn answer(
+    path: &[u8],
+    query: Option<&[u8]>,
+    shared: &Shared,
+    blocklist: &crate::api::blocklist::Blocklist,
+) -> Option<ProbeAnswer> {
     let params = query.unwrap_or_default();
     let has = |p: &[u8]| {
         params
@@ -56,7 +61,8 @@ pub fn answer(path: &[u8], query: Option<&[u8]>, shared: &Shared) -> Option<Prob
         }
         b"/readyz" => {
             let creates = has(b"creates");
-            let checks = readiness_checks(shared, creates);
+            let mut checks = readiness_checks(shared, creates);
+            checks.extend(blocklist_check(blocklist));
             let raw = checks.iter().all(|c| c.ok);
             // A regeneration (the `feed` check fails only then) may be serving links deleted
             // elsewhere: out of rotation at once, like a drain.
@@ -103,6 +109,30 @@ pub fn answer(path: &[u8], query: Option<&[u8]>, shared: &Shared) -> Option<Prob
         ok,
         json: verbose,
         body,
+    })
+}
+
+/// The abuse blocklist, if one is configured: reported, never gating (a list with bad lines
+/// still loaded the rest, and one that cannot be read again keeps the last in force).
+fn blocklist_check(b: &crate::api::blocklist::Blocklist) -> Option<Check> {
+    let path = b.source.as_ref()?.display().to_string();
+    let mut detail = format!("{} entries from {path}", b.len());
+    if b.bad_count > 0 {
+        let lines: Vec<String> = b
+            .bad
+            .iter()
+            .map(|l| format!("{path}:{}: {}", l.line, l.reason))
+            .collect();
+        detail.push_str(&format!(
+            "; {} bad lines skipped: {}",
+            b.bad_count,
+            lines.join("; ")
+        ));
+    }
+    Some(Check {
+        name: "blocklist",
+        ok: true,
+        detail,
     })
 }
 

@@ -365,7 +365,7 @@ impl Conns {
             Route::NotFound => not_found(&self.domains, req, out, f),
             Route::Metrics => self.answer_metrics(slot, f),
             Route::Probe | Route::OpenApi | Route::StatsPage => {
-                answer_read_only(&self.shared, route, req, out, f)
+                answer_read_only((&self.shared, &self.blocklist), route, req, out, f)
             }
             Route::Api | Route::ShlinkApi => self.hand_to_api(slot, req, persist, body, env),
         }
@@ -836,7 +836,10 @@ fn not_found(domains: &Domains, req: &Request<'_>, out: &mut Vec<u8>, f: Framing
 /// The read-only endpoints besides redirects: probes, the OpenAPI document, the stats
 /// page. Cold paths: probes format their answers (`probes`); the rest are static bytes.
 fn answer_read_only(
-    shared: &crate::node::shared::Shared,
+    (shared, blocklist): (
+        &crate::node::shared::Shared,
+        &crate::api::blocklist::Blocklist,
+    ),
     route: Route<'_>,
     req: &Request<'_>,
     out: &mut Vec<u8>,
@@ -845,7 +848,8 @@ fn answer_read_only(
     match route {
         Route::Probe => {
             // Cold path: probes format their answers (`probes`).
-            let a = crate::node::probes::answer(req.path, req.query, shared).expect("a probe path");
+            let a = crate::node::probes::answer(req.path, req.query, shared, blocklist)
+                .expect("a probe path");
             let r = Response {
                 status: if a.ok {
                     Status::Ok
