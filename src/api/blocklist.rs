@@ -378,18 +378,62 @@ impl Blocklist {
     /// of the others, which are parsed by the `url` crate once per blocklist.
     #[inline]
     pub fn blocks(&self, target: &[u8], memo: &mut VerdictMemo) -> bool {
+        let begun = self.begin(target);
+        self.finish(begun, target, memo)
+    }
+
+    /// The first half of [`Blocklist::blocks`]: reads the target and prefetches the line of
+    /// the filter it will ask, so that the caller can encode its answer meanwhile (under load
+    /// that line is usually not cached: a million entries' filter is megabytes).
+    #[inline]
+    pub fn begin<'t>(&self, target: &'t [u8]) -> Begun<'t> {
         if self.is_empty() {
-            return false;
+            return Begun::Clear;
         }
-        let mut buf = [0u8; crate::base::hosts::MAX_DOMAIN_BYTES];
-        match plain_target(target, &mut buf) {
-            Some((host, path)) => {
-                let coarse_miss = !self.single_label
-                    && last_two_labels(host)
-                        .is_some_and(|top| !self.coarse.may_hold(host_hash(top)));
-                !coarse_miss && self.find(host, path).is_some()
+        let Some((host, after)) = plain_host(target) else {
+            return Begun::Slow;
+        };
+        // The coarse filter's key: the host's last two labels, lowercased on the stack.
+        let mut top = [0u8; COARSE_KEY_BYTES];
+        let coarse = last_two_labels(host)
+            .filter(|t| t.len() <= COARSE_KEY_BYTES && !self.single_label)
+            .map(|t| {
+                let top = &mut top[..t.len()];
+                for (d, s) in top.iter_mut().zip(t) {
+                    *d = s.to_ascii_lowercase();
+                }
+                let h = host_hash(top);
+                self.coarse.prefetch(h);
+                h
+            });
+        Begun::Plain {
+            host,
+            after,
+            coarse,
+        }
+    }
+
+    /// The second half of [`Blocklist::blocks`] (`target` as given to `begin`).
+    #[inline]
+    pub fn finish(&self, begun: Begun<'_>, target: &[u8], memo: &mut VerdictMemo) -> bool {
+        match begun {
+            Begun::Clear => false,
+            Begun::Slow => memo.verdict(self, target),
+            Begun::Plain {
+                coarse: Some(h), ..
+            } if !self.coarse.may_hold(h) => false,
+            Begun::Plain { host, after, .. } => {
+                // Past the coarse filter (rarely): the path, then the full check.
+                let Some(path) = plain_path(after) else {
+                    return memo.verdict(self, target);
+                };
+                let mut buf = [0u8; crate::base::hosts::MAX_DOMAIN_BYTES];
+                let lower = &mut buf[..host.len()];
+                for (d, s) in lower.iter_mut().zip(host) {
+                    *d = s.to_ascii_lowercase();
+                }
+                self.find(lower, path).is_some()
             }
-            None => memo.verdict(self, target),
         }
     }
 
@@ -403,6 +447,26 @@ impl Blocklist {
             .map(|hit| hit.entry())
     }
 }
+
+/// A check begun by [`Blocklist::begin`], for [`Blocklist::finish`].
+#[derive(Clone, Copy, Debug)]
+pub enum Begun<'t> {
+    /// Nothing to check: the list is empty.
+    Clear,
+    /// A target with a plain host: the host as written, what follows it, and the coarse
+    /// filter's key (`None`: the coarse filter cannot answer for it).
+    Plain {
+        host: &'t [u8],
+        after: &'t [u8],
+        coarse: Option<u64>,
+    },
+    /// Any other target: the verdict memo's.
+    Slow,
+}
+
+/// Longest last-two-labels key the coarse filter is asked for on the stack; a longer one
+/// goes straight to the full check.
+const COARSE_KEY_BYTES: usize = 64;
 
 /// Says on stderr what a load found: the entries, and each bad line by file and number.
 pub fn report_loaded(b: &Blocklist) {
@@ -538,17 +602,12 @@ fn last_two_labels(host: &[u8]) -> Option<&[u8]> {
     Some(dots.next().map_or(host, |at| &host[at + 1..]))
 }
 
-/// A stored target's host (lowercased into `buf`, without a trailing dot) and path with
-/// query (fragment cut), when the `url` crate would read them as they are: `http://` or
+/// A stored target's host (as written, without a trailing dot) and what follows its
+/// authority, when the `url` crate would read the host as its lowercase self: `http://` or
 /// `https://` (any case), a host of ASCII letters, digits, `-` and `.` with a letter (all
-/// digits is an IPv4 address, which it may rewrite), an optional port, no userinfo; a path of
-/// printable ASCII without `'` (which it encodes in a query) and without dot segments (which
-/// it removes). Entries hold hosts and paths as it writes them, so such a target is compared
-/// byte for byte; `None` for any other (the slow path). One pass, no allocation.
-fn plain_target<'t, 'b>(
-    t: &'t [u8],
-    buf: &'b mut [u8; crate::base::hosts::MAX_DOMAIN_BYTES],
-) -> Option<(&'b [u8], &'t [u8])> {
+/// digits is an IPv4 address, which it may rewrite), an optional port, no userinfo. `None`
+/// for any other (the slow path). No allocation.
+fn plain_host(t: &[u8]) -> Option<(&[u8], &[u8])> {
     let start = match t.get(..8) {
         Some(s) if s.eq_ignore_ascii_case(b"https://") => 8,
         _ if t.get(..7)?.eq_ignore_ascii_case(b"http://") => 7,
@@ -569,15 +628,20 @@ fn plain_target<'t, 'b>(
         None => authority,
     };
     let host = host.strip_suffix(b".").unwrap_or(host);
-    let lower = buf.get_mut(..host.len())?;
     // Branch-free over the bytes: letters, digits, `-` and `.` only, with a letter.
-    let plain_host = shards::link::every_target_byte(host, |b| {
+    let plain = shards::link::every_target_byte(host, |b| {
         b.is_ascii_alphanumeric() || b == b'-' || b == b'.'
     }) && host.iter().any(|&b| b > b'9');
-    for (d, &s) in lower.iter_mut().zip(host) {
-        *d = s | (u8::from(s.is_ascii_uppercase()) << 5);
-    }
-    // One scan for the fragment and for dot segments (`/.`, which the parser removes).
+    (plain && (1..=crate::base::hosts::MAX_DOMAIN_BYTES).contains(&host.len()))
+        .then_some((host, after))
+}
+
+/// The path with query (fragment cut) of what follows a target's authority, when the `url`
+/// crate would leave it as it is: printable ASCII without `'` (which it encodes in a query)
+/// and without dot segments (which it removes). Entries hold paths as it writes them, so such
+/// a path is compared byte for byte; `None` for any other.
+fn plain_path(after: &[u8]) -> Option<&[u8]> {
+    // One scan for the fragment and for dot segments (`/.`).
     let mut end = after.len();
     let mut dot_segment = false;
     for at in memchr::memchr2_iter(b'#', b'.', after) {
@@ -588,9 +652,9 @@ fn plain_target<'t, 'b>(
         dot_segment |= at > 0 && after[at - 1] == b'/';
     }
     let path = &after[..end];
-    let plain_path = !dot_segment
+    let plain = !dot_segment
         && shards::link::every_target_byte(path, |b| b.is_ascii_graphic() && b != b'\'');
-    (plain_host && plain_path && !host.is_empty()).then_some((&*lower, path))
+    plain.then_some(path)
 }
 
 /// The Bloom filters' and the map's hash of a (lowercase) host. (xxh3 over a lowercase
@@ -747,6 +811,23 @@ impl Bloom {
         let (block, bits) = self.probes(h);
         for b in bits {
             self.blocks[block][(b / 64) as usize] |= 1 << (b % 64);
+        }
+    }
+
+    /// Hints the cache with the line `h` asks.
+    #[inline]
+    fn prefetch(&self, h: u64) {
+        if self.blocks.is_empty() {
+            return;
+        }
+        let (block, _) = self.probes(h);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `_mm_prefetch` only hints the cache; it never faults or reads into a
+        // register, and the address is inside `blocks` anyway.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                self.blocks[block].as_ptr().cast(),
+            );
         }
     }
 

@@ -774,19 +774,24 @@ impl Counted<'_> {
         clock: &Clock,
     ) {
         match found {
-            // A target the blocklist names: the link is kept, but sends nobody there.
-            Some((_, target)) if self.blocklist.blocks(target, self.verdicts) => {
-                self.tally.blocked += 1;
-                let f = Framing {
-                    head_only: head,
-                    conn: persist,
-                    date: &clock.date,
-                };
-                encode::encode_blocked(out, f);
-            }
             Some((status, target)) => {
-                self.tally.redirects += 1;
+                // The blocklist's filter line is fetched while the redirect is encoded; a
+                // target it names is answered 451 instead: the link is kept, but sends nobody
+                // there, and is no click.
+                let begun = self.blocklist.begin(target);
+                let mark = out.len();
                 encode::encode_redirect(out, status, target, persist, &clock.date);
+                if self.blocklist.finish(begun, target, self.verdicts) {
+                    out.truncate(mark);
+                    self.tally.blocked += 1;
+                    let f = Framing {
+                        head_only: head,
+                        conn: persist,
+                        date: &clock.date,
+                    };
+                    return encode::encode_blocked(out, f);
+                }
+                self.tally.redirects += 1;
                 if let (Some(k), Some(ctx)) = (self.clicks.as_mut(), ctx.as_ref()) {
                     k.record(key, ctx, clock.now_s);
                 }
