@@ -107,6 +107,38 @@ fn blocked_targets_are_refused_and_stop_redirecting_until_unblocked() {
         assert_eq!(p["field"], "long_url", "{p}");
         assert!(p["detail"].as_str().unwrap().contains(entry), "{url}: {p}");
     }
+    // Shlink's API refuses them the same way (create and edit).
+    let shlink = |c: &mut Client, method: &str, path: &str, body: serde_json::Value| {
+        let headers = [
+            ("X-Api-Key", common::api::API_KEY),
+            ("Content-Type", "application/json"),
+        ];
+        c.send(method, path, false, &headers, body.to_string().as_bytes())
+            .unwrap()
+    };
+    let r = shlink(
+        &mut c,
+        "POST",
+        "/rest/v3/short-urls",
+        json!({"longUrl": "https://a.evil.example/x"}),
+    );
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert!(r.text().contains("evil.example"), "{}", r.text());
+    let r = shlink(
+        &mut c,
+        "POST",
+        "/rest/v3/short-urls",
+        json!({"longUrl": "https://good.example/s", "customSlug": "shl1"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = shlink(
+        &mut c,
+        "PATCH",
+        "/rest/v3/short-urls/shl1",
+        json!({"longUrl": "https://sink.example/"}),
+    );
+    assert_eq!(r.status, 422, "{}", r.text());
+
     // Not blocked: another path on a prefix's host, a host that only ends like a listed one.
     let mut links = Vec::new();
     for url in ["https://phish.example/about", "https://notevil.example/"] {

@@ -242,6 +242,14 @@ impl ApiFront {
         Some(r)
     }
 
+    /// 422 `blocked-target` if the blocklist names `url` (a create's or a PATCH's target).
+    pub(crate) fn check_target(&self, url: &str) -> Result<(), Problem> {
+        match self.blocklist.blocking_url(url) {
+            Some(entry) => Err(Problem::blocked_target(&entry)),
+            None => Ok(()),
+        }
+    }
+
     /// The abuse blocklist in force here.
     pub fn blocklist(&self) -> &Arc<crate::api::blocklist::Blocklist> {
         &self.blocklist
@@ -433,9 +441,7 @@ impl ApiFront {
         self.ratelimit
             .check(key_id.to_u64(), caller.limits, Instant::now())?;
         let mut cr = parse_create(body, now_s)?;
-        if let Some(entry) = self.blocklist.blocking_url(&cr.long_url) {
-            return Err(Problem::blocked_target(&entry));
-        }
+        self.check_target(&cr.long_url)?;
         cr.domain_number = self.domain_number(cr.domain.as_deref())?;
         self.check_create_domain(&cr, reach)?;
         cr.author = caller.author();

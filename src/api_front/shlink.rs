@@ -563,6 +563,8 @@ impl ApiFront {
         }
         let cr = native_body(body, true)?;
         let mut cr = parse_create(&cr, now_s).map_err(|p| ShlinkError::from_native(&p))?;
+        self.check_target(&cr.long_url)
+            .map_err(|p| ShlinkError::from_native(&p))?;
         cr.domain_number = self
             .domain_number(cr.domain.as_deref())
             .map_err(|p| ShlinkError::from_native(&p))?;
