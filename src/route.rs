@@ -19,6 +19,12 @@ pub const KEY_METHODS: &[u8] = b"GET, HEAD, OPTIONS";
 /// The methods of the read-only endpoints (probes, the stats page, keys).
 pub const READ_METHODS: &str = "GET, HEAD";
 
+/// `/robots.txt` on every domain: a crawler that follows a short link counts as a visit,
+/// leaks the target to a search index and costs a redirect, so none is to be followed (as
+/// Shlink answers for links not marked crawlable; ricochet has no such mark yet). `.` is not
+/// a key character, so no link can be named `robots.txt`.
+pub const ROBOTS_TXT: &[u8] = b"User-agent: *\nDisallow: /\n";
+
 /// The handler of one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route<'a> {
@@ -32,6 +38,8 @@ pub enum Route<'a> {
     OpenApi,
     /// The stats page and its assets (`analytics::page`).
     StatsPage,
+    /// `/robots.txt`: crawlers are asked to follow no short link (`ROBOTS_TXT`).
+    Robots,
     /// The native link API under `/api/` (`api_front`).
     Api,
     /// Shlink's REST API under `/rest/` (`api_front::shlink`).
@@ -74,6 +82,13 @@ pub fn route<'a>(req: &Request<'a>) -> Route<'a> {
     if path == crate::api::openapi::OPENAPI_PATH && read {
         return Route::OpenApi;
     }
+    if path == b"/robots.txt" {
+        return if read {
+            Route::Robots
+        } else {
+            Route::MethodNotAllowed(READ_METHODS)
+        };
+    }
     if path.starts_with(PAGE_PREFIX) {
         return if read {
             Route::StatsPage
@@ -110,6 +125,12 @@ mod tests {
         assert_eq!(route_of("GET /abc HTTP/1.1"), Route::Redirect(b"abc"));
         assert_eq!(route_of("HEAD /abc?x=1 HTTP/1.1"), Route::Redirect(b"abc"));
         assert_eq!(route_of("GET /metrics HTTP/1.1"), Route::Metrics);
+        assert_eq!(route_of("GET /robots.txt HTTP/1.1"), Route::Robots);
+        assert_eq!(route_of("HEAD /robots.txt?x HTTP/1.1"), Route::Robots);
+        assert_eq!(
+            route_of("POST /robots.txt HTTP/1.1"),
+            Route::MethodNotAllowed(READ_METHODS)
+        );
         assert_eq!(route_of("GET /readyz HTTP/1.1"), Route::Probe);
         assert_eq!(route_of("HEAD /livez HTTP/1.1"), Route::Probe);
         assert_eq!(

@@ -158,6 +158,18 @@ fn each_domain_is_its_own_keyspace_chosen_by_host() {
 
     pipelined_hosts_choose_each_requests_keyspace(s.addr, &keys);
 
+    // `/robots.txt` on every domain asks crawlers to follow no short link.
+    for host in ["sho.rt", "GO.brand.com:443", "other.example"] {
+        c.host = host.into();
+        let r = c.send("GET", "/robots.txt", false, &[], b"").unwrap();
+        assert_eq!(
+            (r.status, r.text()),
+            (200, "User-agent: *\nDisallow: /\n".into())
+        );
+        let r = c.send("HEAD", "/robots.txt", false, &[], b"").unwrap();
+        assert_eq!((r.status, r.body.len()), (200, 0));
+    }
+
     // A domain added while the server runs is in force within about a second.
     let (ok, text) = domains(&dir, &["add", "third.example"]);
     assert!(ok, "{text}");

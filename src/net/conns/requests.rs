@@ -364,7 +364,7 @@ impl Conns {
             Route::MethodNotAllowed(allow) => encode::encode_method_not_allowed(out, allow, f),
             Route::NotFound => not_found(&self.domains, req, out, f),
             Route::Metrics => self.answer_metrics(slot, f),
-            Route::Probe | Route::OpenApi | Route::StatsPage => {
+            Route::Probe | Route::OpenApi | Route::StatsPage | Route::Robots => {
                 answer_read_only((&self.shared, &self.blocklist), route, req, out, f)
             }
             Route::Api | Route::ShlinkApi => self.hand_to_api(slot, req, persist, body, env),
@@ -877,6 +877,15 @@ fn answer_read_only(
                 headers: &[],
                 content_type: Some("application/json"),
                 body: &shared.openapi_json[..],
+            };
+            encode::encode_response(out, &r, f);
+        }
+        Route::Robots => {
+            let r = Response {
+                status: Status::Ok,
+                headers: &[],
+                content_type: Some("text/plain; charset=utf-8"),
+                body: crate::route::ROBOTS_TXT,
             };
             encode::encode_response(out, &r, f);
         }
