@@ -21,6 +21,8 @@
 //! - `stats.rs`: counters and latency histogram for `/metrics` and `/readyz`.
 //! - `feed.rs`: the change feed's commit-safe poll of `ricochet_links`.
 //! - `history.rs`: which history (timeline, WAL position) of the database a node followed.
+//! - `blocklist.rs`: the fleet's abuse blocklist (`ricochet fleet blocklist`, read by every
+//!   node).
 //! - `domains.rs`: the fleet's domain book (`ricochet fleet domains`, read by every node).
 //! - `keys.rs`: API keys shared by the fleet (`ricochet fleet keys`, read by every node).
 //! - `replication.rs`: whether the standbys a failover could promote hold a commit (an
@@ -30,6 +32,7 @@
 
 mod admin;
 mod authority;
+pub mod blocklist;
 pub mod ceiling;
 pub mod clicks;
 mod db;

@@ -25,10 +25,11 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (12, include_str!("../migrations/0012_target_check.sql")),
     (13, include_str!("../migrations/0013_authors_and_roles.sql")),
     (14, include_str!("../migrations/0014_domains.sql")),
+    (15, include_str!("../migrations/0015_blocklist.sql")),
 ];
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 14;
+pub const SCHEMA_VERSION: u32 = 15;
 
 // One migration per version, in order: a version without its migration would be recorded
 // without its tables.

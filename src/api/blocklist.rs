@@ -57,11 +57,48 @@ impl std::fmt::Display for Entry {
     }
 }
 
+impl Entry {
+    /// The entry as one line [`Blocklist::parse`] reads back as this entry: its canonical
+    /// form, which the fleet's table stores (`ricochet fleet blocklist`), so two spellings
+    /// of one entry are one row.
+    pub fn line(&self) -> String {
+        match self {
+            Entry::Url { host, path } => format!("http://{host}{path}"),
+            other => other.to_string(),
+        }
+    }
+}
+
 /// A line the parser could not read: reported, never fatal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BadLine {
+    /// The name of the source it is in ([`Source::name`]).
+    pub source: String,
     pub line: usize,
     pub reason: String,
+}
+
+/// A text a blocklist is built from, with the name its bad lines are reported under (a
+/// file's path, or the fleet's table).
+#[derive(Clone, Copy, Debug)]
+pub struct Source<'a> {
+    pub name: &'a str,
+    pub text: &'a str,
+}
+
+/// The name the fleet's table (`ricochet_blocklist`) goes by as a [`Source`].
+pub const FLEET_TABLE_SOURCE: &str = "the fleet's table ricochet_blocklist";
+
+/// The entries of one line of a blocklist: none for a blank or comment line (`#` starts a
+/// comment anywhere, `!` at the start is Adblock's), else those it names or why it is bad.
+/// The one parser of lines: files, the fleet's table and `ricochet fleet blocklist`'s
+/// arguments.
+pub fn entries_of_line(raw: &str) -> Result<Vec<Entry>, String> {
+    let line = raw.split('#').next().unwrap_or("").trim();
+    if line.is_empty() || line.starts_with('!') {
+        return Ok(Vec::new());
+    }
+    parse_line(line)
 }
 
 /// The hosts entries name and what each blocks, in a few flat vectors: no allocation per
@@ -217,8 +254,9 @@ impl HostIndex {
 /// A loaded blocklist, shared read-only by every core (`Arc`).
 #[derive(Debug, Default)]
 pub struct Blocklist {
-    /// The file it was read from (`None`: no blocklist).
-    pub source: Option<PathBuf>,
+    /// The names of what it was built from (a file, the fleet's table); empty: no
+    /// blocklist configured.
+    pub sources: Vec<String>,
     index: HostIndex,
     /// Every entry's host.
     bloom: Bloom,
@@ -244,8 +282,10 @@ pub enum BlocklistError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("blocklist {path}: more than {MAX_BLOCKLIST_ENTRIES} entries (line {line})")]
-    TooMany { path: PathBuf, line: usize },
+    #[error(
+        "blocklist {source_name}: more than {MAX_BLOCKLIST_ENTRIES} entries in all (line {line})"
+    )]
+    TooMany { source_name: String, line: usize },
 }
 
 impl Blocklist {
@@ -256,56 +296,74 @@ impl Blocklist {
 
     /// Reads `path` ([`Blocklist::parse`]).
     pub fn load(path: &Path, generation: u64) -> Result<Blocklist, BlocklistError> {
-        let text = std::fs::read(path).map_err(|source| BlocklistError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
-        let text = String::from_utf8_lossy(&text);
-        let mut b = Blocklist::parse(&text).map_err(|line| BlocklistError::TooMany {
-            path: path.to_owned(),
-            line,
-        })?;
-        b.source = Some(path.to_owned());
-        b.generation = generation;
-        Ok(b)
+        let text = read_text(path)?;
+        let name = path.display().to_string();
+        Blocklist::build(
+            &[Source {
+                name: &name,
+                text: &text,
+            }],
+            generation,
+        )
     }
 
-    /// Parses one entry per line: `#` starts a comment (whole line or after an entry); a bare
+    /// Parses `text` as one unnamed source ([`Blocklist::build`]). `Err(line)`: more than
+    /// [`MAX_BLOCKLIST_ENTRIES`] entries.
+    pub fn parse(text: &str) -> Result<Blocklist, usize> {
+        Blocklist::build(&[Source { name: "", text }], 0).map_err(|e| match e {
+            BlocklistError::TooMany { line, .. } => line,
+            BlocklistError::Io { .. } => unreachable!("parsing reads no file"),
+        })
+    }
+
+    /// One list of every entry of `sources`, one entry per line ([`entries_of_line`]): a bare
     /// host (`evil.example`, IDNA or ASCII); a hosts-file line (`0.0.0.0 evil.example`, an IP
     /// address then one or more hosts); an Adblock host rule (`||evil.example^`); a host and
     /// path prefix (`evil.example/phish`, with `*` at the end or not); an exact URL
     /// (`https://evil.example/login?x=1`, any scheme). A line that is none of these is a
-    /// [`BadLine`] and everything else still loads. `Err(line)`: more than
-    /// [`MAX_BLOCKLIST_ENTRIES`] entries.
-    pub fn parse(text: &str) -> Result<Blocklist, usize> {
+    /// [`BadLine`] and everything else still loads. More than [`MAX_BLOCKLIST_ENTRIES`] in
+    /// all is an error.
+    pub fn build(sources: &[Source<'_>], generation: u64) -> Result<Blocklist, BlocklistError> {
         let mut b = Blocklist::default();
         // Filters sized by the lines (an entry each, but for hosts-file lines naming several).
-        let lines = memchr::memchr_iter(b'\n', text.as_bytes()).count() + 1;
+        let lines: usize = sources
+            .iter()
+            .map(|s| memchr::memchr_iter(b'\n', s.text.as_bytes()).count() + 1)
+            .sum();
         b.bloom = Bloom::with_entries(lines);
         b.coarse = Bloom::with_entries(lines);
-        for (i, raw) in text.lines().enumerate() {
-            let line = raw.split('#').next().unwrap_or("").trim();
-            if line.is_empty() || line.starts_with('!') {
-                continue; // A comment (`!` is Adblock's).
-            }
-            match parse_line(line) {
-                Ok(found) => found.into_iter().for_each(|e| b.add(e)),
+        for src in sources {
+            b.add_source(src)?;
+        }
+        b.sources = sources.iter().map(|s| s.name.to_owned()).collect();
+        b.generation = generation;
+        b.index.finish();
+        Ok(b)
+    }
+
+    fn add_source(&mut self, src: &Source<'_>) -> Result<(), BlocklistError> {
+        for (i, raw) in src.text.lines().enumerate() {
+            match entries_of_line(raw) {
+                Ok(found) => found.into_iter().for_each(|e| self.add(e)),
                 Err(reason) => {
-                    b.bad_count += 1;
-                    if b.bad.len() < MAX_REPORTED_BAD_LINES {
-                        b.bad.push(BadLine {
+                    self.bad_count += 1;
+                    if self.bad.len() < MAX_REPORTED_BAD_LINES {
+                        self.bad.push(BadLine {
+                            source: src.name.to_owned(),
                             line: i + 1,
                             reason,
                         });
                     }
                 }
             }
-            if b.entries > MAX_BLOCKLIST_ENTRIES {
-                return Err(i + 1);
+            if self.entries > MAX_BLOCKLIST_ENTRIES {
+                return Err(BlocklistError::TooMany {
+                    source_name: src.name.to_owned(),
+                    line: i + 1,
+                });
             }
         }
-        b.index.finish();
-        Ok(b)
+        Ok(())
     }
 
     fn add(&mut self, e: Entry) {
@@ -468,63 +526,86 @@ pub enum Begun<'t> {
 /// goes straight to the full check.
 const COARSE_KEY_BYTES: usize = 64;
 
-/// Says on stderr what a load found: the entries, and each bad line by file and number.
+/// Says on stderr what a load found: the entries, and each bad line by source and number.
 pub fn report_loaded(b: &Blocklist) {
-    let name = b
-        .source
-        .as_deref()
-        .map_or_else(String::new, |p| p.display().to_string());
     eprintln!(
-        "blocklist {name}: {} entries ({} KiB)",
+        "blocklist from {}: {} entries ({} KiB)",
+        b.sources.join(" and "),
         b.len(),
         b.heap_bytes() / 1024
     );
     for l in &b.bad {
-        eprintln!("blocklist {name}:{}: skipped: {}", l.line, l.reason);
+        eprintln!("blocklist {}:{}: skipped: {}", l.source, l.line, l.reason);
     }
     if b.bad_count > b.bad.len() {
         eprintln!(
-            "blocklist {name}: {} more bad lines skipped",
+            "blocklist: {} more bad lines skipped",
             b.bad_count - b.bad.len()
         );
     }
 }
 
-/// The blocklist file as the key watcher (`node::keywatch`) last read it: read again when its
-/// modification time or size changes. A file that cannot be read keeps the list in force.
+/// Reads a blocklist file's text (bytes that are not UTF-8 become U+FFFD, so that line alone
+/// is bad).
+fn read_text(path: &Path) -> Result<String, BlocklistError> {
+    let bytes = std::fs::read(path).map_err(|source| BlocklistError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(match String::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
+}
+
+/// The blocklist file as the key watcher (`node::keywatch`) last read it, text and all: read
+/// again when its modification time or size changes. A file that cannot be read keeps the
+/// text last read.
 pub struct BlocklistFile {
     path: PathBuf,
+    name: String,
     stamp: Option<(std::time::SystemTime, u64)>,
-    generation: u64,
+    text: String,
 }
 
 impl BlocklistFile {
-    /// Watches `path`, loaded at start as generation 1.
-    pub fn new(path: PathBuf) -> BlocklistFile {
-        BlocklistFile {
-            stamp: stamp(&path),
+    /// Reads `path` (at start: a file that cannot be read stops the server).
+    pub fn open(path: PathBuf) -> Result<BlocklistFile, BlocklistError> {
+        let stamp = stamp(&path);
+        let text = read_text(&path)?;
+        Ok(BlocklistFile {
+            name: path.display().to_string(),
             path,
-            generation: 1,
-        }
+            stamp,
+            text,
+        })
     }
 
-    /// The new list if the file changed and reads.
-    pub fn poll(&mut self) -> Option<std::sync::Arc<Blocklist>> {
+    /// Reads the file again if it changed; whether its text did.
+    pub fn poll(&mut self) -> bool {
         let now = stamp(&self.path);
         if now == self.stamp {
-            return None;
+            return false;
         }
         self.stamp = now;
-        self.generation += 1;
-        match Blocklist::load(&self.path, self.generation) {
-            Ok(b) => {
-                report_loaded(&b);
-                Some(std::sync::Arc::new(b))
+        match read_text(&self.path) {
+            Ok(text) => {
+                let changed = text != self.text;
+                self.text = text;
+                changed
             }
             Err(e) => {
                 eprintln!("{e}; keeping the blocklist in force");
-                None
+                false
             }
+        }
+    }
+
+    /// The file's text as last read, named by its path.
+    pub fn source(&self) -> Source<'_> {
+        Source {
+            name: &self.name,
+            text: &self.text,
         }
     }
 }
@@ -944,6 +1025,40 @@ http://
                 .map(|e| e.to_string()),
             Some("phish.example/login*".into())
         );
+    }
+
+    #[test]
+    fn each_entrys_line_reads_back_as_that_entry() {
+        let b = Blocklist::parse(LIST).unwrap();
+        let mut n = 0;
+        for raw in LIST.lines() {
+            for e in entries_of_line(raw).unwrap_or_default() {
+                assert_eq!(entries_of_line(&e.line()), Ok(vec![e.clone()]), "{raw}");
+                n += 1;
+            }
+        }
+        assert_eq!(n, b.len());
+        let two = Blocklist::build(
+            &[
+                Source {
+                    name: "one",
+                    text: "a.example\nbad line here",
+                },
+                Source {
+                    name: "two",
+                    text: "\nhttp://",
+                },
+            ],
+            7,
+        )
+        .unwrap();
+        assert_eq!((two.len(), two.generation, two.bad_count), (1, 7, 2));
+        let bad: Vec<(&str, usize)> = two
+            .bad
+            .iter()
+            .map(|l| (l.source.as_str(), l.line))
+            .collect();
+        assert_eq!(bad, [("one", 2), ("two", 2)]);
     }
 
     #[test]

@@ -30,6 +30,15 @@ pub enum FleetCommand {
         #[command(subcommand)]
         cmd: crate::api::domains::DomainsCommand,
     },
+    /// The fleet's abuse blocklist: hosts, host/path prefixes and exact URLs no link may
+    /// redirect to (every node follows the table within about a second, with its own
+    /// `--blocklist` file if it has one).
+    Blocklist {
+        #[arg(long)]
+        pg: String,
+        #[command(subcommand)]
+        cmd: super::blocklist::BlocklistCommand,
+    },
     /// Remove tombstones (deleted links) last changed more than --older-than-s seconds ago,
     /// raising the tombstone horizon past them; nodes do this on their own for tombstones
     /// older than 7 days. A node whose feed is not past the horizon bootstraps again.
@@ -132,6 +141,7 @@ pub fn run_command(cmd: FleetCommand) -> anyhow::Result<()> {
             &mut super::domains::FleetBook(&mut fleet::Db::new(&pg)?),
             cmd,
         )?,
+        FleetCommand::Blocklist { pg, cmd } => super::blocklist::run_command(&pg, cmd)?,
         FleetCommand::GcTombstones { pg, older_than_s } => {
             let mut db = fleet::Db::new(&pg)?;
             let mut total = 0;

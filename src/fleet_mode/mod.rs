@@ -3,9 +3,10 @@
 //! (`continuity`), links from a database snapshot
 //! (`bootstrap`), the change feed's follower thread (`follower`) and its live regeneration
 //! (`regen`, with the `fleet-lost-*` files of `lost`), what the service threads hand the cores
-//! (`messages`), the fleet's domain book (`domains`), and the operator commands (`cli`). The PostgreSQL client is the `fleet`
+//! (`messages`), the fleet's domain book (`domains`), its abuse blocklist (`blocklist`), and the operator commands (`cli`). The PostgreSQL client is the `fleet`
 //! crate; a core's side of fleet mode is `owner/fleet.rs` and `owner/regen.rs`.
 
+pub mod blocklist;
 pub mod bootstrap;
 pub mod cli;
 pub mod continuity;

@@ -11,6 +11,7 @@
 //! or stops answering, within about a second. A file that cannot be read keeps what was in
 //! force, and says so.
 
+use crate::api::blocklist::{Blocklist, BlocklistFile};
 use crate::api::domains::{
     BookStore, Domain, DomainBook, DomainBookError, Domains, RedirectsEdit, UnknownHost,
     DOMAINS_FILE,
@@ -81,13 +82,14 @@ impl EditRefused {
     }
 }
 
-/// Fleet mode's source of keys and domains: a database session, the fleet's keys last read
-/// (`None`: not read yet) and its domains.
+/// Fleet mode's source of keys, domains and blocked targets: a database session, the fleet's
+/// keys last read (`None`: not read yet), its domains and its blocklist.
 pub struct FleetKeys {
     pub db: fleet::Db,
     pub keys: Option<Vec<fleet::keys::FleetKey>>,
     pub stats: Arc<fleet::FleetStats>,
     pub domains: crate::fleet_mode::domains::FleetDomains,
+    pub blocklist: crate::fleet_mode::blocklist::FleetBlocklist,
 }
 
 /// How often the key file is checked for changes.
@@ -102,12 +104,32 @@ pub struct CoreEnds {
 }
 
 /// What the watcher starts from besides the keys: the domains in force (rebuilt with
-/// `unknown` on a change) and the blocklist (read again from `blocklist_path` on a change).
+/// `unknown` on a change) and the blocklist (rebuilt when its file, `--blocklist`, or in
+/// fleet mode the fleet's table changes).
 pub struct Books {
     pub domains: Arc<Domains>,
     pub unknown: UnknownHost,
-    pub blocklist: Arc<crate::api::blocklist::Blocklist>,
-    pub blocklist_path: Option<PathBuf>,
+    pub blocklist: Arc<Blocklist>,
+    pub blocklist_file: Option<BlocklistFile>,
+}
+
+/// The blocklist of the node's file and, in fleet mode, the fleet's table as last read
+/// (`generation`: tells this list's verdicts from the last one's).
+pub fn build_blocklist(
+    file: Option<&BlocklistFile>,
+    fleet: Option<&FleetKeys>,
+    generation: u64,
+) -> Result<Blocklist, crate::api::blocklist::BlocklistError> {
+    let sources: Vec<_> = file
+        .map(BlocklistFile::source)
+        .into_iter()
+        .chain(fleet.map(|f| f.blocklist.source()))
+        .collect();
+    let b = Blocklist::build(&sources, generation)?;
+    if !sources.is_empty() {
+        crate::api::blocklist::report_loaded(&b);
+    }
+    Ok(b)
 }
 
 /// Starts the watcher (`books`: the domains and blocklist in force at start); returns each
@@ -131,7 +153,7 @@ pub fn start(
         domains,
         unknown,
         blocklist,
-        blocklist_path,
+        blocklist_file,
     } = books;
     let cores = bells.0.len();
     let (edit_tx, edits) = bounded(MAX_QUEUED_DOMAIN_EDITS);
@@ -153,7 +175,7 @@ pub fn start(
         fleet,
         domains,
         blocklist,
-        blocklist_file: blocklist_path.map(crate::api::blocklist::BlocklistFile::new),
+        blocklist_file,
         retired: Vec::new(),
         outlets,
         latest: None,
@@ -181,11 +203,11 @@ struct Watcher {
     fleet: Option<FleetKeys>,
     domain_file: DomainFile,
     domains: Arc<Domains>,
-    blocklist: Arc<crate::api::blocklist::Blocklist>,
-    blocklist_file: Option<crate::api::blocklist::BlocklistFile>,
+    blocklist: Arc<Blocklist>,
+    blocklist_file: Option<BlocklistFile>,
     /// Lists replaced while a core may still hold them: each is dropped here once no core
     /// does (a million-entry list is tens of megabytes, whose free would stall a core).
-    retired: Vec<Arc<crate::api::blocklist::Blocklist>>,
+    retired: Vec<Arc<Blocklist>>,
     outlets: Outlets<Arc<Reloaded>>,
     latest: Option<Arc<Reloaded>>,
     /// Cores whose queue was full when the latest store was offered: offered again each
@@ -226,15 +248,43 @@ impl Watcher {
             self.domains = d;
             changed = true;
         }
-        if let Some(b) = self.blocklist_file.as_mut().and_then(|f| f.poll()) {
-            self.retired.push(std::mem::replace(&mut self.blocklist, b));
-            changed = true;
-        }
+        changed |= self.reload_blocklist();
         self.retired.retain(|b| Arc::strong_count(b) > 1);
         if changed {
             self.publish();
         }
         self.offer_behind();
+    }
+
+    /// The blocklist built again if its file or the fleet's table changed; whether it did.
+    /// One that cannot be built (past its limit) keeps the list in force.
+    fn reload_blocklist(&mut self) -> bool {
+        let mut changed = self
+            .blocklist_file
+            .as_mut()
+            .is_some_and(BlocklistFile::poll);
+        if let Some(f) = self.fleet.as_mut() {
+            changed |= f.stats.refused().is_none() && f.blocklist.poll(&mut f.db);
+        }
+        if !changed {
+            return false;
+        }
+        let generation = self.blocklist.generation + 1;
+        match build_blocklist(
+            self.blocklist_file.as_ref(),
+            self.fleet.as_ref(),
+            generation,
+        ) {
+            Ok(b) => {
+                let old = std::mem::replace(&mut self.blocklist, Arc::new(b));
+                self.retired.push(old);
+                true
+            }
+            Err(e) => {
+                eprintln!("{e}; keeping the blocklist in force");
+                false
+            }
+        }
     }
 
     /// `api_keys.json` read again if it changed; whether the keys did.

@@ -172,11 +172,16 @@ impl Mode {
             true => Some(fleet::keys::list_keys(&mut db).context("reading the fleet's API keys")?),
             false => None,
         };
+        let blocklist = crate::fleet_mode::blocklist::FleetBlocklist::at_start(
+            dir.path(),
+            db_answers.then_some(&mut db),
+        );
         Ok(Some(crate::node::keywatch::FleetKeys {
             db,
             keys,
             stats: stats.expect("fleet mode has fleet stats").clone(),
             domains: crate::fleet_mode::domains::FleetDomains::new(dir.path(), book),
+            blocklist,
         }))
     }
 

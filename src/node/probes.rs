@@ -115,13 +115,15 @@ pub fn answer(
 /// The abuse blocklist, if one is configured: reported, never gating (a list with bad lines
 /// still loaded the rest, and one that cannot be read again keeps the last in force).
 fn blocklist_check(b: &crate::api::blocklist::Blocklist) -> Option<Check> {
-    let path = b.source.as_ref()?.display().to_string();
-    let mut detail = format!("{} entries from {path}", b.len());
+    if b.sources.is_empty() {
+        return None;
+    }
+    let mut detail = format!("{} entries from {}", b.len(), b.sources.join(" and "));
     if b.bad_count > 0 {
         let lines: Vec<String> = b
             .bad
             .iter()
-            .map(|l| format!("{path}:{}: {}", l.line, l.reason))
+            .map(|l| format!("{}:{}: {}", l.source, l.line, l.reason))
             .collect();
         detail.push_str(&format!(
             "; {} bad lines skipped: {}",

@@ -353,8 +353,11 @@ struct WriteSide {
     api_keys: Arc<crate::api::keys::ApiKeyStore>,
     /// The declared domains at start; the key watcher offers later ones.
     domains: Arc<crate::api::domains::Domains>,
-    /// The abuse blocklist at start (`--blocklist`); the key watcher offers later ones.
+    /// The abuse blocklist at start (`--blocklist` and the fleet's table); the key watcher
+    /// offers later ones.
     blocklist: Arc<crate::api::blocklist::Blocklist>,
+    /// `--blocklist`'s file as read at start, for the key watcher.
+    blocklist_file: Option<crate::api::blocklist::BlocklistFile>,
     seg_cfg: shards::alloc::SegmentConfig,
     /// Every core's creates draw from it (per API key, whole node).
     ratelimit: Arc<crate::api::ratelimit::RateLimiter>,
@@ -384,15 +387,17 @@ fn open_write_side(opts: &ServeOptions, links: &Links) -> anyhow::Result<WriteSi
         None => local_keys.clone(),
     });
     let domains = Arc::new(book.view(opts.unknown_host));
-    let blocklist = match &opts.blocklist {
-        Some(path) => {
-            let b = crate::api::blocklist::Blocklist::load(path, 1)
-                .with_context(|| format!("--blocklist {}", path.display()))?;
-            crate::api::blocklist::report_loaded(&b);
-            Arc::new(b)
-        }
-        None => crate::api::blocklist::Blocklist::none(),
+    let blocklist_file = match &opts.blocklist {
+        Some(path) => Some(
+            crate::api::blocklist::BlocklistFile::open(path.clone())
+                .with_context(|| format!("--blocklist {}", path.display()))?,
+        ),
+        None => None,
     };
+    let blocklist = Arc::new(
+        crate::node::keywatch::build_blocklist(blocklist_file.as_ref(), fleet_keys.as_ref(), 1)
+            .context("--blocklist")?,
+    );
     let seg_cfg = shards::alloc::SegmentConfig {
         segment_len: opts.segment_len,
         ..Default::default()
@@ -418,6 +423,7 @@ fn open_write_side(opts: &ServeOptions, links: &Links) -> anyhow::Result<WriteSi
         api_keys,
         domains,
         blocklist,
+        blocklist_file,
         seg_cfg,
         ratelimit,
     })
@@ -425,12 +431,12 @@ fn open_write_side(opts: &ServeOptions, links: &Links) -> anyhow::Result<WriteSi
 
 impl WriteSide {
     /// What the key watcher starts from: the domains and the blocklist in force.
-    fn books(&self, opts: &ServeOptions) -> crate::node::keywatch::Books {
+    fn books(&mut self, opts: &ServeOptions) -> crate::node::keywatch::Books {
         crate::node::keywatch::Books {
             domains: self.domains.clone(),
             unknown: opts.unknown_host,
             blocklist: self.blocklist.clone(),
-            blocklist_path: opts.blocklist.clone(),
+            blocklist_file: self.blocklist_file.take(),
         }
     }
 
