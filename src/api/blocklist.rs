@@ -1,6 +1,7 @@
 //! The abuse blocklist: hosts (each blocking its subdomains too), host + path prefixes and
 //! exact URLs that no link may redirect to (issue 27). Read from the file `--blocklist`
-//! names, in the formats threat feeds ship (see [`Blocklist::parse`]); checked at create,
+//! names, in the formats threat feeds ship (see [`Blocklist::build`]), and in fleet mode also
+//! from the fleet's table (`fleet_mode::blocklist`), the two as one list; checked at create,
 //! PATCH and import (422 `blocked-target`) and on the redirect path (451), where a link whose
 //! target became blocked stops redirecting at once and starts again once unblocked.
 //!
