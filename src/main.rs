@@ -135,6 +135,17 @@ struct ServeArgs {
     /// within about a second of a change.
     #[arg(long, value_name = "FILE")]
     blocklist: Option<std::path::PathBuf>,
+    /// What a path after a link's key does: `/{key}/more` is 404 (`not-found`), goes to the
+    /// target's path with `/more` appended (`append`), or where `/{key}` goes (`ignore`).
+    #[arg(long, value_enum, default_value_t = ricochet::route::ExtraPath::NotFound)]
+    extra_path: ricochet::route::ExtraPath,
+    /// Forward the visitor's query string into the target's: its parameters appended, a name
+    /// the visitor sends replacing the target's of that name.
+    #[arg(long)]
+    forward_query: bool,
+    /// `/{key}/` redirects as `/{key}` does, whatever --extra-path says.
+    #[arg(long)]
+    trailing_slash: bool,
     /// How an idle core waits: `adaptive` spins, then sleeps until an event; `busy` never sleeps.
     #[arg(long, value_enum, default_value_t = ParkArg::Adaptive)]
     park: ParkArg,
@@ -406,6 +417,11 @@ fn serve_options(a: ServeArgs) -> ServeOptions {
         public_url: a.public_url,
         unknown_host: a.unknown_host,
         blocklist: a.blocklist,
+        visit_rules: ricochet::route::VisitRules {
+            extra_path: a.extra_path,
+            forward_query: a.forward_query,
+            trailing_slash: a.trailing_slash,
+        },
         parking: match a.park {
             ParkArg::Busy => Parking::Busy,
             ParkArg::Adaptive => Parking::Adaptive { spin_us: a.spin_us },

@@ -3,6 +3,7 @@
 //!
 //! On the redirect path: no allocation, no lock, a few comparisons of the path's first bytes.
 
+use crate::http::location::Reshape;
 use crate::http::{Method, Request};
 
 /// Prefix of every native API path (`api_front`).
@@ -30,6 +31,9 @@ pub const ROBOTS_TXT: &[u8] = b"User-agent: *\nDisallow: /\n";
 pub enum Route<'a> {
     /// `GET` or `HEAD /{key}`: the redirect (the key is valid, not yet known to exist).
     Redirect(&'a [u8]),
+    /// `GET` or `HEAD /{key}/...`: a redirect with an extra path (from its `/`), answered
+    /// as [`VisitRules::extra`] says.
+    RedirectExtra { key: &'a [u8], extra: &'a [u8] },
     /// `/healthz`, `/livez`, `/readyz` (`probes`).
     Probe,
     /// `/metrics` (OpenMetrics text).
@@ -103,9 +107,72 @@ pub fn route<'a>(req: &Request<'a>) -> Route<'a> {
         return Route::Api;
     }
     match key() {
-        None => Route::NotFound,
         Some(_) if !read => Route::MethodNotAllowed(READ_METHODS),
         Some(k) => Route::Redirect(k),
+        None if !read => Route::NotFound,
+        None => match extra_path(path) {
+            Some((key, extra)) => Route::RedirectExtra { key, extra },
+            None => Route::NotFound,
+        },
+    }
+}
+
+/// `/{key}/rest`: the key and `/rest`.
+fn extra_path(path: &[u8]) -> Option<(&[u8], &[u8])> {
+    let slash = 1 + memchr::memchr(b'/', path.get(1..)?)?;
+    let key = &path[1..slash];
+    shards::link::validate_key(key).ok()?;
+    Some((key, &path[slash..]))
+}
+
+/// What a path after a link's key does (`serve --extra-path`; Shlink's
+/// `REDIRECT_EXTRA_PATH_MODE`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExtraPath {
+    /// `/{key}/more` is 404, as any unknown path.
+    #[default]
+    NotFound,
+    /// Appended to the target's path: `/{key}/more` goes to `<target path>/more`.
+    Append,
+    /// Dropped: `/{key}/more` goes where `/{key}` does.
+    Ignore,
+}
+
+/// How a visit shapes its redirect, for every link of the server (`serve --extra-path`,
+/// `--forward-query`, `--trailing-slash`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VisitRules {
+    pub extra_path: ExtraPath,
+    /// The visitor's query is forwarded into the target's (`http::location`).
+    pub forward_query: bool,
+    /// `/{key}/` is `/{key}`, whatever `extra_path` says.
+    pub trailing_slash: bool,
+}
+
+impl VisitRules {
+    /// The extra path a redirect of `/{key}{extra}` appends (empty: none), or `None`: the
+    /// request is answered 404.
+    pub fn extra<'a>(&self, extra: &'a [u8]) -> Option<&'a [u8]> {
+        if extra == b"/" && self.trailing_slash {
+            return Some(b"");
+        }
+        match self.extra_path {
+            ExtraPath::NotFound => None,
+            ExtraPath::Append => Some(extra),
+            ExtraPath::Ignore => Some(b""),
+        }
+    }
+
+    /// The reshaping of a redirect with (judged) extra path `extra` and request query `query`.
+    #[inline]
+    pub fn reshape<'a>(&self, extra: &'a [u8], query: Option<&'a [u8]>) -> Reshape<'a> {
+        Reshape {
+            extra,
+            query: match self.forward_query {
+                true => query.unwrap_or(b""),
+                false => b"",
+            },
+        }
     }
 }
 
@@ -174,7 +241,41 @@ mod tests {
             route_of("POST /metrics HTTP/1.1"),
             Route::MethodNotAllowed(READ_METHODS)
         );
-        assert_eq!(route_of("GET /a/b HTTP/1.1"), Route::NotFound);
+        assert_eq!(
+            route_of("GET /a/b/c?d HTTP/1.1"),
+            Route::RedirectExtra {
+                key: b"a",
+                extra: b"/b/c"
+            }
+        );
+        assert_eq!(
+            route_of("HEAD /a/ HTTP/1.1"),
+            Route::RedirectExtra {
+                key: b"a",
+                extra: b"/"
+            }
+        );
+        assert_eq!(route_of("POST /a/b HTTP/1.1"), Route::NotFound);
+        assert_eq!(route_of("GET /a.b/c HTTP/1.1"), Route::NotFound);
+        assert_eq!(route_of("GET //c HTTP/1.1"), Route::NotFound);
         assert_eq!(route_of("GET / HTTP/1.1"), Route::NotFound);
+    }
+
+    #[test]
+    fn visit_rules_judge_extra_paths_and_forward_queries() {
+        let mut v = VisitRules::default();
+        assert_eq!(v.extra(b"/x"), None);
+        assert_eq!(v.extra(b"/"), None);
+        assert_eq!(v.reshape(b"", Some(b"a=1")), Reshape::NONE);
+        v.trailing_slash = true;
+        assert_eq!(v.extra(b"/"), Some(&b""[..]));
+        assert_eq!(v.extra(b"/x"), None);
+        v.extra_path = ExtraPath::Append;
+        assert_eq!(v.extra(b"/x/y"), Some(&b"/x/y"[..]));
+        v.extra_path = ExtraPath::Ignore;
+        assert_eq!(v.extra(b"/x/y"), Some(&b""[..]));
+        v.forward_query = true;
+        let r = v.reshape(b"", Some(b"a=1"));
+        assert_eq!((r.extra, r.query), (&b""[..], &b"a=1"[..]));
     }
 }

@@ -39,9 +39,43 @@ fn sent_as(url: &str) -> String {
         .collect()
 }
 
+/// The path and query a visit asks for `key`: with `reshape`, an extra path and a query
+/// (served with `--extra-path append --forward-query`).
+fn path_of(key: &str, reshape: bool) -> String {
+    match reshape {
+        true => format!("/{key}/more/x?utm=1&q=2"),
+        false => format!("/{key}"),
+    }
+}
+
+/// The `Location` a visit of [`path_of`] gets for `url`: the extra path at the end of its
+/// path, its `q` replaced by the visitor's, the visitor's parameters last.
+fn location_of(url: &str, reshape: bool) -> String {
+    if !reshape {
+        return sent_as(url);
+    }
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut out = format!("{}/more/x?", base.strip_suffix('/').unwrap_or(base));
+    for p in query
+        .split('&')
+        .filter(|p| !p.is_empty() && !p.starts_with("q=") && *p != "q")
+    {
+        out.push_str(p);
+        out.push('&');
+    }
+    out.push_str("utm=1&q=2");
+    sent_as(&out)
+}
+
 /// A GET of `key`, with click headers when `fields` (varied by `n`: 40 user agents, 300
 /// referrer hosts, a new client address for every request).
 fn get_with(key: &str, fields: bool, n: usize, host: &str) -> Vec<u8> {
+    get_shaped(&path_of(key, false), fields, n, host)
+}
+
+/// A GET of `path`, as [`get_with`].
+fn get_shaped(path: &str, fields: bool, n: usize, host: &str) -> Vec<u8> {
+    let key = path.trim_start_matches('/');
     if !fields {
         return format!("GET /{key} HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes();
     }
@@ -68,7 +102,13 @@ const DEFAULT: Domain = Domain {
     miss: 404,
 };
 
-fn round(conns: &mut [Reader], links: &[Link], pipelined: bool, fields: bool, d: Domain) {
+fn round(
+    conns: &mut [Reader],
+    links: &[Link],
+    (pipelined, fields): (bool, bool),
+    d: Domain,
+    reshape: bool,
+) {
     let mut n = 0;
     for (i, r) in conns.iter_mut().enumerate() {
         let chunk: Vec<&Link> = links.iter().skip(i).step_by(7).take(64).collect();
@@ -77,25 +117,34 @@ fn round(conns: &mut [Reader], links: &[Link], pipelined: bool, fields: bool, d:
                 let mut bytes = Vec::new();
                 for l in batch {
                     n += 1;
-                    bytes.extend_from_slice(&get_with(&l.key, fields, n, d.host));
+                    bytes.extend_from_slice(&get_shaped(
+                        &path_of(&l.key, reshape),
+                        fields,
+                        n,
+                        d.host,
+                    ));
                 }
                 bytes.extend_from_slice(&get_with("no-such-key-here", false, n, d.host));
                 r.send(&bytes);
                 for l in batch {
                     let resp = r.read_response(false);
-                    assert_eq!(resp.header("location"), Some(sent_as(&l.url).as_str()));
+                    assert_eq!(
+                        resp.header("location"),
+                        Some(location_of(&l.url, reshape).as_str())
+                    );
                 }
                 assert_eq!(r.read_response(false).status, d.miss);
             }
         } else {
             for l in chunk {
-                r.send(format!("HEAD /{} HTTP/1.1\r\nHost: {}\r\n\r\n", l.key, d.host).as_bytes());
+                let path = path_of(&l.key, reshape);
+                r.send(format!("HEAD {path} HTTP/1.1\r\nHost: {}\r\n\r\n", d.host).as_bytes());
                 assert_eq!(r.read_response(true).status, l.status);
                 n += 1;
-                r.send(&get_with(&l.key, fields, n, d.host));
+                r.send(&get_shaped(&path, fields, n, d.host));
                 assert_eq!(
                     r.read_response(false).header("location"),
-                    Some(sent_as(&l.url).as_str())
+                    Some(location_of(&l.url, reshape).as_str())
                 );
             }
         }
@@ -161,7 +210,24 @@ fn checking_targets_against_a_blocklist_allocates_nothing() {
     run(true, &["--blocklist", list.to_str().unwrap()], DEFAULT);
 }
 
+/// Visits with an extra path and a query, appended and forwarded into every target
+/// (`--extra-path append --forward-query`), single and pipelined (the forwarded ones keep
+/// their reshaping in their batch until the owner answers).
+#[test]
+fn reshaped_redirects_allocate_nothing() {
+    run_shaped(
+        true,
+        &["--extra-path", "append", "--forward-query"],
+        DEFAULT,
+        true,
+    );
+}
+
 fn run(fields: bool, flags: &[&str], d: Domain) {
+    run_shaped(fields, flags, d, false);
+}
+
+fn run_shaped(fields: bool, flags: &[&str], d: Domain, reshape: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let mut links = dataset(3000, 11);
@@ -207,15 +273,15 @@ fn run(fields: bool, flags: &[&str], d: Domain) {
     core_allocs(&mut metrics);
     // Warm up: pools, per-connection pending lists, LRU entries for foreign keys.
     for _ in 0..2 {
-        round(&mut conns, &links, false, fields, d);
-        round(&mut conns, &links, true, fields, d);
+        round(&mut conns, &links, (false, fields), d, reshape);
+        round(&mut conns, &links, (true, fields), d, reshape);
     }
     let a1: u64 = core_allocs(&mut metrics).iter().sum();
     let a2: u64 = core_allocs(&mut metrics).iter().sum();
     let per_metrics_request = a2 - a1;
     for _ in 0..3 {
-        round(&mut conns, &links, false, fields, d);
-        round(&mut conns, &links, true, fields, d);
+        round(&mut conns, &links, (false, fields), d, reshape);
+        round(&mut conns, &links, (true, fields), d, reshape);
     }
     let a3: u64 = core_allocs(&mut metrics).iter().sum();
     let under_load = a3 - a2;

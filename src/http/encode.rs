@@ -68,6 +68,31 @@ pub fn encode_redirect(
     out.extend_from_slice(Status::from(status).status_line());
     out.extend_from_slice(b"Location: ");
     put_location(out, location);
+    redirect_tail(out, status, conn, date);
+}
+
+/// [`encode_redirect`] of `target` reshaped by the visit (`location::put_reshaped`: an extra
+/// path, a forwarded query). Returns where the `Location` value is in `out`, for the
+/// blocklist's look at where the visitor is really sent.
+pub fn encode_redirect_reshaped(
+    out: &mut Vec<u8>,
+    status: RedirectStatus,
+    target: &[u8],
+    reshape: super::location::Reshape<'_>,
+    conn: Conn,
+    date: &DateCache,
+) -> std::ops::Range<usize> {
+    out.extend_from_slice(Status::from(status).status_line());
+    out.extend_from_slice(b"Location: ");
+    let start = out.len();
+    super::location::put_reshaped(out, target, reshape);
+    let location = start..out.len();
+    redirect_tail(out, status, conn, date);
+    location
+}
+
+/// A redirect's fields after `Location`, and the end of its head.
+fn redirect_tail(out: &mut Vec<u8>, status: RedirectStatus, conn: Conn, date: &DateCache) {
     out.extend_from_slice(b"\r\nContent-Length: 0\r\nCache-Control: ");
     if status.is_permanent() {
         out.extend_from_slice(b"public, max-age=");

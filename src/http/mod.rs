@@ -5,6 +5,8 @@
 //! - [`parse`]: one request head at a time from the front of a read buffer (`Ok(None)` while
 //!   incomplete), with every framing ambiguity rejected.
 //! - [`encode`]: response heads and small bodies appended to a reusable `Vec<u8>`.
+//! - [`location`]: a redirect's `Location` reshaped by the visit (extra path, forwarded
+//!   query).
 //! - [`status`]: the status codes ricochet emits and their reason phrases.
 //! - [`date`]: the cached `Date` header value.
 //! - [`limits`]: every size and time limit of the layer.
@@ -14,6 +16,7 @@ pub mod chunked;
 pub mod date;
 pub mod encode;
 pub mod limits;
+pub mod location;
 pub mod parse;
 pub mod status;
 

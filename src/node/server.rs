@@ -55,6 +55,8 @@ pub struct ServeOptions {
     pub unknown_host: crate::api::domains::UnknownHost,
     /// The abuse blocklist file (`--blocklist`), if any.
     pub blocklist: Option<PathBuf>,
+    /// How visits shape redirects (`--extra-path`, `--forward-query`, `--trailing-slash`).
+    pub visit_rules: crate::route::VisitRules,
     pub parking: Parking,
     pub lru_capacity: usize,
     pub timeouts: Timeouts,
@@ -605,6 +607,7 @@ impl CoreParts<'_> {
         );
         conns.set_domains(api.domains().clone());
         conns.set_blocklist(api.blocklist().clone());
+        conns.set_visit_rules(opts.visit_rules);
         let mut fleet_inbox = None;
         if let Some((links, inbox)) = fleet {
             owner.set_fleet(links);

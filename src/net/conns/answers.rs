@@ -32,8 +32,9 @@ use crate::http::DateCache;
 #[derive(Debug)]
 pub enum PendingKind {
     /// A redirect lookup forwarded to the key's owner, with the click it counts if answered
-    /// with a redirect (`None`: not counted, e.g. HEAD or analytics off).
-    Redirect(Option<crate::analytics::combiner::Click>),
+    /// with a redirect (`None`: not counted, e.g. HEAD or analytics off), and how the visit
+    /// reshapes its `Location` (kept in [`Answers`]' bytes).
+    Redirect(Option<crate::analytics::combiner::Click>, KeptReshape),
     /// An API request (read or write) sent to its owner.
     Api(Box<ApiOp>),
 }
@@ -62,6 +63,16 @@ impl Pending {
     }
 }
 
+/// A deferred redirect's `http::location::Reshape`, its bytes kept by [`Answers::keep`]
+/// (the request's own bytes are gone by the time the owner answers). The default is no
+/// reshaping, and keeps nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeptReshape {
+    at: u32,
+    extra: u32,
+    query: u32,
+}
+
 /// The deferred requests of a connection's current batch, in request order.
 #[derive(Debug, Default)]
 pub struct Answers {
@@ -69,6 +80,10 @@ pub struct Answers {
     pending: Vec<Pending>,
     /// Sequence number for the next deferred request.
     next_seq: u32,
+    /// The reshaping bytes of deferred redirects ([`KeptReshape`]): emptied (capacity kept,
+    /// so no allocation once warm) when nothing is deferred. At most the batch's requests'
+    /// bytes, which `INBUF_PAUSE_BYTES` bounds.
+    kept: Vec<u8>,
 }
 
 impl Answers {
@@ -104,6 +119,34 @@ impl Answers {
         seq
     }
 
+    /// Keeps `r`'s bytes until the batch's deferred requests are answered.
+    pub fn keep(&mut self, r: crate::http::location::Reshape<'_>) -> KeptReshape {
+        if r.is_none() {
+            return KeptReshape::default();
+        }
+        let at = self.kept.len() as u32;
+        self.kept.extend_from_slice(r.extra);
+        self.kept.extend_from_slice(r.query);
+        KeptReshape {
+            at,
+            extra: r.extra.len() as u32,
+            query: r.query.len() as u32,
+        }
+    }
+
+    /// The reshaping `k` keeps.
+    #[inline]
+    pub fn reshape_of(&self, k: KeptReshape) -> crate::http::location::Reshape<'_> {
+        if k == KeptReshape::default() {
+            return crate::http::location::Reshape::NONE;
+        }
+        let (at, extra, query) = (k.at as usize, k.extra as usize, k.query as usize);
+        crate::http::location::Reshape {
+            extra: &self.kept[at..at + extra],
+            query: &self.kept[at + extra..at + extra + query],
+        }
+    }
+
     /// The waiting request `seq`, if any (a stale or duplicate answer finds none).
     pub fn get_mut(&mut self, seq: u32) -> Option<&mut Pending> {
         self.pending.iter_mut().find(|p| p.seq == seq)
@@ -126,12 +169,16 @@ impl Answers {
         for later in &mut self.pending[i..] {
             later.offset += bytes.len();
         }
+        if self.pending.is_empty() {
+            self.kept.clear();
+        }
         Some(p)
     }
 
     /// Forgets every waiting request (the connection is gone).
     pub fn clear(&mut self) {
         self.pending.clear();
+        self.kept.clear();
         self.next_seq = 0;
     }
 }
@@ -176,7 +223,12 @@ mod tests {
             match r {
                 Req::Now => out.extend_from_slice(&answer_of(i)),
                 Req::Later => {
-                    let seq = a.defer(&out, false, Persist::KeepAlive, PendingKind::Redirect(None));
+                    let seq = a.defer(
+                        &out,
+                        false,
+                        Persist::KeepAlive,
+                        PendingKind::Redirect(None, KeptReshape::default()),
+                    );
                     deferred.push((i, seq));
                 }
             }
@@ -230,7 +282,12 @@ mod tests {
     fn a_stale_answer_changes_nothing() {
         let mut out = b"abc".to_vec();
         let mut a = Answers::new();
-        let seq = a.defer(&out, false, Persist::KeepAlive, PendingKind::Redirect(None));
+        let seq = a.defer(
+            &out,
+            false,
+            Persist::KeepAlive,
+            PendingKind::Redirect(None, KeptReshape::default()),
+        );
         assert!(a.fill(&mut out, seq.wrapping_add(5), b"zz").is_none());
         assert_eq!(out, b"abc");
         assert!(a.fill(&mut out, seq, b"zz").is_some());

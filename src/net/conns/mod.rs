@@ -108,6 +108,8 @@ pub struct Conns {
     /// The abuse blocklist in force (`api::blocklist`), and this core's verdicts for targets
     /// it parses the slow way.
     blocklist: Arc<crate::api::blocklist::Blocklist>,
+    /// How a visit shapes its redirect: an extra path, a forwarded query (`route`).
+    visit_rules: crate::route::VisitRules,
     verdicts: crate::api::blocklist::VerdictMemo,
 }
 
@@ -147,7 +149,14 @@ impl Conns {
             host_memo: Default::default(),
             blocklist: crate::api::blocklist::Blocklist::none(),
             verdicts: Default::default(),
+            visit_rules: Default::default(),
         }
+    }
+
+    /// How visits shape their redirects (`serve --extra-path`, `--forward-query`,
+    /// `--trailing-slash`), set once at start.
+    pub fn set_visit_rules(&mut self, rules: crate::route::VisitRules) {
+        self.visit_rules = rules;
     }
 
     /// The abuse blocklist from now on (at start, and on each reload).

@@ -12,6 +12,7 @@ use crate::base::clock::Clock;
 use crate::base::key::InlineKey;
 use crate::http::encode::{self, Conn as Persist, Framing, Response};
 use crate::http::limits::MAX_PIPELINED_REQUESTS;
+use crate::http::location::Reshape;
 use crate::http::parse::{parse_request, BadRequest, Expect, Method, ParseError, Request};
 use crate::http::status::Status;
 use crate::mesh::{Answer, Mesh, RedirectMsg, ReplyTo, RequestPlace, WriteOutcome};
@@ -334,7 +335,11 @@ impl Conns {
             date,
         };
         match route {
-            Route::Redirect(key) => self.redirect(slot, req, key, p.domain, persist, env),
+            Route::Redirect(key) => self.redirect(slot, req, (key, b""), p.domain, persist, env),
+            Route::RedirectExtra { key, extra } => match self.visit_rules.extra(extra) {
+                Some(extra) => self.redirect(slot, req, (key, extra), p.domain, persist, env),
+                None => not_found(&self.domains, req, out, f),
+            },
             Route::NotImplemented => {
                 let r = Response {
                     status: Status::NotImplemented,
@@ -420,7 +425,7 @@ impl Conns {
         &mut self,
         slot: u32,
         req: &Request<'_>,
-        key: &[u8],
+        (key, extra): (&[u8], &[u8]),
         domain: HostDomain,
         persist: Persist,
         env: &mut Env,
@@ -462,7 +467,8 @@ impl Conns {
             }
             _ => None,
         };
-        self.lookup(slot, key, head, persist, ctx, env);
+        let reshape = self.visit_rules.reshape(extra, req.query);
+        self.lookup(slot, key, (head, persist), (ctx, reshape), env);
     }
 
     /// The redirect fast path: a local table hit, or an LRU hit for a foreign key, answer at
@@ -472,9 +478,8 @@ impl Conns {
         &mut self,
         slot: u32,
         key: &[u8],
-        head: bool,
-        persist: Persist,
-        ctx: Option<Click>,
+        (head, persist): (bool, Persist),
+        (ctx, reshape): (Option<Click>, Reshape<'_>),
         env: &mut Env,
     ) {
         let clock = env.clock;
@@ -499,27 +504,49 @@ impl Conns {
                     found.is_some() || answer.is_none(),
                     "a current table was retired"
                 );
-                return counted.answer(&mut c.out, found, key, head, ctx, persist, clock);
+                return counted.answer(
+                    &mut c.out,
+                    found,
+                    key,
+                    (head, persist),
+                    (ctx, reshape),
+                    clock,
+                );
             }
         } else if let Some(a) = self.lru.get(key) {
             match a.target.resolve(&self.view) {
                 Some(target) if !a.expired(now_s) => {
                     counted.tally.lru_hits += 1;
                     let found = Some((a.status, target));
-                    return counted.answer(&mut c.out, found, key, head, ctx, persist, clock);
+                    return counted.answer(
+                        &mut c.out,
+                        found,
+                        key,
+                        (head, persist),
+                        (ctx, reshape),
+                        clock,
+                    );
                 }
                 Some(_) => {
                     self.lru.remove(key);
-                    return counted.answer(&mut c.out, None, key, head, ctx, persist, clock);
+                    return counted.answer(
+                        &mut c.out,
+                        None,
+                        key,
+                        (head, persist),
+                        (ctx, reshape),
+                        clock,
+                    );
                 }
                 // Its table was replaced since: ask the owner again.
                 None => drop(self.lru.remove(key)),
             }
         }
         self.tally.forwarded += 1;
+        let kept = c.answers.keep(reshape);
         let seq = c
             .answers
-            .defer(&c.out, head, persist, PendingKind::Redirect(ctx));
+            .defer(&c.out, head, persist, PendingKind::Redirect(ctx, kept));
         let reply = ReplyTo::request(self.me as u16, slot, c.gen, seq);
         let key = InlineKey::new(key).expect("validated keys fit inline");
         env.mesh
@@ -587,9 +614,9 @@ impl Conns {
             return; // The connection went away meanwhile.
         };
         let (head, persist) = (p.head, p.persist);
-        let ctx = match p.kind {
-            PendingKind::Redirect(ctx) => ctx,
-            PendingKind::Api(_) => None,
+        let (ctx, kept) = match p.kind {
+            PendingKind::Redirect(ctx, kept) => (ctx, kept),
+            PendingKind::Api(_) => (None, Default::default()),
         };
         self.scratch.clear();
         // Answers come in FIFO before any retirement of their table, so they resolve.
@@ -602,13 +629,13 @@ impl Conns {
             blocklist: &self.blocklist,
             verdicts: &mut self.verdicts,
         };
+        let reshape = self.slots[reply.slot as usize].answers.reshape_of(kept);
         counted.answer(
             &mut self.scratch,
             found,
             key.as_bytes(),
-            head,
-            ctx,
-            persist,
+            (head, persist),
+            (ctx, reshape),
             clock,
         );
         self.fill_answer(reply);
@@ -628,7 +655,8 @@ impl Conns {
             return; // The connection went away meanwhile.
         };
         let f = p.framing(&clock.date);
-        let PendingKind::Api(mut op) = std::mem::replace(&mut p.kind, PendingKind::Redirect(None))
+        let PendingKind::Api(mut op) =
+            std::mem::replace(&mut p.kind, PendingKind::Redirect(None, Default::default()))
         else {
             debug_assert!(false, "an API answer for a redirect");
             return;
@@ -759,18 +787,17 @@ struct Counted<'a> {
 }
 
 impl Counted<'_> {
-    /// Encodes the answer (`found`: status and target) into `out`, and counts it: a redirect
-    /// to a GET is a click on `key` (`ctx` is `None` for HEAD), a 404 to a GET a miss.
-    #[allow(clippy::too_many_arguments)]
+    /// Encodes the answer (`found`: status and target, reshaped by the visit) into `out`, and
+    /// counts it: a redirect to a GET is a click on `key` (`ctx` is `None` for HEAD), a 404
+    /// to a GET a miss.
     #[inline]
     fn answer(
         &mut self,
         out: &mut Vec<u8>,
         found: Option<(shards::link::RedirectStatus, &[u8])>,
         key: &[u8],
-        head: bool,
-        ctx: Option<Click>,
-        persist: Persist,
+        (head, persist): (bool, Persist),
+        (ctx, reshape): (Option<Click>, Reshape<'_>),
         clock: &Clock,
     ) {
         match found {
@@ -780,8 +807,14 @@ impl Counted<'_> {
                 // there, and is no click.
                 let begun = self.blocklist.begin(target);
                 let mark = out.len();
-                encode::encode_redirect(out, status, target, persist, &clock.date);
-                if self.blocklist.finish(begun, target, self.verdicts) {
+                let blocked = match reshape.is_none() {
+                    true => {
+                        encode::encode_redirect(out, status, target, persist, &clock.date);
+                        self.blocklist.finish(begun, target, self.verdicts)
+                    }
+                    false => self.reshaped(out, (status, target), reshape, persist, clock),
+                };
+                if blocked {
                     out.truncate(mark);
                     self.tally.blocked += 1;
                     let f = Framing {
@@ -818,6 +851,27 @@ impl Counted<'_> {
                 }
             }
         }
+    }
+}
+
+impl Counted<'_> {
+    /// A redirect whose `Location` the visit reshapes (`http::location`): whether the link's
+    /// target or the reshaped `Location` is blocked (an appended path can reach a blocked
+    /// prefix).
+    #[cold]
+    #[inline(never)]
+    fn reshaped(
+        &mut self,
+        out: &mut Vec<u8>,
+        (status, target): (shards::link::RedirectStatus, &[u8]),
+        reshape: Reshape<'_>,
+        persist: Persist,
+        clock: &Clock,
+    ) -> bool {
+        let loc =
+            encode::encode_redirect_reshaped(out, status, target, reshape, persist, &clock.date);
+        self.blocklist.blocks(target, self.verdicts)
+            || self.blocklist.blocks(&out[loc], self.verdicts)
     }
 }
 
