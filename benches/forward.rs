@@ -28,6 +28,7 @@ fn table_answer(dir: &std::path::Path) -> (Store, Answer) {
         created_at_s: 1_700_000_000,
         flags: 0,
         author: shards::link::Author::NONE,
+        behaviour: shards::behaviour::Behaviour::NONE,
     };
     write_table(&path, 0, 1, 0, [link]).expect("write table");
     let store = Store::new(vec![Some(Table::open(&path).expect("open table"))]);

@@ -21,6 +21,7 @@ fn put(i: u64, key: &str, target: &str) -> LogOpRef<'static> {
         id: i,
         // As an API create logs it: with its API key's id.
         author: shards::link::Author::from_id("k3Xb9q2A").expect("an id"),
+        behaviour: shards::behaviour::Behaviour::NONE,
     })
 }
 

@@ -163,15 +163,14 @@ impl VisitRules {
         }
     }
 
-    /// The reshaping of a redirect with (judged) extra path `extra` and request query `query`.
+    /// The reshaping of a redirect with (judged) extra path `extra` and request query
+    /// `query`. The query is carried whatever `forward_query` says: a link's own
+    /// `forward_query` overrides it once the link is found (`Counted::answer`).
     #[inline]
     pub fn reshape<'a>(&self, extra: &'a [u8], query: Option<&'a [u8]>) -> Reshape<'a> {
         Reshape {
             extra,
-            query: match self.forward_query {
-                true => query.unwrap_or(b""),
-                false => b"",
-            },
+            query: query.unwrap_or(b""),
         }
     }
 }
@@ -266,7 +265,7 @@ mod tests {
         let mut v = VisitRules::default();
         assert_eq!(v.extra(b"/x"), None);
         assert_eq!(v.extra(b"/"), None);
-        assert_eq!(v.reshape(b"", Some(b"a=1")), Reshape::NONE);
+        assert_eq!(v.reshape(b"", None), Reshape::NONE);
         v.trailing_slash = true;
         assert_eq!(v.extra(b"/"), Some(&b""[..]));
         assert_eq!(v.extra(b"/x"), None);

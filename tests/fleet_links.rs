@@ -1959,3 +1959,49 @@ fn a_server_that_cannot_say_its_timeline_still_has_a_working_feed() {
     let cursor = std::fs::read_to_string(dirs[1].1.join("fleet-feed.cursor")).unwrap();
     assert!(cursor.contains(" - - "), "no position recorded: {cursor}");
 }
+
+/// Link behaviours (`valid_since`, `forward_query`, `disabled`) are not stored by the fleet
+/// database yet: a fleet node refuses them with 422 rather than keep one the other nodes
+/// would never see (native create and PATCH, Shlink's create), and plain writes go on.
+#[test]
+fn fleet_mode_refuses_link_behaviours_it_cannot_store() {
+    let Some(db) = TestDb::create("fleet_behaviour") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let (_t, dir) = api::data_dir();
+    let s = node(&dir, &db.url, "a", "2", &[]);
+    let mut c = Client::new(&s);
+    for body in [
+        json!({"long_url": "https://a.example/", "forward_query": true}),
+        json!({"long_url": "https://a.example/", "valid_since": "2030-01-01T00:00:00Z"}),
+    ] {
+        let p = c.create(&body).assert_problem(422);
+        assert!(p["detail"].as_str().unwrap().contains("fleet"), "{p}");
+    }
+    let key = c.create_ok("https://a.example/ok", None);
+    for body in [
+        json!({"forward_query": false}),
+        json!({"disabled": {"reason": "abuse"}}),
+        json!({"valid_since": null}),
+    ] {
+        let p = c.patch(&key, &body).assert_problem(422);
+        assert!(p["detail"].as_str().unwrap().contains("fleet"), "{p}");
+    }
+    let headers = [
+        ("X-Api-Key", api::API_KEY),
+        ("Content-Type", "application/json"),
+    ];
+    let body = json!({"longUrl": "https://a.example/s", "forwardQuery": true});
+    let r = c
+        .send(
+            "POST",
+            "/rest/v3/short-urls",
+            false,
+            &headers,
+            body.to_string().as_bytes(),
+        )
+        .unwrap();
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(answer(&s, &key).0, 302);
+}

@@ -131,9 +131,16 @@ fn metrics_parse_with_bounded_labels_and_true_counts() {
         ("core", ["0", "1"].map(String::from).into()),
         (
             "outcome",
-            ["redirect", "not_found", "blocked", "api", "other"]
-                .map(String::from)
-                .into(),
+            [
+                "redirect",
+                "not_found",
+                "blocked",
+                "disabled",
+                "api",
+                "other",
+            ]
+            .map(String::from)
+            .into(),
         ),
         (
             "class",

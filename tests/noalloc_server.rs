@@ -1,7 +1,7 @@
 //! The redirect path of a real `ricochet serve --cores 2` makes no heap allocation once warm:
 //! local hits, foreign keys (forwarded, then LRU hits), 404s, HEAD and pipelined batches,
 //! counted by the binary's counting allocator and read back from `/metrics`. One link in ten
-//! has a non-ASCII target, sent percent-encoded (`http::encode::put_location`). Click
+//! has a non-ASCII target, sent percent-encoded (`http::location::put_location`). Click
 //! analytics is on in `full` mode (the default) throughout; the second test sends a
 //! `User-Agent`, `Referer` and `X-Forwarded-For` on every request, with
 //! `--client-ip x-forwarded-for`, so every click is classified and hashed. Another runs the

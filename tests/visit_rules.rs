@@ -39,7 +39,9 @@ fn links(s: &common::Server) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for round in 0..4 {
         for t in TARGETS {
-            let r = c.create(&json!({ "long_url": t, "custom_alias": format!("v{round}{}", out.len()) }));
+            let r = c.create(
+                &json!({ "long_url": t, "custom_alias": format!("v{round}{}", out.len()) }),
+            );
             assert_eq!(r.status, 201, "{}", r.text());
             out.push((
                 r.json()["key"].as_str().unwrap().to_owned(),

@@ -72,6 +72,19 @@ pub fn export(
     let with_authors = links.values().any(|l| l.author.is_some());
     let with_domains = with_authors || links.keys().any(|k| named(k));
     let domain_col = if with_domains { "\tdomain" } else { "" };
+    if format != ExportFormat::Ndjson {
+        if let Some(l) = links.values().find(|l| !l.behaviour.is_none()) {
+            return Err(Error::io(
+                dir.to_path_buf(),
+                "export as TSV or CSV",
+                std::io::Error::other(format!(
+                    "link {:?} has a behaviour (valid_since, forward_query or disabled) that TSV \
+                     and CSV have no columns for; export with --format ndjson, which keeps it",
+                    l.key
+                )),
+            ));
+        }
+    }
     let author_col = if with_authors { "\tauthor" } else { "" };
     match format {
         ExportFormat::Tsv => writeln!(
@@ -187,6 +200,9 @@ fn write_line(
             if l.author.is_some() {
                 line["author"] = serde_json::Value::from(l.author.as_str());
             }
+            if let Some(obj) = line.as_object_mut() {
+                l.behaviour.put_json(obj);
+            }
             writeln!(out, "{line}")?;
         }
         ExportFormat::Tsv => writeln!(
@@ -268,6 +284,7 @@ fn read_state(dd: &DataDir) -> Result<Option<State>, Error> {
                             created_at_s: l.created_at_s,
                             flags: l.flags,
                             author: l.author,
+                            behaviour: l.behaviour,
                         },
                     );
                 }

@@ -2,6 +2,7 @@
 //! append logs, recovery and compaction. No networking and no glommio types in this API.
 
 pub mod alloc;
+pub mod behaviour;
 pub mod clicks;
 pub mod compact;
 pub mod datadir;

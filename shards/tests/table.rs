@@ -1,6 +1,7 @@
 //! Table build + lookup against a HashMap oracle, and corrupt-file handling.
 
 use proptest::prelude::*;
+use shards::behaviour::{Behaviour, Disabled, DisabledReason};
 use shards::link::{Author, RedirectStatus};
 use shards::placement::shard_of;
 use shards::table::{write_table, OwnedLink, Table, HEADER_BYTES, INDEX_LOAD_PERCENT};
@@ -20,6 +21,18 @@ fn link(key: &str, target: &str, status: RedirectStatus, n: u64) -> OwnedLink {
             Author::from_id(&format!("k{n}")).unwrap()
         } else {
             Author::NONE
+        },
+        behaviour: match n % 4 {
+            0 => Behaviour {
+                valid_since_s: n,
+                forward_query: Some(n % 8 == 0),
+                disabled: Some(Disabled {
+                    reason: DisabledReason::Legal,
+                    at_s: n + 1,
+                    by: Author::from_id("adm1n").unwrap(),
+                }),
+            },
+            _ => Behaviour::NONE,
         },
     }
 }
@@ -276,6 +289,7 @@ fn format_1_tables_read_unchanged_and_a_future_format_is_refused() {
     let links: Vec<OwnedLink> = (0..200u64)
         .map(|i| OwnedLink {
             author: Author::NONE,
+            behaviour: Behaviour::NONE,
             ..link(
                 &format!("key{i}"),
                 &format!("https://e.com/{i}"),
@@ -286,7 +300,7 @@ fn format_1_tables_read_unchanged_and_a_future_format_is_refused() {
         .collect();
     write_table(&p, 0, 1, 0, links.clone()).unwrap();
     let mut bytes = std::fs::read(&p).unwrap();
-    assert_eq!(bytes[8..12], 2u32.to_le_bytes());
+    assert_eq!(bytes[8..12], 3u32.to_le_bytes());
     bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
     reseal(&mut bytes);
     std::fs::write(&p, &bytes).unwrap();
@@ -297,11 +311,11 @@ fn format_1_tables_read_unchanged_and_a_future_format_is_refused() {
     assert_eq!(read, want);
     assert_eq!(t.get(b"key7").unwrap().target, "https://e.com/7");
     drop(t);
-    bytes[8..12].copy_from_slice(&3u32.to_le_bytes());
+    bytes[8..12].copy_from_slice(&4u32.to_le_bytes());
     reseal(&mut bytes);
     std::fs::write(&p, &bytes).unwrap();
     let e = Table::open(&p).unwrap_err().to_string();
-    assert!(e.contains("version 3") && e.contains("1 to 2"), "{e}");
+    assert!(e.contains("version 4") && e.contains("1 to 3"), "{e}");
 }
 
 #[test]

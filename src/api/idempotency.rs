@@ -105,6 +105,17 @@ pub fn request_hash(req: &CreateRequest) -> RequestHash {
         h.update((d.len() as u64).to_le_bytes());
         h.update(d.as_bytes());
     }
+    // Likewise only when set (a record written before behaviours still matches).
+    let b = &req.behaviour;
+    if !b.is_none() {
+        h.update([2u8]);
+        h.update(b.valid_since_s.to_le_bytes());
+        h.update([match b.forward_query {
+            None => 0u8,
+            Some(true) => 1,
+            Some(false) => 2,
+        }]);
+    }
     RequestHash(h.finalize().into())
 }
 
@@ -572,6 +583,7 @@ mod tests {
     fn hash_fields_do_not_run_together() {
         let a = CreateRequest {
             author: shards::link::Author::NONE,
+            behaviour: shards::behaviour::Behaviour::NONE,
             long_url: "https://a.b/xy".into(),
             custom_alias: Some("z".into()),
             expires_at_s: None,

@@ -74,6 +74,8 @@ pub struct CreateRequest {
     /// The API key that sends it (set by the front, never from the body): the link records
     /// it as its author.
     pub author: shards::link::Author,
+    /// `valid_since` and `forward_query` (a create cannot disable).
+    pub behaviour: shards::behaviour::Behaviour,
 }
 
 impl CreateRequest {
@@ -96,6 +98,39 @@ pub enum ExpiryUpdate {
     Set(u64),
 }
 
+/// What a patch does to a link's behaviour (`shards::behaviour`): each `None` leaves that
+/// part as it is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BehaviourUpdate {
+    /// New `valid_since` (0: always valid, from `null`).
+    pub valid_since_s: Option<u64>,
+    /// New `forward_query` (`Some(None)`: the server's, from `null`).
+    pub forward_query: Option<Option<bool>>,
+    /// New disabling (`Some(None)`: enabled again, from `null`); its time and author are
+    /// the front's to fill in.
+    pub disabled: Option<Option<shards::behaviour::Disabled>>,
+}
+
+impl BehaviourUpdate {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == BehaviourUpdate::default()
+    }
+
+    /// Applies it to `b`.
+    pub fn apply(&self, b: &mut shards::behaviour::Behaviour) {
+        if let Some(v) = self.valid_since_s {
+            b.valid_since_s = v;
+        }
+        if let Some(f) = self.forward_query {
+            b.forward_query = f;
+        }
+        if let Some(d) = self.disabled {
+            b.disabled = d;
+        }
+    }
+}
+
 /// A validated `PATCH /api/v1/urls/{key}` body; at least one change.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PatchRequest {
@@ -105,6 +140,8 @@ pub struct PatchRequest {
     pub expiry: ExpiryUpdate,
     /// New redirect status.
     pub redirect_status: Option<RedirectStatus>,
+    /// Behaviour changes (`valid_since`, `forward_query`, `disabled`).
+    pub behaviour: BehaviourUpdate,
 }
 
 const CREATE_MEMBERS: &[&str] = &[
@@ -114,8 +151,18 @@ const CREATE_MEMBERS: &[&str] = &[
     "expires_at",
     "redirect_status",
     "domain",
+    "valid_since",
+    "forward_query",
 ];
-const PATCH_MEMBERS: &[&str] = &["long_url", "ttl_days", "expires_at", "redirect_status"];
+const PATCH_MEMBERS: &[&str] = &[
+    "long_url",
+    "ttl_days",
+    "expires_at",
+    "redirect_status",
+    "valid_since",
+    "forward_query",
+    "disabled",
+];
 
 /// Parses and validates a create body at wall-clock second `now_s`.
 pub fn parse_create(body: &[u8], now_s: u64) -> Result<CreateRequest, Problem> {
@@ -126,6 +173,7 @@ pub fn parse_create(body: &[u8], now_s: u64) -> Result<CreateRequest, Problem> {
     let mut expires_at = None;
     let mut redirect_status = RedirectStatus::default();
     let mut domain = None;
+    let mut behaviour = shards::behaviour::Behaviour::NONE;
     for (name, value) in &members {
         if value.is_null() && name != "long_url" {
             continue;
@@ -142,6 +190,8 @@ pub fn parse_create(body: &[u8], now_s: u64) -> Result<CreateRequest, Problem> {
                 })?;
                 domain = Some(d.to_owned());
             }
+            "valid_since" => behaviour.valid_since_s = parse_time(value, "valid_since")?,
+            "forward_query" => behaviour.forward_query = Some(parse_bool(value, "forward_query")?),
             _ => unreachable!("parse_members admits only CREATE_MEMBERS"),
         }
     }
@@ -150,6 +200,7 @@ pub fn parse_create(body: &[u8], now_s: u64) -> Result<CreateRequest, Problem> {
     let expires_at_s = expiry_from(ttl_days, expires_at, now_s)?;
     Ok(CreateRequest {
         author: shards::link::Author::NONE,
+        behaviour,
         long_url,
         custom_alias,
         expires_at_s,
@@ -168,23 +219,34 @@ pub fn parse_patch(body: &[u8], now_s: u64) -> Result<PatchRequest, Problem> {
     let mut expires_at = None;
     let mut clear_expiry = false;
     let mut redirect_status = None;
+    let mut behaviour = BehaviourUpdate::default();
     for (name, value) in &members {
         let field = member_field(name, PATCH_MEMBERS);
         if value.is_null() {
-            if field == "expires_at" {
-                clear_expiry = true;
-                continue;
+            match field {
+                "expires_at" => clear_expiry = true,
+                "valid_since" => behaviour.valid_since_s = Some(0),
+                "forward_query" => behaviour.forward_query = Some(None),
+                "disabled" => behaviour.disabled = Some(None),
+                _ => {
+                    return Err(Problem::invalid_field(
+                        Some(field),
+                        format!("{field} cannot be null"),
+                    ))
+                }
             }
-            return Err(Problem::invalid_field(
-                Some(field),
-                format!("{field} cannot be null"),
-            ));
+            continue;
         }
         match field {
             "long_url" => long_url = Some(parse_url(value)?),
             "ttl_days" => ttl_days = Some(parse_ttl_days(value)?),
             "expires_at" => expires_at = Some(parse_expires_at(value, now_s)?),
             "redirect_status" => redirect_status = Some(parse_status(value)?),
+            "valid_since" => behaviour.valid_since_s = Some(parse_time(value, "valid_since")?),
+            "forward_query" => {
+                behaviour.forward_query = Some(Some(parse_bool(value, "forward_query")?));
+            }
+            "disabled" => behaviour.disabled = Some(Some(parse_disabled(value)?)),
             _ => unreachable!("parse_members admits only PATCH_MEMBERS"),
         }
     }
@@ -196,31 +258,37 @@ pub fn parse_patch(body: &[u8], now_s: u64) -> Result<PatchRequest, Problem> {
         None if clear_expiry => ExpiryUpdate::Clear,
         None => ExpiryUpdate::Keep,
     };
-    if long_url.is_none() && expiry == ExpiryUpdate::Keep && redirect_status.is_none() {
+    if long_url.is_none()
+        && expiry == ExpiryUpdate::Keep
+        && redirect_status.is_none()
+        && behaviour.is_empty()
+    {
         return Err(Problem::invalid_field(
             None,
-            "a patch must change at least one of long_url, expires_at, ttl_days, redirect_status",
+            "a patch must change at least one of long_url, expires_at, ttl_days, \
+             redirect_status, valid_since, forward_query, disabled",
         ));
     }
     Ok(PatchRequest {
         long_url,
         expiry,
         redirect_status,
+        behaviour,
     })
 }
 
 /// The response body describing one link:
 /// `{"key","short_url","long_url","created_at","expires_at","redirect_status"}`, times in RFC
-/// 3339 UTC, `expires_at` `null` when the link never expires. `short_url` is
-/// `short_url_base` (trailing `/` ignored) + `/` + `key`.
+/// 3339 UTC, `expires_at` `null` when the link never expires, and its behaviour's
+/// `valid_since`, `forward_query` and `disabled` (`{"reason","at","by"}`) when set.
+/// `short_url` is `short_url_base` (trailing `/` ignored) + `/` + `key`.
 pub fn link_json(
-    key: &str,
-    domain: Option<&str>,
+    (key, domain): (&str, Option<&str>),
     short_url_base: &str,
     long_url: &str,
-    created_at_s: u64,
-    expires_at_s: Option<u64>,
+    (created_at_s, expires_at_s): (u64, Option<u64>),
     status: RedirectStatus,
+    behaviour: &shards::behaviour::Behaviour,
 ) -> Vec<u8> {
     #[derive(Serialize)]
     struct LinkBody<'a> {
@@ -243,7 +311,17 @@ pub fn link_json(
         redirect_status: status.code(),
     };
     // Serializing strings and integers into a Vec cannot fail.
-    serde_json::to_vec(&body).expect("link body serializes")
+    let mut out = serde_json::to_vec(&body).expect("link body serializes");
+    if !behaviour.is_none() {
+        // The behaviour's members after the others: `{...}` + `{"valid_since":...}` joined.
+        let mut members = serde_json::Map::new();
+        behaviour.put_json(&mut members);
+        let more = serde_json::to_vec(&members).expect("members serialize");
+        out.pop();
+        out.push(b',');
+        out.extend_from_slice(&more[1..]);
+    }
+    out
 }
 
 /// The top-level members of a JSON object, in order, refusing repeats.
@@ -363,6 +441,42 @@ fn parse_expires_at(value: &Value, now_s: u64) -> Result<u64, Problem> {
     Ok(t)
 }
 
+/// An RFC 3339 time as Unix seconds (any time: a `valid_since` in the past is allowed).
+fn parse_time(value: &Value, field: &'static str) -> Result<u64, Problem> {
+    let text = value.as_str().ok_or_else(|| {
+        Problem::invalid_field(Some(field), format!("{field} must be an RFC 3339 string"))
+    })?;
+    crate::api::timefmt::parse_rfc3339_s(text)
+        .map_err(|e| Problem::invalid_field(Some(field), format!("{field}: {e}")))
+}
+
+fn parse_bool(value: &Value, field: &'static str) -> Result<bool, Problem> {
+    value.as_bool().ok_or_else(|| {
+        Problem::invalid_field(Some(field), format!("{field} must be true, false or null"))
+    })
+}
+
+/// `{"reason": "abuse" | "legal" | "owner"}`: when and by whom are the front's to fill in.
+fn parse_disabled(value: &Value) -> Result<shards::behaviour::Disabled, Problem> {
+    let bad = || {
+        Problem::invalid_field(
+            Some("disabled"),
+            "disabled must be null or {\"reason\": \"abuse\" | \"legal\" | \"owner\"}",
+        )
+    };
+    let obj = value.as_object().filter(|o| o.len() == 1).ok_or_else(bad)?;
+    let reason = obj
+        .get("reason")
+        .and_then(Value::as_str)
+        .and_then(shards::behaviour::DisabledReason::parse)
+        .ok_or_else(bad)?;
+    Ok(shards::behaviour::Disabled {
+        reason,
+        at_s: 0,
+        by: shards::link::Author::NONE,
+    })
+}
+
 fn parse_status(value: &Value) -> Result<RedirectStatus, Problem> {
     value
         .as_u64()
@@ -426,6 +540,7 @@ mod tests {
             r,
             CreateRequest {
                 author: shards::link::Author::NONE,
+                behaviour: shards::behaviour::Behaviour::NONE,
                 long_url: "https://example.com/a".into(),
                 custom_alias: None,
                 expires_at_s: None,
@@ -674,31 +789,92 @@ mod tests {
     }
 
     #[test]
+    fn behaviour_members_are_parsed_and_checked() {
+        let r = create(
+            json!({"long_url": "https://a.b", "valid_since": "2030-03-17T17:46:40Z",
+                              "forward_query": true}),
+        )
+        .unwrap();
+        assert_eq!(r.behaviour.valid_since_s, NOW);
+        assert_eq!(r.behaviour.forward_query, Some(true));
+        assert_field_err(
+            create(json!({"long_url": "https://a.b", "forward_query": "yes"})),
+            "forward_query",
+            "true, false or null",
+        );
+        assert_field_err(
+            create(json!({"long_url": "https://a.b", "valid_since": 5})),
+            "valid_since",
+            "RFC 3339",
+        );
+        // A create cannot disable.
+        let p = create(json!({"long_url": "https://a.b", "disabled": {"reason": "abuse"}}))
+            .unwrap_err();
+        assert!(p.detail.contains("disabled"), "{p}");
+        let p = patch(json!({"disabled": {"reason": "legal"}, "forward_query": null})).unwrap();
+        let d = p.behaviour.disabled.unwrap().unwrap();
+        assert_eq!(d.reason, shards::behaviour::DisabledReason::Legal);
+        assert_eq!(p.behaviour.forward_query, Some(None));
+        assert_eq!(p.behaviour.valid_since_s, None);
+        let p = patch(json!({"disabled": null, "valid_since": null})).unwrap();
+        assert_eq!(p.behaviour.disabled, Some(None));
+        assert_eq!(p.behaviour.valid_since_s, Some(0));
+        for bad in [
+            json!({"reason": "spam"}),
+            json!({"reason": "abuse", "at": "2030-03-17T17:46:40Z"}),
+            json!("abuse"),
+            json!({}),
+        ] {
+            assert_field_err(patch(json!({"disabled": bad})), "disabled", "reason");
+        }
+        let mut b = shards::behaviour::Behaviour::NONE;
+        patch(json!({"forward_query": false, "valid_since": "2030-03-17T17:46:40Z"}))
+            .unwrap()
+            .behaviour
+            .apply(&mut b);
+        assert_eq!((b.forward_query, b.valid_since_s), (Some(false), NOW));
+    }
+
+    #[test]
     fn link_json_shape() {
         let body = link_json(
-            "aB3",
-            None,
+            ("aB3", None),
             "https://sho.rt/",
             "https://example.com/?q=\"x\"",
-            NOW,
-            Some(NOW + 86_400),
+            (NOW, Some(NOW + 86_400)),
             RedirectStatus::TemporaryRedirect,
+            &shards::behaviour::Behaviour::NONE,
         );
         let text = String::from_utf8(body).unwrap();
         assert_eq!(
             text,
             r#"{"key":"aB3","domain":null,"short_url":"https://sho.rt/aB3","long_url":"https://example.com/?q=\"x\"","created_at":"2030-03-17T17:46:40Z","expires_at":"2030-03-18T17:46:40Z","redirect_status":307}"#
         );
+        let disabled = shards::behaviour::Disabled {
+            reason: shards::behaviour::DisabledReason::Abuse,
+            at_s: NOW,
+            by: shards::link::Author::from_id("adm1").unwrap(),
+        };
+        let b = shards::behaviour::Behaviour {
+            valid_since_s: NOW,
+            forward_query: Some(true),
+            disabled: Some(disabled),
+        };
         let v: Value = serde_json::from_slice(&link_json(
-            "k",
-            Some("go.brand.com"),
+            ("k", Some("go.brand.com")),
             "http://h",
             "http://t",
-            0,
-            None,
+            (0, None),
             RedirectStatus::Found,
+            &b,
         ))
         .unwrap();
+        assert_eq!(v["valid_since"], "2030-03-17T17:46:40Z");
+        assert_eq!(v["forward_query"], true);
+        assert_eq!(
+            v["disabled"],
+            json!({"reason": "abuse", "at": "2030-03-17T17:46:40Z", "by": "adm1"})
+        );
         assert_eq!(v["expires_at"], Value::Null);
         assert_eq!(v["short_url"], "http://h/k");
         assert_eq!(v["domain"], "go.brand.com");

@@ -124,6 +124,7 @@ impl Role {
             domains: numbers,
             read_only: self.read_only,
             admin: self.is_admin(),
+            caller: author,
         }
     }
 }
@@ -205,6 +206,8 @@ pub struct Reach {
     pub read_only: bool,
     /// No restriction at all.
     pub admin: bool,
+    /// Who asks: the key's author id (what a link it disables records as `disabled.by`).
+    pub caller: Author,
 }
 
 impl Reach {
@@ -215,6 +218,7 @@ impl Reach {
             domains: None,
             read_only: false,
             admin: true,
+            caller: Author::NONE,
         }
     }
 

@@ -73,8 +73,11 @@ impl Creates {
     /// generated keys: a node answers 404 for such a key whose ID was never issued without
     /// asking the database (docs/fleet.md, "Unknown-key floods"), which an alias of that shape
     /// would defeat. Single nodes take such aliases (a generated create that meets one takes
-    /// the next ID).
+    /// the next ID). Fleet mode also refuses a behaviour ([`refuse_behaviour_in_fleet`]).
     pub fn check_alias(&self, req: &CreateRequest) -> Result<(), Problem> {
+        if self.is_fleet() {
+            refuse_behaviour_in_fleet(!req.behaviour.is_none())?;
+        }
         let Some(alias) = &req.custom_alias else {
             return Ok(());
         };
@@ -90,6 +93,11 @@ impl Creates {
             ));
         }
         Ok(())
+    }
+
+    /// Whether the node runs in fleet mode.
+    pub fn is_fleet(&self) -> bool {
+        self.fleet.is_some()
     }
 
     /// Publishes the ID gauges (`/metrics`): IDs on hand, rate, backoff.
@@ -193,6 +201,7 @@ impl Creates {
             id,
             idem,
             author: req.author,
+            behaviour: req.behaviour,
         };
         let wreq = WriteReq::Create {
             key,
@@ -284,4 +293,16 @@ impl Creates {
 fn busy(reply: ReplyTo, mesh: &mut Mesh) {
     let outcome = WriteOutcome::Busy;
     mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
+}
+/// Fleet mode's refusal of a link behaviour (`valid_since`, `forward_query`, `disabled`):
+/// the fleet database's tables do not hold one yet, so no node could keep it.
+pub(crate) fn refuse_behaviour_in_fleet(has_behaviour: bool) -> Result<(), Problem> {
+    match has_behaviour {
+        true => Err(Problem::invalid_field(
+            None,
+            "valid_since, forward_query and disabled are not yet stored by the fleet database: \
+             fleet mode refuses them",
+        )),
+        false => Ok(()),
+    }
 }

@@ -14,7 +14,7 @@ pub mod stats_sum;
 use crate::api::idempotency::{request_hash, scope_string, IdemScope};
 use crate::api::problem::{Problem, PROBLEM_CONTENT_TYPE};
 use crate::api::request::{link_json, parse_create, parse_patch, MAX_REQUEST_BODY_BYTES};
-use crate::api::roles::{AuthorReach, Reach};
+use crate::api::roles::Reach;
 use crate::base::clock::Clock;
 use crate::base::key::InlineKey;
 use crate::http::encode::{self, Conn as Persist, Framing, Response};
@@ -147,6 +147,9 @@ pub struct ApiFront {
     /// Every core's click aggregator (`None`: analytics off), and this core's stats queries
     /// in flight.
     clicks: Option<Vec<crate::analytics::ControlTx>>,
+    /// `--forward-query`: what a link without its own `forward_query` does (Shlink's
+    /// answers show the effective value).
+    forward_query_default: bool,
     /// Fleet mode: stats are the fleet's, answered by the fleet stats thread.
     fleet_stats: Option<crate::analytics::ControlTx>,
     /// Fleet mode: server-wide stats requests whose query found the queue full; the core
@@ -180,9 +183,20 @@ impl ApiFront {
             clicks: None,
             stats_in_flight: 0,
             fleet_stats: None,
+            forward_query_default: false,
             lost_stats: Vec::new(),
             gathering: Default::default(),
         }
+    }
+
+    /// `--forward-query`, for answers that show a link's effective `forwardQuery`.
+    pub fn set_forward_query_default(&mut self, on: bool) {
+        self.forward_query_default = on;
+    }
+
+    /// What a link without its own `forward_query` does.
+    pub fn forward_query_default(&self) -> bool {
+        self.forward_query_default
     }
 
     /// Stats queries go to the aggregators through `control` (by core).
@@ -530,9 +544,9 @@ impl ApiFront {
         let ikey = self.item_key(req.query, key, reach)?;
         let (op, ask) = item_ask(
             req.method,
-            (ikey, reach.author),
+            (ikey, reach),
             body,
-            (now_s, &self.blocklist),
+            (now_s, &self.blocklist, self.creates.is_fleet()),
         )?;
         let reply = defer(out, op);
         let owner = self.router.owner(ikey.as_bytes()).core;
@@ -750,13 +764,15 @@ impl ApiFront {
     fn link_json(&self, info: &LinkInfo) -> Vec<u8> {
         let (domain, base, key) = self.short_url_parts(info);
         link_json(
-            key,
-            domain,
+            (key, domain),
             &base,
             &info.target,
-            info.created_at_s,
-            (info.expires_at_s != 0).then_some(info.expires_at_s),
+            (
+                info.created_at_s,
+                (info.expires_at_s != 0).then_some(info.expires_at_s),
+            ),
             info.status,
+            &info.behaviour,
         )
     }
 
@@ -909,10 +925,11 @@ pub(crate) fn encode_json(out: &mut Vec<u8>, body: &[u8], f: Framing<'_>) {
 /// the operation that answers it; shared by the native and the Shlink API.
 pub(crate) fn item_ask(
     method: Method,
-    (key, reach): (InlineKey, AuthorReach),
+    (key, who): (InlineKey, &Reach),
     body: &[u8],
-    (now_s, blocklist): (u64, &crate::api::blocklist::Blocklist),
+    (now_s, blocklist, fleet): (u64, &crate::api::blocklist::Blocklist, bool),
 ) -> Result<(ApiOp, OwnerAsk), Problem> {
+    let reach = who.author;
     Ok(match method {
         Method::Get => (ApiOp::Get, OwnerAsk::Read(ReadReq::Get { key, reach })),
         Method::Delete => (
@@ -928,16 +945,40 @@ pub(crate) fn item_ask(
             {
                 return Err(Problem::blocked_target(&entry));
             }
+            let behaviour = behaviour_change(p.behaviour, who, now_s, fleet)?;
             let patch = WriteReq::Patch {
                 key,
                 target: p.long_url.map(Arc::from),
                 expiry: p.expiry,
                 status: p.redirect_status,
                 reach,
+                behaviour: (!behaviour.is_empty()).then(|| Box::new(behaviour)),
             };
             (ApiOp::Patch, OwnerAsk::Write(patch))
         }
     })
+}
+
+/// A PATCH's behaviour change as the owner applies it: disabling and enabling are an
+/// admin's (a disabling records when and by whom). Fleet mode does not store behaviour yet:
+/// any change is refused there, naming it.
+fn behaviour_change(
+    mut b: crate::api::request::BehaviourUpdate,
+    who: &Reach,
+    now_s: u64,
+    fleet: bool,
+) -> Result<crate::api::request::BehaviourUpdate, Problem> {
+    if fleet {
+        creates::refuse_behaviour_in_fleet(!b.is_empty())?;
+    }
+    if b.disabled.is_some() && !who.admin {
+        return Err(Problem::admin_only());
+    }
+    if let Some(Some(d)) = &mut b.disabled {
+        d.at_s = now_s;
+        d.by = who.caller;
+    }
+    Ok(b)
 }
 
 /// The list filter of a walk asked for `domains` (`?domain=`; `None`: all) by a caller of

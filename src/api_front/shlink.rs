@@ -6,8 +6,9 @@
 //!
 //! Offered: create, read, edit, delete, the paged list, health, and domains (`domain` on a
 //! create, `?domain=` on one short URL and on the list, `GET /rest/v3/domains`,
-//! `PATCH /rest/v3/domains/redirects` through `node::keywatch`). Not offered,
-//! and what the adapter answers (docs/shlink.md): tags, `validSince`, `maxVisits`, titles,
+//! `PATCH /rest/v3/domains/redirects` through `node::keywatch`), `validSince` and
+//! `forwardQuery` (the link's behaviour, `shards::behaviour`). Not offered,
+//! and what the adapter answers (docs/shlink.md): tags, `maxVisits`, titles,
 //! device URLs and `findIfExists: true` are refused with `invalid-data` naming the field;
 //! `shortCodeLength` is ignored (generated keys are 7 characters). One short URL's
 //! `visitsSummary` and the `/visits` overview come from the click aggregators
@@ -210,7 +211,12 @@ fn refuse_unsupported(body: &Map<String, Value>) -> Result<(), ShlinkError> {
                 .is_some_and(|o| o.values().all(Value::is_null));
         let supported = matches!(
             k.as_str(),
-            "longUrl" | "customSlug" | "validUntil" | "shortCodeLength"
+            "longUrl"
+                | "customSlug"
+                | "validUntil"
+                | "validSince"
+                | "forwardQuery"
+                | "shortCodeLength"
         );
         if !supported && !defaultish {
             let why = match k.as_str() {
@@ -255,6 +261,16 @@ fn native_body(body: &[u8], create: bool) -> Result<Vec<u8>, ShlinkError> {
     if let Some(until) = m.get("validUntil") {
         if !until.is_null() || !create {
             native.insert("expires_at".into(), until.clone());
+        }
+    }
+    if let Some(since) = m.get("validSince") {
+        if !since.is_null() || !create {
+            native.insert("valid_since".into(), since.clone());
+        }
+    }
+    if let Some(fwd) = m.get("forwardQuery") {
+        if !fwd.is_null() || !create {
+            native.insert("forward_query".into(), fwd.clone());
         }
     }
     Ok(serde_json::to_vec(&Value::Object(native)).expect("json"))
@@ -614,9 +630,9 @@ impl ApiFront {
         };
         let (op, ask) = super::item_ask(
             method,
-            (ikey, reach.author),
+            (ikey, reach),
             &native,
-            (now_s, &self.blocklist),
+            (now_s, &self.blocklist, self.creates.is_fleet()),
         )
         .map_err(|p| ShlinkError::from_native(&p))?;
         let reply = defer(out, ApiOp::Shlink(Box::new(op), 0, 0));
@@ -777,6 +793,8 @@ impl ApiFront {
     fn short_url_json(&self, info: &LinkInfo) -> Value {
         let (domain, base, key) = self.short_url_parts(info);
         let expires = (info.expires_at_s != 0).then(|| format_rfc3339_utc(info.expires_at_s));
+        let b = &info.behaviour;
+        let since = (b.valid_since_s != 0).then(|| format_rfc3339_utc(b.valid_since_s));
         json!({
             "shortCode": key,
             "shortUrl": format!("{}/{key}", base.trim_end_matches('/')),
@@ -784,11 +802,11 @@ impl ApiFront {
             "dateCreated": format_rfc3339_utc(info.created_at_s),
             "visitsSummary": {"total": 0, "nonBots": 0, "bots": 0},
             "tags": [],
-            "meta": {"validSince": null, "validUntil": expires, "maxVisits": null},
+            "meta": {"validSince": since, "validUntil": expires, "maxVisits": null},
             "domain": domain,
             "title": null,
             "crawlable": false,
-            "forwardQuery": false,
+            "forwardQuery": b.forward_query.unwrap_or(self.forward_query_default()),
             "hasRedirectRules": false,
         })
     }

@@ -144,6 +144,7 @@ mod tests {
             created_at_s: 1,
             flags: 0,
             author: shards::link::Author::NONE,
+            behaviour: shards::behaviour::Behaviour::NONE,
         };
         write_table(&path, shard, 8, 0, [link]).unwrap();
         let table = Table::open(&path).unwrap();

@@ -8,6 +8,7 @@ use shards::link::RedirectStatus;
 
 use super::date::DateCache;
 use super::limits::PERMANENT_REDIRECT_MAX_AGE_S;
+use super::location::put_location;
 use super::parse::{ParseError, Request};
 use super::status::Status;
 
@@ -109,32 +110,6 @@ fn redirect_tail(out: &mut Vec<u8>, status: RedirectStatus, conn: Conn, date: &D
     out.extend_from_slice(b"\r\n");
 }
 
-/// Appends a stored target as a URI: byte-exact when ASCII (nearly every link; a validated
-/// ASCII target is a URI already, `shards::link::validate_url`), else with every non-ASCII
-/// byte percent-encoded, the IRI-to-URI mapping of RFC 3987 section 3.1 (`bücher.de/ü` ->
-/// `b%C3%BCcher.de/%C3%BC`; browsers and curl turn such a host into its IDNA form). Writes into
-/// `out` directly: no allocation beyond `out`'s growth.
-#[inline]
-pub fn put_location(out: &mut Vec<u8>, target: &[u8]) {
-    if shards::link::every_target_byte(target, |b| b.is_ascii()) {
-        out.extend_from_slice(target);
-    } else {
-        put_percent_encoded_non_ascii(out, target);
-    }
-}
-
-#[cold]
-fn put_percent_encoded_non_ascii(out: &mut Vec<u8>, target: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in target {
-        if b.is_ascii() {
-            out.push(b);
-        } else {
-            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
-        }
-    }
-}
-
 /// A response with a body (redirects have their own encoder): its status, extra header
 /// fields, content type and body. Built where the answer is decided, encoded by
 /// [`encode_response`].
@@ -219,6 +194,41 @@ pub const BLOCKED_PAGE: &[u8] =
 <title>Link blocked</title></head><body><h1>Link blocked</h1>\
 <p>This short link points to an address on this service's blocklist (phishing, malware \
 or other abuse), so it does not redirect.</p></body></html>\n";
+
+/// Appends the answer to a visit of a link an admin disabled (`shards::behaviour`): 410 Gone
+/// (abuse, owner) or 451 (legal), with a short page saying so.
+pub fn encode_disabled(
+    out: &mut Vec<u8>,
+    reason: shards::behaviour::DisabledReason,
+    f: Framing<'_>,
+) {
+    let (status, body) = match reason {
+        shards::behaviour::DisabledReason::Legal => {
+            (Status::UnavailableForLegalReasons, LEGAL_PAGE)
+        }
+        _ => (Status::Gone, DISABLED_PAGE),
+    };
+    let r = Response {
+        status,
+        headers: &[],
+        content_type: Some("text/html; charset=utf-8"),
+        body,
+    };
+    encode_response(out, &r, f);
+}
+
+/// The page of a link disabled for abuse or by its owner ([`encode_disabled`]).
+pub const DISABLED_PAGE: &[u8] =
+    b"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<title>Link disabled</title></head><body><h1>Link disabled</h1>\
+<p>This short link has been disabled and no longer redirects.</p></body></html>\n";
+
+/// The page of a link disabled on a legal demand ([`encode_disabled`]).
+pub const LEGAL_PAGE: &[u8] = b"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<title>Link unavailable for legal reasons</title></head><body>\
+<h1>Link unavailable for legal reasons</h1>\
+<p>This short link has been disabled on a legal demand and does not redirect.</p>\
+</body></html>\n";
 
 pub fn encode_not_found(out: &mut Vec<u8>, f: Framing<'_>) {
     let r = Response {

@@ -50,7 +50,7 @@ pub fn put_reshaped(out: &mut Vec<u8>, target: &[u8], r: Reshape<'_>) {
     let query_at = memchr::memchr(b'?', before_frag).unwrap_or(before_frag.len());
     let (base, query_part) = before_frag.split_at(query_at);
     if r.extra.is_empty() {
-        super::encode::put_location(out, base);
+        put_location(out, base);
     } else {
         // `https://h` has no path: the extra path is its path. Else drop one trailing `/`.
         let authority_only = base
@@ -62,15 +62,41 @@ pub fn put_reshaped(out: &mut Vec<u8>, target: &[u8], r: Reshape<'_>) {
             true => base,
             false => base.strip_suffix(b"/").unwrap_or(base),
         };
-        super::encode::put_location(out, base);
+        put_location(out, base);
         put_escaped(out, r.extra, is_path_byte);
     }
     match r.query.is_empty() {
         // The target's query (with its `?`) as it is.
-        true => super::encode::put_location(out, query_part),
+        true => put_location(out, query_part),
         false => put_merged_query(out, query_part.get(1..).unwrap_or(b""), r.query),
     }
-    super::encode::put_location(out, frag);
+    put_location(out, frag);
+}
+
+/// Appends a stored target as a URI: byte-exact when ASCII (nearly every link; a validated
+/// ASCII target is a URI already, `shards::link::validate_url`), else with every non-ASCII
+/// byte percent-encoded, the IRI-to-URI mapping of RFC 3987 section 3.1 (`bücher.de/ü` ->
+/// `b%C3%BCcher.de/%C3%BC`; browsers and curl turn such a host into its IDNA form). Writes into
+/// `out` directly: no allocation beyond `out`'s growth.
+#[inline]
+pub fn put_location(out: &mut Vec<u8>, target: &[u8]) {
+    if shards::link::every_target_byte(target, |b| b.is_ascii()) {
+        out.extend_from_slice(target);
+    } else {
+        put_percent_encoded_non_ascii(out, target);
+    }
+}
+
+#[cold]
+fn put_percent_encoded_non_ascii(out: &mut Vec<u8>, target: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in target {
+        if b.is_ascii() {
+            out.push(b);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+        }
+    }
 }
 
 /// `?` and the target's parameters the visitor does not name, then the visitor's.
@@ -82,7 +108,7 @@ fn put_merged_query(out: &mut Vec<u8>, target_query: &[u8], visitor: &[u8]) {
         }
         out.push(sep);
         sep = b'&';
-        super::encode::put_location(out, param);
+        put_location(out, param);
     }
     for param in visitor.split(|&b| b == b'&').filter(|p| !p.is_empty()) {
         out.push(sep);

@@ -58,6 +58,7 @@ statuses! {
     NotFound = 404, "Not Found";
     MethodNotAllowed = 405, "Method Not Allowed";
     Conflict = 409, "Conflict";
+    Gone = 410, "Gone";
     LengthRequired = 411, "Length Required";
     PayloadTooLarge = 413, "Content Too Large";
     UriTooLong = 414, "URI Too Long";
@@ -98,8 +99,8 @@ mod tests {
     #[test]
     fn emits_every_required_code() {
         let required = [
-            200, 201, 204, 301, 302, 307, 308, 400, 401, 403, 404, 405, 409, 411, 413, 414, 417,
-            422, 429, 431, 451, 500, 501, 503, 505, 507,
+            200, 201, 204, 301, 302, 307, 308, 400, 401, 403, 404, 405, 409, 410, 411, 413, 414,
+            417, 422, 429, 431, 451, 500, 501, 503, 505, 507,
         ];
         for code in required {
             let s = Status::from_code(code).unwrap_or_else(|| panic!("missing {code}"));

@@ -41,6 +41,7 @@ pub const MAX_OUTBOX_MSGS: usize = MESH_CHANNEL_CAPACITY;
 
 use crate::base::target::TableView;
 pub use crate::base::target::Target;
+use shards::behaviour::Behaviour;
 
 /// What a shard answered for one page.
 #[derive(Debug)]
@@ -55,23 +56,58 @@ pub struct ListedShard {
 pub struct Answer {
     pub target: Target,
     pub status: RedirectStatus,
+    /// Whether the visitor's query is forwarded (`None`: the server's `--forward-query`).
+    pub forward_query: Option<bool>,
+    /// Disabled by an admin: the visit gets this reason's status, not the redirect.
+    pub disabled: Option<shards::behaviour::DisabledReason>,
     /// Unix seconds after which the link answers 404; 0 = never.
     pub expires_at_s: u64,
+    /// Unix seconds before which the link answers as if expired; 0 = always valid. 32 bits
+    /// (saturated: a time past 2106 stays in the future) so the answer still fits a mesh slot
+    /// beside its key (`MAX_MESH_MSG_BYTES`).
+    pub valid_since_s: u32,
 }
 
 impl Answer {
-    /// Whether the link has expired at `now_s`.
+    /// A plain link's answer, or a link with behaviour `b`'s.
     #[inline]
-    pub fn expired(&self, now_s: u64) -> bool {
-        self.expires_at_s != 0 && now_s >= self.expires_at_s
+    pub fn new(target: Target, status: RedirectStatus, expires_at_s: u64, b: &Behaviour) -> Answer {
+        Answer {
+            target,
+            status,
+            forward_query: b.forward_query,
+            disabled: b.disabled.map(|d| d.reason),
+            expires_at_s,
+            valid_since_s: u32::try_from(b.valid_since_s).unwrap_or(u32::MAX),
+        }
     }
 
-    /// The status and target bytes to redirect with, if this core may read the target
-    /// (`Target::resolve`).
+    /// Whether the link answers as gone at `now_s`: expired, or not valid yet.
     #[inline]
-    pub fn readable<'a>(&'a self, view: &'a TableView) -> Option<(RedirectStatus, &'a [u8])> {
-        Some((self.status, self.target.resolve(view)?))
+    pub fn expired(&self, now_s: u64) -> bool {
+        (self.expires_at_s != 0 && now_s >= self.expires_at_s)
+            || now_s < u64::from(self.valid_since_s)
     }
+
+    /// What to answer a visit with, if this core may read the target (`Target::resolve`).
+    #[inline]
+    pub fn readable<'a>(&'a self, view: &'a TableView) -> Option<LiveLink<'a>> {
+        Some(LiveLink {
+            status: self.status,
+            target: self.target.resolve(view)?,
+            forward_query: self.forward_query,
+            disabled: self.disabled,
+        })
+    }
+}
+
+/// A live link as a visit is answered: where it redirects and how.
+#[derive(Clone, Copy, Debug)]
+pub struct LiveLink<'a> {
+    pub status: RedirectStatus,
+    pub target: &'a [u8],
+    pub forward_query: Option<bool>,
+    pub disabled: Option<shards::behaviour::DisabledReason>,
 }
 
 /// Where an answer goes, echoed back with it: the core that waits for it, and what waits
@@ -133,6 +169,8 @@ pub struct LinkInfo {
     pub expires_at_s: u64,
     /// The API key that created the link (`Author::NONE`: unknown).
     pub author: shards::link::Author,
+    /// What the link does when visited.
+    pub behaviour: Behaviour,
 }
 
 /// A change to a link, executed by the key's owner (in fleet mode, judged by the database).
@@ -152,6 +190,8 @@ pub enum WriteReq {
         expiry: crate::api::request::ExpiryUpdate,
         status: Option<RedirectStatus>,
         reach: AuthorReach,
+        /// Boxed: rarely sent, and larger than the rest of the change.
+        behaviour: Option<Box<crate::api::request::BehaviourUpdate>>,
     },
     Delete {
         key: InlineKey,
@@ -200,6 +240,7 @@ pub struct NewLink {
     pub idem: Option<Box<(String, [u8; 32])>>,
     /// The API key that created it.
     pub author: shards::link::Author,
+    pub behaviour: Behaviour,
 }
 
 impl NewLink {
@@ -214,6 +255,7 @@ impl NewLink {
             created_tag,
             expires_at_s: self.expires_at_s,
             author: self.author,
+            behaviour: self.behaviour,
         }
     }
 }

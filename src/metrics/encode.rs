@@ -70,6 +70,12 @@ const PER_CORE: &[(&str, &str, MetricType, Get)] = &[
         |c| &c.blocked,
     ),
     (
+        "ricochet_disabled",
+        "410 and 451 answers: links an admin disabled (abuse, legal, owner)",
+        MetricType::Counter,
+        |c| &c.disabled,
+    ),
+    (
         "ricochet_forwarded",
         "Lookups forwarded to the owning core",
         MetricType::Counter,
@@ -264,7 +270,7 @@ impl ServerCollector {
     fn outcomes(&self, enc: &mut DescriptorEncoder) -> fmt::Result {
         let mut m = enc.encode_descriptor(
             "ricochet_responses",
-            "Requests by outcome: redirect, not_found (key lookups), blocked (451), api, other (probes, metrics, errors)",
+            "Requests by outcome: redirect, not_found (key lookups), blocked (451), disabled (410, 451), api, other (probes, metrics, errors)",
             None,
             MetricType::Counter,
         )?;
@@ -277,11 +283,13 @@ impl ServerCollector {
                 load(&c.blocked),
                 load(&c.api_requests),
             );
-            let other = all.saturating_sub(r + n + b + a);
+            let d = load(&c.disabled);
+            let other = all.saturating_sub(r + n + b + d + a);
             for (outcome, v) in [
                 ("redirect", r),
                 ("not_found", n),
                 ("blocked", b),
+                ("disabled", d),
                 ("api", a),
                 ("other", other),
             ] {

@@ -122,6 +122,7 @@ pub struct CoreCounters {
     pub redirects: AtomicU64,
     pub not_found: AtomicU64,
     pub blocked: AtomicU64,
+    pub disabled: AtomicU64,
     pub forwarded: AtomicU64,
     pub lru_hits: AtomicU64,
     pub api_requests: AtomicU64,
@@ -174,6 +175,8 @@ pub struct Tally {
     pub not_found: u64,
     /// Links answered 451 because the blocklist names their target.
     pub blocked: u64,
+    /// Links answered 410 or 451 because an admin disabled them.
+    pub disabled: u64,
     pub forwarded: u64,
     pub lru_hits: u64,
     pub api_requests: u64,
@@ -192,6 +195,7 @@ impl CoreCounters {
         self.redirects.store(t.redirects, Ordering::Relaxed);
         self.not_found.store(t.not_found, Ordering::Relaxed);
         self.blocked.store(t.blocked, Ordering::Relaxed);
+        self.disabled.store(t.disabled, Ordering::Relaxed);
         self.forwarded.store(t.forwarded, Ordering::Relaxed);
         self.lru_hits.store(t.lru_hits, Ordering::Relaxed);
         self.api_requests.store(t.api_requests, Ordering::Relaxed);

@@ -308,6 +308,7 @@ fn apply(
                 created_tag: shards::link::creation_tag(l.flags),
                 expires_at_s: l.expires_at_s,
                 author: l.author,
+                behaviour: l.behaviour,
             };
             memtable.insert(
                 k,

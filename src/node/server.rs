@@ -608,6 +608,7 @@ impl CoreParts<'_> {
         conns.set_domains(api.domains().clone());
         conns.set_blocklist(api.blocklist().clone());
         conns.set_visit_rules(opts.visit_rules);
+        api.set_forward_query_default(opts.visit_rules.forward_query);
         let mut fleet_inbox = None;
         if let Some((links, inbox)) = fleet {
             owner.set_fleet(links);

@@ -182,11 +182,13 @@ impl Owner {
                     (Some(local), _) => Fetched::Found(local),
                     (None, Err(())) => Fetched::Unavailable,
                     (None, Ok(_)) => match live(now_s) {
-                        Some(state) => Fetched::Found(Answer {
-                            target: Target::Shared(Arc::from(state.target.as_str())),
-                            status: RedirectStatus::from_code(state.status).unwrap_or_default(),
-                            expires_at_s: state.expires_at_s,
-                        }),
+                        // The fleet's rows hold no behaviour yet (fleet mode refuses one).
+                        Some(state) => Fetched::Found(Answer::new(
+                            Target::Shared(Arc::from(state.target.as_str())),
+                            RedirectStatus::from_code(state.status).unwrap_or_default(),
+                            state.expires_at_s,
+                            &shards::behaviour::Behaviour::NONE,
+                        )),
                         None => return false,
                     },
                 };
@@ -497,6 +499,8 @@ impl Owner {
                 created_tag: 0,
                 expires_at_s: row.expires_at_s,
                 author: row.author,
+                // The fleet's rows hold no behaviour yet (fleet mode refuses one).
+                behaviour: shards::behaviour::Behaviour::NONE,
             };
             let op = LogOpRef::FleetPut {
                 link: link_fields(&info, 0),
@@ -649,6 +653,7 @@ fn info_of(key: InlineKey, state: &fleet::links::LinkState) -> LinkInfo {
         // The column's CHECK admits only key ids; anything else reads as no author.
         author: crate::fleet_mode::messages::author_of(&state.author)
             .unwrap_or(shards::link::Author::NONE),
+        behaviour: shards::behaviour::Behaviour::NONE,
     }
 }
 
@@ -662,5 +667,6 @@ fn link_fields(info: &LinkInfo, id: u64) -> LinkFields<&str> {
         flags: 0,
         id,
         author: info.author,
+        behaviour: info.behaviour,
     }
 }

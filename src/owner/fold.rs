@@ -84,6 +84,7 @@ pub fn fold_snapshot(
                                 created_at_s: info.created_at_s,
                                 flags: info.created_tag,
                                 author: info.author,
+                                behaviour: info.behaviour,
                             },
                         );
                     }

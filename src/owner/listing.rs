@@ -109,6 +109,7 @@ impl Owner {
                     created_tag: shards::link::creation_tag(l.flags),
                     expires_at_s: l.expires_at_s,
                     author: l.author,
+                    behaviour: l.behaviour,
                 })
             };
             items.extend(item);

@@ -144,11 +144,12 @@ impl Owner {
             None => self.store.get(shard, key, now_s),
             Some(None) => None,
             Some(Some(info)) => {
-                let a = Answer {
-                    target: Target::Shared(info.target.clone()),
-                    status: info.status,
-                    expires_at_s: info.expires_at_s,
-                };
+                let a = Answer::new(
+                    Target::Shared(info.target.clone()),
+                    info.status,
+                    info.expires_at_s,
+                    &info.behaviour,
+                );
                 (!a.expired(now_s)).then_some(a)
             }
         }
@@ -184,6 +185,7 @@ impl Owner {
             created_tag: shards::link::creation_tag(l.flags),
             expires_at_s: l.expires_at_s,
             author: l.author,
+            behaviour: l.behaviour,
         })
     }
 
@@ -245,6 +247,7 @@ mod tests {
             id: 0,
             idem: None,
             author: author(0),
+            behaviour: shards::behaviour::Behaviour::NONE,
         })
     }
 
@@ -542,6 +545,7 @@ mod tests {
                         id: 0,
                         idem: None,
                         author: author(*who),
+                        behaviour: shards::behaviour::Behaviour::NONE,
                     };
                     let req = WriteReq::Create {
                         key: keys[*k],
@@ -564,6 +568,7 @@ mod tests {
                         expiry: ExpiryUpdate::Keep,
                         status: None,
                         reach: reach(*who),
+                        behaviour: None,
                     };
                     let want = match logical.get(k).cloned() {
                         Some(l) if sees(*who, Some(&l)) => {
@@ -790,6 +795,7 @@ mod tests {
                     created_at_s: 1,
                     flags: 0,
                     author: shards::link::Author::NONE,
+                    behaviour: shards::behaviour::Behaviour::NONE,
                 });
         }
         for shard in router.shards_of_core(OWNER) {
@@ -999,6 +1005,7 @@ mod tests {
                             expiry: ExpiryUpdate::Keep,
                             status: None,
                             reach: crate::api::roles::AuthorReach::ANY,
+                            behaviour: None,
                         },
                         _ => WriteReq::Delete {
                             key,
@@ -1095,6 +1102,7 @@ mod tests {
                                 created_at_s: 1,
                                 flags: 0,
                                 author: shards::link::Author::NONE,
+                                behaviour: shards::behaviour::Behaviour::NONE,
                             });
                     }
                     let tables = by_shard

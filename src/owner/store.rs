@@ -83,11 +83,12 @@ impl Store {
     pub fn get(&self, shard: u32, key: &[u8], now_s: u64) -> Option<Answer> {
         let s = self.table(shard)?;
         let link = s.table.get(key)?;
-        let answer = Answer {
-            target: Target::Table(TableText::new(&s.table, link.target, shard, s.gen)),
-            status: link.status,
-            expires_at_s: link.expires_at_s,
-        };
+        let answer = Answer::new(
+            Target::Table(TableText::new(&s.table, link.target, shard, s.gen)),
+            link.status,
+            link.expires_at_s,
+            &link.behaviour,
+        );
         (!answer.expired(now_s)).then_some(answer)
     }
 }

@@ -161,8 +161,12 @@ impl Owner {
                 target,
                 expiry,
                 status,
+                behaviour,
                 ..
             } => current.map(|mut info| {
+                if let Some(b) = behaviour {
+                    b.apply(&mut info.behaviour);
+                }
                 if let Some(t) = target {
                     info.target = t;
                 }
@@ -234,6 +238,7 @@ impl Owner {
             flags: info.created_tag,
             id,
             author: info.author,
+            behaviour: info.behaviour,
         };
         let op = match &idem {
             None => LogOpRef::Put(link),

@@ -314,7 +314,7 @@ fn spill_input(
                 &rec.url,
                 rec.expires_at_s,
                 created,
-                rec.author,
+                (rec.author, rec.behaviour),
             ) {
                 Ok(()) => ControlFlow::Continue(()),
                 Err(e) => {
@@ -398,6 +398,7 @@ fn stage_shard(
             },
             flags: 0,
             author: r.author,
+            behaviour: r.behaviour,
         }));
     let max_log_seq = existing.as_ref().map_or(0, |t| t.max_log_seq());
     let staged_path = staged_path(dir, shard);

@@ -275,6 +275,12 @@ struct JsonLine<'a> {
     domain: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     author: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    valid_since: Option<Cow<'a, str>>,
+    #[serde(default)]
+    forward_query: Option<bool>,
+    #[serde(default)]
+    disabled: Option<crate::behaviour::JsonDisabled>,
 }
 
 fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
@@ -299,5 +305,20 @@ fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
     r.created_at_s = created_at_s;
     r.domain = j.domain;
     r.author = author_of(line, j.author.as_deref())?;
+    r.behaviour = crate::behaviour::Behaviour {
+        valid_since_s: match j.valid_since.as_deref() {
+            None => 0,
+            Some(t) => {
+                crate::timefmt::parse_rfc3339_s(t).map_err(|e| err(format!("valid_since: {e}")))?
+            }
+        },
+        forward_query: j.forward_query,
+        disabled: j
+            .disabled
+            .as_ref()
+            .map(|d| d.parse())
+            .transpose()
+            .map_err(err)?,
+    };
     Ok(r)
 }

@@ -27,6 +27,8 @@ pub(crate) struct Record<'a> {
     /// The id of the API key that created the link (`author`, as `export` writes it);
     /// `Author::NONE` when the input has none.
     pub author: crate::link::Author,
+    /// `valid_since`, `forward_query`, `disabled` (NDJSON, as `export` writes them).
+    pub behaviour: crate::behaviour::Behaviour,
 }
 
 /// A record of `key` and `url` after the link rules (`link::validate_key`, `validate_url`);
@@ -56,5 +58,6 @@ pub(crate) fn validated<'a>(
         domain: None,
         domain_if_declared: false,
         author: crate::link::Author::NONE,
+        behaviour: crate::behaviour::Behaviour::NONE,
     })
 }

@@ -4,7 +4,8 @@
 //! small import creates no spill files at all: creating 256 of them cost ~90 ms here).
 //!
 //! Record: `line u64 | shard u32 | status u16 | key_len u8 | url_len u32 | expires_at_s u64 |
-//! created_at_s u64 | key | url`, little-endian (`created_at_s` 0: the import's time).
+//! created_at_s u64 | author [8] | has_behaviour u8 | key | url | behaviour block (if
+//! has_behaviour)`, little-endian (`created_at_s` 0: the import's time).
 
 use crate::error::Error;
 use crate::link::RedirectStatus;
@@ -32,10 +33,11 @@ pub(crate) struct Spilled {
     /// 0 = the import's own time.
     pub created_at_s: u64,
     pub author: crate::link::Author,
+    pub behaviour: crate::behaviour::Behaviour,
 }
 
 /// Bytes of a spill record's fixed head.
-const HEAD_BYTES: usize = 43;
+const HEAD_BYTES: usize = 44;
 
 pub(crate) struct SpillWriter {
     dir: PathBuf,
@@ -92,7 +94,7 @@ impl SpillWriter {
         url: &str,
         expires_at_s: u64,
         created_at_s: u64,
-        author: crate::link::Author,
+        (author, behaviour): (crate::link::Author, crate::behaviour::Behaviour),
     ) -> Result<(), Error> {
         let bucket = shard % self.bucket_count();
         let b = &mut self.buckets[bucket as usize];
@@ -105,9 +107,11 @@ impl SpillWriter {
         head[19..27].copy_from_slice(&expires_at_s.to_le_bytes());
         head[27..35].copy_from_slice(&created_at_s.to_le_bytes());
         head[35..43].copy_from_slice(&author.bytes());
+        head[43] = u8::from(!behaviour.is_none());
         b.buf.extend_from_slice(&head);
         b.buf.extend_from_slice(key.as_bytes());
         b.buf.extend_from_slice(url.as_bytes());
+        behaviour.encode(&mut b.buf);
         if b.buf.len() >= SPILL_BUFFER_BYTES {
             flush_bucket(&self.dir, bucket, b)?;
         }
@@ -185,6 +189,16 @@ fn decode(r: &mut impl Read, path: &Path) -> Result<Vec<Spilled>, Error> {
         let url = bytes.split_off(key_len);
         // The spill was written by this process moments ago from validated `&str`s.
         let corrupt = || Error::io(path, "read", std::io::Error::other("spill file corrupted"));
+        let behaviour = match head[43] {
+            0 => crate::behaviour::Behaviour::NONE,
+            _ => {
+                let mut block = [0u8; crate::behaviour::BEHAVIOUR_BYTES];
+                r.read_exact(&mut block).map_err(io)?;
+                crate::behaviour::Behaviour::decode(&block)
+                    .map_err(|_| corrupt())?
+                    .0
+            }
+        };
         out.push(Spilled {
             line,
             shard,
@@ -194,6 +208,7 @@ fn decode(r: &mut impl Read, path: &Path) -> Result<Vec<Spilled>, Error> {
             expires_at_s,
             created_at_s,
             author: crate::link::Author::from_bytes(author).ok_or_else(corrupt)?,
+            behaviour,
         });
     }
 }

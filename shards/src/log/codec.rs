@@ -1,6 +1,7 @@
 //! Byte format of the log: file header, frames, record payloads. All integers little-endian.
 //! `docs/log.md` documents the same layout byte by byte; changing either is a format change.
 
+use crate::behaviour::{Behaviour, BEHAVIOUR_FLAG};
 use crate::link::{Author, RedirectStatus, AUTHOR_BYTES, AUTHOR_FLAG};
 
 use super::{LinkFields, LogOp, LogOpRef, LogRecord, MAX_RECORD_BYTES};
@@ -318,18 +319,24 @@ fn decode_idem_record(r: &mut Reader<'_>, tag: u8) -> Result<LogOp, String> {
 /// length (2), target length (4).
 const LINK_FIXED_BYTES: usize = 2 + 4 + 8 + 8 + 8 + 2 + 4;
 
-/// Encoded size of a link's fields: the fixed part, key, target, and the author if any.
+/// Encoded size of a link's fields: the fixed part, key, target, and the author and
+/// behaviour block if any.
 fn link_len(l: &LinkFields<&str>) -> usize {
     let author = if l.author.is_some() { AUTHOR_BYTES } else { 0 };
-    LINK_FIXED_BYTES + l.key.len() + l.target.len() + author
+    LINK_FIXED_BYTES + l.key.len() + l.target.len() + author + l.behaviour.encoded_len()
 }
 
 /// A link's fields (shared by `Put` and `PutWithIdem`), in their on-disk order; flags carry
-/// [`AUTHOR_FLAG`] exactly when the author's bytes follow the target.
+/// [`AUTHOR_FLAG`] exactly when the author's bytes follow the target, and [`BEHAVIOUR_FLAG`]
+/// when a behaviour block follows them.
 fn encode_link(out: &mut Vec<u8>, l: &LinkFields<&str>) {
-    debug_assert_eq!(l.flags & AUTHOR_FLAG, 0, "the author flag is the encoder's");
+    debug_assert_eq!(
+        l.flags & (AUTHOR_FLAG | BEHAVIOUR_FLAG),
+        0,
+        "the author and behaviour flags are the encoder's"
+    );
     out.extend_from_slice(&l.status.code().to_le_bytes());
-    out.extend_from_slice(&(l.flags | l.author.flag()).to_le_bytes());
+    out.extend_from_slice(&(l.flags | l.author.flag() | l.behaviour.flag()).to_le_bytes());
     out.extend_from_slice(&l.expires_at_s.to_le_bytes());
     out.extend_from_slice(&l.created_at_s.to_le_bytes());
     out.extend_from_slice(&l.id.to_le_bytes());
@@ -340,6 +347,7 @@ fn encode_link(out: &mut Vec<u8>, l: &LinkFields<&str>) {
     if l.author.is_some() {
         out.extend_from_slice(&l.author.bytes());
     }
+    l.behaviour.encode(out);
 }
 
 /// Reads what [`encode_link`] wrote.
@@ -365,15 +373,23 @@ fn decode_link(r: &mut Reader<'_>) -> Result<LinkFields, String> {
     } else {
         Author::NONE
     };
+    let behaviour = if flags & BEHAVIOUR_FLAG != 0 {
+        let (b, len) = Behaviour::decode(&r.p[r.at..])?;
+        r.bytes(len)?;
+        b
+    } else {
+        Behaviour::NONE
+    };
     Ok(LinkFields {
         key,
         target,
         status,
         expires_at_s,
         created_at_s,
-        flags: flags & !AUTHOR_FLAG,
+        flags: flags & !(AUTHOR_FLAG | BEHAVIOUR_FLAG),
         id,
         author,
+        behaviour,
     })
 }
 
@@ -470,9 +486,14 @@ mod tests {
                 status: RedirectStatus::PermanentRedirect,
                 expires_at_s: 5,
                 created_at_s: 6,
-                flags: 0xdead_beef,
+                flags: 0xdcad_beef,
                 id: 42,
                 author: Author::from_id("Ab3").unwrap(),
+                behaviour: crate::behaviour::Behaviour {
+                    valid_since_s: 7,
+                    forward_query: Some(false),
+                    disabled: None,
+                },
             }),
             LogOp::Delete { key: "k".into() },
             LogOp::IdemRecord {

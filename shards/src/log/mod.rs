@@ -57,6 +57,8 @@ pub struct LinkFields<S = String> {
     pub id: u64,
     /// Who created the link ([`crate::link::Author::NONE`]: unknown).
     pub author: crate::link::Author,
+    /// What it does when visited ([`crate::behaviour::Behaviour::NONE`]: a plain redirect).
+    pub behaviour: crate::behaviour::Behaviour,
 }
 
 impl LinkFields<String> {
@@ -71,6 +73,7 @@ impl LinkFields<String> {
             flags: self.flags,
             id: self.id,
             author: self.author,
+            behaviour: self.behaviour,
         }
     }
 }
@@ -346,6 +349,14 @@ mod tests {
             } else {
                 crate::link::Author::NONE
             },
+            behaviour: match i % 3 {
+                0 => crate::behaviour::Behaviour {
+                    valid_since_s: i,
+                    forward_query: Some(true),
+                    disabled: None,
+                },
+                _ => crate::behaviour::Behaviour::NONE,
+            },
         })
     }
 
@@ -362,6 +373,7 @@ mod tests {
                     flags: 0,
                     id: 0,
                     author: crate::link::Author::NONE,
+                    behaviour: crate::behaviour::Behaviour::NONE,
                 },
                 version: i * 3 + 1,
                 idem: (i % 4 == 0).then(|| (format!("api{i}:k"), [(i * 5) as u8; 32])),
@@ -383,6 +395,15 @@ mod tests {
                     flags: 0,
                     id: i,
                     author: crate::link::Author::from_id("k").unwrap(),
+                    behaviour: crate::behaviour::Behaviour {
+                        valid_since_s: 0,
+                        forward_query: None,
+                        disabled: Some(crate::behaviour::Disabled {
+                            reason: crate::behaviour::DisabledReason::Owner,
+                            at_s: i,
+                            by: crate::link::Author::NONE,
+                        }),
+                    },
                 },
                 scope: format!("api{i}:idem-{i}"),
                 request_hash: [(i * 7) as u8; 32],

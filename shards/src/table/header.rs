@@ -23,7 +23,9 @@ pub const TABLE_MAGIC: [u8; 8] = *b"RICOTBL\0";
 /// - 2: a record may carry its link's author (`link::AUTHOR_FLAG`). A format-1 table is a
 ///   format-2 table none of whose records has one, so this build reads both unchanged; a
 ///   build that reads only format 1 refuses a format-2 table (it would misplace records).
-pub const TABLE_FORMAT_VERSION: u32 = 2;
+/// - 3: a record may carry its link's behaviour (`behaviour::BEHAVIOUR_FLAG`); formats 1 and
+///   2 are format 3 without any, read unchanged.
+pub const TABLE_FORMAT_VERSION: u32 = 3;
 
 /// The oldest table format this build reads.
 pub const OLDEST_TABLE_FORMAT_VERSION: u32 = 1;

@@ -13,16 +13,20 @@
 //!   0     8  expires_at_s (0 = never)
 //!   8     8  created_at_s
 //!  16     4  flags (bits 0..24: creation tag, `link::CREATION_TAG_MASK`;
-//!              bit 24: `link::AUTHOR_FLAG`; others 0)
+//!              bit 24: `link::AUTHOR_FLAG`; bit 25: `behaviour::BEHAVIOUR_FLAG`;
+//!              others 0)
 //!  20     4  target_len
 //!  24     2  status (301/302/307/308)
 //!  26     1  key_len
 //!  27     k  key bytes
 //! 27+k    t  target bytes (UTF-8)
 //! 27+k+t  8  author (`link::Author`), only when flags has `AUTHOR_FLAG` (format 2)
+//!  ...    b  behaviour block (`behaviour::Behaviour`, its length first), only when flags
+//!            has `BEHAVIOUR_FLAG` (format 3)
 //!            zero padding to a multiple of 8
 //! ```
 
+use crate::behaviour::{Behaviour, BEHAVIOUR_FLAG};
 use crate::link::{Author, AUTHOR_BYTES, AUTHOR_FLAG};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -96,12 +100,18 @@ pub(crate) fn slot_count_for(entries: usize) -> usize {
     sized.max(entries + 1)
 }
 
-/// Padded size of a record with a `key_len`-byte key, `target_len`-byte target and, if
-/// `authored`, an author.
+/// Padded size of a record with a `key_len`-byte key, `target_len`-byte target, if
+/// `authored` an author, and a `behaviour_len`-byte behaviour block.
 #[inline]
-pub(crate) fn record_len(key_len: usize, target_len: usize, authored: bool) -> usize {
+pub(crate) fn record_len(
+    key_len: usize,
+    target_len: usize,
+    authored: bool,
+    behaviour_len: usize,
+) -> usize {
     let author = if authored { AUTHOR_BYTES } else { 0 };
-    (RECORD_FIXED_BYTES + key_len + target_len + author).next_multiple_of(RECORD_ALIGN)
+    (RECORD_FIXED_BYTES + key_len + target_len + author + behaviour_len)
+        .next_multiple_of(RECORD_ALIGN)
 }
 
 /// A record's fields, borrowed from the link being written.
@@ -113,17 +123,22 @@ pub(crate) struct RecordFields<'a> {
     pub created_at_s: u64,
     pub flags: u32,
     pub author: Author,
+    pub behaviour: Behaviour,
 }
 
 /// Appends link `l`'s record to `out` (which must be at a multiple of [`RECORD_ALIGN`]).
 pub(crate) fn push_record(out: &mut Vec<u8>, l: &RecordFields<'_>) {
     debug_assert_eq!(out.len() % RECORD_ALIGN, 0);
-    debug_assert_eq!(l.flags & AUTHOR_FLAG, 0, "the author flag is the encoder's");
+    debug_assert_eq!(
+        l.flags & (AUTHOR_FLAG | BEHAVIOUR_FLAG),
+        0,
+        "the author and behaviour flags are the encoder's"
+    );
     let (key, target, author) = (l.key.as_bytes(), l.target.as_bytes(), l.author);
     let start = out.len();
     out.extend_from_slice(&l.expires_at_s.to_le_bytes());
     out.extend_from_slice(&l.created_at_s.to_le_bytes());
-    out.extend_from_slice(&(l.flags | author.flag()).to_le_bytes());
+    out.extend_from_slice(&(l.flags | author.flag() | l.behaviour.flag()).to_le_bytes());
     out.extend_from_slice(&(target.len() as u32).to_le_bytes());
     out.extend_from_slice(&l.status.code().to_le_bytes());
     out.push(key.len() as u8);
@@ -132,8 +147,15 @@ pub(crate) fn push_record(out: &mut Vec<u8>, l: &RecordFields<'_>) {
     if author.is_some() {
         out.extend_from_slice(&author.bytes());
     }
+    l.behaviour.encode(out);
     out.resize(
-        start + record_len(key.len(), target.len(), author.is_some()),
+        start
+            + record_len(
+                key.len(),
+                target.len(),
+                author.is_some(),
+                l.behaviour.encoded_len(),
+            ),
         0,
     );
 }
@@ -145,11 +167,13 @@ pub(crate) struct RawRecord<'a> {
     pub status: u16,
     pub expires_at_s: u64,
     pub created_at_s: u64,
-    /// Without [`AUTHOR_FLAG`] (that is `author`).
+    /// Without [`AUTHOR_FLAG`] and [`BEHAVIOUR_FLAG`] (those are `author` and `behaviour`).
     pub flags: u32,
     /// [`Author::NONE`] for a record without [`AUTHOR_FLAG`], or whose author bytes are not
     /// a valid author (only a forged file holds one; the table's CRC vouches for the rest).
     pub author: Author,
+    /// [`Behaviour::NONE`] for a record without [`BEHAVIOUR_FLAG`].
+    pub behaviour: Behaviour,
     /// Offset of the next record.
     pub next: usize,
 }
@@ -181,14 +205,21 @@ pub(crate) fn read_record(records: &[u8], off: usize) -> Option<RawRecord<'_>> {
     } else {
         Author::NONE
     };
+    let (behaviour, behaviour_len) = if flags & BEHAVIOUR_FLAG != 0 {
+        let at = target_end + if authored { AUTHOR_BYTES } else { 0 };
+        Behaviour::decode(records.get(at..)?).ok()?
+    } else {
+        (Behaviour::NONE, 0)
+    };
     Some(RawRecord {
         key,
         target,
         status,
         expires_at_s,
         created_at_s,
-        flags: flags & !AUTHOR_FLAG,
+        flags: flags & !(AUTHOR_FLAG | BEHAVIOUR_FLAG),
         author,
-        next: off + record_len(key_len, target_len, authored),
+        behaviour,
+        next: off + record_len(key_len, target_len, authored, behaviour_len),
     })
 }

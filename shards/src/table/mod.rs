@@ -24,6 +24,7 @@ impl From<(&str, LinkRef<'_>)> for OwnedLink {
             created_at_s: l.created_at_s,
             flags: l.flags,
             author: l.author,
+            behaviour: l.behaviour,
         }
     }
 }

@@ -37,6 +37,8 @@ pub struct LinkRef<'a> {
     pub flags: u32,
     /// Who created the link (`Author::NONE`: unknown).
     pub author: crate::link::Author,
+    /// What it does when visited (`Behaviour::NONE`: a plain redirect).
+    pub behaviour: crate::behaviour::Behaviour,
 }
 
 /// An immutable, memory-mapped shard table. `Send + Sync`: lookups only read the mapping.
@@ -359,6 +361,7 @@ fn to_link_ref<'a>(rec: &RawRecord<'a>) -> Option<LinkRef<'a>> {
         created_at_s: rec.created_at_s,
         flags: rec.flags,
         author: rec.author,
+        behaviour: rec.behaviour,
     })
 }
 
@@ -469,6 +472,7 @@ mod tests {
             created_at_s: 0,
             flags: 0,
             author: crate::link::Author::NONE,
+            behaviour: crate::behaviour::Behaviour::NONE,
         });
         write_table(&path, 0, 1, 0, links).unwrap();
         let table = Table::open(&path).unwrap();

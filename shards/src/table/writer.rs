@@ -34,6 +34,8 @@ pub struct OwnedLink {
     pub flags: u32,
     /// Who created the link (`Author::NONE`: unknown).
     pub author: crate::link::Author,
+    /// What it does when visited.
+    pub behaviour: crate::behaviour::Behaviour,
 }
 
 impl From<&crate::log::LinkFields> for OwnedLink {
@@ -47,6 +49,7 @@ impl From<&crate::log::LinkFields> for OwnedLink {
             created_at_s: l.created_at_s,
             flags: l.flags,
             author: l.author,
+            behaviour: l.behaviour,
         }
     }
 }
@@ -98,7 +101,14 @@ fn index_links(
     };
     let records_len: usize = links
         .iter()
-        .map(|l| record_len(l.key.len(), l.target.len(), l.author.is_some()))
+        .map(|l| {
+            record_len(
+                l.key.len(),
+                l.target.len(),
+                l.author.is_some(),
+                l.behaviour.encoded_len(),
+            )
+        })
         .sum();
     if (records_len / RECORD_ALIGN) as u64 >= SLOT_POS_MASK {
         return Err(bad(format!(
@@ -127,6 +137,7 @@ fn index_links(
             created_at_s: l.created_at_s,
             flags: l.flags,
             author: l.author,
+            behaviour: l.behaviour,
         };
         push_record(&mut records, &fields);
         let h = index_hash(l.key.as_bytes());

@@ -15,7 +15,7 @@ use crate::http::limits::MAX_PIPELINED_REQUESTS;
 use crate::http::location::Reshape;
 use crate::http::parse::{parse_request, BadRequest, Expect, Method, ParseError, Request};
 use crate::http::status::Status;
-use crate::mesh::{Answer, Mesh, RedirectMsg, ReplyTo, RequestPlace, WriteOutcome};
+use crate::mesh::{Answer, LiveLink, Mesh, RedirectMsg, ReplyTo, RequestPlace, WriteOutcome};
 use crate::owner::Owner;
 use crate::route::Route;
 use shards::link::RedirectStatus::Found;
@@ -492,6 +492,7 @@ impl Conns {
             domains: &self.domains,
             blocklist: &self.blocklist,
             verdicts: &mut self.verdicts,
+            forward_default: self.visit_rules.forward_query,
         };
         if owner.core == self.me {
             let answer = env.owner.local_answer(owner.shard, key, now_s);
@@ -514,10 +515,10 @@ impl Conns {
                 );
             }
         } else if let Some(a) = self.lru.get(key) {
-            match a.target.resolve(&self.view) {
-                Some(target) if !a.expired(now_s) => {
+            match a.readable(&self.view) {
+                Some(found) if !a.expired(now_s) => {
                     counted.tally.lru_hits += 1;
-                    let found = Some((a.status, target));
+                    let found = Some(found);
                     return counted.answer(
                         &mut c.out,
                         found,
@@ -628,6 +629,7 @@ impl Conns {
             domains: &self.domains,
             blocklist: &self.blocklist,
             verdicts: &mut self.verdicts,
+            forward_default: self.visit_rules.forward_query,
         };
         let reshape = self.slots[reply.slot as usize].answers.reshape_of(kept);
         counted.answer(
@@ -784,6 +786,9 @@ struct Counted<'a> {
     domains: &'a crate::api::domains::Domains,
     blocklist: &'a crate::api::blocklist::Blocklist,
     verdicts: &'a mut crate::api::blocklist::VerdictMemo,
+    /// `--forward-query`: whether a link without its own `forward_query` forwards the
+    /// visitor's query.
+    forward_default: bool,
 }
 
 impl Counted<'_> {
@@ -794,14 +799,36 @@ impl Counted<'_> {
     fn answer(
         &mut self,
         out: &mut Vec<u8>,
-        found: Option<(shards::link::RedirectStatus, &[u8])>,
+        found: Option<LiveLink<'_>>,
         key: &[u8],
         (head, persist): (bool, Persist),
         (ctx, reshape): (Option<Click>, Reshape<'_>),
         clock: &Clock,
     ) {
         match found {
-            Some((status, target)) => {
+            Some(LiveLink {
+                disabled: Some(reason),
+                ..
+            }) => {
+                // Disabled by an admin: the link is kept, its visits get the reason's status.
+                self.tally.disabled += 1;
+                let f = Framing {
+                    head_only: head,
+                    conn: persist,
+                    date: &clock.date,
+                };
+                encode::encode_disabled(out, reason, f);
+            }
+            Some(found) => {
+                let (status, target) = (found.status, found.target);
+                // The visitor's query goes along only if the link (or the server) forwards it.
+                let reshape = match found.forward_query.unwrap_or(self.forward_default) {
+                    true => reshape,
+                    false => Reshape {
+                        query: b"",
+                        ..reshape
+                    },
+                };
                 // The blocklist's filter line is fetched while the redirect is encoded; a
                 // target it names is answered 451 instead: the link is kept, but sends nobody
                 // there, and is no click.

@@ -1,0 +1,308 @@
+//! What a link does when visited besides redirecting to its target (issue 27): when it
+//! opens (`valid_since`), whether the visitor's query is forwarded, and whether an admin
+//! disabled it (abuse, legal, owner) with who and when. Nearly every link has none of it and
+//! its records carry nothing; a link with some carries one block after its target (and
+//! author), flagged by [`BEHAVIOUR_FLAG`] in `flags`, in tables and logs alike:
+//!
+//! ```text
+//! 0      2     3        4       5         8              16            24           32
+//! | len  | fwd | unused | why   | 0 0 0   | valid_since  | disabled_at | disabled_by |
+//!  u16 LE  u8    u8 (0)   u8      reserved  u64 LE         u64 LE        8 bytes (Author)
+//! ```
+//!
+//! `len` is the block's whole length (32 today): a reader takes the fields it knows and skips
+//! the rest, so a later version can append fields (visit limits, rules) without a new flag.
+//! `fwd`: 0 the server's `--forward-query`, 1 forward, 2 do not. `why`: 0 not disabled, else a
+//! [`DisabledReason`].
+
+use crate::link::{Author, AUTHOR_BYTES};
+
+/// The `flags` bit (tables and logs) saying a [`Behaviour`] block follows the target (and
+/// the author, if any). Set and cleared by the encoders from the link's `behaviour`; never
+/// set in memory.
+pub const BEHAVIOUR_FLAG: u32 = 1 << 25;
+
+/// Bytes of the block this version writes.
+pub const BEHAVIOUR_BYTES: usize = 32;
+
+/// Why an admin disabled a link: what its visits get instead of the redirect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum DisabledReason {
+    /// Phishing, malware, spam: 410 Gone.
+    Abuse = 1,
+    /// A legal demand: 451 Unavailable For Legal Reasons (RFC 7725).
+    Legal = 2,
+    /// Its owner asked: 410 Gone.
+    Owner = 3,
+}
+
+impl DisabledReason {
+    /// The status a visit gets.
+    pub fn status(self) -> u16 {
+        match self {
+            DisabledReason::Legal => 451,
+            DisabledReason::Abuse | DisabledReason::Owner => 410,
+        }
+    }
+
+    /// Its name in the API and exports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DisabledReason::Abuse => "abuse",
+            DisabledReason::Legal => "legal",
+            DisabledReason::Owner => "owner",
+        }
+    }
+
+    /// From its name.
+    pub fn parse(s: &str) -> Option<DisabledReason> {
+        match s {
+            "abuse" => Some(DisabledReason::Abuse),
+            "legal" => Some(DisabledReason::Legal),
+            "owner" => Some(DisabledReason::Owner),
+            _ => None,
+        }
+    }
+
+    fn from_byte(b: u8) -> Option<Option<DisabledReason>> {
+        match b {
+            0 => Some(None),
+            1 => Some(Some(DisabledReason::Abuse)),
+            2 => Some(Some(DisabledReason::Legal)),
+            3 => Some(Some(DisabledReason::Owner)),
+            _ => None,
+        }
+    }
+}
+
+/// A link's disabling, kept for the audit: why, when (Unix seconds), by which API key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Disabled {
+    pub reason: DisabledReason,
+    pub at_s: u64,
+    pub by: Author,
+}
+
+/// What a link does when visited. `Copy`; the default is none of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Behaviour {
+    /// Unix seconds before which the link answers as not yet valid (like an expired one);
+    /// 0: always valid.
+    pub valid_since_s: u64,
+    /// Whether the visitor's query is forwarded into the target's: `None` follows the
+    /// server's `--forward-query`.
+    pub forward_query: Option<bool>,
+    /// Disabled by an admin: visits get [`DisabledReason::status`].
+    pub disabled: Option<Disabled>,
+}
+
+impl Behaviour {
+    /// No behaviour: a plain redirect.
+    pub const NONE: Behaviour = Behaviour {
+        valid_since_s: 0,
+        forward_query: None,
+        disabled: None,
+    };
+
+    /// Whether the link has none (its records then carry no block).
+    #[inline]
+    pub fn is_none(&self) -> bool {
+        *self == Behaviour::NONE
+    }
+
+    /// The flags bit a record of this behaviour carries ([`BEHAVIOUR_FLAG`] or 0).
+    pub fn flag(&self) -> u32 {
+        if self.is_none() {
+            0
+        } else {
+            BEHAVIOUR_FLAG
+        }
+    }
+
+    /// Bytes its block takes in a record (0 for none).
+    pub fn encoded_len(&self) -> usize {
+        if self.is_none() {
+            0
+        } else {
+            BEHAVIOUR_BYTES
+        }
+    }
+
+    /// Appends its block (nothing for none).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        if self.is_none() {
+            return;
+        }
+        let fwd = match self.forward_query {
+            None => 0u8,
+            Some(true) => 1,
+            Some(false) => 2,
+        };
+        let (why, at, by) = match self.disabled {
+            None => (0u8, 0u64, Author::NONE),
+            Some(d) => (d.reason as u8, d.at_s, d.by),
+        };
+        out.extend_from_slice(&(BEHAVIOUR_BYTES as u16).to_le_bytes());
+        out.extend_from_slice(&[fwd, 0, why, 0, 0, 0]);
+        out.extend_from_slice(&self.valid_since_s.to_le_bytes());
+        out.extend_from_slice(&at.to_le_bytes());
+        out.extend_from_slice(&by.bytes());
+    }
+
+    /// Reads a block at the start of `b`: the behaviour and the bytes it took. Total: any
+    /// bytes give a behaviour or an error, never a panic.
+    pub fn decode(b: &[u8]) -> Result<(Behaviour, usize), String> {
+        let len = usize::from(u16::from_le_bytes(
+            b.get(..2)
+                .ok_or("short behaviour block")?
+                .try_into()
+                .map_err(|_| "short behaviour block")?,
+        ));
+        if len < BEHAVIOUR_BYTES || len > b.len() {
+            return Err(format!("behaviour block of {len} bytes"));
+        }
+        let forward_query = match b[2] {
+            0 => None,
+            1 => Some(true),
+            2 => Some(false),
+            x => return Err(format!("behaviour: forward byte {x}")),
+        };
+        let reason = DisabledReason::from_byte(b[4])
+            .ok_or_else(|| format!("behaviour: disabled reason {}", b[4]))?;
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        let by: [u8; AUTHOR_BYTES] = b[24..32].try_into().expect("8 bytes");
+        let by = Author::from_bytes(by).ok_or("behaviour: bad author")?;
+        let disabled = reason.map(|reason| Disabled {
+            reason,
+            at_s: u64_at(16),
+            by,
+        });
+        let behaviour = Behaviour {
+            valid_since_s: u64_at(8),
+            forward_query,
+            disabled,
+        };
+        Ok((behaviour, len))
+    }
+}
+
+/// A behaviour's fields as NDJSON (export, import) and the API write them: `valid_since`
+/// (RFC 3339), `forward_query` (a boolean), `disabled` (`{"reason", "at", "by"}`), each
+/// only when set.
+impl Behaviour {
+    pub fn put_json(&self, obj: &mut serde_json::Map<String, serde_json::Value>) {
+        use serde_json::Value;
+        if self.valid_since_s != 0 {
+            obj.insert(
+                "valid_since".into(),
+                Value::from(crate::timefmt::format_rfc3339_utc(self.valid_since_s)),
+            );
+        }
+        if let Some(f) = self.forward_query {
+            obj.insert("forward_query".into(), Value::from(f));
+        }
+        if let Some(d) = self.disabled {
+            obj.insert(
+                "disabled".into(),
+                serde_json::json!({
+                    "reason": d.reason.as_str(),
+                    "at": crate::timefmt::format_rfc3339_utc(d.at_s),
+                    "by": d.by.as_str(),
+                }),
+            );
+        }
+    }
+}
+
+/// The `disabled` member as NDJSON holds it.
+#[derive(serde::Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct JsonDisabled {
+    pub reason: String,
+    pub at: String,
+    #[serde(default)]
+    pub by: String,
+}
+
+impl JsonDisabled {
+    /// The disabling it describes, or why not.
+    pub fn parse(&self) -> Result<Disabled, String> {
+        let reason = DisabledReason::parse(&self.reason).ok_or_else(|| {
+            format!(
+                "disabled.reason {:?} is not abuse, legal or owner",
+                self.reason
+            )
+        })?;
+        let at_s =
+            crate::timefmt::parse_rfc3339_s(&self.at).map_err(|e| format!("disabled.at: {e}"))?;
+        let by = match self.by.as_str() {
+            "" => Author::NONE,
+            id => Author::from_id(id)
+                .ok_or_else(|| format!("disabled.by {id:?} is not an API key id"))?,
+        };
+        Ok(Disabled { reason, at_s, by })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn any_behaviour() -> impl Strategy<Value = Behaviour> {
+        (
+            proptest::option::of(any::<bool>()),
+            prop_oneof![Just(0u64), any::<u64>()],
+            proptest::option::of((1u8..=3, any::<u64>(), "[a-z0-9]{0,8}")),
+        )
+            .prop_map(|(forward_query, valid_since_s, d)| Behaviour {
+                valid_since_s,
+                forward_query,
+                disabled: d.map(|(r, at_s, by)| Disabled {
+                    reason: DisabledReason::from_byte(r).unwrap().unwrap(),
+                    at_s,
+                    by: Author::from_id(&by).unwrap_or(Author::NONE),
+                }),
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn blocks_round_trip_and_later_versions_are_skipped(b in any_behaviour(), extra in 0usize..16) {
+            let mut out = Vec::new();
+            b.encode(&mut out);
+            prop_assert_eq!(out.len(), b.encoded_len());
+            if b.is_none() {
+                prop_assert!(out.is_empty());
+                return Ok(());
+            }
+            prop_assert_eq!(Behaviour::decode(&out), Ok((b, BEHAVIOUR_BYTES)));
+            // A longer block from a later version: the known fields, the whole length taken.
+            let len = BEHAVIOUR_BYTES + extra;
+            out[..2].copy_from_slice(&(len as u16).to_le_bytes());
+            out.resize(len, 0xAB);
+            out.push(7);
+            prop_assert_eq!(Behaviour::decode(&out), Ok((b, len)));
+        }
+
+        #[test]
+        fn any_bytes_decode_or_fail_without_a_panic(bytes in proptest::collection::vec(any::<u8>(), 0..48)) {
+            let _ = Behaviour::decode(&bytes);
+        }
+    }
+
+    #[test]
+    fn reasons_answer_as_the_issue_says() {
+        assert_eq!(DisabledReason::Legal.status(), 451);
+        assert_eq!(DisabledReason::Abuse.status(), 410);
+        for r in [
+            DisabledReason::Abuse,
+            DisabledReason::Legal,
+            DisabledReason::Owner,
+        ] {
+            assert_eq!(DisabledReason::parse(r.as_str()), Some(r));
+        }
+        assert!(Behaviour::NONE.is_none() && Behaviour::NONE.flag() == 0);
+    }
+}
