@@ -223,11 +223,25 @@ fn reshaped_redirects_allocate_nothing() {
     );
 }
 
+/// The same visits, forwarded by each link's own `forward_query` (set by a PATCH of every
+/// link; the server's `--forward-query` is off): the per-link choice made on the redirect
+/// path, for local hits, LRU hits and forwards.
+#[test]
+fn per_link_query_forwarding_allocates_nothing() {
+    run_with(true, &["--extra-path", "append"], DEFAULT, (true, true));
+}
+
 fn run(fields: bool, flags: &[&str], d: Domain) {
     run_shaped(fields, flags, d, false);
 }
 
 fn run_shaped(fields: bool, flags: &[&str], d: Domain, reshape: bool) {
+    run_with(fields, flags, d, (reshape, false));
+}
+
+/// `reshape`: visits with an extra path and query; `per_link`: every link is PATCHed to
+/// forward the query itself.
+fn run_with(fields: bool, flags: &[&str], d: Domain, (reshape, per_link): (bool, bool)) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let mut links = dataset(3000, 11);
@@ -266,7 +280,14 @@ fn run_shaped(fields: bool, flags: &[&str], d: Domain, reshape: bool) {
             assert!(out.status.success(), "{out:?}");
         }
     }
-    let server = Server::start(&dir, flags);
+    let server = Server::start_with_env(&dir, flags, &[("RICOCHET_API_KEY", common::api::API_KEY)]);
+    if per_link {
+        let mut c = common::api::Client::new(&server);
+        for l in &links {
+            let r = c.patch(&l.key, &serde_json::json!({"forward_query": true}));
+            assert_eq!(r.status, 200, "{}", r.text());
+        }
+    }
     let mut conns: Vec<Reader> = (0..16).map(|_| Reader::new(server.connect())).collect();
     // One long-lived connection reads /metrics, so reading costs the same every time.
     let mut metrics = Reader::new(server.connect());
