@@ -75,7 +75,7 @@ fn pin(cpu: usize) {
 fn responder(mut mesh: Mesh, stop: Arc<AtomicBool>, answer: Answer) {
     while !stop.load(Ordering::Relaxed) {
         while let Some(msg) = mesh.pop() {
-            if let MeshMsg::Redirect(RedirectMsg::Lookup { reply, key }) = msg {
+            if let MeshMsg::Redirect(RedirectMsg::Lookup { reply, key, .. }) = msg {
                 let answer = Some(answer.clone());
                 mesh.send(reply.core(), RedirectMsg::Answer { reply, key, answer });
             }
@@ -116,7 +116,14 @@ fn forward(c: &mut Criterion) {
             let start = Instant::now();
             for seq in 0..iters {
                 let reply = ReplyTo::request(0, 1, 1, seq as u32);
-                a.send(1, RedirectMsg::Lookup { reply, key });
+                a.send(
+                    1,
+                    RedirectMsg::Lookup {
+                        reply,
+                        key,
+                        visit: true,
+                    },
+                );
                 loop {
                     match a.pop() {
                         Some(MeshMsg::Redirect(RedirectMsg::Answer {

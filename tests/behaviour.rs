@@ -262,3 +262,114 @@ fn behaviours_shape_visits_on_every_core_and_survive_restarts_and_exports() {
 fn c_for(s: &common::Server) -> Client {
     Client::new(s)
 }
+
+/// `max_visits`: 1,000 concurrent GETs on 40 connections, spread over 3 cores, get exactly
+/// `max_visits` redirects; HEADs count nothing; the count survives `kill -9`, a raised limit
+/// gives exactly the difference, and Shlink's `maxVisits` is the same field.
+#[test]
+fn a_visit_limit_is_exact_across_cores_connections_and_crashes() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &flags(&[]));
+    let mut c = Client::new(&s);
+    let mut limited = Vec::new();
+    for i in 0..3 {
+        let r = c.create(&json!({"long_url": format!("https://limited.example/{i}"),
+                                 "max_visits": 100}));
+        assert_eq!(r.status, 201, "{}", r.text());
+        assert_eq!(
+            (r.json()["max_visits"].as_u64(), r.json()["visits"].as_u64()),
+            (Some(100), Some(0))
+        );
+        limited.push(r.key());
+    }
+    // HEADs are no visits.
+    for k in &limited {
+        for _ in 0..5 {
+            let head = Client::new(&s)
+                .send("HEAD", &format!("/{k}"), false, &[], b"")
+                .unwrap();
+            assert_eq!(head.status, 302);
+        }
+    }
+    let addr = s.addr;
+    let threads: Vec<_> = (0..40)
+        .map(|t| {
+            let keys = limited.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::connect(addr).unwrap();
+                let mut got = vec![(0u32, 0u32); keys.len()];
+                for n in 0..75 {
+                    let i = (t + n) % keys.len();
+                    let r = c
+                        .send("GET", &format!("/{}", keys[i]), false, &[], b"")
+                        .unwrap();
+                    match r.status {
+                        302 => got[i].0 += 1,
+                        404 => got[i].1 += 1,
+                        other => panic!("/{}: {other}", keys[i]),
+                    }
+                }
+                got
+            })
+        })
+        .collect();
+    let mut total = vec![(0u32, 0u32); limited.len()];
+    for t in threads {
+        for (i, (ok, gone)) in t.join().unwrap().into_iter().enumerate() {
+            total[i].0 += ok;
+            total[i].1 += gone;
+        }
+    }
+    for (i, k) in limited.iter().enumerate() {
+        assert_eq!(
+            total[i],
+            (100, 900),
+            "/{k}: (redirects, 404s) of 1,000 GETs"
+        );
+        assert_eq!(c.get_link(k).json()["visits"], 100, "/{k}");
+    }
+
+    // A second link partly used, then kill -9: the counts stand after the restart.
+    let part = c
+        .create(&json!({"long_url": "https://part.example/", "max_visits": 5}))
+        .key();
+    for _ in 0..3 {
+        assert_eq!(visit(&s, &format!("/{part}")).0, 302);
+    }
+    s.kill9();
+    let s = start(&dir, &flags(&[]));
+    let mut c = Client::new(&s);
+    let statuses: Vec<u16> = (0..4).map(|_| visit(&s, &format!("/{part}")).0).collect();
+    assert_eq!(statuses, [302, 302, 404, 404], "two visits were left");
+    assert_eq!(visit(&s, &format!("/{}", limited[0])).0, 404);
+    // A raised limit gives exactly the difference; null removes it.
+    let r = c.patch(&limited[0], &json!({"max_visits": 103}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let statuses: Vec<u16> = (0..5)
+        .map(|_| visit(&s, &format!("/{}", limited[0])).0)
+        .collect();
+    assert_eq!(statuses, [302, 302, 302, 404, 404]);
+    let r = c.patch(&limited[0], &json!({"max_visits": null}));
+    assert!(r.json().get("max_visits").is_none(), "{}", r.text());
+    assert_eq!(visit(&s, &format!("/{}", limited[0])).0, 302);
+    // Shlink's maxVisits.
+    let headers = [
+        ("X-Api-Key", api::API_KEY),
+        ("Content-Type", "application/json"),
+    ];
+    let body = json!({"longUrl": "https://shlink.example/m", "maxVisits": 1});
+    let r = c
+        .send(
+            "POST",
+            "/rest/v3/short-urls",
+            false,
+            &headers,
+            body.to_string().as_bytes(),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["meta"]["maxVisits"], 1);
+    let code = r.json()["shortCode"].as_str().unwrap().to_owned();
+    assert_eq!(visit(&s, &format!("/{code}")).0, 302);
+    assert_eq!(visit(&s, &format!("/{code}")).0, 404);
+}

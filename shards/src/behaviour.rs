@@ -1,6 +1,7 @@
 //! What a link does when visited besides redirecting to its target (issue 27): when it
-//! opens (`valid_since`), whether the visitor's query is forwarded, and whether an admin
-//! disabled it (abuse, legal, owner) with who and when. Nearly every link has none of it and
+//! opens (`valid_since`), whether the visitor's query is forwarded, whether an admin
+//! disabled it (abuse, legal, owner) with who and when, and how many visits it allows
+//! (`max_visits`) and has had. Nearly every link has none of it and
 //! its records carry nothing; a link with some carries one block after its target (and
 //! author), flagged by [`BEHAVIOUR_FLAG`] in `flags`, in tables and logs alike:
 //!
@@ -8,10 +9,14 @@
 //! 0      2     3        4       5         8              16            24           32
 //! | len  | fwd | unused | why   | 0 0 0   | valid_since  | disabled_at | disabled_by |
 //!  u16 LE  u8    u8 (0)   u8      reserved  u64 LE         u64 LE        8 bytes (Author)
+//! 32            40        48
+//! | max_visits  | visits  |
+//!   u64 LE        u64 LE
 //! ```
 //!
-//! `len` is the block's whole length (32 today): a reader takes the fields it knows and skips
-//! the rest, so a later version can append fields (visit limits, rules) without a new flag.
+//! `len` is the block's whole length (48 today; 32 before visit limits, whose two fields a
+//! reader then takes as 0): a reader takes the fields it knows and skips the rest, so a later
+//! version can append fields (rules) without a new flag.
 //! `fwd`: 0 the server's `--forward-query`, 1 forward, 2 do not. `why`: 0 not disabled, else a
 //! [`DisabledReason`].
 
@@ -23,7 +28,10 @@ use crate::link::{Author, AUTHOR_BYTES};
 pub const BEHAVIOUR_FLAG: u32 = 1 << 25;
 
 /// Bytes of the block this version writes.
-pub const BEHAVIOUR_BYTES: usize = 32;
+pub const BEHAVIOUR_BYTES: usize = 48;
+
+/// Bytes of the shortest block a reader takes (the first version's, without visit limits).
+pub const MIN_BEHAVIOUR_BYTES: usize = 32;
 
 /// Why an admin disabled a link: what its visits get instead of the redirect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -95,6 +103,10 @@ pub struct Behaviour {
     pub forward_query: Option<bool>,
     /// Disabled by an admin: visits get [`DisabledReason::status`].
     pub disabled: Option<Disabled>,
+    /// Redirects allowed in all; past them the link answers as expired. 0: no limit.
+    pub max_visits: u64,
+    /// Redirects to GETs made so far (counted only while `max_visits` is set).
+    pub visits: u64,
 }
 
 impl Behaviour {
@@ -103,6 +115,8 @@ impl Behaviour {
         valid_since_s: 0,
         forward_query: None,
         disabled: None,
+        max_visits: 0,
+        visits: 0,
     };
 
     /// Whether the link has none (its records then carry no block).
@@ -148,6 +162,8 @@ impl Behaviour {
         out.extend_from_slice(&self.valid_since_s.to_le_bytes());
         out.extend_from_slice(&at.to_le_bytes());
         out.extend_from_slice(&by.bytes());
+        out.extend_from_slice(&self.max_visits.to_le_bytes());
+        out.extend_from_slice(&self.visits.to_le_bytes());
     }
 
     /// Reads a block at the start of `b`: the behaviour and the bytes it took. Total: any
@@ -159,7 +175,7 @@ impl Behaviour {
                 .try_into()
                 .map_err(|_| "short behaviour block")?,
         ));
-        if len < BEHAVIOUR_BYTES || len > b.len() {
+        if len < MIN_BEHAVIOUR_BYTES || len > b.len() {
             return Err(format!("behaviour block of {len} bytes"));
         }
         let forward_query = match b[2] {
@@ -178,18 +194,24 @@ impl Behaviour {
             at_s: u64_at(16),
             by,
         });
+        let (max_visits, visits) = match len >= 48 {
+            true => (u64_at(32), u64_at(40)),
+            false => (0, 0),
+        };
         let behaviour = Behaviour {
             valid_since_s: u64_at(8),
             forward_query,
             disabled,
+            max_visits,
+            visits,
         };
         Ok((behaviour, len))
     }
 }
 
 /// A behaviour's fields as NDJSON (export, import) and the API write them: `valid_since`
-/// (RFC 3339), `forward_query` (a boolean), `disabled` (`{"reason", "at", "by"}`), each
-/// only when set.
+/// (RFC 3339), `forward_query` (a boolean), `max_visits` and `visits`, `disabled`
+/// (`{"reason", "at", "by"}`), each only when set.
 impl Behaviour {
     pub fn put_json(&self, obj: &mut serde_json::Map<String, serde_json::Value>) {
         use serde_json::Value;
@@ -201,6 +223,10 @@ impl Behaviour {
         }
         if let Some(f) = self.forward_query {
             obj.insert("forward_query".into(), Value::from(f));
+        }
+        if self.max_visits != 0 {
+            obj.insert("max_visits".into(), Value::from(self.max_visits));
+            obj.insert("visits".into(), Value::from(self.visits));
         }
         if let Some(d) = self.disabled {
             obj.insert(
@@ -255,15 +281,20 @@ mod tests {
             proptest::option::of(any::<bool>()),
             prop_oneof![Just(0u64), any::<u64>()],
             proptest::option::of((1u8..=3, any::<u64>(), "[a-z0-9]{0,8}")),
+            prop_oneof![Just((0u64, 0u64)), (1u64.., any::<u64>())],
         )
-            .prop_map(|(forward_query, valid_since_s, d)| Behaviour {
-                valid_since_s,
-                forward_query,
-                disabled: d.map(|(r, at_s, by)| Disabled {
-                    reason: DisabledReason::from_byte(r).unwrap().unwrap(),
-                    at_s,
-                    by: Author::from_id(&by).unwrap_or(Author::NONE),
-                }),
+            .prop_map(|(forward_query, valid_since_s, d, (max_visits, visits))| {
+                Behaviour {
+                    valid_since_s,
+                    forward_query,
+                    max_visits,
+                    visits,
+                    disabled: d.map(|(r, at_s, by)| Disabled {
+                        reason: DisabledReason::from_byte(r).unwrap().unwrap(),
+                        at_s,
+                        by: Author::from_id(&by).unwrap_or(Author::NONE),
+                    }),
+                }
             })
     }
 
@@ -290,6 +321,25 @@ mod tests {
         fn any_bytes_decode_or_fail_without_a_panic(bytes in proptest::collection::vec(any::<u8>(), 0..48)) {
             let _ = Behaviour::decode(&bytes);
         }
+    }
+
+    #[test]
+    fn a_first_version_block_reads_without_visit_limits() {
+        let b = Behaviour {
+            valid_since_s: 9,
+            max_visits: 5,
+            visits: 2,
+            ..Behaviour::NONE
+        };
+        let mut out = Vec::new();
+        b.encode(&mut out);
+        out.truncate(MIN_BEHAVIOUR_BYTES);
+        out[..2].copy_from_slice(&(MIN_BEHAVIOUR_BYTES as u16).to_le_bytes());
+        let (read, len) = Behaviour::decode(&out).unwrap();
+        assert_eq!(
+            (read.valid_since_s, read.max_visits, read.visits, len),
+            (9, 0, 0, 32)
+        );
     }
 
     #[test]

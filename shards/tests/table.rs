@@ -31,6 +31,8 @@ fn link(key: &str, target: &str, status: RedirectStatus, n: u64) -> OwnedLink {
                     at_s: n + 1,
                     by: Author::from_id("adm1n").unwrap(),
                 }),
+                max_visits: n + 2,
+                visits: n / 3,
             },
             _ => Behaviour::NONE,
         },

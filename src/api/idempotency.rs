@@ -115,6 +115,7 @@ pub fn request_hash(req: &CreateRequest) -> RequestHash {
             Some(true) => 1,
             Some(false) => 2,
         }]);
+        h.update(b.max_visits.to_le_bytes());
     }
     RequestHash(h.finalize().into())
 }

@@ -106,6 +106,8 @@ pub struct BehaviourUpdate {
     pub valid_since_s: Option<u64>,
     /// New `forward_query` (`Some(None)`: the server's, from `null`).
     pub forward_query: Option<Option<bool>>,
+    /// New `max_visits` (`Some(0)`: no limit, from `null`); the visits counted stay.
+    pub max_visits: Option<u64>,
     /// New disabling (`Some(None)`: enabled again, from `null`); its time and author are
     /// the front's to fill in.
     pub disabled: Option<Option<shards::behaviour::Disabled>>,
@@ -124,6 +126,13 @@ impl BehaviourUpdate {
         }
         if let Some(f) = self.forward_query {
             b.forward_query = f;
+        }
+        if let Some(m) = self.max_visits {
+            b.max_visits = m;
+            if m == 0 {
+                // Visits are counted only under a limit.
+                b.visits = 0;
+            }
         }
         if let Some(d) = self.disabled {
             b.disabled = d;
@@ -153,6 +162,7 @@ const CREATE_MEMBERS: &[&str] = &[
     "domain",
     "valid_since",
     "forward_query",
+    "max_visits",
 ];
 const PATCH_MEMBERS: &[&str] = &[
     "long_url",
@@ -161,6 +171,7 @@ const PATCH_MEMBERS: &[&str] = &[
     "redirect_status",
     "valid_since",
     "forward_query",
+    "max_visits",
     "disabled",
 ];
 
@@ -192,6 +203,7 @@ pub fn parse_create(body: &[u8], now_s: u64) -> Result<CreateRequest, Problem> {
             }
             "valid_since" => behaviour.valid_since_s = parse_time(value, "valid_since")?,
             "forward_query" => behaviour.forward_query = Some(parse_bool(value, "forward_query")?),
+            "max_visits" => behaviour.max_visits = parse_max_visits(value)?,
             _ => unreachable!("parse_members admits only CREATE_MEMBERS"),
         }
     }
@@ -227,6 +239,7 @@ pub fn parse_patch(body: &[u8], now_s: u64) -> Result<PatchRequest, Problem> {
                 "expires_at" => clear_expiry = true,
                 "valid_since" => behaviour.valid_since_s = Some(0),
                 "forward_query" => behaviour.forward_query = Some(None),
+                "max_visits" => behaviour.max_visits = Some(0),
                 "disabled" => behaviour.disabled = Some(None),
                 _ => {
                     return Err(Problem::invalid_field(
@@ -247,6 +260,7 @@ pub fn parse_patch(body: &[u8], now_s: u64) -> Result<PatchRequest, Problem> {
                 behaviour.forward_query = Some(Some(parse_bool(value, "forward_query")?));
             }
             "disabled" => behaviour.disabled = Some(Some(parse_disabled(value)?)),
+            "max_visits" => behaviour.max_visits = Some(parse_max_visits(value)?),
             _ => unreachable!("parse_members admits only PATCH_MEMBERS"),
         }
     }
@@ -266,7 +280,7 @@ pub fn parse_patch(body: &[u8], now_s: u64) -> Result<PatchRequest, Problem> {
         return Err(Problem::invalid_field(
             None,
             "a patch must change at least one of long_url, expires_at, ttl_days, \
-             redirect_status, valid_since, forward_query, disabled",
+             redirect_status, valid_since, forward_query, max_visits, disabled",
         ));
     }
     Ok(PatchRequest {
@@ -312,10 +326,10 @@ pub fn link_json(
     };
     // Serializing strings and integers into a Vec cannot fail.
     let mut out = serde_json::to_vec(&body).expect("link body serializes");
-    if !behaviour.is_none() {
+    let mut members = serde_json::Map::new();
+    behaviour.put_json(&mut members);
+    if !members.is_empty() {
         // The behaviour's members after the others: `{...}` + `{"valid_since":...}` joined.
-        let mut members = serde_json::Map::new();
-        behaviour.put_json(&mut members);
         let more = serde_json::to_vec(&members).expect("members serialize");
         out.pop();
         out.push(b',');
@@ -448,6 +462,21 @@ fn parse_time(value: &Value, field: &'static str) -> Result<u64, Problem> {
     })?;
     crate::api::timefmt::parse_rfc3339_s(text)
         .map_err(|e| Problem::invalid_field(Some(field), format!("{field}: {e}")))
+}
+
+/// The largest `max_visits`: JSON's largest exact integer, 2^53 - 1.
+pub const MAX_VISIT_LIMIT: u64 = (1 << 53) - 1;
+
+fn parse_max_visits(value: &Value) -> Result<u64, Problem> {
+    value
+        .as_u64()
+        .filter(|n| (1..=MAX_VISIT_LIMIT).contains(n))
+        .ok_or_else(|| {
+            Problem::invalid_field(
+                Some("max_visits"),
+                format!("max_visits must be an integer from 1 to {MAX_VISIT_LIMIT}, or null"),
+            )
+        })
 }
 
 fn parse_bool(value: &Value, field: &'static str) -> Result<bool, Problem> {
@@ -827,6 +856,28 @@ mod tests {
         ] {
             assert_field_err(patch(json!({"disabled": bad})), "disabled", "reason");
         }
+        let r = create(json!({"long_url": "https://a.b", "max_visits": 100})).unwrap();
+        assert_eq!(r.behaviour.max_visits, 100);
+        for bad in [
+            json!(0),
+            json!(-1),
+            json!(1.5),
+            json!("3"),
+            json!(1u64 << 53),
+        ] {
+            assert_field_err(
+                create(json!({"long_url": "https://a.b", "max_visits": bad})),
+                "max_visits",
+                "integer from 1",
+            );
+        }
+        assert_eq!(
+            patch(json!({"max_visits": null}))
+                .unwrap()
+                .behaviour
+                .max_visits,
+            Some(0)
+        );
         let mut b = shards::behaviour::Behaviour::NONE;
         patch(json!({"forward_query": false, "valid_since": "2030-03-17T17:46:40Z"}))
             .unwrap()
@@ -859,6 +910,8 @@ mod tests {
             valid_since_s: NOW,
             forward_query: Some(true),
             disabled: Some(disabled),
+            max_visits: 10,
+            visits: 4,
         };
         let v: Value = serde_json::from_slice(&link_json(
             ("k", Some("go.brand.com")),
@@ -871,6 +924,10 @@ mod tests {
         .unwrap();
         assert_eq!(v["valid_since"], "2030-03-17T17:46:40Z");
         assert_eq!(v["forward_query"], true);
+        assert_eq!(
+            (v["max_visits"].as_u64(), v["visits"].as_u64()),
+            (Some(10), Some(4))
+        );
         assert_eq!(
             v["disabled"],
             json!({"reason": "abuse", "at": "2030-03-17T17:46:40Z", "by": "adm1"})

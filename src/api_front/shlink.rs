@@ -6,9 +6,9 @@
 //!
 //! Offered: create, read, edit, delete, the paged list, health, and domains (`domain` on a
 //! create, `?domain=` on one short URL and on the list, `GET /rest/v3/domains`,
-//! `PATCH /rest/v3/domains/redirects` through `node::keywatch`), `validSince` and
-//! `forwardQuery` (the link's behaviour, `shards::behaviour`). Not offered,
-//! and what the adapter answers (docs/shlink.md): tags, `maxVisits`, titles,
+//! `PATCH /rest/v3/domains/redirects` through `node::keywatch`), `validSince`, `maxVisits`
+//! and `forwardQuery` (the link's behaviour, `shards::behaviour`). Not offered,
+//! and what the adapter answers (docs/shlink.md): tags, titles,
 //! device URLs and `findIfExists: true` are refused with `invalid-data` naming the field;
 //! `shortCodeLength` is ignored (generated keys are 7 characters). One short URL's
 //! `visitsSummary` and the `/visits` overview come from the click aggregators
@@ -216,6 +216,7 @@ fn refuse_unsupported(body: &Map<String, Value>) -> Result<(), ShlinkError> {
                 | "validUntil"
                 | "validSince"
                 | "forwardQuery"
+                | "maxVisits"
                 | "shortCodeLength"
         );
         if !supported && !defaultish {
@@ -266,6 +267,11 @@ fn native_body(body: &[u8], create: bool) -> Result<Vec<u8>, ShlinkError> {
     if let Some(since) = m.get("validSince") {
         if !since.is_null() || !create {
             native.insert("valid_since".into(), since.clone());
+        }
+    }
+    if let Some(max) = m.get("maxVisits") {
+        if !max.is_null() || !create {
+            native.insert("max_visits".into(), max.clone());
         }
     }
     if let Some(fwd) = m.get("forwardQuery") {
@@ -802,7 +808,8 @@ impl ApiFront {
             "dateCreated": format_rfc3339_utc(info.created_at_s),
             "visitsSummary": {"total": 0, "nonBots": 0, "bots": 0},
             "tags": [],
-            "meta": {"validSince": since, "validUntil": expires, "maxVisits": null},
+            "meta": {"validSince": since, "validUntil": expires,
+                     "maxVisits": (b.max_visits != 0).then_some(b.max_visits)},
             "domain": domain,
             "title": null,
             "crawlable": false,

@@ -56,30 +56,66 @@ pub struct ListedShard {
 pub struct Answer {
     pub target: Target,
     pub status: RedirectStatus,
-    /// Whether the visitor's query is forwarded (`None`: the server's `--forward-query`).
-    pub forward_query: Option<bool>,
-    /// Disabled by an admin: the visit gets this reason's status, not the redirect.
-    pub disabled: Option<shards::behaviour::DisabledReason>,
+    /// The behaviour a visit needs, packed in one byte so the answer still fits a mesh slot
+    /// beside its key (`MAX_MESH_MSG_BYTES`): bits 0-1 `forward_query` (0 the server's, 1 on,
+    /// 2 off), bits 2-3 `disabled` (0 no, else `DisabledReason`'s number), bit 4 `limited`.
+    bits: u8,
+    /// Unix seconds before which the link answers as if expired; 0 = always valid. 32 bits
+    /// (saturated: a time past 2106 stays in the future), for the same reason.
+    pub valid_since_s: u32,
     /// Unix seconds after which the link answers 404; 0 = never.
     pub expires_at_s: u64,
-    /// Unix seconds before which the link answers as if expired; 0 = always valid. 32 bits
-    /// (saturated: a time past 2106 stays in the future) so the answer still fits a mesh slot
-    /// beside its key (`MAX_MESH_MSG_BYTES`).
-    pub valid_since_s: u32,
 }
+
+const LIMITED_BIT: u8 = 1 << 4;
 
 impl Answer {
     /// A plain link's answer, or a link with behaviour `b`'s.
     #[inline]
     pub fn new(target: Target, status: RedirectStatus, expires_at_s: u64, b: &Behaviour) -> Answer {
+        let forward = match b.forward_query {
+            None => 0,
+            Some(true) => 1,
+            Some(false) => 2,
+        };
+        let disabled = b.disabled.map_or(0, |d| d.reason as u8);
+        let limited = if b.max_visits != 0 { LIMITED_BIT } else { 0 };
         Answer {
             target,
             status,
-            forward_query: b.forward_query,
-            disabled: b.disabled.map(|d| d.reason),
-            expires_at_s,
+            bits: forward | disabled << 2 | limited,
             valid_since_s: u32::try_from(b.valid_since_s).unwrap_or(u32::MAX),
+            expires_at_s,
         }
+    }
+
+    /// Whether the visitor's query is forwarded (`None`: the server's `--forward-query`).
+    #[inline]
+    pub fn forward_query(&self) -> Option<bool> {
+        match self.bits & 3 {
+            1 => Some(true),
+            2 => Some(false),
+            _ => None,
+        }
+    }
+
+    /// Disabled by an admin: the visit gets this reason's status, not the redirect.
+    #[inline]
+    pub fn disabled(&self) -> Option<shards::behaviour::DisabledReason> {
+        use shards::behaviour::DisabledReason;
+        match self.bits >> 2 & 3 {
+            1 => Some(DisabledReason::Abuse),
+            2 => Some(DisabledReason::Legal),
+            3 => Some(DisabledReason::Owner),
+            _ => None,
+        }
+    }
+
+    /// The link has a visit limit (`max_visits`): only its owner may answer a visit, counting
+    /// it (`owner/visits.rs`), and no core caches the answer.
+    #[inline]
+    pub fn limited(&self) -> bool {
+        self.bits & LIMITED_BIT != 0
     }
 
     /// Whether the link answers as gone at `now_s`: expired, or not valid yet.
@@ -95,8 +131,8 @@ impl Answer {
         Some(LiveLink {
             status: self.status,
             target: self.target.resolve(view)?,
-            forward_query: self.forward_query,
-            disabled: self.disabled,
+            forward_query: self.forward_query(),
+            disabled: self.disabled(),
         })
     }
 }
@@ -385,8 +421,13 @@ pub enum MeshMsg {
 /// The redirect path: a lookup forwarded to a key's owner and its answer.
 #[derive(Debug)]
 pub enum RedirectMsg {
-    /// "Who does `key` redirect to?", sent to the key's owner.
-    Lookup { reply: ReplyTo, key: InlineKey },
+    /// "Who does `key` redirect to?", sent to the key's owner. `visit`: a GET, which a link
+    /// with a visit limit counts (a HEAD is no visit).
+    Lookup {
+        reply: ReplyTo,
+        key: InlineKey,
+        visit: bool,
+    },
     /// The owner's answer; `None` means no such (live) link. The key comes back so the
     /// asking core can cache the answer.
     Answer {
@@ -711,7 +752,11 @@ mod tests {
     fn lookup(seq: u32) -> RedirectMsg {
         let reply = ReplyTo::request(0, 0, 0, seq);
         let key = InlineKey::new(b"k").unwrap();
-        RedirectMsg::Lookup { reply, key }
+        RedirectMsg::Lookup {
+            reply,
+            key,
+            visit: true,
+        }
     }
 
     #[test]

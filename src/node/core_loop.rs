@@ -522,9 +522,9 @@ impl Core {
     #[inline]
     fn on_redirect_msg(&mut self, msg: RedirectMsg) {
         match msg {
-            RedirectMsg::Lookup { reply, key } => {
+            RedirectMsg::Lookup { reply, key, visit } => {
                 self.owner
-                    .on_lookup(reply, key, self.clock.now_s, &mut self.mesh)
+                    .on_lookup(reply, (key, visit), self.clock.now_s, &mut self.mesh)
             }
             RedirectMsg::Answer { reply, key, answer } => {
                 if let Some(place) = reply.place() {

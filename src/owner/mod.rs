@@ -25,6 +25,7 @@ mod purge_state;
 pub mod regen;
 mod regen_state;
 pub mod store;
+mod visits;
 mod write_path;
 pub mod writes;
 
@@ -156,10 +157,19 @@ impl Owner {
     }
 
     /// Another core (or this one, for a local miss in fleet mode) asks where `key` redirects.
-    pub fn on_lookup(&mut self, reply: ReplyTo, key: InlineKey, now_s: u64, mesh: &mut Mesh) {
+    pub fn on_lookup(
+        &mut self,
+        reply: ReplyTo,
+        (key, visit): (InlineKey, bool),
+        now_s: u64,
+        mesh: &mut Mesh,
+    ) {
         let owner = self.router.owner(key.as_bytes());
         debug_assert_eq!(owner.core, self.me, "lookups go to the owner");
         let answer = self.local_answer(owner.shard, key.as_bytes(), now_s);
+        if answer.as_ref().is_some_and(Answer::limited) {
+            return self.on_limited_lookup(reply, (owner.shard, key, visit), now_s, mesh);
+        }
         if answer.is_none() && self.reads_through() {
             return self.read_through(fleet_state::ReadWaiter::Redirect(reply), key, now_s, mesh);
         }

@@ -11,7 +11,7 @@ use super::writes::{
 use super::Owner;
 use crate::api::request::ExpiryUpdate;
 use crate::base::key::InlineKey;
-use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReadReq, ReplyTo, WriteOutcome, WriteReq};
+use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReadReq, RedirectMsg, ReplyTo, WriteOutcome, WriteReq};
 use shards::log::{Batch, LinkFields, LogOpRef};
 use std::io;
 use std::os::fd::RawFd;
@@ -167,6 +167,11 @@ impl Owner {
                 if let Some(b) = behaviour {
                     b.apply(&mut info.behaviour);
                 }
+                // Visits counted but not yet durable are in the log before this record.
+                if info.behaviour.max_visits != 0 {
+                    info.behaviour.visits =
+                        self.newest_visits(&key).unwrap_or(info.behaviour.visits);
+                }
                 if let Some(t) = target {
                     info.target = t;
                 }
@@ -292,6 +297,11 @@ impl Owner {
                     self.invalidate_for_feed(key, batch, purge, mesh);
                     continue;
                 }
+                Then::Visit { reply, key, answer } => {
+                    let answer = Some(*answer);
+                    mesh.deliver(reply.core(), RedirectMsg::Answer { reply, key, answer });
+                    continue;
+                }
             };
             match invalidate {
                 Some(key) => {
@@ -351,6 +361,8 @@ impl Owner {
                     failed(mesh, reply);
                 }
                 Then::Feed { batch, .. } => self.feed_row_done(batch, false),
+                // Not counted, so not sent: a 503 to retry, never a redirect past the limit.
+                Then::Visit { reply, key, .. } => super::visits::unavailable(reply, key, mesh),
             }
         }
     }

@@ -56,6 +56,13 @@ pub enum Then {
         key: InlineKey,
         purge: bool,
     },
+    /// A visit of a link with a visit limit, counted in the record: redirect `reply` with
+    /// `answer` (`owner/visits.rs`).
+    Visit {
+        reply: ReplyTo,
+        key: InlineKey,
+        answer: Box<crate::mesh::Answer>,
+    },
 }
 
 /// An operation waiting for its log record to be durable.

@@ -280,6 +280,10 @@ struct JsonLine<'a> {
     #[serde(default)]
     forward_query: Option<bool>,
     #[serde(default)]
+    max_visits: Option<u64>,
+    #[serde(default)]
+    visits: Option<u64>,
+    #[serde(default)]
     disabled: Option<crate::behaviour::JsonDisabled>,
 }
 
@@ -319,6 +323,11 @@ fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
             .map(|d| d.parse())
             .transpose()
             .map_err(err)?,
+        max_visits: j.max_visits.unwrap_or(0),
+        visits: j.visits.unwrap_or(0),
     };
+    if r.behaviour.max_visits == 0 && r.behaviour.visits != 0 {
+        return Err(err("visits without max_visits".into()));
+    }
     Ok(r)
 }

@@ -493,6 +493,8 @@ mod tests {
                     valid_since_s: 7,
                     forward_query: Some(false),
                     disabled: None,
+                    max_visits: 3,
+                    visits: 1,
                 },
             }),
             LogOp::Delete { key: "k".into() },

@@ -354,6 +354,8 @@ mod tests {
                     valid_since_s: i,
                     forward_query: Some(true),
                     disabled: None,
+                    max_visits: i + 1,
+                    visits: i / 2,
                 },
                 _ => crate::behaviour::Behaviour::NONE,
             },
@@ -403,6 +405,7 @@ mod tests {
                             at_s: i,
                             by: crate::link::Author::NONE,
                         }),
+                        ..crate::behaviour::Behaviour::NONE
                     },
                 },
                 scope: format!("api{i}:idem-{i}"),

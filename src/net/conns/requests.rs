@@ -497,8 +497,10 @@ impl Conns {
         if owner.core == self.me {
             let answer = env.owner.local_answer(owner.shard, key, now_s);
             // Fleet mode: a miss here is asked of the database, through this core's owner
-            // role like another core's lookup (`Owner::on_lookup`), so it is deferred.
-            if answer.is_some() || !env.owner.reads_through() {
+            // role like another core's lookup (`Owner::on_lookup`), so it is deferred; so is
+            // a visit of a link with a visit limit, which the owner role counts durably.
+            let limited = answer.as_ref().is_some_and(Answer::limited);
+            if !limited && (answer.is_some() || !env.owner.reads_through()) {
                 // The owner's current tables are always readable here.
                 let found = answer.as_ref().and_then(|a| a.readable(&self.view));
                 debug_assert!(
@@ -543,15 +545,36 @@ impl Conns {
                 None => drop(self.lru.remove(key)),
             }
         }
+        self.forward_lookup(
+            slot,
+            (key, owner.core),
+            (head, persist),
+            (ctx, reshape),
+            env,
+        );
+    }
+
+    /// Defers a lookup in its connection's batch and asks `owner` (this core's own owner role
+    /// too, for a fleet-mode miss or a limited link's visit).
+    fn forward_lookup(
+        &mut self,
+        slot: u32,
+        (key, owner): (&[u8], usize),
+        (head, persist): (bool, Persist),
+        (ctx, reshape): (Option<Click>, Reshape<'_>),
+        env: &mut Env,
+    ) {
         self.tally.forwarded += 1;
+        let c = &mut self.slots[slot as usize];
         let kept = c.answers.keep(reshape);
         let seq = c
             .answers
             .defer(&c.out, head, persist, PendingKind::Redirect(ctx, kept));
         let reply = ReplyTo::request(self.me as u16, slot, c.gen, seq);
         let key = InlineKey::new(key).expect("validated keys fit inline");
+        let visit = !head;
         env.mesh
-            .deliver(owner.core, RedirectMsg::Lookup { reply, key });
+            .deliver(owner, RedirectMsg::Lookup { reply, key, visit });
     }
 
     /// The owner read a key through to the fleet database: fill the request's place. Not
@@ -597,7 +620,8 @@ impl Conns {
         answer: Option<Answer>,
         clock: &Clock,
     ) {
-        if let Some(a) = &answer {
+        // A limited link's answer is never cached: each visit must reach its owner's count.
+        if let Some(a) = answer.as_ref().filter(|a| !a.limited()) {
             self.lru.insert(key.as_bytes(), a.clone());
         }
         self.fill_lookup(reply, key, answer, clock)
