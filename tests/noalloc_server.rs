@@ -228,7 +228,21 @@ fn reshaped_redirects_allocate_nothing() {
 /// path, for local hits, LRU hits and forwards.
 #[test]
 fn per_link_query_forwarding_allocates_nothing() {
-    run_with(true, &["--extra-path", "append"], DEFAULT, (true, true));
+    run_with(
+        true,
+        &["--extra-path", "append"],
+        DEFAULT,
+        (true, true),
+        None,
+    );
+}
+
+/// Every link with a visit limit it never reaches: each GET is counted by its owner in a log
+/// record before the redirect leaves (forwarded from the other core, or deferred to this
+/// core's own owner role), and nothing is allocated for it.
+#[test]
+fn visits_of_limited_links_allocate_nothing() {
+    run_with(true, &[], DEFAULT, (false, false), Some(1_000_000_000));
 }
 
 fn run(fields: bool, flags: &[&str], d: Domain) {
@@ -236,12 +250,18 @@ fn run(fields: bool, flags: &[&str], d: Domain) {
 }
 
 fn run_shaped(fields: bool, flags: &[&str], d: Domain, reshape: bool) {
-    run_with(fields, flags, d, (reshape, false));
+    run_with(fields, flags, d, (reshape, false), None);
 }
 
 /// `reshape`: visits with an extra path and query; `per_link`: every link is PATCHed to
-/// forward the query itself.
-fn run_with(fields: bool, flags: &[&str], d: Domain, (reshape, per_link): (bool, bool)) {
+/// forward the query itself; `max_visits`: every link is PATCHed to this visit limit.
+fn run_with(
+    fields: bool,
+    flags: &[&str],
+    d: Domain,
+    (reshape, per_link): (bool, bool),
+    max_visits: Option<u64>,
+) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let mut links = dataset(3000, 11);
@@ -281,10 +301,15 @@ fn run_with(fields: bool, flags: &[&str], d: Domain, (reshape, per_link): (bool,
         }
     }
     let server = Server::start_with_env(&dir, flags, &[("RICOCHET_API_KEY", common::api::API_KEY)]);
-    if per_link {
+    let patch = match (per_link, max_visits) {
+        (true, _) => Some(serde_json::json!({"forward_query": true})),
+        (false, Some(m)) => Some(serde_json::json!({"max_visits": m})),
+        (false, None) => None,
+    };
+    if let Some(body) = patch {
         let mut c = common::api::Client::new(&server);
         for l in &links {
-            let r = c.patch(&l.key, &serde_json::json!({"forward_query": true}));
+            let r = c.patch(&l.key, &body);
             assert_eq!(r.status, 200, "{}", r.text());
         }
     }
@@ -313,4 +338,11 @@ fn run_with(fields: bool, flags: &[&str], d: Domain, (reshape, per_link): (bool,
         3 * 16 * (64 * 2 + 64 + 4)
     );
     assert!(a1 > 0, "the counting allocator is installed");
+    if max_visits.is_some() {
+        // The visits went through the owners' counts.
+        let v = common::api::Client::new(&server)
+            .get_link(&links[0].key)
+            .json();
+        assert!(v["visits"].as_u64().unwrap() >= 10, "{v}");
+    }
 }

@@ -87,11 +87,7 @@ impl Owner {
                     version: 0,
                 },
             )),
-            then: Then::Visit {
-                reply,
-                key,
-                answer: Box::new(answer),
-            },
+            then: Then::Visit { reply, key, answer },
         });
     }
 

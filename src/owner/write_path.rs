@@ -298,7 +298,7 @@ impl Owner {
                     continue;
                 }
                 Then::Visit { reply, key, answer } => {
-                    let answer = Some(*answer);
+                    let answer = Some(answer);
                     mesh.deliver(reply.core(), RedirectMsg::Answer { reply, key, answer });
                     continue;
                 }

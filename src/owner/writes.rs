@@ -58,10 +58,11 @@ pub enum Then {
     },
     /// A visit of a link with a visit limit, counted in the record: redirect `reply` with
     /// `answer` (`owner/visits.rs`).
+    /// Not boxed: a visit is a redirect, which allocates nothing once warm.
     Visit {
         reply: ReplyTo,
         key: InlineKey,
-        answer: Box<crate::mesh::Answer>,
+        answer: crate::mesh::Answer,
     },
 }
 
