@@ -209,6 +209,24 @@ pub struct LinkInfo {
     pub behaviour: Behaviour,
 }
 
+impl LinkInfo {
+    /// The link as a log record holds it, with the generated ID behind its key (`id`, 0 for
+    /// an alias).
+    pub fn log_fields(&self, id: u64) -> shards::log::LinkFields<&str> {
+        shards::log::LinkFields {
+            key: self.key.as_str(),
+            target: &self.target,
+            status: self.status,
+            expires_at_s: self.expires_at_s,
+            created_at_s: self.created_at_s,
+            flags: self.created_tag,
+            id,
+            author: self.author,
+            behaviour: self.behaviour,
+        }
+    }
+}
+
 /// A change to a link, executed by the key's owner (in fleet mode, judged by the database).
 #[derive(Debug)]
 pub enum WriteReq {

@@ -17,7 +17,7 @@ use super::Owner;
 use crate::base::key::InlineKey;
 use crate::base::target::Target;
 use crate::mesh::{Answer, Fetched, LinkInfo, Mesh, RedirectMsg, ReplyTo};
-use shards::log::{LinkFields, LogOpRef};
+use shards::log::LogOpRef;
 
 impl Owner {
     /// A lookup of a link with a visit limit (`visit`: a GET, counted).
@@ -63,17 +63,7 @@ impl Owner {
         let key = info.key;
         info.behaviour.visits += 1;
         let id = self.writes.id_of(&key);
-        let link = LinkFields {
-            key: key.as_str(),
-            target: &info.target,
-            status: info.status,
-            expires_at_s: info.expires_at_s,
-            created_at_s: info.created_at_s,
-            flags: info.created_tag,
-            id,
-            author: info.author,
-            behaviour: info.behaviour,
-        };
+        let link = info.log_fields(id);
         let Ok(seq) = self.writes.log.append_ref(shard, LogOpRef::Put(link)) else {
             return unavailable(reply, key, mesh);
         };

@@ -12,7 +12,7 @@ use super::Owner;
 use crate::api::request::ExpiryUpdate;
 use crate::base::key::InlineKey;
 use crate::mesh::{ApiMsg, LinkInfo, Mesh, ReadReq, RedirectMsg, ReplyTo, WriteOutcome, WriteReq};
-use shards::log::{Batch, LinkFields, LogOpRef};
+use shards::log::{Batch, LogOpRef};
 use std::io;
 use std::os::fd::RawFd;
 
@@ -234,17 +234,7 @@ impl Owner {
         mesh: &mut Mesh,
     ) {
         let key = info.key;
-        let link = LinkFields {
-            key: key.as_str(),
-            target: &info.target,
-            status: info.status,
-            expires_at_s: info.expires_at_s,
-            created_at_s: info.created_at_s,
-            flags: info.created_tag,
-            id,
-            author: info.author,
-            behaviour: info.behaviour,
-        };
+        let link = info.log_fields(id);
         let op = match &idem {
             None => LogOpRef::Put(link),
             Some(i) => LogOpRef::PutWithIdem {
