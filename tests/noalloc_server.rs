@@ -253,6 +253,20 @@ fn run_shaped(fields: bool, flags: &[&str], d: Domain, reshape: bool) {
     run_with(fields, flags, d, (reshape, false), None);
 }
 
+/// PATCHes every link to forward the query itself (`per_link`), or to a visit limit.
+fn give_behaviour(server: &Server, links: &[Link], per_link: bool, max_visits: Option<u64>) {
+    let body = match (per_link, max_visits) {
+        (true, _) => serde_json::json!({"forward_query": true}),
+        (false, Some(m)) => serde_json::json!({"max_visits": m}),
+        (false, None) => return,
+    };
+    let mut c = common::api::Client::new(server);
+    for l in links {
+        let r = c.patch(&l.key, &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+}
+
 /// `reshape`: visits with an extra path and query; `per_link`: every link is PATCHed to
 /// forward the query itself; `max_visits`: every link is PATCHed to this visit limit.
 fn run_with(
@@ -301,18 +315,7 @@ fn run_with(
         }
     }
     let server = Server::start_with_env(&dir, flags, &[("RICOCHET_API_KEY", common::api::API_KEY)]);
-    let patch = match (per_link, max_visits) {
-        (true, _) => Some(serde_json::json!({"forward_query": true})),
-        (false, Some(m)) => Some(serde_json::json!({"max_visits": m})),
-        (false, None) => None,
-    };
-    if let Some(body) = patch {
-        let mut c = common::api::Client::new(&server);
-        for l in &links {
-            let r = c.patch(&l.key, &body);
-            assert_eq!(r.status, 200, "{}", r.text());
-        }
-    }
+    give_behaviour(&server, &links, per_link, max_visits);
     let mut conns: Vec<Reader> = (0..16).map(|_| Reader::new(server.connect())).collect();
     // One long-lived connection reads /metrics, so reading costs the same every time.
     let mut metrics = Reader::new(server.connect());
