@@ -320,8 +320,10 @@ fn run_with(
     // One long-lived connection reads /metrics, so reading costs the same every time.
     let mut metrics = Reader::new(server.connect());
     core_allocs(&mut metrics);
-    // Warm up: pools, per-connection pending lists, LRU entries for foreign keys.
-    for _ in 0..2 {
+    // Warm up: pools, per-connection pending lists, LRU entries for foreign keys (and, for
+    // limited links, the owners' log batches and waiting queues at their peak).
+    let warm_rounds = if max_visits.is_some() { 4 } else { 2 };
+    for _ in 0..warm_rounds {
         round(&mut conns, &links, (false, fields), d, reshape);
         round(&mut conns, &links, (true, fields), d, reshape);
     }

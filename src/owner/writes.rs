@@ -75,6 +75,10 @@ pub struct Durable {
     pub then: Then,
 }
 
+/// Operations the queue of writes waiting for their batch holds without growing: counted
+/// visits (`owner/visits.rs`) are redirects, which allocate nothing once warm.
+pub const WAITING_RESERVE: usize = 1024;
+
 /// Writes to one key that may wait behind the one being made durable; a write beyond them is
 /// answered 503 with `Retry-After: 1`. 16: a burst of concurrent edits to one link is queued
 /// and applied in order, while a client hammering one key cannot grow a core's memory.
@@ -135,7 +139,7 @@ impl Writes {
             log_fd,
             batch: None,
             batch_error: None,
-            waiting: VecDeque::new(),
+            waiting: VecDeque::with_capacity(WAITING_RESERVE),
             awaiting_rotation: None,
             faults,
             fsyncs_ok: 0,

@@ -27,6 +27,12 @@ struct InFlight {
     last_seq: u64,
 }
 
+/// Bytes each of the writer's two batch buffers is given at start: a batch of a few hundred
+/// records fits without growing, so the first bursts of writes (or of counted visits, which
+/// the redirect path logs) allocate nothing; a larger batch grows a buffer once, which is then
+/// kept.
+pub const BATCH_BUFFER_RESERVE_BYTES: usize = 64 * 1024;
+
 /// Sans-IO group-commit writer for one log file.
 ///
 /// State: a pending buffer that appends go into, at most one batch in flight, and the highest
@@ -65,9 +71,9 @@ impl LogWriter {
         LogWriter {
             writer_id,
             end_offset: file_len,
-            pending: Vec::new(),
+            pending: Vec::with_capacity(BATCH_BUFFER_RESERVE_BYTES),
             pending_first_seq: None,
-            spare: Vec::new(),
+            spare: Vec::with_capacity(BATCH_BUFFER_RESERVE_BYTES),
             in_flight: None,
             next_seq,
             durable_seq: next_seq - 1,
