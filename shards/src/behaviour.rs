@@ -14,9 +14,11 @@
 //!   u64 LE        u64 LE
 //! ```
 //!
-//! `len` is the block's whole length (48 today; 32 before visit limits, whose two fields a
-//! reader then takes as 0): a reader takes the fields it knows and skips the rest, so a later
-//! version can append fields (rules) without a new flag.
+//! `len` is the block's whole length, 48: a later version can append fields (rules) and tell
+//! its blocks apart by it, without a new flag. This version reads only its own blocks, and only
+//! in their one canonical form (reserved bytes 0, no disabling time or author without a
+//! reason, no count without a limit, not all empty): decoding then encoding gives back the
+//! same bytes, which the log's fuzz target checks.
 //! `fwd`: 0 the server's `--forward-query`, 1 forward, 2 do not. `why`: 0 not disabled, else a
 //! [`DisabledReason`].
 
@@ -27,11 +29,8 @@ use crate::link::{Author, AUTHOR_BYTES};
 /// set in memory.
 pub const BEHAVIOUR_FLAG: u32 = 1 << 25;
 
-/// Bytes of the block this version writes.
+/// Bytes of the block this version writes and reads.
 pub const BEHAVIOUR_BYTES: usize = 48;
-
-/// Bytes of the shortest block a reader takes (the first version's, without visit limits).
-pub const MIN_BEHAVIOUR_BYTES: usize = 32;
 
 /// Why an admin disabled a link: what its visits get instead of the redirect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -175,8 +174,11 @@ impl Behaviour {
                 .try_into()
                 .map_err(|_| "short behaviour block")?,
         ));
-        if len < MIN_BEHAVIOUR_BYTES || len > b.len() {
+        if len != BEHAVIOUR_BYTES || len > b.len() {
             return Err(format!("behaviour block of {len} bytes"));
+        }
+        if b[3] != 0 || b[5..8] != [0, 0, 0] {
+            return Err("behaviour: reserved bytes set".into());
         }
         let forward_query = match b[2] {
             0 => None,
@@ -194,10 +196,13 @@ impl Behaviour {
             at_s: u64_at(16),
             by,
         });
-        let (max_visits, visits) = match len >= 48 {
-            true => (u64_at(32), u64_at(40)),
-            false => (0, 0),
-        };
+        let (max_visits, visits) = (u64_at(32), u64_at(40));
+        if reason.is_none() && (u64_at(16) != 0 || by.is_some()) {
+            return Err("behaviour: a disabling time or author without a reason".into());
+        }
+        if max_visits == 0 && visits != 0 {
+            return Err("behaviour: visits without a limit".into());
+        }
         let behaviour = Behaviour {
             valid_since_s: u64_at(8),
             forward_query,
@@ -205,6 +210,9 @@ impl Behaviour {
             max_visits,
             visits,
         };
+        if behaviour.is_none() {
+            return Err("behaviour: an empty block".into());
+        }
         Ok((behaviour, len))
     }
 }
@@ -300,7 +308,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn blocks_round_trip_and_later_versions_are_skipped(b in any_behaviour(), extra in 0usize..16) {
+        fn blocks_round_trip_and_trailing_bytes_are_left(b in any_behaviour(), extra in 0usize..16) {
             let mut out = Vec::new();
             b.encode(&mut out);
             prop_assert_eq!(out.len(), b.encoded_len());
@@ -309,12 +317,9 @@ mod tests {
                 return Ok(());
             }
             prop_assert_eq!(Behaviour::decode(&out), Ok((b, BEHAVIOUR_BYTES)));
-            // A longer block from a later version: the known fields, the whole length taken.
-            let len = BEHAVIOUR_BYTES + extra;
-            out[..2].copy_from_slice(&(len as u16).to_le_bytes());
-            out.resize(len, 0xAB);
-            out.push(7);
-            prop_assert_eq!(Behaviour::decode(&out), Ok((b, len)));
+            // Trailing bytes after the block are not its own.
+            out.resize(BEHAVIOUR_BYTES + extra, 0xAB);
+            prop_assert_eq!(Behaviour::decode(&out), Ok((b, BEHAVIOUR_BYTES)));
         }
 
         #[test]
@@ -323,23 +328,37 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// Only the canonical form decodes: whatever decodes encodes back to the same bytes.
+        #[test]
+        fn what_decodes_encodes_back_to_the_same_bytes(bytes in proptest::collection::vec(any::<u8>(), 48..64)) {
+            let mut bytes = bytes;
+            bytes[..2].copy_from_slice(&(BEHAVIOUR_BYTES as u16).to_le_bytes());
+            if let Ok((b, len)) = Behaviour::decode(&bytes) {
+                let mut out = Vec::new();
+                b.encode(&mut out);
+                prop_assert_eq!(&out[..], &bytes[..len]);
+            }
+        }
+    }
+
     #[test]
-    fn a_first_version_block_reads_without_visit_limits() {
+    fn other_forms_of_a_block_are_refused() {
         let b = Behaviour {
             valid_since_s: 9,
-            max_visits: 5,
-            visits: 2,
             ..Behaviour::NONE
         };
-        let mut out = Vec::new();
-        b.encode(&mut out);
-        out.truncate(MIN_BEHAVIOUR_BYTES);
-        out[..2].copy_from_slice(&(MIN_BEHAVIOUR_BYTES as u16).to_le_bytes());
-        let (read, len) = Behaviour::decode(&out).unwrap();
-        assert_eq!(
-            (read.valid_since_s, read.max_visits, read.visits, len),
-            (9, 0, 0, 32)
-        );
+        let mut good = Vec::new();
+        b.encode(&mut good);
+        assert!(Behaviour::decode(&good).is_ok());
+        for (at, value) in [(0, 32u8), (3, 1), (6, 1), (16, 1), (24, b'a'), (40, 1)] {
+            let mut bad = good.clone();
+            bad[at] = value;
+            assert!(Behaviour::decode(&bad).is_err(), "byte {at} = {value}");
+        }
+        let mut empty = good.clone();
+        empty[8] = 0;
+        assert!(Behaviour::decode(&empty).is_err(), "an empty block");
     }
 
     #[test]
