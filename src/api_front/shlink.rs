@@ -259,24 +259,16 @@ fn native_body(body: &[u8], create: bool) -> Result<Vec<u8>, ShlinkError> {
         }
         native.insert("custom_alias".into(), slug.clone());
     }
-    if let Some(until) = m.get("validUntil") {
-        if !until.is_null() || !create {
-            native.insert("expires_at".into(), until.clone());
-        }
-    }
-    if let Some(since) = m.get("validSince") {
-        if !since.is_null() || !create {
-            native.insert("valid_since".into(), since.clone());
-        }
-    }
-    if let Some(max) = m.get("maxVisits") {
-        if !max.is_null() || !create {
-            native.insert("max_visits".into(), max.clone());
-        }
-    }
-    if let Some(fwd) = m.get("forwardQuery") {
-        if !fwd.is_null() || !create {
-            native.insert("forward_query".into(), fwd.clone());
+    // Shlink's name, the native one. A `null` means "as the server decides" on a create
+    // (left out) and "remove it" on an edit (passed on).
+    for (shlink, name) in [
+        ("validUntil", "expires_at"),
+        ("validSince", "valid_since"),
+        ("maxVisits", "max_visits"),
+        ("forwardQuery", "forward_query"),
+    ] {
+        if let Some(v) = m.get(shlink).filter(|v| !v.is_null() || !create) {
+            native.insert(name.into(), v.clone());
         }
     }
     Ok(serde_json::to_vec(&Value::Object(native)).expect("json"))

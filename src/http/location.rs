@@ -89,14 +89,8 @@ pub fn put_location(out: &mut Vec<u8>, target: &[u8]) {
 
 #[cold]
 fn put_percent_encoded_non_ascii(out: &mut Vec<u8>, target: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    for &b in target {
-        if b.is_ascii() {
-            out.push(b);
-        } else {
-            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
-        }
-    }
+    // ASCII bytes (`%` among them) pass as they are: only the non-ASCII ones are escaped.
+    put_escaped(out, target, |b| b.is_ascii());
 }
 
 /// `?` and the target's parameters the visitor does not name, then the visitor's.
