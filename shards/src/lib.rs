@@ -15,6 +15,7 @@ pub mod link;
 pub mod log;
 pub mod manifest;
 pub mod placement;
+pub mod rules;
 pub mod table;
 pub mod timefmt;
 

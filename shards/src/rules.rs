@@ -1,0 +1,949 @@
+//! A link's redirect rules (issue 27; Shlink 4's model): an ordered list of rules, each a set
+//! of conditions that must all match and a target. A visit goes to the first matching rule's
+//! target, else to the link's own. Most links have none.
+//!
+//! The rules are kept, carried and evaluated in one byte form, the *program*, so that the
+//! redirect path reads them where they lie (a table's mapping, or one shared buffer) and
+//! evaluates them without allocating:
+//!
+//! ```text
+//! program   := count:u8 rule{count}                      count in 1..=MAX_RULES_PER_LINK
+//! rule      := target_len:u16 LE  target  n:u8 cond{n}   n in 1..=MAX_CONDITIONS_PER_RULE
+//! cond      := kind:u8 payload
+//!   1 device        device:u8                            (Device's number)
+//!   2 language      len:u8 lang                          lowercase `ll` or `ll-rr`
+//!   3 query equals  klen:u8 key  vlen:u16 LE value       decoded bytes
+//!   4 query present klen:u8 key                          with any value, or none
+//!   5 query no value klen:u8 key                         `?key` or `?key=`
+//!   6 ip            addr:16 prefix:u8                    IPv6 or v4-mapped; prefix on 128 bits
+//!   7 country       code:2                               ISO 3166 alpha-2, uppercase
+//!   8 before date   secs:u64 LE                          now < secs
+//!   9 after date    secs:u64 LE                          now > secs
+//! ```
+//!
+//! Records carry a program as a block after the behaviour block (`RULES_FLAG`): `len:u16 LE`
+//! then the program. Only the canonical form decodes ([`RuleSet::parse`]): whatever parses
+//! re-encodes ([`encode`]) to the same bytes.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// The `flags` bit (tables and logs) saying a rules block follows the behaviour block (if
+/// any). Set and cleared by the encoders; never set in memory.
+pub const RULES_FLAG: u32 = 1 << 26;
+
+/// Rules one link may have (Shlink sets none; a bound keeps a visit's evaluation short).
+pub const MAX_RULES_PER_LINK: usize = 16;
+/// Conditions one rule may have.
+pub const MAX_CONDITIONS_PER_RULE: usize = 8;
+/// Bytes of a whole program (targets included): one 16 KiB bound on what a visit may walk.
+pub const MAX_RULES_BYTES: usize = 16 * 1024;
+/// Bytes of a condition's language tag (`ll-rr`; RFC 5646's longest useful form).
+pub const MAX_LANGUAGE_BYTES: usize = 35;
+/// Bytes of a query parameter's name.
+pub const MAX_QUERY_KEY_BYTES: usize = 255;
+/// Bytes of a query parameter's value.
+pub const MAX_QUERY_VALUE_BYTES: usize = 1024;
+/// Bytes of a rule's target (a link target's bound).
+pub const MAX_RULE_TARGET_BYTES: usize = crate::link::MAX_URL_BYTES;
+/// The least quality (in thousandths) an `Accept-Language` range needs to count, as
+/// Shlink's language condition: `en;q=0.8` is a fallback the visitor tolerates, not asks for.
+pub const LANGUAGE_MIN_QUALITY: u16 = 900;
+
+/// The latest date a condition may name: 9999-12-31T23:59:59Z, the last RFC 3339 writes.
+pub const MAX_DATE_S: u64 = 253_402_300_799;
+
+const _: () = assert!(MAX_RULES_BYTES + 2 <= u16::MAX as usize);
+
+/// A device class, as Shlink names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Device {
+    Android = 1,
+    Ios = 2,
+    Mobile = 3,
+    Windows = 4,
+    Macos = 5,
+    Linux = 6,
+    Chromeos = 7,
+    Desktop = 8,
+}
+
+impl Device {
+    const ALL: [Device; 8] = [
+        Device::Android,
+        Device::Ios,
+        Device::Mobile,
+        Device::Windows,
+        Device::Macos,
+        Device::Linux,
+        Device::Chromeos,
+        Device::Desktop,
+    ];
+
+    /// Its name in the APIs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Device::Android => "android",
+            Device::Ios => "ios",
+            Device::Mobile => "mobile",
+            Device::Windows => "windows",
+            Device::Macos => "macos",
+            Device::Linux => "linux",
+            Device::Chromeos => "chromeos",
+            Device::Desktop => "desktop",
+        }
+    }
+
+    /// From its name (case-insensitive).
+    pub fn parse(s: &str) -> Option<Device> {
+        Device::ALL
+            .into_iter()
+            .find(|d| d.as_str().eq_ignore_ascii_case(s))
+    }
+
+    fn from_byte(b: u8) -> Option<Device> {
+        Device::ALL.into_iter().find(|d| *d as u8 == b)
+    }
+
+    fn bit(self) -> u16 {
+        1 << (self as u8)
+    }
+}
+
+/// One condition of a rule.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Condition {
+    /// The visitor's `User-Agent` is of this class ([`device_classes`]).
+    Device(Device),
+    /// `Accept-Language` asks for this language (`ll`, any region) or locale (`ll-rr`) with a
+    /// quality of at least [`LANGUAGE_MIN_QUALITY`]. Lowercase.
+    Language(String),
+    /// The query has `key` with exactly `value` (the last one, if repeated; both compared
+    /// percent-decoded).
+    QueryEquals { key: String, value: String },
+    /// The query has `key`, with any value or none.
+    QueryPresent(String),
+    /// The query has `key` without a value (`?key` or `?key=`).
+    QueryValueless(String),
+    /// The client's address is in this network (IPv4 as v4-mapped IPv6, prefix on 128 bits).
+    Ip { addr: [u8; 16], prefix: u8 },
+    /// The client's country (the operator's `--geoip` database), ISO 3166 alpha-2.
+    Country([u8; 2]),
+    /// The visit happens before this Unix second.
+    Before(u64),
+    /// The visit happens after this Unix second.
+    After(u64),
+}
+
+/// One rule: all of `conditions` match, and the visit goes to `target`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Rule {
+    pub target: String,
+    pub conditions: Vec<Condition>,
+}
+
+/// Why rules cannot be kept: the field it names and why (the API's 422).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RulesError(pub String);
+
+impl std::fmt::Display for RulesError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn err<T>(msg: impl Into<String>) -> Result<T, RulesError> {
+    Err(RulesError(msg.into()))
+}
+
+/// The program of `rules` (empty for none), or the first limit it breaks.
+pub fn encode(rules: &[Rule]) -> Result<Vec<u8>, RulesError> {
+    if rules.is_empty() {
+        return Ok(Vec::new());
+    }
+    if rules.len() > MAX_RULES_PER_LINK {
+        return err(format!(
+            "redirect_rules: {} rules, at most {MAX_RULES_PER_LINK}",
+            rules.len()
+        ));
+    }
+    let mut out = vec![rules.len() as u8];
+    for (i, r) in rules.iter().enumerate() {
+        encode_rule(&mut out, i, r)?;
+    }
+    if out.len() > MAX_RULES_BYTES {
+        return err(format!(
+            "redirect_rules: {} bytes, at most {MAX_RULES_BYTES}",
+            out.len()
+        ));
+    }
+    Ok(out)
+}
+
+fn encode_rule(out: &mut Vec<u8>, i: usize, r: &Rule) -> Result<(), RulesError> {
+    if r.target.is_empty() || r.target.len() > MAX_RULE_TARGET_BYTES {
+        return err(format!(
+            "redirect_rules[{i}].target: 1 to {MAX_RULE_TARGET_BYTES} bytes"
+        ));
+    }
+    if r.conditions.is_empty() || r.conditions.len() > MAX_CONDITIONS_PER_RULE {
+        return err(format!(
+            "redirect_rules[{i}].conditions: 1 to {MAX_CONDITIONS_PER_RULE} conditions"
+        ));
+    }
+    out.extend_from_slice(&(r.target.len() as u16).to_le_bytes());
+    out.extend_from_slice(r.target.as_bytes());
+    out.push(r.conditions.len() as u8);
+    for (j, c) in r.conditions.iter().enumerate() {
+        encode_condition(out, c)
+            .map_err(|e| RulesError(format!("redirect_rules[{i}].conditions[{j}]: {e}")))?;
+    }
+    Ok(())
+}
+
+fn encode_condition(out: &mut Vec<u8>, c: &Condition) -> Result<(), String> {
+    let key = |out: &mut Vec<u8>, k: &str| {
+        if k.is_empty() || k.len() > MAX_QUERY_KEY_BYTES {
+            return Err(format!(
+                "a query parameter name of 1 to {MAX_QUERY_KEY_BYTES} bytes"
+            ));
+        }
+        out.push(k.len() as u8);
+        out.extend_from_slice(k.as_bytes());
+        Ok(())
+    };
+    match c {
+        Condition::Device(d) => out.extend_from_slice(&[1, *d as u8]),
+        Condition::Language(l) => {
+            if !valid_language(l.as_bytes()) {
+                return Err(format!("{l:?} is not a language tag (`es` or `es-ES`)"));
+            }
+            out.extend_from_slice(&[2, l.len() as u8]);
+            out.extend_from_slice(l.as_bytes());
+        }
+        Condition::QueryEquals { key: k, value } => {
+            out.push(3);
+            key(out, k)?;
+            if value.len() > MAX_QUERY_VALUE_BYTES {
+                return Err(format!("a value of at most {MAX_QUERY_VALUE_BYTES} bytes"));
+            }
+            out.extend_from_slice(&(value.len() as u16).to_le_bytes());
+            out.extend_from_slice(value.as_bytes());
+        }
+        Condition::QueryPresent(k) => {
+            out.push(4);
+            key(out, k)?;
+        }
+        Condition::QueryValueless(k) => {
+            out.push(5);
+            key(out, k)?;
+        }
+        Condition::Ip { addr, prefix } => {
+            if *prefix > 128 || masked(addr, *prefix) != *addr {
+                return Err("a network whose address has no bits past its prefix".into());
+            }
+            out.push(6);
+            out.extend_from_slice(addr);
+            out.push(*prefix);
+        }
+        Condition::Country(code) => {
+            if !code.iter().all(u8::is_ascii_uppercase) {
+                return Err("a country code of two uppercase letters".into());
+            }
+            out.push(7);
+            out.extend_from_slice(code);
+        }
+        Condition::Before(s) | Condition::After(s) if *s > MAX_DATE_S => {
+            return Err("a date after 9999-12-31T23:59:59Z".into());
+        }
+        Condition::Before(s) => {
+            out.push(8);
+            out.extend_from_slice(&s.to_le_bytes());
+        }
+        Condition::After(s) => {
+            out.push(9);
+            out.extend_from_slice(&s.to_le_bytes());
+        }
+    }
+    Ok(())
+}
+
+/// `ll` or `ll-rr`... : lowercase ASCII letters and digits in `-`-separated subtags of 1 to 8,
+/// the first of 2 to 8 letters.
+fn valid_language(l: &[u8]) -> bool {
+    if l.is_empty() || l.len() > MAX_LANGUAGE_BYTES {
+        return false;
+    }
+    l.split(|b| *b == b'-').enumerate().all(|(i, sub)| {
+        let ok_len = if i == 0 { 2..=8 } else { 1..=8 };
+        ok_len.contains(&sub.len())
+            && sub
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || (i > 0 && b.is_ascii_digit()))
+    })
+}
+
+/// `addr` with the bits past `prefix` cleared.
+fn masked(addr: &[u8; 16], prefix: u8) -> [u8; 16] {
+    let bits = u128::from_be_bytes(*addr);
+    let mask = match prefix {
+        0 => 0,
+        p => u128::MAX << (128 - u32::from(p.min(128))),
+    };
+    (bits & mask).to_be_bytes()
+}
+
+/// An address as rules compare it: IPv6, IPv4 as v4-mapped.
+pub fn ip16(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// Parses an address condition: an address, a CIDR network (`10.0.0.0/8`, `2001:db8::/32`),
+/// or Shlink's trailing wildcards (`192.168.*.*`). The network's address must have no bits
+/// past its prefix.
+pub fn parse_ip_condition(s: &str) -> Result<Condition, String> {
+    let bad = || format!("{s:?} is not an IP address, a CIDR network or a 1.2.*.* pattern");
+    if s.contains('*') {
+        let parts: Vec<&str> = s.split('.').collect();
+        let stars = parts.iter().rev().take_while(|p| **p == "*").count();
+        if parts.len() != 4 || stars == 0 || parts[..4 - stars].contains(&"*") {
+            return Err(bad());
+        }
+        let mut octets = [0u8; 4];
+        for (o, p) in octets.iter_mut().zip(&parts[..4 - stars]) {
+            *o = p.parse().map_err(|_| bad())?;
+        }
+        let addr = ip16(IpAddr::from(octets));
+        return Ok(Condition::Ip {
+            addr,
+            prefix: 96 + 8 * (4 - stars as u8),
+        });
+    }
+    let (addr, prefix) = match s.split_once('/') {
+        Some((a, p)) => (a, Some(p)),
+        None => (s, None),
+    };
+    let ip: IpAddr = addr.parse().map_err(|_| bad())?;
+    let (width, offset) = match ip {
+        IpAddr::V4(_) => (32u8, 96u8),
+        IpAddr::V6(_) => (128, 0),
+    };
+    let prefix = match prefix {
+        None => width,
+        Some(p) => p
+            .parse::<u8>()
+            .ok()
+            .filter(|p| *p <= width)
+            .ok_or_else(bad)?,
+    };
+    let addr = ip16(ip);
+    let prefix = prefix + offset;
+    if masked(&addr, prefix) != addr {
+        return Err(format!("{s:?} has address bits past its prefix"));
+    }
+    Ok(Condition::Ip { addr, prefix })
+}
+
+/// An address condition as the APIs write it back.
+pub fn format_ip_condition(addr: &[u8; 16], prefix: u8) -> String {
+    let v6 = std::net::Ipv6Addr::from(*addr);
+    match (v6.to_ipv4_mapped(), prefix >= 96) {
+        (Some(v4), true) if prefix == 128 => v4.to_string(),
+        (Some(v4), true) => format!("{v4}/{}", prefix - 96),
+        _ if prefix == 128 => v6.to_string(),
+        _ => format!("{v6}/{prefix}"),
+    }
+}
+
+/// What rules look at in a visit. Borrowed from the request (or what its core kept of it).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Visitor<'a> {
+    pub user_agent: &'a [u8],
+    pub accept_language: &'a [u8],
+    /// The query after `?`, raw.
+    pub query: &'a [u8],
+    /// The client's address (IPv6 or v4-mapped), from the server's client-IP source.
+    pub ip: [u8; 16],
+    pub now_s: u64,
+}
+
+/// A rule that matched: its place in the list (0-based) and its target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Match<'a> {
+    pub index: u8,
+    pub target: &'a [u8],
+}
+
+/// A validated program, borrowed where it lies. Empty: no rules.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RuleSet<'a>(&'a [u8]);
+
+impl<'a> RuleSet<'a> {
+    /// No rules.
+    pub const EMPTY: RuleSet<'static> = RuleSet(&[]);
+
+    /// Checks that `b` is a program in its canonical form (or empty). Total: any bytes give
+    /// a set or an error, never a panic.
+    pub fn parse(b: &'a [u8]) -> Result<RuleSet<'a>, String> {
+        if b.is_empty() {
+            return Ok(RuleSet(b));
+        }
+        let rules = RuleSet(b).decode()?;
+        match encode(&rules) {
+            Ok(again) if again == b => Ok(RuleSet(b)),
+            Ok(_) => Err("rules: not in canonical form".into()),
+            Err(e) => Err(e.0),
+        }
+    }
+
+    /// A program this build wrote, not checked again (the redirect path's reads of
+    /// tables and logs already parsed it). Malformed bytes evaluate to no match, never a
+    /// panic.
+    pub fn trusted(b: &'a [u8]) -> RuleSet<'a> {
+        RuleSet(b)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn bytes(&self) -> &'a [u8] {
+        self.0
+    }
+
+    /// The rules, for the APIs and exports.
+    pub fn decode(&self) -> Result<Vec<Rule>, String> {
+        let mut r = Cursor { b: self.0, at: 0 };
+        if self.0.is_empty() {
+            return Ok(Vec::new());
+        }
+        let count = r.u8()?;
+        let mut rules = Vec::with_capacity(usize::from(count));
+        for _ in 0..count {
+            let tlen = usize::from(r.u16()?);
+            let target = std::str::from_utf8(r.take(tlen)?)
+                .map_err(|_| "rules: a target is not UTF-8")?
+                .to_string();
+            let n = r.u8()?;
+            let mut conditions = Vec::with_capacity(usize::from(n));
+            for _ in 0..n {
+                conditions.push(decode_condition(&mut r)?);
+            }
+            rules.push(Rule { target, conditions });
+        }
+        if r.at != self.0.len() {
+            return Err("rules: trailing bytes".into());
+        }
+        Ok(rules)
+    }
+
+    /// The first rule `v` matches, if any. Walks the program in place: no allocation.
+    /// `country` is asked (at most once) only if a country condition is reached.
+    #[inline]
+    pub fn first_match(
+        &self,
+        v: &Visitor<'_>,
+        country: &mut dyn FnMut(&[u8; 16]) -> Option<[u8; 2]>,
+    ) -> Option<Match<'a>> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let mut facts = Facts {
+            v,
+            devices: None,
+            country: None,
+            ask_country: country,
+        };
+        let mut r = Cursor { b: self.0, at: 0 };
+        let count = r.u8().ok()?;
+        for index in 0..count {
+            let tlen = usize::from(r.u16().ok()?);
+            let target = r.take(tlen).ok()?;
+            let n = r.u8().ok()?;
+            let mut all = true;
+            for _ in 0..n {
+                // Every condition is read (to reach the next rule); those after a failed
+                // one are not evaluated.
+                let c = read_cond(&mut r)?;
+                all = all && c.evaluate(&mut facts);
+            }
+            if all {
+                return Some(Match { index, target });
+            }
+        }
+        None
+    }
+}
+
+/// A condition read from a program, borrowing its bytes.
+enum Cond<'p> {
+    Device(u8),
+    Language(&'p [u8]),
+    QueryEquals(&'p [u8], &'p [u8]),
+    QueryPresent(&'p [u8]),
+    QueryValueless(&'p [u8]),
+    Ip(&'p [u8], u8),
+    Country(&'p [u8]),
+    Before(u64),
+    After(u64),
+}
+
+/// What a visit's evaluation learned so far (device classes and country are worked out at
+/// most once, and only if a condition asks).
+struct Facts<'v, 'c> {
+    v: &'v Visitor<'v>,
+    devices: Option<u16>,
+    country: Option<Option<[u8; 2]>>,
+    ask_country: &'c mut dyn FnMut(&[u8; 16]) -> Option<[u8; 2]>,
+}
+
+/// Reads the next condition; `None` for malformed bytes.
+fn read_cond<'p>(r: &mut Cursor<'p>) -> Option<Cond<'p>> {
+    {
+        let kind = r.u8().ok()?;
+        Some(match kind {
+            1 => Cond::Device(r.u8().ok()?),
+            2 => {
+                let n = usize::from(r.u8().ok()?);
+                Cond::Language(r.take(n).ok()?)
+            }
+            3 => {
+                let k = usize::from(r.u8().ok()?);
+                let key = r.take(k).ok()?;
+                let n = usize::from(r.u16().ok()?);
+                Cond::QueryEquals(key, r.take(n).ok()?)
+            }
+            4 | 5 => {
+                let k = usize::from(r.u8().ok()?);
+                let key = r.take(k).ok()?;
+                if kind == 4 {
+                    Cond::QueryPresent(key)
+                } else {
+                    Cond::QueryValueless(key)
+                }
+            }
+            6 => {
+                let addr = r.take(16).ok()?;
+                Cond::Ip(addr, r.u8().ok()?)
+            }
+            7 => Cond::Country(r.take(2).ok()?),
+            8 => Cond::Before(r.u64().ok()?),
+            9 => Cond::After(r.u64().ok()?),
+            _ => return None,
+        })
+    }
+}
+
+impl Cond<'_> {
+    fn evaluate(&self, f: &mut Facts<'_, '_>) -> bool {
+        match *self {
+            Cond::Device(d) => {
+                let classes = *f
+                    .devices
+                    .get_or_insert_with(|| device_classes(f.v.user_agent));
+                Device::from_byte(d).is_some_and(|d| classes & d.bit() != 0)
+            }
+            Cond::Language(l) => accepts_language(f.v.accept_language, l),
+            Cond::QueryEquals(k, v) => {
+                matches!(last_param(f.v.query, k), Some(Some(got)) if decoded_eq(got, v))
+            }
+            Cond::QueryPresent(k) => last_param(f.v.query, k).is_some(),
+            Cond::QueryValueless(k) => {
+                matches!(last_param(f.v.query, k), Some(None) | Some(Some(b"")))
+            }
+            Cond::Ip(net, prefix) => {
+                let net: [u8; 16] = net.try_into().unwrap_or([0xff; 16]);
+                masked(&f.v.ip, prefix) == net
+            }
+            Cond::Country(code) => {
+                let ip = f.v.ip;
+                let ask = &mut f.ask_country;
+                let got = *f.country.get_or_insert_with(|| ask(&ip));
+                got.is_some_and(|c| c.eq_ignore_ascii_case(code))
+            }
+            Cond::Before(s) => f.v.now_s < s,
+            Cond::After(s) => f.v.now_s > s,
+        }
+    }
+}
+
+fn decode_condition(r: &mut Cursor<'_>) -> Result<Condition, String> {
+    let text = |b: &[u8]| {
+        std::str::from_utf8(b)
+            .map(str::to_string)
+            .map_err(|_| "rules: text is not UTF-8".to_string())
+    };
+    let kind = r.u8()?;
+    Ok(match kind {
+        1 => {
+            let d = r.u8()?;
+            Condition::Device(Device::from_byte(d).ok_or(format!("rules: device {d}"))?)
+        }
+        2 => {
+            let n = usize::from(r.u8()?);
+            Condition::Language(text(r.take(n)?)?)
+        }
+        3 => {
+            let k = usize::from(r.u8()?);
+            let key = text(r.take(k)?)?;
+            let n = usize::from(r.u16()?);
+            let value = text(r.take(n)?)?;
+            Condition::QueryEquals { key, value }
+        }
+        4 => {
+            let k = usize::from(r.u8()?);
+            Condition::QueryPresent(text(r.take(k)?)?)
+        }
+        5 => {
+            let k = usize::from(r.u8()?);
+            Condition::QueryValueless(text(r.take(k)?)?)
+        }
+        6 => {
+            let addr: [u8; 16] = r.take(16)?.try_into().map_err(|_| "short address")?;
+            Condition::Ip {
+                addr,
+                prefix: r.u8()?,
+            }
+        }
+        7 => Condition::Country(r.take(2)?.try_into().map_err(|_| "short country")?),
+        8 => Condition::Before(r.u64()?),
+        9 => Condition::After(r.u64()?),
+        k => return Err(format!("rules: condition kind {k}")),
+    })
+}
+
+struct Cursor<'p> {
+    b: &'p [u8],
+    at: usize,
+}
+
+impl<'p> Cursor<'p> {
+    fn take(&mut self, n: usize) -> Result<&'p [u8], String> {
+        let end = self.at.checked_add(n).filter(|e| *e <= self.b.len());
+        let end = end.ok_or("rules: short program")?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, String> {
+        Ok(u16::from_le_bytes(
+            self.take(2)?.try_into().expect("2 bytes"),
+        ))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+}
+
+/// The device classes (a bit per [`Device`]) of a `User-Agent`, by the tokens browsers put in
+/// it: `Android`, `iPhone`/`iPad`/`iPod`, `Windows`, `Macintosh`, `Linux`, `CrOS`, `Mobile`.
+/// Mobile: Android, iOS, or any other `Mobile`/`Windows Phone`; desktop: Windows, macOS, Linux
+/// or ChromeOS and not mobile.
+pub fn device_classes(ua: &[u8]) -> u16 {
+    let has = |needle: &[u8]| memchr::memmem::find(ua, needle).is_some();
+    let android = has(b"Android");
+    let ios = has(b"iPhone") || has(b"iPad") || has(b"iPod");
+    let phone = has(b"Windows Phone");
+    let mobile = android || ios || phone || has(b"Mobile");
+    let chromeos = has(b"CrOS");
+    let windows = !phone && has(b"Windows");
+    let macos = !ios && has(b"Macintosh");
+    let linux = !android && !chromeos && has(b"Linux");
+    let desktop = !mobile && (windows || macos || linux || chromeos);
+    let mut bits = 0;
+    for (on, d) in [
+        (android, Device::Android),
+        (ios, Device::Ios),
+        (mobile, Device::Mobile),
+        (windows, Device::Windows),
+        (macos, Device::Macos),
+        (linux, Device::Linux),
+        (chromeos, Device::Chromeos),
+        (desktop, Device::Desktop),
+    ] {
+        if on {
+            bits |= d.bit();
+        }
+    }
+    bits
+}
+
+/// Whether `Accept-Language` asks for `lang` (lowercase `ll` or `ll-rr`): a range of the same
+/// language, and region if `lang` names one, with quality at least [`LANGUAGE_MIN_QUALITY`].
+/// `*` asks for no language in particular.
+pub fn accepts_language(header: &[u8], lang: &[u8]) -> bool {
+    let (want_lang, want_region) = split_tag(lang);
+    header.split(|b| *b == b',').any(|item| {
+        let mut parts = item.split(|b| *b == b';');
+        let range = trim(parts.next().unwrap_or_default());
+        let q = parts
+            .find_map(|p| trim(p).strip_prefix(b"q=").map(quality))
+            .unwrap_or(Some(1000));
+        let (l, region) = split_tag(range);
+        q.is_some_and(|q| q >= LANGUAGE_MIN_QUALITY)
+            && l.eq_ignore_ascii_case(want_lang)
+            && (want_region.is_empty() || region.eq_ignore_ascii_case(want_region))
+    })
+}
+
+fn split_tag(t: &[u8]) -> (&[u8], &[u8]) {
+    let mut parts = t.splitn(3, |b| *b == b'-');
+    (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    )
+}
+
+fn trim(b: &[u8]) -> &[u8] {
+    b.trim_ascii()
+}
+
+/// A `qvalue` (RFC 9110 §12.4.2: `0[.ddd]` or `1[.000]`) in thousandths; `None` if
+/// malformed.
+fn quality(q: &[u8]) -> Option<u16> {
+    let (whole, frac) = match q {
+        [w] => (*w, &[][..]),
+        [w, b'.', frac @ ..] if frac.len() <= 3 => (*w, frac),
+        _ => return None,
+    };
+    if !frac.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut v = 0u16;
+    for i in 0..3 {
+        v = v * 10 + frac.get(i).map_or(0, |d| u16::from(d - b'0'));
+    }
+    match whole {
+        b'0' => Some(v),
+        b'1' if v == 0 => Some(1000),
+        _ => None,
+    }
+}
+
+/// The last value of parameter `key` in `query` (names compared percent-decoded): `None`
+/// if absent, `Some(None)` for `key` without `=`, else the raw value.
+fn last_param<'q>(query: &'q [u8], key: &[u8]) -> Option<Option<&'q [u8]>> {
+    let mut found = None;
+    for pair in query.split(|b| *b == b'&') {
+        let (k, v) = match memchr::memchr(b'=', pair) {
+            Some(i) => (&pair[..i], Some(&pair[i + 1..])),
+            None => (pair, None),
+        };
+        if !pair.is_empty() && decoded_eq(k, key) {
+            found = Some(v);
+        }
+    }
+    found
+}
+
+/// Whether `raw` (form-encoded: `%XX` and `+` for space) decodes to exactly `want`.
+fn decoded_eq(raw: &[u8], want: &[u8]) -> bool {
+    let mut i = 0;
+    let mut w = want.iter();
+    while i < raw.len() {
+        let b = match raw[i] {
+            b'+' => b' ',
+            b'%' => match (
+                raw.get(i + 1).and_then(|b| hex(*b)),
+                raw.get(i + 2).and_then(|b| hex(*b)),
+            ) {
+                (Some(h), Some(l)) => {
+                    i += 2;
+                    h << 4 | l
+                }
+                _ => b'%',
+            },
+            b => b,
+        };
+        if w.next() != Some(&b) {
+            return false;
+        }
+        i += 1;
+    }
+    w.next().is_none()
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// A link's rules as memory holds them: a shared, validated program (empty: none). Cloning
+/// shares it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Rules(Option<Arc<[u8]>>);
+
+impl Rules {
+    /// No rules.
+    pub const NONE: Rules = Rules(None);
+
+    /// Rules from a validated program.
+    pub fn new(set: RuleSet<'_>) -> Rules {
+        match set.is_empty() {
+            true => Rules::NONE,
+            false => Rules(Some(Arc::from(set.bytes()))),
+        }
+    }
+
+    /// Rules from a list (validated and encoded).
+    pub fn from_rules(rules: &[Rule]) -> Result<Rules, RulesError> {
+        let program = encode(rules)?;
+        Ok(Rules::new(RuleSet::trusted(&program)))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// The program, borrowed.
+    pub fn set(&self) -> RuleSet<'_> {
+        RuleSet(self.0.as_deref().unwrap_or_default())
+    }
+
+    /// The shared program, if any (answers carry it to other cores).
+    pub fn shared(&self) -> Option<&Arc<[u8]>> {
+        self.0.as_ref()
+    }
+
+    /// The flags bit a record with these rules carries ([`RULES_FLAG`] or 0).
+    pub fn flag(&self) -> u32 {
+        block_flag(self.set())
+    }
+}
+
+/// The flags bit a record with `set` carries.
+pub fn block_flag(set: RuleSet<'_>) -> u32 {
+    if set.is_empty() {
+        0
+    } else {
+        RULES_FLAG
+    }
+}
+
+/// Bytes the rules block of `set` takes in a record (0 for none).
+pub fn block_len(set: RuleSet<'_>) -> usize {
+    if set.is_empty() {
+        0
+    } else {
+        2 + set.bytes().len()
+    }
+}
+
+/// Appends the rules block of `set` (nothing for none).
+pub fn encode_block(set: RuleSet<'_>, out: &mut Vec<u8>) {
+    if set.is_empty() {
+        return;
+    }
+    out.extend_from_slice(&(set.bytes().len() as u16).to_le_bytes());
+    out.extend_from_slice(set.bytes());
+}
+
+/// Reads a rules block at the start of `b`: the program and the bytes the block took.
+pub fn decode_block(b: &[u8]) -> Result<(RuleSet<'_>, usize), String> {
+    let len = b
+        .get(..2)
+        .map(|l| usize::from(u16::from_le_bytes([l[0], l[1]])))
+        .ok_or("short rules block")?;
+    let program = b.get(2..2 + len).ok_or("short rules block")?;
+    if program.is_empty() {
+        return Err("rules: an empty block".into());
+    }
+    Ok((RuleSet::parse(program)?, 2 + len))
+}
+
+/// The rules as NDJSON and the native API write them: `[{"target", "conditions": [{"type",
+/// "key"?, "value"}]}]`, condition types named as Shlink names them.
+pub fn to_json(rules: &[Rule]) -> serde_json::Value {
+    use serde_json::{json, Value};
+    let cond = |c: &Condition| -> Value {
+        let (t, key, value): (&str, Option<&str>, String) = match c {
+            Condition::Device(d) => ("device", None, d.as_str().into()),
+            Condition::Language(l) => ("language", None, l.clone()),
+            Condition::QueryEquals { key, value } => ("query-param", Some(key), value.clone()),
+            Condition::QueryPresent(k) => ("any-value-query-param", Some(k), String::new()),
+            Condition::QueryValueless(k) => ("valueless-query-param", Some(k), String::new()),
+            Condition::Ip { addr, prefix } => {
+                ("ip-address", None, format_ip_condition(addr, *prefix))
+            }
+            Condition::Country(c) => (
+                "geolocation-country-code",
+                None,
+                String::from_utf8_lossy(c).into_owned(),
+            ),
+            Condition::Before(s) => ("before-date", None, crate::timefmt::format_rfc3339_utc(*s)),
+            Condition::After(s) => ("after-date", None, crate::timefmt::format_rfc3339_utc(*s)),
+        };
+        match key {
+            Some(k) => json!({"type": t, "key": k, "value": value}),
+            None => json!({"type": t, "value": value}),
+        }
+    };
+    Value::Array(
+        rules
+            .iter()
+            .map(|r| json!({"target": r.target, "conditions": r.conditions.iter().map(cond).collect::<Vec<_>>()}))
+            .collect(),
+    )
+}
+
+/// A condition from its type name (Shlink's), key and value, as the APIs and NDJSON give
+/// them; the error names what is wrong.
+pub fn parse_condition(t: &str, key: Option<&str>, value: &str) -> Result<Condition, String> {
+    let need_key = |what: &str| match key {
+        Some(k) if !k.is_empty() => Ok(k.to_string()),
+        _ => Err(format!(
+            "a {what} condition needs a key (the parameter's name)"
+        )),
+    };
+    let date = |v: &str| {
+        crate::timefmt::parse_rfc3339_s(v)
+            .map_err(|e| format!("{v:?} is not an RFC 3339 date-time: {e}"))
+    };
+    match t {
+        "device" => Device::parse(value).map(Condition::Device).ok_or_else(|| {
+            format!("{value:?} is not a device (android, ios, mobile, windows, macos, linux, chromeos, desktop)")
+        }),
+        "language" => {
+            let l = value.to_ascii_lowercase().replace('_', "-");
+            match valid_language(l.as_bytes()) {
+                true => Ok(Condition::Language(l)),
+                false => Err(format!("{value:?} is not a language tag (`es` or `es-ES`)")),
+            }
+        }
+        "query-param" => Ok(Condition::QueryEquals {
+            key: need_key("query-param")?,
+            value: value.to_string(),
+        }),
+        "any-value-query-param" => Ok(Condition::QueryPresent(need_key(t)?)),
+        "valueless-query-param" => Ok(Condition::QueryValueless(need_key(t)?)),
+        "ip-address" => parse_ip_condition(value),
+        "geolocation-country-code" => {
+            let c = value.to_ascii_uppercase();
+            match <[u8; 2]>::try_from(c.as_bytes()) {
+                Ok(code) if code.iter().all(u8::is_ascii_uppercase) => Ok(Condition::Country(code)),
+                _ => Err(format!("{value:?} is not an ISO 3166 alpha-2 country code")),
+            }
+        }
+        "before-date" => date(value).map(Condition::Before),
+        "after-date" => date(value).map(Condition::After),
+        other => Err(format!(
+            "{other:?} is not a condition type (device, language, query-param, any-value-query-param, valueless-query-param, ip-address, geolocation-country-code, before-date, after-date)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests;
