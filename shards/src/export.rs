@@ -73,12 +73,16 @@ pub fn export(
     let with_domains = with_authors || links.keys().any(|k| named(k));
     let domain_col = if with_domains { "\tdomain" } else { "" };
     if format != ExportFormat::Ndjson {
-        if let Some(l) = links.values().find(|l| !l.behaviour.is_none()) {
+        if let Some(l) = links
+            .values()
+            .find(|l| !l.behaviour.is_none() || !l.rules.is_empty())
+        {
             return Err(Error::io(
                 dir.to_path_buf(),
                 "export as TSV or CSV",
                 std::io::Error::other(format!(
-                    "link {:?} has a behaviour (valid_since, forward_query or disabled) that TSV \
+                    "link {:?} has a behaviour (valid_since, forward_query, max_visits, disabled or \
+                     redirect rules) that TSV \
                      and CSV have no columns for; export with --format ndjson, which keeps it",
                     l.key
                 )),
@@ -202,6 +206,10 @@ fn write_line(
             }
             if let Some(obj) = line.as_object_mut() {
                 l.behaviour.put_json(obj);
+                if !l.rules.is_empty() {
+                    let rules = l.rules.set().decode().unwrap_or_default();
+                    obj.insert("redirect_rules".into(), crate::rules::to_json(&rules));
+                }
             }
             writeln!(out, "{line}")?;
         }
@@ -285,6 +293,7 @@ fn read_state(dd: &DataDir) -> Result<Option<State>, Error> {
                             flags: l.flags,
                             author: l.author,
                             behaviour: l.behaviour,
+                            rules: l.rules,
                         },
                     );
                 }

@@ -187,6 +187,9 @@ fn encode_rule(out: &mut Vec<u8>, i: usize, r: &Rule) -> Result<(), RulesError> 
             "redirect_rules[{i}].target: 1 to {MAX_RULE_TARGET_BYTES} bytes"
         ));
     }
+    if let Err(e) = crate::link::check_storable_url(&r.target) {
+        return err(format!("redirect_rules[{i}].target: {e}"));
+    }
     if r.conditions.is_empty() || r.conditions.len() > MAX_CONDITIONS_PER_RULE {
         return err(format!(
             "redirect_rules[{i}].conditions: 1 to {MAX_CONDITIONS_PER_RULE} conditions"
@@ -897,6 +900,51 @@ pub fn to_json(rules: &[Rule]) -> serde_json::Value {
             .map(|r| json!({"target": r.target, "conditions": r.conditions.iter().map(cond).collect::<Vec<_>>()}))
             .collect(),
     )
+}
+
+/// A rule as NDJSON and the native API give it.
+#[derive(serde::Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct JsonRule {
+    pub target: String,
+    pub conditions: Vec<JsonCondition>,
+}
+
+/// A condition as NDJSON and the native API give it: Shlink's type names, the query
+/// parameter's name as `key`.
+#[derive(serde::Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct JsonCondition {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub key: Option<String>,
+    #[serde(default)]
+    pub value: String,
+}
+
+/// The rules `json` describes, targets checked as link targets are
+/// (`link::validate_url`); the error names the member (`redirect_rules[1].conditions[0]`).
+pub fn from_json(json: &[JsonRule]) -> Result<Vec<Rule>, RulesError> {
+    let mut rules = Vec::with_capacity(json.len());
+    for (i, r) in json.iter().enumerate() {
+        crate::link::validate_url(&r.target)
+            .map_err(|e| RulesError(format!("redirect_rules[{i}].target: {e}")))?;
+        let mut conditions = Vec::with_capacity(r.conditions.len());
+        for (j, c) in r.conditions.iter().enumerate() {
+            conditions.push(
+                parse_condition(&c.kind, c.key.as_deref(), &c.value).map_err(|e| {
+                    RulesError(format!("redirect_rules[{i}].conditions[{j}]: {e}"))
+                })?,
+            );
+        }
+        rules.push(Rule {
+            target: r.target.clone(),
+            conditions,
+        });
+    }
+    encode(&rules)?;
+    Ok(rules)
 }
 
 /// A condition from its type name (Shlink's), key and value, as the APIs and NDJSON give

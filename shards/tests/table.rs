@@ -36,6 +36,17 @@ fn link(key: &str, target: &str, status: RedirectStatus, n: u64) -> OwnedLink {
             },
             _ => Behaviour::NONE,
         },
+        rules: match n % 5 {
+            1 => shards::rules::Rules::from_rules(&[shards::rules::Rule {
+                target: format!("https://rule.example/{n}"),
+                conditions: vec![
+                    shards::rules::Condition::Language("de".into()),
+                    shards::rules::Condition::QueryPresent(format!("p{n}")),
+                ],
+            }])
+            .unwrap(),
+            _ => shards::rules::Rules::NONE,
+        },
     }
 }
 
@@ -292,6 +303,7 @@ fn format_1_tables_read_unchanged_and_a_future_format_is_refused() {
         .map(|i| OwnedLink {
             author: Author::NONE,
             behaviour: Behaviour::NONE,
+            rules: shards::rules::Rules::NONE,
             ..link(
                 &format!("key{i}"),
                 &format!("https://e.com/{i}"),
@@ -302,7 +314,7 @@ fn format_1_tables_read_unchanged_and_a_future_format_is_refused() {
         .collect();
     write_table(&p, 0, 1, 0, links.clone()).unwrap();
     let mut bytes = std::fs::read(&p).unwrap();
-    assert_eq!(bytes[8..12], 3u32.to_le_bytes());
+    assert_eq!(bytes[8..12], 4u32.to_le_bytes());
     bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
     reseal(&mut bytes);
     std::fs::write(&p, &bytes).unwrap();
@@ -313,11 +325,11 @@ fn format_1_tables_read_unchanged_and_a_future_format_is_refused() {
     assert_eq!(read, want);
     assert_eq!(t.get(b"key7").unwrap().target, "https://e.com/7");
     drop(t);
-    bytes[8..12].copy_from_slice(&4u32.to_le_bytes());
+    bytes[8..12].copy_from_slice(&5u32.to_le_bytes());
     reseal(&mut bytes);
     std::fs::write(&p, &bytes).unwrap();
     let e = Table::open(&p).unwrap_err().to_string();
-    assert!(e.contains("version 4") && e.contains("1 to 3"), "{e}");
+    assert!(e.contains("version 5") && e.contains("1 to 4"), "{e}");
 }
 
 #[test]

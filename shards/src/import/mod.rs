@@ -314,7 +314,7 @@ fn spill_input(
                 &rec.url,
                 rec.expires_at_s,
                 created,
-                (rec.author, rec.behaviour),
+                (rec.author, rec.behaviour, &rec.rules),
             ) {
                 Ok(()) => ControlFlow::Continue(()),
                 Err(e) => {
@@ -399,6 +399,7 @@ fn stage_shard(
             flags: 0,
             author: r.author,
             behaviour: r.behaviour,
+            rules: r.rules.clone(),
         }));
     let max_log_seq = existing.as_ref().map_or(0, |t| t.max_log_seq());
     let staged_path = staged_path(dir, shard);
@@ -434,7 +435,14 @@ fn allowed_target<'a>(
     rec: record::Record<'a>,
     check: Option<&TargetCheck>,
 ) -> Result<record::Record<'a>, LineError> {
-    match check.and_then(|c| (c.0)(&rec.url)) {
+    // A rule's target is a target too (the blocklist applies to it).
+    let rule_targets = rec.rules.set().decode().unwrap_or_default();
+    let refused = check.and_then(|c| {
+        std::iter::once(rec.url.as_ref())
+            .chain(rule_targets.iter().map(|r| r.target.as_str()))
+            .find_map(|t| (c.0)(t))
+    });
+    match refused {
         Some(reason) => Err(LineError {
             line: rec.line,
             message: reason,

@@ -285,6 +285,8 @@ struct JsonLine<'a> {
     visits: Option<u64>,
     #[serde(default)]
     disabled: Option<crate::behaviour::JsonDisabled>,
+    #[serde(default)]
+    redirect_rules: Option<Vec<crate::rules::JsonRule>>,
 }
 
 fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
@@ -328,6 +330,10 @@ fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
     };
     if r.behaviour.max_visits == 0 && r.behaviour.visits != 0 {
         return Err(err("visits without max_visits".into()));
+    }
+    if let Some(rules) = &j.redirect_rules {
+        let rules = crate::rules::from_json(rules).map_err(|e| err(e.0))?;
+        r.rules = crate::rules::Rules::from_rules(&rules).map_err(|e| err(e.0))?;
     }
     Ok(r)
 }

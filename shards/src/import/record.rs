@@ -29,6 +29,8 @@ pub(crate) struct Record<'a> {
     pub author: crate::link::Author,
     /// `valid_since`, `forward_query`, `disabled` (NDJSON, as `export` writes them).
     pub behaviour: crate::behaviour::Behaviour,
+    /// `redirect_rules` (NDJSON, as `export` writes them).
+    pub rules: crate::rules::Rules,
 }
 
 /// A record of `key` and `url` after the link rules (`link::validate_key`, `validate_url`);
@@ -59,5 +61,6 @@ pub(crate) fn validated<'a>(
         domain_if_declared: false,
         author: crate::link::Author::NONE,
         behaviour: crate::behaviour::Behaviour::NONE,
+        rules: crate::rules::Rules::NONE,
     })
 }

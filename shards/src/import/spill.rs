@@ -4,8 +4,8 @@
 //! small import creates no spill files at all: creating 256 of them cost ~90 ms here).
 //!
 //! Record: `line u64 | shard u32 | status u16 | key_len u8 | url_len u32 | expires_at_s u64 |
-//! created_at_s u64 | author [8] | has_behaviour u8 | key | url | behaviour block (if
-//! has_behaviour)`, little-endian (`created_at_s` 0: the import's time).
+//! created_at_s u64 | author [8] | blocks u8 | key | url | behaviour block (if blocks bit 0)
+//! | rules block (if blocks bit 1)`, little-endian (`created_at_s` 0: the import's time).
 
 use crate::error::Error;
 use crate::link::RedirectStatus;
@@ -34,6 +34,7 @@ pub(crate) struct Spilled {
     pub created_at_s: u64,
     pub author: crate::link::Author,
     pub behaviour: crate::behaviour::Behaviour,
+    pub rules: crate::rules::Rules,
 }
 
 /// Bytes of a spill record's fixed head.
@@ -94,7 +95,11 @@ impl SpillWriter {
         url: &str,
         expires_at_s: u64,
         created_at_s: u64,
-        (author, behaviour): (crate::link::Author, crate::behaviour::Behaviour),
+        (author, behaviour, rules): (
+            crate::link::Author,
+            crate::behaviour::Behaviour,
+            &crate::rules::Rules,
+        ),
     ) -> Result<(), Error> {
         let bucket = shard % self.bucket_count();
         let b = &mut self.buckets[bucket as usize];
@@ -107,11 +112,12 @@ impl SpillWriter {
         head[19..27].copy_from_slice(&expires_at_s.to_le_bytes());
         head[27..35].copy_from_slice(&created_at_s.to_le_bytes());
         head[35..43].copy_from_slice(&author.bytes());
-        head[43] = u8::from(!behaviour.is_none());
+        head[43] = u8::from(!behaviour.is_none()) | u8::from(!rules.is_empty()) << 1;
         b.buf.extend_from_slice(&head);
         b.buf.extend_from_slice(key.as_bytes());
         b.buf.extend_from_slice(url.as_bytes());
         behaviour.encode(&mut b.buf);
+        crate::rules::encode_block(rules.set(), &mut b.buf);
         if b.buf.len() >= SPILL_BUFFER_BYTES {
             flush_bucket(&self.dir, bucket, b)?;
         }
@@ -189,7 +195,7 @@ fn decode(r: &mut impl Read, path: &Path) -> Result<Vec<Spilled>, Error> {
         let url = bytes.split_off(key_len);
         // The spill was written by this process moments ago from validated `&str`s.
         let corrupt = || Error::io(path, "read", std::io::Error::other("spill file corrupted"));
-        let behaviour = match head[43] {
+        let behaviour = match head[43] & 1 {
             0 => crate::behaviour::Behaviour::NONE,
             _ => {
                 let mut block = [0u8; crate::behaviour::BEHAVIOUR_BYTES];
@@ -197,6 +203,17 @@ fn decode(r: &mut impl Read, path: &Path) -> Result<Vec<Spilled>, Error> {
                 crate::behaviour::Behaviour::decode(&block)
                     .map_err(|_| corrupt())?
                     .0
+            }
+        };
+        let rules = match head[43] & 2 {
+            0 => crate::rules::Rules::NONE,
+            _ => {
+                let mut len = [0u8; 2];
+                r.read_exact(&mut len).map_err(io)?;
+                let mut program = vec![0u8; usize::from(u16::from_le_bytes(len))];
+                r.read_exact(&mut program).map_err(io)?;
+                let set = crate::rules::RuleSet::parse(&program).map_err(|_| corrupt())?;
+                crate::rules::Rules::new(set)
             }
         };
         out.push(Spilled {
@@ -209,6 +226,7 @@ fn decode(r: &mut impl Read, path: &Path) -> Result<Vec<Spilled>, Error> {
             created_at_s,
             author: crate::link::Author::from_bytes(author).ok_or_else(corrupt)?,
             behaviour,
+            rules,
         });
     }
 }
@@ -234,7 +252,7 @@ mod tests {
                 &url,
                 0,
                 0,
-                Default::default(),
+                (Default::default(), Default::default(), &Default::default()),
             )
             .unwrap();
         }
@@ -246,7 +264,7 @@ mod tests {
             "http://h",
             9,
             8,
-            Default::default(),
+            (Default::default(), Default::default(), &Default::default()),
         )
         .unwrap();
         let buckets = w.finish().unwrap();

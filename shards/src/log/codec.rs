@@ -2,6 +2,7 @@
 //! `docs/log.md` documents the same layout byte by byte; changing either is a format change.
 
 use crate::behaviour::{Behaviour, BEHAVIOUR_FLAG};
+use crate::rules::RULES_FLAG;
 use crate::link::{Author, RedirectStatus, AUTHOR_BYTES, AUTHOR_FLAG};
 
 use super::{LinkFields, LogOp, LogOpRef, LogRecord, MAX_RECORD_BYTES};
@@ -323,20 +324,26 @@ const LINK_FIXED_BYTES: usize = 2 + 4 + 8 + 8 + 8 + 2 + 4;
 /// behaviour block if any.
 fn link_len(l: &LinkFields<&str>) -> usize {
     let author = if l.author.is_some() { AUTHOR_BYTES } else { 0 };
-    LINK_FIXED_BYTES + l.key.len() + l.target.len() + author + l.behaviour.encoded_len()
+    LINK_FIXED_BYTES
+        + l.key.len()
+        + l.target.len()
+        + author
+        + l.behaviour.encoded_len()
+        + crate::rules::block_len(l.rules.set())
 }
 
 /// A link's fields (shared by `Put` and `PutWithIdem`), in their on-disk order; flags carry
 /// [`AUTHOR_FLAG`] exactly when the author's bytes follow the target, and [`BEHAVIOUR_FLAG`]
-/// when a behaviour block follows them.
+/// when a behaviour block follows them, [`RULES_FLAG`] when a rules block follows that.
 fn encode_link(out: &mut Vec<u8>, l: &LinkFields<&str>) {
     debug_assert_eq!(
-        l.flags & (AUTHOR_FLAG | BEHAVIOUR_FLAG),
+        l.flags & (AUTHOR_FLAG | BEHAVIOUR_FLAG | RULES_FLAG),
         0,
-        "the author and behaviour flags are the encoder's"
+        "the author, behaviour and rules flags are the encoder's"
     );
     out.extend_from_slice(&l.status.code().to_le_bytes());
-    out.extend_from_slice(&(l.flags | l.author.flag() | l.behaviour.flag()).to_le_bytes());
+    let flags = l.flags | l.author.flag() | l.behaviour.flag() | l.rules.flag();
+    out.extend_from_slice(&flags.to_le_bytes());
     out.extend_from_slice(&l.expires_at_s.to_le_bytes());
     out.extend_from_slice(&l.created_at_s.to_le_bytes());
     out.extend_from_slice(&l.id.to_le_bytes());
@@ -348,6 +355,7 @@ fn encode_link(out: &mut Vec<u8>, l: &LinkFields<&str>) {
         out.extend_from_slice(&l.author.bytes());
     }
     l.behaviour.encode(out);
+    crate::rules::encode_block(l.rules.set(), out);
 }
 
 /// Reads what [`encode_link`] wrote.
@@ -380,16 +388,25 @@ fn decode_link(r: &mut Reader<'_>) -> Result<LinkFields, String> {
     } else {
         Behaviour::NONE
     };
+    let rules = if flags & RULES_FLAG != 0 {
+        let (set, len) = crate::rules::decode_block(&r.p[r.at..])?;
+        let rules = crate::rules::Rules::new(set);
+        r.bytes(len)?;
+        rules
+    } else {
+        crate::rules::Rules::NONE
+    };
     Ok(LinkFields {
         key,
         target,
         status,
         expires_at_s,
         created_at_s,
-        flags: flags & !(AUTHOR_FLAG | BEHAVIOUR_FLAG),
+        flags: flags & !(AUTHOR_FLAG | BEHAVIOUR_FLAG | RULES_FLAG),
         id,
         author,
         behaviour,
+        rules,
     })
 }
 
@@ -486,7 +503,7 @@ mod tests {
                 status: RedirectStatus::PermanentRedirect,
                 expires_at_s: 5,
                 created_at_s: 6,
-                flags: 0xdcad_beef,
+                flags: 0xc8ad_beef,
                 id: 42,
                 author: Author::from_id("Ab3").unwrap(),
                 behaviour: crate::behaviour::Behaviour {
@@ -496,6 +513,13 @@ mod tests {
                     max_visits: 3,
                     visits: 1,
                 },
+                rules: crate::rules::Rules::from_rules(&[crate::rules::Rule {
+                    target: "https://example.com/android".into(),
+                    conditions: vec![crate::rules::Condition::Device(
+                        crate::rules::Device::Android,
+                    )],
+                }])
+                .unwrap(),
             }),
             LogOp::Delete { key: "k".into() },
             LogOp::IdemRecord {

@@ -43,7 +43,7 @@ pub fn wal_path(data_dir: &Path, writer: u32) -> PathBuf {
 /// A link's fields as a log record holds them: the one definition that `Put`, `PutWithIdem`,
 /// the codec, compaction and recovery share. `S` is `String` in decoded records and `&str`
 /// when encoding straight from request buffers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LinkFields<S = String> {
     pub key: S,
     pub target: S,
@@ -59,6 +59,8 @@ pub struct LinkFields<S = String> {
     pub author: crate::link::Author,
     /// What it does when visited ([`crate::behaviour::Behaviour::NONE`]: a plain redirect).
     pub behaviour: crate::behaviour::Behaviour,
+    /// Its redirect rules (empty: none).
+    pub rules: crate::rules::Rules,
 }
 
 impl LinkFields<String> {
@@ -74,6 +76,7 @@ impl LinkFields<String> {
             id: self.id,
             author: self.author,
             behaviour: self.behaviour,
+            rules: self.rules.clone(),
         }
     }
 }
@@ -122,7 +125,7 @@ pub enum LogOp {
 }
 
 /// A borrowed [`LogOp`], so the writer can encode straight from request buffers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LogOpRef<'a> {
     /// See [`LogOp::Put`].
     Put(LinkFields<&'a str>),
@@ -359,6 +362,14 @@ mod tests {
                 },
                 _ => crate::behaviour::Behaviour::NONE,
             },
+            rules: match i % 4 {
+                1 => crate::rules::Rules::from_rules(&[crate::rules::Rule {
+                    target: format!("https://example.com/r{i}"),
+                    conditions: vec![crate::rules::Condition::After(i)],
+                }])
+                .unwrap(),
+                _ => crate::rules::Rules::NONE,
+            },
         })
     }
 
@@ -376,6 +387,7 @@ mod tests {
                     id: 0,
                     author: crate::link::Author::NONE,
                     behaviour: crate::behaviour::Behaviour::NONE,
+                    rules: crate::rules::Rules::NONE,
                 },
                 version: i * 3 + 1,
                 idem: (i % 4 == 0).then(|| (format!("api{i}:k"), [(i * 5) as u8; 32])),
@@ -407,6 +419,7 @@ mod tests {
                         }),
                         ..crate::behaviour::Behaviour::NONE
                     },
+                    rules: crate::rules::Rules::NONE,
                 },
                 scope: format!("api{i}:idem-{i}"),
                 request_hash: [(i * 7) as u8; 32],

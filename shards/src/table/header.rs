@@ -25,7 +25,9 @@ pub const TABLE_MAGIC: [u8; 8] = *b"RICOTBL\0";
 ///   build that reads only format 1 refuses a format-2 table (it would misplace records).
 /// - 3: a record may carry its link's behaviour (`behaviour::BEHAVIOUR_FLAG`); formats 1 and
 ///   2 are format 3 without any, read unchanged.
-pub const TABLE_FORMAT_VERSION: u32 = 3;
+/// - 4: a record may carry its link's redirect rules (`rules::RULES_FLAG`); older formats are
+///   format 4 without any.
+pub const TABLE_FORMAT_VERSION: u32 = 4;
 
 /// The oldest table format this build reads.
 pub const OLDEST_TABLE_FORMAT_VERSION: u32 = 1;

@@ -14,7 +14,7 @@
 //!   8     8  created_at_s
 //!  16     4  flags (bits 0..24: creation tag, `link::CREATION_TAG_MASK`;
 //!              bit 24: `link::AUTHOR_FLAG`; bit 25: `behaviour::BEHAVIOUR_FLAG`;
-//!              others 0)
+//!              bit 26: `rules::RULES_FLAG`; others 0)
 //!  20     4  target_len
 //!  24     2  status (301/302/307/308)
 //!  26     1  key_len
@@ -23,10 +23,13 @@
 //! 27+k+t  8  author (`link::Author`), only when flags has `AUTHOR_FLAG` (format 2)
 //!  ...    b  behaviour block (`behaviour::Behaviour`, its length first), only when flags
 //!            has `BEHAVIOUR_FLAG` (format 3)
+//!  ...    r  rules block (`rules`: `len:u16` then the program), only when flags has
+//!            `RULES_FLAG` (format 4)
 //!            zero padding to a multiple of 8
 //! ```
 
 use crate::behaviour::{Behaviour, BEHAVIOUR_FLAG};
+use crate::rules::{RuleSet, RULES_FLAG};
 use crate::link::{Author, AUTHOR_BYTES, AUTHOR_FLAG};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -101,16 +104,16 @@ pub(crate) fn slot_count_for(entries: usize) -> usize {
 }
 
 /// Padded size of a record with a `key_len`-byte key, `target_len`-byte target, if
-/// `authored` an author, and a `behaviour_len`-byte behaviour block.
+/// `authored` an author, and `blocks_len` bytes of behaviour and rules blocks.
 #[inline]
 pub(crate) fn record_len(
     key_len: usize,
     target_len: usize,
     authored: bool,
-    behaviour_len: usize,
+    blocks_len: usize,
 ) -> usize {
     let author = if authored { AUTHOR_BYTES } else { 0 };
-    (RECORD_FIXED_BYTES + key_len + target_len + author + behaviour_len)
+    (RECORD_FIXED_BYTES + key_len + target_len + author + blocks_len)
         .next_multiple_of(RECORD_ALIGN)
 }
 
@@ -124,21 +127,23 @@ pub(crate) struct RecordFields<'a> {
     pub flags: u32,
     pub author: Author,
     pub behaviour: Behaviour,
+    pub rules: RuleSet<'a>,
 }
 
 /// Appends link `l`'s record to `out` (which must be at a multiple of [`RECORD_ALIGN`]).
 pub(crate) fn push_record(out: &mut Vec<u8>, l: &RecordFields<'_>) {
     debug_assert_eq!(out.len() % RECORD_ALIGN, 0);
     debug_assert_eq!(
-        l.flags & (AUTHOR_FLAG | BEHAVIOUR_FLAG),
+        l.flags & (AUTHOR_FLAG | BEHAVIOUR_FLAG | RULES_FLAG),
         0,
-        "the author and behaviour flags are the encoder's"
+        "the author, behaviour and rules flags are the encoder's"
     );
     let (key, target, author) = (l.key.as_bytes(), l.target.as_bytes(), l.author);
     let start = out.len();
     out.extend_from_slice(&l.expires_at_s.to_le_bytes());
     out.extend_from_slice(&l.created_at_s.to_le_bytes());
-    out.extend_from_slice(&(l.flags | author.flag() | l.behaviour.flag()).to_le_bytes());
+    let flags = l.flags | author.flag() | l.behaviour.flag() | crate::rules::block_flag(l.rules);
+    out.extend_from_slice(&flags.to_le_bytes());
     out.extend_from_slice(&(target.len() as u32).to_le_bytes());
     out.extend_from_slice(&l.status.code().to_le_bytes());
     out.push(key.len() as u8);
@@ -148,13 +153,14 @@ pub(crate) fn push_record(out: &mut Vec<u8>, l: &RecordFields<'_>) {
         out.extend_from_slice(&author.bytes());
     }
     l.behaviour.encode(out);
+    crate::rules::encode_block(l.rules, out);
     out.resize(
         start
             + record_len(
                 key.len(),
                 target.len(),
                 author.is_some(),
-                l.behaviour.encoded_len(),
+                l.behaviour.encoded_len() + crate::rules::block_len(l.rules),
             ),
         0,
     );
@@ -174,6 +180,8 @@ pub(crate) struct RawRecord<'a> {
     pub author: Author,
     /// [`Behaviour::NONE`] for a record without [`BEHAVIOUR_FLAG`].
     pub behaviour: Behaviour,
+    /// Empty for a record without [`RULES_FLAG`].
+    pub rules: RuleSet<'a>,
     /// Offset of the next record.
     pub next: usize,
 }
@@ -205,11 +213,16 @@ pub(crate) fn read_record(records: &[u8], off: usize) -> Option<RawRecord<'_>> {
     } else {
         Author::NONE
     };
+    let at = target_end + if authored { AUTHOR_BYTES } else { 0 };
     let (behaviour, behaviour_len) = if flags & BEHAVIOUR_FLAG != 0 {
-        let at = target_end + if authored { AUTHOR_BYTES } else { 0 };
         Behaviour::decode(records.get(at..)?).ok()?
     } else {
         (Behaviour::NONE, 0)
+    };
+    let (rules, rules_len) = if flags & RULES_FLAG != 0 {
+        crate::rules::decode_block(records.get(at + behaviour_len..)?).ok()?
+    } else {
+        (RuleSet::EMPTY, 0)
     };
     Some(RawRecord {
         key,
@@ -217,9 +230,10 @@ pub(crate) fn read_record(records: &[u8], off: usize) -> Option<RawRecord<'_>> {
         status,
         expires_at_s,
         created_at_s,
-        flags: flags & !(AUTHOR_FLAG | BEHAVIOUR_FLAG),
+        flags: flags & !(AUTHOR_FLAG | BEHAVIOUR_FLAG | RULES_FLAG),
         author,
         behaviour,
-        next: off + record_len(key_len, target_len, authored, behaviour_len),
+        rules,
+        next: off + record_len(key_len, target_len, authored, behaviour_len + rules_len),
     })
 }

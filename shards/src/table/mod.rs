@@ -25,6 +25,7 @@ impl From<(&str, LinkRef<'_>)> for OwnedLink {
             flags: l.flags,
             author: l.author,
             behaviour: l.behaviour,
+            rules: crate::rules::Rules::new(l.rules),
         }
     }
 }

@@ -39,6 +39,8 @@ pub struct LinkRef<'a> {
     pub author: crate::link::Author,
     /// What it does when visited (`Behaviour::NONE`: a plain redirect).
     pub behaviour: crate::behaviour::Behaviour,
+    /// Its redirect rules (empty: none).
+    pub rules: crate::rules::RuleSet<'a>,
 }
 
 /// An immutable, memory-mapped shard table. `Send + Sync`: lookups only read the mapping.
@@ -362,6 +364,7 @@ fn to_link_ref<'a>(rec: &RawRecord<'a>) -> Option<LinkRef<'a>> {
         flags: rec.flags,
         author: rec.author,
         behaviour: rec.behaviour,
+        rules: rec.rules,
     })
 }
 
@@ -473,6 +476,7 @@ mod tests {
             flags: 0,
             author: crate::link::Author::NONE,
             behaviour: crate::behaviour::Behaviour::NONE,
+            rules: crate::rules::Rules::NONE,
         });
         write_table(&path, 0, 1, 0, links).unwrap();
         let table = Table::open(&path).unwrap();

@@ -36,6 +36,8 @@ pub struct OwnedLink {
     pub author: crate::link::Author,
     /// What it does when visited.
     pub behaviour: crate::behaviour::Behaviour,
+    /// Its redirect rules.
+    pub rules: crate::rules::Rules,
 }
 
 impl From<&crate::log::LinkFields> for OwnedLink {
@@ -50,6 +52,7 @@ impl From<&crate::log::LinkFields> for OwnedLink {
             flags: l.flags,
             author: l.author,
             behaviour: l.behaviour,
+            rules: l.rules.clone(),
         }
     }
 }
@@ -106,7 +109,7 @@ fn index_links(
                 l.key.len(),
                 l.target.len(),
                 l.author.is_some(),
-                l.behaviour.encoded_len(),
+                l.behaviour.encoded_len() + crate::rules::block_len(l.rules.set()),
             )
         })
         .sum();
@@ -138,6 +141,7 @@ fn index_links(
             flags: l.flags,
             author: l.author,
             behaviour: l.behaviour,
+            rules: l.rules.set(),
         };
         push_record(&mut records, &fields);
         let h = index_hash(l.key.as_bytes());
