@@ -933,9 +933,8 @@ pub fn from_json(json: &[JsonRule]) -> Result<Vec<Rule>, RulesError> {
         let mut conditions = Vec::with_capacity(r.conditions.len());
         for (j, c) in r.conditions.iter().enumerate() {
             conditions.push(
-                parse_condition(&c.kind, c.key.as_deref(), &c.value).map_err(|e| {
-                    RulesError(format!("redirect_rules[{i}].conditions[{j}]: {e}"))
-                })?,
+                parse_condition(&c.kind, c.key.as_deref(), &c.value)
+                    .map_err(|e| RulesError(format!("redirect_rules[{i}].conditions[{j}]: {e}")))?,
             );
         }
         rules.push(Rule {

@@ -58,7 +58,10 @@ pub fn start(
     router: Router,
     bells: Arc<Doorbells>,
     stats: Arc<ClickStats>,
-    fleet: Option<FleetClicksSetup>,
+    (fleet, geoip): (
+        Option<FleetClicksSetup>,
+        Option<Arc<maxminddb::Reader<Vec<u8>>>>,
+    ),
 ) -> anyhow::Result<Option<(Vec<CoreClicks>, Aggregators)>> {
     use anyhow::Context;
     if cfg.mode == Mode::Off {
@@ -66,7 +69,7 @@ pub fn start(
     }
     let cores = router.cores();
     let (dir, rec) = recover(data_dir, &router)?;
-    let (classifier, geoip, salts) = open_common(cfg, data_dir)?;
+    let (classifier, salts) = open_common(cfg, data_dir)?;
     let (outlets, inboxes) = Outlets::new(cores, REPLY_QUEUE_CAPACITY, bells.clone());
     let replies = Arc::new(outlets);
     let fleet = fleet
@@ -190,30 +193,35 @@ fn recover(
     Ok((dir, rec))
 }
 
-/// What every aggregator shares: the user agent classifier, the GeoIP database (`--geoip`)
-/// and the daily visitor salts.
-type Common = (
-    Arc<classify::Classifier>,
-    Option<Arc<maxminddb::Reader<Vec<u8>>>>,
-    Arc<Mutex<salts::SaltBook>>,
-);
+/// What every aggregator shares besides the GeoIP database ([`open_geoip`]): the user agent
+/// classifier and the daily visitor salts.
+type Common = (Arc<classify::Classifier>, Arc<Mutex<salts::SaltBook>>);
 
-/// Opens what every aggregator shares ([`Common`]); a bad `--geoip` or `--bot-patterns` file
-/// is refused by name.
+/// Opens what every aggregator shares ([`Common`]); a bad `--bot-patterns` file is refused
+/// by name.
 fn open_common(cfg: &AnalyticsConfig, data_dir: &Path) -> anyhow::Result<Common> {
     let classifier = Arc::new(
         classify::Classifier::new(cfg.bot_patterns.as_deref()).map_err(|e| anyhow::anyhow!(e))?,
     );
-    let geoip = match &cfg.geoip {
-        Some(p) => Some(Arc::new(maxminddb::Reader::open_readfile(p).map_err(
-            |e| anyhow::anyhow!("--geoip {}: not a MaxMind database: {e}", p.display()),
-        )?)),
-        None => None,
-    };
     let salts = Arc::new(Mutex::new(
         salts::SaltBook::open(&data_dir.join("clicks")).map_err(|e| anyhow::anyhow!(e))?,
     ));
-    Ok((classifier, geoip, salts))
+    Ok((classifier, salts))
+}
+
+/// The `--geoip` database, if named: the aggregators' countries and the redirect rules'
+/// country conditions read the one copy. A bad file refuses the start, naming it.
+pub fn open_geoip(
+    cfg: &AnalyticsConfig,
+) -> anyhow::Result<Option<Arc<maxminddb::Reader<Vec<u8>>>>> {
+    match &cfg.geoip {
+        Some(p) => Ok(Some(Arc::new(
+            maxminddb::Reader::open_readfile(p).map_err(|e| {
+                anyhow::anyhow!("--geoip {}: not a MaxMind database: {e}", p.display())
+            })?,
+        ))),
+        None => Ok(None),
+    }
 }
 
 /// A core's clean click batches: all of them allocated now, none on the redirect path.

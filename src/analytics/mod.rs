@@ -21,7 +21,7 @@ pub mod stats;
 pub mod step_aside;
 
 pub use combiner::{client_ip, referrer_host};
-pub use launch::{start, Aggregators, CoreClicks};
+pub use launch::{open_geoip, start, Aggregators, CoreClicks};
 
 use crate::base::key::InlineKey;
 
@@ -71,9 +71,10 @@ pub enum Mode {
 }
 
 /// `--client-ip`: where a click's address (for unique visitors) comes from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum ClientIp {
     /// The TCP peer.
+    #[default]
     Peer,
     /// The rightmost `X-Forwarded-For` address (the one the fleet's own load balancer added),
     /// the peer without one.
@@ -327,7 +328,7 @@ mod tests {
                 router,
                 bells,
                 Arc::new(ClickStats::new(CORES)),
-                None,
+                (None, None),
             )
             .unwrap()
             .unwrap();

@@ -117,6 +117,13 @@ pub fn request_hash(req: &CreateRequest) -> RequestHash {
         }]);
         h.update(b.max_visits.to_le_bytes());
     }
+    // Likewise only when set.
+    if !req.rules.is_empty() {
+        let program = req.rules.set().bytes();
+        h.update([3u8]);
+        h.update((program.len() as u64).to_le_bytes());
+        h.update(program);
+    }
     RequestHash(h.finalize().into())
 }
 

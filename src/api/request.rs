@@ -76,6 +76,8 @@ pub struct CreateRequest {
     pub author: shards::link::Author,
     /// `valid_since` and `forward_query` (a create cannot disable).
     pub behaviour: shards::behaviour::Behaviour,
+    /// `redirect_rules` (`shards::rules`).
+    pub rules: shards::rules::Rules,
 }
 
 impl CreateRequest {
@@ -98,9 +100,9 @@ pub enum ExpiryUpdate {
     Set(u64),
 }
 
-/// What a patch does to a link's behaviour (`shards::behaviour`): each `None` leaves that
-/// part as it is.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What a patch does to a link's behaviour (`shards::behaviour`) and redirect rules: each
+/// `None` leaves that part as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BehaviourUpdate {
     /// New `valid_since` (0: always valid, from `null`).
     pub valid_since_s: Option<u64>,
@@ -111,6 +113,8 @@ pub struct BehaviourUpdate {
     /// New disabling (`Some(None)`: enabled again, from `null`); its time and author are
     /// the front's to fill in.
     pub disabled: Option<Option<shards::behaviour::Disabled>>,
+    /// New redirect rules (`Some(Rules::NONE)`: none, from `null` or `[]`).
+    pub rules: Option<shards::rules::Rules>,
 }
 
 impl BehaviourUpdate {
@@ -119,8 +123,11 @@ impl BehaviourUpdate {
         *self == BehaviourUpdate::default()
     }
 
-    /// Applies it to `b`.
-    pub fn apply(&self, b: &mut shards::behaviour::Behaviour) {
+    /// Applies it to `b` and `rules`.
+    pub fn apply(&self, b: &mut shards::behaviour::Behaviour, rules: &mut shards::rules::Rules) {
+        if let Some(r) = &self.rules {
+            *rules = r.clone();
+        }
         if let Some(v) = self.valid_since_s {
             b.valid_since_s = v;
         }
@@ -163,6 +170,7 @@ const CREATE_MEMBERS: &[&str] = &[
     "valid_since",
     "forward_query",
     "max_visits",
+    "redirect_rules",
 ];
 const PATCH_MEMBERS: &[&str] = &[
     "long_url",
@@ -173,6 +181,7 @@ const PATCH_MEMBERS: &[&str] = &[
     "forward_query",
     "max_visits",
     "disabled",
+    "redirect_rules",
 ];
 
 /// Parses and validates a create body at wall-clock second `now_s`.
@@ -185,6 +194,7 @@ pub fn parse_create(body: &[u8], now_s: u64) -> Result<CreateRequest, Problem> {
     let mut redirect_status = RedirectStatus::default();
     let mut domain = None;
     let mut behaviour = shards::behaviour::Behaviour::NONE;
+    let mut rules = shards::rules::Rules::NONE;
     for (name, value) in &members {
         if value.is_null() && name != "long_url" {
             continue;
@@ -204,6 +214,7 @@ pub fn parse_create(body: &[u8], now_s: u64) -> Result<CreateRequest, Problem> {
             "valid_since" => behaviour.valid_since_s = parse_time(value, "valid_since")?,
             "forward_query" => behaviour.forward_query = Some(parse_bool(value, "forward_query")?),
             "max_visits" => behaviour.max_visits = parse_max_visits(value)?,
+            "redirect_rules" => rules = parse_rules(value.clone())?,
             _ => unreachable!("parse_members admits only CREATE_MEMBERS"),
         }
     }
@@ -213,6 +224,7 @@ pub fn parse_create(body: &[u8], now_s: u64) -> Result<CreateRequest, Problem> {
     Ok(CreateRequest {
         author: shards::link::Author::NONE,
         behaviour,
+        rules,
         long_url,
         custom_alias,
         expires_at_s,
@@ -241,6 +253,7 @@ pub fn parse_patch(body: &[u8], now_s: u64) -> Result<PatchRequest, Problem> {
                 "forward_query" => behaviour.forward_query = Some(None),
                 "max_visits" => behaviour.max_visits = Some(0),
                 "disabled" => behaviour.disabled = Some(None),
+                "redirect_rules" => behaviour.rules = Some(shards::rules::Rules::NONE),
                 _ => {
                     return Err(Problem::invalid_field(
                         Some(field),
@@ -261,6 +274,7 @@ pub fn parse_patch(body: &[u8], now_s: u64) -> Result<PatchRequest, Problem> {
             }
             "disabled" => behaviour.disabled = Some(Some(parse_disabled(value)?)),
             "max_visits" => behaviour.max_visits = Some(parse_max_visits(value)?),
+            "redirect_rules" => behaviour.rules = Some(parse_rules(value.clone())?),
             _ => unreachable!("parse_members admits only PATCH_MEMBERS"),
         }
     }
@@ -280,7 +294,7 @@ pub fn parse_patch(body: &[u8], now_s: u64) -> Result<PatchRequest, Problem> {
         return Err(Problem::invalid_field(
             None,
             "a patch must change at least one of long_url, expires_at, ttl_days, \
-             redirect_status, valid_since, forward_query, max_visits, disabled",
+             redirect_status, valid_since, forward_query, max_visits, disabled, redirect_rules",
         ));
     }
     Ok(PatchRequest {
@@ -302,7 +316,7 @@ pub fn link_json(
     long_url: &str,
     (created_at_s, expires_at_s): (u64, Option<u64>),
     status: RedirectStatus,
-    behaviour: &shards::behaviour::Behaviour,
+    (behaviour, rules): (&shards::behaviour::Behaviour, &shards::rules::Rules),
 ) -> Vec<u8> {
     #[derive(Serialize)]
     struct LinkBody<'a> {
@@ -328,6 +342,10 @@ pub fn link_json(
     let mut out = serde_json::to_vec(&body).expect("link body serializes");
     let mut members = serde_json::Map::new();
     behaviour.put_json(&mut members);
+    if !rules.is_empty() {
+        let list = rules.set().decode().unwrap_or_default();
+        members.insert("redirect_rules".into(), shards::rules::to_json(&list));
+    }
     if !members.is_empty() {
         // The behaviour's members after the others: `{...}` + `{"valid_since":...}` joined.
         let more = serde_json::to_vec(&members).expect("members serialize");
@@ -406,6 +424,22 @@ fn parse_url(value: &Value) -> Result<String, Problem> {
         .ok_or_else(|| Problem::invalid_field(Some("long_url"), "long_url must be a string"))?;
     validate_url(url).map_err(|e| Problem::invalid_field(Some("long_url"), e.to_string()))?;
     Ok(url.to_owned())
+}
+
+/// `redirect_rules`: `[{"target", "conditions": [{"type", "key"?, "value"}]}]`, each
+/// target a valid link target, within `shards::rules`' limits. `[]`: none.
+pub fn parse_rules(value: Value) -> Result<shards::rules::Rules, Problem> {
+    let field = Some("redirect_rules");
+    let json: Vec<shards::rules::JsonRule> = serde_json::from_value(value).map_err(|e| {
+        Problem::invalid_field(
+            field,
+            format!(
+                "redirect_rules must be an array of {{\"target\", \"conditions\":                  [{{\"type\", \"key\", \"value\"}}]}}: {e}"
+            ),
+        )
+    })?;
+    let rules = shards::rules::from_json(&json).map_err(|e| Problem::invalid_field(field, e.0))?;
+    shards::rules::Rules::from_rules(&rules).map_err(|e| Problem::invalid_field(field, e.0))
 }
 
 fn parse_alias(value: &Value) -> Result<String, Problem> {
@@ -882,7 +916,7 @@ mod tests {
         patch(json!({"forward_query": false, "valid_since": "2030-03-17T17:46:40Z"}))
             .unwrap()
             .behaviour
-            .apply(&mut b);
+            .apply(&mut b, &mut shards::rules::Rules::NONE);
         assert_eq!((b.forward_query, b.valid_since_s), (Some(false), NOW));
     }
 
@@ -894,7 +928,10 @@ mod tests {
             "https://example.com/?q=\"x\"",
             (NOW, Some(NOW + 86_400)),
             RedirectStatus::TemporaryRedirect,
-            &shards::behaviour::Behaviour::NONE,
+            (
+                &shards::behaviour::Behaviour::NONE,
+                &shards::rules::Rules::NONE,
+            ),
         );
         let text = String::from_utf8(body).unwrap();
         assert_eq!(

@@ -76,7 +76,7 @@ impl Creates {
     /// the next ID). Fleet mode also refuses a behaviour ([`refuse_behaviour_in_fleet`]).
     pub fn check_alias(&self, req: &CreateRequest) -> Result<(), Problem> {
         if self.is_fleet() {
-            refuse_behaviour_in_fleet(!req.behaviour.is_none())?;
+            refuse_behaviour_in_fleet(!req.behaviour.is_none() || !req.rules.is_empty())?;
         }
         let Some(alias) = &req.custom_alias else {
             return Ok(());
@@ -202,6 +202,7 @@ impl Creates {
             idem,
             author: req.author,
             behaviour: req.behaviour,
+            rules: req.rules.clone(),
         };
         let wreq = WriteReq::Create {
             key,
@@ -294,14 +295,15 @@ fn busy(reply: ReplyTo, mesh: &mut Mesh) {
     let outcome = WriteOutcome::Busy;
     mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
 }
-/// Fleet mode's refusal of a link behaviour (`valid_since`, `forward_query`, `disabled`):
+/// Fleet mode's refusal of a link behaviour (`valid_since`, `forward_query`, `max_visits`,
+/// `disabled`, `redirect_rules`):
 /// the fleet database's tables do not hold one yet, so no node could keep it.
 pub(crate) fn refuse_behaviour_in_fleet(has_behaviour: bool) -> Result<(), Problem> {
     match has_behaviour {
         true => Err(Problem::invalid_field(
             None,
-            "valid_since, forward_query and disabled are not yet stored by the fleet database: \
-             fleet mode refuses them",
+            "valid_since, forward_query, max_visits, disabled and redirect_rules are not yet \
+             stored by the fleet database: fleet mode refuses them",
         )),
         false => Ok(()),
     }

@@ -264,6 +264,11 @@ impl ApiFront {
         }
     }
 
+    /// [`ApiFront::check_target`] of every rule's target.
+    pub(crate) fn check_rule_targets(&self, rules: &shards::rules::Rules) -> Result<(), Problem> {
+        check_rule_targets(&self.blocklist, rules)
+    }
+
     /// The abuse blocklist in force here.
     pub fn blocklist(&self) -> &Arc<crate::api::blocklist::Blocklist> {
         &self.blocklist
@@ -456,6 +461,7 @@ impl ApiFront {
             .check(key_id.to_u64(), caller.limits, Instant::now())?;
         let mut cr = parse_create(body, now_s)?;
         self.check_target(&cr.long_url)?;
+        self.check_rule_targets(&cr.rules)?;
         cr.domain_number = self.domain_number(cr.domain.as_deref())?;
         self.check_create_domain(&cr, reach)?;
         cr.author = caller.author();
@@ -772,7 +778,7 @@ impl ApiFront {
                 (info.expires_at_s != 0).then_some(info.expires_at_s),
             ),
             info.status,
-            &info.behaviour,
+            (&info.behaviour, &info.rules),
         )
     }
 
@@ -945,6 +951,9 @@ pub(crate) fn item_ask(
             {
                 return Err(Problem::blocked_target(&entry));
             }
+            if let Some(rules) = &p.behaviour.rules {
+                check_rule_targets(blocklist, rules)?;
+            }
             let behaviour = behaviour_change(p.behaviour, who, now_s, fleet)?;
             let patch = WriteReq::Patch {
                 key,
@@ -957,6 +966,19 @@ pub(crate) fn item_ask(
             (ApiOp::Patch, OwnerAsk::Write(patch))
         }
     })
+}
+
+/// 422 `blocked-target` if the blocklist names one of `rules`' targets.
+fn check_rule_targets(
+    blocklist: &crate::api::blocklist::Blocklist,
+    rules: &shards::rules::Rules,
+) -> Result<(), Problem> {
+    for r in rules.set().decode().unwrap_or_default() {
+        if let Some(entry) = blocklist.blocking_url(&r.target) {
+            return Err(Problem::blocked_target(&entry));
+        }
+    }
+    Ok(())
 }
 
 /// A PATCH's behaviour change as the owner applies it: disabling and enabling are an

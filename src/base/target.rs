@@ -43,13 +43,59 @@ impl TableText {
     /// Text of `table`, which the store holds as generation `gen` of `shard`. `text` must lie
     /// inside `table`'s mapping (checked in debug builds).
     pub fn new(table: &Table, text: &str, shard: u32, gen: u32) -> TableText {
-        debug_assert!(table.contains(text.as_bytes()), "text outside the table");
+        TableText::of_bytes(table, text.as_bytes(), shard, gen)
+    }
+
+    /// Bytes of `table` (a rules program, at most `MAX_RULES_BYTES`), as [`TableText::new`].
+    pub fn of_bytes(table: &Table, bytes: &[u8], shard: u32, gen: u32) -> TableText {
+        debug_assert!(table.contains(bytes), "text outside the table");
         TableText {
-            ptr: text.as_ptr(),
-            len: u16::try_from(text.len()).expect("tables hold targets of at most MAX_URL_BYTES"),
+            ptr: bytes.as_ptr(),
+            len: u16::try_from(bytes.len()).expect("tables hold texts of at most u16::MAX bytes"),
             shard: shard as u16,
             gen,
         }
+    }
+
+    /// Its bytes, or `None` if its table is retired in `view`.
+    #[inline]
+    fn resolve<'a>(&'a self, view: &'a TableView) -> Option<&'a [u8]> {
+        if self.gen < view.min_live(u32::from(self.shard)) {
+            return None;
+        }
+        // SAFETY: `self` was made by `TableText::of_bytes` from bytes inside generation
+        // `self.gen` of shard `self.shard`'s table. That table is freed only after this core
+        // raised its view past `self.gen` (module doc), which it has not: the check above
+        // passed, and `view` stays borrowed (unchangeable) for as long as the slice lives.
+        Some(unsafe { std::slice::from_raw_parts(self.ptr, self.len as usize) })
+    }
+}
+
+const _: () = assert!(shards::rules::MAX_RULES_BYTES <= u16::MAX as usize);
+
+/// A link's redirect rules program (`shards::rules`) as answers carry it: like [`Target`],
+/// in a table's mapping or shared.
+#[derive(Clone, Debug)]
+pub enum RulesText {
+    Table(TableText),
+    Shared(Arc<[u8]>),
+}
+
+impl RulesText {
+    /// The rules of a link in memory (`None`: it has none).
+    pub fn of(rules: &shards::rules::Rules) -> Option<RulesText> {
+        rules.shared().map(|p| RulesText::Shared(p.clone()))
+    }
+
+    /// The program, or `None` if it lies in a table this core may no longer read.
+    #[inline]
+    pub fn resolve<'a>(&'a self, view: &'a TableView) -> Option<shards::rules::RuleSet<'a>> {
+        let bytes = match self {
+            RulesText::Shared(p) => p,
+            RulesText::Table(t) => t.resolve(view)?,
+        };
+        // Parsed when its record was read (`shards::rules::RuleSet::parse`).
+        Some(shards::rules::RuleSet::trusted(bytes))
     }
 }
 
@@ -79,16 +125,7 @@ impl Target {
     pub fn resolve<'a>(&'a self, view: &'a TableView) -> Option<&'a [u8]> {
         match self {
             Target::Shared(s) => Some(s.as_bytes()),
-            Target::Table(t) => {
-                if t.gen < view.min_live(u32::from(t.shard)) {
-                    return None;
-                }
-                // SAFETY: `t` was made by `TableText::new` from text inside generation `t.gen`
-                // of shard `t.shard`'s table. That table is freed only after this core raised
-                // its view past `t.gen` (module doc), which it has not: the check above passed,
-                // and `view` stays borrowed (unchangeable) for as long as the slice lives.
-                Some(unsafe { std::slice::from_raw_parts(t.ptr, t.len as usize) })
-            }
+            Target::Table(t) => t.resolve(view),
         }
     }
 }
@@ -145,6 +182,7 @@ mod tests {
             flags: 0,
             author: shards::link::Author::NONE,
             behaviour: shards::behaviour::Behaviour::NONE,
+            rules: shards::rules::Rules::NONE,
         };
         write_table(&path, shard, 8, 0, [link]).unwrap();
         let table = Table::open(&path).unwrap();

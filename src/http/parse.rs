@@ -144,6 +144,8 @@ pub struct Request<'b> {
     pub user_agent: Option<&'b [u8]>,
     pub referer: Option<&'b [u8]>,
     pub forwarded_for: Option<&'b [u8]>,
+    /// `Accept-Language`, for redirect rules' language conditions (the last one if repeated).
+    pub accept_language: Option<&'b [u8]>,
 }
 
 /// Why a request is malformed (all answered 400 Bad Request).
@@ -353,6 +355,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request<'_>>, ParseError> {
         user_agent: fields.user_agent,
         referer: fields.referer,
         forwarded_for: fields.forwarded_for,
+        accept_language: fields.accept_language,
         expect: fields.expect,
     }))
 }
@@ -533,6 +536,7 @@ struct Fields<'b> {
     user_agent: Option<&'b [u8]>,
     referer: Option<&'b [u8]>,
     forwarded_for: Option<&'b [u8]>,
+    accept_language: Option<&'b [u8]>,
     expect: Expect,
 }
 
@@ -566,6 +570,7 @@ fn scan_fields<'b>(headers: &[httparse::Header<'b>]) -> Result<Fields<'b>, Parse
             10 if name.eq_ignore_ascii_case(b"user-agent") => f.user_agent = Some(value),
             7 if name.eq_ignore_ascii_case(b"referer") => f.referer = Some(value),
             15 if name.eq_ignore_ascii_case(b"x-forwarded-for") => f.forwarded_for = Some(value),
+            15 if name.eq_ignore_ascii_case(b"accept-language") => f.accept_language = Some(value),
             12 if name.eq_ignore_ascii_case(b"content-type") => f.content_type = Some(value),
             6 if name.eq_ignore_ascii_case(b"expect") => {
                 f.expect = if value.trim_ascii().eq_ignore_ascii_case(b"100-continue") {

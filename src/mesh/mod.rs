@@ -65,14 +65,21 @@ pub struct Answer {
     pub valid_since_s: u32,
     /// Unix seconds after which the link answers 404; 0 = never.
     pub expires_at_s: u64,
+    /// Its redirect rules (`shards::rules`), evaluated by the core that answers the visit.
+    pub rules: Option<crate::base::target::RulesText>,
 }
 
 const LIMITED_BIT: u8 = 1 << 4;
 
 impl Answer {
-    /// A plain link's answer, or a link with behaviour `b`'s.
+    /// A plain link's answer, or a link with behaviour `b` and rules `rules`'s.
     #[inline]
-    pub fn new(target: Target, status: RedirectStatus, expires_at_s: u64, b: &Behaviour) -> Answer {
+    pub fn new(
+        target: Target,
+        status: RedirectStatus,
+        expires_at_s: u64,
+        (b, rules): (&Behaviour, Option<crate::base::target::RulesText>),
+    ) -> Answer {
         let forward = match b.forward_query {
             None => 0,
             Some(true) => 1,
@@ -86,6 +93,7 @@ impl Answer {
             bits: forward | disabled << 2 | limited,
             valid_since_s: u32::try_from(b.valid_since_s).unwrap_or(u32::MAX),
             expires_at_s,
+            rules,
         }
     }
 
@@ -128,11 +136,16 @@ impl Answer {
     /// What to answer a visit with, if this core may read the target (`Target::resolve`).
     #[inline]
     pub fn readable<'a>(&'a self, view: &'a TableView) -> Option<LiveLink<'a>> {
+        let rules = match &self.rules {
+            None => shards::rules::RuleSet::EMPTY,
+            Some(r) => r.resolve(view)?,
+        };
         Some(LiveLink {
             status: self.status,
             target: self.target.resolve(view)?,
             forward_query: self.forward_query(),
             disabled: self.disabled(),
+            rules,
         })
     }
 }
@@ -144,6 +157,8 @@ pub struct LiveLink<'a> {
     pub target: &'a [u8],
     pub forward_query: Option<bool>,
     pub disabled: Option<shards::behaviour::DisabledReason>,
+    /// Its redirect rules (empty: none).
+    pub rules: shards::rules::RuleSet<'a>,
 }
 
 /// Where an answer goes, echoed back with it: the core that waits for it, and what waits
@@ -207,6 +222,8 @@ pub struct LinkInfo {
     pub author: shards::link::Author,
     /// What the link does when visited.
     pub behaviour: Behaviour,
+    /// Its redirect rules (`shards::rules`).
+    pub rules: shards::rules::Rules,
 }
 
 impl LinkInfo {
@@ -223,6 +240,7 @@ impl LinkInfo {
             id,
             author: self.author,
             behaviour: self.behaviour,
+            rules: self.rules.clone(),
         }
     }
 }
@@ -295,6 +313,7 @@ pub struct NewLink {
     /// The API key that created it.
     pub author: shards::link::Author,
     pub behaviour: Behaviour,
+    pub rules: shards::rules::Rules,
 }
 
 impl NewLink {
@@ -310,6 +329,7 @@ impl NewLink {
             expires_at_s: self.expires_at_s,
             author: self.author,
             behaviour: self.behaviour,
+            rules: self.rules.clone(),
         }
     }
 }
@@ -420,10 +440,12 @@ pub enum WriteOutcome {
 }
 
 /// Largest a mesh message may be. The queues hold messages by value (no allocation per
-/// forward), so every slot is this big: 144 bytes is a `Lookup`/`Answer` with its inline key
-/// (a stored key: up to 71 bytes with its domain's prefix), a little over two cache lines. A
-/// variant that grows past it must box its payload; the build fails otherwise.
-pub const MAX_MESH_MSG_BYTES: usize = 144;
+/// forward), so every slot is this big: 160 bytes is an `Answer` with its inline key (a
+/// stored key: up to 71 bytes with its domain's prefix) and its rules' handle (24 bytes, in
+/// a table or shared: a forwarded visit evaluates the rules on the core that read the request),
+/// two and a half cache lines. A variant that grows past it must box its payload; the build
+/// fails otherwise.
+pub const MAX_MESH_MSG_BYTES: usize = 160;
 
 const _: () = assert!(std::mem::size_of::<MeshMsg>() <= MAX_MESH_MSG_BYTES);
 

@@ -76,6 +76,12 @@ const PER_CORE: &[(&str, &str, MetricType, Get)] = &[
         |c| &c.disabled,
     ),
     (
+        "ricochet_rule_redirects",
+        "Redirects that went to a redirect rule's target instead of the link's own",
+        MetricType::Counter,
+        |c| &c.rule_redirects,
+    ),
+    (
         "ricochet_forwarded",
         "Lookups forwarded to the owning core",
         MetricType::Counter,

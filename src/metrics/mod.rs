@@ -123,6 +123,7 @@ pub struct CoreCounters {
     pub not_found: AtomicU64,
     pub blocked: AtomicU64,
     pub disabled: AtomicU64,
+    pub rule_redirects: AtomicU64,
     pub forwarded: AtomicU64,
     pub lru_hits: AtomicU64,
     pub api_requests: AtomicU64,
@@ -177,6 +178,8 @@ pub struct Tally {
     pub blocked: u64,
     /// Links answered 410 or 451 because an admin disabled them.
     pub disabled: u64,
+    /// Redirects that went to a redirect rule's target (`shards::rules`).
+    pub rule_redirects: u64,
     pub forwarded: u64,
     pub lru_hits: u64,
     pub api_requests: u64,
@@ -196,6 +199,8 @@ impl CoreCounters {
         self.not_found.store(t.not_found, Ordering::Relaxed);
         self.blocked.store(t.blocked, Ordering::Relaxed);
         self.disabled.store(t.disabled, Ordering::Relaxed);
+        self.rule_redirects
+            .store(t.rule_redirects, Ordering::Relaxed);
         self.forwarded.store(t.forwarded, Ordering::Relaxed);
         self.lru_hits.store(t.lru_hits, Ordering::Relaxed);
         self.api_requests.store(t.api_requests, Ordering::Relaxed);

@@ -309,6 +309,7 @@ fn apply(
                 expires_at_s: l.expires_at_s,
                 author: l.author,
                 behaviour: l.behaviour,
+                rules: l.rules.clone(),
             };
             memtable.insert(
                 k,

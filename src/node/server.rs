@@ -106,7 +106,9 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     } = crate::net::listener::open(opts.listen, cores)?;
     let doorbells = Arc::new(Doorbells::new(cores).context("creating doorbell eventfds")?);
     let mut write = open_write_side(&opts, &links)?;
-    let clicks = start_clicks(&opts, &links, cores, &doorbells)?;
+    // One `--geoip` database for the aggregators' countries and the redirect rules'.
+    let geoip = crate::analytics::open_geoip(&opts.analytics)?;
+    let clicks = start_clicks(&opts, &links, cores, &doorbells, geoip.clone())?;
     let draining = Arc::new(AtomicBool::new(false));
     install_signal_handlers(&draining, &doorbells)?;
     let shared = Arc::new(shared(&opts, cores, draining, &doorbells, &write, &clicks));
@@ -132,6 +134,10 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     )
     .context("starting the API key watcher")?;
     let parts = CoreParts {
+        visitors: crate::net::conns::visit::VisitorSource {
+            client_ip: opts.analytics.client_ip,
+            geoip,
+        },
         opts: &opts,
         router,
         doorbells: &doorbells,
@@ -502,6 +508,7 @@ fn start_clicks(
     links: &Links,
     cores: usize,
     doorbells: &Arc<Doorbells>,
+    geoip: Option<Arc<maxminddb::Reader<Vec<u8>>>>,
 ) -> anyhow::Result<Clicks> {
     let click_stats = Arc::new(crate::analytics::ClickStats::new(cores));
     let fleet_clicks = opts.mode.fleet_clicks(
@@ -518,7 +525,7 @@ fn start_clicks(
         links.router,
         doorbells.clone(),
         click_stats.clone(),
-        fleet_clicks,
+        (fleet_clicks, geoip),
     )?;
     let (per_core, aggregators) = match analytics {
         Some((c, a)) => (c.into_iter().map(Some).collect(), Some(a)),
@@ -547,6 +554,8 @@ struct CoreParts<'a> {
     /// One listening socket per core.
     listener_fds: Vec<std::os::fd::RawFd>,
     public_url: String,
+    /// Where redirect rules find a visitor's address and country.
+    visitors: crate::net::conns::visit::VisitorSource,
 }
 
 impl CoreParts<'_> {
@@ -608,6 +617,7 @@ impl CoreParts<'_> {
         conns.set_domains(api.domains().clone());
         conns.set_blocklist(api.blocklist().clone());
         conns.set_visit_rules(opts.visit_rules);
+        conns.set_visitor_source(self.visitors.clone());
         api.set_forward_query_default(opts.visit_rules.forward_query);
         let mut fleet_inbox = None;
         if let Some((links, inbox)) = fleet {

@@ -187,7 +187,7 @@ impl Owner {
                             Target::Shared(Arc::from(state.target.as_str())),
                             RedirectStatus::from_code(state.status).unwrap_or_default(),
                             state.expires_at_s,
-                            &shards::behaviour::Behaviour::NONE,
+                            (&shards::behaviour::Behaviour::NONE, None),
                         )),
                         None => return false,
                     },
@@ -501,6 +501,7 @@ impl Owner {
                 author: row.author,
                 // The fleet's rows hold no behaviour yet (fleet mode refuses one).
                 behaviour: shards::behaviour::Behaviour::NONE,
+                rules: shards::rules::Rules::NONE,
             };
             let op = LogOpRef::FleetPut {
                 link: link_fields(&info, 0),
@@ -654,6 +655,7 @@ fn info_of(key: InlineKey, state: &fleet::links::LinkState) -> LinkInfo {
         author: crate::fleet_mode::messages::author_of(&state.author)
             .unwrap_or(shards::link::Author::NONE),
         behaviour: shards::behaviour::Behaviour::NONE,
+        rules: shards::rules::Rules::NONE,
     }
 }
 
@@ -668,5 +670,6 @@ fn link_fields(info: &LinkInfo, id: u64) -> LinkFields<&str> {
         id,
         author: info.author,
         behaviour: info.behaviour,
+        rules: info.rules.clone(),
     }
 }

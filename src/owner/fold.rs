@@ -85,6 +85,7 @@ pub fn fold_snapshot(
                                 flags: info.created_tag,
                                 author: info.author,
                                 behaviour: info.behaviour,
+                                rules: info.rules.clone(),
                             },
                         );
                     }

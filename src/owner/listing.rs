@@ -110,6 +110,7 @@ impl Owner {
                     expires_at_s: l.expires_at_s,
                     author: l.author,
                     behaviour: l.behaviour,
+                    rules: shards::rules::Rules::new(l.rules),
                 })
             };
             items.extend(item);

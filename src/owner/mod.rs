@@ -30,6 +30,7 @@ mod write_path;
 pub mod writes;
 
 use crate::base::key::InlineKey;
+use crate::base::target::RulesText;
 use crate::mesh::router::Router;
 use crate::mesh::{Answer, Doorbells, LinkInfo, Mesh, RedirectMsg, ReplyTo, Target};
 use shards::table::Table;
@@ -149,7 +150,7 @@ impl Owner {
                     Target::Shared(info.target.clone()),
                     info.status,
                     info.expires_at_s,
-                    &info.behaviour,
+                    (&info.behaviour, RulesText::of(&info.rules)),
                 );
                 (!a.expired(now_s)).then_some(a)
             }
@@ -196,6 +197,7 @@ impl Owner {
             expires_at_s: l.expires_at_s,
             author: l.author,
             behaviour: l.behaviour,
+            rules: shards::rules::Rules::new(l.rules),
         })
     }
 

@@ -83,11 +83,20 @@ impl Store {
     pub fn get(&self, shard: u32, key: &[u8], now_s: u64) -> Option<Answer> {
         let s = self.table(shard)?;
         let link = s.table.get(key)?;
+        let rules = match link.rules.is_empty() {
+            true => None,
+            false => Some(crate::base::target::RulesText::Table(TableText::of_bytes(
+                &s.table,
+                link.rules.bytes(),
+                shard,
+                s.gen,
+            ))),
+        };
         let answer = Answer::new(
             Target::Table(TableText::new(&s.table, link.target, shard, s.gen)),
             link.status,
             link.expires_at_s,
-            &link.behaviour,
+            (&link.behaviour, rules),
         );
         (!answer.expired(now_s)).then_some(answer)
     }

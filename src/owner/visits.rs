@@ -42,7 +42,7 @@ impl Owner {
             Target::Shared(info.target.clone()),
             info.status,
             info.expires_at_s,
-            &b,
+            (&b, crate::base::target::RulesText::of(&info.rules)),
         );
         if !visit || b.max_visits == 0 {
             let answer = Some(answer);

@@ -2,8 +2,8 @@
 //! `docs/log.md` documents the same layout byte by byte; changing either is a format change.
 
 use crate::behaviour::{Behaviour, BEHAVIOUR_FLAG};
-use crate::rules::RULES_FLAG;
 use crate::link::{Author, RedirectStatus, AUTHOR_BYTES, AUTHOR_FLAG};
+use crate::rules::RULES_FLAG;
 
 use super::{LinkFields, LogOp, LogOpRef, LogRecord, MAX_RECORD_BYTES};
 

@@ -204,7 +204,10 @@ fn limits_are_refused_naming_the_field() {
         .starts_with("redirect_rules[0].conditions"));
     let none = rule("https://a.example/", vec![]);
     assert!(encode(&[none]).is_err());
-    let long = format!("https://a.example/{}", "x".repeat(MAX_RULE_TARGET_BYTES - 18));
+    let long = format!(
+        "https://a.example/{}",
+        "x".repeat(MAX_RULE_TARGET_BYTES - 18)
+    );
     let big = rule(&long, vec![Condition::Device(Device::Ios)]);
     let e = encode(&vec![big; 9]).unwrap_err().0;
     assert!(e.contains("bytes"), "{e}");

@@ -29,8 +29,8 @@
 //! ```
 
 use crate::behaviour::{Behaviour, BEHAVIOUR_FLAG};
-use crate::rules::{RuleSet, RULES_FLAG};
 use crate::link::{Author, AUTHOR_BYTES, AUTHOR_FLAG};
+use crate::rules::{RuleSet, RULES_FLAG};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// What the rkyv payload of a table file holds.
@@ -113,8 +113,7 @@ pub(crate) fn record_len(
     blocks_len: usize,
 ) -> usize {
     let author = if authored { AUTHOR_BYTES } else { 0 };
-    (RECORD_FIXED_BYTES + key_len + target_len + author + blocks_len)
-        .next_multiple_of(RECORD_ALIGN)
+    (RECORD_FIXED_BYTES + key_len + target_len + author + blocks_len).next_multiple_of(RECORD_ALIGN)
 }
 
 /// A record's fields, borrowed from the link being written.

@@ -27,14 +27,15 @@
 use crate::api_front::ApiOp;
 use crate::http::encode::{Conn as Persist, Framing};
 use crate::http::DateCache;
+use crate::net::conns::visit::Visit;
 
 /// What kind of answer a deferred request waits for.
 #[derive(Debug)]
 pub enum PendingKind {
     /// A redirect lookup forwarded to the key's owner, with the click it counts if answered
     /// with a redirect (`None`: not counted, e.g. HEAD or analytics off), and how the visit
-    /// reshapes its `Location` (kept in [`Answers`]' bytes).
-    Redirect(Option<crate::analytics::combiner::Click>, KeptReshape),
+    /// reshapes its `Location` and what its rules look at (kept in [`Answers`]' bytes).
+    Redirect(Option<crate::analytics::combiner::Click>, KeptVisit),
     /// An API request (read or write) sent to its owner.
     Api(Box<ApiOp>),
 }
@@ -63,15 +64,21 @@ impl Pending {
     }
 }
 
-/// A deferred redirect's `http::location::Reshape`, its bytes kept by [`Answers::keep`]
-/// (the request's own bytes are gone by the time the owner answers). The default is no
-/// reshaping, and keeps nothing.
+/// A deferred redirect's [`Visit`], its bytes kept by [`Answers::keep`] (the request's own
+/// bytes are gone by the time the owner answers): where they start, and each part's length.
+/// The default keeps nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KeptReshape {
+pub struct KeptVisit {
     at: u32,
-    extra: u32,
-    query: u32,
+    /// Lengths of the extra path, query, `User-Agent`, `Accept-Language`, `X-Forwarded-For`.
+    lens: [u16; 5],
 }
+
+// Each part is a slice of one request's head, which `http::limits` bounds below 64 KiB.
+const _: () = assert!(
+    crate::http::limits::MAX_REQUEST_LINE_BYTES + crate::http::limits::MAX_HEADER_BYTES
+        <= u16::MAX as usize
+);
 
 /// The deferred requests of a connection's current batch, in request order.
 #[derive(Debug, Default)]
@@ -80,7 +87,7 @@ pub struct Answers {
     pending: Vec<Pending>,
     /// Sequence number for the next deferred request.
     next_seq: u32,
-    /// The reshaping bytes of deferred redirects ([`KeptReshape`]): emptied (capacity kept,
+    /// The visit bytes of deferred redirects ([`KeptVisit`]): emptied (capacity kept,
     /// so no allocation once warm) when nothing is deferred. At most the batch's requests'
     /// bytes, which `INBUF_PAUSE_BYTES` bounds.
     kept: Vec<u8>,
@@ -119,31 +126,41 @@ impl Answers {
         seq
     }
 
-    /// Keeps `r`'s bytes until the batch's deferred requests are answered.
-    pub fn keep(&mut self, r: crate::http::location::Reshape<'_>) -> KeptReshape {
-        if r.is_none() {
-            return KeptReshape::default();
-        }
+    /// Keeps `v`'s bytes until the batch's deferred requests are answered (a copy of a few
+    /// header fields: no allocation once `kept` has grown).
+    pub fn keep(&mut self, v: &Visit<'_>) -> KeptVisit {
+        let parts = [
+            v.reshape.extra,
+            v.reshape.query,
+            v.user_agent,
+            v.accept_language,
+            v.forwarded_for,
+        ];
         let at = self.kept.len() as u32;
-        self.kept.extend_from_slice(r.extra);
-        self.kept.extend_from_slice(r.query);
-        KeptReshape {
-            at,
-            extra: r.extra.len() as u32,
-            query: r.query.len() as u32,
+        let mut lens = [0u16; 5];
+        for (len, part) in lens.iter_mut().zip(parts) {
+            self.kept.extend_from_slice(part);
+            *len = part.len() as u16;
         }
+        KeptVisit { at, lens }
     }
 
-    /// The reshaping `k` keeps.
+    /// The visit `k` keeps.
     #[inline]
-    pub fn reshape_of(&self, k: KeptReshape) -> crate::http::location::Reshape<'_> {
-        if k == KeptReshape::default() {
-            return crate::http::location::Reshape::NONE;
+    pub fn visit_of(&self, k: KeptVisit) -> Visit<'_> {
+        let mut at = k.at as usize;
+        let mut parts = [&b""[..]; 5];
+        for (part, len) in parts.iter_mut().zip(k.lens) {
+            let end = at + usize::from(len);
+            *part = &self.kept[at..end];
+            at = end;
         }
-        let (at, extra, query) = (k.at as usize, k.extra as usize, k.query as usize);
-        crate::http::location::Reshape {
-            extra: &self.kept[at..at + extra],
-            query: &self.kept[at + extra..at + extra + query],
+        let [extra, query, user_agent, accept_language, forwarded_for] = parts;
+        Visit {
+            reshape: crate::http::location::Reshape { extra, query },
+            user_agent,
+            accept_language,
+            forwarded_for,
         }
     }
 
@@ -227,7 +244,7 @@ mod tests {
                         &out,
                         false,
                         Persist::KeepAlive,
-                        PendingKind::Redirect(None, KeptReshape::default()),
+                        PendingKind::Redirect(None, KeptVisit::default()),
                     );
                     deferred.push((i, seq));
                 }
@@ -286,7 +303,7 @@ mod tests {
             &out,
             false,
             Persist::KeepAlive,
-            PendingKind::Redirect(None, KeptReshape::default()),
+            PendingKind::Redirect(None, KeptVisit::default()),
         );
         assert!(a.fill(&mut out, seq.wrapping_add(5), b"zz").is_none());
         assert_eq!(out, b"abc");

@@ -12,6 +12,7 @@ pub mod conn;
 pub mod pool;
 mod requests;
 mod run;
+pub mod visit;
 
 pub use answers::{Answers, Pending, PendingKind};
 pub use conn::{Conn, Life, Recv, INBUF_PAUSE_BYTES, INBUF_RESUME_BYTES, MAX_INBUF_BYTES};
@@ -102,6 +103,8 @@ pub struct Conns {
     /// Click counting (`analytics::combiner`), unless `--analytics off`.
     pub clicks: Option<crate::analytics::combiner::Combiner>,
     client_ip: crate::analytics::ClientIp,
+    /// Where redirect rules find a visitor's address and country (`visit`).
+    visitors: visit::VisitorSource,
     /// The declared domains: which keyspace a request's `Host` names (`api::domains`).
     domains: Arc<crate::api::domains::Domains>,
     host_memo: crate::api::domains::HostMemo,
@@ -145,12 +148,18 @@ impl Conns {
             scratch: Vec::with_capacity(4096),
             clicks: None,
             client_ip: crate::analytics::ClientIp::Peer,
+            visitors: Default::default(),
             domains: crate::api::domains::Domains::none(),
             host_memo: Default::default(),
             blocklist: crate::api::blocklist::Blocklist::none(),
             verdicts: Default::default(),
             visit_rules: Default::default(),
         }
+    }
+
+    /// Where redirect rules find a visitor's address and country, set once at start.
+    pub fn set_visitor_source(&mut self, source: visit::VisitorSource) {
+        self.visitors = source;
     }
 
     /// How visits shape their redirects (`serve --extra-path`, `--forward-query`,

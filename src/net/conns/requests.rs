@@ -16,6 +16,7 @@ use crate::http::location::Reshape;
 use crate::http::parse::{parse_request, BadRequest, Expect, Method, ParseError, Request};
 use crate::http::status::Status;
 use crate::mesh::{Answer, LiveLink, Mesh, RedirectMsg, ReplyTo, RequestPlace, WriteOutcome};
+use crate::net::conns::visit::{Visit, VisitorSource};
 use crate::owner::Owner;
 use crate::route::Route;
 use shards::link::RedirectStatus::Found;
@@ -467,8 +468,13 @@ impl Conns {
             }
             _ => None,
         };
-        let reshape = self.visit_rules.reshape(extra, req.query);
-        self.lookup(slot, key, (head, persist), (ctx, reshape), env);
+        let visit = Visit {
+            reshape: self.visit_rules.reshape(extra, req.query),
+            user_agent: req.user_agent.unwrap_or_default(),
+            accept_language: req.accept_language.unwrap_or_default(),
+            forwarded_for: req.forwarded_for.unwrap_or_default(),
+        };
+        self.lookup(slot, key, (head, persist), (ctx, visit), env);
     }
 
     /// The redirect fast path: a local table hit, or an LRU hit for a foreign key, answer at
@@ -479,7 +485,7 @@ impl Conns {
         slot: u32,
         key: &[u8],
         (head, persist): (bool, Persist),
-        (ctx, reshape): (Option<Click>, Reshape<'_>),
+        (ctx, visit): (Option<Click>, Visit<'_>),
         env: &mut Env,
     ) {
         let clock = env.clock;
@@ -487,6 +493,7 @@ impl Conns {
         let owner = self.router.owner(key);
         let c = &mut self.slots[slot as usize];
         let mut counted = Counted {
+            visitors: (&self.visitors, c.peer),
             tally: &mut self.tally,
             clicks: &mut self.clicks,
             domains: &self.domains,
@@ -512,7 +519,7 @@ impl Conns {
                     found,
                     key,
                     (head, persist),
-                    (ctx, reshape),
+                    (ctx, visit),
                     clock,
                 );
             }
@@ -526,7 +533,7 @@ impl Conns {
                         found,
                         key,
                         (head, persist),
-                        (ctx, reshape),
+                        (ctx, visit),
                         clock,
                     );
                 }
@@ -537,7 +544,7 @@ impl Conns {
                         None,
                         key,
                         (head, persist),
-                        (ctx, reshape),
+                        (ctx, visit),
                         clock,
                     );
                 }
@@ -545,13 +552,7 @@ impl Conns {
                 None => drop(self.lru.remove(key)),
             }
         }
-        self.forward_lookup(
-            slot,
-            (key, owner.core),
-            (head, persist),
-            (ctx, reshape),
-            env,
-        );
+        self.forward_lookup(slot, (key, owner.core), (head, persist), (ctx, visit), env);
     }
 
     /// Defers a lookup in its connection's batch and asks `owner` (this core's own owner role
@@ -561,12 +562,12 @@ impl Conns {
         slot: u32,
         (key, owner): (&[u8], usize),
         (head, persist): (bool, Persist),
-        (ctx, reshape): (Option<Click>, Reshape<'_>),
+        (ctx, visit): (Option<Click>, Visit<'_>),
         env: &mut Env,
     ) {
         self.tally.forwarded += 1;
         let c = &mut self.slots[slot as usize];
-        let kept = c.answers.keep(reshape);
+        let kept = c.answers.keep(&visit);
         let seq = c
             .answers
             .defer(&c.out, head, persist, PendingKind::Redirect(ctx, kept));
@@ -644,10 +645,12 @@ impl Conns {
             PendingKind::Api(_) => (None, Default::default()),
         };
         self.scratch.clear();
+        let c = &self.slots[reply.slot as usize];
         // Answers come in FIFO before any retirement of their table, so they resolve.
         let live = answer.as_ref().filter(|a| !a.expired(clock.now_s));
         let found = live.and_then(|a| a.readable(&self.view));
         let mut counted = Counted {
+            visitors: (&self.visitors, c.peer),
             tally: &mut self.tally,
             clicks: &mut self.clicks,
             domains: &self.domains,
@@ -655,13 +658,13 @@ impl Conns {
             verdicts: &mut self.verdicts,
             forward_default: self.visit_rules.forward_query,
         };
-        let reshape = self.slots[reply.slot as usize].answers.reshape_of(kept);
+        let visit = c.answers.visit_of(kept);
         counted.answer(
             &mut self.scratch,
             found,
             key.as_bytes(),
             (head, persist),
-            (ctx, reshape),
+            (ctx, visit),
             clock,
         );
         self.fill_answer(reply);
@@ -813,6 +816,9 @@ struct Counted<'a> {
     /// `--forward-query`: whether a link without its own `forward_query` forwards the
     /// visitor's query.
     forward_default: bool,
+    /// Where redirect rules find the visitor's address and country, and the connection's
+    /// peer address.
+    visitors: (&'a VisitorSource, [u8; 16]),
 }
 
 impl Counted<'_> {
@@ -826,7 +832,7 @@ impl Counted<'_> {
         found: Option<LiveLink<'_>>,
         key: &[u8],
         (head, persist): (bool, Persist),
-        (ctx, reshape): (Option<Click>, Reshape<'_>),
+        (ctx, visit): (Option<Click>, Visit<'_>),
         clock: &Clock,
     ) {
         match found {
@@ -844,7 +850,16 @@ impl Counted<'_> {
                 encode::encode_disabled(out, reason, f);
             }
             Some(found) => {
-                let (status, target) = (found.status, found.target);
+                let (status, mut target) = (found.status, found.target);
+                if !found.rules.is_empty() {
+                    // The first matching rule's target, else the link's own.
+                    let (source, peer) = self.visitors;
+                    if let Some(m) = source.first_match(found.rules, &visit, peer, clock.now_s) {
+                        target = m.target;
+                        self.tally.rule_redirects += 1;
+                    }
+                }
+                let reshape = visit.reshape;
                 // The visitor's query goes along only if the link (or the server) forwards it.
                 let reshape = match found.forward_query.unwrap_or(self.forward_default) {
                     true => reshape,
