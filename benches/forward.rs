@@ -29,6 +29,7 @@ fn table_answer(dir: &std::path::Path) -> (Store, Answer) {
         flags: 0,
         author: shards::link::Author::NONE,
         behaviour: shards::behaviour::Behaviour::NONE,
+        rules: shards::rules::Rules::NONE,
     };
     write_table(&path, 0, 1, 0, [link]).expect("write table");
     let store = Store::new(vec![Some(Table::open(&path).expect("open table"))]);

@@ -22,6 +22,7 @@ fn put(i: u64, key: &str, target: &str) -> LogOpRef<'static> {
         // As an API create logs it: with its API key's id.
         author: shards::link::Author::from_id("k3Xb9q2A").expect("an id"),
         behaviour: shards::behaviour::Behaviour::NONE,
+        rules: shards::rules::Rules::NONE,
     })
 }
 
@@ -39,7 +40,7 @@ fn bench(c: &mut Criterion) {
             || LogWriter::new(0, 0, 1),
             |w| {
                 for _ in 0..64 {
-                    w.append_ref(7, op).expect("append");
+                    w.append_ref(7, op.clone()).expect("append");
                 }
             },
             BatchSize::SmallInput,
@@ -50,7 +51,7 @@ fn bench(c: &mut Criterion) {
         let mut w = LogWriter::new(0, 0, 1);
         b.iter(|| {
             for _ in 0..64 {
-                w.append_ref(7, op).expect("append");
+                w.append_ref(7, op.clone()).expect("append");
             }
             let batch = w.take_batch().expect("not poisoned").expect("a batch");
             w.complete(batch, Ok(())).expect("durable");

@@ -58,10 +58,7 @@ pub fn start(
     router: Router,
     bells: Arc<Doorbells>,
     stats: Arc<ClickStats>,
-    (fleet, geoip): (
-        Option<FleetClicksSetup>,
-        Option<Arc<maxminddb::Reader<Vec<u8>>>>,
-    ),
+    (fleet, geoip): (Option<FleetClicksSetup>, Option<GeoIp>),
 ) -> anyhow::Result<Option<(Vec<CoreClicks>, Aggregators)>> {
     use anyhow::Context;
     if cfg.mode == Mode::Off {
@@ -193,6 +190,9 @@ fn recover(
     Ok((dir, rec))
 }
 
+/// A `--geoip` database, shared by every thread that reads it.
+pub type GeoIp = Arc<maxminddb::Reader<Vec<u8>>>;
+
 /// What every aggregator shares besides the GeoIP database ([`open_geoip`]): the user agent
 /// classifier and the daily visitor salts.
 type Common = (Arc<classify::Classifier>, Arc<Mutex<salts::SaltBook>>);
@@ -211,9 +211,7 @@ fn open_common(cfg: &AnalyticsConfig, data_dir: &Path) -> anyhow::Result<Common>
 
 /// The `--geoip` database, if named: the aggregators' countries and the redirect rules'
 /// country conditions read the one copy. A bad file refuses the start, naming it.
-pub fn open_geoip(
-    cfg: &AnalyticsConfig,
-) -> anyhow::Result<Option<Arc<maxminddb::Reader<Vec<u8>>>>> {
+pub fn open_geoip(cfg: &AnalyticsConfig) -> anyhow::Result<Option<GeoIp>> {
     match &cfg.geoip {
         Some(p) => Ok(Some(Arc::new(
             maxminddb::Reader::open_readfile(p).map_err(|e| {

@@ -21,7 +21,7 @@ pub mod stats;
 pub mod step_aside;
 
 pub use combiner::{client_ip, referrer_host};
-pub use launch::{open_geoip, start, Aggregators, CoreClicks};
+pub use launch::{open_geoip, start, Aggregators, CoreClicks, GeoIp};
 
 use crate::base::key::InlineKey;
 

@@ -592,6 +592,7 @@ mod tests {
         let a = CreateRequest {
             author: shards::link::Author::NONE,
             behaviour: shards::behaviour::Behaviour::NONE,
+            rules: shards::rules::Rules::NONE,
             long_url: "https://a.b/xy".into(),
             custom_alias: Some("z".into()),
             expires_at_s: None,

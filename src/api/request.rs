@@ -604,6 +604,7 @@ mod tests {
             CreateRequest {
                 author: shards::link::Author::NONE,
                 behaviour: shards::behaviour::Behaviour::NONE,
+                rules: shards::rules::Rules::NONE,
                 long_url: "https://example.com/a".into(),
                 custom_alias: None,
                 expires_at_s: None,
@@ -916,7 +917,7 @@ mod tests {
         patch(json!({"forward_query": false, "valid_since": "2030-03-17T17:46:40Z"}))
             .unwrap()
             .behaviour
-            .apply(&mut b, &mut shards::rules::Rules::NONE);
+            .apply(&mut b, &mut shards::rules::Rules::default());
         assert_eq!((b.forward_query, b.valid_since_s), (Some(false), NOW));
     }
 
@@ -956,7 +957,7 @@ mod tests {
             "http://t",
             (0, None),
             RedirectStatus::Found,
-            &b,
+            (&b, &shards::rules::Rules::NONE),
         ))
         .unwrap();
         assert_eq!(v["valid_since"], "2030-03-17T17:46:40Z");

@@ -7,6 +7,7 @@
 use crate::flights::Flights;
 use crate::mesh::router::Router;
 use crate::mesh::{Doorbells, Mesh, MeshQueues};
+use crate::net::conns::visit::VisitorSource;
 use crate::net::conns::Conns;
 use crate::node::core_loop::{Core, CoreSetup, Parking, Timeouts};
 use crate::node::shared::Shared;
@@ -106,9 +107,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     } = crate::net::listener::open(opts.listen, cores)?;
     let doorbells = Arc::new(Doorbells::new(cores).context("creating doorbell eventfds")?);
     let mut write = open_write_side(&opts, &links)?;
-    // One `--geoip` database for the aggregators' countries and the redirect rules'.
-    let geoip = crate::analytics::open_geoip(&opts.analytics)?;
-    let clicks = start_clicks(&opts, &links, cores, &doorbells, geoip.clone())?;
+    let clicks = start_clicks(&opts, &links, cores, &doorbells)?;
     let draining = Arc::new(AtomicBool::new(false));
     install_signal_handlers(&draining, &doorbells)?;
     let shared = Arc::new(shared(&opts, cores, draining, &doorbells, &write, &clicks));
@@ -134,10 +133,7 @@ pub fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     )
     .context("starting the API key watcher")?;
     let parts = CoreParts {
-        visitors: crate::net::conns::visit::VisitorSource {
-            client_ip: opts.analytics.client_ip,
-            geoip,
-        },
+        visitors: VisitorSource::new(opts.analytics.client_ip, clicks.geoip.clone()),
         opts: &opts,
         router,
         doorbells: &doorbells,
@@ -501,6 +497,8 @@ struct Clicks {
     stats: Arc<crate::analytics::ClickStats>,
     /// Fleet mode with analytics on: the click flusher's counters.
     fleet_stats: Option<Arc<crate::analytics::fleet::FleetClickStats>>,
+    /// `--geoip`, shared with the redirect rules' country conditions.
+    geoip: Option<crate::analytics::GeoIp>,
 }
 
 fn start_clicks(
@@ -508,8 +506,9 @@ fn start_clicks(
     links: &Links,
     cores: usize,
     doorbells: &Arc<Doorbells>,
-    geoip: Option<Arc<maxminddb::Reader<Vec<u8>>>>,
 ) -> anyhow::Result<Clicks> {
+    // One `--geoip` database for the aggregators' countries and the redirect rules'.
+    let geoip = crate::analytics::open_geoip(&opts.analytics)?;
     let click_stats = Arc::new(crate::analytics::ClickStats::new(cores));
     let fleet_clicks = opts.mode.fleet_clicks(
         &opts.analytics,
@@ -525,13 +524,14 @@ fn start_clicks(
         links.router,
         doorbells.clone(),
         click_stats.clone(),
-        (fleet_clicks, geoip),
+        (fleet_clicks, geoip.clone()),
     )?;
     let (per_core, aggregators) = match analytics {
         Some((c, a)) => (c.into_iter().map(Some).collect(), Some(a)),
         None => ((0..cores).map(|_| None).collect::<Vec<_>>(), None),
     };
     Ok(Clicks {
+        geoip,
         per_core,
         aggregators,
         stats: click_stats,
@@ -555,7 +555,7 @@ struct CoreParts<'a> {
     listener_fds: Vec<std::os::fd::RawFd>,
     public_url: String,
     /// Where redirect rules find a visitor's address and country.
-    visitors: crate::net::conns::visit::VisitorSource,
+    visitors: VisitorSource,
 }
 
 impl CoreParts<'_> {

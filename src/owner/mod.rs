@@ -260,6 +260,7 @@ mod tests {
             idem: None,
             author: author(0),
             behaviour: shards::behaviour::Behaviour::NONE,
+            rules: shards::rules::Rules::NONE,
         })
     }
 
@@ -558,6 +559,7 @@ mod tests {
                         idem: None,
                         author: author(*who),
                         behaviour: shards::behaviour::Behaviour::NONE,
+                        rules: shards::rules::Rules::NONE,
                     };
                     let req = WriteReq::Create {
                         key: keys[*k],
@@ -808,6 +810,7 @@ mod tests {
                     flags: 0,
                     author: shards::link::Author::NONE,
                     behaviour: shards::behaviour::Behaviour::NONE,
+                    rules: shards::rules::Rules::NONE,
                 });
         }
         for shard in router.shards_of_core(OWNER) {
@@ -1115,6 +1118,7 @@ mod tests {
                                 flags: 0,
                                 author: shards::link::Author::NONE,
                                 behaviour: shards::behaviour::Behaviour::NONE,
+                                rules: shards::rules::Rules::NONE,
                             });
                     }
                     let tables = by_shard

@@ -850,15 +850,8 @@ impl Counted<'_> {
                 encode::encode_disabled(out, reason, f);
             }
             Some(found) => {
-                let (status, mut target) = (found.status, found.target);
-                if !found.rules.is_empty() {
-                    // The first matching rule's target, else the link's own.
-                    let (source, peer) = self.visitors;
-                    if let Some(m) = source.first_match(found.rules, &visit, peer, clock.now_s) {
-                        target = m.target;
-                        self.tally.rule_redirects += 1;
-                    }
-                }
+                let status = found.status;
+                let target = self.target_of(&found, &visit, clock.now_s);
                 let reshape = visit.reshape;
                 // The visitor's query goes along only if the link (or the server) forwards it.
                 let reshape = match found.forward_query.unwrap_or(self.forward_default) {
@@ -921,6 +914,23 @@ impl Counted<'_> {
 }
 
 impl Counted<'_> {
+    /// Where a visit of `found` goes: the first redirect rule it matches, else the link's
+    /// target.
+    #[inline]
+    fn target_of<'t>(&mut self, found: &LiveLink<'t>, visit: &Visit<'_>, now_s: u64) -> &'t [u8] {
+        if found.rules.is_empty() {
+            return found.target;
+        }
+        let (source, peer) = self.visitors;
+        match source.first_match(found.rules, visit, peer, now_s) {
+            Some(m) => {
+                self.tally.rule_redirects += 1;
+                m.target
+            }
+            None => found.target,
+        }
+    }
+
     /// A redirect whose `Location` the visit reshapes (`http::location`): whether the link's
     /// target or the reshaped `Location` is blocked (an appended path can reach a blocked
     /// prefix).

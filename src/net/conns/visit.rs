@@ -20,10 +20,17 @@ pub struct Visit<'a> {
 #[derive(Clone, Default)]
 pub struct VisitorSource {
     pub client_ip: crate::analytics::ClientIp,
-    pub geoip: Option<std::sync::Arc<maxminddb::Reader<Vec<u8>>>>,
+    pub geoip: Option<crate::analytics::GeoIp>,
 }
 
 impl VisitorSource {
+    pub fn new(
+        client_ip: crate::analytics::ClientIp,
+        geoip: Option<crate::analytics::GeoIp>,
+    ) -> VisitorSource {
+        VisitorSource { client_ip, geoip }
+    }
+
     /// The first of `rules` the visit matches, from `peer` (the connection's address) at
     /// `now_s`. No allocation (the GeoIP lookup decodes a borrowed `&str`).
     #[cold]
