@@ -245,6 +245,33 @@ fn visits_of_limited_links_allocate_nothing() {
     run_with(true, &[], DEFAULT, (false, false), Some(1_000_000_000));
 }
 
+/// Every link with 5 redirect rules of 3 conditions (device, language, query, address,
+/// date): 4 that no visit matches, and one that GETs with click fields match (a Linux user
+/// agent from the loopback address) whose target is the link's own, so the `Location` stays
+/// checkable. The rules are evaluated where the request was read: local hits, LRU hits and
+/// forwards, whose fields wait in the batch.
+#[test]
+fn evaluating_redirect_rules_allocates_nothing() {
+    run_with(true, &[], DEFAULT, (false, false), Some(RULES));
+}
+
+/// `max_visits` of this value stands for "give every link redirect rules" in [`run_with`].
+const RULES: u64 = u64::MAX;
+
+fn rules_of(l: &Link) -> serde_json::Value {
+    let miss = |i: usize| {
+        serde_json::json!({"target": format!("https://rule{i}.example/"), "conditions": [
+            {"type": "device", "value": "android"},
+            {"type": "language", "value": "de"},
+            {"type": "query-param", "key": "k", "value": format!("{i}")}]})
+    };
+    serde_json::json!({"redirect_rules": [miss(0), miss(1), miss(2), miss(3),
+        {"target": l.url, "conditions": [
+            {"type": "ip-address", "value": "127.0.0.0/8"},
+            {"type": "after-date", "value": "2001-01-01T00:00:00Z"},
+            {"type": "device", "value": "linux"}]}]})
+}
+
 fn run(fields: bool, flags: &[&str], d: Domain) {
     run_shaped(fields, flags, d, false);
 }
@@ -255,13 +282,17 @@ fn run_shaped(fields: bool, flags: &[&str], d: Domain, reshape: bool) {
 
 /// PATCHes every link to forward the query itself (`per_link`), or to a visit limit.
 fn give_behaviour(server: &Server, links: &[Link], per_link: bool, max_visits: Option<u64>) {
-    let body = match (per_link, max_visits) {
-        (true, _) => serde_json::json!({"forward_query": true}),
-        (false, Some(m)) => serde_json::json!({"max_visits": m}),
-        (false, None) => return,
+    let body = |l: &Link| match (per_link, max_visits) {
+        (true, _) => Some(serde_json::json!({"forward_query": true})),
+        (false, Some(RULES)) => Some(rules_of(l)),
+        (false, Some(m)) => Some(serde_json::json!({"max_visits": m})),
+        (false, None) => None,
     };
     let mut c = common::api::Client::new(server);
     for l in links {
+        let Some(body) = body(l) else {
+            return;
+        };
         let r = c.patch(&l.key, &body);
         assert_eq!(r.status, 200, "{}", r.text());
     }
@@ -322,7 +353,8 @@ fn run_with(
     core_allocs(&mut metrics);
     // Warm up: pools, per-connection pending lists, LRU entries for foreign keys (and, for
     // limited links, the owners' log batches and waiting queues at their peak).
-    let warm_rounds = if max_visits.is_some() { 4 } else { 2 };
+    let limited = max_visits.is_some_and(|m| m != RULES);
+    let warm_rounds = if limited { 4 } else { 2 };
     for _ in 0..warm_rounds {
         round(&mut conns, &links, (false, fields), d, reshape);
         round(&mut conns, &links, (true, fields), d, reshape);
@@ -343,7 +375,7 @@ fn run_with(
         3 * 16 * (64 * 2 + 64 + 4)
     );
     assert!(a1 > 0, "the counting allocator is installed");
-    if max_visits.is_some() {
+    if limited {
         // The visits went through the owners' counts.
         let v = common::api::Client::new(&server)
             .get_link(&links[0].key)
