@@ -458,6 +458,7 @@ impl<'a> RuleSet<'a> {
         let mut facts = Facts {
             v,
             devices: None,
+            params: None,
             country: None,
             ask_country: country,
         };
@@ -495,11 +496,12 @@ enum Cond<'p> {
     After(u64),
 }
 
-/// What a visit's evaluation learned so far (device classes and country are worked out at
-/// most once, and only if a condition asks).
+/// What a visit's evaluation learned so far (device classes, the query's parameters and the
+/// country are worked out at most once, and only if a condition asks).
 struct Facts<'v, 'c> {
     v: &'v Visitor<'v>,
     devices: Option<u16>,
+    params: Option<Params<'v>>,
     country: Option<Option<[u8; 2]>>,
     ask_country: &'c mut dyn FnMut(&[u8; 16]) -> Option<[u8; 2]>,
 }
@@ -552,12 +554,10 @@ impl Cond<'_> {
             }
             Cond::Language(l) => accepts_language(f.v.accept_language, l),
             Cond::QueryEquals(k, v) => {
-                matches!(last_param(f.v.query, k), Some(Some(got)) if decoded_eq(got, v))
+                matches!(f.param(k), Some(Some(got)) if decoded_eq(got, v))
             }
-            Cond::QueryPresent(k) => last_param(f.v.query, k).is_some(),
-            Cond::QueryValueless(k) => {
-                matches!(last_param(f.v.query, k), Some(None) | Some(Some(b"")))
-            }
+            Cond::QueryPresent(k) => f.param(k).is_some(),
+            Cond::QueryValueless(k) => matches!(f.param(k), Some(None) | Some(Some(b""))),
             Cond::Ip(net, prefix) => {
                 let net: [u8; 16] = net.try_into().unwrap_or([0xff; 16]);
                 masked(&f.v.ip, prefix) == net
@@ -571,6 +571,79 @@ impl Cond<'_> {
             Cond::Before(s) => f.v.now_s < s,
             Cond::After(s) => f.v.now_s > s,
         }
+    }
+}
+
+impl<'v> Facts<'v, '_> {
+    /// The last value of parameter `key` in the visit's query (see [`last_param`]).
+    fn param(&mut self, key: &[u8]) -> Option<Option<&'v [u8]>> {
+        let q = self.v.query;
+        self.params
+            .get_or_insert_with(|| Params::split(q))
+            .last(key)
+    }
+}
+
+/// Query parameters a visit's evaluation splits once; a query with more is searched each
+/// time instead (correct, only slower).
+const MAX_PARAMS_SPLIT: usize = 16;
+
+/// A query split into its parameters: per parameter, where its name starts, where its `=`
+/// is (or its end, without one), where it ends, and whether it has no `%` or `+` (so compares
+/// as plain bytes). Offsets fit `u16`: a query is part of a request line.
+struct Params<'q> {
+    raw: &'q [u8],
+    pairs: [(u16, u16, u16, bool); MAX_PARAMS_SPLIT],
+    n: usize,
+    overflow: bool,
+}
+
+impl<'q> Params<'q> {
+    fn split(raw: &'q [u8]) -> Params<'q> {
+        let mut p = Params {
+            raw,
+            pairs: [(0, 0, 0, true); MAX_PARAMS_SPLIT],
+            n: 0,
+            overflow: raw.len() > usize::from(u16::MAX),
+        };
+        let (mut start, mut eq, mut plain) = (0, None, true);
+        for i in 0..=raw.len() {
+            match raw.get(i) {
+                Some(b'=') if eq.is_none() => eq = Some(i),
+                Some(b'%' | b'+') => plain = false,
+                Some(b'&') | None => {
+                    if i > start && !p.overflow {
+                        if p.n == MAX_PARAMS_SPLIT {
+                            p.overflow = true;
+                        } else {
+                            p.pairs[p.n] = (start as u16, eq.unwrap_or(i) as u16, i as u16, plain);
+                            p.n += 1;
+                        }
+                    }
+                    (start, eq, plain) = (i + 1, None, true);
+                }
+                Some(_) => {}
+            }
+        }
+        p
+    }
+
+    fn last(&self, key: &[u8]) -> Option<Option<&'q [u8]>> {
+        if self.overflow {
+            return last_param(self.raw, key);
+        }
+        self.pairs[..self.n]
+            .iter()
+            .rev()
+            .find_map(|&(s, eq, e, plain)| {
+                let (s, eq, e) = (usize::from(s), usize::from(eq), usize::from(e));
+                let name = &self.raw[s..eq];
+                let same = match plain {
+                    true => name == key,
+                    false => decoded_eq(name, key),
+                };
+                same.then(|| (eq < e).then(|| &self.raw[eq + 1..e]))
+            })
     }
 }
 
@@ -652,15 +725,16 @@ impl<'p> Cursor<'p> {
 /// Mobile: Android, iOS, or any other `Mobile`/`Windows Phone`; desktop: Windows, macOS, Linux
 /// or ChromeOS and not mobile.
 pub fn device_classes(ua: &[u8]) -> u16 {
-    let has = |needle: &[u8]| memchr::memmem::find(ua, needle).is_some();
-    let android = has(b"Android");
-    let ios = has(b"iPhone") || has(b"iPad") || has(b"iPod");
-    let phone = has(b"Windows Phone");
-    let mobile = android || ios || phone || has(b"Mobile");
-    let chromeos = has(b"CrOS");
-    let windows = !phone && has(b"Windows");
-    let macos = !ios && has(b"Macintosh");
-    let linux = !android && !chromeos && has(b"Linux");
+    let tokens = ua_tokens(ua);
+    let has = |t: u16| tokens & t != 0;
+    let android = has(T_ANDROID);
+    let ios = has(T_IOS);
+    let phone = has(T_WINDOWS_PHONE);
+    let mobile = android || ios || phone || has(T_MOBILE);
+    let chromeos = has(T_CROS);
+    let windows = !phone && has(T_WINDOWS);
+    let macos = !ios && has(T_MAC);
+    let linux = !android && !chromeos && has(T_LINUX);
     let desktop = !mobile && (windows || macos || linux || chromeos);
     let mut bits = 0;
     for (on, d) in [
@@ -678,6 +752,58 @@ pub fn device_classes(ua: &[u8]) -> u16 {
         }
     }
     bits
+}
+
+const T_ANDROID: u16 = 1;
+const T_IOS: u16 = 1 << 1;
+const T_WINDOWS_PHONE: u16 = 1 << 2;
+const T_WINDOWS: u16 = 1 << 3;
+const T_MOBILE: u16 = 1 << 4;
+const T_CROS: u16 = 1 << 5;
+const T_MAC: u16 = 1 << 6;
+const T_LINUX: u16 = 1 << 7;
+
+/// Bytes a [`device_classes`] token may be recognized at: its first uppercase letter.
+const TOKEN_START: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    let starts = *b"APWMCL";
+    while i < starts.len() {
+        t[starts[i] as usize] = true;
+        i += 1;
+    }
+    t
+};
+
+/// Which tokens (`T_*`) occur in `ua`: one pass, comparing only at a token's first uppercase
+/// letter (`iPhone`, `iPad`, `iPod` at their `P`).
+fn ua_tokens(ua: &[u8]) -> u16 {
+    let mut seen = 0;
+    for (i, &b) in ua.iter().enumerate() {
+        if !TOKEN_START[usize::from(b)] {
+            continue;
+        }
+        let rest = &ua[i..];
+        seen |= match b {
+            b'A' if rest.starts_with(b"Android") => T_ANDROID,
+            b'P' if i > 0
+                && ua[i - 1] == b'i'
+                && (rest.starts_with(b"Phone")
+                    || rest.starts_with(b"Pad")
+                    || rest.starts_with(b"Pod")) =>
+            {
+                T_IOS
+            }
+            b'W' if rest.starts_with(b"Windows Phone") => T_WINDOWS_PHONE | T_WINDOWS,
+            b'W' if rest.starts_with(b"Windows") => T_WINDOWS,
+            b'M' if rest.starts_with(b"Mobile") => T_MOBILE,
+            b'M' if rest.starts_with(b"Macintosh") => T_MAC,
+            b'C' if rest.starts_with(b"CrOS") => T_CROS,
+            b'L' if rest.starts_with(b"Linux") => T_LINUX,
+            _ => 0,
+        };
+    }
+    seen
 }
 
 /// Whether `Accept-Language` asks for `lang` (lowercase `ll` or `ll-rr`): a range of the same
@@ -749,7 +875,20 @@ fn last_param<'q>(query: &'q [u8], key: &[u8]) -> Option<Option<&'q [u8]>> {
 }
 
 /// Whether `raw` (form-encoded: `%XX` and `+` for space) decodes to exactly `want`.
+#[inline]
 fn decoded_eq(raw: &[u8], want: &[u8]) -> bool {
+    // Nearly every name and value is sent plain: compared as bytes. Decoding only shortens,
+    // so a shorter `raw` cannot match.
+    if raw == want {
+        return true;
+    }
+    if raw.len() < want.len() || !raw.iter().any(|b| matches!(b, b'%' | b'+')) {
+        return false;
+    }
+    percent_decoded_eq(raw, want)
+}
+
+fn percent_decoded_eq(raw: &[u8], want: &[u8]) -> bool {
     let mut i = 0;
     let mut w = want.iter();
     while i < raw.len() {

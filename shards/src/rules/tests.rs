@@ -280,3 +280,12 @@ proptest! {
         let _ = RuleSet::trusted(&bytes).first_match(&v, &mut |_| Some(*b"DE"));
     }
 }
+
+proptest! {
+    /// The query split once per evaluation finds what a scan of the raw query finds.
+    #[test]
+    fn split_parameters_agree_with_a_scan(q in "([a-c%+2=&]{0,6}){0,24}", key in "[a-c% +]{0,3}") {
+        let p = Params::split(q.as_bytes());
+        prop_assert_eq!(p.last(key.as_bytes()), last_param(q.as_bytes(), key.as_bytes()));
+    }
+}
