@@ -78,6 +78,9 @@ pub enum ApiOp {
     /// `GET /api/v1/stats` by a key with a role: its links walked, then their figures summed
     /// (`global_stats::ReachStats`).
     ReachStats(Box<stats_sum::ReachStats>),
+    /// Shlink's `GET` or `POST /rest/v3/short-urls/{code}/redirect-rules`: the read or
+    /// PATCH inside, answered with the link's rules in Shlink's shape.
+    ShlinkRules(Box<ApiOp>),
 }
 
 impl ApiOp {
@@ -89,7 +92,7 @@ impl ApiOp {
     /// The native operation (under a Shlink envelope, if any).
     pub fn core(&self) -> &ApiOp {
         match self {
-            ApiOp::Shlink(inner, ..) => inner.core(),
+            ApiOp::Shlink(inner, ..) | ApiOp::ShlinkRules(inner) => inner.core(),
             op => op,
         }
     }

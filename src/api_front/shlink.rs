@@ -32,6 +32,8 @@ use crate::mesh::{LinkInfo, Mesh, WriteOutcome};
 
 pub use crate::route::SHLINK_PREFIX;
 const SHORT_URLS: &[u8] = b"/rest/v3/short-urls";
+/// After a short code: its redirect rules (`shards::rules`), read or replaced.
+const REDIRECT_RULES: &[u8] = b"/redirect-rules";
 const DOMAINS: &[u8] = b"/rest/v3/domains";
 /// A domain's not-found redirects, changed by an admin key (`keywatch` writes the book).
 const DOMAIN_REDIRECTS: &[u8] = b"/rest/v3/domains/redirects";
@@ -316,6 +318,13 @@ impl ApiFront {
         }
         if path == VISITS || path == DOMAINS {
             return self.shlink_overview(out, defer, req, (persist, clock), mesh);
+        }
+        if let Some(code) = path
+            .strip_prefix(SHORT_URLS)
+            .and_then(|r| r.strip_prefix(b"/"))
+            .and_then(|r| r.strip_suffix(REDIRECT_RULES))
+        {
+            return self.shlink_rules(out, defer, (code, req, body), (f, clock.now_s), mesh);
         }
         let key = if path == SHORT_URLS {
             None
@@ -639,6 +648,75 @@ impl ApiFront {
         Ok(())
     }
 
+    /// `GET` or `POST /rest/v3/short-urls/{code}/redirect-rules`: the link's rules, read or
+    /// replaced (a PATCH of `redirect_rules` at the key's owner).
+    fn shlink_rules(
+        &mut self,
+        out: &mut Vec<u8>,
+        defer: &mut Defer<'_>,
+        (code, req, body): (&[u8], &Request<'_>, &[u8]),
+        (f, now_s): (Framing<'_>, u64),
+        mesh: &mut Mesh,
+    ) {
+        let started = match req.method {
+            Method::Get | Method::Head | Method::Post => self.start_shlink_rules(
+                out,
+                defer,
+                (code, req.query, req),
+                body,
+                now_s,
+                mesh,
+            ),
+            _ => return method_not_allowed(out, b"GET, POST", f),
+        };
+        if let Err(e) = started {
+            e.encode(out, f);
+        }
+    }
+
+    fn start_shlink_rules(
+        &mut self,
+        out: &[u8],
+        defer: &mut Defer<'_>,
+        (code, query, req): (&[u8], Option<&[u8]>, &Request<'_>),
+        body: &[u8],
+        now_s: u64,
+        mesh: &mut Mesh,
+    ) -> Result<(), ShlinkError> {
+        let caller = self.shlink_admit(req)?;
+        let reach = caller.role.reach(caller.author(), &self.domains);
+        let post = req.method == Method::Post;
+        if reach.read_only && post {
+            return Err(ShlinkError::from_native(&Problem::read_only_key()));
+        }
+        let not_found = || ShlinkError::not_found(Some(&String::from_utf8_lossy(code)));
+        if shards::link::validate_key(code).is_err() {
+            return Err(not_found());
+        }
+        let ikey = self
+            .item_key(query, code, &reach)
+            .map_err(|p| match p.status {
+                404 => not_found(),
+                _ => ShlinkError::from_native(&p),
+            })?;
+        let (method, native) = match post {
+            true => (Method::Patch, native_rules_body(body)?),
+            false => (Method::Get, Vec::new()),
+        };
+        let (op, ask) = super::item_ask(
+            method,
+            (ikey, &reach),
+            &native,
+            (now_s, &self.blocklist, self.creates.is_fleet()),
+        )
+        .map_err(|p| ShlinkError::from_native(&p))?;
+        let op = ApiOp::ShlinkRules(Box::new(op));
+        let reply = defer(out, ApiOp::Shlink(Box::new(op), 0, 0));
+        let owner = self.router.owner(ikey.as_bytes()).core;
+        mesh.deliver(owner, ask.message(reply));
+        Ok(())
+    }
+
     /// `GET /rest/v3/domains`: the live domains with their special redirects, the default one
     /// first (named by `--public-url`'s host while it has no name of its own).
     fn shlink_domains(&self, out: &mut Vec<u8>, reach: &crate::api::roles::Reach, f: Framing<'_>) {
@@ -806,7 +884,7 @@ impl ApiFront {
             "title": null,
             "crawlable": false,
             "forwardQuery": b.forward_query.unwrap_or(self.forward_query_default()),
-            "hasRedirectRules": false,
+            "hasRedirectRules": !info.rules.is_empty(),
         })
     }
 
@@ -859,6 +937,9 @@ impl ApiFront {
         };
         let fail = |out: &mut Vec<u8>, e: ShlinkError| e.encode(out, f);
         match (&mut *op, outcome) {
+            (ApiOp::ShlinkRules(_), WriteOutcome::Found(i) | WriteOutcome::Updated(i)) => {
+                ok(out, Status::Ok, &rules_json(&i));
+            }
             (ApiOp::List(walk), WriteOutcome::Listed(l)) => {
                 walk.take(l.items, l.complete, self.router.shard_count())?;
                 return self.list_walked(op, page, per_page, out, f);
@@ -914,6 +995,69 @@ impl ApiFront {
         }
         Some(())
     }
+}
+
+/// A link's redirect rules as Shlink answers them: its own target, then each rule with its
+/// priority (from 1) and conditions (`matchKey` the query parameter's name, else `null`).
+fn rules_json(info: &LinkInfo) -> Value {
+    let rules = info.rules.set().decode().unwrap_or_default();
+    let native = shards::rules::to_json(&rules);
+    let shlink: Vec<Value> = native
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let conditions: Vec<Value> = r["conditions"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|c| {
+                    json!({"type": c["type"], "matchKey": c.get("key").cloned().unwrap_or(Value::Null),
+                           "matchValue": c["value"]})
+                })
+                .collect();
+            json!({"longUrl": r["target"], "priority": i + 1, "conditions": conditions})
+        })
+        .collect();
+    json!({"defaultLongUrl": &*info.target, "redirectRules": shlink})
+}
+
+/// A Shlink `{"redirectRules": [{"longUrl", "conditions": [{"type", "matchKey",
+/// "matchValue"}]}]}` body as the native PATCH's `redirect_rules`, in the order given
+/// (Shlink's `priority`, if sent, must agree with it).
+fn native_rules_body(body: &[u8]) -> Result<Vec<u8>, ShlinkError> {
+    let field = Some("redirectRules");
+    let bad = |d: String| ShlinkError::invalid(d, field);
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ShlinkError::invalid(format!("the body is not JSON: {e}"), None))?;
+    let rules = v
+        .get("redirectRules")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("redirectRules must be an array of rules".into()))?;
+    let mut native = Vec::with_capacity(rules.len());
+    for (i, r) in rules.iter().enumerate() {
+        let conditions = r
+            .get("conditions")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad(format!("redirectRules[{i}].conditions must be an array")))?;
+        let conditions: Vec<Value> = conditions
+            .iter()
+            .map(|c| {
+                let mut n = json!({"type": c.get("type").cloned().unwrap_or(Value::Null),
+                                   "value": c.get("matchValue").cloned().unwrap_or(json!(""))});
+                if let Some(k) = c.get("matchKey").filter(|k| !k.is_null()) {
+                    n["key"] = k.clone();
+                }
+                n
+            })
+            .collect();
+        let target = r.get("longUrl").cloned().unwrap_or(Value::Null);
+        native.push(json!({"target": target, "conditions": conditions}));
+    }
+    Ok(serde_json::to_vec(&json!({"redirect_rules": native})).expect("json"))
 }
 
 /// `page` (from 1) and `itemsPerPage` (1 to 500; -1, "all", is refused: use the cursor API).

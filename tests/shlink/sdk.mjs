@@ -31,6 +31,28 @@ for (const [name, makeClient] of [['fetch', () => new FetchHttpClient()], ['node
   assert.ok(made.shortUrl.endsWith(`/${slug}`), made.shortUrl);
   assert.deepEqual(made.tags, []);
 
+  // Redirect rules (Shlink 4): set, read back, and followed by a visit from an Android phone.
+  const rules = await api.setShortUrlRedirectRules({ shortCode: slug }, { redirectRules: [
+    { longUrl: 'https://example.com/sdk/android', conditions: [{ type: 'device', matchKey: null, matchValue: 'android' }] },
+    { longUrl: 'https://example.com/sdk/promo', conditions: [
+      { type: 'query-param', matchKey: 'promo', matchValue: 'yes' },
+      { type: 'language', matchKey: null, matchValue: 'es' }] },
+  ] });
+  assert.equal(rules.defaultLongUrl, 'https://example.com/sdk/a');
+  assert.deepEqual(rules.redirectRules.map((r) => [r.priority, r.longUrl]),
+    [[1, 'https://example.com/sdk/android'], [2, 'https://example.com/sdk/promo']]);
+  assert.deepEqual(rules.redirectRules[1].conditions[0], { type: 'query-param', matchKey: 'promo', matchValue: 'yes' });
+  assert.deepEqual(await api.getShortUrlRedirectRules({ shortCode: slug }), rules);
+  assert.equal((await api.getShortUrl({ shortCode: slug })).hasRedirectRules, true);
+  // HEAD: the rules pick the Location, and no click is counted (the figures below stay 0).
+  const visit = async (query, headers) => (await fetch(`${baseUrl}/${slug}${query}`, { method: 'HEAD', redirect: 'manual', headers })).headers.get('location');
+  assert.equal(await visit('', { 'user-agent': 'Mozilla/5.0 (Linux; Android 14; Pixel 8) Mobile Safari' }), 'https://example.com/sdk/android');
+  assert.equal(await visit('?promo=yes', { 'accept-language': 'es-ES,es;q=0.9' }), 'https://example.com/sdk/promo');
+  assert.equal(await visit('?promo=yes', { 'accept-language': 'en' }), 'https://example.com/sdk/a');
+  await rejectsWith(api.setShortUrlRedirectRules({ shortCode: slug }, { redirectRules: [
+    { longUrl: 'https://x.example/', conditions: [{ type: 'device', matchKey: null, matchValue: 'toaster' }] }] }), 'invalid-data');
+  await rejectsWith(api.getShortUrlRedirectRules({ shortCode: 'no-such-code' }), 'short-url-not-found');
+
   // Domains: the same slug on another domain is another short URL.
   const domains = await api.listDomains();
   assert.deepEqual(domains.data.map((d) => [d.domain, d.isDefault]), [['sho.rt', true], ['go.brand.com', false]]);
