@@ -659,14 +659,9 @@ impl ApiFront {
         mesh: &mut Mesh,
     ) {
         let started = match req.method {
-            Method::Get | Method::Head | Method::Post => self.start_shlink_rules(
-                out,
-                defer,
-                (code, req.query, req),
-                body,
-                now_s,
-                mesh,
-            ),
+            Method::Get | Method::Head | Method::Post => {
+                self.start_shlink_rules(out, defer, (code, req.query, req), body, now_s, mesh)
+            }
             _ => return method_not_allowed(out, b"GET, POST", f),
         };
         if let Err(e) = started {

@@ -56,11 +56,7 @@ impl VisitorSource {
     /// The ISO 3166 code of `ip`'s country, if `--geoip` knows it.
     fn country(&self, ip: &[u8; 16]) -> Option<[u8; 2]> {
         let db = self.geoip.as_ref()?;
-        let v6 = std::net::Ipv6Addr::from(*ip);
-        let addr = match v6.to_ipv4_mapped() {
-            Some(v4) => std::net::IpAddr::V4(v4),
-            None => std::net::IpAddr::V6(v6),
-        };
+        let addr = shards::rules::ip_addr(ip);
         let path = [
             maxminddb::PathElement::Key("country"),
             maxminddb::PathElement::Key("iso_code"),
