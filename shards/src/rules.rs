@@ -935,7 +935,7 @@ fn hex(b: u8) -> Option<u8> {
 /// A link's rules as memory holds them: a shared, validated program (empty: none). Cloning
 /// shares it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Rules(Option<Arc<[u8]>>);
+pub struct Rules(Option<Arc<Vec<u8>>>);
 
 impl Rules {
     /// No rules.
@@ -945,7 +945,7 @@ impl Rules {
     pub fn new(set: RuleSet<'_>) -> Rules {
         match set.is_empty() {
             true => Rules::NONE,
-            false => Rules(Some(Arc::from(set.bytes()))),
+            false => Rules(Some(Arc::new(set.bytes().to_vec()))),
         }
     }
 
@@ -961,11 +961,11 @@ impl Rules {
 
     /// The program, borrowed.
     pub fn set(&self) -> RuleSet<'_> {
-        RuleSet(self.0.as_deref().unwrap_or_default())
+        RuleSet(self.0.as_deref().map_or(&[][..], Vec::as_slice))
     }
 
-    /// The shared program, if any (answers carry it to other cores).
-    pub fn shared(&self) -> Option<&Arc<[u8]>> {
+    /// The shared program, if any (answers carry it to other cores: a thin pointer).
+    pub fn shared(&self) -> Option<&Arc<Vec<u8>>> {
         self.0.as_ref()
     }
 

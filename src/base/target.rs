@@ -73,29 +73,39 @@ impl TableText {
 
 const _: () = assert!(shards::rules::MAX_RULES_BYTES <= u16::MAX as usize);
 
-/// A link's redirect rules program (`shards::rules`) as answers carry it: like [`Target`],
-/// in a table's mapping or shared.
+impl TableText {
+    /// The rules program of this target's record, which starts `at` bytes past the target's
+    /// end (after the author and behaviour blocks), its length in the two bytes before it; or
+    /// `None` if the table is retired in `view`.
+    #[inline]
+    pub fn rules_after<'a>(&'a self, view: &'a TableView, at: u8) -> Option<&'a [u8]> {
+        self.resolve(view)?;
+        let start = self.len as usize + at as usize;
+        debug_assert!(at >= 2, "a rules program follows its length");
+        // SAFETY: the table is mapped (checked above, as in `resolve`), and `at` was taken
+        // by `Store::get` from the record's own parse (`shards::table` checked the block lies
+        // inside the records: two length bytes, then the program) in this same mapping.
+        unsafe {
+            let p = self.ptr.add(start);
+            let len = u16::from_le_bytes([*p.sub(2), *p.sub(1)]);
+            Some(std::slice::from_raw_parts(p, len as usize))
+        }
+    }
+}
+
+/// Where an answer's redirect rules (`shards::rules`) are: after its target in the same table
+/// record (`at` bytes past the target's end), or in a shared buffer (a thin pointer, so an
+/// answer stays small).
 #[derive(Clone, Debug)]
 pub enum RulesText {
-    Table(TableText),
-    Shared(Arc<[u8]>),
+    Table { at: u8 },
+    Shared(Arc<Vec<u8>>),
 }
 
 impl RulesText {
     /// The rules of a link in memory (`None`: it has none).
     pub fn of(rules: &shards::rules::Rules) -> Option<RulesText> {
         rules.shared().map(|p| RulesText::Shared(p.clone()))
-    }
-
-    /// The program, or `None` if it lies in a table this core may no longer read.
-    #[inline]
-    pub fn resolve<'a>(&'a self, view: &'a TableView) -> Option<shards::rules::RuleSet<'a>> {
-        let bytes = match self {
-            RulesText::Shared(p) => p,
-            RulesText::Table(t) => t.resolve(view)?,
-        };
-        // Parsed when its record was read (`shards::rules::RuleSet::parse`).
-        Some(shards::rules::RuleSet::trusted(bytes))
     }
 }
 

@@ -65,8 +65,10 @@ pub struct Answer {
     pub valid_since_s: u32,
     /// Unix seconds after which the link answers 404; 0 = never.
     pub expires_at_s: u64,
-    /// Its redirect rules (`shards::rules`), evaluated by the core that answers the visit.
-    pub rules: Option<crate::base::target::RulesText>,
+    /// Its redirect rules (`shards::rules`), evaluated by the core that answers the visit:
+    /// shared (a thin pointer), or `rules_at` bytes past a table target's end (0: none).
+    rules: Option<Arc<Vec<u8>>>,
+    rules_at: u8,
 }
 
 const LIMITED_BIT: u8 = 1 << 4;
@@ -93,7 +95,14 @@ impl Answer {
             bits: forward | disabled << 2 | limited,
             valid_since_s: u32::try_from(b.valid_since_s).unwrap_or(u32::MAX),
             expires_at_s,
-            rules,
+            rules_at: match &rules {
+                Some(crate::base::target::RulesText::Table { at }) => *at,
+                _ => 0,
+            },
+            rules: match rules {
+                Some(crate::base::target::RulesText::Shared(p)) => Some(p),
+                _ => None,
+            },
         }
     }
 
@@ -136,9 +145,13 @@ impl Answer {
     /// What to answer a visit with, if this core may read the target (`Target::resolve`).
     #[inline]
     pub fn readable<'a>(&'a self, view: &'a TableView) -> Option<LiveLink<'a>> {
-        let rules = match &self.rules {
-            None => shards::rules::RuleSet::EMPTY,
-            Some(r) => r.resolve(view)?,
+        let rules = match (&self.rules, &self.target) {
+            (Some(p), _) => shards::rules::RuleSet::trusted(p),
+            (None, Target::Table(t)) if self.rules_at != 0 => {
+                // Parsed when its record was read (`shards::rules::RuleSet::parse`).
+                shards::rules::RuleSet::trusted(t.rules_after(view, self.rules_at)?)
+            }
+            _ => shards::rules::RuleSet::EMPTY,
         };
         Some(LiveLink {
             status: self.status,
@@ -440,12 +453,12 @@ pub enum WriteOutcome {
 }
 
 /// Largest a mesh message may be. The queues hold messages by value (no allocation per
-/// forward), so every slot is this big: 160 bytes is an `Answer` with its inline key (a
-/// stored key: up to 71 bytes with its domain's prefix) and its rules' handle (24 bytes, in
-/// a table or shared: a forwarded visit evaluates the rules on the core that read the request),
-/// two and a half cache lines. A variant that grows past it must box its payload; the build
-/// fails otherwise.
-pub const MAX_MESH_MSG_BYTES: usize = 160;
+/// forward), so every slot is this big: 152 bytes is an `Answer` with its inline key (a
+/// stored key: up to 71 bytes with its domain's prefix) and where its redirect rules are (a
+/// thin pointer and an offset: a forwarded visit evaluates the rules on the core that read
+/// the request), under two and a half cache lines. A variant that grows past it must box its
+/// payload; the build fails otherwise.
+pub const MAX_MESH_MSG_BYTES: usize = 152;
 
 const _: () = assert!(std::mem::size_of::<MeshMsg>() <= MAX_MESH_MSG_BYTES);
 

@@ -85,12 +85,13 @@ impl Store {
         let link = s.table.get(key)?;
         let rules = match link.rules.is_empty() {
             true => None,
-            false => Some(crate::base::target::RulesText::Table(TableText::of_bytes(
-                &s.table,
-                link.rules.bytes(),
-                shard,
-                s.gen,
-            ))),
+            false => {
+                // The program lies a few bytes past the target, in the same record.
+                let end = link.target.as_ptr() as usize + link.target.len();
+                let at = link.rules.bytes().as_ptr() as usize - end;
+                let at = u8::try_from(at).expect("author and behaviour blocks are short");
+                Some(crate::base::target::RulesText::Table { at })
+            }
         };
         let answer = Answer::new(
             Target::Table(TableText::new(&s.table, link.target, shard, s.gen)),
