@@ -517,39 +517,37 @@ struct Facts<'v, 'c> {
 
 /// Reads the next condition; `None` for malformed bytes.
 fn read_cond<'p>(r: &mut Cursor<'p>) -> Option<Cond<'p>> {
-    {
-        let kind = r.u8().ok()?;
-        Some(match kind {
-            1 => Cond::Device(r.u8().ok()?),
-            2 => {
-                let n = usize::from(r.u8().ok()?);
-                Cond::Language(r.take(n).ok()?)
+    let kind = r.u8().ok()?;
+    Some(match kind {
+        1 => Cond::Device(r.u8().ok()?),
+        2 => {
+            let n = usize::from(r.u8().ok()?);
+            Cond::Language(r.take(n).ok()?)
+        }
+        3 => {
+            let k = usize::from(r.u8().ok()?);
+            let key = r.take(k).ok()?;
+            let n = usize::from(r.u16().ok()?);
+            Cond::QueryEquals(key, r.take(n).ok()?)
+        }
+        4 | 5 => {
+            let k = usize::from(r.u8().ok()?);
+            let key = r.take(k).ok()?;
+            if kind == 4 {
+                Cond::QueryPresent(key)
+            } else {
+                Cond::QueryValueless(key)
             }
-            3 => {
-                let k = usize::from(r.u8().ok()?);
-                let key = r.take(k).ok()?;
-                let n = usize::from(r.u16().ok()?);
-                Cond::QueryEquals(key, r.take(n).ok()?)
-            }
-            4 | 5 => {
-                let k = usize::from(r.u8().ok()?);
-                let key = r.take(k).ok()?;
-                if kind == 4 {
-                    Cond::QueryPresent(key)
-                } else {
-                    Cond::QueryValueless(key)
-                }
-            }
-            6 => {
-                let addr = r.take(16).ok()?;
-                Cond::Ip(addr, r.u8().ok()?)
-            }
-            7 => Cond::Country(r.take(2).ok()?),
-            8 => Cond::Before(r.u64().ok()?),
-            9 => Cond::After(r.u64().ok()?),
-            _ => return None,
-        })
-    }
+        }
+        6 => {
+            let addr = r.take(16).ok()?;
+            Cond::Ip(addr, r.u8().ok()?)
+        }
+        7 => Cond::Country(r.take(2).ok()?),
+        8 => Cond::Before(r.u64().ok()?),
+        9 => Cond::After(r.u64().ok()?),
+        _ => return None,
+    })
 }
 
 impl Cond<'_> {
