@@ -458,3 +458,90 @@ fn created_view(i: usize) -> Value {
     }
     v
 }
+
+/// A MaxMind-format country database built here (no free one ships with the OS).
+fn test_mmdb(path: &std::path::Path) {
+    #[derive(serde::Serialize)]
+    struct Country {
+        iso_code: &'static str,
+    }
+    #[derive(serde::Serialize)]
+    struct Record {
+        country: Country,
+    }
+    let mut w = mmdb_writer::Writer::new("Test-Country");
+    for (net, iso_code) in [("81.2.69.0/24", "GB"), ("2a02:cf40::/29", "NO")] {
+        let net: ipnet::IpNet = net.parse().unwrap();
+        w.insert(
+            net,
+            &Record {
+                country: Country { iso_code },
+            },
+        )
+        .unwrap();
+    }
+    std::fs::write(path, w.to_bytes().unwrap()).unwrap();
+}
+
+/// Country and address conditions read the client's address as `--client-ip` says (here the
+/// rightmost `X-Forwarded-For`) and its country from `--geoip`, with analytics off too (the
+/// database is opened for the rules), on every core.
+#[test]
+fn country_and_address_conditions_follow_client_ip_and_geoip() {
+    let (_t, dir) = data_dir();
+    let db = dir.parent().unwrap().join("country.mmdb");
+    test_mmdb(&db);
+    let s = server(
+        &dir,
+        &[
+            "--geoip",
+            db.to_str().unwrap(),
+            "--client-ip",
+            "x-forwarded-for",
+            "--analytics",
+            "off",
+        ],
+    );
+    let mut c = Client::new(&s);
+    let mut keys = Vec::new();
+    for i in 0..6 {
+        let r = c.create(&json!({
+            "long_url": format!("https://own.example/{i}"),
+            "redirect_rules": [
+                {"target": "https://uk.example/", "conditions": [
+                    {"type": "geolocation-country-code", "value": "gb"}]},
+                {"target": "https://no.example/", "conditions": [
+                    {"type": "geolocation-country-code", "value": "NO"}]},
+                {"target": "https://lan.example/", "conditions": [
+                    {"type": "ip-address", "value": "192.168.*.*"}]},
+            ],
+        }));
+        assert_eq!(r.status, 201, "{}", r.text());
+        keys.push(r.json()["key"].as_str().unwrap().to_owned());
+    }
+    for _ in 0..2 {
+        for (i, k) in keys.iter().enumerate() {
+            for (xff, want) in [
+                ("10.0.0.1, 81.2.69.142", "https://uk.example/".to_owned()),
+                ("2a02:cf40::7", "https://no.example/".to_owned()),
+                ("192.168.4.4", "https://lan.example/".to_owned()),
+                (
+                    "81.2.69.142, 198.51.100.1",
+                    format!("https://own.example/{i}"),
+                ),
+            ] {
+                let mut c = Client::new(&s);
+                let r = c
+                    .send(
+                        "GET",
+                        &format!("/{k}"),
+                        false,
+                        &[("X-Forwarded-For", xff)],
+                        b"",
+                    )
+                    .unwrap();
+                assert_eq!(r.location(), Some(want.as_str()), "{k} from {xff}");
+            }
+        }
+    }
+}

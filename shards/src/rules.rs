@@ -1226,8 +1226,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_first_rule_whose_conditions_all_match_wins() {
+    /// Six rules, the last a country's.
+    fn six_rules() -> Vec<u8> {
         let rules = vec![
             rule(
                 "https://a.example/android-de",
@@ -1261,7 +1261,12 @@ mod tests {
             ),
             rule("https://a.example/fr", vec![Condition::Country(*b"FR")]),
         ];
-        let program = encode(&rules).unwrap();
+        encode(&rules).unwrap()
+    }
+
+    #[test]
+    fn the_first_rule_whose_conditions_all_match_wins() {
+        let program = six_rules();
         let set = RuleSet::parse(&program).unwrap();
         let mut no_geo = |_: &[u8; 16]| None;
         let at = |v: &Visitor<'_>, geo: &mut dyn FnMut(&[u8; 16]) -> Option<[u8; 2]>| {
