@@ -248,8 +248,9 @@ fn visits_of_limited_links_allocate_nothing() {
 /// Every link with 5 redirect rules of 3 conditions (device, language, query, address,
 /// date): 4 that no visit matches, and one that GETs with click fields match (a Linux user
 /// agent from the loopback address) whose target is the link's own, so the `Location` stays
-/// checkable. The rules are evaluated where the request was read: local hits, LRU hits and
-/// forwards, whose fields wait in the batch.
+/// checkable. Half the links get them by import (their rules read from the table's mapping),
+/// half by PATCH (shared from the memtable). The rules are evaluated where the request was
+/// read: local hits, LRU hits and forwards, whose fields wait in the batch.
 #[test]
 fn evaluating_redirect_rules_allocates_nothing() {
     run_with(true, &[], DEFAULT, (false, false), Some(RULES));
@@ -257,6 +258,31 @@ fn evaluating_redirect_rules_allocates_nothing() {
 
 /// `max_visits` of this value stands for "give every link redirect rules" in [`run_with`].
 const RULES: u64 = u64::MAX;
+
+/// Imports `links` as NDJSON, every other one with [`rules_of`] (so they stay in the tables).
+fn import_with_rules(dir: &std::path::Path, links: &[Link]) {
+    // Every other link imported with its rules: they stay in the tables.
+    let ndjson = dir.with_extension("ndjson");
+    let lines: Vec<String> = links
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let mut v = serde_json::json!({"key": l.key, "long_url": l.url, "status": l.status});
+            if i % 2 == 0 {
+                v["redirect_rules"] = rules_of(l)["redirect_rules"].clone();
+            }
+            v.to_string()
+        })
+        .collect();
+    std::fs::write(&ndjson, lines.join("\n") + "\n").unwrap();
+    let out = std::process::Command::new(server_bin())
+        .args(["import", "--data-dir"])
+        .arg(dir)
+        .arg(&ndjson)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
 
 fn rules_of(l: &Link) -> serde_json::Value {
     let miss = |i: usize| {
@@ -289,7 +315,10 @@ fn give_behaviour(server: &Server, links: &[Link], per_link: bool, max_visits: O
         (false, None) => None,
     };
     let mut c = common::api::Client::new(server);
-    for l in links {
+    for (i, l) in links.iter().enumerate() {
+        if max_visits == Some(RULES) && i % 2 == 0 {
+            continue; // imported with them
+        }
         let Some(body) = body(l) else {
             return;
         };
@@ -307,13 +336,14 @@ fn run_with(
     (reshape, per_link): (bool, bool),
     max_visits: Option<u64>,
 ) {
-    let tmp = tempfile::tempdir().unwrap();
+    let (tmp, mut links) = (tempfile::tempdir().unwrap(), dataset(3000, 11));
     let dir = tmp.path().join("data");
-    let mut links = dataset(3000, 11);
     for (i, l) in links.iter_mut().enumerate().step_by(10) {
         l.url = format!("https://bücher.example/straße/{i}?q=ü");
     }
-    if d.host == DEFAULT.host {
+    if max_visits == Some(RULES) {
+        import_with_rules(&dir, &links);
+    } else if d.host == DEFAULT.host {
         import(&dir, &links);
     } else {
         // Domain number 1's links, imported under their stored keys (`1.key`); other

@@ -1000,6 +1000,16 @@ pub fn encode_block(set: RuleSet<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(set.bytes());
 }
 
+/// A rules block at the start of `b` as a table read on the redirect path takes it: bounds
+/// checked, the program not parsed (it was when the table was written, its CRC vouches for
+/// it, and evaluating malformed bytes is total: no match, never a panic). No allocation.
+#[inline]
+pub fn block_in_table(b: &[u8]) -> Option<(RuleSet<'_>, usize)> {
+    let len = usize::from(u16::from_le_bytes([*b.first()?, *b.get(1)?]));
+    let program = b.get(2..2 + len).filter(|p| !p.is_empty())?;
+    Some((RuleSet::trusted(program), 2 + len))
+}
+
 /// Reads a rules block at the start of `b`: the program and the bytes the block took.
 pub fn decode_block(b: &[u8]) -> Result<(RuleSet<'_>, usize), String> {
     let len = b

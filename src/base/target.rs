@@ -46,7 +46,7 @@ impl TableText {
         TableText::of_bytes(table, text.as_bytes(), shard, gen)
     }
 
-    /// Bytes of `table` (a rules program, at most `MAX_RULES_BYTES`), as [`TableText::new`].
+    /// Bytes of `table`, as [`TableText::new`].
     pub fn of_bytes(table: &Table, bytes: &[u8], shard: u32, gen: u32) -> TableText {
         debug_assert!(table.contains(bytes), "text outside the table");
         TableText {

@@ -219,7 +219,7 @@ pub(crate) fn read_record(records: &[u8], off: usize) -> Option<RawRecord<'_>> {
         (Behaviour::NONE, 0)
     };
     let (rules, rules_len) = if flags & RULES_FLAG != 0 {
-        crate::rules::decode_block(records.get(at + behaviour_len..)?).ok()?
+        crate::rules::block_in_table(records.get(at + behaviour_len..)?)?
     } else {
         (RuleSet::EMPTY, 0)
     };
