@@ -883,39 +883,18 @@ fn the_export_stream_has_a_line_per_change_with_unique_ids() {
     );
 }
 
-/// A MaxMind-format country database built here (no free one ships with the OS).
-fn test_mmdb(path: &std::path::Path) {
-    #[derive(serde::Serialize)]
-    struct Country {
-        iso_code: &'static str,
-    }
-    #[derive(serde::Serialize)]
-    struct Record {
-        country: Country,
-    }
-    let mut w = mmdb_writer::Writer::new("Test-Country");
-    for (net, iso_code) in [
-        ("81.2.69.0/24", "GB"),
-        ("89.160.20.0/24", "SE"),
-        ("2a02:cf40::/29", "NO"),
-    ] {
-        let net: ipnet::IpNet = net.parse().unwrap();
-        w.insert(
-            net,
-            &Record {
-                country: Country { iso_code },
-            },
-        )
-        .unwrap();
-    }
-    std::fs::write(path, w.to_bytes().unwrap()).unwrap();
-}
-
 #[test]
 fn countries_come_from_the_operators_geoip_database() {
     let (_t, dir) = data_dir();
     let db = dir.parent().unwrap().join("country.mmdb");
-    test_mmdb(&db);
+    common::geo::test_mmdb(
+        &db,
+        &[
+            ("81.2.69.0/24", "GB"),
+            ("89.160.20.0/24", "SE"),
+            ("2a02:cf40::/29", "NO"),
+        ],
+    );
     let s = start(
         &dir,
         &flags(&[

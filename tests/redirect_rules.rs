@@ -145,6 +145,13 @@ fn model(i: usize, v: &Visitor, own: &str) -> String {
     own.to_owned()
 }
 
+/// `GET path` with `headers` on a fresh connection (as a new visitor would send it).
+fn visit_as(s: &common::Server, path: &str, headers: &[(&str, &str)]) -> common::api::Resp {
+    Client::new(s)
+        .send("GET", path, false, headers, b"")
+        .unwrap()
+}
+
 fn headers(v: &Visitor) -> Vec<(&'static str, &'static str)> {
     let mut h = Vec::new();
     if !v.ua.is_empty() {
@@ -186,10 +193,7 @@ fn check_visits(
     for round in 0..2 {
         for (i, (key, _)) in links.iter().enumerate() {
             for v in VISITORS {
-                let mut c = Client::new(s);
-                let r = c
-                    .send("GET", &path(key, v), false, &headers(v), b"")
-                    .unwrap();
+                let r = visit_as(s, &path(key, v), &headers(v));
                 assert_eq!(r.status, 302, "round {round} {} {:?}", path(key, v), v.ua);
                 assert_eq!(
                     r.location(),
@@ -296,29 +300,12 @@ fn rules_pick_targets_on_every_core_through_patch_restart_compaction_and_export(
     }
     for (i, (key, own)) in links.iter().enumerate() {
         for _ in 0..3 {
-            let mut c = Client::new(&s);
-            let r = c
-                .send(
-                    "GET",
-                    &format!("/{key}"),
-                    false,
-                    &[("User-Agent", IPHONE)],
-                    b"",
-                )
-                .unwrap();
+            let r = visit_as(&s, &format!("/{key}"), &[("User-Agent", IPHONE)]);
             assert_eq!(
                 r.location(),
                 Some(format!("https://moved.example/{i}").as_str())
             );
-            let r = c
-                .send(
-                    "GET",
-                    &format!("/{key}"),
-                    false,
-                    &[("User-Agent", WINDOWS)],
-                    b"",
-                )
-                .unwrap();
+            let r = visit_as(&s, &format!("/{key}"), &[("User-Agent", WINDOWS)]);
             assert_eq!(r.location(), Some(own.as_str()));
         }
     }
@@ -350,10 +337,7 @@ fn rules_pick_targets_on_every_core_through_patch_restart_compaction_and_export(
     std::fs::write(&list, "blocked.example\nios.example\n").unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
-        let mut c = Client::new(&s);
-        let r = c
-            .send("GET", "/rule3", false, &[("User-Agent", IPHONE)], b"")
-            .unwrap();
+        let r = visit_as(&s, "/rule3", &[("User-Agent", IPHONE)]);
         if r.status == 451 {
             break;
         }
@@ -363,10 +347,7 @@ fn rules_pick_targets_on_every_core_through_patch_restart_compaction_and_export(
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let mut c2 = Client::new(&s);
-    let r = c2
-        .send("GET", "/rule3", false, &[("User-Agent", WINDOWS)], b"")
-        .unwrap();
+    let r = visit_as(&s, "/rule3", &[("User-Agent", WINDOWS)]);
     assert_eq!(
         r.location(),
         Some("https://own.example/3"),
@@ -459,30 +440,6 @@ fn created_view(i: usize) -> Value {
     v
 }
 
-/// A MaxMind-format country database built here (no free one ships with the OS).
-fn test_mmdb(path: &std::path::Path) {
-    #[derive(serde::Serialize)]
-    struct Country {
-        iso_code: &'static str,
-    }
-    #[derive(serde::Serialize)]
-    struct Record {
-        country: Country,
-    }
-    let mut w = mmdb_writer::Writer::new("Test-Country");
-    for (net, iso_code) in [("81.2.69.0/24", "GB"), ("2a02:cf40::/29", "NO")] {
-        let net: ipnet::IpNet = net.parse().unwrap();
-        w.insert(
-            net,
-            &Record {
-                country: Country { iso_code },
-            },
-        )
-        .unwrap();
-    }
-    std::fs::write(path, w.to_bytes().unwrap()).unwrap();
-}
-
 /// Country and address conditions read the client's address as `--client-ip` says (here the
 /// rightmost `X-Forwarded-For`) and its country from `--geoip`, with analytics off too (the
 /// database is opened for the rules), on every core.
@@ -490,7 +447,7 @@ fn test_mmdb(path: &std::path::Path) {
 fn country_and_address_conditions_follow_client_ip_and_geoip() {
     let (_t, dir) = data_dir();
     let db = dir.parent().unwrap().join("country.mmdb");
-    test_mmdb(&db);
+    common::geo::test_mmdb(&db, &[("81.2.69.0/24", "GB"), ("2a02:cf40::/29", "NO")]);
     let s = server(
         &dir,
         &[
@@ -530,16 +487,7 @@ fn country_and_address_conditions_follow_client_ip_and_geoip() {
                     format!("https://own.example/{i}"),
                 ),
             ] {
-                let mut c = Client::new(&s);
-                let r = c
-                    .send(
-                        "GET",
-                        &format!("/{k}"),
-                        false,
-                        &[("X-Forwarded-For", xff)],
-                        b"",
-                    )
-                    .unwrap();
+                let r = visit_as(&s, &format!("/{k}"), &[("X-Forwarded-For", xff)]);
                 assert_eq!(r.location(), Some(want.as_str()), "{k} from {xff}");
             }
         }

@@ -820,9 +820,9 @@ pub fn accepts_language(header: &[u8], lang: &[u8]) -> bool {
     let (want_lang, want_region) = split_tag(lang);
     header.split(|b| *b == b',').any(|item| {
         let mut parts = item.split(|b| *b == b';');
-        let range = trim(parts.next().unwrap_or_default());
+        let range = parts.next().unwrap_or_default().trim_ascii();
         let q = parts
-            .find_map(|p| trim(p).strip_prefix(b"q=").map(quality))
+            .find_map(|p| p.trim_ascii().strip_prefix(b"q=").map(quality))
             .unwrap_or(Some(1000));
         let (l, region) = split_tag(range);
         q.is_some_and(|q| q >= LANGUAGE_MIN_QUALITY)
@@ -837,10 +837,6 @@ fn split_tag(t: &[u8]) -> (&[u8], &[u8]) {
         parts.next().unwrap_or_default(),
         parts.next().unwrap_or_default(),
     )
-}
-
-fn trim(b: &[u8]) -> &[u8] {
-    b.trim_ascii()
 }
 
 /// A `qvalue` (RFC 9110 §12.4.2: `0[.ddd]` or `1[.000]`) in thousandths; `None` if

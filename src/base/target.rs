@@ -43,15 +43,10 @@ impl TableText {
     /// Text of `table`, which the store holds as generation `gen` of `shard`. `text` must lie
     /// inside `table`'s mapping (checked in debug builds).
     pub fn new(table: &Table, text: &str, shard: u32, gen: u32) -> TableText {
-        TableText::of_bytes(table, text.as_bytes(), shard, gen)
-    }
-
-    /// Bytes of `table`, as [`TableText::new`].
-    pub fn of_bytes(table: &Table, bytes: &[u8], shard: u32, gen: u32) -> TableText {
-        debug_assert!(table.contains(bytes), "text outside the table");
+        debug_assert!(table.contains(text.as_bytes()), "text outside the table");
         TableText {
-            ptr: bytes.as_ptr(),
-            len: u16::try_from(bytes.len()).expect("tables hold texts of at most u16::MAX bytes"),
+            ptr: text.as_ptr(),
+            len: u16::try_from(text.len()).expect("tables hold targets of at most MAX_URL_BYTES"),
             shard: shard as u16,
             gen,
         }
@@ -63,17 +58,13 @@ impl TableText {
         if self.gen < view.min_live(u32::from(self.shard)) {
             return None;
         }
-        // SAFETY: `self` was made by `TableText::of_bytes` from bytes inside generation
+        // SAFETY: `self` was made by `TableText::new` from text inside generation
         // `self.gen` of shard `self.shard`'s table. That table is freed only after this core
         // raised its view past `self.gen` (module doc), which it has not: the check above
         // passed, and `view` stays borrowed (unchangeable) for as long as the slice lives.
         Some(unsafe { std::slice::from_raw_parts(self.ptr, self.len as usize) })
     }
-}
 
-const _: () = assert!(shards::rules::MAX_RULES_BYTES <= u16::MAX as usize);
-
-impl TableText {
     /// The rules program of this target's record, which starts `at` bytes past the target's
     /// end (after the author and behaviour blocks), its length in the two bytes before it; or
     /// `None` if the table is retired in `view`.

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod api;
+pub mod geo;
 pub mod pg;
 
 use std::io::{BufRead, BufReader, Read, Write};
