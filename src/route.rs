@@ -20,12 +20,6 @@ pub const KEY_METHODS: &[u8] = b"GET, HEAD, OPTIONS";
 /// The methods of the read-only endpoints (probes, the stats page, keys).
 pub const READ_METHODS: &str = "GET, HEAD";
 
-/// `/robots.txt` on every domain: a crawler that follows a short link counts as a visit,
-/// leaks the target to a search index and costs a redirect, so none is to be followed (as
-/// Shlink answers for links not marked crawlable; ricochet has no such mark yet). `.` is not
-/// a key character, so no link can be named `robots.txt`.
-pub const ROBOTS_TXT: &[u8] = b"User-agent: *\nDisallow: /\n";
-
 /// The handler of one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route<'a> {
@@ -42,7 +36,8 @@ pub enum Route<'a> {
     OpenApi,
     /// The stats page and its assets (`analytics::page`).
     StatsPage,
-    /// `/robots.txt`: crawlers are asked to follow no short link (`ROBOTS_TXT`).
+    /// `/robots.txt`: crawlers may follow only the domain's `crawlable` links
+    /// (`api_front::robots`). `.` is not a key character, so no link is named `robots.txt`.
     Robots,
     /// The native link API under `/api/` (`api_front`).
     Api,

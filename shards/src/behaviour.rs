@@ -6,9 +6,9 @@
 //! author), flagged by [`BEHAVIOUR_FLAG`] in `flags`, in tables and logs alike:
 //!
 //! ```text
-//! 0      2     3        4       5         8              16            24           32
-//! | len  | fwd | unused | why   | 0 0 0   | valid_since  | disabled_at | disabled_by |
-//!  u16 LE  u8    u8 (0)   u8      reserved  u64 LE         u64 LE        8 bytes (Author)
+//! 0      2     3       4       5         8              16            24           32
+//! | len  | fwd | crawl | why   | 0 0 0   | valid_since  | disabled_at | disabled_by |
+//!  u16 LE  u8    u8      u8      reserved  u64 LE         u64 LE        8 bytes (Author)
 //! 32            40        48
 //! | max_visits  | visits  |
 //!   u64 LE        u64 LE
@@ -19,8 +19,9 @@
 //! in their one canonical form (reserved bytes 0, no disabling time or author without a
 //! reason, no count without a limit, not all empty): decoding then encoding gives back the
 //! same bytes, which the log's fuzz target checks.
-//! `fwd`: 0 the server's `--forward-query`, 1 forward, 2 do not. `why`: 0 not disabled, else a
-//! [`DisabledReason`].
+//! `fwd`: 0 the server's `--forward-query`, 1 forward, 2 do not. `crawl`: 1 when the link
+//! is `crawlable` (listed as allowed in its domain's `robots.txt`), else 0. `why`: 0 not
+//! disabled, else a [`DisabledReason`].
 
 use crate::link::{Author, AUTHOR_BYTES};
 
@@ -106,6 +107,8 @@ pub struct Behaviour {
     pub max_visits: u64,
     /// Redirects to GETs made so far (counted only while `max_visits` is set).
     pub visits: u64,
+    /// Crawlers may follow it: its domain's `robots.txt` allows it (Shlink's `crawlable`).
+    pub crawlable: bool,
 }
 
 impl Behaviour {
@@ -116,6 +119,7 @@ impl Behaviour {
         disabled: None,
         max_visits: 0,
         visits: 0,
+        crawlable: false,
     };
 
     /// Whether the link has none (its records then carry no block).
@@ -157,7 +161,7 @@ impl Behaviour {
             Some(d) => (d.reason as u8, d.at_s, d.by),
         };
         out.extend_from_slice(&(BEHAVIOUR_BYTES as u16).to_le_bytes());
-        out.extend_from_slice(&[fwd, 0, why, 0, 0, 0]);
+        out.extend_from_slice(&[fwd, u8::from(self.crawlable), why, 0, 0, 0]);
         out.extend_from_slice(&self.valid_since_s.to_le_bytes());
         out.extend_from_slice(&at.to_le_bytes());
         out.extend_from_slice(&by.bytes());
@@ -177,7 +181,7 @@ impl Behaviour {
         if len != BEHAVIOUR_BYTES || len > b.len() {
             return Err(format!("behaviour block of {len} bytes"));
         }
-        if b[3] != 0 || b[5..8] != [0, 0, 0] {
+        if b[3] > 1 || b[5..8] != [0, 0, 0] {
             return Err("behaviour: reserved bytes set".into());
         }
         let forward_query = match b[2] {
@@ -209,6 +213,7 @@ impl Behaviour {
             disabled,
             max_visits,
             visits,
+            crawlable: b[3] == 1,
         };
         if behaviour.is_none() {
             return Err("behaviour: an empty block".into());
@@ -219,7 +224,7 @@ impl Behaviour {
 
 /// A behaviour's fields as NDJSON (export, import) and the API write them: `valid_since`
 /// (RFC 3339), `forward_query` (a boolean), `max_visits` and `visits`, `disabled`
-/// (`{"reason", "at", "by"}`), each only when set.
+/// (`{"reason", "at", "by"}`), `crawlable` (`true`), each only when set.
 impl Behaviour {
     pub fn put_json(&self, obj: &mut serde_json::Map<String, serde_json::Value>) {
         use serde_json::Value;
@@ -235,6 +240,9 @@ impl Behaviour {
         if self.max_visits != 0 {
             obj.insert("max_visits".into(), Value::from(self.max_visits));
             obj.insert("visits".into(), Value::from(self.visits));
+        }
+        if self.crawlable {
+            obj.insert("crawlable".into(), Value::from(true));
         }
         if let Some(d) = self.disabled {
             obj.insert(
@@ -290,20 +298,22 @@ mod tests {
             prop_oneof![Just(0u64), any::<u64>()],
             proptest::option::of((1u8..=3, any::<u64>(), "[a-z0-9]{0,8}")),
             prop_oneof![Just((0u64, 0u64)), (1u64.., any::<u64>())],
+            any::<bool>(),
         )
-            .prop_map(|(forward_query, valid_since_s, d, (max_visits, visits))| {
-                Behaviour {
+            .prop_map(
+                |(forward_query, valid_since_s, d, (max_visits, visits), crawlable)| Behaviour {
                     valid_since_s,
                     forward_query,
                     max_visits,
                     visits,
+                    crawlable,
                     disabled: d.map(|(r, at_s, by)| Disabled {
                         reason: DisabledReason::from_byte(r).unwrap().unwrap(),
                         at_s,
                         by: Author::from_id(&by).unwrap_or(Author::NONE),
                     }),
-                }
-            })
+                },
+            )
     }
 
     proptest! {
@@ -351,7 +361,7 @@ mod tests {
         let mut good = Vec::new();
         b.encode(&mut good);
         assert!(Behaviour::decode(&good).is_ok());
-        for (at, value) in [(0, 32u8), (3, 1), (6, 1), (16, 1), (24, b'a'), (40, 1)] {
+        for (at, value) in [(0, 32u8), (3, 2), (6, 1), (16, 1), (24, b'a'), (40, 1)] {
             let mut bad = good.clone();
             bad[at] = value;
             assert!(Behaviour::decode(&bad).is_err(), "byte {at} = {value}");
@@ -359,6 +369,13 @@ mod tests {
         let mut empty = good.clone();
         empty[8] = 0;
         assert!(Behaviour::decode(&empty).is_err(), "an empty block");
+        // Crawlable alone is a behaviour.
+        empty[3] = 1;
+        let crawlable = Behaviour {
+            crawlable: true,
+            ..Behaviour::NONE
+        };
+        assert_eq!(Behaviour::decode(&empty), Ok((crawlable, BEHAVIOUR_BYTES)));
     }
 
     #[test]

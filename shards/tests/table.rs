@@ -33,6 +33,7 @@ fn link(key: &str, target: &str, status: RedirectStatus, n: u64) -> OwnedLink {
                 }),
                 max_visits: n + 2,
                 visits: n / 3,
+                crawlable: n % 8 == 4,
             },
             _ => Behaviour::NONE,
         },

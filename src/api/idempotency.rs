@@ -116,6 +116,9 @@ pub fn request_hash(req: &CreateRequest) -> RequestHash {
             Some(false) => 2,
         }]);
         h.update(b.max_visits.to_le_bytes());
+        if b.crawlable {
+            h.update([4u8]);
+        }
     }
     // Likewise only when set.
     if !req.rules.is_empty() {

@@ -115,6 +115,8 @@ pub struct BehaviourUpdate {
     pub disabled: Option<Option<shards::behaviour::Disabled>>,
     /// New redirect rules (`Some(Rules::NONE)`: none, from `null` or `[]`).
     pub rules: Option<shards::rules::Rules>,
+    /// New `crawlable` (`Some(false)` from `null`).
+    pub crawlable: Option<bool>,
 }
 
 impl BehaviourUpdate {
@@ -144,6 +146,9 @@ impl BehaviourUpdate {
         if let Some(d) = self.disabled {
             b.disabled = d;
         }
+        if let Some(c) = self.crawlable {
+            b.crawlable = c;
+        }
     }
 }
 
@@ -171,6 +176,7 @@ const CREATE_MEMBERS: &[&str] = &[
     "forward_query",
     "max_visits",
     "redirect_rules",
+    "crawlable",
 ];
 const PATCH_MEMBERS: &[&str] = &[
     "long_url",
@@ -182,6 +188,7 @@ const PATCH_MEMBERS: &[&str] = &[
     "max_visits",
     "disabled",
     "redirect_rules",
+    "crawlable",
 ];
 
 /// Parses and validates a create body at wall-clock second `now_s`.
@@ -215,6 +222,7 @@ pub fn parse_create(body: &[u8], now_s: u64) -> Result<CreateRequest, Problem> {
             "forward_query" => behaviour.forward_query = Some(parse_bool(value, "forward_query")?),
             "max_visits" => behaviour.max_visits = parse_max_visits(value)?,
             "redirect_rules" => rules = parse_rules(value.clone())?,
+            "crawlable" => behaviour.crawlable = parse_bool(value, "crawlable")?,
             _ => unreachable!("parse_members admits only CREATE_MEMBERS"),
         }
     }
@@ -254,6 +262,7 @@ pub fn parse_patch(body: &[u8], now_s: u64) -> Result<PatchRequest, Problem> {
                 "max_visits" => behaviour.max_visits = Some(0),
                 "disabled" => behaviour.disabled = Some(None),
                 "redirect_rules" => behaviour.rules = Some(shards::rules::Rules::NONE),
+                "crawlable" => behaviour.crawlable = Some(false),
                 _ => {
                     return Err(Problem::invalid_field(
                         Some(field),
@@ -275,6 +284,7 @@ pub fn parse_patch(body: &[u8], now_s: u64) -> Result<PatchRequest, Problem> {
             "disabled" => behaviour.disabled = Some(Some(parse_disabled(value)?)),
             "max_visits" => behaviour.max_visits = Some(parse_max_visits(value)?),
             "redirect_rules" => behaviour.rules = Some(parse_rules(value.clone())?),
+            "crawlable" => behaviour.crawlable = Some(parse_bool(value, "crawlable")?),
             _ => unreachable!("parse_members admits only PATCH_MEMBERS"),
         }
     }
@@ -294,7 +304,8 @@ pub fn parse_patch(body: &[u8], now_s: u64) -> Result<PatchRequest, Problem> {
         return Err(Problem::invalid_field(
             None,
             "a patch must change at least one of long_url, expires_at, ttl_days, \
-             redirect_status, valid_since, forward_query, max_visits, disabled, redirect_rules",
+             redirect_status, valid_since, forward_query, max_visits, disabled, redirect_rules, \
+             crawlable",
         ));
     }
     Ok(PatchRequest {
@@ -853,6 +864,31 @@ mod tests {
     }
 
     #[test]
+    fn crawlable_is_a_boolean_and_null_clears_it() {
+        let r = create(json!({"long_url": "https://a.b", "crawlable": true})).unwrap();
+        assert!(r.behaviour.crawlable);
+        assert_eq!(
+            patch(json!({"crawlable": null}))
+                .unwrap()
+                .behaviour
+                .crawlable,
+            Some(false)
+        );
+        assert_eq!(
+            patch(json!({"crawlable": true}))
+                .unwrap()
+                .behaviour
+                .crawlable,
+            Some(true)
+        );
+        assert_field_err(
+            patch(json!({"crawlable": 1})),
+            "crawlable",
+            "true, false or null",
+        );
+    }
+
+    #[test]
     fn behaviour_members_are_parsed_and_checked() {
         let r = create(
             json!({"long_url": "https://a.b", "valid_since": "2030-03-17T17:46:40Z",
@@ -950,6 +986,7 @@ mod tests {
             disabled: Some(disabled),
             max_visits: 10,
             visits: 4,
+            crawlable: true,
         };
         let v: Value = serde_json::from_slice(&link_json(
             ("k", Some("go.brand.com")),
@@ -962,6 +999,7 @@ mod tests {
         .unwrap();
         assert_eq!(v["valid_since"], "2030-03-17T17:46:40Z");
         assert_eq!(v["forward_query"], true);
+        assert_eq!(v["crawlable"], true);
         assert_eq!(
             (v["max_visits"].as_u64(), v["visits"].as_u64()),
             (Some(10), Some(4))

@@ -296,13 +296,14 @@ fn busy(reply: ReplyTo, mesh: &mut Mesh) {
     mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
 }
 /// Fleet mode's refusal of a link behaviour (`valid_since`, `forward_query`, `max_visits`,
-/// `disabled`, `redirect_rules`):
+/// `disabled`, `crawlable`, `redirect_rules`):
 /// the fleet database's tables do not hold one yet, so no node could keep it.
 pub(crate) fn refuse_behaviour_in_fleet(has_behaviour: bool) -> Result<(), Problem> {
     match has_behaviour {
         true => Err(Problem::invalid_field(
             None,
-            "valid_since, forward_query, max_visits, disabled and redirect_rules are not yet \
+            "valid_since, forward_query, max_visits, disabled, crawlable and redirect_rules are \
+             not yet \
              stored by the fleet database: fleet mode refuses them",
         )),
         false => Ok(()),

@@ -8,6 +8,7 @@
 pub mod creates;
 pub mod global_stats;
 pub mod listing;
+pub mod robots;
 pub mod shlink;
 pub mod stats_sum;
 
@@ -81,6 +82,11 @@ pub enum ApiOp {
     /// Shlink's `GET` or `POST /rest/v3/short-urls/{code}/redirect-rules`: the read or
     /// PATCH inside, answered with the link's rules in Shlink's shape.
     ShlinkRules(Box<ApiOp>),
+    /// `/robots.txt` of domain `domain`: the walk over its crawlable links (`robots.rs`).
+    Robots {
+        domain: u32,
+        walk: listing::ListWalk,
+    },
 }
 
 impl ApiOp {
@@ -161,6 +167,8 @@ pub struct ApiFront {
     stats_in_flight: usize,
     /// `GET /api/v1/stats` requests waiting for the aggregators' parts: range, parts so far.
     gathering: std::collections::HashMap<ReplyTo, stats_sum::Gathering>,
+    /// Each domain's `robots.txt` text, kept for `robots::ROBOTS_TTL_S`.
+    robots: robots::RobotsCache,
 }
 
 impl ApiFront {
@@ -189,6 +197,7 @@ impl ApiFront {
             forward_query_default: false,
             lost_stats: Vec::new(),
             gathering: Default::default(),
+            robots: Default::default(),
         }
     }
 
@@ -410,6 +419,26 @@ impl ApiFront {
         };
         if let Err(p) = started {
             encode_problem(out, &p, &[], f);
+        }
+    }
+
+    /// `/robots.txt` of domain `domain` (`robots.rs`): the kept text, or a walk of the
+    /// domain's crawlable links deferred with `defer`.
+    pub fn robots(
+        &mut self,
+        out: &mut Vec<u8>,
+        defer: &mut Defer<'_>,
+        domain: u32,
+        (f, now_s): (Framing<'_>, u64),
+        mesh: &mut Mesh,
+    ) {
+        match self.robots.lookup(domain, now_s) {
+            robots::Lookup::Serve(body) => robots::answer(out, &body, f),
+            robots::Lookup::Walk(walk) => {
+                let (limit, filter) = (walk.limit, walk.filter.clone());
+                let reply = defer(out, ApiOp::Robots { domain, walk });
+                self.list_shard(reply, 0, None, limit, filter, mesh);
+            }
         }
     }
 
@@ -669,12 +698,23 @@ impl ApiFront {
         &mut self,
         reply: ReplyTo,
         op: &mut ApiOp,
-        outcome: WriteOutcome,
+        mut outcome: WriteOutcome,
         out: &mut Vec<u8>,
         f: Framing<'_>,
         mesh: &mut Mesh,
     ) -> Step {
-        if self.answer(op, outcome, out, f).is_some() {
+        if let (ApiOp::Robots { domain, walk }, WriteOutcome::Listed(page)) =
+            (&mut *op, &mut outcome)
+        {
+            let shards = self.router.shard_count();
+            let items = std::mem::take(&mut page.items);
+            if walk.take(items, page.complete, shards).is_some() {
+                let now_s = shards::timefmt::now_s();
+                let body = self.robots.walked(*domain, &walk.items, now_s);
+                robots::answer(out, &body, f);
+                return Step::Answered;
+            }
+        } else if self.answer(op, outcome, out, f).is_some() {
             return Step::Answered;
         }
         match op.core() {
@@ -687,7 +727,7 @@ impl ApiFront {
                 self.creates
                     .start(reply, req, created_at_s, tries, None, mesh);
             }
-            ApiOp::List(walk) => {
+            ApiOp::List(walk) | ApiOp::Robots { walk, .. } => {
                 let (shard, limit, filter) = (walk.shard, walk.wanted(), walk.filter.clone());
                 self.list_shard(reply, shard, None, limit, filter, mesh);
             }
@@ -1024,6 +1064,7 @@ pub(crate) fn list_filter(domains: Option<&[u32]>, reach: &Reach) -> Arc<ListFil
     Arc::new(ListFilter {
         domains,
         author: reach.author,
+        crawlable_only: false,
     })
 }
 

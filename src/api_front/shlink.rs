@@ -219,6 +219,7 @@ fn refuse_unsupported(body: &Map<String, Value>) -> Result<(), ShlinkError> {
                 | "validSince"
                 | "forwardQuery"
                 | "maxVisits"
+                | "crawlable"
                 | "shortCodeLength"
         );
         if !supported && !defaultish {
@@ -268,6 +269,7 @@ fn native_body(body: &[u8], create: bool) -> Result<Vec<u8>, ShlinkError> {
         ("validSince", "valid_since"),
         ("maxVisits", "max_visits"),
         ("forwardQuery", "forward_query"),
+        ("crawlable", "crawlable"),
     ] {
         if let Some(v) = m.get(shlink).filter(|v| !v.is_null() || !create) {
             native.insert(name.into(), v.clone());
@@ -877,7 +879,7 @@ impl ApiFront {
                      "maxVisits": (b.max_visits != 0).then_some(b.max_visits)},
             "domain": domain,
             "title": null,
-            "crawlable": false,
+            "crawlable": b.crawlable,
             "forwardQuery": b.forward_query.unwrap_or(self.forward_query_default()),
             "hasRedirectRules": !info.rules.is_empty(),
         })

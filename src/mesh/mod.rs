@@ -403,21 +403,26 @@ impl OwnerAsk {
 }
 
 /// Which links a list page holds: those of the given domains (`None`: every domain's) within
-/// an author's reach (`api::roles`).
+/// an author's reach (`api::roles`), and only crawlable ones for `robots.txt`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ListFilter {
     /// Domain numbers, sorted.
     pub domains: Option<Vec<u32>>,
     pub author: AuthorReach,
+    /// Only links marked `crawlable` (`api_front::robots`).
+    pub crawlable_only: bool,
 }
 
 impl ListFilter {
-    /// Whether the link of stored key `stored` created by `author` belongs on the page.
-    pub fn admits(&self, stored: &[u8], author: shards::link::Author) -> bool {
+    /// Whether the link of stored key `stored` created by `author` with behaviour `b`
+    /// belongs on the page.
+    pub fn admits(&self, stored: &[u8], author: shards::link::Author, b: &Behaviour) -> bool {
         let domain = shards::link::split_stored_key(stored).0;
-        self.domains
-            .as_ref()
-            .is_none_or(|d| d.binary_search(&domain).is_ok())
+        (b.crawlable || !self.crawlable_only)
+            && self
+                .domains
+                .as_ref()
+                .is_none_or(|d| d.binary_search(&domain).is_ok())
             && self.author.admits(author)
     }
 }

@@ -55,7 +55,7 @@ impl Owner {
         let (shard, limit) = (p.shard, p.limit as usize);
         let after = p.after.as_ref().map(|k| k.as_bytes());
         let past = |k: &[u8]| after.is_none_or(|a| k > a);
-        let admits = |k: &[u8], author| p.filter.admits(k, author);
+        let admits = |k: &[u8], author, b: &_| p.filter.admits(k, author, b);
         let live = |exp: u64| exp == 0 || now_s < exp;
         let mut mem: Vec<(&InlineKey, &MemEntry)> = self
             .writes
@@ -93,7 +93,8 @@ impl Owner {
             let item = if from_mem {
                 match mem.next().expect("peeked") {
                     (_, MemEntry::Live { info, .. })
-                        if live(info.expires_at_s) && admits(info.key.as_bytes(), info.author) =>
+                        if live(info.expires_at_s)
+                            && admits(info.key.as_bytes(), info.author, &info.behaviour) =>
                     {
                         Some(info.clone())
                     }
@@ -101,7 +102,8 @@ impl Owner {
                 }
             } else {
                 let (k, l) = table.next().expect("peeked");
-                (live(l.expires_at_s) && admits(k.as_bytes(), l.author)).then(|| LinkInfo {
+                let ok = live(l.expires_at_s) && admits(k.as_bytes(), l.author, &l.behaviour);
+                ok.then(|| LinkInfo {
                     key: InlineKey::new(k.as_bytes()).expect("table keys are valid keys"),
                     target: Arc::from(l.target),
                     status: l.status,

@@ -30,6 +30,17 @@ for (const [name, makeClient] of [['fetch', () => new FetchHttpClient()], ['node
   assert.equal(made.longUrl, 'https://example.com/sdk/a');
   assert.ok(made.shortUrl.endsWith(`/${slug}`), made.shortUrl);
   assert.deepEqual(made.tags, []);
+  assert.equal(made.crawlable, false);
+  // crawlable: set on create and by an edit; the domain's robots.txt allows the link.
+  const crawled = await api.createShortUrl({ longUrl: 'https://example.com/sdk/crawl', customSlug: `${slug}-c`, crawlable: true });
+  assert.equal(crawled.crawlable, true);
+  assert.equal((await api.updateShortUrl({ shortCode: slug }, { crawlable: true })).crawlable, true);
+  assert.equal((await api.updateShortUrl({ shortCode: slug }, { crawlable: false })).crawlable, false);
+  if (name === 'fetch') {
+    // The first robots.txt of this server (a core keeps a text for a minute afterwards).
+    const robots = await (await fetch(`${baseUrl}/robots.txt`)).text();
+    assert.ok(robots.includes(`\nAllow: /${slug}-c$\n`), robots);
+  }
 
   // Redirect rules (Shlink 4): set, read back, and followed by a visit from an Android phone.
   const rules = await api.setShortUrlRedirectRules({ shortCode: slug }, { redirectRules: [

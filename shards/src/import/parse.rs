@@ -287,6 +287,8 @@ struct JsonLine<'a> {
     disabled: Option<crate::behaviour::JsonDisabled>,
     #[serde(default)]
     redirect_rules: Option<Vec<crate::rules::JsonRule>>,
+    #[serde(default)]
+    crawlable: Option<bool>,
 }
 
 fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
@@ -327,6 +329,7 @@ fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
             .map_err(err)?,
         max_visits: j.max_visits.unwrap_or(0),
         visits: j.visits.unwrap_or(0),
+        crawlable: j.crawlable.unwrap_or(false),
     };
     if r.behaviour.max_visits == 0 && r.behaviour.visits != 0 {
         return Err(err("visits without max_visits".into()));

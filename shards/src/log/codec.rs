@@ -512,6 +512,7 @@ mod tests {
                     disabled: None,
                     max_visits: 3,
                     visits: 1,
+                    crawlable: true,
                 },
                 rules: crate::rules::Rules::from_rules(&[crate::rules::Rule {
                     target: "https://example.com/android".into(),

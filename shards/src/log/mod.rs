@@ -359,6 +359,7 @@ mod tests {
                     disabled: None,
                     max_visits: i + 1,
                     visits: i / 2,
+                    crawlable: i % 2 == 0,
                 },
                 _ => crate::behaviour::Behaviour::NONE,
             },

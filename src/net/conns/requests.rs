@@ -370,9 +370,10 @@ impl Conns {
             Route::MethodNotAllowed(allow) => encode::encode_method_not_allowed(out, allow, f),
             Route::NotFound => not_found(&self.domains, req, out, f),
             Route::Metrics => self.answer_metrics(slot, f),
-            Route::Probe | Route::OpenApi | Route::StatsPage | Route::Robots => {
+            Route::Probe | Route::OpenApi | Route::StatsPage => {
                 answer_read_only((&self.shared, &self.blocklist), route, req, out, f)
             }
+            Route::Robots => self.robots(slot, req, p.domain, persist, env),
             Route::Api | Route::ShlinkApi => self.hand_to_api(slot, req, persist, body, env),
         }
     }
@@ -418,6 +419,40 @@ impl Conns {
         }
         env.api
             .handle(out, &mut defer, req, body, persist, clock, mesh)
+    }
+
+    /// `/robots.txt` of the `Host`'s domain (`api_front::robots`): kept text, or a deferred
+    /// walk of its crawlable links. A host with no keyspace allows nothing.
+    fn robots(
+        &mut self,
+        slot: u32,
+        req: &Request<'_>,
+        domain: HostDomain,
+        persist: Persist,
+        env: &mut Env,
+    ) {
+        let head = req.method == Method::Head;
+        let domain = match domain {
+            HostDomain::Found(found) => found,
+            HostDomain::Unasked => self.host_memo.domain_of(&self.domains, req.host),
+        };
+        let c = &mut self.slots[slot as usize];
+        let (out, answers, gen, me) = (&mut c.out, &mut c.answers, c.gen, self.me as u16);
+        let f = Framing {
+            head_only: head,
+            conn: persist,
+            date: &env.clock.date,
+        };
+        let Some(domain) = domain else {
+            return crate::api_front::robots::answer(out, crate::api_front::robots::ROBOTS_TXT, f);
+        };
+        let mut defer = |out: &[u8], op: ApiOp| {
+            let seq = answers.defer(out, head, persist, PendingKind::Api(Box::new(op)));
+            ReplyTo::request(me, slot, gen, seq)
+        };
+        let now_s = env.clock.now_s;
+        env.api
+            .robots(out, &mut defer, domain, (f, now_s), &mut *env.mesh);
     }
 
     /// A redirect: the click's context taken (a GET with analytics on), then the lookup.
@@ -1007,15 +1042,6 @@ fn answer_read_only(
                 headers: &[],
                 content_type: Some("application/json"),
                 body: &shared.openapi_json[..],
-            };
-            encode::encode_response(out, &r, f);
-        }
-        Route::Robots => {
-            let r = Response {
-                status: Status::Ok,
-                headers: &[],
-                content_type: Some("text/plain; charset=utf-8"),
-                body: crate::route::ROBOTS_TXT,
             };
             encode::encode_response(out, &r, f);
         }
