@@ -15,7 +15,9 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughpu
 use crossbeam::channel::{bounded, Receiver, Sender};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use ricochet::analytics::combiner::{Batch, ClickFields, Combiner, CoreMsg, BATCHES_PER_CORE};
+use ricochet::analytics::combiner::{
+    Batch, ClickFields, ClickRule, Combiner, CoreMsg, BATCHES_PER_CORE,
+};
 use ricochet::analytics::ClientIp;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -74,7 +76,7 @@ fn clicks(c: &mut Criterion) {
                 n += 1;
                 let f = fields(&forwarded[(n % 5000) as usize]);
                 let click = r.k.take(ClientIp::XForwardedFor, black_box(&f), now_s);
-                r.k.record(black_box(cycle.next_key()), &click, now_s);
+                r.k.record(black_box(cycle.next_key()), &click, ClickRule::NONE, now_s);
                 if n % 1024 == 0 {
                     r.aggregate();
                 }
@@ -87,7 +89,7 @@ fn clicks(c: &mut Criterion) {
             let f = fields(&forwarded[1]);
             b.iter(|| {
                 let click = r.k.take(ClientIp::XForwardedFor, black_box(&f), now_s);
-                r.k.record(black_box(key), &click, now_s)
+                r.k.record(black_box(key), &click, ClickRule::NONE, now_s)
             });
             assert_eq!(r.k.tally.dropped, 0);
         });

@@ -493,3 +493,71 @@ fn country_and_address_conditions_follow_client_ip_and_geoip() {
         }
     }
 }
+
+/// A click records which rule sent it: the link's stats count clicks per rule (its
+/// priority, or `default` when none matched); a HEAD is no click; a link without rules has
+/// none. On 3 cores, each visit on a fresh connection (so on any core).
+#[test]
+fn clicks_record_the_rule_that_sent_them() {
+    let (_t, dir) = data_dir();
+    let s = server(&dir, &[]);
+    let mut c = Client::new(&s);
+    let r = c.create(&json!({
+        "long_url": "https://own.example/",
+        "custom_alias": "ruled",
+        "redirect_rules": [
+            {"target": "https://android.example/", "conditions": [{"type": "device", "value": "android"}]},
+            {"target": "https://mail.example/", "conditions": [
+                {"type": "query-param", "key": "src", "value": "mail"}]}]
+    }));
+    assert_eq!(r.status, 201, "{}", r.text());
+    c.create_ok("https://plain.example/", Some("plain"));
+    let android = [(
+        "User-Agent",
+        "Mozilla/5.0 (Linux; Android 14; Pixel 8) Mobile Safari",
+    )];
+    let desktop = [(
+        "User-Agent",
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 Chrome/120.0 Safari/537.36",
+    )];
+    type Headers<'a> = &'a [(&'a str, &'a str)];
+    let visits: [(&str, Headers<'_>, &str, usize); 4] = [
+        ("/ruled", &android, "https://android.example/", 3),
+        ("/ruled?src=mail", &desktop, "https://mail.example/", 2),
+        ("/ruled", &desktop, "https://own.example/", 4),
+        ("/plain", &desktop, "https://plain.example/", 5),
+    ];
+    for (path, headers, want, n) in visits {
+        for _ in 0..n {
+            let r = visit_as(&s, path, headers);
+            assert_eq!((r.status, r.location()), (302, Some(want)), "{path}");
+        }
+    }
+    let head = Client::new(&s)
+        .send("HEAD", "/ruled", false, &android, b"")
+        .unwrap();
+    assert_eq!(head.location(), Some("https://android.example/"));
+
+    let stats = |c: &mut Client, key: &str, clicks: u64| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let r = c.get_link(&format!("{key}/stats?bots=include"));
+            assert_eq!(r.status, 200, "{}", r.text());
+            let v = r.json();
+            if v["summary"]["clicks"] == clicks {
+                return v;
+            }
+            assert!(std::time::Instant::now() < deadline, "{v}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    let v = stats(&mut c, "ruled", 9);
+    assert_eq!(
+        v["rules"],
+        json!([{"value": "default", "clicks": 4}, {"value": "1", "clicks": 3},
+               {"value": "2", "clicks": 2}]),
+        "{v}"
+    );
+    let v = stats(&mut c, "plain", 5);
+    assert_eq!(v["rules"], json!([]), "{v}");
+}

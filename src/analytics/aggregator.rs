@@ -753,6 +753,25 @@ impl Aggregator {
         }
     }
 
+    /// The [`FacetKind::Rule`] value of a click sent by `rule` (none for a link without
+    /// rules): the rule's priority, or `default`.
+    fn rule_value(&mut self, rule: super::combiner::ClickRule) -> Option<Arc<str>> {
+        match rule {
+            super::combiner::ClickRule::NONE => None,
+            super::combiner::ClickRule::DEFAULT => {
+                Some(self.values.get(shards::clicks::DEFAULT_RULE))
+            }
+            super::combiner::ClickRule(n) => {
+                const NAMES: [&str; shards::rules::MAX_RULES_PER_LINK] = [
+                    "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14",
+                    "15", "16",
+                ];
+                let name = NAMES.get(usize::from(n).wrapping_sub(1))?;
+                Some(self.values.get(name))
+            }
+        }
+    }
+
     /// The ISO 3166 alpha-2 country of `ip` (IPv6 or v4-mapped), `ZZ` if unknown.
     fn country(&mut self, ip: &[u8; 16]) -> Arc<str> {
         let Some(db) = &self.s.geoip else {
@@ -838,6 +857,14 @@ impl Aggregator {
                     value: value.clone(),
                     count,
                 }));
+            if let Some(value) = self.rule_value(ctx.rule) {
+                d.facets.push(FacetCount {
+                    kind: FacetKind::Rule,
+                    bot,
+                    value,
+                    count,
+                });
+            }
         }
         (owner, d)
     }

@@ -37,13 +37,33 @@ pub const SEEN_SLOTS: usize = 8192;
 const HASH_SEEDS: [u64; 2] = [0x243f_6a88_85a3_08d3, 0x1319_8a2e_0370_7344];
 
 /// What the core knows of a click besides its key: the client address (IPv6 or v4-mapped),
-/// and the hashes of its user agent and referrer host (0: none). All zero in `counts` mode.
+/// the hashes of its user agent and referrer host (0: none), and which redirect rule sent it
+/// ([`ClickRule`]). All zero in `counts` mode.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ClickCtx {
     pub ip: [u8; 16],
     pub ua: u64,
     pub referrer: u64,
+    pub rule: ClickRule,
 }
+
+/// Which redirect rule sent a click: 0 the link has none, 1 to `MAX_RULES_PER_LINK` that
+/// rule (its priority), [`ClickRule::DEFAULT`] the link has rules and none matched.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ClickRule(pub u8);
+
+impl ClickRule {
+    pub const NONE: ClickRule = ClickRule(0);
+    pub const DEFAULT: ClickRule = ClickRule(u8::MAX);
+
+    /// The rule at 0-based `index` of the link's list.
+    pub fn matched(index: u8) -> ClickRule {
+        debug_assert!(usize::from(index) < shards::rules::MAX_RULES_PER_LINK);
+        ClickRule(index + 1)
+    }
+}
+
+const _: () = assert!(shards::rules::MAX_RULES_PER_LINK < u8::MAX as usize);
 
 /// A GET's click, taken when its request is read and counted if it is answered with a
 /// redirect.
@@ -333,6 +353,7 @@ impl Combiner {
             ip,
             ua: ua.map_or(0, |u| self.hash_str(u)),
             referrer: rf.map_or(0, |r| self.hash_str(r)),
+            rule: ClickRule::NONE,
         };
         if let Some(u) = ua {
             self.carry_once(StrKind::UserAgent, ctx.ua, u, day);
@@ -350,7 +371,8 @@ impl Combiner {
         const M: u64 = 0x9E37_79B9_7F4A_7C15;
         let ip = u128::from_le_bytes(ctx.ip);
         let mut h = xxhash_rust::xxh3::xxh3_64_with_seed(key, HASH_SEEDS[1]);
-        for w in [ctx.ua, ctx.referrer, ip as u64, (ip >> 64) as u64] {
+        let ua = ctx.ua ^ u64::from(ctx.rule.0) << 56;
+        for w in [ua, ctx.referrer, ip as u64, (ip >> 64) as u64] {
             h = (h ^ w).wrapping_mul(M).rotate_left(29);
         }
         h ^ (h >> 32)
@@ -383,12 +405,17 @@ impl Combiner {
         self.seen[slot] = hash;
     }
 
-    /// Counts one click on `key` (a GET answered with a redirect), taken by [`Self::take`].
+    /// Counts one click on `key` (a GET answered with a redirect), taken by [`Self::take`],
+    /// sent by `rule` (kept in `full` mode only).
     #[inline]
-    pub fn record(&mut self, key: &[u8], click: &Click, now_s: u64) {
+    pub fn record(&mut self, key: &[u8], click: &Click, rule: ClickRule, now_s: u64) {
         let Click::Take(ctx) = click else {
             self.tally.dropped += 1;
             return;
+        };
+        let ctx = &ClickCtx {
+            rule: if self.full { rule } else { ClickRule::NONE },
+            ..*ctx
         };
         let day = shards::clicks::day_of(now_s);
         let hash = self.entry_hash(key, ctx);
@@ -712,7 +739,7 @@ mod tests {
                 addr[15] = ip;
                 let f = fields(addr, Some(b"UA"), None);
                 let click = c.take(ClientIp::Peer, &f, 86_400);
-                c.record(key.as_bytes(), &click, 86_400);
+                c.record(key.as_bytes(), &click, ClickRule::NONE, 86_400);
                 *oracle.entry((key.into_bytes(), addr)).or_default() += 1;
                 if i % 1000 == 999 {
                     c.sweep();
@@ -842,7 +869,7 @@ mod tests {
             let key = format!("k{i}");
             let click = c.take(ClientIp::Peer, &fields([0; 16], Some(b"UA"), None), 0);
             starved += usize::from(click == Click::Starved);
-            c.record(key.as_bytes(), &click, 0);
+            c.record(key.as_bytes(), &click, ClickRule::NONE, 0);
             n += 1;
         }
         assert_eq!(c.tally.clicks + c.tally.dropped, n);
@@ -863,7 +890,7 @@ mod tests {
                 Some(b"https://example.com/a"),
             );
             let click = c.take(ClientIp::Peer, &f, s);
-            c.record(b"k", &click, s);
+            c.record(b"k", &click, ClickRule::NONE, s);
         }
         c.sweep();
         let mut days = Vec::new();

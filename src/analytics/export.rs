@@ -161,6 +161,7 @@ pub fn state_line(id: &str, now_ms: u64, key: &[u8], day: Day, l: &LinkDay, out:
         "browsers": facet(FacetKind::Browser),
         "os": facet(FacetKind::Os),
         "devices": facet(FacetKind::Device),
+        "rules": facet(FacetKind::Rule),
     });
     serde_json::to_writer(&mut *out, &v).expect("a Vec takes JSON");
     out.push(b'\n');

@@ -467,7 +467,7 @@ mod tests {
             referer: None,
         };
         let click = c.take(ClientIp::Peer, &fields, now_s);
-        c.record(key(2).as_bytes(), &click, now_s);
+        c.record(key(2).as_bytes(), &click, combiner::ClickRule::NONE, now_s);
         assert_eq!(rig.clicks(2), (1, 0));
         rig.close();
     }
@@ -492,7 +492,7 @@ mod tests {
                         let fields = ClickFields { peer: [k; 16], forwarded_for: None, user_agent: Some(ua), referer: None };
                         let click = c.take(ClientIp::Peer, &fields, now_s);
                         let dropped = c.tally.dropped;
-                        c.record(key(k).as_bytes(), &click, now_s);
+                        c.record(key(k).as_bytes(), &click, combiner::ClickRule::NONE, now_s);
                         // Dropped when no clean batch was free (the aggregators are behind): by
                         // design, and counted; the oracle counts what the combiner took.
                         if c.tally.dropped == dropped {

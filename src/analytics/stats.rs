@@ -399,6 +399,7 @@ pub fn link_json_from(
         "browsers": facet(FacetKind::Browser),
         "os": facet(FacetKind::Os),
         "devices": facet(FacetKind::Device),
+        "rules": facet(FacetKind::Rule),
         "complete_until": rfc3339_ms(complete_until_ms),
         "dropped_clicks": dropped,
     });

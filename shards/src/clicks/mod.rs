@@ -49,9 +49,18 @@ pub enum FacetKind {
     Browser = 3,
     Os = 4,
     Device = 5,
+    /// Which of the link's redirect rules sent the click: its priority (`"1"` to `"16"`),
+    /// or [`DEFAULT_RULE`] when the link has rules and none matched. Clicks of links
+    /// without rules have none.
+    Rule = 6,
 }
 
+/// The [`FacetKind::Rule`] value of a click on a link with rules that matched none.
+pub const DEFAULT_RULE: &str = "default";
+
 impl FacetKind {
+    /// The kinds every `full` click has, in the order its delta lists them: one visitor's
+    /// profile (`table` keeps such a run as one entry).
     pub const ALL: [FacetKind; 5] = [
         FacetKind::Referrer,
         FacetKind::Country,
@@ -61,7 +70,10 @@ impl FacetKind {
     ];
 
     pub fn from_u8(b: u8) -> Option<FacetKind> {
-        FacetKind::ALL.into_iter().find(|k| *k as u8 == b)
+        match b {
+            6 => Some(FacetKind::Rule),
+            _ => FacetKind::ALL.into_iter().find(|k| *k as u8 == b),
+        }
     }
 }
 
@@ -850,7 +862,7 @@ mod tests {
         // (moves across slab chunks: `table::tests`).
         let key = 0u16..300;
         let facet =
-            (1u8..=5, any::<bool>(), 0usize..70, 1u64..4).prop_map(|(k, bot, v, n)| FacetCount {
+            (1u8..=6, any::<bool>(), 0usize..70, 1u64..4).prop_map(|(k, bot, v, n)| FacetCount {
                 kind: FacetKind::from_u8(k).unwrap(),
                 bot,
                 value: format!("v{v}").into(),
@@ -868,10 +880,11 @@ mod tests {
                     bots,
                     facets,
                 })),
-            // One click's shape, as the aggregator merges it (held as one interned profile):
-            // referrers many enough to pass the cap, the other four values few.
-            12 => (0u16..20, 0u32..2, any::<bool>(), 1u64..4, 0usize..70, prop::array::uniform4(0usize..3), 0u16..1024)
-                .prop_map(|(k, day, bot, n, referrer, rest, reg)| {
+            // One click's shape, as the aggregator merges it (held as one interned profile),
+            // with the redirect rule that sent it or none: referrers many enough to pass the
+            // cap, the other four values few.
+            12 => (0u16..20, 0u32..2, any::<bool>(), 1u64..4, 0usize..70, prop::array::uniform4(0usize..3), 0u16..1024, prop::option::of(prop::sample::select(vec!["1", "2", DEFAULT_RULE])))
+                .prop_map(|(k, day, bot, n, referrer, rest, reg, rule)| {
                     let values = [format!("v{referrer}")]
                         .into_iter()
                         .chain(rest.iter().map(|v| format!("w{v}")));
@@ -887,6 +900,7 @@ mod tests {
                             .into_iter()
                             .zip(values)
                             .map(|(kind, v)| FacetCount { kind, bot, value: v.into(), count: n })
+                            .chain(rule.map(|r| FacetCount { kind: FacetKind::Rule, bot, value: r.into(), count: n }))
                             .collect(),
                     })
                 }),

@@ -461,13 +461,15 @@ impl Held {
         for &u in &d.bots {
             ext.bots.apply(u);
         }
-        if let Some((bot, n)) = profile_shape(d) {
+        // One click's profile, then its rule, if any: the profile as one entry.
+        let mut rest = &d.facets[..];
+        if let Some((bot, n)) = profile_run(rest) {
             let ids = [0, 1, 2, 3, 4].map(|i| values.id(&d.facets[i].value));
             if ext.add_profile(ids, bot, n, values) {
-                return;
+                rest = &rest[FacetKind::ALL.len()..];
             }
         }
-        for f in &d.facets {
+        for f in rest {
             let id = values.id(&f.value);
             ext.add_facet(f.kind, f.bot, id, f.count, values);
         }

@@ -4,7 +4,7 @@
 
 use super::run::{Parsed, Run, RunEnd, PARSE_AHEAD};
 use super::{Conns, PendingKind, Recv, MAX_INBUF_BYTES};
-use crate::analytics::combiner::{Click, ClickFields};
+use crate::analytics::combiner::{Click, ClickFields, ClickRule};
 use crate::api::domains::{Domains, HostDomain, NotFound};
 use crate::api_front::stats_sum::StatsStep;
 use crate::api_front::{ApiFront, ApiOp, Step, API_PREFIX};
@@ -886,7 +886,7 @@ impl Counted<'_> {
             }
             Some(found) => {
                 let status = found.status;
-                let target = self.target_of(&found, &visit, clock.now_s);
+                let (target, rule) = self.target_of(&found, &visit, clock.now_s);
                 let reshape = visit.reshape;
                 // The visitor's query goes along only if the link (or the server) forwards it.
                 let reshape = match found.forward_query.unwrap_or(self.forward_default) {
@@ -920,7 +920,7 @@ impl Counted<'_> {
                 }
                 self.tally.redirects += 1;
                 if let (Some(k), Some(ctx)) = (self.clicks.as_mut(), ctx.as_ref()) {
-                    k.record(key, ctx, clock.now_s);
+                    k.record(key, ctx, rule, clock.now_s);
                 }
             }
             None => {
@@ -950,19 +950,24 @@ impl Counted<'_> {
 
 impl Counted<'_> {
     /// Where a visit of `found` goes: the first redirect rule it matches, else the link's
-    /// target.
+    /// target; and which rule that was, for its click.
     #[inline]
-    fn target_of<'t>(&mut self, found: &LiveLink<'t>, visit: &Visit<'_>, now_s: u64) -> &'t [u8] {
+    fn target_of<'t>(
+        &mut self,
+        found: &LiveLink<'t>,
+        visit: &Visit<'_>,
+        now_s: u64,
+    ) -> (&'t [u8], ClickRule) {
         if found.rules.is_empty() {
-            return found.target;
+            return (found.target, ClickRule::NONE);
         }
         let (source, peer) = self.visitors;
         match source.first_match(found.rules, visit, peer, now_s) {
             Some(m) => {
                 self.tally.rule_redirects += 1;
-                m.target
+                (m.target, ClickRule::matched(m.index))
             }
-            None => found.target,
+            None => (found.target, ClickRule::DEFAULT),
         }
     }
 
