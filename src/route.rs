@@ -122,7 +122,18 @@ fn extra_path(path: &[u8]) -> Option<(&[u8], &[u8])> {
 
 /// What a path after a link's key does (`serve --extra-path`; Shlink's
 /// `REDIRECT_EXTRA_PATH_MODE`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
 pub enum ExtraPath {
     /// `/{key}/more` is 404, as any unknown path.
     #[default]
@@ -144,7 +155,35 @@ pub struct VisitRules {
     pub trailing_slash: bool,
 }
 
+impl ExtraPath {
+    /// Its name on the command line and in the domain book.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExtraPath::NotFound => "not-found",
+            ExtraPath::Append => "append",
+            ExtraPath::Ignore => "ignore",
+        }
+    }
+
+    /// From [`Self::as_str`].
+    pub fn parse(s: &str) -> Option<ExtraPath> {
+        [ExtraPath::NotFound, ExtraPath::Append, ExtraPath::Ignore]
+            .into_iter()
+            .find(|m| m.as_str() == s)
+    }
+}
+
 impl VisitRules {
+    /// These rules with a domain's own settings in place of the server's, where it has them.
+    #[inline]
+    pub fn for_domain(&self, d: crate::api::domains::DomainVisits) -> VisitRules {
+        VisitRules {
+            extra_path: d.extra_path.unwrap_or(self.extra_path),
+            forward_query: d.forward_query.unwrap_or(self.forward_query),
+            trailing_slash: self.trailing_slash,
+        }
+    }
+
     /// The extra path a redirect of `/{key}{extra}` appends (empty: none), or `None`: the
     /// request is answered 404.
     pub fn extra<'a>(&self, extra: &'a [u8]) -> Option<&'a [u8]> {

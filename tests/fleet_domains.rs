@@ -209,6 +209,20 @@ fn every_fleet_node_follows_the_fleets_domains() {
     eventually("node a answers the new domain", || {
         visit(&a, "third.example", "promo-2").1.as_deref() == Some("https://third.example/x")
     });
+    // Its own extra-path mode, set on the database, is every node's within about a second.
+    let (ok, text) = fleet_domains(&url, &["set", "third.example", "--extra-path", "append"]);
+    assert!(ok && text.contains("extra path append"), "{text}");
+    for s in [&a, &b] {
+        eventually("a domain's extra-path mode reaches every node", || {
+            visit(s, "third.example", "promo-2/more").1.as_deref()
+                == Some("https://third.example/x/more")
+        });
+    }
+    let (ok, text) = fleet_domains(&url, &["list"]);
+    assert!(
+        ok && text.contains("(extra path append, forward query the server's)"),
+        "{text}"
+    );
     // Removed: its links stop redirecting on every node (and are kept); added back: they
     // come back.
     let (ok, text) = fleet_domains(&url, &["remove", "go.brand.com"]);

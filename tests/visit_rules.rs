@@ -89,6 +89,121 @@ fn as_sent(target: &str) -> String {
         .collect()
 }
 
+/// `GET path` with `Host: host`: (status, Location).
+fn visit_on(s: &common::Server, host: &str, path: &str) -> (u16, Option<String>) {
+    let mut c = Client::new(s);
+    c.host = host.to_owned();
+    let r = c.send("GET", path, false, &[], b"").unwrap();
+    (r.status, r.location().map(str::to_owned))
+}
+
+/// A domain's own `--extra-path` and `--forward-query` (`ricochet domains add|set`) decide
+/// for its links where it has them, the server's flags elsewhere, a link's own
+/// `forward_query` over both; a change is in force within about a second (live reload).
+#[test]
+fn a_domain_overrides_the_servers_extra_path_and_forwarding() {
+    let (_t, dir) = data_dir();
+    let cli = |args: &[&str]| {
+        let (ok, text) = common::api::cli(&dir, "domains", args);
+        assert!(ok, "{args:?}: {text}");
+    };
+    cli(&["add", "sho.rt", "--default"]);
+    cli(&[
+        "add",
+        "go.brand.com",
+        "--extra-path",
+        "append",
+        "--forward-query",
+        "true",
+    ]);
+    let (ok, text) = common::api::cli(&dir, "domains", &["add", "x.example", "--extra-path", "up"]);
+    assert!(
+        !ok && text.contains("not-found, append, ignore, server"),
+        "{text}"
+    );
+    let mut flags = vec!["--cores", "3", "--test-oversubscribe"];
+    flags.extend(NO_RATE_LIMIT);
+    let s = start(&dir, &flags);
+    let mut c = Client::new(&s);
+    let mut keys = Vec::new();
+    for i in 0..12 {
+        let key = format!("d{i}");
+        for domain in ["sho.rt", "go.brand.com"] {
+            let r = c.create(&json!({"long_url": "https://dest.example/plain",
+                                     "custom_alias": key, "domain": domain}));
+            assert_eq!(r.status, 201, "{}", r.text());
+        }
+        keys.push(key);
+    }
+    // A link's own forward_query wins over its domain's.
+    let r = c.create(
+        &json!({"long_url": "https://dest.example/own", "custom_alias": "own",
+                             "domain": "go.brand.com", "forward_query": false}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    let check = |brand_extra: bool, brand_fwd: bool| {
+        for k in &keys {
+            // The default domain follows the server: 404 for a path, no query.
+            assert_eq!(visit_on(&s, "sho.rt", &format!("/{k}/x")).0, 404);
+            assert_eq!(
+                visit_on(&s, "sho.rt", &format!("/{k}?b=9")),
+                (302, Some("https://dest.example/plain".into()))
+            );
+            let (status, loc) = visit_on(&s, "go.brand.com", &format!("/{k}/x/y?b=9"));
+            match brand_extra {
+                true => {
+                    let want = match brand_fwd {
+                        true => "https://dest.example/plain/x/y?b=9",
+                        false => "https://dest.example/plain/x/y",
+                    };
+                    assert_eq!((status, loc.as_deref()), (302, Some(want)), "/{k}/x/y");
+                }
+                false => assert_eq!(status, 404, "/{k}/x/y"),
+            }
+            let want = match brand_fwd {
+                true => "https://dest.example/plain?b=9",
+                false => "https://dest.example/plain",
+            };
+            assert_eq!(
+                visit_on(&s, "go.brand.com", &format!("/{k}?b=9")),
+                (302, Some(want.into()))
+            );
+        }
+        assert_eq!(
+            visit_on(&s, "go.brand.com", "/own?b=9"),
+            (302, Some("https://dest.example/own".into()))
+        );
+    };
+    check(true, true);
+    // Shlink's short URL object shows the effective forwardQuery: the domain's.
+    let r = c
+        .send(
+            "GET",
+            "/rest/v3/short-urls/d0?domain=go.brand.com",
+            false,
+            &[("X-Api-Key", common::api::API_KEY)],
+            b"",
+        )
+        .unwrap();
+    assert_eq!(r.json()["forwardQuery"], true, "{}", r.text());
+
+    // Changed live: the domain follows the server again for paths, and stops forwarding.
+    cli(&[
+        "set",
+        "go.brand.com",
+        "--extra-path",
+        "server",
+        "--forward-query",
+        "false",
+    ]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while visit_on(&s, "go.brand.com", "/d0/x").0 != 404 {
+        assert!(std::time::Instant::now() < deadline, "not reloaded in 5 s");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    check(false, false);
+}
+
 #[test]
 fn by_default_a_path_after_the_key_is_404_and_the_query_stays_behind() {
     let (_t, s) = server(&[], None);

@@ -16,12 +16,16 @@ pub struct DomainRow {
     pub base_url: Option<String>,
     pub regular_404: Option<String>,
     pub invalid_short_url: Option<String>,
+    /// `not-found`, `append` or `ignore`; `None`: the node's `--extra-path` (migration 0016).
+    pub extra_path: Option<String>,
+    /// `None`: the node's `--forward-query`.
+    pub forward_query: Option<bool>,
     /// Unix seconds; `None`: live.
     pub removed_at_s: Option<u64>,
 }
 
 const SELECT: &str = "SELECT number, name, scheme, base_url, regular_404, invalid_short_url, \
-                             extract(epoch FROM removed_at)::bigint \
+                             extract(epoch FROM removed_at)::bigint, extra_path, forward_query \
                         FROM ricochet_domains ORDER BY number";
 
 fn row_of(r: &tokio_postgres::Row) -> DomainRow {
@@ -33,6 +37,8 @@ fn row_of(r: &tokio_postgres::Row) -> DomainRow {
         regular_404: r.get(4),
         invalid_short_url: r.get(5),
         removed_at_s: r.get::<_, Option<i64>>(6).map(|t| t as u64),
+        extra_path: r.get(7),
+        forward_query: r.get(8),
     }
 }
 
@@ -65,13 +71,15 @@ pub fn change_domains<T, E>(
         for r in rows.iter().filter(|r| !before.contains(r)) {
             c.execute(
                 "INSERT INTO ricochet_domains (number, name, scheme, base_url, regular_404, \
-                                               invalid_short_url, removed_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, to_timestamp($7::bigint)) \
+                                               invalid_short_url, removed_at, extra_path, \
+                                               forward_query) \
+                 VALUES ($1, $2, $3, $4, $5, $6, to_timestamp($7::bigint), $8, $9) \
                  ON CONFLICT (number) DO UPDATE SET name = EXCLUDED.name, \
                     scheme = EXCLUDED.scheme, base_url = EXCLUDED.base_url, \
                     regular_404 = EXCLUDED.regular_404, \
                     invalid_short_url = EXCLUDED.invalid_short_url, \
-                    removed_at = EXCLUDED.removed_at",
+                    removed_at = EXCLUDED.removed_at, extra_path = EXCLUDED.extra_path, \
+                    forward_query = EXCLUDED.forward_query",
                 &[
                     &(r.number as i32),
                     &r.name,
@@ -80,6 +88,8 @@ pub fn change_domains<T, E>(
                     &r.regular_404,
                     &r.invalid_short_url,
                     &r.removed_at_s.map(|t| t as i64),
+                    &r.extra_path,
+                    &r.forward_query,
                 ],
             )
             .await?;

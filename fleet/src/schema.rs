@@ -26,10 +26,11 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (13, include_str!("../migrations/0013_authors_and_roles.sql")),
     (14, include_str!("../migrations/0014_domains.sql")),
     (15, include_str!("../migrations/0015_blocklist.sql")),
+    (16, include_str!("../migrations/0016_domain_visits.sql")),
 ];
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 15;
+pub const SCHEMA_VERSION: u32 = 16;
 
 // One migration per version, in order: a version without its migration would be recorded
 // without its tables.

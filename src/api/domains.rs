@@ -96,6 +96,17 @@ pub enum NotFound {
     InvalidShortUrl,
 }
 
+/// A domain's own `--extra-path` and `--forward-query` (Shlink's per-domain
+/// `REDIRECT_EXTRA_PATH_MODE` and forwarding): `None` follows the server's flag. A link's own
+/// `forward_query` still wins over both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainVisits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_path: Option<crate::route::ExtraPath>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward_query: Option<bool>,
+}
+
 /// One declared domain.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Domain {
@@ -107,6 +118,9 @@ pub struct Domain {
     pub scheme: Scheme,
     #[serde(flatten)]
     pub redirects: NotFoundRedirects,
+    /// How visits on it treat extra paths and queries, where it differs from the server.
+    #[serde(flatten)]
+    pub visits: DomainVisits,
     /// RFC 3339; a removed domain keeps its number and its links, and answers nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub removed_at: Option<String>,
@@ -158,6 +172,7 @@ pub struct NewDomain {
     pub default: bool,
     pub scheme: Scheme,
     pub redirects: NotFoundRedirects,
+    pub visits: DomainVisits,
 }
 
 /// The domain book as read from the data directory.
@@ -332,8 +347,32 @@ impl DomainBook {
         d.name = ascii;
         d.scheme = new.scheme;
         d.redirects = new.redirects.clone();
+        d.visits = new.visits;
         d.removed_at = None;
         Ok(&self.domains[at])
+    }
+
+    /// Changes a live domain's visit settings (`ricochet domains set`): each `Some` replaces
+    /// that setting (`Some(None)`: the server's again).
+    pub fn set_visits(
+        &mut self,
+        name: &str,
+        extra_path: Option<Option<crate::route::ExtraPath>>,
+        forward_query: Option<Option<bool>>,
+    ) -> Result<&Domain, DomainBookError> {
+        let ascii = normalize(name)?;
+        let d = self
+            .domains
+            .iter_mut()
+            .find(|d| d.name == ascii && !d.is_removed())
+            .ok_or(DomainBookError::Unknown(ascii))?;
+        if let Some(e) = extra_path {
+            d.visits.extra_path = e;
+        }
+        if let Some(f) = forward_query {
+            d.visits.forward_query = f;
+        }
+        Ok(d)
     }
 
     /// Changes a live domain's not-found redirects, in memory (Shlink's
@@ -421,6 +460,7 @@ impl Domain {
             name: name.to_owned(),
             scheme: Scheme::default(),
             redirects: NotFoundRedirects::default(),
+            visits: DomainVisits::default(),
             removed_at: None,
         }
     }
@@ -489,6 +529,16 @@ impl Domains {
             NotFound::Regular404 => r.regular_404.as_deref(),
             NotFound::InvalidShortUrl => r.invalid_short_url.as_deref(),
         }
+    }
+
+    /// Domain `number`'s own visit settings (none when no domain is declared). No
+    /// allocation, no lock.
+    #[inline]
+    pub fn visits(&self, number: u32) -> DomainVisits {
+        if self.live.is_empty() {
+            return DomainVisits::default();
+        }
+        self.get(number).map(|d| d.visits).unwrap_or_default()
     }
 
     /// The live domain of `number`.
@@ -632,6 +682,25 @@ pub enum DomainsCommand {
         /// invalid short URL redirect).
         #[arg(long)]
         invalid_short_url: Option<String>,
+        /// What a path after a key does on it: not-found, append, ignore, or server (the
+        /// server's --extra-path, the default).
+        #[arg(long, value_name = "MODE", value_parser = parse_extra_path_setting)]
+        extra_path: Option<ExtraPathSetting>,
+        /// Whether a visitor's query is forwarded on it: true, false, or server (the
+        /// server's --forward-query, the default). A link's own forward_query wins.
+        #[arg(long, value_name = "WHETHER", value_parser = parse_forward_setting)]
+        forward_query: Option<ForwardSetting>,
+    },
+    /// Change a declared domain's visit settings (the others stay).
+    Set {
+        /// The domain name.
+        name: String,
+        /// not-found, append, ignore, or server.
+        #[arg(long, value_name = "MODE", value_parser = parse_extra_path_setting)]
+        extra_path: Option<ExtraPathSetting>,
+        /// true, false, or server.
+        #[arg(long, value_name = "WHETHER", value_parser = parse_forward_setting)]
+        forward_query: Option<ForwardSetting>,
     },
     /// List the declared domains, removed ones included.
     List,
@@ -641,6 +710,32 @@ pub enum DomainsCommand {
         /// The domain name.
         name: String,
     },
+}
+
+/// `--extra-path` of `ricochet domains`: a mode, or `None` (`server`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExtraPathSetting(pub Option<crate::route::ExtraPath>);
+
+/// `--forward-query` of `ricochet domains`: a choice, or `None` (`server`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForwardSetting(pub Option<bool>);
+
+fn parse_extra_path_setting(s: &str) -> Result<ExtraPathSetting, String> {
+    match s {
+        "server" => Ok(ExtraPathSetting(None)),
+        _ => crate::route::ExtraPath::parse(s)
+            .map(|m| ExtraPathSetting(Some(m)))
+            .ok_or_else(|| format!("{s:?}: one of not-found, append, ignore, server")),
+    }
+}
+
+fn parse_forward_setting(s: &str) -> Result<ForwardSetting, String> {
+    match s {
+        "server" => Ok(ForwardSetting(None)),
+        "true" => Ok(ForwardSetting(Some(true))),
+        "false" => Ok(ForwardSetting(Some(false))),
+        _ => Err(format!("{s:?}: one of true, false, server")),
+    }
 }
 
 /// Where a domain book is kept and changed: a data dir's `domains.json` ([`DirBook`]), or in
@@ -702,6 +797,8 @@ fn run_domains_command_to(
             base_url,
             regular_404,
             invalid_short_url,
+            extra_path,
+            forward_query,
         } => {
             let new = NewDomain {
                 name,
@@ -712,6 +809,10 @@ fn run_domains_command_to(
                     regular_404,
                     invalid_short_url,
                 },
+                visits: DomainVisits {
+                    extra_path: extra_path.and_then(|s| s.0),
+                    forward_query: forward_query.and_then(|s| s.0),
+                },
             };
             let d = store.change(&mut |b| b.add(&new).cloned())?;
             let what = if d.is_default() {
@@ -720,6 +821,22 @@ fn run_domains_command_to(
                 format!("domain number {}", d.number)
             };
             writeln!(out, "Declared {} as {what}.", d.name)?;
+            writeln!(
+                out,
+                "A running server picks up the change within about a second."
+            )?;
+        }
+        DomainsCommand::Set {
+            name,
+            extra_path,
+            forward_query,
+        } => {
+            if extra_path.is_none() && forward_query.is_none() {
+                anyhow::bail!("domains set {name}: give --extra-path or --forward-query");
+            }
+            let (e, f) = (extra_path.map(|s| s.0), forward_query.map(|s| s.0));
+            let d = store.change(&mut |b| b.set_visits(&name, e, f).cloned())?;
+            writeln!(out, "Changed {}: {}.", d.name, describe_visits(d.visits))?;
             writeln!(
                 out,
                 "A running server picks up the change within about a second."
@@ -739,6 +856,17 @@ fn run_domains_command_to(
         }
     }
     Ok(())
+}
+
+/// A domain's visit settings in words.
+fn describe_visits(v: DomainVisits) -> String {
+    let extra = v.extra_path.map_or("the server's", |m| m.as_str());
+    let fwd = match v.forward_query {
+        None => "the server's",
+        Some(true) => "true",
+        Some(false) => "false",
+    };
+    format!("extra path {extra}, forward query {fwd}")
 }
 
 fn print_list(book: &DomainBook, out: &mut dyn Write) -> anyhow::Result<()> {
@@ -762,11 +890,14 @@ fn print_list(book: &DomainBook, out: &mut dyn Write) -> anyhow::Result<()> {
         "NUMBER", "NAME", "SCHEME"
     )?;
     for d in book.all() {
-        let status = match (&d.removed_at, d.is_default()) {
+        let mut status = match (&d.removed_at, d.is_default()) {
             (Some(t), _) => format!("removed {t}"),
             (None, true) => "default".to_owned(),
             (None, false) => "active".to_owned(),
         };
+        if d.visits != DomainVisits::default() {
+            status.push_str(&format!(" ({})", describe_visits(d.visits)));
+        }
         writeln!(
             out,
             "{:>6}  {:<w$}  {:<6}  {status}",
@@ -998,12 +1129,43 @@ mod tests {
             base_url: None,
             regular_404: Some("https://brand.example/".into()),
             invalid_short_url: None,
+            extra_path: Some(ExtraPathSetting(Some(crate::route::ExtraPath::Ignore))),
+            forward_query: None,
         })
         .unwrap();
         assert!(
             o.contains("xn--bcher-kva.example as domain number 1"),
             "{o}"
         );
+        let o = run(DomainsCommand::Set {
+            name: "bücher.example".into(),
+            extra_path: None,
+            forward_query: Some(parse_forward_setting("true").unwrap()),
+        })
+        .unwrap();
+        assert!(o.contains("extra path ignore, forward query true"), "{o}");
+        let o = run(DomainsCommand::Set {
+            name: "xn--bcher-kva.example".into(),
+            extra_path: Some(parse_extra_path_setting("server").unwrap()),
+            forward_query: None,
+        })
+        .unwrap();
+        assert!(
+            o.contains("extra path the server's, forward query true"),
+            "{o}"
+        );
+        assert!(run(DomainsCommand::List)
+            .unwrap()
+            .contains("active (extra path the server's, forward query true)"));
+        assert!(parse_extra_path_setting("sideways").is_err());
+        assert!(parse_forward_setting("yes").is_err());
+        let e = run(DomainsCommand::Set {
+            name: "xn--bcher-kva.example".into(),
+            extra_path: None,
+            forward_query: None,
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("give --extra-path"), "{e}");
         let o = run(DomainsCommand::Remove {
             name: "xn--bcher-kva.example".into(),
         })

@@ -206,9 +206,14 @@ impl ApiFront {
         self.forward_query_default = on;
     }
 
-    /// What a link without its own `forward_query` does.
-    pub fn forward_query_default(&self) -> bool {
-        self.forward_query_default
+    /// Whether visits of `info` forward their query: its own `forward_query`, else its
+    /// domain's, else `--forward-query` (what Shlink's `forwardQuery` shows).
+    pub fn forwards_query(&self, info: &LinkInfo) -> bool {
+        let domain = shards::link::split_stored_key(info.key.as_bytes()).0;
+        info.behaviour
+            .forward_query
+            .or(self.domains.visits(domain).forward_query)
+            .unwrap_or(self.forward_query_default)
     }
 
     /// Stats queries go to the aggregators through `control` (by core).

@@ -880,7 +880,7 @@ impl ApiFront {
             "domain": domain,
             "title": null,
             "crawlable": b.crawlable,
-            "forwardQuery": b.forward_query.unwrap_or(self.forward_query_default()),
+            "forwardQuery": self.forwards_query(info),
             "hasRedirectRules": !info.rules.is_empty(),
         })
     }

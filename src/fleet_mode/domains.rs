@@ -18,7 +18,7 @@ use anyhow::Context;
 use fleet::domains::DomainRow;
 
 use crate::api::domains::{
-    BookStore, Domain, DomainBook, DomainBookError, NotFoundRedirects, Scheme,
+    BookStore, Domain, DomainBook, DomainBookError, DomainVisits, NotFoundRedirects, Scheme,
 };
 use crate::api::timefmt::{format_rfc3339_utc, parse_rfc3339_s};
 
@@ -45,6 +45,16 @@ pub fn book_of_rows(rows: &[DomainRow]) -> Result<DomainBook, String> {
                 regular_404: r.regular_404.clone(),
                 invalid_short_url: r.invalid_short_url.clone(),
             },
+            visits: DomainVisits {
+                extra_path: match r.extra_path.as_deref() {
+                    None => None,
+                    Some(m) => Some(
+                        crate::route::ExtraPath::parse(m)
+                            .ok_or_else(|| format!("domain {:?}: extra path {m:?}", r.name))?,
+                    ),
+                },
+                forward_query: r.forward_query,
+            },
             removed_at: r.removed_at_s.map(format_rfc3339_utc),
         });
     }
@@ -63,6 +73,8 @@ pub fn rows_of_book(book: &DomainBook) -> Vec<DomainRow> {
             base_url: d.redirects.base_url.clone(),
             regular_404: d.redirects.regular_404.clone(),
             invalid_short_url: d.redirects.invalid_short_url.clone(),
+            extra_path: d.visits.extra_path.map(|m| m.as_str().to_owned()),
+            forward_query: d.visits.forward_query,
             removed_at_s: d
                 .removed_at
                 .as_deref()
@@ -217,8 +229,14 @@ mod tests {
                 invalid_short_url: Some("https://sho.rt/gone".into()),
                 ..NotFoundRedirects::default()
             },
+            visits: DomainVisits {
+                extra_path: Some(crate::route::ExtraPath::Append),
+                forward_query: Some(false),
+            },
         })
         .unwrap();
+        book.set_visits("go.brand.com", None, Some(Some(true)))
+            .unwrap();
         book.remove("old.example").unwrap();
         let again = book_of_rows(&rows_of_book(&book)).unwrap();
         assert_eq!(again.all(), book.all());

@@ -337,10 +337,9 @@ impl Conns {
         };
         match route {
             Route::Redirect(key) => self.redirect(slot, req, (key, b""), p.domain, persist, env),
-            Route::RedirectExtra { key, extra } => match self.visit_rules.extra(extra) {
-                Some(extra) => self.redirect(slot, req, (key, extra), p.domain, persist, env),
-                None => not_found(&self.domains, req, out, f),
-            },
+            Route::RedirectExtra { key, extra } => {
+                self.redirect_extra(slot, p, (key, extra), persist, env);
+            }
             Route::NotImplemented => {
                 let r = Response {
                     status: Status::NotImplemented,
@@ -419,6 +418,41 @@ impl Conns {
         }
         env.api
             .handle(out, &mut defer, req, body, persist, clock, mesh)
+    }
+
+    /// `/{key}{extra}`: a redirect, or 404, as the `Host`'s domain's extra-path mode (else
+    /// `--extra-path`) says.
+    fn redirect_extra(
+        &mut self,
+        slot: u32,
+        p: &Parsed<'_>,
+        (key, extra): (&[u8], &[u8]),
+        persist: Persist,
+        env: &mut Env,
+    ) {
+        let req = &p.req;
+        let domain = match p.domain {
+            HostDomain::Found(found) => found,
+            HostDomain::Unasked => self.host_memo.domain_of(&self.domains, req.host),
+        };
+        let rules = match domain {
+            Some(d) => self.visit_rules.for_domain(self.domains.visits(d)),
+            None => self.visit_rules,
+        };
+        match rules.extra(extra) {
+            Some(extra) => {
+                let found = HostDomain::Found(domain);
+                self.redirect(slot, req, (key, extra), found, persist, env);
+            }
+            None => {
+                let f = Framing {
+                    head_only: req.method == Method::Head,
+                    conn: persist,
+                    date: &env.clock.date,
+                };
+                not_found(&self.domains, req, &mut self.slots[slot as usize].out, f);
+            }
+        }
     }
 
     /// `/robots.txt` of the `Host`'s domain (`api_front::robots`): kept text, or a deferred
@@ -888,8 +922,9 @@ impl Counted<'_> {
                 let status = found.status;
                 let (target, rule) = self.target_of(&found, &visit, clock.now_s);
                 let reshape = visit.reshape;
-                // The visitor's query goes along only if the link (or the server) forwards it.
-                let reshape = match found.forward_query.unwrap_or(self.forward_default) {
+                // The visitor's query goes along only if the link (or its domain, or the
+                // server) forwards it.
+                let reshape = match reshape.query.is_empty() || self.forwards(&found, key) {
                     true => reshape,
                     false => Reshape {
                         query: b"",
@@ -969,6 +1004,19 @@ impl Counted<'_> {
             }
             None => (found.target, ClickRule::DEFAULT),
         }
+    }
+
+    /// Whether a visit of `found` (stored key `key`) forwards its query: the link's own
+    /// `forward_query`, else its domain's, else `--forward-query`.
+    #[inline]
+    fn forwards(&self, found: &LiveLink<'_>, key: &[u8]) -> bool {
+        found
+            .forward_query
+            .or_else(|| {
+                let domain = shards::link::split_stored_key(key).0;
+                self.domains.visits(domain).forward_query
+            })
+            .unwrap_or(self.forward_default)
     }
 
     /// A redirect whose `Location` the visit reshapes (`http::location`): whether the link's
