@@ -101,6 +101,10 @@ fn visit_on(s: &common::Server, host: &str, path: &str) -> (u16, Option<String>)
 /// for its links where it has them, the server's flags elsewhere, a link's own
 /// `forward_query` over both; a change is in force within about a second (live reload).
 #[test]
+#[expect(
+    clippy::too_many_lines,
+    reason = "an end-to-end test is one scenario against a real process, read top to bottom"
+)]
 fn a_domain_overrides_the_servers_extra_path_and_forwarding() {
     let (_t, dir) = data_dir();
     let cli = |args: &[&str]| {
