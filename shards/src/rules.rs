@@ -596,41 +596,37 @@ impl<'v> Facts<'v, '_> {
 const MAX_PARAMS_SPLIT: usize = 16;
 
 /// A query split into its parameters: per parameter, where its name starts, where its `=`
-/// is (or its end, without one), where it ends, and whether it has no `%` or `+` (so compares
-/// as plain bytes). Offsets fit `u16`: a query is part of a request line.
+/// is (or its end, without one), and where it ends. Offsets fit `u16`: a query is part of a
+/// request line.
 struct Params<'q> {
     raw: &'q [u8],
-    pairs: [(u16, u16, u16, bool); MAX_PARAMS_SPLIT],
+    pairs: [(u16, u16, u16); MAX_PARAMS_SPLIT],
     n: usize,
     overflow: bool,
 }
 
 impl<'q> Params<'q> {
+    /// One `memchr` per `&` and per `=`: most queries are a few long parameters.
     fn split(raw: &'q [u8]) -> Params<'q> {
         let mut p = Params {
             raw,
-            pairs: [(0, 0, 0, true); MAX_PARAMS_SPLIT],
+            pairs: [(0, 0, 0); MAX_PARAMS_SPLIT],
             n: 0,
             overflow: raw.len() > usize::from(u16::MAX),
         };
-        let (mut start, mut eq, mut plain) = (0, None, true);
-        for i in 0..=raw.len() {
-            match raw.get(i) {
-                Some(b'=') if eq.is_none() => eq = Some(i),
-                Some(b'%' | b'+') => plain = false,
-                Some(b'&') | None => {
-                    if i > start && !p.overflow {
-                        if p.n == MAX_PARAMS_SPLIT {
-                            p.overflow = true;
-                        } else {
-                            p.pairs[p.n] = (start as u16, eq.unwrap_or(i) as u16, i as u16, plain);
-                            p.n += 1;
-                        }
-                    }
-                    (start, eq, plain) = (i + 1, None, true);
+        let mut start = 0;
+        while start < raw.len() && !p.overflow {
+            let end = memchr::memchr(b'&', &raw[start..]).map_or(raw.len(), |i| start + i);
+            if end > start {
+                if p.n == MAX_PARAMS_SPLIT {
+                    p.overflow = true;
+                } else {
+                    let eq = memchr::memchr(b'=', &raw[start..end]).map_or(end, |i| start + i);
+                    p.pairs[p.n] = (start as u16, eq as u16, end as u16);
+                    p.n += 1;
                 }
-                Some(_) => {}
             }
+            start = end + 1;
         }
         p
     }
@@ -639,18 +635,10 @@ impl<'q> Params<'q> {
         if self.overflow {
             return last_param(self.raw, key);
         }
-        self.pairs[..self.n]
-            .iter()
-            .rev()
-            .find_map(|&(s, eq, e, plain)| {
-                let (s, eq, e) = (usize::from(s), usize::from(eq), usize::from(e));
-                let name = &self.raw[s..eq];
-                let same = match plain {
-                    true => name == key,
-                    false => decoded_eq(name, key),
-                };
-                same.then(|| (eq < e).then(|| &self.raw[eq + 1..e]))
-            })
+        self.pairs[..self.n].iter().rev().find_map(|&(s, eq, e)| {
+            let (s, eq, e) = (usize::from(s), usize::from(eq), usize::from(e));
+            decoded_eq(&self.raw[s..eq], key).then(|| (eq < e).then(|| &self.raw[eq + 1..e]))
+        })
     }
 }
 

@@ -628,6 +628,22 @@ pub enum HostDomain {
     Found(Option<u32>),
 }
 
+impl HostDomain {
+    /// The domain: as found, else looked up for `host` through the core's `memo`.
+    #[inline]
+    pub fn resolve(
+        self,
+        memo: &mut HostMemo,
+        domains: &Domains,
+        host: Option<&[u8]>,
+    ) -> Option<u32> {
+        match self {
+            HostDomain::Found(found) => found,
+            HostDomain::Unasked => memo.domain_of(domains, host),
+        }
+    }
+}
+
 fn check_redirects(r: &NotFoundRedirects) -> Result<(), DomainBookError> {
     for (what, url) in [
         ("--base-url", &r.base_url),

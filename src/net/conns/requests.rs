@@ -431,10 +431,9 @@ impl Conns {
         env: &mut Env,
     ) {
         let req = &p.req;
-        let domain = match p.domain {
-            HostDomain::Found(found) => found,
-            HostDomain::Unasked => self.host_memo.domain_of(&self.domains, req.host),
-        };
+        let domain = p
+            .domain
+            .resolve(&mut self.host_memo, &self.domains, req.host);
         let rules = match domain {
             Some(d) => self.visit_rules.for_domain(self.domains.visits(d)),
             None => self.visit_rules,
@@ -466,10 +465,7 @@ impl Conns {
         env: &mut Env,
     ) {
         let head = req.method == Method::Head;
-        let domain = match domain {
-            HostDomain::Found(found) => found,
-            HostDomain::Unasked => self.host_memo.domain_of(&self.domains, req.host),
-        };
+        let domain = domain.resolve(&mut self.host_memo, &self.domains, req.host);
         let c = &mut self.slots[slot as usize];
         let (out, answers, gen, me) = (&mut c.out, &mut c.answers, c.gen, self.me as u16);
         let f = Framing {
@@ -504,10 +500,7 @@ impl Conns {
         // The keyspace is the `Host`'s domain: its stored key carries the domain's number
         // (`shards::link::stored_key`), built on the stack; the default domain's is the key.
         let mut stored = [0u8; shards::link::MAX_STORED_KEY_BYTES];
-        let domain = match domain {
-            HostDomain::Found(found) => found,
-            HostDomain::Unasked => self.host_memo.domain_of(&self.domains, req.host),
-        };
+        let domain = domain.resolve(&mut self.host_memo, &self.domains, req.host);
         let key = match domain {
             Some(domain) => shards::link::stored_key_in(domain, key, &mut stored),
             None => {
