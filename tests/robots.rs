@@ -191,3 +191,30 @@ fn each_domain_allows_exactly_its_crawlable_links() {
         .collect();
     assert!(listed.is_subset(&every));
 }
+
+/// Under `--unknown-host not-found` a host with no keyspace allows nothing (its `robots.txt`
+/// is still answered, 200), while a declared one lists its crawlable links; with no domain
+/// declared at all, the default domain's links are listed for any host.
+#[test]
+fn a_host_without_a_keyspace_allows_nothing() {
+    let (_tmp, dir) = data_dir();
+    let (ok, text) = cli(&dir, "domains", &["add", "sho.rt", "--default"]);
+    assert!(ok, "{text}");
+    let mut flags = vec!["--unknown-host", "not-found"];
+    flags.extend(NO_RATE_LIMIT);
+    let s = start(&dir, &flags);
+    let mut c = Client::new(&s);
+    let r = c.create(&json!({"long_url": "https://t.example/", "custom_alias": "open",
+                             "crawlable": true}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert!(allowed(&mut c, "other.example").is_empty());
+    assert_eq!(allowed(&mut c, "sho.rt"), BTreeSet::from(["open".to_owned()]));
+
+    let (_tmp2, plain) = data_dir();
+    let s = start(&plain, &NO_RATE_LIMIT);
+    let mut c = Client::new(&s);
+    let r = c.create(&json!({"long_url": "https://t.example/", "custom_alias": "open",
+                             "crawlable": true}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(allowed(&mut c, "any.example"), BTreeSet::from(["open".to_owned()]));
+}
