@@ -4,8 +4,8 @@
 //! legal, with who and when kept; only admin keys may set or clear it; the API and stats keep
 //! working). Set through the native API and Shlink's, on 3 cores (more than this machine's
 //! CPUs, so links are answered by owners, forwards and the LRU), kept across `kill -9`, a
-//! compaction, and an NDJSON export and import. (Fleet mode refuses them until its tables hold
-//! them: `tests/fleet_links.rs`, `fleet_mode_refuses_link_behaviours_it_cannot_store`.)
+//! compaction, and an NDJSON export and import. (Fleet mode: `tests/fleet_links.rs`,
+//! `link_behaviours_are_the_fleets_on_every_node`.)
 #![expect(
     clippy::too_many_lines,
     reason = "an end-to-end test is one scenario against real processes, read top to bottom"

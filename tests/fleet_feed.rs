@@ -168,7 +168,11 @@ fn the_bootstrap_copy_reads_back_every_live_link_exactly() {
         .expect("migration 12");
     t.sql(check);
     t.sql("UPDATE ricochet_links SET deleted = true WHERE key = 'gone'");
-    t.sql("UPDATE ricochet_links SET author = 'ab12' WHERE key = 'k9'");
+    t.sql(
+        "UPDATE ricochet_links SET author = 'ab12', \
+                behaviour = '{\"crawlable\": true, \"valid_since\": \"a\\tb\\\\c\"}' \
+          WHERE key = 'k9'",
+    );
     let (mut got, mut calls) = (Vec::new(), 0);
     fleet::feed::snapshot(&t.url, 990, 60, |page| {
         calls += 1;
@@ -191,11 +195,19 @@ fn the_bootstrap_copy_reads_back_every_live_link_exactly() {
     let k9 = got.iter().find(|l| l.key == "k9").unwrap();
     assert_eq!((k9.target.as_str(), k9.created_at), ("https://e.com/9", 9));
     assert_eq!((k9.author.as_str(), odd_row.author.as_str()), ("ab12", ""));
+    // The behaviour column: NULL as none, JSON text with its escapes read back.
+    assert_eq!(odd_row.behaviour, None);
+    let b: serde_json::Value = serde_json::from_str(k9.behaviour.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        b,
+        serde_json::json!({"crawlable": true, "valid_since": "a\tb\\c"})
+    );
     assert!(!got.iter().any(|l| l.key == "gone" || l.key == "soon"));
     for bad in [
         &b"k\thttps://e\t302\t1\t0"[..],
-        b"k\thttps://e\t302\t1\t0\tab\t9",
-        b"k\\q\tu\t302\t1\t0\t",
+        b"k\thttps://e\t302\t1\t0\tab",
+        b"k\thttps://e\t302\t1\t0\tab\t\\N\t9",
+        b"k\\q\tu\t302\t1\t0\t\t\\N",
     ] {
         assert!(fleet::feed::parse_copy_line(bad).is_err(), "{bad:?}");
     }

@@ -1960,40 +1960,133 @@ fn a_server_that_cannot_say_its_timeline_still_has_a_working_feed() {
     assert!(cursor.contains(" - - "), "no position recorded: {cursor}");
 }
 
-/// Link behaviours (`valid_since`, `forward_query`, `disabled`) are not stored by the fleet
-/// database yet: a fleet node refuses them with 422 rather than keep one the other nodes
-/// would never see (native create and PATCH, Shlink's create), and plain writes go on.
+/// `GET path` on `s` with `headers`: (status, Location).
+fn visit_with(s: &Server, path: &str, headers: &[(&str, &str)]) -> (u16, Option<String>) {
+    let r = Client::new(s)
+        .send("GET", path, false, headers, b"")
+        .unwrap();
+    (r.status, r.location().map(str::to_owned))
+}
+
+/// Polls until `check` holds (a change made on another node arrives by the feed).
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !check() {
+        assert!(t.elapsed() < PROPAGATION_GIVE_UP, "{what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Link behaviours (`valid_since`, `forward_query`, `disabled`, `crawlable`, redirect rules)
+/// are the fleet's (`ricochet_links.behaviour`): set on one node, they are served by every
+/// node, through the feed, read-through and a new node's bootstrap; PATCHes of different
+/// members on two nodes both hold (merged in SQL); `max_visits` is refused (422 naming the
+/// fleet), as is nothing else.
 #[test]
-fn fleet_mode_refuses_link_behaviours_it_cannot_store() {
+#[expect(
+    clippy::too_many_lines,
+    reason = "an end-to-end test is one scenario against real processes, read top to bottom"
+)]
+fn link_behaviours_are_the_fleets_on_every_node() {
     let Some(db) = TestDb::create("fleet_behaviour") else {
         return;
     };
     prepare_fleet(&db.url);
-    let (_t, dir) = api::data_dir();
-    let s = node(&dir, &db.url, "a", "2", &[]);
-    let mut c = Client::new(&s);
-    for body in [
-        json!({"long_url": "https://a.example/", "forward_query": true}),
-        json!({"long_url": "https://a.example/", "valid_since": "2030-01-01T00:00:00Z"}),
-    ] {
-        let p = c.create(&body).assert_problem(422);
-        assert!(p["detail"].as_str().unwrap().contains("fleet"), "{p}");
+    let dirs: Vec<_> = (0..3).map(|_| api::data_dir()).collect();
+    let a = node(&dirs[0].1, &db.url, "a", "2", &[]);
+    let b = node(&dirs[1].1, &db.url, "b", "2", &[]);
+    let mut ca = Client::new(&a);
+    let android = [(
+        "User-Agent",
+        "Mozilla/5.0 (Linux; Android 14; Pixel 8) Mobile Safari",
+    )];
+    let r = ca.create(&json!({
+        "long_url": "https://own.example/", "custom_alias": "ruled", "forward_query": true,
+        "crawlable": true,
+        "redirect_rules": [{"target": "https://android.example/",
+                            "conditions": [{"type": "device", "value": "android"}]}]}));
+    assert_eq!(r.status, 201, "{}", r.text());
+    let r = ca.create(
+        &json!({"long_url": "https://later.example/", "custom_alias": "later",
+                              "valid_since": "2099-01-01T00:00:00Z"}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    // Right after the 201, b reads it through (or from the feed): behaviour included.
+    let v = Client::new(&b).get_link("ruled").json();
+    assert_eq!(v["forward_query"], true, "{v}");
+    assert_eq!(v["crawlable"], true, "{v}");
+    assert_eq!(
+        v["redirect_rules"][0]["target"], "https://android.example/",
+        "{v}"
+    );
+    eventually("b serves the rule", || {
+        visit_with(&b, "/ruled", &android).1.as_deref() == Some("https://android.example/")
+    });
+    assert_eq!(
+        visit_with(&b, "/ruled?x=1", &[]),
+        (302, Some("https://own.example/?x=1".into()))
+    );
+    assert_eq!(answer(&b, "later").0, 404, "not valid yet on b");
+
+    // PATCHes of different members on two nodes both hold.
+    let r = Client::new(&b).patch("ruled", &json!({"disabled": {"reason": "legal"}}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = ca.patch("ruled", &json!({"forward_query": false, "crawlable": null}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["disabled"]["reason"], "legal", "b's PATCH kept: {v}");
+    assert_eq!(v["forward_query"], false, "{v}");
+    assert!(v.get("crawlable").is_none(), "{v}");
+    for s in [&a, &b] {
+        eventually("a legal disabling answers 451 on every node", || {
+            answer(s, "ruled").0 == 451
+        });
     }
-    let key = c.create_ok("https://a.example/ok", None);
-    for body in [
-        json!({"forward_query": false}),
-        json!({"disabled": {"reason": "abuse"}}),
-        json!({"valid_since": null}),
-    ] {
-        let p = c.patch(&key, &body).assert_problem(422);
-        assert!(p["detail"].as_str().unwrap().contains("fleet"), "{p}");
+    // Enabled again, with its rules replaced: every node redirects by the new ones.
+    let r = Client::new(&b).patch(
+        "ruled",
+        &json!({"disabled": null, "redirect_rules": [
+            {"target": "https://mail.example/",
+             "conditions": [{"type": "query-param", "key": "src", "value": "mail"}]}]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    for s in [&a, &b] {
+        eventually("new rules on every node", || {
+            visit_with(s, "/ruled?src=mail", &[]).1.as_deref() == Some("https://mail.example/")
+        });
+        assert_eq!(
+            visit_with(s, "/ruled", &android),
+            (302, Some("https://own.example/".into())),
+            "the old rule is gone; the query stays behind (forward_query false)"
+        );
     }
+
+    // A new node bootstraps the behaviours with the links.
+    let c = node(&dirs[2].1, &db.url, "c", "1", &[]);
+    assert_eq!(
+        visit_with(&c, "/ruled?src=mail", &[]).1.as_deref(),
+        Some("https://mail.example/")
+    );
+    assert_eq!(answer(&c, "later").0, 404);
+    let v = Client::new(&c).get_link("later").json();
+    assert_eq!(v["valid_since"], "2099-01-01T00:00:00Z", "{v}");
+
+    // max_visits alone is refused: each node would count its own visits.
+    let p = ca
+        .create(&json!({"long_url": "https://a.example/", "max_visits": 3}))
+        .assert_problem(422);
+    assert!(p["detail"].as_str().unwrap().contains("fleet"), "{p}");
+    let p = ca
+        .patch("ruled", &json!({"max_visits": 3}))
+        .assert_problem(422);
+    assert!(p["detail"].as_str().unwrap().contains("fleet"), "{p}");
+    // Shlink's forwardQuery is taken now.
     let headers = [
         ("X-Api-Key", api::API_KEY),
         ("Content-Type", "application/json"),
     ];
-    let body = json!({"longUrl": "https://a.example/s", "forwardQuery": true});
-    let r = c
+    let body = json!({"longUrl": "https://a.example/s", "forwardQuery": true, "customSlug": "sh"});
+    let r = ca
         .send(
             "POST",
             "/rest/v3/short-urls",
@@ -2002,6 +2095,8 @@ fn fleet_mode_refuses_link_behaviours_it_cannot_store() {
             body.to_string().as_bytes(),
         )
         .unwrap();
-    assert_eq!(r.status, 400, "{}", r.text());
-    assert_eq!(answer(&s, &key).0, 302);
+    assert_eq!(r.status, 200, "{}", r.text());
+    eventually("c serves the Shlink link with its query", || {
+        visit_with(&c, "/sh?q=1", &[]).1.as_deref() == Some("https://a.example/s?q=1")
+    });
 }

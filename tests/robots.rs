@@ -204,17 +204,27 @@ fn a_host_without_a_keyspace_allows_nothing() {
     flags.extend(NO_RATE_LIMIT);
     let s = start(&dir, &flags);
     let mut c = Client::new(&s);
-    let r = c.create(&json!({"long_url": "https://t.example/", "custom_alias": "open",
-                             "crawlable": true}));
+    let r = c.create(
+        &json!({"long_url": "https://t.example/", "custom_alias": "open",
+                             "crawlable": true}),
+    );
     assert_eq!(r.status, 201, "{}", r.text());
     assert!(allowed(&mut c, "other.example").is_empty());
-    assert_eq!(allowed(&mut c, "sho.rt"), BTreeSet::from(["open".to_owned()]));
+    assert_eq!(
+        allowed(&mut c, "sho.rt"),
+        BTreeSet::from(["open".to_owned()])
+    );
 
     let (_tmp2, plain) = data_dir();
     let s = start(&plain, &NO_RATE_LIMIT);
     let mut c = Client::new(&s);
-    let r = c.create(&json!({"long_url": "https://t.example/", "custom_alias": "open",
-                             "crawlable": true}));
+    let r = c.create(
+        &json!({"long_url": "https://t.example/", "custom_alias": "open",
+                             "crawlable": true}),
+    );
     assert_eq!(r.status, 201, "{}", r.text());
-    assert_eq!(allowed(&mut c, "any.example"), BTreeSet::from(["open".to_owned()]));
+    assert_eq!(
+        allowed(&mut c, "any.example"),
+        BTreeSet::from(["open".to_owned()])
+    );
 }

@@ -36,6 +36,8 @@ pub struct FeedRow {
     pub xid: u64,
     /// The API key that created the link (`""`: unknown).
     pub author: String,
+    /// Its behaviour (a JSON object, migration 0017), if any.
+    pub behaviour: Option<String>,
 }
 
 /// The rows after `after` whose transactions are all finished (below the snapshot's xmin), in
@@ -84,7 +86,7 @@ pub fn poll_with_horizon(db: &mut Db, after: &Cursor, limit: i64) -> Result<Poll
     let sql = format!(
         "SELECT m.horizon, m.removals, l.key, l.target, l.status, l.created_at, \
                         l.expires_at, l.deleted, l.version, l.changed_xid::text, m.held, \
-                        m.tli, m.lsn, m.recovery, l.author \
+                        m.tli, m.lsn, m.recovery, l.author, l.behaviour::text \
                    FROM (SELECT (SELECT value FROM ricochet_meta \
                                   WHERE key = 'tombstone_horizon') AS horizon, \
                                 (SELECT value FROM ricochet_meta \
@@ -96,7 +98,7 @@ pub fn poll_with_horizon(db: &mut Db, after: &Cursor, limit: i64) -> Result<Poll
                                 {POSITION_SQL}) m \
                    LEFT JOIN LATERAL ( \
                         SELECT key, target, status, created_at, expires_at, deleted, version, \
-                               changed_xid, author \
+                               changed_xid, author, behaviour \
                           FROM ricochet_links \
                          WHERE (changed_xid, key) > ($1::text::xid8, $2::text) \
                            AND changed_xid < pg_snapshot_xmin(pg_current_snapshot()) \
@@ -132,6 +134,7 @@ pub fn poll_with_horizon(db: &mut Db, after: &Cursor, limit: i64) -> Result<Poll
                 version: r.get(8),
                 xid: r.get::<_, String>(9).parse().unwrap_or(0),
                 author: r.get(14),
+                behaviour: r.get(15),
             })
             .collect();
         Ok(Polled {
@@ -225,6 +228,8 @@ pub struct LiveLink {
     pub expires_at: i64,
     /// The API key that created the link (`""`: unknown).
     pub author: String,
+    /// Its behaviour (a JSON object), if any.
+    pub behaviour: Option<String>,
 }
 
 /// A new or wiped node's start: one `REPEATABLE READ READ ONLY` transaction reads the snapshot's
@@ -256,7 +261,8 @@ pub fn snapshot(
         let at = crate::history::Where::of_row(&first, 1).position();
         // COPY takes no parameters: the horizon is an integer formatted here.
         let copy = format!(
-            "COPY (SELECT key, target, status, created_at, expires_at, author FROM ricochet_links \
+            "COPY (SELECT key, target, status, created_at, expires_at, author, behaviour::text \
+                     FROM ricochet_links \
                     WHERE NOT deleted AND (expires_at = 0 OR expires_at > {horizon})) TO STDOUT"
         );
         let stream = c.copy_out(copy.as_str()).await?;
@@ -301,12 +307,13 @@ pub fn snapshot(
 }
 
 /// One row of the snapshot's `COPY ... TO STDOUT` (text format): key, target, status,
-/// created_at, expires_at, tab-separated, backslash escapes in text columns.
+/// created_at, expires_at, author, behaviour (`\N`: NULL), tab-separated, backslash escapes in
+/// text columns.
 pub fn parse_copy_line(line: &[u8]) -> std::io::Result<LiveLink> {
     let mut cols = line.split(|&b| b == b'\t');
     let mut next = || {
         cols.next()
-            .ok_or_else(|| bad_copy("a row with fewer than 6 columns"))
+            .ok_or_else(|| bad_copy("a row with fewer than 7 columns"))
     };
     let (key, target) = (unescape_copy(next()?)?, unescape_copy(next()?)?);
     let int = |b: &[u8]| -> std::io::Result<i64> {
@@ -318,8 +325,12 @@ pub fn parse_copy_line(line: &[u8]) -> std::io::Result<LiveLink> {
     let status = i16::try_from(int(next()?)?).map_err(|_| bad_copy("a status out of range"))?;
     let (created_at, expires_at) = (int(next()?)?, int(next()?)?);
     let author = unescape_copy(next()?)?;
+    let behaviour = match next()? {
+        b"\\N" => None,
+        col => Some(unescape_copy(col)?),
+    };
     if cols.next().is_some() {
-        return Err(bad_copy("a row with more than 6 columns"));
+        return Err(bad_copy("a row with more than 7 columns"));
     }
     Ok(LiveLink {
         key,
@@ -328,6 +339,7 @@ pub fn parse_copy_line(line: &[u8]) -> std::io::Result<LiveLink> {
         created_at,
         expires_at,
         author,
+        behaviour,
     })
 }
 

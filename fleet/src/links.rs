@@ -65,6 +65,9 @@ pub enum LinkWrite {
         idem: Option<Box<(String, [u8; 32])>>,
         /// The API key that creates it (`ricochet_links.author`).
         author: String,
+        /// Its behaviour as a JSON object (`ricochet_links.behaviour`, migration 0017);
+        /// `None`: none.
+        behaviour: Option<String>,
     },
     /// `author_only` (here and below): an author-only API key's id, the only author whose
     /// link the write may change (another's is `NotFound`); `""`: any link.
@@ -74,6 +77,9 @@ pub enum LinkWrite {
         status: Option<u16>,
         expiry: ExpiryChange,
         author_only: String,
+        /// Behaviour members to set (a JSON object) and to remove, merged in SQL; `None`: no
+        /// change. Boxed: rarely sent.
+        behaviour: Option<Box<BehaviourPatch>>,
     },
     Delete {
         key: String,
@@ -89,6 +95,15 @@ pub enum LinkWrite {
     },
 }
 
+/// A PATCH of a link's behaviour: members set (a JSON object; `None`: none) and members
+/// removed, merged into the row's object in one statement (so two PATCHes of different
+/// members both hold); an empty object becomes NULL.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BehaviourPatch {
+    pub set: Option<String>,
+    pub unset: Vec<String>,
+}
+
 /// A link as the database holds it after a write.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LinkState {
@@ -99,6 +114,8 @@ pub struct LinkState {
     pub version: u64,
     /// The API key that created it (`""`: unknown).
     pub author: String,
+    /// Its behaviour (a JSON object), if any.
+    pub behaviour: Option<String>,
 }
 
 /// What the database decided.
@@ -180,15 +197,16 @@ impl WriterHandle {
     }
 
     /// Queues `job` for the next writer, round-robin, without blocking (an atomic reservation
-    /// and a lock-free push); gives it back when that queue is full or the writer is gone.
-    pub fn try_submit(&self, job: WriteJob) -> Result<(), WriteJob> {
+    /// and a lock-free push); gives it back (boxed: the rare path) when that queue is full
+    /// or the writer is gone.
+    pub fn try_submit(&self, job: WriteJob) -> Result<(), Box<WriteJob>> {
         let n = self.next.get();
         self.next.set(n.wrapping_add(1));
         self.txs[n % self.txs.len()]
             .try_send(job)
             .map_err(|e| match e {
                 tokio::sync::mpsc::error::TrySendError::Full(j)
-                | tokio::sync::mpsc::error::TrySendError::Closed(j) => j,
+                | tokio::sync::mpsc::error::TrySendError::Closed(j) => Box::new(j),
             })
     }
 }
@@ -470,7 +488,7 @@ pub async fn create_batch(
 ) -> Result<Vec<LinkWritten>, tokio_postgres::Error> {
     let (mut keys, mut targets, mut statuses, mut created, mut expires) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut authors = Vec::new();
+    let (mut authors, mut behaviours) = (Vec::new(), Vec::new());
     for w in creates {
         let LinkWrite::Create {
             key,
@@ -480,11 +498,13 @@ pub async fn create_batch(
             expires_at_s,
             idem: None,
             author,
+            behaviour,
         } = w
         else {
             unreachable!("only plain creates are batched");
         };
         authors.push(author.as_str());
+        behaviours.push(behaviour.as_deref());
         keys.push(key.as_str());
         targets.push(target.as_str());
         statuses.push(*status as i16);
@@ -494,13 +514,23 @@ pub async fn create_batch(
     let rows = c
         .query(
             concat!(
-                "INSERT INTO ricochet_links (key, target, status, created_at, expires_at, author) \
-                 SELECT * FROM unnest($1::text[], $2::text[], $3::smallint[], $4::bigint[], \
-                                      $5::bigint[], $6::text[]) ",
+                "INSERT INTO ricochet_links (key, target, status, created_at, expires_at, author, \
+                                            behaviour) \
+                 SELECT k, t, s, c, e, a, b::jsonb \
+                   FROM unnest($1::text[], $2::text[], $3::smallint[], $4::bigint[], \
+                               $5::bigint[], $6::text[], $7::text[]) AS u(k, t, s, c, e, a, b) ",
                 revive_dead_key!(),
                 "RETURNING key, version"
             ),
-            &[&keys, &targets, &statuses, &created, &expires, &authors],
+            &[
+                &keys,
+                &targets,
+                &statuses,
+                &created,
+                &expires,
+                &authors,
+                &behaviours,
+            ],
         )
         .await?;
     let made: std::collections::HashMap<String, i64> =
@@ -531,7 +561,8 @@ macro_rules! revive_dead_key {
             "ON CONFLICT (key) DO UPDATE SET target = EXCLUDED.target, \
                  status = EXCLUDED.status, created_at = EXCLUDED.created_at, \
                  expires_at = EXCLUDED.expires_at, deleted = false, \
-                 author = EXCLUDED.author, created_xid = pg_current_xact_id() \
+                 author = EXCLUDED.author, behaviour = EXCLUDED.behaviour, \
+                 created_xid = pg_current_xact_id() \
                WHERE ricochet_links.deleted \
                   OR (ricochet_links.expires_at <> 0 AND ricochet_links.expires_at <= ",
             db_now_s!(),
@@ -552,8 +583,17 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
             expires_at_s,
             idem: Some(idem),
             author,
+            behaviour,
         } => {
-            let fields = (key, target, status, created_at_s, expires_at_s, author);
+            let fields = (
+                key,
+                target,
+                status,
+                created_at_s,
+                expires_at_s,
+                author,
+                behaviour,
+            );
             create_claiming(c, fields, idem).await
         }
         LinkWrite::Create {
@@ -564,14 +604,27 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
             expires_at_s,
             idem: None,
             author,
-        } => create(c, (key, target, status, created_at_s, expires_at_s, author)).await,
+            behaviour,
+        } => {
+            let fields = (
+                key,
+                target,
+                status,
+                created_at_s,
+                expires_at_s,
+                author,
+                behaviour,
+            );
+            create(c, fields).await
+        }
         LinkWrite::Patch {
             key,
             target,
             status,
             expiry,
             author_only,
-        } => patch(c, key, target, status, expiry, author_only).await,
+            behaviour,
+        } => patch(c, key, (target, status, expiry, behaviour), author_only).await,
         LinkWrite::ResetStats { key, author_only } => reset_stats(c, key, author_only).await,
         LinkWrite::Delete { key, author_only } => delete(c, key, author_only).await,
     }
@@ -581,7 +634,7 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
 /// before (a replay, or another request with the same key) answers what it made.
 async fn create_claiming(
     c: &Client,
-    (key, target, status, created_at_s, expires_at_s, author): NewRow<'_>,
+    (key, target, status, created_at_s, expires_at_s, author, behaviour): NewRow<'_>,
     idem: &(String, [u8; 32]),
 ) -> Result<LinkWritten, tokio_postgres::Error> {
     let (scope, hash) = idem;
@@ -600,8 +653,9 @@ async fn create_claiming(
                 " - $8 \
                  RETURNING 1), \
              link AS ( \
-                 INSERT INTO ricochet_links (key, target, status, created_at, expires_at, author) \
-                 SELECT $1, $2, $3, $4, $5, $10 FROM claim ",
+                 INSERT INTO ricochet_links (key, target, status, created_at, expires_at, author, \
+                                             behaviour) \
+                 SELECT $1, $2, $3, $4, $5, $10, $11::text::jsonb FROM claim ",
                 revive_dead_key!(),
                 "RETURNING version) \
              SELECT (SELECT version FROM link), EXISTS (SELECT 1 FROM claim), \
@@ -620,6 +674,7 @@ async fn create_claiming(
                 &retention,
                 &ALIAS_TAKEN,
                 author,
+                behaviour,
             ],
         )
         .await;
@@ -645,7 +700,7 @@ async fn claimed_before(c: &Client, scope: &String) -> Result<LinkWritten, tokio
         .query_one(
             "SELECT i.request_hash, i.key, i.created_at, l.target, l.status, \
                     l.created_at, l.expires_at, l.version, \
-                    i.created_xid = l.created_xid, l.author \
+                    i.created_xid = l.created_xid, l.author, l.behaviour::text \
                FROM ricochet_idempotency i \
                LEFT JOIN ricochet_links l ON l.key = i.key AND NOT l.deleted \
               WHERE i.scope = $1",
@@ -660,6 +715,7 @@ async fn claimed_before(c: &Client, scope: &String) -> Result<LinkWritten, tokio
         expires_at_s: r.get::<_, i64>(6) as u64,
         version: r.get::<_, i64>(7) as u64,
         author: r.get(9),
+        behaviour: r.get(10),
     });
     Ok(LinkWritten::IdemClaimed {
         request_hash: request_hash.try_into().unwrap_or([0; 32]),
@@ -670,7 +726,7 @@ async fn claimed_before(c: &Client, scope: &String) -> Result<LinkWritten, tokio
     })
 }
 
-/// A new link's columns: key, target, status, created_at, expires_at, author.
+/// A new link's columns: key, target, status, created_at, expires_at, author, behaviour.
 type NewRow<'a> = (
     &'a String,
     &'a String,
@@ -678,18 +734,20 @@ type NewRow<'a> = (
     &'a u64,
     &'a u64,
     &'a String,
+    &'a Option<String>,
 );
 
 /// A create: the key, unless a live link holds it.
 async fn create(
     c: &Client,
-    (key, target, status, created_at_s, expires_at_s, author): NewRow<'_>,
+    (key, target, status, created_at_s, expires_at_s, author, behaviour): NewRow<'_>,
 ) -> Result<LinkWritten, tokio_postgres::Error> {
     let row = c
         .query_opt(
             concat!(
-                "INSERT INTO ricochet_links (key, target, status, created_at, expires_at, author) \
-                 VALUES ($1, $2, $3, $4, $5, $6) ",
+                "INSERT INTO ricochet_links (key, target, status, created_at, expires_at, author, \
+                                            behaviour) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7::text::jsonb) ",
                 revive_dead_key!(),
                 "RETURNING version"
             ),
@@ -700,6 +758,7 @@ async fn create(
                 &(*created_at_s as i64),
                 &(*expires_at_s as i64),
                 author,
+                behaviour,
             ],
         )
         .await?;
@@ -715,11 +774,16 @@ async fn create(
 async fn patch(
     c: &Client,
     key: &String,
-    target: &Option<String>,
-    status: &Option<u16>,
-    expiry: &ExpiryChange,
+    (target, status, expiry, behaviour): (
+        &Option<String>,
+        &Option<u16>,
+        &ExpiryChange,
+        &Option<Box<BehaviourPatch>>,
+    ),
     author_only: &String,
 ) -> Result<LinkWritten, tokio_postgres::Error> {
+    let unchanged = BehaviourPatch::default();
+    let behaviour = behaviour.as_deref().unwrap_or(&unchanged);
     let (kind, at): (i16, i64) = match expiry {
         ExpiryChange::Keep => (0, 0),
         ExpiryChange::Clear => (1, 0),
@@ -731,11 +795,17 @@ async fn patch(
                 "UPDATE ricochet_links SET target = COALESCE($2, target), \
                      status = COALESCE($3, status), \
                      expires_at = CASE $4::smallint WHEN 0 THEN expires_at \
-                                                    WHEN 1 THEN 0 ELSE $5 END \
+                                                    WHEN 1 THEN 0 ELSE $5 END, \
+                     behaviour = CASE WHEN $7::text IS NULL AND cardinality($8::text[]) = 0 \
+                                      THEN behaviour \
+                                      ELSE nullif((coalesce(behaviour, '{}'::jsonb) - $8::text[]) \
+                                                  || coalesce($7::text::jsonb, '{}'::jsonb), \
+                                                  '{}'::jsonb) END \
                   WHERE key = $1 AND NOT deleted AND ($6 = '' OR author = $6) \
                     AND (expires_at = 0 OR expires_at > ",
                 db_now_s!(),
-                ") RETURNING target, status, created_at, expires_at, version, author"
+                ") RETURNING target, status, created_at, expires_at, version, author, \
+                             behaviour::text"
             ),
             &[
                 key,
@@ -744,6 +814,8 @@ async fn patch(
                 &kind,
                 &at,
                 author_only,
+                &behaviour.set,
+                &behaviour.unset,
             ],
         )
         .await?;
@@ -755,6 +827,7 @@ async fn patch(
             expires_at_s: r.get::<_, i64>(3) as u64,
             version: r.get::<_, i64>(4) as u64,
             author: r.get(5),
+            behaviour: r.get(6),
         }),
         None => LinkWritten::NotFound,
     })
@@ -937,7 +1010,8 @@ pub async fn lookup(
 ) -> Result<Vec<(String, Stored)>, tokio_postgres::Error> {
     let rows = c
         .query(
-            "SELECT key, target, status, created_at, expires_at, deleted, version, author \
+            "SELECT key, target, status, created_at, expires_at, deleted, version, author, \
+                    behaviour::text \
                FROM ricochet_links WHERE key = ANY($1)",
             &[&keys],
         )
@@ -952,6 +1026,7 @@ pub async fn lookup(
                 expires_at_s: r.get::<_, i64>(4) as u64,
                 version: r.get::<_, i64>(6) as u64,
                 author: r.get(7),
+                behaviour: r.get(8),
             };
             (
                 r.get(0),

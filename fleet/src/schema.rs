@@ -27,10 +27,11 @@ pub const MIGRATIONS: &[(u32, &str)] = &[
     (14, include_str!("../migrations/0014_domains.sql")),
     (15, include_str!("../migrations/0015_blocklist.sql")),
     (16, include_str!("../migrations/0016_domain_visits.sql")),
+    (17, include_str!("../migrations/0017_link_behaviour.sql")),
 ];
 
 /// The schema version this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 16;
+pub const SCHEMA_VERSION: u32 = 17;
 
 // One migration per version, in order: a version without its migration would be recorded
 // without its tables.

@@ -257,6 +257,114 @@ impl Behaviour {
     }
 }
 
+/// A link's behaviour and redirect rules as one JSON object of their NDJSON members (what
+/// exports write beside the link's fields, and the fleet's `ricochet_links.behaviour` holds);
+/// `None` for a link with neither.
+pub fn json_object(
+    b: &Behaviour,
+    rules: &crate::rules::Rules,
+) -> Option<serde_json::Map<String, serde_json::Value>> {
+    if b.is_none() && rules.is_empty() {
+        return None;
+    }
+    let mut obj = serde_json::Map::new();
+    put_json_with_rules(b, rules, &mut obj);
+    Some(obj)
+}
+
+/// Adds a link's behaviour members and `redirect_rules` (when it has some) to `obj`.
+pub fn put_json_with_rules(
+    b: &Behaviour,
+    rules: &crate::rules::Rules,
+    obj: &mut serde_json::Map<String, serde_json::Value>,
+) {
+    b.put_json(obj);
+    if !rules.is_empty() {
+        let list = rules.set().decode().unwrap_or_default();
+        obj.insert("redirect_rules".into(), crate::rules::to_json(&list));
+    }
+}
+
+/// The behaviour members of a JSON object (an NDJSON line's, or the fleet's column), checked
+/// as an import checks them.
+#[derive(serde::Deserialize, Debug, Default)]
+pub struct BehaviourJson {
+    #[serde(default)]
+    pub valid_since: Option<String>,
+    #[serde(default)]
+    pub forward_query: Option<bool>,
+    #[serde(default)]
+    pub max_visits: Option<u64>,
+    #[serde(default)]
+    pub visits: Option<u64>,
+    #[serde(default)]
+    pub disabled: Option<JsonDisabled>,
+    #[serde(default)]
+    pub crawlable: Option<bool>,
+    #[serde(default)]
+    pub redirect_rules: Option<Vec<crate::rules::JsonRule>>,
+}
+
+impl BehaviourJson {
+    /// The behaviour and rules it describes, or what is wrong (naming the member).
+    pub fn parse(&self) -> Result<(Behaviour, crate::rules::Rules), String> {
+        let b = Behaviour {
+            valid_since_s: match self.valid_since.as_deref() {
+                None => 0,
+                Some(t) => {
+                    crate::timefmt::parse_rfc3339_s(t).map_err(|e| format!("valid_since: {e}"))?
+                }
+            },
+            forward_query: self.forward_query,
+            disabled: self
+                .disabled
+                .as_ref()
+                .map(JsonDisabled::parse)
+                .transpose()?,
+            max_visits: self.max_visits.unwrap_or(0),
+            visits: self.visits.unwrap_or(0),
+            crawlable: self.crawlable.unwrap_or(false),
+        };
+        if b.max_visits == 0 && b.visits != 0 {
+            return Err("visits without max_visits".into());
+        }
+        let rules = match &self.redirect_rules {
+            None => crate::rules::Rules::NONE,
+            Some(json) => {
+                let list = crate::rules::from_json(json).map_err(|e| e.0)?;
+                crate::rules::Rules::from_rules(&list).map_err(|e| e.0)?
+            }
+        };
+        Ok((b, rules))
+    }
+
+    /// Reads a whole object of behaviour members (no other member).
+    pub fn from_text(text: &str) -> Result<(Behaviour, crate::rules::Rules), String> {
+        let obj: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(text).map_err(|e| format!("behaviour: {e}"))?;
+        if let Some(k) = obj
+            .keys()
+            .find(|k| !BEHAVIOUR_MEMBERS.contains(&k.as_str()))
+        {
+            return Err(format!("behaviour: unknown member {k:?}"));
+        }
+        let members: BehaviourJson = serde_json::from_value(serde_json::Value::Object(obj))
+            .map_err(|e| format!("behaviour: {e}"))?;
+        members.parse()
+    }
+}
+
+/// The members [`BehaviourJson`] reads.
+pub const BEHAVIOUR_MEMBERS: &[&str] = &[
+    "valid_since",
+    "forward_query",
+    "max_visits",
+    "visits",
+    "disabled",
+    "crawlable",
+    "redirect_rules",
+];
+
 /// The `disabled` member as NDJSON holds it.
 #[derive(serde::Deserialize, Debug)]
 #[serde(deny_unknown_fields)]

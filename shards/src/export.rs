@@ -205,11 +205,7 @@ fn write_line(
                 line["author"] = serde_json::Value::from(l.author.as_str());
             }
             if let Some(obj) = line.as_object_mut() {
-                l.behaviour.put_json(obj);
-                if !l.rules.is_empty() {
-                    let rules = l.rules.set().decode().unwrap_or_default();
-                    obj.insert("redirect_rules".into(), crate::rules::to_json(&rules));
-                }
+                crate::behaviour::put_json_with_rules(&l.behaviour, &l.rules, obj);
             }
             writeln!(out, "{line}")?;
         }

@@ -457,7 +457,7 @@ fn link_stats(db: &mut fleet::Db, q: &stats::StatsQuery) -> Result<Vec<u8>, flee
             .facets
             .into_iter()
             .filter_map(|f| {
-                let kind = FacetKind::ALL.into_iter().find(|k| *k as u8 == f.kind)?;
+                let kind = FacetKind::from_u8(f.kind)?;
                 Some((kind, f.bot, Arc::<str>::from(f.value), f.count))
             })
             .collect();

@@ -1039,7 +1039,7 @@ fn behaviour_change(
     fleet: bool,
 ) -> Result<crate::api::request::BehaviourUpdate, Problem> {
     if fleet {
-        creates::refuse_behaviour_in_fleet(!b.is_empty())?;
+        creates::refuse_visit_limit_in_fleet(b.max_visits.is_some())?;
     }
     if b.disabled.is_some() && !who.admin {
         return Err(Problem::admin_only());

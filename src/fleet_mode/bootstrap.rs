@@ -140,6 +140,12 @@ pub fn import_snapshot(
                 line["expires_at"] =
                     shards::timefmt::format_rfc3339_utc(l.expires_at as u64).into();
             }
+            // Its behaviour's members, as the importer reads them (checked usable above).
+            if let (Some(b), Some(obj)) = (&l.behaviour, line.as_object_mut()) {
+                if let Ok(serde_json::Value::Object(members)) = serde_json::from_str(b) {
+                    obj.extend(members);
+                }
+            }
             writeln!(out, "{line}")?;
         }
         Ok(())
@@ -169,5 +175,6 @@ fn snapshot_link_usable(l: &fleet::feed::LiveLink) -> Result<(), String> {
     if !l.author.is_empty() && shards::link::Author::from_id(&l.author).is_none() {
         return Err(format!("author {:?}", l.author));
     }
+    super::messages::behaviour_of(l.behaviour.as_deref())?;
     Ok(())
 }

@@ -39,6 +39,8 @@ pub struct FeedLink {
     pub version: u64,
     /// The API key that created the link (`Author::NONE`: unknown).
     pub author: shards::link::Author,
+    pub behaviour: shards::behaviour::Behaviour,
+    pub rules: shards::rules::Rules,
 }
 
 /// A core applied its rows of a batch (`ok`), or could not (its log is poisoned).
@@ -67,10 +69,13 @@ pub(crate) fn feed_link(r: &fleet::feed::FeedRow) -> Option<FeedLink> {
         deleted: true,
         version: u64::try_from(r.version).ok()?,
         author: shards::link::Author::NONE,
+        behaviour: shards::behaviour::Behaviour::NONE,
+        rules: shards::rules::Rules::NONE,
     })
 }
 
 fn feed_link_fields(r: &fleet::feed::FeedRow) -> Option<FeedLink> {
+    let (behaviour, rules) = behaviour_of(r.behaviour.as_deref()).ok()?;
     Some(FeedLink {
         key: InlineKey::new(r.key.as_bytes())?,
         target: Arc::from(r.target.as_str()),
@@ -80,7 +85,31 @@ fn feed_link_fields(r: &fleet::feed::FeedRow) -> Option<FeedLink> {
         deleted: r.deleted,
         version: u64::try_from(r.version).ok()?,
         author: author_of(&r.author)?,
+        behaviour,
+        rules,
     })
+}
+
+/// A database behaviour column (`ricochet_links.behaviour`, a JSON object of the NDJSON
+/// members) as a link's behaviour and rules; an error says what in it this node refuses.
+pub(crate) fn behaviour_of(
+    text: Option<&str>,
+) -> Result<(shards::behaviour::Behaviour, shards::rules::Rules), String> {
+    match text {
+        None => Ok((
+            shards::behaviour::Behaviour::NONE,
+            shards::rules::Rules::NONE,
+        )),
+        Some(t) => shards::behaviour::BehaviourJson::from_text(t),
+    }
+}
+
+/// A link's behaviour and rules as the database's column holds them (`None`: neither).
+pub(crate) fn behaviour_column(
+    b: &shards::behaviour::Behaviour,
+    rules: &shards::rules::Rules,
+) -> Option<String> {
+    shards::behaviour::json_object(b, rules).map(|o| serde_json::Value::Object(o).to_string())
 }
 
 /// A database author column as a link's author: `""` is none; anything but a key id is not a

@@ -182,13 +182,18 @@ impl Owner {
                     (Some(local), _) => Fetched::Found(local),
                     (None, Err(())) => Fetched::Unavailable,
                     (None, Ok(_)) => match live(now_s) {
-                        // The fleet's rows hold no behaviour yet (fleet mode refuses one).
-                        Some(state) => Fetched::Found(Answer::new(
-                            Target::Shared(Arc::from(state.target.as_str())),
-                            RedirectStatus::from_code(state.status).unwrap_or_default(),
-                            state.expires_at_s,
-                            (&shards::behaviour::Behaviour::NONE, None),
-                        )),
+                        Some(state) => {
+                            let info = info_of(key, state);
+                            Fetched::Found(Answer::new(
+                                Target::Shared(info.target.clone()),
+                                info.status,
+                                info.expires_at_s,
+                                (
+                                    &info.behaviour,
+                                    crate::base::target::RulesText::of(&info.rules),
+                                ),
+                            ))
+                        }
                         None => return false,
                     },
                 };
@@ -245,12 +250,17 @@ impl Owner {
                 expires_at_s: new.expires_at_s,
                 idem: new.idem.clone(),
                 author: new.author.as_str().to_owned(),
+                behaviour: crate::fleet_mode::messages::behaviour_column(
+                    &new.behaviour,
+                    &new.rules,
+                ),
             },
             WriteReq::Patch {
                 target,
                 expiry,
                 status,
                 reach,
+                behaviour,
                 ..
             } => LinkWrite::Patch {
                 key: key.as_str().to_owned(),
@@ -262,6 +272,7 @@ impl Owner {
                     ExpiryUpdate::Set(t) => ExpiryChange::Set(*t),
                 },
                 author_only: reach.author_only().to_owned(),
+                behaviour: behaviour.as_deref().map(|b| Box::new(behaviour_patch(b))),
             },
             WriteReq::Delete { reach, .. } => LinkWrite::Delete {
                 key: key.as_str().to_owned(),
@@ -499,9 +510,8 @@ impl Owner {
                 created_tag: 0,
                 expires_at_s: row.expires_at_s,
                 author: row.author,
-                // The fleet's rows hold no behaviour yet (fleet mode refuses one).
-                behaviour: shards::behaviour::Behaviour::NONE,
-                rules: shards::rules::Rules::NONE,
+                behaviour: row.behaviour,
+                rules: row.rules.clone(),
             };
             let op = LogOpRef::FleetPut {
                 link: link_fields(&info, 0),
@@ -644,6 +654,12 @@ fn fetched_to(mesh: &mut Mesh, reply: ReplyTo, key: InlineKey, fetched: Fetched)
 
 /// A link as the database holds it, as the API answers it.
 fn info_of(key: InlineKey, state: &fleet::links::LinkState) -> LinkInfo {
+    // The nodes write only what they validated; a row changed around them reads as none.
+    let (behaviour, rules) = crate::fleet_mode::messages::behaviour_of(state.behaviour.as_deref())
+        .unwrap_or((
+            shards::behaviour::Behaviour::NONE,
+            shards::rules::Rules::NONE,
+        ));
     LinkInfo {
         key,
         target: Arc::from(state.target.as_str()),
@@ -654,8 +670,48 @@ fn info_of(key: InlineKey, state: &fleet::links::LinkState) -> LinkInfo {
         // The column's CHECK admits only key ids; anything else reads as no author.
         author: crate::fleet_mode::messages::author_of(&state.author)
             .unwrap_or(shards::link::Author::NONE),
-        behaviour: shards::behaviour::Behaviour::NONE,
-        rules: shards::rules::Rules::NONE,
+        behaviour,
+        rules,
+    }
+}
+
+/// A PATCH's behaviour change as the database merges it: the members it sets, the members
+/// it removes (`max_visits` never reaches here: fleet mode refuses it).
+fn behaviour_patch(u: &crate::api::request::BehaviourUpdate) -> fleet::links::BehaviourPatch {
+    let mut set = shards::behaviour::Behaviour::NONE;
+    let mut unset = Vec::new();
+    let mut drop = |name: &str| unset.push(name.to_owned());
+    match u.valid_since_s {
+        Some(0) => drop("valid_since"),
+        Some(t) => set.valid_since_s = t,
+        None => {}
+    }
+    match u.forward_query {
+        Some(None) => drop("forward_query"),
+        Some(f) => set.forward_query = f,
+        None => {}
+    }
+    match u.disabled {
+        Some(None) => drop("disabled"),
+        Some(d) => set.disabled = d,
+        None => {}
+    }
+    match u.crawlable {
+        Some(false) => drop("crawlable"),
+        Some(true) => set.crawlable = true,
+        None => {}
+    }
+    let rules = match &u.rules {
+        Some(r) if r.is_empty() => {
+            drop("redirect_rules");
+            shards::rules::Rules::NONE
+        }
+        Some(r) => r.clone(),
+        None => shards::rules::Rules::NONE,
+    };
+    fleet::links::BehaviourPatch {
+        set: crate::fleet_mode::messages::behaviour_column(&set, &rules),
+        unset,
     }
 }
 

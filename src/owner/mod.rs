@@ -750,6 +750,8 @@ mod tests {
             deleted: false,
             version,
             author: shards::link::Author::NONE,
+            behaviour: shards::behaviour::Behaviour::NONE,
+            rules: shards::rules::Rules::NONE,
         };
         let ack = |acks: &crossbeam::channel::Receiver<crate::fleet_mode::messages::FeedAck>| {
             let a = acks.try_recv().expect("an ack");
@@ -932,6 +934,7 @@ mod tests {
                 expires_at_s: 0,
                 version: v,
                 author: String::new(),
+                behaviour: None,
             };
             match (o, change) {
                 (0, Some(_)) => LinkWritten::Created { version: v },
@@ -989,6 +992,8 @@ mod tests {
             deleted: t.is_none(),
             version: *v,
             author: shards::link::Author::NONE,
+            behaviour: shards::behaviour::Behaviour::NONE,
+            rules: shards::rules::Rules::NONE,
         };
         let drain_acks =
             |acks: &crossbeam::channel::Receiver<crate::fleet_mode::messages::FeedAck>| {

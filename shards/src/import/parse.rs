@@ -275,20 +275,8 @@ struct JsonLine<'a> {
     domain: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     author: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    valid_since: Option<Cow<'a, str>>,
-    #[serde(default)]
-    forward_query: Option<bool>,
-    #[serde(default)]
-    max_visits: Option<u64>,
-    #[serde(default)]
-    visits: Option<u64>,
-    #[serde(default)]
-    disabled: Option<crate::behaviour::JsonDisabled>,
-    #[serde(default)]
-    redirect_rules: Option<Vec<crate::rules::JsonRule>>,
-    #[serde(default)]
-    crawlable: Option<bool>,
+    #[serde(flatten)]
+    behaviour: crate::behaviour::BehaviourJson,
 }
 
 fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
@@ -313,30 +301,34 @@ fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
     r.created_at_s = created_at_s;
     r.domain = j.domain;
     r.author = author_of(line, j.author.as_deref())?;
-    r.behaviour = crate::behaviour::Behaviour {
-        valid_since_s: match j.valid_since.as_deref() {
-            None => 0,
-            Some(t) => {
-                crate::timefmt::parse_rfc3339_s(t).map_err(|e| err(format!("valid_since: {e}")))?
-            }
-        },
-        forward_query: j.forward_query,
-        disabled: j
-            .disabled
-            .as_ref()
-            .map(|d| d.parse())
-            .transpose()
-            .map_err(err)?,
-        max_visits: j.max_visits.unwrap_or(0),
-        visits: j.visits.unwrap_or(0),
-        crawlable: j.crawlable.unwrap_or(false),
-    };
-    if r.behaviour.max_visits == 0 && r.behaviour.visits != 0 {
-        return Err(err("visits without max_visits".into()));
-    }
-    if let Some(rules) = &j.redirect_rules {
-        let rules = crate::rules::from_json(rules).map_err(|e| err(e.0))?;
-        r.rules = crate::rules::Rules::from_rules(&rules).map_err(|e| err(e.0))?;
-    }
+    (r.behaviour, r.rules) = j.behaviour.parse().map_err(err)?;
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ndjson_lines_take_behaviour_members_and_refuse_unknown_ones() {
+        let r = json_to_record(
+            1,
+            br#"{"key":"a","long_url":"https://x.example/","crawlable":true,"valid_since":"2030-01-01T00:00:00Z","redirect_rules":[{"target":"https://y.example/","conditions":[{"type":"device","value":"ios"}]}]}"#,
+        )
+        .unwrap();
+        assert!(r.behaviour.crawlable);
+        assert_eq!(r.behaviour.valid_since_s, 1_893_456_000);
+        assert!(!r.rules.is_empty());
+        for bad in [
+            &br#"{"key":"a","long_url":"https://x.example/","bogus":1}"#[..],
+            br#"{"key":"a","long_url":"https://x.example/","visits":3}"#,
+            br#"{"key":"a","long_url":"https://x.example/","crawlable":"yes"}"#,
+        ] {
+            assert!(
+                json_to_record(1, bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
 }
