@@ -203,6 +203,11 @@ fn the_bootstrap_copy_reads_back_every_live_link_exactly() {
         serde_json::json!({"crawlable": true, "valid_since": "a\tb\\c"})
     );
     assert!(!got.iter().any(|l| l.key == "gone" || l.key == "soon"));
+}
+
+/// A copy line with a column too few or too many, or a bad escape, is refused.
+#[test]
+fn malformed_copy_lines_are_refused() {
     for bad in [
         &b"k\thttps://e\t302\t1\t0"[..],
         b"k\thttps://e\t302\t1\t0\tab",
@@ -211,6 +216,8 @@ fn the_bootstrap_copy_reads_back_every_live_link_exactly() {
     ] {
         assert!(fleet::feed::parse_copy_line(bad).is_err(), "{bad:?}");
     }
+    let ok = fleet::feed::parse_copy_line(b"k\thttps://e\t302\t1\t0\tab\t\\N").unwrap();
+    assert_eq!((ok.author.as_str(), ok.behaviour), ("ab", None));
 }
 
 /// A poll reads the tombstone horizon and the removal count in its own statement, with rows
