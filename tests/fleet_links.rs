@@ -1980,8 +1980,7 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 /// Link behaviours (`valid_since`, `forward_query`, `disabled`, `crawlable`, redirect rules)
 /// are the fleet's (`ricochet_links.behaviour`): set on one node, they are served by every
 /// node, through the feed, read-through and a new node's bootstrap; PATCHes of different
-/// members on two nodes both hold (merged in SQL); `max_visits` is refused (422 naming the
-/// fleet), as is nothing else.
+/// members on two nodes both hold (merged in SQL).
 #[test]
 #[expect(
     clippy::too_many_lines,
@@ -2071,15 +2070,6 @@ fn link_behaviours_are_the_fleets_on_every_node() {
     let v = Client::new(&c).get_link("later").json();
     assert_eq!(v["valid_since"], "2099-01-01T00:00:00Z", "{v}");
 
-    // max_visits alone is refused: each node would count its own visits.
-    let p = ca
-        .create(&json!({"long_url": "https://a.example/", "max_visits": 3}))
-        .assert_problem(422);
-    assert!(p["detail"].as_str().unwrap().contains("fleet"), "{p}");
-    let p = ca
-        .patch("ruled", &json!({"max_visits": 3}))
-        .assert_problem(422);
-    assert!(p["detail"].as_str().unwrap().contains("fleet"), "{p}");
     // Shlink's forwardQuery is taken now.
     let headers = [
         ("X-Api-Key", api::API_KEY),
@@ -2099,4 +2089,87 @@ fn link_behaviours_are_the_fleets_on_every_node() {
     eventually("c serves the Shlink link with its query", || {
         visit_with(&c, "/sh?q=1", &[]).1.as_deref() == Some("https://a.example/s?q=1")
     });
+}
+
+/// `HEAD /{key}` on `s`: its status (a HEAD is no visit).
+fn head_status(s: &Server, key: &str) -> u16 {
+    Client::new(s)
+        .send("HEAD", &format!("/{key}"), false, &[], b"")
+        .unwrap()
+        .status
+}
+
+/// `max_visits` is exact across nodes: every node's visits are counted against one count in
+/// the database before their redirects, so 120 concurrent GETs on three nodes (2, 2 and 1
+/// cores) of a link allowing 25 give exactly 25 redirects, whatever node or core each hit; a
+/// PATCH that raises the limit keeps the count; removing the limit removes it.
+#[test]
+fn a_visit_limit_is_exact_across_nodes() {
+    let Some(db) = TestDb::create("fleet_visit_limit") else {
+        return;
+    };
+    prepare_fleet(&db.url);
+    let dirs: Vec<_> = (0..3).map(|_| api::data_dir()).collect();
+    let nodes = [
+        node(&dirs[0].1, &db.url, "a", "2", &[]),
+        node(&dirs[1].1, &db.url, "b", "2", &[]),
+        node(&dirs[2].1, &db.url, "c", "1", &[]),
+    ];
+    let r = Client::new(&nodes[0]).create(
+        &json!({"long_url": "https://limited.example/", "custom_alias": "lim", "max_visits": 25}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    for s in &nodes {
+        eventually("every node holds the limited link", || {
+            head_status(s, "lim") == 302
+        });
+    }
+    let redirects = |per_thread: usize| -> Vec<u16> {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..12)
+                .map(|t| {
+                    let addr = nodes[t % 3].addr;
+                    scope.spawn(move || {
+                        (0..per_thread)
+                            .map(|_| Client::connect(addr).unwrap().redirect("lim").status)
+                            .collect::<Vec<u16>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect()
+        })
+    };
+    let got = redirects(10);
+    let count = |code: u16| got.iter().filter(|s| **s == code).count();
+    assert_eq!(
+        (count(302), count(404), got.len()),
+        (25, 95, 120),
+        "{got:?}"
+    );
+    eventually("the fleet's count reaches every node", || {
+        Client::new(&nodes[2]).get_link("lim").json()["visits"] == 25
+    });
+    // Raised to 30 on another node: the count stays, 5 more go.
+    let r = Client::new(&nodes[1]).patch("lim", &json!({"max_visits": 30}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["visits"], 25, "{}", r.text());
+    for s in &nodes {
+        eventually("the raised limit reaches every node", || {
+            Client::new(s).get_link("lim").json()["max_visits"] == 30
+        });
+    }
+    let got = redirects(2);
+    assert_eq!(got.iter().filter(|s| **s == 302).count(), 5, "{got:?}");
+    // No limit: no count either, and every visit redirects.
+    let r = Client::new(&nodes[2]).patch("lim", &json!({"max_visits": null}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json().get("visits").is_none(), "{}", r.text());
+    for s in &nodes {
+        eventually("the limit's removal reaches every node", || {
+            answer(s, "lim").0 == 302
+        });
+    }
 }

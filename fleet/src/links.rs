@@ -85,6 +85,12 @@ pub enum LinkWrite {
         key: String,
         author_only: String,
     },
+    /// One visit of a link with `max_visits` (a GET about to be redirected): counted in the
+    /// row's behaviour only while the count is below the limit, so every node's visits
+    /// together are exactly the limit. `Visited`, or `NotFound` when used up (or gone).
+    Visit {
+        key: String,
+    },
     /// `DELETE /api/v1/urls/{key}/stats`: every node's click rows of the link go, and a
     /// reset row tells every node to purge its own (`migrations/0008_click_resets.sql`).
     /// Answered `Deleted { version: 0 }`, or `NotFound` without a link (an expired one counts:
@@ -129,6 +135,11 @@ pub enum LinkWritten {
     Updated(LinkState),
     Deleted {
         version: u64,
+    },
+    /// A visit counted: the row's new version and count.
+    Visited {
+        version: u64,
+        visits: u64,
     },
     /// PATCH or DELETE: no live link under the key.
     NotFound,
@@ -626,6 +637,7 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
             behaviour,
         } => patch(c, key, (target, status, expiry, behaviour), author_only).await,
         LinkWrite::ResetStats { key, author_only } => reset_stats(c, key, author_only).await,
+        LinkWrite::Visit { key } => visit(c, key).await,
         LinkWrite::Delete { key, author_only } => delete(c, key, author_only).await,
     }
 }
@@ -829,6 +841,33 @@ async fn patch(
             author: r.get(5),
             behaviour: r.get(6),
         }),
+        None => LinkWritten::NotFound,
+    })
+}
+
+/// One visit of a limited link: the count goes up by one unless it has reached the limit
+/// (the row lock serializes every node's visits of the link).
+async fn visit(c: &Client, key: &String) -> Result<LinkWritten, tokio_postgres::Error> {
+    let row = c
+        .query_opt(
+            concat!(
+                "UPDATE ricochet_links SET behaviour = jsonb_set(behaviour, '{visits}', \
+                     to_jsonb(coalesce((behaviour->>'visits')::bigint, 0) + 1)) \
+                  WHERE key = $1 AND NOT deleted \
+                    AND (behaviour->>'max_visits')::bigint \
+                        > coalesce((behaviour->>'visits')::bigint, 0) \
+                    AND (expires_at = 0 OR expires_at > ",
+                db_now_s!(),
+                ") RETURNING version, (behaviour->>'visits')::bigint"
+            ),
+            &[key],
+        )
+        .await?;
+    Ok(match row {
+        Some(r) => LinkWritten::Visited {
+            version: r.get::<_, i64>(0) as u64,
+            visits: r.get::<_, i64>(1) as u64,
+        },
         None => LinkWritten::NotFound,
     })
 }

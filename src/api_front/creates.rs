@@ -73,11 +73,8 @@ impl Creates {
     /// generated keys: a node answers 404 for such a key whose ID was never issued without
     /// asking the database (docs/fleet.md, "Unknown-key floods"), which an alias of that shape
     /// would defeat. Single nodes take such aliases (a generated create that meets one takes
-    /// the next ID). Fleet mode also refuses a visit limit ([`refuse_visit_limit_in_fleet`]).
+    /// the next ID).
     pub fn check_alias(&self, req: &CreateRequest) -> Result<(), Problem> {
-        if self.is_fleet() {
-            refuse_visit_limit_in_fleet(req.behaviour.max_visits != 0)?;
-        }
         let Some(alias) = &req.custom_alias else {
             return Ok(());
         };
@@ -294,18 +291,4 @@ impl Creates {
 fn busy(reply: ReplyTo, mesh: &mut Mesh) {
     let outcome = WriteOutcome::Busy;
     mesh.deliver(reply.core(), ApiMsg::WriteDone { reply, outcome });
-}
-/// Fleet mode's refusal of `max_visits`: a node counts a limited link's visits in its own
-/// log before each redirect, and the fleet has no shared count or lease of visits yet, so
-/// no node could keep the limit for the fleet. Every other behaviour is the fleet's
-/// (`ricochet_links.behaviour`).
-pub(crate) fn refuse_visit_limit_in_fleet(limited: bool) -> Result<(), Problem> {
-    match limited {
-        true => Err(Problem::invalid_field(
-            Some("max_visits"),
-            "max_visits is not yet kept by the fleet (each node would count its own visits): \
-             fleet mode refuses it",
-        )),
-        false => Ok(()),
-    }
 }

@@ -585,12 +585,7 @@ impl ApiFront {
         mesh: &mut Mesh,
     ) -> Result<(), Problem> {
         let ikey = self.item_key(req.query, key, reach)?;
-        let (op, ask) = item_ask(
-            req.method,
-            (ikey, reach),
-            body,
-            (now_s, &self.blocklist, self.creates.is_fleet()),
-        )?;
+        let (op, ask) = item_ask(req.method, (ikey, reach), body, (now_s, &self.blocklist))?;
         let reply = defer(out, op);
         let owner = self.router.owner(ikey.as_bytes()).core;
         mesh.deliver(owner, ask.message(reply));
@@ -981,7 +976,7 @@ pub(crate) fn item_ask(
     method: Method,
     (key, who): (InlineKey, &Reach),
     body: &[u8],
-    (now_s, blocklist, fleet): (u64, &crate::api::blocklist::Blocklist, bool),
+    (now_s, blocklist): (u64, &crate::api::blocklist::Blocklist),
 ) -> Result<(ApiOp, OwnerAsk), Problem> {
     let reach = who.author;
     Ok(match method {
@@ -1002,7 +997,7 @@ pub(crate) fn item_ask(
             if let Some(rules) = &p.behaviour.rules {
                 check_rule_targets(blocklist, rules)?;
             }
-            let behaviour = behaviour_change(p.behaviour, who, now_s, fleet)?;
+            let behaviour = behaviour_change(p.behaviour, who, now_s)?;
             let patch = WriteReq::Patch {
                 key,
                 target: p.long_url.map(Arc::from),
@@ -1030,17 +1025,12 @@ fn check_rule_targets(
 }
 
 /// A PATCH's behaviour change as the owner applies it: disabling and enabling are an
-/// admin's (a disabling records when and by whom). Fleet mode does not store behaviour yet:
-/// any change is refused there, naming it.
+/// admin's (a disabling records when and by whom).
 fn behaviour_change(
     mut b: crate::api::request::BehaviourUpdate,
     who: &Reach,
     now_s: u64,
-    fleet: bool,
 ) -> Result<crate::api::request::BehaviourUpdate, Problem> {
-    if fleet {
-        creates::refuse_visit_limit_in_fleet(b.max_visits.is_some())?;
-    }
     if b.disabled.is_some() && !who.admin {
         return Err(Problem::admin_only());
     }

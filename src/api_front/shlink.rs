@@ -637,13 +637,8 @@ impl ApiFront {
             Method::Get | Method::Delete => Vec::new(),
             _ => native_body(body, false)?,
         };
-        let (op, ask) = super::item_ask(
-            method,
-            (ikey, reach),
-            &native,
-            (now_s, &self.blocklist, self.creates.is_fleet()),
-        )
-        .map_err(|p| ShlinkError::from_native(&p))?;
+        let (op, ask) = super::item_ask(method, (ikey, reach), &native, (now_s, &self.blocklist))
+            .map_err(|p| ShlinkError::from_native(&p))?;
         let reply = defer(out, ApiOp::Shlink(Box::new(op), 0, 0));
         let owner = self.router.owner(ikey.as_bytes()).core;
         mesh.deliver(owner, ask.message(reply));
@@ -700,13 +695,8 @@ impl ApiFront {
             true => (Method::Patch, native_rules_body(body)?),
             false => (Method::Get, Vec::new()),
         };
-        let (op, ask) = super::item_ask(
-            method,
-            (ikey, &reach),
-            &native,
-            (now_s, &self.blocklist, self.creates.is_fleet()),
-        )
-        .map_err(|p| ShlinkError::from_native(&p))?;
+        let (op, ask) = super::item_ask(method, (ikey, &reach), &native, (now_s, &self.blocklist))
+            .map_err(|p| ShlinkError::from_native(&p))?;
         let op = ApiOp::ShlinkRules(Box::new(op));
         let reply = defer(out, ApiOp::Shlink(Box::new(op), 0, 0));
         let owner = self.router.owner(ikey.as_bytes()).core;

@@ -150,7 +150,7 @@ impl Owner {
     ) {
         if !self.answer_found(w, key, row, now_s, mesh) {
             match w {
-                ReadWaiter::Redirect(r) => fetched_to(mesh, r, key, Fetched::Absent),
+                ReadWaiter::Redirect(r, _) => fetched_to(mesh, r, key, Fetched::Absent),
                 ReadWaiter::Get(r, _) | ReadWaiter::StatsOf(r, _) => {
                     let outcome = WriteOutcome::NotFound;
                     mesh.deliver(r.core(), ApiMsg::WriteDone { reply: r, outcome });
@@ -177,7 +177,7 @@ impl Owner {
             _ => None,
         };
         match w {
-            ReadWaiter::Redirect(r) => {
+            ReadWaiter::Redirect(r, visit) => {
                 let fetched = match (self.local_answer(shard, key.as_bytes(), now_s), row) {
                     (Some(local), _) => Fetched::Found(local),
                     (None, Err(())) => Fetched::Unavailable,
@@ -197,6 +197,14 @@ impl Owner {
                         None => return false,
                     },
                 };
+                // A limited link's visit is counted by the database before its redirect.
+                if let (Fetched::Found(a), true) = (&fetched, visit) {
+                    if a.limited() {
+                        let answer = a.clone();
+                        self.submit_fleet_visit(r, key, answer, mesh);
+                        return true;
+                    }
+                }
                 fetched_to(mesh, r, key, fetched);
             }
             ReadWaiter::Get(r, reach) | ReadWaiter::StatsOf(r, reach) => {
@@ -307,11 +315,59 @@ impl Owner {
         self.writes.in_flight_keys.insert(key);
     }
 
+    /// A visit of a limited link, counted by the database (`LinkWrite::Visit`, every node's
+    /// visits against one count); `answer` is sent once it is counted. The feed then brings
+    /// the row's new count to every node, this one included.
+    pub(super) fn submit_fleet_visit(
+        &mut self,
+        reply: ReplyTo,
+        key: InlineKey,
+        answer: Answer,
+        mesh: &mut Mesh,
+    ) {
+        let fleet = self.judge.fleet_mut().expect("fleet mode");
+        if fleet.stats.refused().is_some() {
+            return super::visits::unavailable(reply, key, mesh);
+        }
+        let token = fleet.next_token;
+        fleet.next_token += 1;
+        let job = WriteJob {
+            core: self.me as u16,
+            token,
+            write: LinkWrite::Visit {
+                key: key.as_str().to_owned(),
+            },
+        };
+        if fleet.writer.try_submit(job).is_err() {
+            return super::visits::unavailable(reply, key, mesh);
+        }
+        fleet.visits.insert(token, (reply, key, answer));
+    }
+
+    /// The database counted a visit (the redirect goes), found the limit reached (answered
+    /// as an expired link), or could not be asked (503, never an uncounted redirect).
+    fn on_fleet_visited(
+        &mut self,
+        (reply, key, answer): (ReplyTo, InlineKey, Answer),
+        result: Result<LinkWritten, fleet::FailureClass>,
+        mesh: &mut Mesh,
+    ) {
+        let answer = match result {
+            Ok(LinkWritten::Visited { .. }) => Some(answer),
+            Ok(LinkWritten::NotFound) => None,
+            _ => return super::visits::unavailable(reply, key, mesh),
+        };
+        mesh.deliver(reply.core(), RedirectMsg::Answer { reply, key, answer });
+    }
+
     /// The database judged a write: log what it committed, or answer what it refused.
     pub fn on_fleet_written(&mut self, answer: WriteAnswer, now_s: u64, mesh: &mut Mesh) {
         let Some(fleet) = self.judge.fleet_mut() else {
             return;
         };
+        if let Some(visit) = fleet.visits.remove(&answer.token) {
+            return self.on_fleet_visited(visit, answer.result, mesh);
+        }
         let Some((reply, req)) = fleet.pending.remove(&answer.token) else {
             return;
         };
@@ -424,7 +480,12 @@ impl Owner {
                 outcome: WriteOutcome::Deleted,
                 invalidate: Some(key),
             },
-            (LinkWritten::IdemClaimed { .. } | LinkWritten::Created { .. }, _) => {
+            (
+                LinkWritten::IdemClaimed { .. }
+                | LinkWritten::Created { .. }
+                | LinkWritten::Visited { .. },
+                _,
+            ) => {
                 debug_assert!(false, "the database's answer to another request");
                 Verdict::Answer(WriteOutcome::DatabaseUnavailable)
             }
@@ -676,11 +737,20 @@ fn info_of(key: InlineKey, state: &fleet::links::LinkState) -> LinkInfo {
 }
 
 /// A PATCH's behaviour change as the database merges it: the members it sets, the members
-/// it removes (`max_visits` never reaches here: fleet mode refuses it).
+/// it removes. A new `max_visits` keeps the fleet's count (`visits` is never sent); removing
+/// the limit removes the count too, as on a single node.
 fn behaviour_patch(u: &crate::api::request::BehaviourUpdate) -> fleet::links::BehaviourPatch {
     let mut set = shards::behaviour::Behaviour::NONE;
     let mut unset = Vec::new();
     let mut drop = |name: &str| unset.push(name.to_owned());
+    match u.max_visits {
+        Some(0) => {
+            drop("max_visits");
+            drop("visits");
+        }
+        Some(n) => set.max_visits = n,
+        None => {}
+    }
     match u.valid_since_s {
         Some(0) => drop("valid_since"),
         Some(t) => set.valid_since_s = t,
@@ -709,10 +779,11 @@ fn behaviour_patch(u: &crate::api::request::BehaviourUpdate) -> fleet::links::Be
         Some(r) => r.clone(),
         None => shards::rules::Rules::NONE,
     };
-    fleet::links::BehaviourPatch {
-        set: crate::fleet_mode::messages::behaviour_column(&set, &rules),
-        unset,
-    }
+    let set = shards::behaviour::json_object(&set, &rules).map(|mut obj| {
+        obj.remove("visits");
+        serde_json::Value::Object(obj).to_string()
+    });
+    fleet::links::BehaviourPatch { set, unset }
 }
 
 fn link_fields(info: &LinkInfo, id: u64) -> LinkFields<&str> {

@@ -29,7 +29,8 @@ pub const MAX_READS_IN_FLIGHT: usize = 8192;
 /// exists).
 #[derive(Clone, Copy, Debug)]
 pub enum ReadWaiter {
-    Redirect(ReplyTo),
+    /// A redirect lookup; `true`: a GET (a visit, counted if the link has a limit).
+    Redirect(ReplyTo, bool),
     /// An API read, within an API key's reach (`api::roles`).
     Get(ReplyTo, crate::api::roles::AuthorReach),
     StatsOf(ReplyTo, crate::api::roles::AuthorReach),
@@ -53,6 +54,9 @@ pub struct FleetLinks {
     pub(super) reads: HashMap<InlineKey, ReadFlight, ahash::RandomState>,
     /// Writes sent to the database, by token.
     pub(super) pending: HashMap<u64, (ReplyTo, WriteReq)>,
+    /// Visits of limited links sent to the database to be counted, by token: the lookup to
+    /// answer with the redirect once counted (`owner/visits.rs`).
+    pub(super) visits: HashMap<u64, (ReplyTo, InlineKey, crate::mesh::Answer)>,
     pub(super) next_token: u64,
     pub(super) acks: crossbeam::channel::Sender<FeedAck>,
     /// Feed batches being applied: rows left, and whether one failed.
@@ -87,6 +91,7 @@ impl FleetLinks {
             reader,
             reads: HashMap::default(),
             pending: HashMap::new(),
+            visits: HashMap::new(),
             next_token: 0,
             acks,
             batches: HashMap::new(),

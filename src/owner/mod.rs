@@ -172,7 +172,8 @@ impl Owner {
             return self.on_limited_lookup(reply, (owner.shard, key, visit), now_s, mesh);
         }
         if answer.is_none() && self.reads_through() {
-            return self.read_through(fleet_state::ReadWaiter::Redirect(reply), key, now_s, mesh);
+            let waiter = fleet_state::ReadWaiter::Redirect(reply, visit);
+            return self.read_through(waiter, key, now_s, mesh);
         }
         mesh.deliver(reply.core(), RedirectMsg::Answer { reply, key, answer });
     }

@@ -48,6 +48,10 @@ impl Owner {
             let answer = Some(answer);
             return mesh.deliver(reply.core(), RedirectMsg::Answer { reply, key, answer });
         }
+        if self.judge.fleet().is_some() {
+            // The fleet's count, in the database: every node's visits against one limit.
+            return self.submit_fleet_visit(reply, key, answer, mesh);
+        }
         self.log_visit(reply, shard, info, answer, mesh);
     }
 
