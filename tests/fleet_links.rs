@@ -9,7 +9,7 @@
 mod common;
 
 use common::api::{self, Client};
-use common::pg::{fleet_node_args, prepare_fleet, TestDb};
+use common::pg::{fleet_node_args, prepare_fleet, Cluster, TestDb};
 use common::Server;
 use serde_json::json;
 use std::path::Path;
@@ -2172,4 +2172,59 @@ fn a_visit_limit_is_exact_across_nodes() {
             answer(s, "lim").0 == 302
         });
     }
+}
+
+/// With the database down a limited link's GET is answered 503, never an uncounted redirect,
+/// while the node goes on serving its other links (and a HEAD of the limited one, which is
+/// no visit); once the database is back, the fleet's count goes on where it was: exactly the
+/// limit's redirects in all.
+#[test]
+fn a_limited_link_is_never_redirected_uncounted_while_the_database_is_down() {
+    let Some(cluster) = Cluster::start("fleet_visit_limit_down") else {
+        return;
+    };
+    let db = TestDb::on(&cluster.url, "fleet_visit_limit_down");
+    prepare_fleet(&db.url);
+    let (_t, dir) = api::data_dir();
+    let s = node(&dir, &db.url, "a", "2", &[]);
+    let mut c = Client::new(&s);
+    let r = c.create(
+        &json!({"long_url": "https://limited.example/", "custom_alias": "lim",
+                             "max_visits": 5}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    c.create_ok("https://free.example/", Some("free"));
+    let mut redirects = 0;
+    for _ in 0..2 {
+        assert_eq!(answer(&s, "lim").0, 302);
+        redirects += 1;
+    }
+    cluster.pg_ctl("stop");
+    for _ in 0..5 {
+        assert_eq!(answer(&s, "lim").0, 503, "no redirect without its count");
+        assert_eq!(head_status(&s, "lim"), 302, "a HEAD is no visit");
+        assert_eq!(
+            answer(&s, "free"),
+            (302, Some("https://free.example/".into()))
+        );
+    }
+    cluster.pg_ctl("start");
+    let t = Instant::now();
+    let mut statuses = Vec::new();
+    while statuses.len() < 10 {
+        let st = answer(&s, "lim").0;
+        match st {
+            503 => {
+                assert!(
+                    t.elapsed() < Duration::from_secs(30),
+                    "the database never came back"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            _ => statuses.push(st),
+        }
+    }
+    redirects += statuses.iter().filter(|s| **s == 302).count();
+    assert_eq!(redirects, 5, "{statuses:?}");
+    assert!(statuses[3..].iter().all(|s| *s == 404), "{statuses:?}");
 }
