@@ -174,16 +174,6 @@ impl ExtraPath {
 }
 
 impl VisitRules {
-    /// These rules with a domain's own settings in place of the server's, where it has them.
-    #[inline]
-    pub fn for_domain(&self, d: crate::api::domains::DomainVisits) -> VisitRules {
-        VisitRules {
-            extra_path: d.extra_path.unwrap_or(self.extra_path),
-            forward_query: d.forward_query.unwrap_or(self.forward_query),
-            trailing_slash: self.trailing_slash,
-        }
-    }
-
     /// The extra path a redirect of `/{key}{extra}` appends (empty: none), or `None`: the
     /// request is answered 404.
     pub fn extra<'a>(&self, extra: &'a [u8]) -> Option<&'a [u8]> {

@@ -107,6 +107,19 @@ pub struct DomainVisits {
     pub forward_query: Option<bool>,
 }
 
+impl DomainVisits {
+    /// The server's visit rules with this domain's own settings in their place, where it
+    /// has them.
+    #[inline]
+    pub fn over(self, server: crate::route::VisitRules) -> crate::route::VisitRules {
+        crate::route::VisitRules {
+            extra_path: self.extra_path.unwrap_or(server.extra_path),
+            forward_query: self.forward_query.unwrap_or(server.forward_query),
+            trailing_slash: server.trailing_slash,
+        }
+    }
+}
+
 /// One declared domain.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Domain {

@@ -11,6 +11,11 @@
 //! loses only visits that were not answered: after recovery the count is at least the
 //! number of redirects sent, so the limit is exact, never exceeded. A HEAD is no visit: it
 //! is answered from the same state without counting.
+//!
+//! In fleet mode the count is the fleet's: instead of a log record, each visit is one
+//! conditional increment on the primary (`Owner::submit_fleet_visit`), and the redirect waits
+//! for its commit; the feed brings the new count to every node. A visit the database cannot
+//! count is answered 503.
 
 use super::writes::{Durable, MemEntry, Then};
 use super::Owner;

@@ -435,7 +435,7 @@ impl Conns {
             .domain
             .resolve(&mut self.host_memo, &self.domains, req.host);
         let rules = match domain {
-            Some(d) => self.visit_rules.for_domain(self.domains.visits(d)),
+            Some(d) => self.domains.visits(d).over(self.visit_rules),
             None => self.visit_rules,
         };
         match rules.extra(extra) {
