@@ -592,7 +592,7 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
             status,
             created_at_s,
             expires_at_s,
-            idem: Some(idem),
+            idem,
             author,
             behaviour,
         } => {
@@ -605,28 +605,10 @@ pub async fn execute(c: &Client, w: &LinkWrite) -> Result<LinkWritten, tokio_pos
                 author,
                 behaviour,
             );
-            create_claiming(c, fields, idem).await
-        }
-        LinkWrite::Create {
-            key,
-            target,
-            status,
-            created_at_s,
-            expires_at_s,
-            idem: None,
-            author,
-            behaviour,
-        } => {
-            let fields = (
-                key,
-                target,
-                status,
-                created_at_s,
-                expires_at_s,
-                author,
-                behaviour,
-            );
-            create(c, fields).await
+            match idem {
+                Some(idem) => create_claiming(c, fields, idem).await,
+                None => create(c, fields).await,
+            }
         }
         LinkWrite::Patch {
             key,

@@ -340,30 +340,16 @@ impl BehaviourJson {
 
     /// Reads a whole object of behaviour members (no other member).
     pub fn from_text(text: &str) -> Result<(Behaviour, crate::rules::Rules), String> {
-        let obj: serde_json::Map<String, serde_json::Value> =
-            serde_json::from_str(text).map_err(|e| format!("behaviour: {e}"))?;
-        if let Some(k) = obj
-            .keys()
-            .find(|k| !BEHAVIOUR_MEMBERS.contains(&k.as_str()))
-        {
-            return Err(format!("behaviour: unknown member {k:?}"));
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Only {
+            #[serde(flatten)]
+            members: BehaviourJson,
         }
-        let members: BehaviourJson = serde_json::from_value(serde_json::Value::Object(obj))
-            .map_err(|e| format!("behaviour: {e}"))?;
-        members.parse()
+        let only: Only = serde_json::from_str(text).map_err(|e| format!("behaviour: {e}"))?;
+        only.members.parse()
     }
 }
-
-/// The members [`BehaviourJson`] reads.
-pub const BEHAVIOUR_MEMBERS: &[&str] = &[
-    "valid_since",
-    "forward_query",
-    "max_visits",
-    "visits",
-    "disabled",
-    "crawlable",
-    "redirect_rules",
-];
 
 /// The `disabled` member as NDJSON holds it.
 #[derive(serde::Deserialize, Debug)]
@@ -484,6 +470,33 @@ mod tests {
             ..Behaviour::NONE
         };
         assert_eq!(Behaviour::decode(&empty), Ok((crawlable, BEHAVIOUR_BYTES)));
+    }
+
+    #[test]
+    fn a_behaviour_object_round_trips_and_refuses_other_members() {
+        let b = Behaviour {
+            valid_since_s: 1_893_456_000,
+            forward_query: Some(false),
+            crawlable: true,
+            max_visits: 5,
+            visits: 2,
+            ..Behaviour::NONE
+        };
+        let obj = json_object(&b, &crate::rules::Rules::NONE).unwrap();
+        let text = serde_json::Value::Object(obj).to_string();
+        assert_eq!(
+            BehaviourJson::from_text(&text),
+            Ok((b, crate::rules::Rules::NONE))
+        );
+        assert!(json_object(&Behaviour::NONE, &crate::rules::Rules::NONE).is_none());
+        for bad in [
+            r#"{"bogus": 1}"#,
+            r#"{"visits": 1}"#,
+            r#"[]"#,
+            r#"{"crawlable": 1}"#,
+        ] {
+            assert!(BehaviourJson::from_text(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
