@@ -429,7 +429,7 @@ impl<'a> RuleSet<'a> {
 
     /// The rules, for the APIs and exports.
     pub fn decode(&self) -> Result<Vec<Rule>, String> {
-        let mut r = Cursor { b: self.0, at: 0 };
+        let mut r = Cursor(Walk { b: self.0, at: 0 });
         if self.0.is_empty() {
             return Ok(Vec::new());
         }
@@ -447,7 +447,7 @@ impl<'a> RuleSet<'a> {
             }
             rules.push(Rule { target, conditions });
         }
-        if r.at != self.0.len() {
+        if r.0.at != self.0.len() {
             return Err("rules: trailing bytes".into());
         }
         Ok(rules)
@@ -471,18 +471,17 @@ impl<'a> RuleSet<'a> {
             country: None,
             ask_country: country,
         };
-        let mut r = Cursor { b: self.0, at: 0 };
-        let count = r.u8().ok()?;
+        let mut r = Walk { b: self.0, at: 0 };
+        let count = r.u8()?;
         for index in 0..count {
-            let tlen = usize::from(r.u16().ok()?);
-            let target = r.take(tlen).ok()?;
-            let n = r.u8().ok()?;
+            let tlen = usize::from(r.u16()?);
+            let target = r.take(tlen)?;
+            let n = r.u8()?;
             let mut all = true;
             for _ in 0..n {
                 // Every condition is read (to reach the next rule); those after a failed
                 // one are not evaluated.
-                let c = read_cond(&mut r)?;
-                all = all && c.evaluate(&mut facts);
+                all = facts.next_holds(&mut r, all)?;
             }
             if all {
                 return Some(Match { index, target });
@@ -490,19 +489,6 @@ impl<'a> RuleSet<'a> {
         }
         None
     }
-}
-
-/// A condition read from a program, borrowing its bytes.
-enum Cond<'p> {
-    Device(u8),
-    Language(&'p [u8]),
-    QueryEquals(&'p [u8], &'p [u8]),
-    QueryPresent(&'p [u8]),
-    QueryValueless(&'p [u8]),
-    Ip(&'p [u8], u8),
-    Country(&'p [u8]),
-    Before(u64),
-    After(u64),
 }
 
 /// What a visit's evaluation learned so far (device classes, the query's parameters and the
@@ -515,73 +501,70 @@ struct Facts<'v, 'c> {
     ask_country: &'c mut dyn FnMut(&[u8; 16]) -> Option<[u8; 2]>,
 }
 
-/// Reads the next condition; `None` for malformed bytes.
-fn read_cond<'p>(r: &mut Cursor<'p>) -> Option<Cond<'p>> {
-    let kind = r.u8().ok()?;
-    Some(match kind {
-        1 => Cond::Device(r.u8().ok()?),
-        2 => {
-            let n = usize::from(r.u8().ok()?);
-            Cond::Language(r.take(n).ok()?)
-        }
-        3 => {
-            let k = usize::from(r.u8().ok()?);
-            let key = r.take(k).ok()?;
-            let n = usize::from(r.u16().ok()?);
-            Cond::QueryEquals(key, r.take(n).ok()?)
-        }
-        4 | 5 => {
-            let k = usize::from(r.u8().ok()?);
-            let key = r.take(k).ok()?;
-            if kind == 4 {
-                Cond::QueryPresent(key)
-            } else {
-                Cond::QueryValueless(key)
-            }
-        }
-        6 => {
-            let addr = r.take(16).ok()?;
-            Cond::Ip(addr, r.u8().ok()?)
-        }
-        7 => Cond::Country(r.take(2).ok()?),
-        8 => Cond::Before(r.u64().ok()?),
-        9 => Cond::After(r.u64().ok()?),
-        _ => return None,
-    })
-}
-
-impl Cond<'_> {
-    fn evaluate(&self, f: &mut Facts<'_, '_>) -> bool {
-        match *self {
-            Cond::Device(d) => {
-                let classes = *f
-                    .devices
-                    .get_or_insert_with(|| device_classes(f.v.user_agent));
-                Device::from_byte(d).is_some_and(|d| classes & d.bit() != 0)
-            }
-            Cond::Language(l) => accepts_language(f.v.accept_language, l),
-            Cond::QueryEquals(k, v) => {
-                matches!(f.param(k), Some(Some(got)) if decoded_eq(got, v))
-            }
-            Cond::QueryPresent(k) => f.param(k).is_some(),
-            Cond::QueryValueless(k) => matches!(f.param(k), Some(None) | Some(Some(b""))),
-            Cond::Ip(net, prefix) => {
-                let net: [u8; 16] = net.try_into().unwrap_or([0xff; 16]);
-                masked(&f.v.ip, prefix) == net
-            }
-            Cond::Country(code) => {
-                let ip = f.v.ip;
-                let ask = &mut f.ask_country;
-                let got = *f.country.get_or_insert_with(|| ask(&ip));
-                got.is_some_and(|c| c.eq_ignore_ascii_case(code))
-            }
-            Cond::Before(s) => f.v.now_s < s,
-            Cond::After(s) => f.v.now_s > s,
-        }
-    }
-}
-
 impl<'v> Facts<'v, '_> {
+    /// Reads the next condition and, if `evaluate`, whether the visit meets it (else
+    /// `false`); `None` for malformed bytes. Read and judged in one step: a condition is never
+    /// built as a value (a decoded enum written and read back cost a store-forwarding stall
+    /// per condition).
+    #[inline(always)]
+    fn next_holds(&mut self, r: &mut Walk<'_>, evaluate: bool) -> Option<bool> {
+        let kind = r.u8()?;
+        Some(match kind {
+            1 => {
+                let d = r.u8()?;
+                evaluate && self.device(d)
+            }
+            2 => {
+                let lang = r.short_bytes()?;
+                evaluate && accepts_language(self.v.accept_language, lang)
+            }
+            3 => {
+                let key = r.short_bytes()?;
+                let n = usize::from(r.u16()?);
+                let want = r.take(n)?;
+                evaluate && matches!(self.param(key), Some(Some(got)) if decoded_eq(got, want))
+            }
+            4 => {
+                let key = r.short_bytes()?;
+                evaluate && self.param(key).is_some()
+            }
+            5 => {
+                let key = r.short_bytes()?;
+                evaluate && matches!(self.param(key), Some(None) | Some(Some(b"")))
+            }
+            6 => {
+                let net = r.take(16)?;
+                let prefix = r.u8()?;
+                evaluate && masked(&self.v.ip, prefix)[..] == *net
+            }
+            7 => {
+                let code = r.take(2)?;
+                evaluate && self.country().is_some_and(|c| c.eq_ignore_ascii_case(code))
+            }
+            8 => {
+                let s = r.u64()?;
+                evaluate && self.v.now_s < s
+            }
+            9 => {
+                let s = r.u64()?;
+                evaluate && self.v.now_s > s
+            }
+            _ => return None,
+        })
+    }
+
+    fn device(&mut self, d: u8) -> bool {
+        let ua = self.v.user_agent;
+        let classes = *self.devices.get_or_insert_with(|| device_classes(ua));
+        Device::from_byte(d).is_some_and(|d| classes & d.bit() != 0)
+    }
+
+    fn country(&mut self) -> Option<[u8; 2]> {
+        let ip = self.v.ip;
+        let ask = &mut self.ask_country;
+        *self.country.get_or_insert_with(|| ask(&ip))
+    }
+
     /// The last value of parameter `key` in the visit's query (see [`last_param`]).
     fn param(&mut self, key: &[u8]) -> Option<Option<&'v [u8]>> {
         let q = self.v.query;
@@ -606,7 +589,8 @@ struct Params<'q> {
 }
 
 impl<'q> Params<'q> {
-    /// One `memchr` per `&` and per `=`: most queries are a few long parameters.
+    /// One pass over the `&`s and `=`s ([`each_of`]): a `memchr` per separator cost more in
+    /// calls, and a byte loop in mispredicted branches, than the split's work.
     fn split(raw: &'q [u8]) -> Params<'q> {
         let mut p = Params {
             raw,
@@ -614,21 +598,34 @@ impl<'q> Params<'q> {
             n: 0,
             overflow: raw.len() > usize::from(u16::MAX),
         };
-        let mut start = 0;
-        while start < raw.len() && !p.overflow {
-            let end = memchr::memchr(b'&', &raw[start..]).map_or(raw.len(), |i| start + i);
-            if end > start {
-                if p.n == MAX_PARAMS_SPLIT {
-                    p.overflow = true;
-                } else {
-                    let eq = memchr::memchr(b'=', &raw[start..end]).map_or(end, |i| start + i);
-                    p.pairs[p.n] = (start as u16, eq as u16, end as u16);
-                    p.n += 1;
-                }
-            }
-            start = end + 1;
+        if p.overflow {
+            return p;
         }
+        let (mut start, mut eq) = (0, None);
+        each_of(raw, *b"&=", |i| {
+            if raw[i] == b'=' {
+                eq = eq.or(Some(i));
+            } else {
+                p.close(start, eq, i);
+                (start, eq) = (i + 1, None);
+            }
+        });
+        p.close(start, eq, raw.len());
         p
+    }
+
+    /// Records the parameter `raw[start..end]` (none if empty), `=` at `eq` if any.
+    #[inline(always)]
+    fn close(&mut self, start: usize, eq: Option<usize>, end: usize) {
+        if end <= start || self.overflow {
+            return;
+        }
+        if self.n == MAX_PARAMS_SPLIT {
+            self.overflow = true;
+            return;
+        }
+        self.pairs[self.n] = (start as u16, eq.unwrap_or(end) as u16, end as u16);
+        self.n += 1;
     }
 
     fn last(&self, key: &[u8]) -> Option<Option<&'q [u8]>> {
@@ -687,31 +684,58 @@ fn decode_condition(r: &mut Cursor<'_>) -> Result<Condition, String> {
     })
 }
 
-struct Cursor<'p> {
+/// A program's reader on the redirect path: `None` where the bytes end too soon.
+struct Walk<'p> {
     b: &'p [u8],
     at: usize,
 }
 
+impl<'p> Walk<'p> {
+    #[inline(always)]
+    fn take(&mut self, n: usize) -> Option<&'p [u8]> {
+        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(s)
+    }
+    #[inline(always)]
+    fn u8(&mut self) -> Option<u8> {
+        let v = *self.b.get(self.at)?;
+        self.at += 1;
+        Some(v)
+    }
+    #[inline(always)]
+    fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
+    }
+    #[inline(always)]
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    /// `len:u8` then that many bytes.
+    #[inline(always)]
+    fn short_bytes(&mut self) -> Option<&'p [u8]> {
+        let n = self.u8()?;
+        self.take(usize::from(n))
+    }
+}
+
+/// The decoder's reader: a [`Walk`] whose short reads are errors.
+struct Cursor<'p>(Walk<'p>);
+
+const SHORT: &str = "rules: short program";
+
 impl<'p> Cursor<'p> {
     fn take(&mut self, n: usize) -> Result<&'p [u8], String> {
-        let end = self.at.checked_add(n).filter(|e| *e <= self.b.len());
-        let end = end.ok_or("rules: short program")?;
-        let s = &self.b[self.at..end];
-        self.at = end;
-        Ok(s)
+        self.0.take(n).ok_or_else(|| SHORT.to_string())
     }
     fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take(1)?[0])
+        self.0.u8().ok_or_else(|| SHORT.to_string())
     }
     fn u16(&mut self) -> Result<u16, String> {
-        Ok(u16::from_le_bytes(
-            self.take(2)?.try_into().expect("2 bytes"),
-        ))
+        self.0.u16().ok_or_else(|| SHORT.to_string())
     }
     fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(
-            self.take(8)?.try_into().expect("8 bytes"),
-        ))
+        self.0.u64().ok_or_else(|| SHORT.to_string())
     }
 }
 
@@ -758,47 +782,100 @@ const T_CROS: u16 = 1 << 5;
 const T_MAC: u16 = 1 << 6;
 const T_LINUX: u16 = 1 << 7;
 
-/// Bytes a [`device_classes`] token may be recognized at: its first uppercase letter.
-const TOKEN_START: [bool; 256] = {
-    let mut t = [false; 256];
-    let mut i = 0;
-    let starts = *b"APWMCL";
-    while i < starts.len() {
-        t[starts[i] as usize] = true;
-        i += 1;
-    }
-    t
-};
-
-/// Which tokens (`T_*`) occur in `ua`: one pass, comparing only at a token's first uppercase
-/// letter (`iPhone`, `iPad`, `iPod` at their `P`).
+/// Which tokens (`T_*`) occur in `ua`, compared only where a token's first uppercase letter
+/// is (`iPhone`, `iPad`, `iPod` at their `P`). [`each_of`] finds those places 16 bytes at a
+/// time: a byte-by-byte loop took 55-75 ns on a desktop browser's `User-Agent`.
 fn ua_tokens(ua: &[u8]) -> u16 {
     let mut seen = 0;
-    for (i, &b) in ua.iter().enumerate() {
-        if !TOKEN_START[usize::from(b)] {
-            continue;
+    each_of(ua, *b"APWMCL", |i| seen |= token_at(ua, i));
+    seen
+}
+
+/// The same, a byte at a time: [`each_of`]'s oracle.
+#[cfg(test)]
+fn ua_tokens_scalar(ua: &[u8]) -> u16 {
+    let mut seen = 0;
+    for i in 0..ua.len() {
+        if b"APWMCL".contains(&ua[i]) {
+            seen |= token_at(ua, i);
         }
-        let rest = &ua[i..];
-        seen |= match b {
-            b'A' if rest.starts_with(b"Android") => T_ANDROID,
-            b'P' if i > 0
-                && ua[i - 1] == b'i'
-                && (rest.starts_with(b"Phone")
-                    || rest.starts_with(b"Pad")
-                    || rest.starts_with(b"Pod")) =>
-            {
-                T_IOS
-            }
-            b'W' if rest.starts_with(b"Windows Phone") => T_WINDOWS_PHONE | T_WINDOWS,
-            b'W' if rest.starts_with(b"Windows") => T_WINDOWS,
-            b'M' if rest.starts_with(b"Mobile") => T_MOBILE,
-            b'M' if rest.starts_with(b"Macintosh") => T_MAC,
-            b'C' if rest.starts_with(b"CrOS") => T_CROS,
-            b'L' if rest.starts_with(b"Linux") => T_LINUX,
-            _ => 0,
-        };
     }
     seen
+}
+
+/// Calls `f` with the index of every byte of `hay` equal to one of `needles`, in order. On
+/// x86_64, 16 bytes are compared at once (SSE2, part of the x86_64 baseline); the rest a byte
+/// at a time. The redirect path's scans of a `User-Agent` and a query use it: branching on
+/// every byte cost more than the work.
+#[inline(always)]
+fn each_of<const N: usize>(hay: &[u8], needles: [u8; N], mut f: impl FnMut(usize)) {
+    let mut from = 0;
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{
+            __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
+            _mm_set1_epi8, _mm_setzero_si128,
+        };
+        for block in hay.chunks_exact(16) {
+            // SAFETY: SSE2 is enabled on every x86_64 target; `block` is 16 readable bytes
+            // and `_mm_loadu_si128` needs no alignment.
+            let mut bits = unsafe {
+                let v = _mm_loadu_si128(block.as_ptr().cast::<__m128i>());
+                let mut any = _mm_setzero_si128();
+                for n in needles {
+                    any = _mm_or_si128(any, _mm_cmpeq_epi8(v, _mm_set1_epi8(n as i8)));
+                }
+                _mm_movemask_epi8(any) as u32
+            };
+            while bits != 0 {
+                f(from + bits.trailing_zeros() as usize);
+                bits &= bits - 1;
+            }
+            from += 16;
+        }
+    }
+    for (i, b) in hay.iter().enumerate().skip(from) {
+        if needles.contains(b) {
+            f(i);
+        }
+    }
+}
+
+/// The token (`T_*`) starting at `ua[i]`, or 0. Compares the next 8 bytes as one word: a
+/// desktop browser's `User-Agent` has about 8 candidate places.
+#[inline(always)]
+fn token_at(ua: &[u8], i: usize) -> u16 {
+    let rest = &ua[i..];
+    let w = match rest.first_chunk::<8>() {
+        Some(word) => u64::from_le_bytes(*word),
+        None => {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            u64::from_le_bytes(word)
+        }
+    };
+    let is = |t: &[u8]| {
+        let mut want = [0u8; 8];
+        want[..t.len()].copy_from_slice(t);
+        let mask = u64::MAX >> (64 - 8 * t.len());
+        w & mask == u64::from_le_bytes(want)
+    };
+    match rest[0] {
+        b'A' if is(b"Android") => T_ANDROID,
+        b'P' if i > 0 && ua[i - 1] == b'i' && (is(b"Phone") || is(b"Pad") || is(b"Pod")) => T_IOS,
+        b'W' if is(b"Windows") => {
+            if rest[7..].starts_with(b" Phone") {
+                T_WINDOWS_PHONE | T_WINDOWS
+            } else {
+                T_WINDOWS
+            }
+        }
+        b'M' if is(b"Mobile") => T_MOBILE,
+        b'M' if is(b"Macintos") && rest.get(8) == Some(&b'h') => T_MAC,
+        b'C' if is(b"CrOS") => T_CROS,
+        b'L' if is(b"Linux") => T_LINUX,
+        _ => 0,
+    }
 }
 
 /// Whether `Accept-Language` asks for `lang` (lowercase `ll` or `ll-rr`): a range of the same
@@ -806,25 +883,43 @@ fn ua_tokens(ua: &[u8]) -> u16 {
 /// `*` asks for no language in particular.
 pub fn accepts_language(header: &[u8], lang: &[u8]) -> bool {
     let (want_lang, want_region) = split_tag(lang);
-    header.split(|b| *b == b',').any(|item| {
-        let mut parts = item.split(|b| *b == b';');
-        let range = parts.next().unwrap_or_default().trim_ascii();
-        let q = parts
+    // By hand, one item at a time, the quality read only for a range that names the language:
+    // the iterator chain this replaced took about 25 ns for a match in the first item.
+    let mut rest = header;
+    while !rest.is_empty() {
+        let end = rest.iter().position(|b| *b == b',').unwrap_or(rest.len());
+        let item = &rest[..end];
+        rest = rest.get(end + 1..).unwrap_or_default();
+        let semi = item.iter().position(|b| *b == b';').unwrap_or(item.len());
+        let (l, region) = split_tag(item[..semi].trim_ascii());
+        if !l.eq_ignore_ascii_case(want_lang)
+            || !(want_region.is_empty() || region.eq_ignore_ascii_case(want_region))
+        {
+            continue;
+        }
+        let q = item[semi..]
+            .split(|b| *b == b';')
             .find_map(|p| p.trim_ascii().strip_prefix(b"q=").map(quality))
             .unwrap_or(Some(1000));
-        let (l, region) = split_tag(range);
-        q.is_some_and(|q| q >= LANGUAGE_MIN_QUALITY)
-            && l.eq_ignore_ascii_case(want_lang)
-            && (want_region.is_empty() || region.eq_ignore_ascii_case(want_region))
-    })
+        if q.is_some_and(|q| q >= LANGUAGE_MIN_QUALITY) {
+            return true;
+        }
+    }
+    false
 }
 
 fn split_tag(t: &[u8]) -> (&[u8], &[u8]) {
-    let mut parts = t.splitn(3, |b| *b == b'-');
-    (
-        parts.next().unwrap_or_default(),
-        parts.next().unwrap_or_default(),
-    )
+    match t.iter().position(|b| *b == b'-') {
+        None => (t, &[]),
+        Some(i) => {
+            let region = &t[i + 1..];
+            let end = region
+                .iter()
+                .position(|b| *b == b'-')
+                .unwrap_or(region.len());
+            (&t[..i], &region[..end])
+        }
+    }
 }
 
 /// A `qvalue` (RFC 9110 §12.4.2: `0[.ddd]` or `1[.000]`) in thousandths; `None` if
@@ -1366,6 +1461,29 @@ mod tests {
         assert!(parse_condition("before-date", None, "tomorrow").is_err());
     }
 
+    /// The first version of [`accepts_language`], kept as its oracle.
+    fn oracle_accepts_language(header: &[u8], lang: &[u8]) -> bool {
+        let tag = |t: &[u8]| -> (Vec<u8>, Vec<u8>) {
+            let mut parts = t.splitn(3, |b| *b == b'-');
+            (
+                parts.next().unwrap_or_default().to_vec(),
+                parts.next().unwrap_or_default().to_vec(),
+            )
+        };
+        let (want_lang, want_region) = tag(lang);
+        header.split(|b| *b == b',').any(|item| {
+            let mut parts = item.split(|b| *b == b';');
+            let range = parts.next().unwrap_or_default().trim_ascii();
+            let q = parts
+                .find_map(|p| p.trim_ascii().strip_prefix(b"q=").map(quality))
+                .unwrap_or(Some(1000));
+            let (l, region) = tag(range);
+            q.is_some_and(|q| q >= LANGUAGE_MIN_QUALITY)
+                && l.eq_ignore_ascii_case(&want_lang)
+                && (want_region.is_empty() || region.eq_ignore_ascii_case(&want_region))
+        })
+    }
+
     fn any_condition() -> impl Strategy<Value = Condition> {
         prop_oneof![
             (1u8..=8).prop_map(|d| Condition::Device(Device::from_byte(d).unwrap())),
@@ -1429,6 +1547,18 @@ mod tests {
     }
 
     proptest! {
+        /// The block-wise token search finds what a byte scan finds.
+        #[test]
+        fn user_agent_tokens_agree_with_a_byte_scan(ua in "([ -~]|Android|iPhone|iPad|Windows Phone|Windows|Mobile|Macintosh|CrOS|Linux){0,40}") {
+            prop_assert_eq!(ua_tokens(ua.as_bytes()), ua_tokens_scalar(ua.as_bytes()));
+        }
+
+        /// The hand-written `Accept-Language` reader answers as the iterator chain it replaced.
+        #[test]
+        fn languages_agree_with_an_iterator_oracle(h in "([a-zA-Z*]{0,3}(-[a-zA-Z]{0,3}){0,2}( ?; ?q=[01](\\.[0-9]{0,4})?)?( ?;x=1)?,? ?){0,5}", want in "[a-z]{2}(-[a-z]{2})?") {
+            prop_assert_eq!(accepts_language(h.as_bytes(), want.as_bytes()), oracle_accepts_language(h.as_bytes(), want.as_bytes()));
+        }
+
         /// The query split once per evaluation finds what a scan of the raw query finds.
         #[test]
         fn split_parameters_agree_with_a_scan(q in "([a-c%+2=&]{0,6}){0,24}", key in "[a-c% +]{0,3}") {
