@@ -58,14 +58,7 @@ fn serve_one(
             let target = answer.target.resolve(view).expect("a current table");
             encode_redirect(out, answer.status, target, conn, date)
         }
-        None => encode_not_found(
-            out,
-            Framing {
-                head_only: false,
-                conn,
-                date,
-            },
-        ),
+        None => encode_not_found(out, Framing::plain(false, conn, date)),
     }
     req.head_len
 }

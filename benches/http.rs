@@ -54,11 +54,7 @@ fn encode(c: &mut Criterion) {
     g.bench_function("not_found_404", |b| {
         b.iter(|| {
             out.clear();
-            let f = Framing {
-                head_only: false,
-                conn: Conn::KeepAlive,
-                date: &date,
-            };
+            let f = Framing::plain(false, Conn::KeepAlive, &date);
             encode_not_found(&mut out, f);
             black_box(out.len())
         })

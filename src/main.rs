@@ -130,6 +130,11 @@ struct ServeArgs {
     /// default domain's links, or 404.
     #[arg(long, value_enum, default_value_t = ricochet::api::domains::UnknownHost::Default)]
     unknown_host: ricochet::api::domains::UnknownHost,
+    /// Which origins' pages may call the APIs from a browser (CORS): `*` any (the default, as
+    /// Shlink's), `none`, or a comma-separated list such as
+    /// `https://app.shlink.io,http://localhost:3000`. Redirects never carry CORS fields.
+    #[arg(long, value_name = "ORIGINS", default_value = "*", value_parser = ricochet::api::cors::CorsOrigins::parse)]
+    cors_origins: ricochet::api::cors::CorsOrigins,
     /// An abuse blocklist: one host, host/path prefix or URL per line (hosts-file and Adblock
     /// host lines too); links to what it names answer 451 and cannot be created. Read again
     /// within about a second of a change.
@@ -416,6 +421,7 @@ fn serve_options(a: ServeArgs) -> ServeOptions {
         cores: a.cores,
         public_url: a.public_url,
         unknown_host: a.unknown_host,
+        cors_origins: a.cors_origins,
         blocklist: a.blocklist,
         visit_rules: ricochet::route::VisitRules {
             extra_path: a.extra_path,

@@ -45,6 +45,9 @@ pub enum Route<'a> {
     ShlinkApi,
     /// `OPTIONS *` or `OPTIONS /{key}`: 204 with this `Allow` list.
     Options(&'static [u8]),
+    /// `OPTIONS` of an API path: a browser's CORS preflight (`api::cors`), answered without
+    /// a key.
+    Preflight,
     /// A method the server does not recognize: 501 (RFC 9110 section 9.1).
     NotImplemented,
     /// A read-only path asked with another method: 405 with this `Allow` list.
@@ -66,6 +69,9 @@ pub fn route<'a>(req: &Request<'a>) -> Route<'a> {
         Method::Other => return Route::NotImplemented,
         Method::Options if path == b"*" => return Route::Options(SERVER_METHODS),
         Method::Options if key().is_some() => return Route::Options(KEY_METHODS),
+        Method::Options if path.starts_with(API_PREFIX) || path.starts_with(SHLINK_PREFIX) => {
+            return Route::Preflight
+        }
         _ => {}
     }
     if path == b"/metrics" && read {

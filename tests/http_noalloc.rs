@@ -34,11 +34,7 @@ fn parse_and_encode_do_not_allocate_when_warm() {
             if req.path == b"/abc123" {
                 encode_redirect(&mut out, RedirectStatus::Found, &location, conn, &date);
             } else {
-                let f = Framing {
-                    head_only: false,
-                    conn,
-                    date: &date,
-                };
+                let f = Framing::plain(false, conn, &date);
                 encode_not_found(&mut out, f);
             }
             at += req.head_len + req.content_length;

@@ -13,6 +13,7 @@
 //!    [`problem::PROBLEM_CONTENT_TYPE`].
 
 pub mod blocklist;
+pub mod cors;
 pub mod domains;
 pub mod idempotency;
 pub mod keys;

@@ -58,8 +58,7 @@ impl ApiFront {
     ) {
         let f = Framing {
             head_only: false,
-            conn: persist,
-            date: &clock.date,
+            ..self.framing(req, persist, clock)
         };
         let problem = |out: &mut Vec<u8>, p: Problem| encode_problem(out, &p, &[], f);
         let range = match shlink {

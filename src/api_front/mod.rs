@@ -8,6 +8,7 @@
 pub mod creates;
 pub mod global_stats;
 pub mod listing;
+pub mod preflight;
 pub mod robots;
 pub mod shlink;
 pub mod stats_sum;
@@ -30,11 +31,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 pub use crate::route::API_PREFIX;
-const URLS: &[u8] = b"/api/v1/urls";
+pub(super) const URLS: &[u8] = b"/api/v1/urls";
 /// The server-wide click stats.
-const GLOBAL_STATS: &[u8] = b"/api/v1/stats";
+pub(super) const GLOBAL_STATS: &[u8] = b"/api/v1/stats";
 /// `/api/v1/urls/{key}` + this: the link's click stats.
-const STATS_SUFFIX: &[u8] = b"/stats";
+pub(super) const STATS_SUFFIX: &[u8] = b"/stats";
 
 /// Generated-key creates that hit an existing key (a custom alias took it) retry with the next
 /// ID this many times before giving up with 503.
@@ -169,6 +170,8 @@ pub struct ApiFront {
     gathering: std::collections::HashMap<ReplyTo, stats_sum::Gathering>,
     /// Each domain's `robots.txt` text, kept for `robots::ROBOTS_TTL_S`.
     robots: robots::RobotsCache,
+    /// Which origins' pages may read the answers (`--cors-origins`).
+    cors: crate::api::cors::CorsOrigins,
 }
 
 impl ApiFront {
@@ -198,6 +201,32 @@ impl ApiFront {
             lost_stats: Vec::new(),
             gathering: Default::default(),
             robots: Default::default(),
+            cors: Default::default(),
+        }
+    }
+
+    /// `--cors-origins` (`api::cors`).
+    pub fn set_cors(&mut self, origins: crate::api::cors::CorsOrigins) {
+        self.cors = origins;
+    }
+
+    /// The `Access-Control-Allow-Origin` of an answer to `req`, if its origin may read it.
+    pub fn cors_for(&self, req: &Request<'_>) -> Option<&'static str> {
+        self.cors.allow(req.origin)
+    }
+
+    /// How an answer to `req` goes out at once (a HEAD's without its body).
+    pub(crate) fn framing<'c>(
+        &self,
+        req: &Request<'_>,
+        persist: Persist,
+        clock: &'c Clock,
+    ) -> Framing<'c> {
+        Framing {
+            head_only: req.method == Method::Head,
+            conn: persist,
+            date: &clock.date,
+            cors: self.cors_for(req),
         }
     }
 
@@ -378,11 +407,7 @@ impl ApiFront {
         clock: &Clock,
         mesh: &mut Mesh,
     ) {
-        let f = Framing {
-            head_only: req.method == Method::Head,
-            conn: persist,
-            date: &clock.date,
-        };
+        let f = self.framing(req, persist, clock);
         let Admitted {
             collection,
             key,

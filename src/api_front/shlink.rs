@@ -278,6 +278,25 @@ fn native_body(body: &[u8], create: bool) -> Result<Vec<u8>, ShlinkError> {
     Ok(serde_json::to_vec(&Value::Object(native)).expect("json"))
 }
 
+/// The methods a Shlink path takes (a preflight's `Allow`); every method of the API for a
+/// path it does not know (the request itself then gets `not-found`).
+pub fn methods_of(path: &[u8]) -> &'static [u8] {
+    let item = path
+        .strip_prefix(SHORT_URLS)
+        .and_then(|r| r.strip_prefix(b"/"));
+    if path == SHORT_URLS || item.is_some_and(|c| c.ends_with(REDIRECT_RULES)) {
+        b"GET, HEAD, POST, OPTIONS"
+    } else if item.is_some() {
+        b"GET, HEAD, PATCH, DELETE, OPTIONS"
+    } else if path == DOMAIN_REDIRECTS {
+        b"PATCH, OPTIONS"
+    } else if path == DOMAINS || path == VISITS || HEALTH.contains(&path) {
+        b"GET, HEAD, OPTIONS"
+    } else {
+        crate::api::cors::CORS_ALLOW_METHODS
+    }
+}
+
 /// The `Allow` list when `method` is not offered on the collection (`one` false) or on one
 /// short URL; `None` when it is.
 fn shlink_methods_refused(one: bool, method: Method) -> Option<&'static [u8]> {
@@ -305,11 +324,7 @@ impl ApiFront {
         clock: &crate::base::clock::Clock,
         mesh: &mut Mesh,
     ) {
-        let f = Framing {
-            head_only: req.method == Method::Head,
-            conn: persist,
-            date: &clock.date,
-        };
+        let f = self.framing(req, persist, clock);
         let fail = |out: &mut Vec<u8>, e: ShlinkError| e.encode(out, f);
         let path = req.path;
         if HEALTH.contains(&path) {
@@ -383,8 +398,7 @@ impl ApiFront {
     ) {
         let f = Framing {
             head_only: false,
-            conn: persist,
-            date: &clock.date,
+            ..self.framing(req, persist, clock)
         };
         if req.method != Method::Get {
             return method_not_allowed(out, b"GET", f);

@@ -129,6 +129,39 @@ pub struct Framing<'d> {
     pub head_only: bool,
     pub conn: Conn,
     pub date: &'d DateCache,
+    /// An API answer's `Access-Control-Allow-Origin` (`api::cors`): `None` for every other
+    /// answer and for an origin not allowed.
+    pub cors: Option<&'static str>,
+}
+
+impl<'d> Framing<'d> {
+    /// An answer that is not the APIs' (no CORS field).
+    #[inline]
+    pub fn plain(head_only: bool, conn: Conn, date: &'d DateCache) -> Framing<'d> {
+        Framing {
+            head_only,
+            conn,
+            date,
+            cors: None,
+        }
+    }
+}
+
+/// Answer fields a cross-origin page's script may read besides the CORS-safelisted ones
+/// (`api::cors`).
+pub const CORS_EXPOSE_HEADERS: &[u8] = b"Location, Retry-After";
+
+/// An API answer's CORS fields (`api::cors`): the origin allowed (echoed ones vary by the
+/// request's `Origin`) and the answer fields its script may read.
+fn put_cors(out: &mut Vec<u8>, origin: &str) {
+    out.extend_from_slice(b"Access-Control-Allow-Origin: ");
+    out.extend_from_slice(origin.as_bytes());
+    out.extend_from_slice(b"\r\nAccess-Control-Expose-Headers: ");
+    out.extend_from_slice(CORS_EXPOSE_HEADERS);
+    out.extend_from_slice(b"\r\n");
+    if origin != "*" {
+        out.extend_from_slice(b"Vary: Origin\r\n");
+    }
 }
 
 /// Appends `r`: status line, its header fields, `Content-Type`, `Content-Length` (none in a
@@ -152,6 +185,9 @@ pub fn encode_response(out: &mut Vec<u8>, r: &Response<'_>, f: Framing<'_>) {
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
+    }
+    if let Some(origin) = f.cors {
+        put_cors(out, origin);
     }
     if let Some(ct) = content_type {
         out.extend_from_slice(b"Content-Type: ");
@@ -392,6 +428,7 @@ mod tests {
                     head_only: false,
                     conn,
                     date: &date(),
+                    cors: None,
                 },
             );
             assert_eq!(header(&parse_response(&out).1, "Connection"), want);
@@ -422,6 +459,7 @@ mod tests {
                 head_only: false,
                 conn: Conn::KeepAlive,
                 date: &date(),
+                cors: None,
             },
         );
         let (code, hs, body) = parse_response(&out);
@@ -444,6 +482,7 @@ mod tests {
                 head_only: false,
                 conn: Conn::KeepAlive,
                 date: &date(),
+                cors: None,
             },
         );
         let mut head = Vec::new();
@@ -453,6 +492,7 @@ mod tests {
                 head_only: true,
                 conn: Conn::KeepAlive,
                 date: &date(),
+                cors: None,
             },
         );
         let (code, hs, body) = parse_response(&head);
@@ -477,6 +517,7 @@ mod tests {
                 head_only: false,
                 conn: Conn::Close,
                 date: &date(),
+                cors: None,
             },
         );
         let (code, hs, body) = parse_response(&out);

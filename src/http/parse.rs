@@ -146,6 +146,8 @@ pub struct Request<'b> {
     pub forwarded_for: Option<&'b [u8]>,
     /// `Accept-Language`, for redirect rules' language conditions (the last one if repeated).
     pub accept_language: Option<&'b [u8]>,
+    /// `Origin`, for the APIs' CORS answers (`api::cors`; the last one if repeated).
+    pub origin: Option<&'b [u8]>,
 }
 
 /// Why a request is malformed (all answered 400 Bad Request).
@@ -356,6 +358,7 @@ pub fn parse_request(buf: &[u8]) -> Result<Option<Request<'_>>, ParseError> {
         referer: fields.referer,
         forwarded_for: fields.forwarded_for,
         accept_language: fields.accept_language,
+        origin: fields.origin,
         expect: fields.expect,
     }))
 }
@@ -537,6 +540,7 @@ struct Fields<'b> {
     referer: Option<&'b [u8]>,
     forwarded_for: Option<&'b [u8]>,
     accept_language: Option<&'b [u8]>,
+    origin: Option<&'b [u8]>,
     expect: Expect,
 }
 
@@ -572,6 +576,7 @@ fn scan_fields<'b>(headers: &[httparse::Header<'b>]) -> Result<Fields<'b>, Parse
             15 if name.eq_ignore_ascii_case(b"x-forwarded-for") => f.forwarded_for = Some(value),
             15 if name.eq_ignore_ascii_case(b"accept-language") => f.accept_language = Some(value),
             12 if name.eq_ignore_ascii_case(b"content-type") => f.content_type = Some(value),
+            6 if name.eq_ignore_ascii_case(b"origin") => f.origin = Some(value),
             6 if name.eq_ignore_ascii_case(b"expect") => {
                 f.expect = if value.trim_ascii().eq_ignore_ascii_case(b"100-continue") {
                     Expect::Continue

@@ -54,6 +54,8 @@ pub struct ServeOptions {
     pub public_url: Option<String>,
     /// What a `Host` naming no declared domain gets (`--unknown-host`).
     pub unknown_host: crate::api::domains::UnknownHost,
+    /// Which origins' pages may call the APIs (`--cors-origins`).
+    pub cors_origins: crate::api::cors::CorsOrigins,
     /// The abuse blocklist file (`--blocklist`), if any.
     pub blocklist: Option<PathBuf>,
     /// How visits shape redirects (`--extra-path`, `--forward-query`, `--trailing-slash`).
@@ -619,6 +621,7 @@ impl CoreParts<'_> {
         conns.set_visit_rules(opts.visit_rules);
         conns.set_visitor_source(self.visitors.clone());
         api.set_forward_query_default(opts.visit_rules.forward_query);
+        api.set_cors(opts.cors_origins);
         let mut fleet_inbox = None;
         if let Some((links, inbox)) = fleet {
             owner.set_fleet(links);

@@ -50,6 +50,8 @@ pub struct Pending {
     /// A HEAD request: its answer has no body.
     pub head: bool,
     pub persist: Persist,
+    /// An API answer's `Access-Control-Allow-Origin` (`api::cors`).
+    pub cors: Option<&'static str>,
     pub kind: PendingKind,
 }
 
@@ -60,6 +62,7 @@ impl Pending {
             head_only: self.head,
             conn: self.persist,
             date,
+            cors: self.cors,
         }
     }
 }
@@ -112,7 +115,12 @@ impl Answers {
 
     /// Registers the next request of the batch as deferred; its answer goes where `out` ends
     /// now. Returns its sequence number (for the owner to echo).
-    pub fn defer(&mut self, out: &[u8], head: bool, persist: Persist, kind: PendingKind) -> u32 {
+    pub fn defer(
+        &mut self,
+        out: &[u8],
+        (head, persist, cors): (bool, Persist, Option<&'static str>),
+        kind: PendingKind,
+    ) -> u32 {
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
         debug_assert!(self.pending.last().is_none_or(|p| p.offset <= out.len()));
@@ -121,6 +129,7 @@ impl Answers {
             offset: out.len(),
             head,
             persist,
+            cors,
             kind,
         });
         seq
@@ -242,8 +251,7 @@ mod tests {
                 Req::Later => {
                     let seq = a.defer(
                         &out,
-                        false,
-                        Persist::KeepAlive,
+                        (false, Persist::KeepAlive, None),
                         PendingKind::Redirect(None, KeptVisit::default()),
                     );
                     deferred.push((i, seq));
@@ -301,8 +309,7 @@ mod tests {
         let mut a = Answers::new();
         let seq = a.defer(
             &out,
-            false,
-            Persist::KeepAlive,
+            (false, Persist::KeepAlive, None),
             PendingKind::Redirect(None, KeptVisit::default()),
         );
         assert!(a.fill(&mut out, seq.wrapping_add(5), b"zz").is_none());

@@ -253,6 +253,7 @@ impl Conns {
                     head_only: req.method == Method::Head,
                     conn: Persist::Close,
                     date: &env.clock.date,
+                    cors: env.api.cors_for(req),
                 };
                 refusal.encode(&mut c.out, f);
                 c.close_after_send();
@@ -282,11 +283,7 @@ impl Conns {
                 content_type: ct,
                 body,
             },
-            Framing {
-                head_only: false,
-                conn: Persist::Close,
-                date: &clock.date,
-            },
+            Framing::plain(false, Persist::Close, &clock.date),
         );
         c.close_after_send();
     }
@@ -303,11 +300,7 @@ impl Conns {
             let p = crate::api::problem::Problem::payload_too_large(
                 crate::http::limits::MAX_BODY_BYTES,
             );
-            let f = Framing {
-                head_only: head,
-                conn: Persist::Close,
-                date: &clock.date,
-            };
+            let f = Framing::plain(head, Persist::Close, &clock.date);
             crate::api_front::encode_problem(&mut c.out, &p, &[], f);
         } else {
             encode::encode_error(&mut c.out, e, head, &clock.date);
@@ -334,6 +327,7 @@ impl Conns {
             head_only: head,
             conn: persist,
             date,
+            cors: None,
         };
         match route {
             Route::Redirect(key) => self.redirect(slot, req, (key, b""), p.domain, persist, env),
@@ -366,6 +360,7 @@ impl Conns {
                 };
                 encode::encode_response(out, &r, f);
             }
+            Route::Preflight => env.api.preflight(out, req, f),
             Route::MethodNotAllowed(allow) => encode::encode_method_not_allowed(out, allow, f),
             Route::NotFound => not_found(&self.domains, req, out, f),
             Route::Metrics => self.answer_metrics(slot, f),
@@ -403,8 +398,10 @@ impl Conns {
         self.tally.api_requests += 1;
         let c = &mut self.slots[slot as usize];
         let (out, answers, gen, me) = (&mut c.out, &mut c.answers, c.gen, self.me as u16);
+        let cors = env.api.cors_for(req);
         let mut defer = |out: &[u8], op: ApiOp| {
-            let seq = answers.defer(out, false, persist, PendingKind::Api(Box::new(op)));
+            let kind = PendingKind::Api(Box::new(op));
+            let seq = answers.defer(out, (false, persist, cors), kind);
             ReplyTo::request(me, slot, gen, seq)
         };
         let (clock, mesh) = (env.clock, &mut *env.mesh);
@@ -444,11 +441,7 @@ impl Conns {
                 self.redirect(slot, req, (key, extra), found, persist, env);
             }
             None => {
-                let f = Framing {
-                    head_only: req.method == Method::Head,
-                    conn: persist,
-                    date: &env.clock.date,
-                };
+                let f = Framing::plain(req.method == Method::Head, persist, &env.clock.date);
                 not_found(&self.domains, req, &mut self.slots[slot as usize].out, f);
             }
         }
@@ -468,16 +461,12 @@ impl Conns {
         let domain = domain.resolve(&mut self.host_memo, &self.domains, req.host);
         let c = &mut self.slots[slot as usize];
         let (out, answers, gen, me) = (&mut c.out, &mut c.answers, c.gen, self.me as u16);
-        let f = Framing {
-            head_only: head,
-            conn: persist,
-            date: &env.clock.date,
-        };
+        let f = Framing::plain(head, persist, &env.clock.date);
         let Some(domain) = domain else {
             return crate::api_front::robots::answer(out, crate::api_front::robots::ROBOTS_TXT, f);
         };
         let mut defer = |out: &[u8], op: ApiOp| {
-            let seq = answers.defer(out, head, persist, PendingKind::Api(Box::new(op)));
+            let seq = answers.defer(out, (head, persist, None), PendingKind::Api(Box::new(op)));
             ReplyTo::request(me, slot, gen, seq)
         };
         let now_s = env.clock.now_s;
@@ -505,11 +494,7 @@ impl Conns {
             Some(domain) => shards::link::stored_key_in(domain, key, &mut stored),
             None => {
                 // `--unknown-host not-found`: no keyspace, so no link and no click.
-                let f = Framing {
-                    head_only: head,
-                    conn: persist,
-                    date: &env.clock.date,
-                };
+                let f = Framing::plain(head, persist, &env.clock.date);
                 self.tally.not_found += 1;
                 return encode::encode_not_found(&mut self.slots[slot as usize].out, f);
             }
@@ -630,9 +615,11 @@ impl Conns {
         self.tally.forwarded += 1;
         let c = &mut self.slots[slot as usize];
         let kept = c.answers.keep(&visit);
-        let seq = c
-            .answers
-            .defer(&c.out, head, persist, PendingKind::Redirect(ctx, kept));
+        let seq = c.answers.defer(
+            &c.out,
+            (head, persist, None),
+            PendingKind::Redirect(ctx, kept),
+        );
         let reply = ReplyTo::request(self.me as u16, slot, c.gen, seq);
         let key = InlineKey::new(key).expect("validated keys fit inline");
         let visit = !head;
@@ -904,11 +891,7 @@ impl Counted<'_> {
             }) => {
                 // Disabled by an admin: the link is kept, its visits get the reason's status.
                 self.tally.disabled += 1;
-                let f = Framing {
-                    head_only: head,
-                    conn: persist,
-                    date: &clock.date,
-                };
+                let f = Framing::plain(head, persist, &clock.date);
                 encode::encode_disabled(out, reason, f);
             }
             Some(found) => {
@@ -939,11 +922,7 @@ impl Counted<'_> {
                 if blocked {
                     out.truncate(mark);
                     self.tally.blocked += 1;
-                    let f = Framing {
-                        head_only: head,
-                        conn: persist,
-                        date: &clock.date,
-                    };
+                    let f = Framing::plain(head, persist, &clock.date);
                     return encode::encode_blocked(out, f);
                 }
                 self.tally.redirects += 1;
@@ -953,11 +932,7 @@ impl Counted<'_> {
             }
             None => {
                 self.tally.not_found += 1;
-                let f = Framing {
-                    head_only: head,
-                    conn: persist,
-                    date: &clock.date,
-                };
+                let f = Framing::plain(head, persist, &clock.date);
                 let (domain, _) = shards::link::split_stored_key(key);
                 match self
                     .domains
