@@ -122,3 +122,44 @@ fn shlinks_sdk_sees_each_role_through_ricochet() {
     );
     c.get_link("roles-theirs").assert_problem(404);
 }
+
+/// Paths Shlink has and the SDK cannot reach by a mistake: a short code's unknown sub-path is
+/// Shlink's generic `not-found` (not a short code with a slash in it), the health answer names
+/// ricochet's own version beside Shlink's, and the visit lists want a key first.
+#[test]
+fn shlinks_side_paths_answer_as_shlink_does() {
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &["--cores", "2"]);
+    let mut c = Client::new(&s);
+    let key = [("X-Api-Key", API_KEY)];
+    let code = c.create_ok("https://example.com/side", Some("side"));
+    for path in [
+        format!("/rest/v3/short-urls/{code}/nope"),
+        format!("/rest/v3/short-urls/{code}/redirect-rules/x"),
+        "/rest/v3/tags/x/nope".to_string(),
+    ] {
+        let r = c.send("GET", &path, false, &key, b"").unwrap();
+        assert_eq!(r.status, 404, "{path}");
+        assert_eq!(r.json()["type"], "https://shlink.io/api/error/not-found", "{path}");
+    }
+    let r = c
+        .send("GET", &format!("/rest/v3/short-urls/{code}/visits"), false, &[], b"")
+        .unwrap();
+    assert_eq!(r.status, 401, "no key, no answer about visits");
+    let r = c
+        .send("GET", &format!("/rest/v3/short-urls/{code}/visits"), false, &key, b"")
+        .unwrap();
+    assert_eq!(r.status, 501);
+    assert_eq!(r.json()["type"], "https://ricochet.dev/problems/visit-log-off");
+    let r = c.send("GET", "/rest/health", false, &[], b"").unwrap();
+    let v = r.json();
+    assert_eq!(v["version"], "4.5.0");
+    assert_eq!(v["ricochet"]["version"], env!("CARGO_PKG_VERSION"));
+    let r = c.send("GET", "/rest/v3/mercure-info", false, &key, b"").unwrap();
+    assert_eq!(r.status, 501);
+    // The short URL itself is still there.
+    let r = c
+        .send("GET", &format!("/rest/v3/short-urls/{code}"), false, &key, b"")
+        .unwrap();
+    assert_eq!(r.status, 200);
+}

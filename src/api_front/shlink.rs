@@ -40,6 +40,16 @@ const DOMAIN_REDIRECTS: &[u8] = b"/rest/v3/domains/redirects";
 /// The visits overview: the server-wide figures of `GET /api/v1/stats`.
 const VISITS: &[u8] = b"/rest/v3/visits";
 const HEALTH: &[&[u8]] = &[b"/rest/v3/health", b"/rest/health"];
+/// Shlink's real-time updates hub, which ricochet does not run (501, as an unconfigured
+/// Shlink).
+const MERCURE_INFO: &[u8] = b"/rest/v3/mercure-info";
+/// After a short code, a tag or a domain: its individual visits (the visit log's).
+const VISITS_SUFFIX: &[u8] = b"/visits";
+
+/// The Shlink version whose API ricochet answers as (`/rest/health`'s `version`): Shlink's
+/// web client turns features on by it, and 4.5 is the first with every redirect condition
+/// ricochet takes (IP, country, query without a value, desktop device types).
+pub const SHLINK_API_VERSION: &str = "4.5.0";
 
 /// Shlink's default page size, and the deepest item a page may reach (`page * itemsPerPage`):
 /// Shlink pages by number, so page N walks N pages' worth of links from the start.
@@ -66,6 +76,9 @@ const NOT_FOUND_SHORT_URL: &str = "https://shlink.io/api/error/short-url-not-fou
 const INVALID_API_KEY: &str = "https://shlink.io/api/error/invalid-api-key";
 const MISSING_AUTH: &str = "https://shlink.io/api/error/missing-authentication";
 const NOT_FOUND: &str = "https://shlink.io/api/error/not-found";
+const MERCURE_NOT_CONFIGURED: &str = "https://shlink.io/api/error/mercure-not-configured";
+/// The endpoints that list individual visits, which ricochet does not keep.
+const VISIT_LOG_OFF: &str = "https://ricochet.dev/problems/visit-log-off";
 
 /// A Shlink-shaped answer to encode.
 struct ShlinkError {
@@ -101,6 +114,18 @@ impl ShlinkError {
                 None => "No URL found with this short code".into(),
             },
             extra: code.map(|c| ("shortCode", json!(c))),
+            retry_after_s: None,
+        }
+    }
+
+    /// Shlink's generic `not-found`: no such endpoint.
+    fn no_endpoint() -> ShlinkError {
+        ShlinkError {
+            status: 404,
+            type_: NOT_FOUND,
+            title: "Not found",
+            detail: "this endpoint is not offered (see docs/shlink.md)".into(),
+            extra: None,
             retry_after_s: None,
         }
     }
@@ -173,7 +198,6 @@ impl ShlinkError {
     }
 }
 
-/// `GET /rest/health`: Shlink's health answer.
 /// 405 with the methods `allow`ed: the resource exists, the method is what is refused (RFC
 /// 9110 section 15.5.6).
 fn method_not_allowed(out: &mut Vec<u8>, allow: &[u8], f: Framing<'_>) {
@@ -186,9 +210,19 @@ fn method_not_allowed(out: &mut Vec<u8>, allow: &[u8], f: Framing<'_>) {
     encode::encode_response(out, &r, f);
 }
 
+/// Shlink's health answer: the Shlink API version ricochet implements (Shlink's web client
+/// enables features by it), and ricochet's own under `ricochet`.
 fn encode_health(out: &mut Vec<u8>, f: Framing<'_>) {
-    let body = serde_json::to_vec(&json!({"status": "pass", "version": env!("CARGO_PKG_VERSION")}))
-        .expect("json");
+    let body = serde_json::to_vec(&json!({
+        "status": "pass",
+        "version": SHLINK_API_VERSION,
+        "links": {
+            "about": "https://shlink.io",
+            "project": "https://github.com/shlinkio/shlink",
+        },
+        "ricochet": {"version": env!("CARGO_PKG_VERSION")},
+    }))
+    .expect("json");
     encode_json(out, &body, f);
 }
 
@@ -336,6 +370,9 @@ impl ApiFront {
         if path == VISITS || path == DOMAINS {
             return self.shlink_overview(out, defer, req, (persist, clock), mesh);
         }
+        if let Some(e) = self.shlink_side_path(req) {
+            return fail(out, e);
+        }
         if let Some(code) = path
             .strip_prefix(SHORT_URLS)
             .and_then(|r| r.strip_prefix(b"/"))
@@ -351,15 +388,7 @@ impl ApiFront {
         {
             Some(k)
         } else {
-            let e = ShlinkError {
-                status: 404,
-                type_: NOT_FOUND,
-                title: "Not found",
-                detail: "this endpoint is not offered (see docs/shlink.md)".into(),
-                extra: None,
-                retry_after_s: None,
-            };
-            return fail(out, e);
+            return fail(out, ShlinkError::no_endpoint());
         };
         if let Some(allow) = shlink_methods_refused(key.is_some(), req.method) {
             return method_not_allowed(out, allow, f);
@@ -384,6 +413,51 @@ impl ApiFront {
         if let Err(e) = started {
             fail(out, e);
         }
+    }
+
+    /// The answer to a path Shlink has and ricochet answers with a problem: the mercure hub
+    /// (501, as an unconfigured Shlink), the lists of individual visits (501
+    /// `visit-log-off`: ricochet keeps counts, not visits), and a short code's sub-path it
+    /// does not know (`not-found`, not a short code with a slash in it). `None`: another path.
+    fn shlink_side_path(&self, req: &Request<'_>) -> Option<ShlinkError> {
+        let path = req.path;
+        let code_sub = path
+            .strip_prefix(SHORT_URLS)
+            .and_then(|r| r.strip_prefix(b"/"))
+            .and_then(|r| memchr::memchr(b'/', r).map(|i| &r[i..]));
+        let visit_list = path.starts_with(b"/rest/v3/visits/")
+            || code_sub == Some(VISITS_SUFFIX)
+            || (path.ends_with(VISITS_SUFFIX)
+                && (path.starts_with(b"/rest/v3/tags/") || path.starts_with(b"/rest/v3/domains/")));
+        if path != MERCURE_INFO && !visit_list {
+            return code_sub
+                .filter(|sub| *sub != REDIRECT_RULES)
+                .map(|_| ShlinkError::no_endpoint());
+        }
+        if let Err(e) = self.shlink_admit(req) {
+            return Some(e);
+        }
+        Some(if path == MERCURE_INFO {
+            ShlinkError {
+                status: 501,
+                type_: MERCURE_NOT_CONFIGURED,
+                title: "Mercure integration not configured",
+                detail: "This server is not integrated with a Mercure hub.".into(),
+                extra: None,
+                retry_after_s: None,
+            }
+        } else {
+            ShlinkError {
+                status: 501,
+                type_: VISIT_LOG_OFF,
+                title: "Visit log is off",
+                detail: "This server keeps visit counts, not individual visits: see each short \
+                         URL's visitsSummary and /rest/v3/visits."
+                    .into(),
+                extra: None,
+                retry_after_s: None,
+            }
+        })
     }
 
     /// `GET /rest/v3/visits` (server-wide for admin keys, the reached links' for others) or

@@ -23,9 +23,25 @@ for (const [name, makeClient] of [['fetch', () => new FetchHttpClient()], ['node
   const api = new ShlinkApiClient(makeClient(), { baseUrl, apiKey });
   const health = await api.health();
   assert.equal(health.status, 'pass');
+  // The Shlink API version ricochet answers as (the web client enables features by it).
+  assert.equal(health.version, '4.5.0');
+  await rejectsWith(api.mercureInfo(), 'mercure-not-configured');
 
   const slug = `sdk-${name}-${Date.now()}`;
   const made = await api.createShortUrl({ longUrl: 'https://example.com/sdk/a', customSlug: slug });
+  // Lists of individual visits: ricochet keeps counts only, and says so.
+  for (const call of [
+    () => api.getShortUrlVisits({ shortCode: slug }),
+    () => api.deleteShortUrlVisits({ shortCode: slug }),
+    () => api.getOrphanVisits(),
+    () => api.getNonOrphanVisits(),
+    () => api.getTagVisits('news'),
+    () => api.getDomainVisits('DEFAULT'),
+  ]) {
+    const e = await call().then(() => assert.fail('visits listed'), (e) => e);
+    assert.equal(e.type, 'https://ricochet.dev/problems/visit-log-off', JSON.stringify(e));
+    assert.equal(e.status, 501);
+  }
   assert.equal(made.shortCode, slug);
   assert.equal(made.longUrl, 'https://example.com/sdk/a');
   assert.ok(made.shortUrl.endsWith(`/${slug}`), made.shortUrl);
