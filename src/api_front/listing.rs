@@ -14,6 +14,58 @@ pub const DEFAULT_LIST_LIMIT: u16 = 100;
 /// Most links one page may hold: with 8 KiB targets a page stays under about 4 MiB.
 pub const MAX_LIST_LIMIT: u16 = 500;
 
+/// Links an owner core examines for one step of a scan (an ordered or searched list, which
+/// must see every link) before it answers and the walk asks again: one step is a bounded
+/// stretch of the owner's loop (about a millisecond), never a whole shard.
+pub const SCAN_STEP_LINKS: u32 = 4096;
+
+/// What an ordered list is sorted by (Shlink's `orderBy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OrderField {
+    /// Creation time, then the creation tag.
+    Created,
+    /// The short code (its bytes).
+    Key,
+    /// The target.
+    Target,
+}
+
+/// An order: a field and a direction. Ties are broken by the stored key, ascending, so an
+/// order is total and pages do not overlap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListOrder {
+    pub field: OrderField,
+    pub descending: bool,
+}
+
+impl ListOrder {
+    fn cmp(&self, a: &LinkInfo, b: &LinkInfo) -> std::cmp::Ordering {
+        let primary = match self.field {
+            OrderField::Created => (a.created_at_s, a.created_tag).cmp(&(b.created_at_s, b.created_tag)),
+            OrderField::Key => short_code(a).cmp(short_code(b)),
+            OrderField::Target => a.target.cmp(&b.target),
+        };
+        let primary = if self.descending { primary.reverse() } else { primary };
+        primary.then_with(|| a.key.as_bytes().cmp(b.key.as_bytes()))
+    }
+}
+
+/// A link's short code: its stored key without the domain's number.
+fn short_code(i: &LinkInfo) -> &[u8] {
+    shards::link::split_stored_key(i.key.as_bytes()).1
+}
+
+/// A walk that sees every link the filter admits (`ListWalk::scan`): what it matched so far
+/// and in which order it keeps them. The walk holds at most its window's best links (plus a
+/// step's), so a scan of 10M links needs no more memory than a page's window.
+#[derive(Clone, Debug)]
+pub struct Scan {
+    /// `None`: walk order (shard, key), for a search without an order.
+    pub order: Option<ListOrder>,
+    /// Links the filter admitted in all: a page's exact `totalItems`.
+    pub matched: u64,
+}
+
 /// A list request in progress: the shard being asked, where the walk stands, what was found.
 #[derive(Debug)]
 pub struct ListWalk {
@@ -25,6 +77,9 @@ pub struct ListWalk {
     /// Which links the walk lists: parsed from `?domain=`, then narrowed to the caller's reach
     /// (`api_front::list_filter`).
     pub filter: std::sync::Arc<crate::mesh::ListFilter>,
+    /// `Some`: the walk sees every admitted link (an order or a content filter) in steps of
+    /// [`SCAN_STEP_LINKS`], keeping the best `limit`; `None`: it stops once `limit` are found.
+    pub scan: Option<Scan>,
 }
 
 impl ListWalk {
@@ -33,9 +88,12 @@ impl ListWalk {
     pub fn take(
         &mut self,
         items: Vec<LinkInfo>,
-        complete: bool,
+        (complete, resume): (bool, Option<InlineKey>),
         shards: u32,
     ) -> Option<Option<String>> {
+        if self.scan.is_some() {
+            return self.take_scanned(items, (complete, resume), shards);
+        }
         self.items.extend(items);
         if self.items.len() >= self.limit as usize {
             let last = self.items.last().expect("a full page").key;
@@ -55,9 +113,70 @@ impl ListWalk {
         None
     }
 
+    /// A scan's step: its links kept (the best `limit` of all so far), then the same shard
+    /// again after `resume`, the next shard, or the end (`Some(None)`, the links in order).
+    fn take_scanned(
+        &mut self,
+        items: Vec<LinkInfo>,
+        (complete, resume): (bool, Option<InlineKey>),
+        shards: u32,
+    ) -> Option<Option<String>> {
+        let scan = self.scan.as_mut().expect("a scan");
+        scan.matched += items.len() as u64;
+        self.items.extend(items);
+        let keep = self.limit as usize;
+        match scan.order {
+            // Sorted once in a while, not per step: a step adds up to SCAN_STEP_LINKS.
+            Some(order) if self.items.len() > 2 * keep => {
+                self.items.sort_unstable_by(|a, b| order.cmp(a, b));
+                self.items.truncate(keep);
+            }
+            Some(_) => {}
+            // Walk order: the first ones found are the page's.
+            None => self.items.truncate(keep),
+        }
+        if !complete {
+            // Only a budget stops a scan's step short of its shard's end.
+            debug_assert!(resume.is_some(), "a scan's step ends at its budget");
+            self.after = resume;
+            return None;
+        }
+        if self.shard + 1 < shards {
+            self.shard += 1;
+            self.after = None;
+            return None;
+        }
+        if let Some(order) = scan.order {
+            self.items.sort_unstable_by(|a, b| order.cmp(a, b));
+        }
+        self.items.truncate(keep);
+        Some(None)
+    }
+
+    /// The walk where it stands, without its links: enough to ask its next step.
+    pub fn clone_empty(&self) -> ListWalk {
+        ListWalk {
+            shard: self.shard,
+            after: self.after,
+            limit: self.limit,
+            items: Vec::new(),
+            filter: self.filter.clone(),
+            scan: self.scan.clone(),
+        }
+    }
+
     /// Links still wanted from the next shard.
     pub fn wanted(&self) -> u32 {
-        self.limit - self.items.len() as u32
+        match self.scan {
+            // A scan takes whatever a step admits.
+            Some(_) => SCAN_STEP_LINKS,
+            None => self.limit - self.items.len() as u32,
+        }
+    }
+
+    /// Links an owner may examine for the next step: a scan's step, else no bound.
+    pub fn budget(&self) -> Option<u32> {
+        self.scan.as_ref().map(|_| SCAN_STEP_LINKS)
     }
 }
 
@@ -78,6 +197,7 @@ pub fn parse_query(
         limit: u32::from(DEFAULT_LIST_LIMIT),
         items: Vec::new(),
         filter: Default::default(),
+        scan: None,
     };
     let text = std::str::from_utf8(query.unwrap_or_default())
         .map_err(|_| Problem::invalid_field(None, "the query is not UTF-8"))?;

@@ -637,6 +637,22 @@ impl ApiFront {
                 after,
                 limit,
                 filter,
+                budget: None,
+            },
+        );
+    }
+
+    /// Asks the owner of `walk`'s shard for its next step (a page, or a scan's bounded step).
+    pub(crate) fn ask_walk(&self, reply: ReplyTo, walk: &listing::ListWalk, mesh: &mut Mesh) {
+        mesh.deliver(
+            self.router.core_of_shard(walk.shard),
+            ApiMsg::List {
+                reply,
+                shard: walk.shard,
+                after: walk.after,
+                limit: walk.wanted(),
+                filter: walk.filter.clone(),
+                budget: walk.budget(),
             },
         );
     }
@@ -733,7 +749,7 @@ impl ApiFront {
         {
             let shards = self.router.shard_count();
             let items = std::mem::take(&mut page.items);
-            if walk.take(items, page.complete, shards).is_some() {
+            if walk.take(items, (page.complete, page.resume.take()), shards).is_some() {
                 let now_s = shards::timefmt::now_s();
                 let body = self.robots.walked(*domain, &walk.items, now_s);
                 robots::answer(out, &body, f);
@@ -752,10 +768,7 @@ impl ApiFront {
                 self.creates
                     .start(reply, req, created_at_s, tries, None, mesh);
             }
-            ApiOp::List(walk) | ApiOp::Robots { walk, .. } => {
-                let (shard, limit, filter) = (walk.shard, walk.wanted(), walk.filter.clone());
-                self.list_shard(reply, shard, None, limit, filter, mesh);
-            }
+            ApiOp::List(walk) | ApiOp::Robots { walk, .. } => self.ask_walk(reply, walk, mesh),
             ApiOp::Stats(q) => {
                 if let Err(p) = self.query_stats(reply, (**q).clone()) {
                     encode_problem(out, &p, &[], f);
@@ -884,7 +897,7 @@ impl ApiFront {
             }
             (ApiOp::List(walk), WriteOutcome::Listed(page)) => {
                 let shards = self.router.shard_count();
-                let next = walk.take(page.items, page.complete, shards)?;
+                let next = walk.take(page.items, (page.complete, page.resume), shards)?;
                 let links: Vec<Vec<u8>> = walk.items.iter().map(json).collect();
                 let body = listing::page_json(&links, next.as_deref());
                 json_answer(out, Status::Ok, &body);
@@ -1084,7 +1097,7 @@ pub(crate) fn list_filter(domains: Option<&[u32]>, reach: &Reach) -> Arc<ListFil
     Arc::new(ListFilter {
         domains,
         author: reach.author,
-        crawlable_only: false,
+        ..Default::default()
     })
 }
 
@@ -1098,6 +1111,7 @@ pub(crate) fn overview_walk(reach: &Reach) -> listing::ListWalk {
         limit: stats_sum::MAX_OVERVIEW_LINKS + 1,
         items: Vec::new(),
         filter: list_filter(None, reach),
+        scan: None,
     }
 }
 

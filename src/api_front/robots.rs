@@ -113,6 +113,7 @@ fn walk_of(d: u32) -> ListWalk {
             crawlable_only: true,
             ..Default::default()
         }),
+        scan: None,
     }
 }
 

@@ -19,7 +19,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::listing::ListWalk;
+use super::listing::{ListOrder, ListWalk, OrderField, Scan};
 use super::stats_sum::StatsStep;
 use super::{encode_json, ApiFront, ApiOp, Defer, ListVisits, MAX_CREATE_TRIES};
 use crate::api::problem::Problem;
@@ -630,7 +630,8 @@ impl ApiFront {
         reach: &crate::api::roles::Reach,
         mesh: &mut Mesh,
     ) -> Result<(), ShlinkError> {
-        let (page, per_page) = shlink_page(query)?;
+        let params = shlink_page(query)?;
+        let (page, per_page) = (params.page, params.per_page);
         let window = page * per_page;
         let domain = match shlink_domain_param(query) {
             // Shlink's keyword for the default domain (SDK `ShlinkShortUrlsListParams`).
@@ -641,20 +642,32 @@ impl ApiFront {
             ),
             None => None,
         };
+        let mut filter = super::list_filter(domain.as_ref().map(std::slice::from_ref), reach);
+        let scan = params.scans().then(|| {
+            let f = std::sync::Arc::make_mut(&mut filter);
+            (f.search, f.created) = (params.search.map(String::into_boxed_str), params.created);
+            Scan {
+                order: params.order,
+                matched: 0,
+            }
+        });
         let walk = ListWalk {
             shard: 0,
             after: None,
-            // One more than the window: whether another page follows.
-            limit: window + 1,
+            // A scan keeps the window and counts every match; a walk takes one more than the
+            // window: whether another page follows.
+            limit: if scan.is_some() { window } else { window + 1 },
             items: Vec::new(),
-            filter: super::list_filter(domain.as_ref().map(std::slice::from_ref), reach),
+            filter,
+            scan,
         };
-        let filter = walk.filter.clone();
+        // The first step's message, made before the walk moves into the deferred request.
+        let first = walk.clone_empty();
         let reply = defer(
             out,
             ApiOp::Shlink(Box::new(ApiOp::List(walk)), page, per_page),
         );
-        self.list_shard(reply, 0, None, window + 1, filter, mesh);
+        self.ask_walk(reply, &first, mesh);
         Ok(())
     }
 
@@ -979,9 +992,18 @@ impl ApiFront {
                 v
             })
             .collect();
-        // Exact up to this page; past it, "at least one more" when more follow.
-        let total = start + data.len() + usize::from(more);
-        let pages = if more { page + 1 } else { page.max(1) };
+        let (total, pages) = match &walk.scan {
+            // A scan saw every link: exact.
+            Some(scan) => {
+                let total = usize::try_from(scan.matched).unwrap_or(usize::MAX);
+                (total, total.div_ceil(per_page as usize).max(1))
+            }
+            // Exact up to this page; past it, "at least one more" when more follow.
+            None => {
+                let pages = if more { page + 1 } else { page.max(1) };
+                (start + data.len() + usize::from(more), pages as usize)
+            }
+        };
         json!({"shortUrls": {"data": data, "pagination": {
         "currentPage": page, "pagesCount": pages, "itemsPerPage": per_page,
         "itemsInCurrentPage": data.len(), "totalItems": total}}})
@@ -1016,7 +1038,7 @@ impl ApiFront {
                 ok(out, Status::Ok, &rules_json(&i));
             }
             (ApiOp::List(walk), WriteOutcome::Listed(l)) => {
-                walk.take(l.items, l.complete, self.router.shard_count())?;
+                walk.take(l.items, (l.complete, l.resume), self.router.shard_count())?;
                 return self.list_walked(op, page, per_page, out, f);
             }
             (ApiOp::Create { req, tries, .. }, WriteOutcome::Exists) => {
@@ -1144,19 +1166,42 @@ fn shlink_domain_param(query: Option<&[u8]>) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-fn shlink_page(query: Option<&[u8]>) -> Result<(u32, u32), ShlinkError> {
-    let (mut page, mut per_page) = (1u32, SHLINK_DEFAULT_PAGE_ITEMS);
-    let text = std::str::from_utf8(query.unwrap_or_default()).unwrap_or("");
-    for pair in text.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        match k {
+/// A Shlink list request's parameters.
+struct ListParams {
+    page: u32,
+    per_page: u32,
+    order: Option<ListOrder>,
+    /// `searchTerm`, lowercase.
+    search: Option<String>,
+    /// `startDate`, `endDate`: creation seconds, both included.
+    created: Option<(u64, u64)>,
+}
+
+impl ListParams {
+    /// Whether the list must see every link (an order or a content filter).
+    fn scans(&self) -> bool {
+        self.order.is_some() || self.search.is_some() || self.created.is_some()
+    }
+}
+
+fn shlink_page(query: Option<&[u8]>) -> Result<ListParams, ShlinkError> {
+    let mut p = ListParams {
+        page: 1,
+        per_page: SHLINK_DEFAULT_PAGE_ITEMS,
+        order: None,
+        search: None,
+        created: None,
+    };
+    let (mut from, mut to) = (None, None);
+    for (k, v) in url::form_urlencoded::parse(query.unwrap_or_default()) {
+        match &*k {
             "page" => {
-                page = v.parse().ok().filter(|p| *p >= 1).ok_or_else(|| {
+                p.page = v.parse().ok().filter(|p| *p >= 1).ok_or_else(|| {
                     ShlinkError::invalid("page must be a whole number from 1", Some("page"))
                 })?
             }
             "itemsPerPage" => {
-                per_page = v
+                p.per_page = v
                     .parse()
                     .ok()
                     .filter(|n| (1..=u32::from(super::listing::MAX_LIST_LIMIT)).contains(n))
@@ -1170,33 +1215,82 @@ fn shlink_page(query: Option<&[u8]>) -> Result<(u32, u32), ShlinkError> {
                         )
                     })?
             }
-            // Filters and orderings Shlink offers are refused, never silently ignored.
-            "searchTerm"
-            | "tags[]"
-            | "tagsMode"
-            | "orderBy"
-            | "startDate"
-            | "endDate"
-            | "excludeMaxVisitsReached"
-            | "excludePastValidUntil"
-            | "excludeTags[]"
-            | "excludeTagsMode"
-            | "apiKeyName" => {
+            "orderBy" => p.order = parse_order(&v)?,
+            "searchTerm" if v.trim().is_empty() => {}
+            "searchTerm" if v.len() > MAX_SEARCH_TERM_BYTES => {
                 return Err(ShlinkError::invalid(
-                    format!("{k}: filtering and ordering are not supported by this server"),
-                    Some(k),
+                    format!("searchTerm is longer than {MAX_SEARCH_TERM_BYTES} bytes"),
+                    Some("searchTerm"),
+                ))
+            }
+            "searchTerm" => p.search = Some(v.trim().to_ascii_lowercase()),
+            "startDate" => from = Some(shlink_date(&v, "startDate")?),
+            "endDate" => to = Some(shlink_date(&v, "endDate")?),
+            // Expired links are never listed (docs/shlink.md), so both values list the same.
+            "excludePastValidUntil" if matches!(&*v, "true" | "false") => {}
+            // Filters Shlink offers that need what ricochet does not keep yet are refused,
+            // never silently ignored.
+            "tags[]" | "tagsMode" | "excludeMaxVisitsReached" | "excludePastValidUntil"
+            | "excludeTags[]" | "excludeTagsMode" | "apiKeyName" => {
+                return Err(ShlinkError::invalid(
+                    format!("{k}: this filter is not supported by this server"),
+                    Some(&k),
                 ))
             }
             _ => {}
         }
     }
-    if page.saturating_mul(per_page) > MAX_SHLINK_WINDOW {
+    if from.is_some() || to.is_some() {
+        p.created = Some((from.unwrap_or(0), to.unwrap_or(u64::MAX)));
+    }
+    if p.page.saturating_mul(p.per_page) > MAX_SHLINK_WINDOW {
         return Err(ShlinkError::invalid(
             format!("page * itemsPerPage may reach item {MAX_SHLINK_WINDOW} at most; walk further with GET /api/v1/urls?cursor="),
             Some("page"),
         ));
     }
-    Ok((page, per_page))
+    Ok(p)
+}
+
+/// Bytes of a list's `searchTerm`.
+pub const MAX_SEARCH_TERM_BYTES: usize = 256;
+
+/// Shlink's `orderBy`: `field-ASC` or `field-DESC` (a bare field is ascending). `title` has
+/// no titles to sort by yet: every link ties, so the order is the short code's.
+fn parse_order(v: &str) -> Result<Option<ListOrder>, ShlinkError> {
+    let (field, dir) = v.rsplit_once('-').unwrap_or((v, "ASC"));
+    let bad = || {
+        ShlinkError::invalid(
+            format!("orderBy {v:?}: expected dateCreated, shortCode, longUrl or title, then -ASC or -DESC"),
+            Some("orderBy"),
+        )
+    };
+    let descending = match dir {
+        "ASC" => false,
+        "DESC" => true,
+        _ => return Err(bad()),
+    };
+    let field = match field {
+        "dateCreated" => OrderField::Created,
+        "shortCode" | "title" => OrderField::Key,
+        "longUrl" => OrderField::Target,
+        "visits" | "nonBotVisits" => {
+            return Err(ShlinkError::invalid(
+                "orderBy visits: ordering by visits is not supported by this server",
+                Some("orderBy"),
+            ))
+        }
+        _ => return Err(bad()),
+    };
+    Ok(Some(ListOrder { field, descending }))
+}
+
+/// A date of a list filter: RFC 3339 (Shlink's ATOM), or a bare date (its midnight, UTC).
+fn shlink_date(v: &str, field: &str) -> Result<u64, ShlinkError> {
+    let full = if v.len() == 10 { format!("{v}T00:00:00Z") } else { v.to_string() };
+    crate::api::timefmt::parse_rfc3339_s(&full).map_err(|e| {
+        ShlinkError::invalid(format!("{field} {v:?} is not a date: {e}"), Some(field))
+    })
 }
 
 /// The body of `PATCH /rest/v3/domains/redirects`: `domain` (required) and Shlink's three

@@ -49,6 +49,9 @@ pub struct ListedShard {
     pub items: Vec<LinkInfo>,
     /// No live link of the shard comes after the last item.
     pub complete: bool,
+    /// The page stopped at its examination budget (`List::budget`) before it was full: the
+    /// walk goes on after this key. `None` otherwise.
+    pub resume: Option<InlineKey>,
 }
 
 /// What a redirect needs to know about a link.
@@ -411,6 +414,12 @@ pub struct ListFilter {
     pub author: AuthorReach,
     /// Only links marked `crawlable` (`api_front::robots`).
     pub crawlable_only: bool,
+    /// Only links whose short code or target contains this, ASCII case ignored (Shlink's
+    /// `searchTerm`; lowercase here).
+    pub search: Option<Box<str>>,
+    /// Only links created within these seconds, both included (Shlink's `startDate`,
+    /// `endDate`).
+    pub created: Option<(u64, u64)>,
 }
 
 impl ListFilter {
@@ -425,6 +434,32 @@ impl ListFilter {
                 .is_none_or(|d| d.binary_search(&domain).is_ok())
             && self.author.admits(author)
     }
+
+    /// Whether the link of stored key `stored`, to `target`, created at `created_at_s`,
+    /// passes the content filters (search term, creation dates).
+    pub fn admits_content(&self, stored: &[u8], target: &str, created_at_s: u64) -> bool {
+        let key = shards::link::split_stored_key(stored).1;
+        self.created
+            .is_none_or(|(from, to)| (from..=to).contains(&created_at_s))
+            && self.search.as_deref().is_none_or(|needle| {
+                contains_ignore_ascii_case(key, needle.as_bytes())
+                    || contains_ignore_ascii_case(target.as_bytes(), needle.as_bytes())
+            })
+    }
+
+    /// Whether a walk with this filter must see every link (content filters can leave a
+    /// page empty for a long stretch).
+    pub fn scans(&self) -> bool {
+        self.search.is_some() || self.created.is_some()
+    }
+}
+
+/// Whether `hay` contains `needle` (lowercase), ASCII letters compared case-insensitively.
+fn contains_ignore_ascii_case(hay: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty()
+        || hay
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 /// The owner's verdict on a [`WriteReq`] or [`ReadReq`].
@@ -535,6 +570,9 @@ pub enum ApiMsg {
         limit: u32,
         /// Which links the page may hold (domains, author).
         filter: Arc<ListFilter>,
+        /// At most this many links examined (`api_front::listing::SCAN_STEP_LINKS`); `None`:
+        /// until the page is full or the shard done.
+        budget: Option<u32>,
     },
     /// An idempotent create, sent to the owner of its idempotency scope.
     IdemCreate {

@@ -554,12 +554,14 @@ impl Core {
                 after,
                 limit,
                 filter,
+                budget,
             } => {
                 let page = crate::owner::Page {
                     shard,
                     after,
                     limit,
                     filter,
+                    budget,
                 };
                 self.owner.on_list(reply, page, now_s, mesh)
             }

@@ -24,6 +24,9 @@ pub struct Page {
     pub limit: u32,
     /// Which links belong on it (by stored key and author).
     pub filter: Arc<crate::mesh::ListFilter>,
+    /// At most this many links examined before the page is answered, full or not (then
+    /// with where to go on); `None`: no bound but the page's.
+    pub budget: Option<u32>,
 }
 
 impl Owner {
@@ -55,7 +58,11 @@ impl Owner {
         let (shard, limit) = (p.shard, p.limit as usize);
         let after = p.after.as_ref().map(|k| k.as_bytes());
         let past = |k: &[u8]| after.is_none_or(|a| k > a);
-        let admits = |k: &[u8], author, b: &_| p.filter.admits(k, author, b);
+        let admits = |k: &[u8], author, b: &_, target: &str, created| {
+            p.filter.admits(k, author, b) && p.filter.admits_content(k, target, created)
+        };
+        let budget = p.budget.map_or(usize::MAX, |b| b as usize);
+        let (mut examined, mut last) = (0usize, None);
         let live = |exp: u64| exp == 0 || now_s < exp;
         let mut mem: Vec<(&InlineKey, &MemEntry)> = self
             .writes
@@ -75,6 +82,15 @@ impl Owner {
         let mut items = Vec::new();
         // One more than asked: whether anything follows the page.
         while items.len() <= limit {
+            if examined == budget {
+                let resume = last.map(|k: &[u8]| InlineKey::new(k).expect("a stored key"));
+                return ListedShard {
+                    items,
+                    complete: false,
+                    resume,
+                };
+            }
+            examined += 1;
             let next_mem = mem.peek().map(|(k, _)| k.as_bytes());
             let next_table = table.peek().map(|(k, _)| k.as_bytes());
             let from_mem = match (next_mem, next_table) {
@@ -91,10 +107,18 @@ impl Owner {
                 },
             };
             let item = if from_mem {
-                match mem.next().expect("peeked") {
-                    (_, MemEntry::Live { info, .. })
+                let (k, entry) = mem.next().expect("peeked");
+                last = Some(k.as_bytes());
+                match entry {
+                    MemEntry::Live { info, .. }
                         if live(info.expires_at_s)
-                            && admits(info.key.as_bytes(), info.author, &info.behaviour) =>
+                            && admits(
+                                info.key.as_bytes(),
+                                info.author,
+                                &info.behaviour,
+                                &info.target,
+                                info.created_at_s,
+                            ) =>
                     {
                         Some(info.clone())
                     }
@@ -102,7 +126,9 @@ impl Owner {
                 }
             } else {
                 let (k, l) = table.next().expect("peeked");
-                let ok = live(l.expires_at_s) && admits(k.as_bytes(), l.author, &l.behaviour);
+                last = Some(k.as_bytes());
+                let ok = live(l.expires_at_s)
+                    && admits(k.as_bytes(), l.author, &l.behaviour, l.target, l.created_at_s);
                 ok.then(|| LinkInfo {
                     key: InlineKey::new(k.as_bytes()).expect("table keys are valid keys"),
                     target: Arc::from(l.target),
@@ -119,6 +145,10 @@ impl Owner {
         }
         let complete = items.len() <= limit;
         items.truncate(limit);
-        ListedShard { items, complete }
+        ListedShard {
+            items,
+            complete,
+            resume: None,
+        }
     }
 }

@@ -717,6 +717,62 @@ mod tests {
         assert!(rig.due.is_empty(), "unanswered: {:?}", rig.due.keys());
     }
 
+    /// A scan's steps (`listing::SCAN_STEP_LINKS` on the real path; 3 here) examine at most
+    /// their budget and say where to go on: walked to each shard's end by `resume`, they list
+    /// every link the content filter admits exactly once, whatever the budget.
+    #[test]
+    fn a_budgeted_scan_lists_every_admitted_link_once() {
+        let mut rig = Rig::new();
+        let router = Router::new(SHARDS, 2);
+        let keys: Vec<InlineKey> = (0..)
+            .map(|i| format!("k{i}"))
+            .filter(|k| router.owner(k.as_bytes()).core == OWNER)
+            .take(40)
+            .map(|k| InlineKey::new(k.as_bytes()).unwrap())
+            .collect();
+        for (seq, key) in keys.iter().enumerate() {
+            let v = seq as u32;
+            let req = WriteReq::Create {
+                key: *key,
+                new: new_link(v),
+            };
+            rig.ask(v, req, Want::Link("created", url(v)));
+        }
+        rig.sync();
+        // Targets ending in 1, 3, 5, 7 or 9 contain none of "0", "2", "4", "6", "8" at the end:
+        // the search "/1" admits https://m.example/1, /10..19 and nothing else.
+        let filter = Arc::new(crate::mesh::ListFilter {
+            search: Some("/1".into()),
+            ..Default::default()
+        });
+        let want: std::collections::BTreeSet<String> =
+            (0..40).map(url).filter(|u| u.contains("/1")).collect();
+        for budget in [1, 3, 1000] {
+            let mut seen = Vec::new();
+            for shard in (0..SHARDS).filter(|s| router.core_of_shard(*s) == OWNER) {
+                let mut after = None;
+                loop {
+                    let p = Page {
+                        shard,
+                        after,
+                        limit: 1000,
+                        filter: filter.clone(),
+                        budget: Some(budget),
+                    };
+                    let page = rig.owner.list_shard(p, 2);
+                    seen.extend(page.items.iter().map(|i| i.target.to_string()));
+                    if page.complete {
+                        break;
+                    }
+                    after = Some(page.resume.expect("a step cut short says where to go on"));
+                }
+            }
+            let set: std::collections::BTreeSet<String> = seen.iter().cloned().collect();
+            assert_eq!(set.len(), seen.len(), "budget {budget}: a link listed twice");
+            assert_eq!(set, want, "budget {budget}");
+        }
+    }
+
     /// A live regeneration on one core (`regen.rs`): the rotation waits for a quiet log, the swap
     /// replaces every state the memtable held at the rotation with the new tables' (a link
     /// deleted elsewhere whose tombstone this node never saw goes), keeps what changed after it,
