@@ -78,7 +78,11 @@ fn the_list_orders_searches_and_pages_exactly_across_cores() {
             5 => format!("https://news.example/{i}"),
             _ => format!("https://example.com/{}/{i}", ["x", "y", "a"][i % 3]),
         };
-        let code = if i % 10 == 5 { format!("promo{i}") } else { code };
+        let code = if i % 10 == 5 {
+            format!("promo{i}")
+        } else {
+            code
+        };
         let r = c.create(&json!({"long_url": url, "custom_alias": code}));
         assert_eq!(r.status, 201, "{}", r.text());
         made.push(Made { code, url });
@@ -118,15 +122,28 @@ fn the_list_orders_searches_and_pages_exactly_across_cores() {
         .map(|m| (m.code.clone(), m.url.clone()))
         .collect();
     let theirs = codes(&all_pages(&mut a, &author, "orderBy=shortCode-ASC", 7));
-    oracle.extend(theirs.iter().enumerate().map(|(i, code)| {
-        (code.clone(), format!("https://author.example/promo/{i}"))
-    }));
+    oracle.extend(
+        theirs
+            .iter()
+            .enumerate()
+            .map(|(i, code)| (code.clone(), format!("https://author.example/promo/{i}"))),
+    );
     let mut by_code: Vec<String> = oracle.iter().map(|(c, _)| c.clone()).collect();
     by_code.sort();
-    let got = codes(&all_pages(&mut c, API_KEY, "orderBy=shortCode-ASC", everyone));
+    let got = codes(&all_pages(
+        &mut c,
+        API_KEY,
+        "orderBy=shortCode-ASC",
+        everyone,
+    ));
     assert_eq!(got, by_code);
     by_code.reverse();
-    let got = codes(&all_pages(&mut c, API_KEY, "orderBy=shortCode-DESC", everyone));
+    let got = codes(&all_pages(
+        &mut c,
+        API_KEY,
+        "orderBy=shortCode-DESC",
+        everyone,
+    ));
     assert_eq!(got, by_code);
     let items = all_pages(&mut c, API_KEY, "orderBy=longUrl-ASC", everyone);
     let urls: Vec<&str> = items
@@ -164,7 +181,12 @@ fn the_list_orders_searches_and_pages_exactly_across_cores() {
     got.sort();
     assert_eq!(got, want);
     // The author-only key's search holds only its own links.
-    let got = codes(&all_pages(&mut a, &author, "searchTerm=promo&orderBy=shortCode-ASC", 7));
+    let got = codes(&all_pages(
+        &mut a,
+        &author,
+        "searchTerm=promo&orderBy=shortCode-ASC",
+        7,
+    ));
     assert_eq!(got, theirs);
     // A term nobody has: an empty, exact page.
     let (status, v) = shlink_get(&mut c, API_KEY, "searchTerm=nothing-like-this");
@@ -173,7 +195,12 @@ fn the_list_orders_searches_and_pages_exactly_across_cores() {
     assert_eq!(v["shortUrls"]["data"], json!([]));
 
     // Creation dates, both ends included; a bare date is its midnight UTC.
-    let all = all_pages(&mut c, API_KEY, "startDate=2000-01-01&orderBy=shortCode-ASC", everyone);
+    let all = all_pages(
+        &mut c,
+        API_KEY,
+        "startDate=2000-01-01&orderBy=shortCode-ASC",
+        everyone,
+    );
     assert_eq!(all.len(), everyone);
     let (_, v) = shlink_get(&mut c, API_KEY, "startDate=2999-01-01T00:00:00Z");
     assert_eq!(v["shortUrls"]["pagination"]["totalItems"], 0);
@@ -192,7 +219,10 @@ fn the_list_orders_searches_and_pages_exactly_across_cores() {
     ] {
         let (status, v) = shlink_get(&mut c, API_KEY, query);
         assert_eq!(status, 400, "{query}: {v}");
-        assert_eq!(v["type"], "https://shlink.io/api/error/invalid-data", "{query}");
+        assert_eq!(
+            v["type"], "https://shlink.io/api/error/invalid-data",
+            "{query}"
+        );
         assert_eq!(v["invalidElements"], json!([field]), "{query}");
     }
     // Accepted: expired links are never listed, so both values list the same links.

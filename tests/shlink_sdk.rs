@@ -140,26 +140,53 @@ fn shlinks_side_paths_answer_as_shlink_does() {
     ] {
         let r = c.send("GET", &path, false, &key, b"").unwrap();
         assert_eq!(r.status, 404, "{path}");
-        assert_eq!(r.json()["type"], "https://shlink.io/api/error/not-found", "{path}");
+        assert_eq!(
+            r.json()["type"],
+            "https://shlink.io/api/error/not-found",
+            "{path}"
+        );
     }
     let r = c
-        .send("GET", &format!("/rest/v3/short-urls/{code}/visits"), false, &[], b"")
+        .send(
+            "GET",
+            &format!("/rest/v3/short-urls/{code}/visits"),
+            false,
+            &[],
+            b"",
+        )
         .unwrap();
     assert_eq!(r.status, 401, "no key, no answer about visits");
     let r = c
-        .send("GET", &format!("/rest/v3/short-urls/{code}/visits"), false, &key, b"")
+        .send(
+            "GET",
+            &format!("/rest/v3/short-urls/{code}/visits"),
+            false,
+            &key,
+            b"",
+        )
         .unwrap();
     assert_eq!(r.status, 501);
-    assert_eq!(r.json()["type"], "https://ricochet.dev/problems/visit-log-off");
+    assert_eq!(
+        r.json()["type"],
+        "https://ricochet.dev/problems/visit-log-off"
+    );
     let r = c.send("GET", "/rest/health", false, &[], b"").unwrap();
     let v = r.json();
     assert_eq!(v["version"], "4.5.0");
     assert_eq!(v["ricochet"]["version"], env!("CARGO_PKG_VERSION"));
-    let r = c.send("GET", "/rest/v3/mercure-info", false, &key, b"").unwrap();
+    let r = c
+        .send("GET", "/rest/v3/mercure-info", false, &key, b"")
+        .unwrap();
     assert_eq!(r.status, 501);
     // The short URL itself is still there.
     let r = c
-        .send("GET", &format!("/rest/v3/short-urls/{code}"), false, &key, b"")
+        .send(
+            "GET",
+            &format!("/rest/v3/short-urls/{code}"),
+            false,
+            &key,
+            b"",
+        )
         .unwrap();
     assert_eq!(r.status, 200);
 }

@@ -166,7 +166,8 @@ impl ApiFront {
         out: &mut Vec<u8>,
         f: Framing<'_>,
     ) -> Option<()> {
-        rs.walk.take(items, (complete, None), self.router.shard_count())?;
+        rs.walk
+            .take(items, (complete, None), self.router.shard_count())?;
         let links = rs.walk.items.len();
         if links > MAX_OVERVIEW_LINKS as usize {
             encode_problem(out, &Problem::too_many_links(MAX_OVERVIEW_LINKS), &[], f);

@@ -28,6 +28,8 @@ pub enum OrderField {
     Key,
     /// The target.
     Target,
+    /// The title: no link has one yet, so every link ties (and the key decides).
+    Title,
 }
 
 /// An order: a field and a direction. Ties are broken by the stored key, ascending, so an
@@ -41,11 +43,18 @@ pub struct ListOrder {
 impl ListOrder {
     fn cmp(&self, a: &LinkInfo, b: &LinkInfo) -> std::cmp::Ordering {
         let primary = match self.field {
-            OrderField::Created => (a.created_at_s, a.created_tag).cmp(&(b.created_at_s, b.created_tag)),
+            OrderField::Created => {
+                (a.created_at_s, a.created_tag).cmp(&(b.created_at_s, b.created_tag))
+            }
             OrderField::Key => short_code(a).cmp(short_code(b)),
             OrderField::Target => a.target.cmp(&b.target),
+            OrderField::Title => std::cmp::Ordering::Equal,
         };
-        let primary = if self.descending { primary.reverse() } else { primary };
+        let primary = if self.descending {
+            primary.reverse()
+        } else {
+            primary
+        };
         primary.then_with(|| a.key.as_bytes().cmp(b.key.as_bytes()))
     }
 }

@@ -749,7 +749,10 @@ impl ApiFront {
         {
             let shards = self.router.shard_count();
             let items = std::mem::take(&mut page.items);
-            if walk.take(items, (page.complete, page.resume.take()), shards).is_some() {
+            if walk
+                .take(items, (page.complete, page.resume.take()), shards)
+                .is_some()
+            {
                 let now_s = shards::timefmt::now_s();
                 let body = self.robots.walked(*domain, &walk.items, now_s);
                 robots::answer(out, &body, f);

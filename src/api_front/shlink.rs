@@ -1230,8 +1230,13 @@ fn shlink_page(query: Option<&[u8]>) -> Result<ListParams, ShlinkError> {
             "excludePastValidUntil" if matches!(&*v, "true" | "false") => {}
             // Filters Shlink offers that need what ricochet does not keep yet are refused,
             // never silently ignored.
-            "tags[]" | "tagsMode" | "excludeMaxVisitsReached" | "excludePastValidUntil"
-            | "excludeTags[]" | "excludeTagsMode" | "apiKeyName" => {
+            "tags[]"
+            | "tagsMode"
+            | "excludeMaxVisitsReached"
+            | "excludePastValidUntil"
+            | "excludeTags[]"
+            | "excludeTagsMode"
+            | "apiKeyName" => {
                 return Err(ShlinkError::invalid(
                     format!("{k}: this filter is not supported by this server"),
                     Some(&k),
@@ -1256,7 +1261,8 @@ fn shlink_page(query: Option<&[u8]>) -> Result<ListParams, ShlinkError> {
 pub const MAX_SEARCH_TERM_BYTES: usize = 256;
 
 /// Shlink's `orderBy`: `field-ASC` or `field-DESC` (a bare field is ascending). `title` has
-/// no titles to sort by yet: every link ties, so the order is the short code's.
+/// no titles to sort by yet: every link ties, so the order is the stored key's, ascending
+/// either way.
 fn parse_order(v: &str) -> Result<Option<ListOrder>, ShlinkError> {
     let (field, dir) = v.rsplit_once('-').unwrap_or((v, "ASC"));
     let bad = || {
@@ -1272,7 +1278,8 @@ fn parse_order(v: &str) -> Result<Option<ListOrder>, ShlinkError> {
     };
     let field = match field {
         "dateCreated" => OrderField::Created,
-        "shortCode" | "title" => OrderField::Key,
+        "shortCode" => OrderField::Key,
+        "title" => OrderField::Title,
         "longUrl" => OrderField::Target,
         "visits" | "nonBotVisits" => {
             return Err(ShlinkError::invalid(
@@ -1287,10 +1294,13 @@ fn parse_order(v: &str) -> Result<Option<ListOrder>, ShlinkError> {
 
 /// A date of a list filter: RFC 3339 (Shlink's ATOM), or a bare date (its midnight, UTC).
 fn shlink_date(v: &str, field: &str) -> Result<u64, ShlinkError> {
-    let full = if v.len() == 10 { format!("{v}T00:00:00Z") } else { v.to_string() };
-    crate::api::timefmt::parse_rfc3339_s(&full).map_err(|e| {
-        ShlinkError::invalid(format!("{field} {v:?} is not a date: {e}"), Some(field))
-    })
+    let full = if v.len() == 10 {
+        format!("{v}T00:00:00Z")
+    } else {
+        v.to_string()
+    };
+    crate::api::timefmt::parse_rfc3339_s(&full)
+        .map_err(|e| ShlinkError::invalid(format!("{field} {v:?} is not a date: {e}"), Some(field)))
 }
 
 /// The body of `PATCH /rest/v3/domains/redirects`: `domain` (required) and Shlink's three

@@ -53,17 +53,13 @@ impl Owner {
 
     /// Up to `limit` live links of `shard` that the page's filter admits, with keys after
     /// `after`, in key order. The filter is applied as the walk goes, so a page is full
-    /// unless the shard is done.
+    /// unless the shard is done or `budget` links were examined (then `resume` says where
+    /// to go on).
     pub fn list_shard(&self, p: Page, now_s: u64) -> ListedShard {
         let (shard, limit) = (p.shard, p.limit as usize);
         let after = p.after.as_ref().map(|k| k.as_bytes());
         let past = |k: &[u8]| after.is_none_or(|a| k > a);
-        let admits = |k: &[u8], author, b: &_, target: &str, created| {
-            p.filter.admits(k, author, b) && p.filter.admits_content(k, target, created)
-        };
         let budget = p.budget.map_or(usize::MAX, |b| b as usize);
-        let (mut examined, mut last) = (0usize, None);
-        let live = |exp: u64| exp == 0 || now_s < exp;
         let mut mem: Vec<(&InlineKey, &MemEntry)> = self
             .writes
             .memtable
@@ -76,72 +72,30 @@ impl Owner {
             .store
             .table_of(shard)
             .into_iter()
-            .flat_map(|t| t.iter())
+            .flat_map(|t| match after {
+                Some(a) => t.iter_after(a),
+                None => t.iter(),
+            })
             .filter(|(k, _)| past(k.as_bytes()))
             .peekable();
-        let mut items = Vec::new();
+        let (mut items, mut examined) = (Vec::new(), 0);
         // One more than asked: whether anything follows the page.
         while items.len() <= limit {
-            if examined == budget {
-                let resume = last.map(|k: &[u8]| InlineKey::new(k).expect("a stored key"));
+            let Some(entry) = next_merged(&mut mem, &mut table) else {
+                break;
+            };
+            examined += 1;
+            if entry.admitted(&p.filter, now_s) {
+                items.push(entry.info());
+            }
+            if examined == budget && items.len() <= limit {
+                let resume = Some(InlineKey::new(entry.key()).expect("a stored key"));
                 return ListedShard {
                     items,
                     complete: false,
                     resume,
                 };
             }
-            examined += 1;
-            let next_mem = mem.peek().map(|(k, _)| k.as_bytes());
-            let next_table = table.peek().map(|(k, _)| k.as_bytes());
-            let from_mem = match (next_mem, next_table) {
-                (None, None) => break,
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
-                (Some(m), Some(t)) => match m.cmp(t) {
-                    Ordering::Less => true,
-                    Ordering::Greater => false,
-                    Ordering::Equal => {
-                        table.next(); // The memtable overrides the table.
-                        true
-                    }
-                },
-            };
-            let item = if from_mem {
-                let (k, entry) = mem.next().expect("peeked");
-                last = Some(k.as_bytes());
-                match entry {
-                    MemEntry::Live { info, .. }
-                        if live(info.expires_at_s)
-                            && admits(
-                                info.key.as_bytes(),
-                                info.author,
-                                &info.behaviour,
-                                &info.target,
-                                info.created_at_s,
-                            ) =>
-                    {
-                        Some(info.clone())
-                    }
-                    _ => None,
-                }
-            } else {
-                let (k, l) = table.next().expect("peeked");
-                last = Some(k.as_bytes());
-                let ok = live(l.expires_at_s)
-                    && admits(k.as_bytes(), l.author, &l.behaviour, l.target, l.created_at_s);
-                ok.then(|| LinkInfo {
-                    key: InlineKey::new(k.as_bytes()).expect("table keys are valid keys"),
-                    target: Arc::from(l.target),
-                    status: l.status,
-                    created_at_s: l.created_at_s,
-                    created_tag: shards::link::creation_tag(l.flags),
-                    expires_at_s: l.expires_at_s,
-                    author: l.author,
-                    behaviour: l.behaviour,
-                    rules: shards::rules::Rules::new(l.rules),
-                })
-            };
-            items.extend(item);
         }
         let complete = items.len() <= limit;
         items.truncate(limit);
@@ -149,6 +103,94 @@ impl Owner {
             items,
             complete,
             resume: None,
+        }
+    }
+}
+
+/// One key of a shard as a list sees it: the memtable's state of it, else the table's.
+enum Entry<'a> {
+    Mem(&'a InlineKey, &'a MemEntry),
+    Table(&'a str, shards::table::LinkRef<'a>),
+}
+
+type MemIter<'a> = std::iter::Peekable<std::vec::IntoIter<(&'a InlineKey, &'a MemEntry)>>;
+
+/// The next key of the memtable's and the table's, both in key order (the memtable's state
+/// overrides the table's).
+fn next_merged<'a>(
+    mem: &mut MemIter<'a>,
+    table: &mut std::iter::Peekable<impl Iterator<Item = (&'a str, shards::table::LinkRef<'a>)>>,
+) -> Option<Entry<'a>> {
+    let next_mem = mem.peek().map(|(k, _)| k.as_bytes());
+    let next_table = table.peek().map(|(k, _)| k.as_bytes());
+    let from_mem = match (next_mem, next_table) {
+        (None, None) => return None,
+        (Some(_), None) => true,
+        (None, Some(_)) => false,
+        (Some(m), Some(t)) => match m.cmp(t) {
+            Ordering::Less => true,
+            Ordering::Greater => false,
+            Ordering::Equal => {
+                table.next(); // The memtable overrides the table.
+                true
+            }
+        },
+    };
+    Some(match from_mem {
+        true => {
+            let (k, e) = mem.next().expect("peeked");
+            Entry::Mem(k, e)
+        }
+        false => {
+            let (k, l) = table.next().expect("peeked");
+            Entry::Table(k, l)
+        }
+    })
+}
+
+impl Entry<'_> {
+    fn key(&self) -> &[u8] {
+        match self {
+            Entry::Mem(k, _) => k.as_bytes(),
+            Entry::Table(k, _) => k.as_bytes(),
+        }
+    }
+
+    /// A live link `filter` admits (a deleted one never is).
+    fn admitted(&self, filter: &crate::mesh::ListFilter, now_s: u64) -> bool {
+        let live = |exp: u64| exp == 0 || now_s < exp;
+        match self {
+            Entry::Mem(_, MemEntry::Live { info, .. }) => {
+                let k = info.key.as_bytes();
+                live(info.expires_at_s)
+                    && filter.admits(k, info.author, &info.behaviour)
+                    && filter.admits_content(k, &info.target, info.created_at_s)
+            }
+            Entry::Mem(..) => false,
+            Entry::Table(k, l) => {
+                live(l.expires_at_s)
+                    && filter.admits(k.as_bytes(), l.author, &l.behaviour)
+                    && filter.admits_content(k.as_bytes(), l.target, l.created_at_s)
+            }
+        }
+    }
+
+    /// The link, as a page carries it (only for an admitted entry).
+    fn info(&self) -> LinkInfo {
+        match self {
+            Entry::Mem(_, MemEntry::Live { info, .. }) => info.clone(),
+            Entry::Mem(..) => unreachable!("only live entries are admitted"),
+            Entry::Table(k, l) => LinkInfo {
+                key: InlineKey::new(k.as_bytes()).expect("table keys are valid keys"),
+                target: Arc::from(l.target),
+                status: l.status,
+                created_at_s: l.created_at_s,
+                created_tag: shards::link::creation_tag(l.flags),
+                expires_at_s: l.expires_at_s,
+                author: l.author,
+                behaviour: l.behaviour,
+                rules: shards::rules::Rules::new(l.rules),
+            },
         }
     }
 }

@@ -768,7 +768,11 @@ mod tests {
                 }
             }
             let set: std::collections::BTreeSet<String> = seen.iter().cloned().collect();
-            assert_eq!(set.len(), seen.len(), "budget {budget}: a link listed twice");
+            assert_eq!(
+                set.len(),
+                seen.len(),
+                "budget {budget}: a link listed twice"
+            );
             assert_eq!(set, want, "budget {budget}");
         }
     }

@@ -242,6 +242,34 @@ impl Table {
         }
     }
 
+    /// The entries after `key`, in key order: from the record after `key`'s when the table
+    /// holds `key` (found through the index: a walk that resumes a shard step by step does
+    /// not read the shard again from its start each step), else every entry (the caller
+    /// skips those not after `key`).
+    pub fn iter_after(&self, key: &[u8]) -> Iter<'_> {
+        let records = self.records();
+        let (slots, n_slots) = (self.slots(), self.n_slots);
+        let h = index_hash(key);
+        let (tag, mut i) = (slot_tag(h), home_slot(h, n_slots));
+        for _ in 0..n_slots {
+            let Some(word) = slot_word_at(slots, i).filter(|w| *w != 0) else {
+                break;
+            };
+            if word >> SLOT_POS_BITS == tag {
+                if let Some(rec) = slot_record_offset(word).and_then(|o| read_record(records, o)) {
+                    if rec.key == key {
+                        return Iter {
+                            records,
+                            off: rec.next,
+                        };
+                    }
+                }
+            }
+            i = if i + 1 == n_slots { 0 } else { i + 1 };
+        }
+        self.iter()
+    }
+
     /// Number of links.
     pub fn len(&self) -> u64 {
         self.header.entry_count
@@ -509,6 +537,35 @@ mod tests {
             let hint = table.prefetch_slot(miss.as_bytes());
             assert_eq!(table.hinted_record(hint), None, "{miss}");
         }
+    }
+
+    /// `iter_after` of every key gives exactly the keys after it, in order; of a key the table
+    /// does not hold, every entry (the caller skips the rest).
+    #[test]
+    fn iteration_after_a_key_starts_right_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.tbl");
+        let mut keys: Vec<String> = (0..700).map(|i| format!("k{i}")).collect();
+        keys.sort();
+        let links = keys.iter().map(|k| OwnedLink {
+            key: k.clone(),
+            target: format!("https://example.com/{k}"),
+            status: RedirectStatus::Found,
+            expires_at_s: 0,
+            created_at_s: 0,
+            flags: 0,
+            author: crate::link::Author::NONE,
+            behaviour: crate::behaviour::Behaviour::NONE,
+            rules: crate::rules::Rules::NONE,
+        });
+        write_table(&path, 0, 1, 0, links).unwrap();
+        let table = Table::open(&path).unwrap();
+        for (i, k) in keys.iter().enumerate() {
+            let after: Vec<&str> = table.iter_after(k.as_bytes()).map(|(k, _)| k).collect();
+            let want: Vec<&str> = keys[i + 1..].iter().map(String::as_str).collect();
+            assert_eq!(after, want, "after {k}");
+        }
+        assert_eq!(table.iter_after(b"k35x").count(), keys.len());
     }
 
     #[test]
