@@ -231,3 +231,65 @@ fn the_list_orders_searches_and_pages_exactly_across_cores() {
         assert_eq!(all_pages(&mut c, API_KEY, &q, everyone).len(), everyone);
     }
 }
+
+/// The native list's filters: `search` and the creation dates, walked by cursor on 3 cores
+/// with small pages: every match exactly once, nothing else.
+#[test]
+fn the_native_list_searches_by_cursor_across_cores() {
+    let (_tmp, dir) = data_dir();
+    let mut flags = vec!["--cores", "3", "--test-oversubscribe"];
+    flags.extend(NO_RATE_LIMIT);
+    let s = start(&dir, &flags);
+    let mut c = Client::new(&s);
+    let mut want = std::collections::BTreeSet::new();
+    for i in 0..200 {
+        let url = match i % 7 {
+            0 => format!("https://shop.example/Sale/{i}"),
+            _ => format!("https://example.com/{i}"),
+        };
+        let code = format!("n{i}");
+        let r = c.create(&json!({"long_url": url, "custom_alias": code}));
+        assert_eq!(r.status, 201, "{}", r.text());
+        if url.to_lowercase().contains("sale") {
+            want.insert(code);
+        }
+    }
+    let walk = |c: &mut Client, query: &str| -> Vec<String> {
+        let mut keys = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let path = match &cursor {
+                Some(k) => format!("/api/v1/urls?{query}&limit=7&cursor={k}"),
+                None => format!("/api/v1/urls?{query}&limit=7"),
+            };
+            let r = c.send("GET", &path, true, &[], b"").unwrap();
+            assert_eq!(r.status, 200, "{path}: {}", r.text());
+            let v = r.json();
+            for item in v["items"].as_array().unwrap() {
+                keys.push(item["key"].as_str().unwrap().to_owned());
+            }
+            match v["next_cursor"].as_str() {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => return keys,
+            }
+        }
+    };
+    let got = walk(&mut c, "search=SALE");
+    let set: std::collections::BTreeSet<String> = got.iter().cloned().collect();
+    assert_eq!(set.len(), got.len(), "a link listed twice");
+    assert_eq!(set, want);
+    assert_eq!(
+        walk(&mut c, "created_from=2999-01-01T00:00:00Z"),
+        Vec::<String>::new()
+    );
+    assert_eq!(walk(&mut c, "created_from=2000-01-01T00:00:00Z").len(), 200);
+    for bad in [
+        "created_to=yesterday",
+        &format!("search={}", "y".repeat(300)),
+    ] {
+        let r = c
+            .send("GET", &format!("/api/v1/urls?{bad}"), true, &[], b"")
+            .unwrap();
+        r.assert_problem(422);
+    }
+}

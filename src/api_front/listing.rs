@@ -104,6 +104,12 @@ impl ListWalk {
             return self.take_scanned(items, (complete, resume), shards);
         }
         self.items.extend(items);
+        if !complete && self.items.len() < self.limit as usize {
+            // A content filter's step stopped at its budget: the same shard again.
+            debug_assert!(resume.is_some(), "a step cut short says where to go on");
+            self.after = resume;
+            return None;
+        }
         if self.items.len() >= self.limit as usize {
             let last = self.items.last().expect("a full page").key;
             // A full page ends at its last item; the next page starts after it (an empty page
@@ -183,9 +189,10 @@ impl ListWalk {
         }
     }
 
-    /// Links an owner may examine for the next step: a scan's step, else no bound.
+    /// Links an owner may examine for the next step: a scan's, or a content filter's (which
+    /// can pass over long stretches), step; else no bound.
     pub fn budget(&self) -> Option<u32> {
-        self.scan.as_ref().map(|_| SCAN_STEP_LINKS)
+        (self.scan.is_some() || self.filter.scans()).then_some(SCAN_STEP_LINKS)
     }
 }
 
@@ -238,6 +245,7 @@ pub fn parse_query(
                 walk.shard = shard;
                 walk.after = Some(InlineKey::new(key.as_bytes()).ok_or_else(bad)?);
             }
+            "search" | "created_from" | "created_to" => content_filter(&mut walk, pair)?,
             "domain" => {
                 let name = url::form_urlencoded::parse(pair.as_bytes())
                     .next()
@@ -249,20 +257,54 @@ pub fn parse_query(
                         format!("{name:?} is not a domain this server answers for"),
                     )
                 })?;
-                walk.filter = std::sync::Arc::new(crate::mesh::ListFilter {
-                    domains: Some(vec![d.number]),
-                    ..Default::default()
-                });
+                std::sync::Arc::make_mut(&mut walk.filter).domains = Some(vec![d.number]);
             }
             other => {
                 return Err(Problem::invalid_field(
                     None,
-                    format!("unknown query parameter {other:?} (limit, cursor, domain)"),
+                    format!(
+                        "unknown query parameter {other:?} (limit, cursor, domain, search, \
+                         created_from, created_to)"
+                    ),
                 ))
             }
         }
     }
     Ok(walk)
+}
+
+/// Bytes of a list's search term (`?search=`, Shlink's `searchTerm`).
+pub const MAX_SEARCH_TERM_BYTES: usize = 256;
+
+/// `search` (the key or the target contains it, ASCII case ignored), `created_from` or
+/// `created_to` (RFC 3339, both included) into the walk's filter.
+fn content_filter(walk: &mut ListWalk, pair: &str) -> Result<(), Problem> {
+    let (name, v) = url::form_urlencoded::parse(pair.as_bytes())
+        .next()
+        .unwrap_or_default();
+    let name = match &*name {
+        "search" => "search",
+        "created_from" => "created_from",
+        _ => "created_to",
+    };
+    let f = std::sync::Arc::make_mut(&mut walk.filter);
+    if name == "search" {
+        if v.len() > MAX_SEARCH_TERM_BYTES {
+            let why = format!("search is longer than {MAX_SEARCH_TERM_BYTES} bytes");
+            return Err(Problem::invalid_field(Some("search"), why));
+        }
+        f.search = (!v.trim().is_empty()).then(|| v.trim().to_ascii_lowercase().into());
+        return Ok(());
+    }
+    let s = crate::api::timefmt::parse_rfc3339_s(&v).map_err(|e| {
+        Problem::invalid_field(Some(name), format!("{v:?} is not an RFC 3339 time: {e}"))
+    })?;
+    let (from, to) = f.created.unwrap_or((0, u64::MAX));
+    f.created = Some(match name {
+        "created_from" => (s, to),
+        _ => (from, s),
+    });
+    Ok(())
 }
 
 /// The page body: `{"items": [link, ...], "next_cursor": "..." | null}`.

@@ -482,11 +482,14 @@ impl ApiFront {
         mesh: &mut Mesh,
     ) -> Result<(), Problem> {
         let mut walk = listing::parse_query(req.query, self.router.shard_count(), &self.domains)?;
-        walk.filter = list_filter(walk.filter.domains.as_deref(), reach);
-        let (shard, after, limit) = (walk.shard, walk.after, walk.limit);
-        let filter = walk.filter.clone();
+        let asked = walk.filter.clone();
+        let mut filter = list_filter(asked.domains.as_deref(), reach);
+        let f = Arc::make_mut(&mut filter);
+        (f.search, f.created) = (asked.search.clone(), asked.created);
+        walk.filter = filter;
+        let first = walk.clone_empty();
         let reply = defer(out, ApiOp::List(walk));
-        self.list_shard(reply, shard, after, limit, filter, mesh);
+        self.ask_walk(reply, &first, mesh);
         Ok(())
     }
 

@@ -1257,8 +1257,7 @@ fn shlink_page(query: Option<&[u8]>) -> Result<ListParams, ShlinkError> {
     Ok(p)
 }
 
-/// Bytes of a list's `searchTerm`.
-pub const MAX_SEARCH_TERM_BYTES: usize = 256;
+pub use super::listing::MAX_SEARCH_TERM_BYTES;
 
 /// Shlink's `orderBy`: `field-ASC` or `field-DESC` (a bare field is ascending). `title` has
 /// no titles to sort by yet: every link ties, so the order is the stored key's, ascending
