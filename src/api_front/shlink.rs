@@ -4,7 +4,8 @@
 //! owner messages, and the answers translated back; this file is the one place that maps
 //! between the two shapes.
 //!
-//! Offered: create, read, edit, delete, the paged list, health, and domains (`domain` on a
+//! Offered: create, read, edit, delete, the paged list (ordered, searched and filtered by
+//! creation dates as a scan, `listing::Scan`), health, and domains (`domain` on a
 //! create, `?domain=` on one short URL and on the list, `GET /rest/v3/domains`,
 //! `PATCH /rest/v3/domains/redirects` through `node::keywatch`), `validSince`, `maxVisits`
 //! and `forwardQuery` (the link's behaviour, `shards::behaviour`). Not offered,
@@ -14,8 +15,9 @@
 //! `visitsSummary` and the `/visits` overview come from the click aggregators
 //! ([`ApiFront::shlink_stats_body`]), and so do a list page's, one link at a time
 //! ([`ApiFront::on_list_visits`]); the `/visits`
-//! endpoints that list individual visits, which ricochet never stores, are `not-found`, as is
-//! any other endpoint.
+//! endpoints that list individual visits, which ricochet never stores, answer 501
+//! `visit-log-off`, `mercure-info` 501 as an unconfigured Shlink, and any other endpoint
+//! `not-found`.
 
 use serde_json::{json, Map, Value};
 
