@@ -243,6 +243,21 @@ pub struct LinkInfo {
 }
 
 impl LinkInfo {
+    /// The link a table record holds under `key`.
+    pub fn from_table(key: InlineKey, l: &shards::table::LinkRef<'_>) -> LinkInfo {
+        LinkInfo {
+            key,
+            target: Arc::from(l.target),
+            status: l.status,
+            created_at_s: l.created_at_s,
+            created_tag: shards::link::creation_tag(l.flags),
+            expires_at_s: l.expires_at_s,
+            author: l.author,
+            behaviour: l.behaviour,
+            rules: shards::rules::Rules::new(l.rules),
+        }
+    }
+
     /// The link as a log record holds it, with the generated ID behind its key (`id`, 0 for
     /// an alias).
     pub fn log_fields(&self, id: u64) -> shards::log::LinkFields<&str> {

@@ -180,17 +180,10 @@ impl Entry<'_> {
         match self {
             Entry::Mem(_, MemEntry::Live { info, .. }) => info.clone(),
             Entry::Mem(..) => unreachable!("only live entries are admitted"),
-            Entry::Table(k, l) => LinkInfo {
-                key: InlineKey::new(k.as_bytes()).expect("table keys are valid keys"),
-                target: Arc::from(l.target),
-                status: l.status,
-                created_at_s: l.created_at_s,
-                created_tag: shards::link::creation_tag(l.flags),
-                expires_at_s: l.expires_at_s,
-                author: l.author,
-                behaviour: l.behaviour,
-                rules: shards::rules::Rules::new(l.rules),
-            },
+            Entry::Table(k, l) => {
+                let key = InlineKey::new(k.as_bytes()).expect("table keys are valid keys");
+                LinkInfo::from_table(key, l)
+            }
         }
     }
 }

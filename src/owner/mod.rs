@@ -189,17 +189,7 @@ impl Owner {
         if l.expires_at_s != 0 && now_s >= l.expires_at_s {
             return None;
         }
-        Some(LinkInfo {
-            key: *key,
-            target: Arc::from(l.target),
-            status: l.status,
-            created_at_s: l.created_at_s,
-            created_tag: shards::link::creation_tag(l.flags),
-            expires_at_s: l.expires_at_s,
-            author: l.author,
-            behaviour: l.behaviour,
-            rules: shards::rules::Rules::new(l.rules),
-        })
+        Some(LinkInfo::from_table(*key, &l))
     }
 
     fn token(&mut self) -> u64 {
