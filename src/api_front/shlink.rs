@@ -808,7 +808,9 @@ impl ApiFront {
     }
 
     /// `GET /rest/v3/domains`: the live domains with their special redirects, the default one
-    /// first (named by `--public-url`'s host while it has no name of its own).
+    /// first (named by `--public-url`'s authority while it has no name of its own: its host,
+    /// and its port unless the scheme's default, as Shlink's `DEFAULT_DOMAIN` is written; the
+    /// web client checks each domain at `http://{domain}/rest/health`).
     fn shlink_domains(&self, out: &mut Vec<u8>, reach: &crate::api::roles::Reach, f: Framing<'_>) {
         let redirects = |r: &crate::api::domains::NotFoundRedirects| {
             json!({"baseUrlRedirect": r.base_url, "regular404Redirect": r.regular_404,
@@ -819,7 +821,13 @@ impl ApiFront {
         let default_name = default.map(|d| d.name.clone()).unwrap_or_else(|| {
             url::Url::parse(&self.public_url)
                 .ok()
-                .and_then(|u| u.host_str().map(str::to_owned))
+                .and_then(|u| {
+                    let host = u.host_str()?;
+                    Some(match u.port() {
+                        Some(port) => format!("{host}:{port}"),
+                        None => host.to_owned(),
+                    })
+                })
                 .unwrap_or_default()
         });
         // A domain-only key sees its domains only (as Shlink's DOMAIN_SPECIFIC keys do).

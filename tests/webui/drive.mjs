@@ -1,0 +1,162 @@
+// Renders Shlink's web UI (app.jsx, bundled here by esbuild, styled by app.css through Tailwind) in Debian's chromium through
+// playwright-core, served from an origin of its own (another port: every call to ricochet is
+// cross-origin, as from Shlink's hosted client), and walks it section by section as a user
+// would. Prints what each step saw as one JSON object, with every API call made (method,
+// path, status), every page error and failed request. tests/shlink_web_ui.rs asserts on it.
+//
+//   node drive.mjs BASE_URL API_KEY SCREENSHOT_DIR
+//
+// The links it expects (made by the test through the API first): `alpha`, `bravo` (clicked)
+// and `charlie`, created in that order.
+import { execFileSync } from 'node:child_process';
+import http from 'node:http';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import * as esbuild from 'esbuild';
+import { chromium } from 'playwright-core';
+
+const [baseUrl, apiKey, shots] = process.argv.slice(2);
+const here = path.dirname(fileURLToPath(import.meta.url));
+
+const bundle = await esbuild.build({
+  entryPoints: [path.join(here, 'app.jsx')],
+  bundle: true,
+  write: false,
+  format: 'esm',
+  jsx: 'automatic',
+  target: 'chrome120',
+  define: { 'process.env.NODE_ENV': '"production"' },
+  logLevel: 'error',
+});
+const js = bundle.outputFiles[0].contents;
+const css = execFileSync(path.join(here, 'node_modules/.bin/tailwindcss'), ['-i', 'app.css', '-o', '-'], {
+  cwd: here, stdio: ['ignore', 'pipe', 'ignore'],
+});
+const html = `<!doctype html><html><head><meta charset="utf-8"><title>Shlink web UI on ricochet</title>
+<link rel="stylesheet" href="/app.css"></head>
+<body><div id="root"></div><script>window.RICOCHET=${JSON.stringify({ baseUrl, apiKey })}</script>
+<script type="module" src="/app.js"></script></body></html>`;
+// Every path but the bundle and its styles gets the page: the component routes on the client
+// side.
+const files = { '/app.js': ['text/javascript', js], '/app.css': ['text/css', css] };
+const site = http.createServer((req, res) => {
+  const [type, body] = files[req.url] ?? ['text/html', html];
+  res.writeHead(200, { 'content-type': type });
+  res.end(body);
+});
+await new Promise((resolve) => site.listen(0, '127.0.0.1', resolve));
+const origin = `http://127.0.0.1:${site.address().port}`;
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: [
+    '--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+    '--disable-quic', '--no-first-run', '--disable-component-update', '--disable-sync',
+  ],
+});
+const out = { origin, api: [], pageErrors: [], failedRequests: [] };
+const apiPath = (url) => url.slice(baseUrl.length);
+try {
+  const page = await browser.newPage({ viewport: { width: 1300, height: 1000 } });
+  page.setDefaultTimeout(10000);
+  page.on('pageerror', (e) => out.pageErrors.push(e.message));
+  page.on('requestfailed', (r) => out.failedRequests.push(`${r.method()} ${r.url()} ${r.failure()?.errorText}`));
+  page.on('response', (r) => {
+    if (r.url().startsWith(baseUrl)) {
+      out.api.push({ method: r.request().method(), path: apiPath(r.url()), status: r.status() });
+    }
+  });
+  const answered = (method, prefix) => page.waitForResponse(
+    (r) => r.request().method() === method && apiPath(r.url()).startsWith(prefix),
+  );
+  const shot = (name) => page.screenshot({ path: path.join(shots, `webui-${name}.png`), fullPage: true });
+  const rows = async () => page.$$eval('tbody tr', (trs) => trs.map((tr) => {
+    const cell = (c) => tr.querySelector(`td[data-column="${c}:"]`)?.innerText.trim() ?? null;
+    return { shortUrl: cell('Short URL'), longUrl: cell('Long URL'), visits: cell('Visits') };
+  }));
+  const listed = async (request) => {
+    await request;
+    await page.waitForSelector('tbody tr td[data-column="Short URL:"]');
+    return rows();
+  };
+
+  // The overview: its cards and the recently created links.
+  await page.goto(`${origin}/overview`);
+  await page.waitForSelector('tbody tr td[data-column="Short URL:"]');
+  out.overview = { text: (await page.innerText('main, #root')).replace(/\s+/g, ' '), rows: await rows() };
+  await shot('overview');
+
+  // The list in its default order (newest first), then sorted by short code, then searched.
+  let request = answered('GET', '/rest/v3/short-urls?');
+  await page.goto(`${origin}/list-short-urls/1`);
+  out.list = await listed(request);
+  request = answered('GET', '/rest/v3/short-urls?page=1&orderBy=shortCode-ASC');
+  await page.click('th:has-text("Short URL")');
+  out.sorted = await listed(request);
+  request = answered('GET', '/rest/v3/short-urls?page=1&searchTerm=bravo');
+  await page.fill('input[placeholder="Search..."]', 'bravo');
+  await request;
+  await page.waitForFunction(() => document.querySelectorAll('tbody tr').length === 1);
+  out.searched = await rows();
+  await shot('list');
+
+  // Create through the form, with the component's defaults (forwardQuery on).
+  await page.goto(`${origin}/create-short-url`);
+  await page.fill('input[placeholder="URL to be shortened"]', 'https://example.org/from-ui');
+  await page.fill('input[placeholder="Custom slug"]', 'from-ui');
+  request = answered('POST', '/rest/v3/short-urls');
+  await page.click('form[name=shortUrlForm] button[type=submit]');
+  out.create = { status: (await request).status() };
+  await page.waitForSelector('text=The short URL is');
+  out.create.result = (await page.innerText('text=The short URL is')).trim();
+  await shot('create');
+
+  // Edit `alpha`'s long URL.
+  await page.goto(`${origin}/short-code/alpha/edit`);
+  const long = 'input[placeholder="URL to be shortened"]';
+  await page.waitForFunction((sel) => document.querySelector(sel)?.value !== '', long);
+  out.edit = { before: await page.inputValue(long) };
+  await page.fill(long, 'https://example.com/alpha-edited');
+  request = answered('PATCH', '/rest/v3/short-urls/alpha');
+  await page.click('form[name=shortUrlForm] button[type=submit]');
+  out.edit.status = (await request).status();
+
+  // Delete `charlie` from its row's menu, typing the confirmation.
+  request = answered('GET', '/rest/v3/short-urls?');
+  await page.goto(`${origin}/list-short-urls/1`);
+  await listed(request);
+  const row = page.locator('tbody tr', { hasText: '/charlie' });
+  await row.locator('button[aria-label=Options]').click();
+  await page.click('text=Delete short URL');
+  await page.fill('dialog[open] input[placeholder=delete]', 'delete');
+  request = answered('DELETE', '/rest/v3/short-urls/charlie');
+  await page.click('dialog[open] button[type=submit]');
+  out.delete = { status: (await request).status() };
+  await page.waitForFunction(() => ![...document.querySelectorAll('tbody tr')].some((tr) => tr.innerText.includes('/charlie')));
+  out.afterDelete = await rows();
+
+  // The domains, and the page's check of each (the domain's own `/rest/v3/health`): its
+  // status icon turns from a spinner to a check mark (or a cross).
+  await page.goto(`${origin}/manage-domains`);
+  await page.waitForSelector('td[data-column="Status:"] svg:not([data-icon=circle-notch])');
+  out.domains = await page.$$eval('tbody tr', (trs) => trs.map((tr) => ({
+    domain: tr.querySelector('td[data-column="Domain:"]').innerText.trim(),
+    status: tr.querySelector('td[data-column="Status:"] svg').dataset.icon,
+  })));
+  await shot('domains');
+
+  // A link's redirect rules page.
+  request = answered('GET', '/rest/v3/short-urls/bravo/redirect-rules');
+  await page.goto(`${origin}/short-code/bravo/redirect-rules`);
+  out.rules = { status: (await request).status() };
+  await page.waitForSelector('text=https://example.com/bravo');
+  await shot('rules');
+} catch (e) {
+  // What the steps saw so far goes out with the error: the test prints it.
+  out.error = String(e.stack ?? e);
+  await browser.contexts()[0]?.pages()[0]?.screenshot({ path: path.join(shots, 'webui-failed.png'), fullPage: true });
+} finally {
+  await browser.close();
+  site.close();
+}
+console.log(JSON.stringify(out));
