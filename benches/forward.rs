@@ -30,6 +30,7 @@ fn table_answer(dir: &std::path::Path) -> (Store, Answer) {
         author: shards::link::Author::NONE,
         behaviour: shards::behaviour::Behaviour::NONE,
         rules: shards::rules::Rules::NONE,
+        labels: shards::labels::Labels::NONE,
     };
     write_table(&path, 0, 1, 0, [link]).expect("write table");
     let store = Store::new(vec![Some(Table::open(&path).expect("open table"))]);

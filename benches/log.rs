@@ -23,6 +23,7 @@ fn put(i: u64, key: &str, target: &str) -> LogOpRef<'static> {
         author: shards::link::Author::from_id("k3Xb9q2A").expect("an id"),
         behaviour: shards::behaviour::Behaviour::NONE,
         rules: shards::rules::Rules::NONE,
+        labels: shards::labels::Labels::NONE,
     })
 }
 

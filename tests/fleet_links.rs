@@ -2001,7 +2001,7 @@ fn link_behaviours_are_the_fleets_on_every_node() {
     )];
     let r = ca.create(&json!({
         "long_url": "https://own.example/", "custom_alias": "ruled", "forward_query": true,
-        "crawlable": true,
+        "crawlable": true, "title": "Ruled", "tags": ["first"],
         "redirect_rules": [{"target": "https://android.example/",
                             "conditions": [{"type": "device", "value": "android"}]}]}));
     assert_eq!(r.status, 201, "{}", r.text());
@@ -2014,6 +2014,11 @@ fn link_behaviours_are_the_fleets_on_every_node() {
     let v = Client::new(&b).get_link("ruled").json();
     assert_eq!(v["forward_query"], true, "{v}");
     assert_eq!(v["crawlable"], true, "{v}");
+    assert_eq!(
+        (&v["title"], &v["tags"]),
+        (&json!("Ruled"), &json!(["first"])),
+        "{v}"
+    );
     assert_eq!(
         v["redirect_rules"][0]["target"], "https://android.example/",
         "{v}"
@@ -2028,14 +2033,23 @@ fn link_behaviours_are_the_fleets_on_every_node() {
     assert_eq!(answer(&b, "later").0, 404, "not valid yet on b");
 
     // PATCHes of different members on two nodes both hold.
-    let r = Client::new(&b).patch("ruled", &json!({"disabled": {"reason": "legal"}}));
+    let r = Client::new(&b).patch(
+        "ruled",
+        &json!({"disabled": {"reason": "legal"}, "title": "Fleet title"}),
+    );
     assert_eq!(r.status, 200, "{}", r.text());
-    let r = ca.patch("ruled", &json!({"forward_query": false, "crawlable": null}));
+    let r = ca.patch(
+        "ruled",
+        &json!({"forward_query": false, "crawlable": null, "tags": ["Fleet Tag", "x"]}),
+    );
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     assert_eq!(v["disabled"]["reason"], "legal", "b's PATCH kept: {v}");
     assert_eq!(v["forward_query"], false, "{v}");
     assert!(v.get("crawlable").is_none(), "{v}");
+    // The title of b's PATCH and the tags of a's, both kept.
+    assert_eq!(v["title"], "Fleet title", "{v}");
+    assert_eq!(v["tags"], json!(["fleet-tag", "x"]), "{v}");
     for s in [&a, &b] {
         eventually("a legal disabling answers 451 on every node", || {
             answer(s, "ruled").0 == 451
@@ -2069,6 +2083,15 @@ fn link_behaviours_are_the_fleets_on_every_node() {
     assert_eq!(answer(&c, "later").0, 404);
     let v = Client::new(&c).get_link("later").json();
     assert_eq!(v["valid_since"], "2099-01-01T00:00:00Z", "{v}");
+    let v = Client::new(&c).get_link("ruled").json();
+    assert_eq!(
+        (&v["title"], &v["tags"]),
+        (&json!("Fleet title"), &json!(["fleet-tag", "x"]))
+    );
+    let r = Client::new(&c)
+        .send("GET", "/api/v1/urls?tag=fleet-tag", true, &[], b"")
+        .unwrap();
+    assert_eq!(r.json()["items"][0]["key"], "ruled", "{}", r.text());
 
     // Shlink's forwardQuery is taken now.
     let headers = [

@@ -9,6 +9,8 @@
 
 mod common;
 
+use serde_json::json;
+
 use common::api::{assert_redirects, data_dir, start, Client};
 use std::process::Command;
 
@@ -38,7 +40,7 @@ fn other_shorteners_exports_import() {
         (
             "shlink-csv",
             "shlink.csv",
-            "Title",
+            "",
             vec![
                 ("docs", "https://shlink.io/documentation/", None),
                 ("gh", "https://github.com/shlinkio/shlink", None),
@@ -47,7 +49,7 @@ fn other_shorteners_exports_import() {
         (
             "yourls-csv",
             "yourls.csv",
-            "title",
+            "ip",
             vec![
                 ("ozh", "http://ozh.org/", Some("2009-10-12T20:51:34Z")),
                 (
@@ -106,6 +108,22 @@ fn other_shorteners_exports_import() {
         }
         if format == "bitly-csv" {
             c.get_link("4oldOne").assert_problem(404); // archived
+        }
+        // Titles and Shlink's `|`-separated tags become the links' labels.
+        let labels = |c: &mut Client, key: &str| {
+            let v = c.get_link(key).json();
+            (v["title"].clone(), v["tags"].clone())
+        };
+        match format {
+            "shlink-csv" => {
+                assert_eq!(
+                    labels(&mut c, "docs"),
+                    (json!(null), json!(["docs", "getting-started"]))
+                );
+                assert_eq!(labels(&mut c, "gh"), (json!("Shlink on GitHub"), json!([])));
+            }
+            "yourls-csv" => assert_eq!(labels(&mut c, "yourls"), (json!("YOURLS"), json!([]))),
+            _ => {}
         }
     }
 }

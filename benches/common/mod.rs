@@ -81,6 +81,7 @@ pub fn dataset(links: usize, shard_count: u32, seed: u64) -> Dataset {
             author: shards::link::Author::NONE,
             behaviour: shards::behaviour::Behaviour::NONE,
             rules: shards::rules::Rules::NONE,
+            labels: shards::labels::Labels::NONE,
         });
         write_table(&path, shard as u32, shard_count, 0, entries).expect("write table");
         tables.push(Some(Table::open(&path).expect("open table")));

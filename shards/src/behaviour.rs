@@ -257,31 +257,42 @@ impl Behaviour {
     }
 }
 
-/// A link's behaviour and redirect rules as one JSON object of their NDJSON members (what
-/// exports write beside the link's fields, and the fleet's `ricochet_links.behaviour` holds);
-/// `None` for a link with neither.
+/// A link's behaviour, redirect rules and labels as one JSON object of NDJSON members (the
+/// fleet's `behaviour` column), or `None` when it has none of them.
 pub fn json_object(
     b: &Behaviour,
     rules: &crate::rules::Rules,
+    labels: &crate::labels::Labels,
 ) -> Option<serde_json::Map<String, serde_json::Value>> {
-    if b.is_none() && rules.is_empty() {
+    if b.is_none() && rules.is_empty() && labels.is_none() {
         return None;
     }
     let mut obj = serde_json::Map::new();
-    put_json_with_rules(b, rules, &mut obj);
+    put_link_members(b, rules, labels, &mut obj);
     Some(obj)
 }
 
-/// Adds a link's behaviour members and `redirect_rules` (when it has some) to `obj`.
-pub fn put_json_with_rules(
+/// Adds a link's behaviour members, `redirect_rules` (when it has some), `title` (when it has
+/// one) and `tags` (when it has some) to `obj`.
+pub fn put_link_members(
     b: &Behaviour,
     rules: &crate::rules::Rules,
+    labels: &crate::labels::Labels,
     obj: &mut serde_json::Map<String, serde_json::Value>,
 ) {
     b.put_json(obj);
     if !rules.is_empty() {
         let list = rules.set().decode().unwrap_or_default();
         obj.insert("redirect_rules".into(), crate::rules::to_json(&list));
+    }
+    if let Some(t) = labels.title() {
+        obj.insert("title".into(), t.into());
+    }
+    if labels.tags().next().is_some() {
+        obj.insert(
+            "tags".into(),
+            labels.tags().map(serde_json::Value::from).collect(),
+        );
     }
 }
 
@@ -303,11 +314,15 @@ pub struct BehaviourJson {
     pub crawlable: Option<bool>,
     #[serde(default)]
     pub redirect_rules: Option<Vec<crate::rules::JsonRule>>,
+    #[serde(default)]
+    pub title: Option<String>,
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
 }
 
 impl BehaviourJson {
-    /// The behaviour and rules it describes, or what is wrong (naming the member).
-    pub fn parse(&self) -> Result<(Behaviour, crate::rules::Rules), String> {
+    /// The behaviour, rules and labels it describes, or what is wrong (naming the member).
+    pub fn parse(&self) -> Result<(Behaviour, crate::rules::Rules, crate::labels::Labels), String> {
         let b = Behaviour {
             valid_since_s: match self.valid_since.as_deref() {
                 None => 0,
@@ -335,11 +350,16 @@ impl BehaviourJson {
                 crate::rules::Rules::from_rules(&list).map_err(|e| e.0)?
             }
         };
-        Ok((b, rules))
+        let labels =
+            crate::labels::Labels::new(self.title.as_deref(), self.tags.as_deref().unwrap_or(&[]))
+                .map_err(|e| e.0)?;
+        Ok((b, rules, labels))
     }
 
-    /// Reads a whole object of behaviour members (no other member).
-    pub fn from_text(text: &str) -> Result<(Behaviour, crate::rules::Rules), String> {
+    /// Reads a whole object of behaviour and label members (no other member).
+    pub fn from_text(
+        text: &str,
+    ) -> Result<(Behaviour, crate::rules::Rules, crate::labels::Labels), String> {
         #[derive(serde::Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Only {
@@ -482,18 +502,22 @@ mod tests {
             visits: 2,
             ..Behaviour::NONE
         };
-        let obj = json_object(&b, &crate::rules::Rules::NONE).unwrap();
+        let labels = crate::labels::Labels::new(Some("T"), &["x"]).unwrap();
+        let obj = json_object(&b, &crate::rules::Rules::NONE, &labels).unwrap();
         let text = serde_json::Value::Object(obj).to_string();
         assert_eq!(
             BehaviourJson::from_text(&text),
-            Ok((b, crate::rules::Rules::NONE))
+            Ok((b, crate::rules::Rules::NONE, labels))
         );
-        assert!(json_object(&Behaviour::NONE, &crate::rules::Rules::NONE).is_none());
+        let none = crate::labels::Labels::NONE;
+        assert!(json_object(&Behaviour::NONE, &crate::rules::Rules::NONE, &none).is_none());
         for bad in [
             r#"{"bogus": 1}"#,
             r#"{"visits": 1}"#,
             r#"[]"#,
             r#"{"crawlable": 1}"#,
+            r#"{"tags": "x"}"#,
+            r#"{"title": "a\u0007"}"#,
         ] {
             assert!(BehaviourJson::from_text(bad).is_err(), "{bad}");
         }

@@ -75,15 +75,15 @@ pub fn export(
     if format != ExportFormat::Ndjson {
         if let Some(l) = links
             .values()
-            .find(|l| !l.behaviour.is_none() || !l.rules.is_empty())
+            .find(|l| !l.behaviour.is_none() || !l.rules.is_empty() || !l.labels.is_none())
         {
             return Err(Error::io(
                 dir.to_path_buf(),
                 "export as TSV or CSV",
                 std::io::Error::other(format!(
                     "link {:?} has a behaviour (valid_since, forward_query, max_visits, disabled or \
-                     redirect rules) that TSV \
-                     and CSV have no columns for; export with --format ndjson, which keeps it",
+                     redirect rules) or labels (title, tags) that TSV \
+                     and CSV have no columns for; export with --format ndjson, which keeps them",
                     l.key
                 )),
             ));
@@ -205,7 +205,7 @@ fn write_line(
                 line["author"] = serde_json::Value::from(l.author.as_str());
             }
             if let Some(obj) = line.as_object_mut() {
-                crate::behaviour::put_json_with_rules(&l.behaviour, &l.rules, obj);
+                crate::behaviour::put_link_members(&l.behaviour, &l.rules, &l.labels, obj);
             }
             writeln!(out, "{line}")?;
         }
@@ -290,6 +290,7 @@ fn read_state(dd: &DataDir) -> Result<Option<State>, Error> {
                             author: l.author,
                             behaviour: l.behaviour,
                             rules: l.rules,
+                            labels: l.labels,
                         },
                     );
                 }

@@ -11,6 +11,7 @@ pub mod error;
 pub mod export;
 pub mod import;
 pub mod keygen;
+pub mod labels;
 pub mod link;
 pub mod log;
 pub mod manifest;

@@ -48,6 +48,11 @@ fn link(key: &str, target: &str, status: RedirectStatus, n: u64) -> OwnedLink {
             .unwrap(),
             _ => shards::rules::Rules::NONE,
         },
+        labels: match n % 6 {
+            2 => shards::labels::Labels::new(Some(&format!("Title {n}")), &["b", "a"]).unwrap(),
+            3 => shards::labels::Labels::new::<&str>(None, &[&format!("tag{n}")]).unwrap(),
+            _ => shards::labels::Labels::NONE,
+        },
     }
 }
 
@@ -305,6 +310,7 @@ fn format_1_tables_read_unchanged_and_a_future_format_is_refused() {
             author: Author::NONE,
             behaviour: Behaviour::NONE,
             rules: shards::rules::Rules::NONE,
+            labels: shards::labels::Labels::NONE,
             ..link(
                 &format!("key{i}"),
                 &format!("https://e.com/{i}"),
@@ -315,7 +321,7 @@ fn format_1_tables_read_unchanged_and_a_future_format_is_refused() {
         .collect();
     write_table(&p, 0, 1, 0, links.clone()).unwrap();
     let mut bytes = std::fs::read(&p).unwrap();
-    assert_eq!(bytes[8..12], 4u32.to_le_bytes());
+    assert_eq!(bytes[8..12], 5u32.to_le_bytes());
     bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
     reseal(&mut bytes);
     std::fs::write(&p, &bytes).unwrap();
@@ -326,11 +332,11 @@ fn format_1_tables_read_unchanged_and_a_future_format_is_refused() {
     assert_eq!(read, want);
     assert_eq!(t.get(b"key7").unwrap().target, "https://e.com/7");
     drop(t);
-    bytes[8..12].copy_from_slice(&5u32.to_le_bytes());
+    bytes[8..12].copy_from_slice(&6u32.to_le_bytes());
     reseal(&mut bytes);
     std::fs::write(&p, &bytes).unwrap();
     let e = Table::open(&p).unwrap_err().to_string();
-    assert!(e.contains("version 5") && e.contains("1 to 4"), "{e}");
+    assert!(e.contains("version 6") && e.contains("1 to 5"), "{e}");
 }
 
 #[test]

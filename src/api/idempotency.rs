@@ -127,6 +127,17 @@ pub fn request_hash(req: &CreateRequest) -> RequestHash {
         h.update((program.len() as u64).to_le_bytes());
         h.update(program);
     }
+    // And the labels, each tag and the title length-prefixed.
+    if !req.labels.is_none() {
+        h.update([5u8]);
+        let title = req.labels.title().unwrap_or("");
+        h.update((title.len() as u64).to_le_bytes());
+        h.update(title.as_bytes());
+        for t in req.labels.tags() {
+            h.update((t.len() as u64).to_le_bytes());
+            h.update(t.as_bytes());
+        }
+    }
     RequestHash(h.finalize().into())
 }
 
@@ -596,6 +607,7 @@ mod tests {
             author: shards::link::Author::NONE,
             behaviour: shards::behaviour::Behaviour::NONE,
             rules: shards::rules::Rules::NONE,
+            labels: shards::labels::Labels::NONE,
             long_url: "https://a.b/xy".into(),
             custom_alias: Some("z".into()),
             expires_at_s: None,

@@ -78,6 +78,8 @@ pub struct CreateRequest {
     pub behaviour: shards::behaviour::Behaviour,
     /// `redirect_rules` (`shards::rules`).
     pub rules: shards::rules::Rules,
+    /// `title` and `tags` (`shards::labels`), normalized.
+    pub labels: shards::labels::Labels,
 }
 
 impl CreateRequest {
@@ -100,8 +102,8 @@ pub enum ExpiryUpdate {
     Set(u64),
 }
 
-/// What a patch does to a link's behaviour (`shards::behaviour`) and redirect rules: each
-/// `None` leaves that part as it is.
+/// What a patch does to a link's behaviour (`shards::behaviour`), redirect rules and labels
+/// (`shards::labels`): each `None` leaves that part as it is.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BehaviourUpdate {
     /// New `valid_since` (0: always valid, from `null`).
@@ -117,18 +119,56 @@ pub struct BehaviourUpdate {
     pub rules: Option<shards::rules::Rules>,
     /// New `crawlable` (`Some(false)` from `null`).
     pub crawlable: Option<bool>,
+    /// New title, normalized (`Some(None)`: none, from `null` or `""`).
+    pub title: Option<Option<String>>,
+    /// New tags, normalized, sorted, deduplicated (`Some(vec![])`: none, from `null` or `[]`).
+    pub tags: Option<Vec<String>>,
 }
 
 impl BehaviourUpdate {
+    /// A patch's `null` for `field`: that part removed (or back to the server's default).
+    fn set_null(&mut self, field: &'static str) -> Result<(), Problem> {
+        match field {
+            "valid_since" => self.valid_since_s = Some(0),
+            "forward_query" => self.forward_query = Some(None),
+            "max_visits" => self.max_visits = Some(0),
+            "disabled" => self.disabled = Some(None),
+            "redirect_rules" => self.rules = Some(shards::rules::Rules::NONE),
+            "crawlable" => self.crawlable = Some(false),
+            "title" => self.title = Some(None),
+            "tags" => self.tags = Some(Vec::new()),
+            _ => {
+                return Err(Problem::invalid_field(
+                    Some(field),
+                    format!("{field} cannot be null"),
+                ))
+            }
+        }
+        Ok(())
+    }
+
     /// Whether it changes nothing.
     pub fn is_empty(&self) -> bool {
         *self == BehaviourUpdate::default()
     }
 
-    /// Applies it to `b` and `rules`.
-    pub fn apply(&self, b: &mut shards::behaviour::Behaviour, rules: &mut shards::rules::Rules) {
+    /// Applies it to `b`, `rules` and `labels`.
+    pub fn apply(
+        &self,
+        b: &mut shards::behaviour::Behaviour,
+        rules: &mut shards::rules::Rules,
+        labels: &mut shards::labels::Labels,
+    ) {
         if let Some(r) = &self.rules {
             *rules = r.clone();
+        }
+        if let Some(t) = &self.title {
+            *labels = labels
+                .with_title(t.as_deref())
+                .expect("a normalized title over kept tags");
+        }
+        if let Some(t) = &self.tags {
+            *labels = labels.with_tags(t).expect("normalized tags, counted");
         }
         if let Some(v) = self.valid_since_s {
             b.valid_since_s = v;
@@ -177,6 +217,8 @@ const CREATE_MEMBERS: &[&str] = &[
     "max_visits",
     "redirect_rules",
     "crawlable",
+    "title",
+    "tags",
 ];
 const PATCH_MEMBERS: &[&str] = &[
     "long_url",
@@ -189,6 +231,8 @@ const PATCH_MEMBERS: &[&str] = &[
     "disabled",
     "redirect_rules",
     "crawlable",
+    "title",
+    "tags",
 ];
 
 /// Parses and validates a create body at wall-clock second `now_s`.
@@ -202,6 +246,7 @@ pub fn parse_create(body: &[u8], now_s: u64) -> Result<CreateRequest, Problem> {
     let mut domain = None;
     let mut behaviour = shards::behaviour::Behaviour::NONE;
     let mut rules = shards::rules::Rules::NONE;
+    let (mut title, mut tags) = (None, Vec::new());
     for (name, value) in &members {
         if value.is_null() && name != "long_url" {
             continue;
@@ -223,9 +268,13 @@ pub fn parse_create(body: &[u8], now_s: u64) -> Result<CreateRequest, Problem> {
             "max_visits" => behaviour.max_visits = parse_max_visits(value)?,
             "redirect_rules" => rules = parse_rules(value.clone())?,
             "crawlable" => behaviour.crawlable = parse_bool(value, "crawlable")?,
+            "title" => title = parse_title(value)?,
+            "tags" => tags = parse_tags(value)?,
             _ => unreachable!("parse_members admits only CREATE_MEMBERS"),
         }
     }
+    let labels = shards::labels::Labels::new(title.as_deref(), &tags)
+        .expect("a normalized title and counted tags");
     let long_url =
         long_url.ok_or_else(|| Problem::invalid_field(Some("long_url"), "long_url is required"))?;
     let expires_at_s = expiry_from(ttl_days, expires_at, now_s)?;
@@ -233,6 +282,7 @@ pub fn parse_create(body: &[u8], now_s: u64) -> Result<CreateRequest, Problem> {
         author: shards::link::Author::NONE,
         behaviour,
         rules,
+        labels,
         long_url,
         custom_alias,
         expires_at_s,
@@ -257,18 +307,7 @@ pub fn parse_patch(body: &[u8], now_s: u64) -> Result<PatchRequest, Problem> {
         if value.is_null() {
             match field {
                 "expires_at" => clear_expiry = true,
-                "valid_since" => behaviour.valid_since_s = Some(0),
-                "forward_query" => behaviour.forward_query = Some(None),
-                "max_visits" => behaviour.max_visits = Some(0),
-                "disabled" => behaviour.disabled = Some(None),
-                "redirect_rules" => behaviour.rules = Some(shards::rules::Rules::NONE),
-                "crawlable" => behaviour.crawlable = Some(false),
-                _ => {
-                    return Err(Problem::invalid_field(
-                        Some(field),
-                        format!("{field} cannot be null"),
-                    ))
-                }
+                _ => behaviour.set_null(field)?,
             }
             continue;
         }
@@ -285,6 +324,8 @@ pub fn parse_patch(body: &[u8], now_s: u64) -> Result<PatchRequest, Problem> {
             "max_visits" => behaviour.max_visits = Some(parse_max_visits(value)?),
             "redirect_rules" => behaviour.rules = Some(parse_rules(value.clone())?),
             "crawlable" => behaviour.crawlable = Some(parse_bool(value, "crawlable")?),
+            "title" => behaviour.title = Some(parse_title(value)?),
+            "tags" => behaviour.tags = Some(parse_tags(value)?),
             _ => unreachable!("parse_members admits only PATCH_MEMBERS"),
         }
     }
@@ -305,7 +346,7 @@ pub fn parse_patch(body: &[u8], now_s: u64) -> Result<PatchRequest, Problem> {
             None,
             "a patch must change at least one of long_url, expires_at, ttl_days, \
              redirect_status, valid_since, forward_query, max_visits, disabled, redirect_rules, \
-             crawlable",
+             crawlable, title, tags",
         ));
     }
     Ok(PatchRequest {
@@ -316,10 +357,45 @@ pub fn parse_patch(body: &[u8], now_s: u64) -> Result<PatchRequest, Problem> {
     })
 }
 
+/// `title`: a string, normalized (`shards::labels::normalize_title`; `None` when empty).
+pub fn parse_title(value: &Value) -> Result<Option<String>, Problem> {
+    let t = value
+        .as_str()
+        .ok_or_else(|| Problem::invalid_field(Some("title"), "title must be a string"))?;
+    shards::labels::normalize_title(t).map_err(|e| Problem::invalid_field(Some("title"), e.0))
+}
+
+/// `tags`: an array of strings, normalized, sorted and deduplicated
+/// (`shards::labels::normalize_tag`), at most `MAX_TAGS_PER_LINK`.
+pub fn parse_tags(value: &Value) -> Result<Vec<String>, Problem> {
+    let bad = || Problem::invalid_field(Some("tags"), "tags must be an array of strings");
+    let raw = value
+        .as_array()
+        .ok_or_else(bad)?
+        .iter()
+        .map(|v| v.as_str().ok_or_else(bad))
+        .collect::<Result<Vec<&str>, _>>()?;
+    // Counted as sent: duplicates are not a way past the limit.
+    if raw.len() > shards::labels::MAX_TAGS_PER_LINK {
+        return Err(Problem::invalid_field(
+            Some("tags"),
+            format!(
+                "{} tags; a link carries at most {}",
+                raw.len(),
+                shards::labels::MAX_TAGS_PER_LINK
+            ),
+        ));
+    }
+    let labels = shards::labels::Labels::new(None, &raw)
+        .map_err(|e| Problem::invalid_field(Some("tags"), e.0))?;
+    Ok(labels.tags().map(str::to_owned).collect())
+}
+
 /// The response body describing one link:
 /// `{"key","short_url","long_url","created_at","expires_at","redirect_status"}`, times in RFC
 /// 3339 UTC, `expires_at` `null` when the link never expires, and its behaviour's
-/// `valid_since`, `forward_query` and `disabled` (`{"reason","at","by"}`) when set.
+/// `valid_since`, `forward_query` and `disabled` (`{"reason","at","by"}`) when set, and
+/// always its `title` (`null`: none) and `tags` (`[]`: none).
 /// `short_url` is `short_url_base` (trailing `/` ignored) + `/` + `key`.
 pub fn link_json(
     (key, domain): (&str, Option<&str>),
@@ -327,7 +403,11 @@ pub fn link_json(
     long_url: &str,
     (created_at_s, expires_at_s): (u64, Option<u64>),
     status: RedirectStatus,
-    (behaviour, rules): (&shards::behaviour::Behaviour, &shards::rules::Rules),
+    (behaviour, rules, labels): (
+        &shards::behaviour::Behaviour,
+        &shards::rules::Rules,
+        &shards::labels::Labels,
+    ),
 ) -> Vec<u8> {
     #[derive(Serialize)]
     struct LinkBody<'a> {
@@ -357,6 +437,7 @@ pub fn link_json(
         let list = rules.set().decode().unwrap_or_default();
         members.insert("redirect_rules".into(), shards::rules::to_json(&list));
     }
+    labels.json_members(&mut members);
     if !members.is_empty() {
         // The behaviour's members after the others: `{...}` + `{"valid_since":...}` joined.
         let more = serde_json::to_vec(&members).expect("members serialize");
@@ -616,6 +697,7 @@ mod tests {
                 author: shards::link::Author::NONE,
                 behaviour: shards::behaviour::Behaviour::NONE,
                 rules: shards::rules::Rules::NONE,
+                labels: shards::labels::Labels::NONE,
                 long_url: "https://example.com/a".into(),
                 custom_alias: None,
                 expires_at_s: None,
@@ -953,7 +1035,11 @@ mod tests {
         patch(json!({"forward_query": false, "valid_since": "2030-03-17T17:46:40Z"}))
             .unwrap()
             .behaviour
-            .apply(&mut b, &mut shards::rules::Rules::default());
+            .apply(
+                &mut b,
+                &mut shards::rules::Rules::default(),
+                &mut shards::labels::Labels::default(),
+            );
         assert_eq!((b.forward_query, b.valid_since_s), (Some(false), NOW));
     }
 
@@ -968,12 +1054,13 @@ mod tests {
             (
                 &shards::behaviour::Behaviour::NONE,
                 &shards::rules::Rules::NONE,
+                &shards::labels::Labels::NONE,
             ),
         );
         let text = String::from_utf8(body).unwrap();
         assert_eq!(
             text,
-            r#"{"key":"aB3","domain":null,"short_url":"https://sho.rt/aB3","long_url":"https://example.com/?q=\"x\"","created_at":"2030-03-17T17:46:40Z","expires_at":"2030-03-18T17:46:40Z","redirect_status":307}"#
+            r#"{"key":"aB3","domain":null,"short_url":"https://sho.rt/aB3","long_url":"https://example.com/?q=\"x\"","created_at":"2030-03-17T17:46:40Z","expires_at":"2030-03-18T17:46:40Z","redirect_status":307,"tags":[],"title":null}"#
         );
         let disabled = shards::behaviour::Disabled {
             reason: shards::behaviour::DisabledReason::Abuse,
@@ -994,10 +1081,16 @@ mod tests {
             "http://t",
             (0, None),
             RedirectStatus::Found,
-            (&b, &shards::rules::Rules::NONE),
+            (
+                &b,
+                &shards::rules::Rules::NONE,
+                &shards::labels::Labels::new(Some("A title"), &["b", "a"]).unwrap(),
+            ),
         ))
         .unwrap();
         assert_eq!(v["valid_since"], "2030-03-17T17:46:40Z");
+        assert_eq!(v["title"], "A title");
+        assert_eq!(v["tags"], json!(["a", "b"]));
         assert_eq!(v["forward_query"], true);
         assert_eq!(v["crawlable"], true);
         assert_eq!(

@@ -200,6 +200,7 @@ impl Creates {
             author: req.author,
             behaviour: req.behaviour,
             rules: req.rules.clone(),
+            labels: req.labels.clone(),
         };
         let wreq = WriteReq::Create {
             key,

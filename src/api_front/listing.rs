@@ -28,7 +28,7 @@ pub enum OrderField {
     Key,
     /// The target.
     Target,
-    /// The title: no link has one yet, so every link ties (and the key decides).
+    /// The title; links without one first.
     Title,
 }
 
@@ -48,7 +48,7 @@ impl ListOrder {
             }
             OrderField::Key => short_code(a).cmp(short_code(b)),
             OrderField::Target => a.target.cmp(&b.target),
-            OrderField::Title => std::cmp::Ordering::Equal,
+            OrderField::Title => a.labels.title().cmp(&b.labels.title()),
         };
         let primary = if self.descending {
             primary.reverse()
@@ -245,7 +245,9 @@ pub fn parse_query(
                 walk.shard = shard;
                 walk.after = Some(InlineKey::new(key.as_bytes()).ok_or_else(bad)?);
             }
-            "search" | "created_from" | "created_to" => content_filter(&mut walk, pair)?,
+            "search" | "created_from" | "created_to" | "tag" | "tags_mode" => {
+                content_filter(&mut walk, pair)?;
+            }
             "domain" => {
                 let name = url::form_urlencoded::parse(pair.as_bytes())
                     .next()
@@ -264,11 +266,15 @@ pub fn parse_query(
                     None,
                     format!(
                         "unknown query parameter {other:?} (limit, cursor, domain, search, \
-                         created_from, created_to)"
+                         created_from, created_to, tag, tags_mode)"
                     ),
                 ))
             }
         }
+    }
+    if walk.filter.tags.as_ref().is_some_and(|t| t.tags.is_empty()) {
+        // `tags_mode` alone filters nothing.
+        std::sync::Arc::make_mut(&mut walk.filter).tags = None;
     }
     Ok(walk)
 }
@@ -276,7 +282,8 @@ pub fn parse_query(
 /// Bytes of a list's search term (`?search=`, Shlink's `searchTerm`).
 pub const MAX_SEARCH_TERM_BYTES: usize = 256;
 
-/// `search` (the key or the target contains it, ASCII case ignored), `created_from` or
+/// `search` (the key, target, title or a tag contains it, ASCII case ignored), `tag`
+/// (repeated: links with any of them, or with all under `tags_mode=all`), `created_from` or
 /// `created_to` (RFC 3339, both included) into the walk's filter.
 fn content_filter(walk: &mut ListWalk, pair: &str) -> Result<(), Problem> {
     let (name, v) = url::form_urlencoded::parse(pair.as_bytes())
@@ -285,9 +292,34 @@ fn content_filter(walk: &mut ListWalk, pair: &str) -> Result<(), Problem> {
     let name = match &*name {
         "search" => "search",
         "created_from" => "created_from",
+        "tag" => "tag",
+        "tags_mode" => "tags_mode",
         _ => "created_to",
     };
     let f = std::sync::Arc::make_mut(&mut walk.filter);
+    if name == "tag" || name == "tags_mode" {
+        let t = f.tags.get_or_insert_with(Default::default);
+        match name {
+            "tag" => t.tags.push(
+                shards::labels::normalize_tag(&v)
+                    .map_err(|e| Problem::invalid_field(Some("tag"), e.0))?
+                    .into(),
+            ),
+            _ => {
+                t.all = match &*v {
+                    "any" => false,
+                    "all" => true,
+                    _ => {
+                        return Err(Problem::invalid_field(
+                            Some(name),
+                            "tags_mode is any or all",
+                        ))
+                    }
+                }
+            }
+        }
+        return Ok(());
+    }
     if name == "search" {
         if v.len() > MAX_SEARCH_TERM_BYTES {
             let why = format!("search is longer than {MAX_SEARCH_TERM_BYTES} bytes");

@@ -485,7 +485,7 @@ impl ApiFront {
         let asked = walk.filter.clone();
         let mut filter = list_filter(asked.domains.as_deref(), reach);
         let f = Arc::make_mut(&mut filter);
-        (f.search, f.created) = (asked.search.clone(), asked.created);
+        (f.search, f.created, f.tags) = (asked.search.clone(), asked.created, asked.tags.clone());
         walk.filter = filter;
         let first = walk.clone_empty();
         let reply = defer(out, ApiOp::List(walk));
@@ -865,7 +865,7 @@ impl ApiFront {
                 (info.expires_at_s != 0).then_some(info.expires_at_s),
             ),
             info.status,
-            (&info.behaviour, &info.rules),
+            (&info.behaviour, &info.rules, &info.labels),
         )
     }
 

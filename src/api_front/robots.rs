@@ -150,6 +150,7 @@ mod tests {
             author: shards::link::Author::NONE,
             behaviour: shards::behaviour::Behaviour::NONE,
             rules: shards::rules::Rules::NONE,
+            labels: shards::labels::Labels::NONE,
         }
     }
 

@@ -234,6 +234,8 @@ fn shlink_field(native: &str) -> &'static str {
         "long_url" => "longUrl",
         "custom_alias" => "customSlug",
         "expires_at" | "ttl_days" => "validUntil",
+        "title" => "title",
+        "tags" => "tags",
         _ => "body",
     }
 }
@@ -257,10 +259,11 @@ fn refuse_unsupported(body: &Map<String, Value>) -> Result<(), ShlinkError> {
                 | "maxVisits"
                 | "crawlable"
                 | "shortCodeLength"
+                | "title"
+                | "tags"
         );
         if !supported && !defaultish {
             let why = match k.as_str() {
-                "tags" => "tags are not supported by this server",
                 "domain" => "multiple domains are not supported by this server",
                 "findIfExists" => {
                     "findIfExists is not supported: links are not searchable by long URL"
@@ -306,6 +309,8 @@ fn native_body(body: &[u8], create: bool) -> Result<Vec<u8>, ShlinkError> {
         ("maxVisits", "max_visits"),
         ("forwardQuery", "forward_query"),
         ("crawlable", "crawlable"),
+        ("title", "title"),
+        ("tags", "tags"),
     ] {
         if let Some(v) = m.get(shlink).filter(|v| !v.is_null() || !create) {
             native.insert(name.into(), v.clone());
@@ -648,6 +653,7 @@ impl ApiFront {
         let scan = params.scans().then(|| {
             let f = std::sync::Arc::make_mut(&mut filter);
             (f.search, f.created) = (params.search.map(String::into_boxed_str), params.created);
+            f.tags = params.tags;
             Scan {
                 order: params.order,
                 matched: 0,
@@ -975,11 +981,11 @@ impl ApiFront {
             "longUrl": &*info.target,
             "dateCreated": format_rfc3339_utc(info.created_at_s),
             "visitsSummary": {"total": 0, "nonBots": 0, "bots": 0},
-            "tags": [],
+            "tags": info.labels.tags().collect::<Vec<_>>(),
             "meta": {"validSince": since, "validUntil": expires,
                      "maxVisits": (b.max_visits != 0).then_some(b.max_visits)},
             "domain": domain,
-            "title": null,
+            "title": info.labels.title(),
             "crawlable": b.crawlable,
             "forwardQuery": self.forwards_query(info),
             "hasRedirectRules": !info.rules.is_empty(),
@@ -1185,12 +1191,17 @@ struct ListParams {
     search: Option<String>,
     /// `startDate`, `endDate`: creation seconds, both included.
     created: Option<(u64, u64)>,
+    /// `tags[]` with `tagsMode` (`any`, the default, or `all`).
+    tags: Option<crate::mesh::TagFilter>,
 }
 
 impl ListParams {
     /// Whether the list must see every link (an order or a content filter).
     fn scans(&self) -> bool {
-        self.order.is_some() || self.search.is_some() || self.created.is_some()
+        self.order.is_some()
+            || self.search.is_some()
+            || self.created.is_some()
+            || self.tags.is_some()
     }
 }
 
@@ -1201,8 +1212,10 @@ fn shlink_page(query: Option<&[u8]>) -> Result<ListParams, ShlinkError> {
         order: None,
         search: None,
         created: None,
+        tags: None,
     };
     let (mut from, mut to) = (None, None);
+    let mut tags = crate::mesh::TagFilter::default();
     for (k, v) in url::form_urlencoded::parse(query.unwrap_or_default()) {
         match &*k {
             "page" => {
@@ -1210,21 +1223,7 @@ fn shlink_page(query: Option<&[u8]>) -> Result<ListParams, ShlinkError> {
                     ShlinkError::invalid("page must be a whole number from 1", Some("page"))
                 })?
             }
-            "itemsPerPage" => {
-                p.per_page = v
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=u32::from(super::listing::MAX_LIST_LIMIT)).contains(n))
-                    .ok_or_else(|| {
-                        ShlinkError::invalid(
-                            format!(
-                                "itemsPerPage must be from 1 to {}",
-                                super::listing::MAX_LIST_LIMIT
-                            ),
-                            Some("itemsPerPage"),
-                        )
-                    })?
-            }
+            "itemsPerPage" => p.per_page = items_per_page(&v)?,
             "orderBy" => p.order = parse_order(&v)?,
             "searchTerm" if v.trim().is_empty() => {}
             "searchTerm" if v.len() > MAX_SEARCH_TERM_BYTES => {
@@ -1238,11 +1237,10 @@ fn shlink_page(query: Option<&[u8]>) -> Result<ListParams, ShlinkError> {
             "endDate" => to = Some(shlink_date(&v, "endDate")?),
             // Expired links are never listed (docs/shlink.md), so both values list the same.
             "excludePastValidUntil" if matches!(&*v, "true" | "false") => {}
+            "tags[]" | "tagsMode" => tag_param(&k, &v, &mut tags)?,
             // Filters Shlink offers that need what ricochet does not keep yet are refused,
             // never silently ignored.
-            "tags[]"
-            | "tagsMode"
-            | "excludeMaxVisitsReached"
+            "excludeMaxVisitsReached"
             | "excludePastValidUntil"
             | "excludeTags[]"
             | "excludeTagsMode"
@@ -1258,6 +1256,9 @@ fn shlink_page(query: Option<&[u8]>) -> Result<ListParams, ShlinkError> {
     if from.is_some() || to.is_some() {
         p.created = Some((from.unwrap_or(0), to.unwrap_or(u64::MAX)));
     }
+    if !tags.tags.is_empty() {
+        p.tags = Some(tags);
+    }
     if p.page.saturating_mul(p.per_page) > MAX_SHLINK_WINDOW {
         return Err(ShlinkError::invalid(
             format!("page * itemsPerPage may reach item {MAX_SHLINK_WINDOW} at most; walk further with GET /api/v1/urls?cursor="),
@@ -1267,11 +1268,45 @@ fn shlink_page(query: Option<&[u8]>) -> Result<ListParams, ShlinkError> {
     Ok(p)
 }
 
+/// `itemsPerPage`: 1 to the native list's `MAX_LIST_LIMIT`.
+fn items_per_page(v: &str) -> Result<u32, ShlinkError> {
+    let max = super::listing::MAX_LIST_LIMIT;
+    v.parse()
+        .ok()
+        .filter(|n| (1..=u32::from(max)).contains(n))
+        .ok_or_else(|| {
+            ShlinkError::invalid(
+                format!("itemsPerPage must be from 1 to {max}"),
+                Some("itemsPerPage"),
+            )
+        })
+}
+
+/// `tags[]` (one more tag, normalized) or `tagsMode` (`any` or `all`) into `tags`.
+fn tag_param(k: &str, v: &str, tags: &mut crate::mesh::TagFilter) -> Result<(), ShlinkError> {
+    if k == "tags[]" {
+        let tag = shards::labels::normalize_tag(v)
+            .map_err(|e| ShlinkError::invalid(e.0, Some("tags")))?;
+        tags.tags.push(tag.into());
+        return Ok(());
+    }
+    tags.all = match v {
+        "any" => false,
+        "all" => true,
+        _ => {
+            return Err(ShlinkError::invalid(
+                "tagsMode must be any or all",
+                Some("tagsMode"),
+            ))
+        }
+    };
+    Ok(())
+}
+
 pub use super::listing::MAX_SEARCH_TERM_BYTES;
 
-/// Shlink's `orderBy`: `field-ASC` or `field-DESC` (a bare field is ascending). `title` has
-/// no titles to sort by yet: every link ties, so the order is the stored key's, ascending
-/// either way.
+/// Shlink's `orderBy`: `field-ASC` or `field-DESC` (a bare field is ascending); by `title`,
+/// links without one come first ascending.
 fn parse_order(v: &str) -> Result<Option<ListOrder>, ShlinkError> {
     let (field, dir) = v.rsplit_once('-').unwrap_or((v, "ASC"));
     let bad = || {

@@ -184,6 +184,7 @@ mod tests {
             author: shards::link::Author::NONE,
             behaviour: shards::behaviour::Behaviour::NONE,
             rules: shards::rules::Rules::NONE,
+            labels: shards::labels::Labels::NONE,
         };
         write_table(&path, shard, 8, 0, [link]).unwrap();
         let table = Table::open(&path).unwrap();

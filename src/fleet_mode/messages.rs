@@ -41,6 +41,7 @@ pub struct FeedLink {
     pub author: shards::link::Author,
     pub behaviour: shards::behaviour::Behaviour,
     pub rules: shards::rules::Rules,
+    pub labels: shards::labels::Labels,
 }
 
 /// A core applied its rows of a batch (`ok`), or could not (its log is poisoned).
@@ -71,11 +72,12 @@ pub(crate) fn feed_link(r: &fleet::feed::FeedRow) -> Option<FeedLink> {
         author: shards::link::Author::NONE,
         behaviour: shards::behaviour::Behaviour::NONE,
         rules: shards::rules::Rules::NONE,
+        labels: shards::labels::Labels::NONE,
     })
 }
 
 fn feed_link_fields(r: &fleet::feed::FeedRow) -> Option<FeedLink> {
-    let (behaviour, rules) = behaviour_of(r.behaviour.as_deref()).ok()?;
+    let (behaviour, rules, labels) = behaviour_of(r.behaviour.as_deref()).ok()?;
     Some(FeedLink {
         key: InlineKey::new(r.key.as_bytes())?,
         target: Arc::from(r.target.as_str()),
@@ -87,29 +89,41 @@ fn feed_link_fields(r: &fleet::feed::FeedRow) -> Option<FeedLink> {
         author: author_of(&r.author)?,
         behaviour,
         rules,
+        labels,
     })
 }
 
 /// A database behaviour column (`ricochet_links.behaviour`, a JSON object of the NDJSON
-/// members) as a link's behaviour and rules; an error says what in it this node refuses.
+/// members) as a link's behaviour, rules and labels; an error says what in it this node
+/// refuses.
 pub(crate) fn behaviour_of(
     text: Option<&str>,
-) -> Result<(shards::behaviour::Behaviour, shards::rules::Rules), String> {
+) -> Result<
+    (
+        shards::behaviour::Behaviour,
+        shards::rules::Rules,
+        shards::labels::Labels,
+    ),
+    String,
+> {
     match text {
         None => Ok((
             shards::behaviour::Behaviour::NONE,
             shards::rules::Rules::NONE,
+            shards::labels::Labels::NONE,
         )),
         Some(t) => shards::behaviour::BehaviourJson::from_text(t),
     }
 }
 
-/// A link's behaviour and rules as the database's column holds them (`None`: neither).
+/// A link's behaviour, rules and labels as the database's column holds them (`None`: none).
 pub(crate) fn behaviour_column(
     b: &shards::behaviour::Behaviour,
     rules: &shards::rules::Rules,
+    labels: &shards::labels::Labels,
 ) -> Option<String> {
-    shards::behaviour::json_object(b, rules).map(|o| serde_json::Value::Object(o).to_string())
+    shards::behaviour::json_object(b, rules, labels)
+        .map(|o| serde_json::Value::Object(o).to_string())
 }
 
 /// A database author column as a link's author: `""` is none; anything but a key id is not a

@@ -240,6 +240,8 @@ pub struct LinkInfo {
     pub behaviour: Behaviour,
     /// Its redirect rules (`shards::rules`).
     pub rules: shards::rules::Rules,
+    /// Its title and tags (`shards::labels`).
+    pub labels: shards::labels::Labels,
 }
 
 impl LinkInfo {
@@ -255,6 +257,23 @@ impl LinkInfo {
             author: l.author,
             behaviour: l.behaviour,
             rules: shards::rules::Rules::new(l.rules),
+            labels: shards::labels::Labels::from_body(l.labels),
+        }
+    }
+
+    /// The link a log record holds under `key`.
+    pub fn from_log(key: InlineKey, l: &shards::log::LinkFields) -> LinkInfo {
+        LinkInfo {
+            key,
+            target: Arc::from(l.target.as_str()),
+            status: l.status,
+            created_at_s: l.created_at_s,
+            created_tag: shards::link::creation_tag(l.flags),
+            expires_at_s: l.expires_at_s,
+            author: l.author,
+            behaviour: l.behaviour,
+            rules: l.rules.clone(),
+            labels: l.labels.clone(),
         }
     }
 
@@ -272,6 +291,7 @@ impl LinkInfo {
             author: self.author,
             behaviour: self.behaviour,
             rules: self.rules.clone(),
+            labels: self.labels.clone(),
         }
     }
 }
@@ -345,6 +365,7 @@ pub struct NewLink {
     pub author: shards::link::Author,
     pub behaviour: Behaviour,
     pub rules: shards::rules::Rules,
+    pub labels: shards::labels::Labels,
 }
 
 impl NewLink {
@@ -361,6 +382,7 @@ impl NewLink {
             author: self.author,
             behaviour: self.behaviour,
             rules: self.rules.clone(),
+            labels: self.labels.clone(),
         }
     }
 }
@@ -429,9 +451,12 @@ pub struct ListFilter {
     pub author: AuthorReach,
     /// Only links marked `crawlable` (`api_front::robots`).
     pub crawlable_only: bool,
-    /// Only links whose short code or target contains this, ASCII case ignored (Shlink's
-    /// `searchTerm`; lowercase here).
+    /// Only links whose short code, target, title or a tag contains this, ASCII case
+    /// ignored (Shlink's `searchTerm`; lowercase here).
     pub search: Option<Box<str>>,
+    /// Only links with these tags (normalized): any of them, or all (Shlink's `tags[]` and
+    /// `tagsMode`).
+    pub tags: Option<TagFilter>,
     /// Only links created within these seconds, both included (Shlink's `startDate`,
     /// `endDate`).
     pub created: Option<(u64, u64)>,
@@ -451,21 +476,51 @@ impl ListFilter {
     }
 
     /// Whether the link of stored key `stored`, to `target`, created at `created_at_s`,
-    /// passes the content filters (search term, creation dates).
-    pub fn admits_content(&self, stored: &[u8], target: &str, created_at_s: u64) -> bool {
+    /// labelled `labels`, passes the content filters (search term, tags, creation dates).
+    pub fn admits_content(
+        &self,
+        stored: &[u8],
+        (target, created_at_s): (&str, u64),
+        labels: shards::labels::LabelsRef<'_>,
+    ) -> bool {
         let key = shards::link::split_stored_key(stored).1;
         self.created
             .is_none_or(|(from, to)| (from..=to).contains(&created_at_s))
+            && self.tags.as_ref().is_none_or(|t| t.admits(labels))
             && self.search.as_deref().is_none_or(|needle| {
-                contains_ignore_ascii_case(key, needle.as_bytes())
-                    || contains_ignore_ascii_case(target.as_bytes(), needle.as_bytes())
+                let needle = needle.as_bytes();
+                contains_ignore_ascii_case(key, needle)
+                    || contains_ignore_ascii_case(target.as_bytes(), needle)
+                    || labels
+                        .title()
+                        .is_some_and(|t| contains_ignore_ascii_case(t.as_bytes(), needle))
+                    || labels
+                        .tags()
+                        .any(|t| contains_ignore_ascii_case(t.as_bytes(), needle))
             })
     }
 
     /// Whether a walk with this filter must see every link (content filters can leave a
     /// page empty for a long stretch).
     pub fn scans(&self) -> bool {
-        self.search.is_some() || self.created.is_some()
+        self.search.is_some() || self.created.is_some() || self.tags.is_some()
+    }
+}
+
+/// A list's tag filter: links with any of `tags`, or with all of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TagFilter {
+    /// Normalized (`shards::labels::normalize_tag`), not empty.
+    pub tags: Vec<Box<str>>,
+    pub all: bool,
+}
+
+impl TagFilter {
+    fn admits(&self, labels: shards::labels::LabelsRef<'_>) -> bool {
+        match self.all {
+            true => self.tags.iter().all(|t| labels.has_tag(t)),
+            false => self.tags.iter().any(|t| labels.has_tag(t)),
+        }
     }
 }
 

@@ -19,7 +19,6 @@ use shards::table::Table;
 use std::collections::HashMap;
 use std::os::fd::{IntoRawFd, RawFd};
 use std::path::Path;
-use std::sync::Arc;
 
 /// File in `logs/` naming the core count the logs were written with.
 pub const CORES_FILE: &str = "CORES";
@@ -300,17 +299,7 @@ fn apply(
                 return;
             }
             debug_assert_eq!(router.owner(l.key.as_bytes()).core, core);
-            let info = LinkInfo {
-                key: k,
-                target: Arc::from(l.target.as_str()),
-                status: l.status,
-                created_at_s: l.created_at_s,
-                created_tag: shards::link::creation_tag(l.flags),
-                expires_at_s: l.expires_at_s,
-                author: l.author,
-                behaviour: l.behaviour,
-                rules: l.rules.clone(),
-            };
+            let info = LinkInfo::from_log(k, l);
             memtable.insert(
                 k,
                 MemEntry::Live {

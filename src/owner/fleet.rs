@@ -261,6 +261,7 @@ impl Owner {
                 behaviour: crate::fleet_mode::messages::behaviour_column(
                     &new.behaviour,
                     &new.rules,
+                    &new.labels,
                 ),
             },
             WriteReq::Patch {
@@ -573,6 +574,7 @@ impl Owner {
                 author: row.author,
                 behaviour: row.behaviour,
                 rules: row.rules.clone(),
+                labels: row.labels.clone(),
             };
             let op = LogOpRef::FleetPut {
                 link: link_fields(&info, 0),
@@ -716,10 +718,11 @@ fn fetched_to(mesh: &mut Mesh, reply: ReplyTo, key: InlineKey, fetched: Fetched)
 /// A link as the database holds it, as the API answers it.
 fn info_of(key: InlineKey, state: &fleet::links::LinkState) -> LinkInfo {
     // The nodes write only what they validated; a row changed around them reads as none.
-    let (behaviour, rules) = crate::fleet_mode::messages::behaviour_of(state.behaviour.as_deref())
-        .unwrap_or((
+    let (behaviour, rules, labels) =
+        crate::fleet_mode::messages::behaviour_of(state.behaviour.as_deref()).unwrap_or((
             shards::behaviour::Behaviour::NONE,
             shards::rules::Rules::NONE,
+            shards::labels::Labels::NONE,
         ));
     LinkInfo {
         key,
@@ -733,6 +736,7 @@ fn info_of(key: InlineKey, state: &fleet::links::LinkState) -> LinkInfo {
             .unwrap_or(shards::link::Author::NONE),
         behaviour,
         rules,
+        labels,
     }
 }
 
@@ -779,7 +783,19 @@ fn behaviour_patch(u: &crate::api::request::BehaviourUpdate) -> fleet::links::Be
         Some(r) => r.clone(),
         None => shards::rules::Rules::NONE,
     };
-    let set = shards::behaviour::json_object(&set, &rules).map(|mut obj| {
+    // Title and tags are set or removed one at a time: a patch of one keeps the other.
+    if let Some(None) = &u.title {
+        drop("title");
+    }
+    if u.tags.as_ref().is_some_and(Vec::is_empty) {
+        drop("tags");
+    }
+    let labels = shards::labels::Labels::new(
+        u.title.clone().flatten().as_deref(),
+        u.tags.as_deref().unwrap_or(&[]),
+    )
+    .expect("a patch's labels were normalized and counted");
+    let set = shards::behaviour::json_object(&set, &rules, &labels).map(|mut obj| {
         obj.remove("visits");
         serde_json::Value::Object(obj).to_string()
     });
@@ -798,5 +814,6 @@ fn link_fields(info: &LinkInfo, id: u64) -> LinkFields<&str> {
         author: info.author,
         behaviour: info.behaviour,
         rules: info.rules.clone(),
+        labels: info.labels.clone(),
     }
 }

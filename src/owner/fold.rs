@@ -86,6 +86,7 @@ pub fn fold_snapshot(
                                 author: info.author,
                                 behaviour: info.behaviour,
                                 rules: info.rules.clone(),
+                                labels: info.labels.clone(),
                             },
                         );
                     }

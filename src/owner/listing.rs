@@ -164,13 +164,21 @@ impl Entry<'_> {
                 let k = info.key.as_bytes();
                 live(info.expires_at_s)
                     && filter.admits(k, info.author, &info.behaviour)
-                    && filter.admits_content(k, &info.target, info.created_at_s)
+                    && filter.admits_content(
+                        k,
+                        (&info.target, info.created_at_s),
+                        info.labels.as_ref(),
+                    )
             }
             Entry::Mem(..) => false,
             Entry::Table(k, l) => {
                 live(l.expires_at_s)
                     && filter.admits(k.as_bytes(), l.author, &l.behaviour)
-                    && filter.admits_content(k.as_bytes(), l.target, l.created_at_s)
+                    && filter.admits_content(
+                        k.as_bytes(),
+                        (l.target, l.created_at_s),
+                        shards::labels::LabelsRef::from_table(l.labels),
+                    )
             }
         }
     }

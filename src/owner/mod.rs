@@ -252,6 +252,7 @@ mod tests {
             author: author(0),
             behaviour: shards::behaviour::Behaviour::NONE,
             rules: shards::rules::Rules::NONE,
+            labels: shards::labels::Labels::NONE,
         })
     }
 
@@ -551,6 +552,7 @@ mod tests {
                         author: author(*who),
                         behaviour: shards::behaviour::Behaviour::NONE,
                         rules: shards::rules::Rules::NONE,
+                        labels: shards::labels::Labels::NONE,
                     };
                     let req = WriteReq::Create {
                         key: keys[*k],
@@ -803,6 +805,7 @@ mod tests {
             author: shards::link::Author::NONE,
             behaviour: shards::behaviour::Behaviour::NONE,
             rules: shards::rules::Rules::NONE,
+            labels: shards::labels::Labels::NONE,
         };
         let ack = |acks: &crossbeam::channel::Receiver<crate::fleet_mode::messages::FeedAck>| {
             let a = acks.try_recv().expect("an ack");
@@ -864,6 +867,7 @@ mod tests {
                     author: shards::link::Author::NONE,
                     behaviour: shards::behaviour::Behaviour::NONE,
                     rules: shards::rules::Rules::NONE,
+                    labels: shards::labels::Labels::NONE,
                 });
         }
         for shard in router.shards_of_core(OWNER) {
@@ -1045,6 +1049,7 @@ mod tests {
             author: shards::link::Author::NONE,
             behaviour: shards::behaviour::Behaviour::NONE,
             rules: shards::rules::Rules::NONE,
+            labels: shards::labels::Labels::NONE,
         };
         let drain_acks =
             |acks: &crossbeam::channel::Receiver<crate::fleet_mode::messages::FeedAck>| {
@@ -1175,6 +1180,7 @@ mod tests {
                                 author: shards::link::Author::NONE,
                                 behaviour: shards::behaviour::Behaviour::NONE,
                                 rules: shards::rules::Rules::NONE,
+                                labels: shards::labels::Labels::NONE,
                             });
                     }
                     let tables = by_shard

@@ -165,7 +165,7 @@ impl Owner {
                 ..
             } => current.map(|mut info| {
                 if let Some(b) = behaviour {
-                    b.apply(&mut info.behaviour, &mut info.rules);
+                    b.apply(&mut info.behaviour, &mut info.rules, &mut info.labels);
                 }
                 // Visits counted but not yet durable are in the log before this record.
                 if info.behaviour.max_visits != 0 {

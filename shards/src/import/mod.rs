@@ -314,7 +314,7 @@ fn spill_input(
                 &rec.url,
                 rec.expires_at_s,
                 created,
-                (rec.author, rec.behaviour, &rec.rules),
+                (rec.author, rec.behaviour, &rec.rules, &rec.labels),
             ) {
                 Ok(()) => ControlFlow::Continue(()),
                 Err(e) => {
@@ -400,6 +400,7 @@ fn stage_shard(
             author: r.author,
             behaviour: r.behaviour,
             rules: r.rules.clone(),
+            labels: r.labels.clone(),
         }));
     let max_log_seq = existing.as_ref().map_or(0, |t| t.max_log_seq());
     let staged_path = staged_path(dir, shard);

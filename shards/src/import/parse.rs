@@ -301,7 +301,7 @@ fn json_to_record(line: u64, text: &[u8]) -> Result<Record<'_>, LineError> {
     r.created_at_s = created_at_s;
     r.domain = j.domain;
     r.author = author_of(line, j.author.as_deref())?;
-    (r.behaviour, r.rules) = j.behaviour.parse().map_err(err)?;
+    (r.behaviour, r.rules, r.labels) = j.behaviour.parse().map_err(err)?;
     Ok(r)
 }
 

@@ -31,6 +31,8 @@ pub(crate) struct Record<'a> {
     pub behaviour: crate::behaviour::Behaviour,
     /// `redirect_rules` (NDJSON, as `export` writes them).
     pub rules: crate::rules::Rules,
+    /// `title` and `tags` (NDJSON as `export` writes them; Shlink's CSV `Title` and `Tags`).
+    pub labels: crate::labels::Labels,
 }
 
 /// A record of `key` and `url` after the link rules (`link::validate_key`, `validate_url`);
@@ -62,5 +64,6 @@ pub(crate) fn validated<'a>(
         author: crate::link::Author::NONE,
         behaviour: crate::behaviour::Behaviour::NONE,
         rules: crate::rules::Rules::NONE,
+        labels: crate::labels::Labels::NONE,
     })
 }

@@ -5,7 +5,7 @@
 //!
 //! Record: `line u64 | shard u32 | status u16 | key_len u8 | url_len u32 | expires_at_s u64 |
 //! created_at_s u64 | author [8] | blocks u8 | key | url | behaviour block (if blocks bit 0)
-//! | rules block (if blocks bit 1)`, little-endian (`created_at_s` 0: the import's time).
+//! | rules block (if blocks bit 1) | labels block (if blocks bit 2)`, little-endian (`created_at_s` 0: the import's time).
 
 use crate::error::Error;
 use crate::link::RedirectStatus;
@@ -35,6 +35,7 @@ pub(crate) struct Spilled {
     pub author: crate::link::Author,
     pub behaviour: crate::behaviour::Behaviour,
     pub rules: crate::rules::Rules,
+    pub labels: crate::labels::Labels,
 }
 
 /// Bytes of a spill record's fixed head.
@@ -95,10 +96,11 @@ impl SpillWriter {
         url: &str,
         expires_at_s: u64,
         created_at_s: u64,
-        (author, behaviour, rules): (
+        (author, behaviour, rules, labels): (
             crate::link::Author,
             crate::behaviour::Behaviour,
             &crate::rules::Rules,
+            &crate::labels::Labels,
         ),
     ) -> Result<(), Error> {
         let bucket = shard % self.bucket_count();
@@ -112,12 +114,15 @@ impl SpillWriter {
         head[19..27].copy_from_slice(&expires_at_s.to_le_bytes());
         head[27..35].copy_from_slice(&created_at_s.to_le_bytes());
         head[35..43].copy_from_slice(&author.bytes());
-        head[43] = u8::from(!behaviour.is_none()) | u8::from(!rules.is_empty()) << 1;
+        head[43] = u8::from(!behaviour.is_none())
+            | u8::from(!rules.is_empty()) << 1
+            | u8::from(!labels.is_none()) << 2;
         b.buf.extend_from_slice(&head);
         b.buf.extend_from_slice(key.as_bytes());
         b.buf.extend_from_slice(url.as_bytes());
         behaviour.encode(&mut b.buf);
         crate::rules::encode_block(rules.set(), &mut b.buf);
+        labels.encode_block(&mut b.buf);
         if b.buf.len() >= SPILL_BUFFER_BYTES {
             flush_bucket(&self.dir, bucket, b)?;
         }
@@ -216,6 +221,19 @@ fn decode(r: &mut impl Read, path: &Path) -> Result<Vec<Spilled>, Error> {
                 crate::rules::Rules::new(set)
             }
         };
+        let labels = match head[43] & 4 {
+            0 => crate::labels::Labels::NONE,
+            _ => {
+                let mut len = [0u8; 2];
+                r.read_exact(&mut len).map_err(io)?;
+                let mut block = len.to_vec();
+                block.resize(2 + usize::from(u16::from_le_bytes(len)), 0);
+                r.read_exact(&mut block[2..]).map_err(io)?;
+                crate::labels::decode_block(&block)
+                    .map_err(|_| corrupt())?
+                    .0
+            }
+        };
         out.push(Spilled {
             line,
             shard,
@@ -227,6 +245,7 @@ fn decode(r: &mut impl Read, path: &Path) -> Result<Vec<Spilled>, Error> {
             author: crate::link::Author::from_bytes(author).ok_or_else(corrupt)?,
             behaviour,
             rules,
+            labels,
         });
     }
 }
@@ -234,6 +253,28 @@ fn decode(r: &mut impl Read, path: &Path) -> Result<Vec<Spilled>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// No author, behaviour, rules or labels.
+    const NO_BLOCKS: (
+        crate::link::Author,
+        crate::behaviour::Behaviour,
+        &crate::rules::Rules,
+        &crate::labels::Labels,
+    ) = (
+        crate::link::Author::NONE,
+        crate::behaviour::Behaviour::NONE,
+        &crate::rules::Rules::NONE,
+        &crate::labels::Labels::NONE,
+    );
+
+    /// The file bucket's records: `big` of them, in order, each to `url`.
+    fn check_file_bucket(recs: Vec<Spilled>, big: usize, url: &str) {
+        assert_eq!(recs.len(), big);
+        for (i, r) in recs.iter().enumerate() {
+            assert_eq!((r.line, r.shard, r.url.as_str()), (i as u64, 5, url));
+            assert_eq!(r.key, format!("k{i}"));
+        }
+    }
 
     #[test]
     fn small_buckets_stay_in_memory_large_ones_spill_to_files() {
@@ -243,6 +284,7 @@ mod tests {
         let url = format!("https://example.com/{}", "p".repeat(1000));
         // Bucket 1 gets enough to outgrow its buffer twice; bucket 2 one small record.
         let big = 2 * SPILL_BUFFER_BYTES / url.len() + 1;
+        let labelled = crate::labels::Labels::new(Some("T"), &["a"]).unwrap();
         for i in 0..big as u64 {
             w.push(
                 i,
@@ -252,7 +294,7 @@ mod tests {
                 &url,
                 0,
                 0,
-                (Default::default(), Default::default(), &Default::default()),
+                NO_BLOCKS,
             )
             .unwrap();
         }
@@ -264,7 +306,7 @@ mod tests {
             "http://h",
             9,
             8,
-            (Default::default(), Default::default(), &Default::default()),
+            (NO_BLOCKS.0, NO_BLOCKS.1, NO_BLOCKS.2, &labelled),
         )
         .unwrap();
         let buckets = w.finish().unwrap();
@@ -284,25 +326,16 @@ mod tests {
             SpilledBucket::File(p) => p.clone(),
             _ => unreachable!("checked above"),
         };
-        let recs = read_bucket(file_bucket).unwrap();
-        assert_eq!(recs.len(), big);
-        for (i, r) in recs.iter().enumerate() {
-            assert_eq!(
-                (r.line, r.shard, r.url.as_str()),
-                (i as u64, 5, url.as_str())
-            );
-            assert_eq!(r.key, format!("k{i}"));
-        }
+        check_file_bucket(read_bucket(file_bucket).unwrap(), big, &url);
         assert!(!path.exists(), "read bucket file is removed");
         let small = read_bucket(it.next().unwrap()).unwrap();
         assert_eq!(small.len(), 1);
+        let r = &small[0];
         assert_eq!(
-            (small[0].line, small[0].shard, small[0].status),
+            (r.line, r.shard, r.status),
             (7, 6, RedirectStatus::PermanentRedirect)
         );
-        assert_eq!(
-            (small[0].key.as_str(), small[0].url.as_str()),
-            ("small", "http://h")
-        );
+        assert_eq!((r.key.as_str(), r.url.as_str()), ("small", "http://h"));
+        assert_eq!(r.labels.tags().collect::<Vec<_>>(), ["a"]);
     }
 }

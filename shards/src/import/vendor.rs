@@ -1,6 +1,8 @@
 //! Other shorteners' CSV exports (`import --format shlink-csv|yourls-csv|bitly-csv`). Columns
 //! are found by their header (case-insensitive; docs/import-export.md, "Input formats", lists
-//! the names accepted). A column ricochet has no place for (titles, tags, visit counts, IPs) is never
+//! the names accepted). Titles and Shlink's tags (`|`-separated, as Shlink's web client
+//! exports them) become the link's labels. A column ricochet has no place for (Bitly's tags,
+//! visit counts, IPs) is never
 //! silently dropped: a row with a value there is an error naming the column, unless
 //! `--drop-unsupported` is given, and then the import's summary counts what was dropped.
 
@@ -39,6 +41,10 @@ enum Col {
     Archived,
     /// Shlink's `Domain`: the link's domain (declared in the data dir), empty for the default.
     Domain,
+    /// The link's title.
+    Title,
+    /// Shlink's `Tags`: the link's tags, separated by `|`.
+    Tags,
     Unsupported(&'static str),
     /// Known and of no meaning here (ignored, documented).
     Ignored,
@@ -50,12 +56,11 @@ fn column(vendor: Vendor, header: &str) -> Option<Col> {
         (Vendor::Shlink, "long url" | "longurl") => Col::Url,
         (Vendor::Shlink, "short code" | "shortcode") => Col::Key,
         (Vendor::Shlink, "domain") => Col::Domain,
-        (Vendor::Shlink, "title") => Col::Unsupported("Title"),
-        (Vendor::Shlink, "tags") => Col::Unsupported("Tags"),
+        (Vendor::Shlink | Vendor::Yourls | Vendor::Bitly, "title") => Col::Title,
+        (Vendor::Shlink, "tags") => Col::Tags,
         (Vendor::Yourls, "keyword") => Col::Key,
         (Vendor::Yourls, "url") => Col::Url,
         (Vendor::Yourls, "timestamp") => Col::Created,
-        (Vendor::Yourls, "title") => Col::Unsupported("title"),
         (Vendor::Yourls, "ip") => Col::Unsupported("ip"),
         (Vendor::Yourls, "clicks") => Col::Unsupported("clicks"),
         (Vendor::Bitly, "id" | "link" | "bitlink") => Col::Key,
@@ -63,7 +68,6 @@ fn column(vendor: Vendor, header: &str) -> Option<Col> {
         (Vendor::Bitly, "created at" | "created") => Col::Created,
         (Vendor::Bitly, "custom bitlinks") => Col::MoreKeys,
         (Vendor::Bitly, "archived") => Col::Archived,
-        (Vendor::Bitly, "title") => Col::Unsupported("title"),
         (Vendor::Bitly, "tags") => Col::Unsupported("tags"),
         (Vendor::Bitly, "group guid" | "references" | "deeplinks") => Col::Ignored,
         _ => return None,
@@ -182,6 +186,7 @@ fn rows_of(
     let err = |message: String| LineError { line, message };
     let (mut keys, mut url, mut created, mut dropped) = (Vec::new(), None, None, Vec::new());
     let mut domain = None;
+    let (mut title, mut tags) = (None, Vec::new());
     for (c, v) in cols.iter().zip(row.iter()) {
         let v = v.trim();
         match c {
@@ -193,6 +198,8 @@ fn rows_of(
             ),
             Col::Url => url = Some(v.to_owned()),
             Col::Domain if !v.is_empty() => domain = Some(v.to_owned()),
+            Col::Title if !v.is_empty() => title = Some(v.to_owned()),
+            Col::Tags => tags.extend(v.split('|').map(str::trim).filter(|t| !t.is_empty())),
             Col::Created if !v.is_empty() => {
                 created = Some(
                     parse_time(vendor, v)
@@ -212,6 +219,7 @@ fn rows_of(
         }
     }
     let url = url.unwrap_or_default();
+    let labels = crate::labels::Labels::new(title.as_deref(), &tags).map_err(|e| err(e.0))?;
     keys.dedup();
     Ok(keys
         .into_iter()
@@ -224,6 +232,7 @@ fn rows_of(
             )?;
             r.created_at_s = created;
             r.dropped = dropped.clone();
+            r.labels = labels.clone();
             r.domain = domain.clone().map(Cow::Owned);
             if let (None, Some(host)) = (&r.domain, &bitlink_domain) {
                 r.domain = Some(Cow::Owned(host.clone()));

@@ -2,6 +2,7 @@
 //! `docs/log.md` documents the same layout byte by byte; changing either is a format change.
 
 use crate::behaviour::{Behaviour, BEHAVIOUR_FLAG};
+use crate::labels::LABELS_FLAG;
 use crate::link::{Author, RedirectStatus, AUTHOR_BYTES, AUTHOR_FLAG};
 use crate::rules::RULES_FLAG;
 
@@ -330,19 +331,21 @@ fn link_len(l: &LinkFields<&str>) -> usize {
         + author
         + l.behaviour.encoded_len()
         + crate::rules::block_len(l.rules.set())
+        + l.labels.block_len()
 }
 
 /// A link's fields (shared by `Put` and `PutWithIdem`), in their on-disk order; flags carry
 /// [`AUTHOR_FLAG`] exactly when the author's bytes follow the target, and [`BEHAVIOUR_FLAG`]
-/// when a behaviour block follows them, [`RULES_FLAG`] when a rules block follows that.
+/// when a behaviour block follows them, [`RULES_FLAG`] when a rules block follows that,
+/// [`LABELS_FLAG`] when a labels block comes last.
 fn encode_link(out: &mut Vec<u8>, l: &LinkFields<&str>) {
     debug_assert_eq!(
-        l.flags & (AUTHOR_FLAG | BEHAVIOUR_FLAG | RULES_FLAG),
+        l.flags & (AUTHOR_FLAG | BEHAVIOUR_FLAG | RULES_FLAG | LABELS_FLAG),
         0,
-        "the author, behaviour and rules flags are the encoder's"
+        "the author, behaviour, rules and labels flags are the encoder's"
     );
     out.extend_from_slice(&l.status.code().to_le_bytes());
-    let flags = l.flags | l.author.flag() | l.behaviour.flag() | l.rules.flag();
+    let flags = l.flags | l.author.flag() | l.behaviour.flag() | l.rules.flag() | l.labels.flag();
     out.extend_from_slice(&flags.to_le_bytes());
     out.extend_from_slice(&l.expires_at_s.to_le_bytes());
     out.extend_from_slice(&l.created_at_s.to_le_bytes());
@@ -356,6 +359,7 @@ fn encode_link(out: &mut Vec<u8>, l: &LinkFields<&str>) {
     }
     l.behaviour.encode(out);
     crate::rules::encode_block(l.rules.set(), out);
+    l.labels.encode_block(out);
 }
 
 /// Reads what [`encode_link`] wrote.
@@ -396,17 +400,25 @@ fn decode_link(r: &mut Reader<'_>) -> Result<LinkFields, String> {
     } else {
         crate::rules::Rules::NONE
     };
+    let labels = if flags & LABELS_FLAG != 0 {
+        let (labels, len) = crate::labels::decode_block(&r.p[r.at..])?;
+        r.bytes(len)?;
+        labels
+    } else {
+        crate::labels::Labels::NONE
+    };
     Ok(LinkFields {
         key,
         target,
         status,
         expires_at_s,
         created_at_s,
-        flags: flags & !(AUTHOR_FLAG | BEHAVIOUR_FLAG | RULES_FLAG),
+        flags: flags & !(AUTHOR_FLAG | BEHAVIOUR_FLAG | RULES_FLAG | LABELS_FLAG),
         id,
         author,
         behaviour,
         rules,
+        labels,
     })
 }
 
@@ -503,7 +515,7 @@ mod tests {
                 status: RedirectStatus::PermanentRedirect,
                 expires_at_s: 5,
                 created_at_s: 6,
-                flags: 0xc8ad_beef,
+                flags: 0xc0ad_beef,
                 id: 42,
                 author: Author::from_id("Ab3").unwrap(),
                 behaviour: crate::behaviour::Behaviour {
@@ -521,6 +533,7 @@ mod tests {
                     )],
                 }])
                 .unwrap(),
+                labels: crate::labels::Labels::new(Some("A title"), &["b", "a"]).unwrap(),
             }),
             LogOp::Delete { key: "k".into() },
             LogOp::IdemRecord {

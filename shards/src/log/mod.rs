@@ -61,6 +61,8 @@ pub struct LinkFields<S = String> {
     pub behaviour: crate::behaviour::Behaviour,
     /// Its redirect rules (empty: none).
     pub rules: crate::rules::Rules,
+    /// Its title and tags ([`crate::labels::Labels::NONE`]: neither).
+    pub labels: crate::labels::Labels,
 }
 
 impl LinkFields<String> {
@@ -77,6 +79,7 @@ impl LinkFields<String> {
             author: self.author,
             behaviour: self.behaviour,
             rules: self.rules.clone(),
+            labels: self.labels.clone(),
         }
     }
 }
@@ -371,6 +374,10 @@ mod tests {
                 .unwrap(),
                 _ => crate::rules::Rules::NONE,
             },
+            labels: match i % 5 {
+                2 => crate::labels::Labels::new(Some(&format!("t{i}")), &["x", "y"]).unwrap(),
+                _ => crate::labels::Labels::NONE,
+            },
         })
     }
 
@@ -389,6 +396,7 @@ mod tests {
                     author: crate::link::Author::NONE,
                     behaviour: crate::behaviour::Behaviour::NONE,
                     rules: crate::rules::Rules::NONE,
+                    labels: crate::labels::Labels::NONE,
                 },
                 version: i * 3 + 1,
                 idem: (i % 4 == 0).then(|| (format!("api{i}:k"), [(i * 5) as u8; 32])),
@@ -421,6 +429,7 @@ mod tests {
                         ..crate::behaviour::Behaviour::NONE
                     },
                     rules: crate::rules::Rules::NONE,
+                    labels: crate::labels::Labels::NONE,
                 },
                 scope: format!("api{i}:idem-{i}"),
                 request_hash: [(i * 7) as u8; 32],

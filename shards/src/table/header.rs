@@ -27,7 +27,9 @@ pub const TABLE_MAGIC: [u8; 8] = *b"RICOTBL\0";
 ///   2 are format 3 without any, read unchanged.
 /// - 4: a record may carry its link's redirect rules (`rules::RULES_FLAG`); older formats are
 ///   format 4 without any.
-pub const TABLE_FORMAT_VERSION: u32 = 4;
+/// - 5: a record may carry its link's title and tags (`labels::LABELS_FLAG`); older formats
+///   are format 5 without any.
+pub const TABLE_FORMAT_VERSION: u32 = 5;
 
 /// The oldest table format this build reads.
 pub const OLDEST_TABLE_FORMAT_VERSION: u32 = 1;

@@ -14,7 +14,7 @@
 //!   8     8  created_at_s
 //!  16     4  flags (bits 0..24: creation tag, `link::CREATION_TAG_MASK`;
 //!              bit 24: `link::AUTHOR_FLAG`; bit 25: `behaviour::BEHAVIOUR_FLAG`;
-//!              bit 26: `rules::RULES_FLAG`; others 0)
+//!              bit 26: `rules::RULES_FLAG`; bit 27: `labels::LABELS_FLAG`; others 0)
 //!  20     4  target_len
 //!  24     2  status (301/302/307/308)
 //!  26     1  key_len
@@ -25,10 +25,13 @@
 //!            has `BEHAVIOUR_FLAG` (format 3)
 //!  ...    r  rules block (`rules`: `len:u16` then the program), only when flags has
 //!            `RULES_FLAG` (format 4)
+//!  ...    l  labels block (`labels`: `len:u16` then title and tags), only when flags has
+//!            `LABELS_FLAG` (format 5)
 //!            zero padding to a multiple of 8
 //! ```
 
 use crate::behaviour::{Behaviour, BEHAVIOUR_FLAG};
+use crate::labels::{Labels, LABELS_FLAG};
 use crate::link::{Author, AUTHOR_BYTES, AUTHOR_FLAG};
 use crate::rules::{RuleSet, RULES_FLAG};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
@@ -127,21 +130,26 @@ pub(crate) struct RecordFields<'a> {
     pub author: Author,
     pub behaviour: Behaviour,
     pub rules: RuleSet<'a>,
+    pub labels: &'a Labels,
 }
 
 /// Appends link `l`'s record to `out` (which must be at a multiple of [`RECORD_ALIGN`]).
 pub(crate) fn push_record(out: &mut Vec<u8>, l: &RecordFields<'_>) {
     debug_assert_eq!(out.len() % RECORD_ALIGN, 0);
     debug_assert_eq!(
-        l.flags & (AUTHOR_FLAG | BEHAVIOUR_FLAG | RULES_FLAG),
+        l.flags & (AUTHOR_FLAG | BEHAVIOUR_FLAG | RULES_FLAG | LABELS_FLAG),
         0,
-        "the author, behaviour and rules flags are the encoder's"
+        "the author, behaviour, rules and labels flags are the encoder's"
     );
     let (key, target, author) = (l.key.as_bytes(), l.target.as_bytes(), l.author);
     let start = out.len();
     out.extend_from_slice(&l.expires_at_s.to_le_bytes());
     out.extend_from_slice(&l.created_at_s.to_le_bytes());
-    let flags = l.flags | author.flag() | l.behaviour.flag() | crate::rules::block_flag(l.rules);
+    let flags = l.flags
+        | author.flag()
+        | l.behaviour.flag()
+        | crate::rules::block_flag(l.rules)
+        | l.labels.flag();
     out.extend_from_slice(&flags.to_le_bytes());
     out.extend_from_slice(&(target.len() as u32).to_le_bytes());
     out.extend_from_slice(&l.status.code().to_le_bytes());
@@ -153,13 +161,14 @@ pub(crate) fn push_record(out: &mut Vec<u8>, l: &RecordFields<'_>) {
     }
     l.behaviour.encode(out);
     crate::rules::encode_block(l.rules, out);
+    l.labels.encode_block(out);
     out.resize(
         start
             + record_len(
                 key.len(),
                 target.len(),
                 author.is_some(),
-                l.behaviour.encoded_len() + crate::rules::block_len(l.rules),
+                l.behaviour.encoded_len() + crate::rules::block_len(l.rules) + l.labels.block_len(),
             ),
         0,
     );
@@ -181,6 +190,9 @@ pub(crate) struct RawRecord<'a> {
     pub behaviour: Behaviour,
     /// Empty for a record without [`RULES_FLAG`].
     pub rules: RuleSet<'a>,
+    /// The labels block's body, unparsed ([`Labels::from_body`]); empty for a record without
+    /// [`LABELS_FLAG`].
+    pub labels: &'a [u8],
     /// Offset of the next record.
     pub next: usize,
 }
@@ -223,16 +235,28 @@ pub(crate) fn read_record(records: &[u8], off: usize) -> Option<RawRecord<'_>> {
     } else {
         (RuleSet::EMPTY, 0)
     };
+    let (labels, labels_len) = if flags & LABELS_FLAG != 0 {
+        crate::labels::block_in_table(records.get(at + behaviour_len + rules_len..)?)?
+    } else {
+        (&[][..], 0)
+    };
     Some(RawRecord {
         key,
         target,
         status,
         expires_at_s,
         created_at_s,
-        flags: flags & !(AUTHOR_FLAG | BEHAVIOUR_FLAG | RULES_FLAG),
+        flags: flags & !(AUTHOR_FLAG | BEHAVIOUR_FLAG | RULES_FLAG | LABELS_FLAG),
         author,
         behaviour,
         rules,
-        next: off + record_len(key_len, target_len, authored, behaviour_len + rules_len),
+        labels,
+        next: off
+            + record_len(
+                key_len,
+                target_len,
+                authored,
+                behaviour_len + rules_len + labels_len,
+            ),
     })
 }

@@ -26,6 +26,7 @@ impl From<(&str, LinkRef<'_>)> for OwnedLink {
             author: l.author,
             behaviour: l.behaviour,
             rules: crate::rules::Rules::new(l.rules),
+            labels: crate::labels::Labels::from_body(l.labels),
         }
     }
 }

@@ -41,6 +41,8 @@ pub struct LinkRef<'a> {
     pub behaviour: crate::behaviour::Behaviour,
     /// Its redirect rules (empty: none).
     pub rules: crate::rules::RuleSet<'a>,
+    /// Its labels block's body, unparsed (`labels::Labels::from_body`; empty: none).
+    pub labels: &'a [u8],
 }
 
 /// An immutable, memory-mapped shard table. `Send + Sync`: lookups only read the mapping.
@@ -393,6 +395,7 @@ fn to_link_ref<'a>(rec: &RawRecord<'a>) -> Option<LinkRef<'a>> {
         author: rec.author,
         behaviour: rec.behaviour,
         rules: rec.rules,
+        labels: rec.labels,
     })
 }
 
@@ -505,6 +508,7 @@ mod tests {
             author: crate::link::Author::NONE,
             behaviour: crate::behaviour::Behaviour::NONE,
             rules: crate::rules::Rules::NONE,
+            labels: crate::labels::Labels::NONE,
         });
         write_table(&path, 0, 1, 0, links).unwrap();
         let table = Table::open(&path).unwrap();
@@ -557,6 +561,7 @@ mod tests {
             author: crate::link::Author::NONE,
             behaviour: crate::behaviour::Behaviour::NONE,
             rules: crate::rules::Rules::NONE,
+            labels: crate::labels::Labels::NONE,
         });
         write_table(&path, 0, 1, 0, links).unwrap();
         let table = Table::open(&path).unwrap();

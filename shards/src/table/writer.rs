@@ -38,6 +38,8 @@ pub struct OwnedLink {
     pub behaviour: crate::behaviour::Behaviour,
     /// Its redirect rules.
     pub rules: crate::rules::Rules,
+    /// Its title and tags.
+    pub labels: crate::labels::Labels,
 }
 
 impl From<&crate::log::LinkFields> for OwnedLink {
@@ -53,6 +55,7 @@ impl From<&crate::log::LinkFields> for OwnedLink {
             author: l.author,
             behaviour: l.behaviour,
             rules: l.rules.clone(),
+            labels: l.labels.clone(),
         }
     }
 }
@@ -142,6 +145,7 @@ fn index_links(
             author: l.author,
             behaviour: l.behaviour,
             rules: l.rules.set(),
+            labels: &l.labels,
         };
         push_record(&mut records, &fields);
         let h = index_hash(l.key.as_bytes());
