@@ -2092,6 +2092,30 @@ fn link_behaviours_are_the_fleets_on_every_node() {
         .send("GET", "/api/v1/urls?tag=fleet-tag", true, &[], b"")
         .unwrap();
     assert_eq!(r.json()["items"][0]["key"], "ruled", "{}", r.text());
+    // A tag renamed through Shlink's API on one node, in the database's row: every node
+    // reads the new name, the title kept.
+    let h = [
+        ("X-Api-Key", api::API_KEY),
+        ("Content-Type", "application/json"),
+    ];
+    let r = Client::new(&c)
+        .send(
+            "PUT",
+            "/rest/v3/tags",
+            false,
+            &h,
+            br#"{"oldName": "fleet-tag", "newName": "renamed"}"#,
+        )
+        .unwrap();
+    assert_eq!(r.status, 204, "{}", r.text());
+    let v = Client::new(&c).get_link("ruled").json();
+    assert_eq!(
+        (&v["title"], &v["tags"]),
+        (&json!("Fleet title"), &json!(["renamed", "x"]))
+    );
+    eventually("every node reads the renamed tag", || {
+        Client::new(&b).get_link("ruled").json()["tags"] == json!(["renamed", "x"])
+    });
 
     // Shlink's forwardQuery is taken now.
     let headers = [

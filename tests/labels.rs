@@ -326,3 +326,165 @@ fn bad_titles_and_tags_are_refused_naming_the_field() {
     let v: Value = r.json();
     assert_eq!(v["field"], "tags_mode");
 }
+
+/// `method path` through Shlink's API with key `key`: (status, JSON body or null).
+fn shlink(c: &mut Client, key: &str, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
+    let h = [("X-Api-Key", key), ("Content-Type", "application/json")];
+    let r = c.send(method, path, false, &h, body).unwrap();
+    let v = match r.text().is_empty() {
+        true => Value::Null,
+        false => r.json(),
+    };
+    (r.status, v)
+}
+
+/// Shlink's tag endpoints on 3 cores: the tags the key's links carry, with links and
+/// visits per tag (as the links' own figures say), ordered, searched and paged; renamed and
+/// deleted on every link (admin keys only); an author-only key sees its own links' tags.
+#[test]
+fn shlinks_tag_endpoints_list_count_rename_and_delete_tags() {
+    let (_t, dir) = data_dir();
+    let writer = api::make_key(&dir, "writer", &["--author-only"]);
+    let s = start(&dir, &flags());
+    let mut c = Client::new(&s);
+    let admin = api::API_KEY;
+    // (key, tags, clicks)
+    let links: &[(&str, &[&str], usize)] = &[
+        ("t-a", &["alpha", "beta"], 3),
+        ("t-b", &["beta"], 1),
+        ("t-c", &["beta", "gamma"], 0),
+        ("t-d", &[], 2),
+    ];
+    for (key, tags, clicks) in links {
+        let r = c.create(
+            &json!({"long_url": "https://tags.example/", "custom_alias": key,
+                                 "tags": tags}),
+        );
+        assert_eq!(r.status, 201, "{}", r.text());
+        for _ in 0..*clicks {
+            assert_eq!(
+                c.send("GET", &format!("/{key}"), false, &[], b"")
+                    .unwrap()
+                    .status,
+                302
+            );
+        }
+    }
+    let body = br#"{"longUrl": "https://tags.example/w", "customSlug": "t-w", "tags": ["delta"]}"#;
+    assert_eq!(
+        shlink(&mut c, &writer, "POST", "/rest/v3/short-urls", body).0,
+        200
+    );
+    // Every click counted before the figures are read.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    for (key, _, clicks) in links {
+        loop {
+            let path = format!("/api/v1/urls/{key}/stats?bots=include");
+            let v = c.send("GET", &path, true, &[], b"").unwrap().json();
+            if v["summary"]["clicks"] == *clicks {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{key}: {v}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    let (st, v) = shlink(&mut c, admin, "GET", "/rest/v3/tags", b"");
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        v["tags"]["data"],
+        json!(["alpha", "beta", "delta", "gamma"])
+    );
+    assert_eq!(v["tags"]["pagination"]["totalItems"], 4);
+    let (st, v) = shlink(
+        &mut c,
+        admin,
+        "GET",
+        "/rest/v3/tags/stats?orderBy=visits-DESC",
+        b"",
+    );
+    assert_eq!(st, 200, "{v}");
+    let stats: Vec<(String, u64, u64)> = v["tags"]["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["tag"].as_str().unwrap().to_owned(),
+                t["shortUrlsCount"].as_u64().unwrap(),
+                t["visitsSummary"]["total"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want = [
+        ("beta", 3, 4),
+        ("alpha", 1, 3),
+        ("delta", 1, 0),
+        ("gamma", 1, 0),
+    ];
+    let want: Vec<(String, u64, u64)> = want
+        .iter()
+        .map(|(t, l, v)| ((*t).to_owned(), *l, *v))
+        .collect();
+    assert_eq!(stats, want, "{v}");
+    let (_, v) = shlink(
+        &mut c,
+        admin,
+        "GET",
+        "/rest/v3/tags?searchTerm=A&itemsPerPage=2&page=2&orderBy=tag-DESC",
+        b"",
+    );
+    // Tags containing "a", newest name first: gamma, delta, beta, alpha; page 2 of 2.
+    assert_eq!(v["tags"]["data"], json!(["beta", "alpha"]), "{v}");
+    assert_eq!(v["tags"]["pagination"]["pagesCount"], 2, "{v}");
+    // An author-only key: its own links' tags only, and no edits.
+    let (_, v) = shlink(&mut c, &writer, "GET", "/rest/v3/tags", b"");
+    assert_eq!(v["tags"]["data"], json!(["delta"]), "{v}");
+    let (st, v) = shlink(&mut c, &writer, "DELETE", "/rest/v3/tags?tags[]=delta", b"");
+    assert_eq!(st, 403, "{v}");
+    assert_eq!(
+        v["type"],
+        "https://shlink.io/api/error/forbidden-tag-operation"
+    );
+
+    // Renamed on every link that carries it; Shlink's refusals.
+    let rename = |c: &mut Client, old: &str, new: &str| {
+        let body = json!({"oldName": old, "newName": new}).to_string();
+        shlink(c, admin, "PUT", "/rest/v3/tags", body.as_bytes())
+    };
+    assert_eq!(rename(&mut c, "beta", "Bravo Two").0, 204);
+    assert_eq!(
+        rename(&mut c, "nope", "x").1["type"],
+        "https://shlink.io/api/error/tag-not-found"
+    );
+    let (st, v) = rename(&mut c, "alpha", "gamma");
+    assert_eq!(
+        (st, &v["type"]),
+        (409, &json!("https://shlink.io/api/error/tag-conflict"))
+    );
+    let tags_of = |c: &mut Client, key: &str| c.get_link(key).json()["tags"].clone();
+    assert_eq!(tags_of(&mut c, "t-a"), json!(["alpha", "bravo-two"]));
+    assert_eq!(tags_of(&mut c, "t-b"), json!(["bravo-two"]));
+    assert_eq!(tags_of(&mut c, "t-c"), json!(["bravo-two", "gamma"]));
+    // Deleted from every link; a tag no link has is no error.
+    let (st, _) = shlink(
+        &mut c,
+        admin,
+        "DELETE",
+        "/rest/v3/tags?tags[]=bravo-two&tags[]=gamma&tags[]=never",
+        b"",
+    );
+    assert_eq!(st, 204);
+    assert_eq!(tags_of(&mut c, "t-a"), json!(["alpha"]));
+    assert_eq!(tags_of(&mut c, "t-b"), json!([]));
+    assert_eq!(tags_of(&mut c, "t-c"), json!([]));
+    let (_, v) = shlink(&mut c, admin, "GET", "/rest/v3/tags", b"");
+    assert_eq!(v["tags"]["data"], json!(["alpha", "delta"]));
+    // Kept across kill -9.
+    s.kill9();
+    let s = start(&dir, &flags());
+    let mut c = Client::new(&s);
+    assert_eq!(tags_of(&mut c, "t-a"), json!(["alpha"]));
+    let (_, v) = shlink(&mut c, admin, "GET", "/rest/v3/tags", b"");
+    assert_eq!(v["tags"]["data"], json!(["alpha", "delta"]));
+}

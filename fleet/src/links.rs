@@ -103,11 +103,15 @@ pub enum LinkWrite {
 
 /// A PATCH of a link's behaviour: members set (a JSON object; `None`: none) and members
 /// removed, merged into the row's object in one statement (so two PATCHes of different
-/// members both hold); an empty object becomes NULL.
+/// members both hold); an empty object becomes NULL. Then, if `retag_from` is not empty,
+/// those tags are taken off the row's `tags` and `retag_to` put on in their place if any
+/// was there (a tag rename or removal, applied to the tags the row has at that moment).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BehaviourPatch {
     pub set: Option<String>,
     pub unset: Vec<String>,
+    pub retag_from: Vec<String>,
+    pub retag_to: Option<String>,
 }
 
 /// A link as the database holds it after a write.
@@ -791,10 +795,25 @@ async fn patch(
                      expires_at = CASE $4::smallint WHEN 0 THEN expires_at \
                                                     WHEN 1 THEN 0 ELSE $5 END, \
                      behaviour = CASE WHEN $7::text IS NULL AND cardinality($8::text[]) = 0 \
+                                           AND cardinality($9::text[]) = 0 \
                                       THEN behaviour \
-                                      ELSE nullif((coalesce(behaviour, '{}'::jsonb) - $8::text[]) \
-                                                  || coalesce($7::text::jsonb, '{}'::jsonb), \
-                                                  '{}'::jsonb) END \
+                                      ELSE nullif((SELECT CASE \
+                                          WHEN cardinality($9::text[]) = 0 \
+                                               OR NOT coalesce(m->'tags' ?| $9::text[], false) \
+                                          THEN m \
+                                          ELSE (m - 'tags') || coalesce((\
+                                              SELECT jsonb_build_object('tags', \
+                                                         jsonb_agg(DISTINCT t)) \
+                                              FROM (SELECT CASE WHEN x = ANY($9::text[]) \
+                                                                THEN $10::text ELSE x END AS t \
+                                                    FROM jsonb_array_elements_text(m->'tags') x) s \
+                                              WHERE t IS NOT NULL HAVING count(*) > 0), \
+                                              '{}'::jsonb) END \
+                                          FROM (SELECT (coalesce(behaviour, '{}'::jsonb) \
+                                                        - $8::text[]) \
+                                                       || coalesce($7::text::jsonb, '{}'::jsonb) \
+                                                       AS m) merged), \
+                                          '{}'::jsonb) END \
                   WHERE key = $1 AND NOT deleted AND ($6 = '' OR author = $6) \
                     AND (expires_at = 0 OR expires_at > ",
                 db_now_s!(),
@@ -810,6 +829,8 @@ async fn patch(
                 author_only,
                 &behaviour.set,
                 &behaviour.unset,
+                &behaviour.retag_from,
+                &behaviour.retag_to,
             ],
         )
         .await?;

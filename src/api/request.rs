@@ -123,6 +123,35 @@ pub struct BehaviourUpdate {
     pub title: Option<Option<String>>,
     /// New tags, normalized, sorted, deduplicated (`Some(vec![])`: none, from `null` or `[]`).
     pub tags: Option<Vec<String>>,
+    /// A rename or removal of tags on whatever tags the link has when it is applied (Shlink's
+    /// `PUT` and `DELETE /rest/v3/tags`), never from the API's PATCH body.
+    pub retag: Option<Retag>,
+}
+
+/// Tags `from` taken off a link, and `to` put on in their place if it carried any of them
+/// (`None`: removed). Normalized.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retag {
+    pub from: Vec<String>,
+    pub to: Option<String>,
+}
+
+impl Retag {
+    /// `labels` retagged, or `None` if it carries none of `from`.
+    pub fn apply(&self, labels: &shards::labels::Labels) -> Option<shards::labels::Labels> {
+        if !self.from.iter().any(|t| labels.has_tag(t)) {
+            return None;
+        }
+        let mut tags: Vec<&str> = labels
+            .tags()
+            .filter(|t| !self.from.iter().any(|f| f == t))
+            .collect();
+        tags.extend(self.to.as_deref());
+        Some(
+            shards::labels::Labels::new(labels.title(), &tags)
+                .expect("a retag never adds more tags than it takes off"),
+        )
+    }
 }
 
 impl BehaviourUpdate {
@@ -169,6 +198,9 @@ impl BehaviourUpdate {
         }
         if let Some(t) = &self.tags {
             *labels = labels.with_tags(t).expect("normalized tags, counted");
+        }
+        if let Some(next) = self.retag.as_ref().and_then(|r| r.apply(labels)) {
+            *labels = next;
         }
         if let Some(v) = self.valid_since_s {
             b.valid_since_s = v;

@@ -217,6 +217,15 @@ impl ApiFront {
                 let v = serde_json::from_slice(body).unwrap_or(Value::Null);
                 StatsStep::Done(self.name_top_links(v))
             }
+            ApiOp::ShlinkTags(t) => {
+                if t.fold(body) {
+                    return StatsStep::Done(serde_json::to_vec(&t.body()).expect("json"));
+                }
+                match self.query_stats(again, t.next_query()) {
+                    Ok(()) => StatsStep::Asked,
+                    Err(p) => StatsStep::Failed(p),
+                }
+            }
             ApiOp::Shlink(..) => match self.on_list_visits(op, body, again) {
                 Some(step) => step,
                 None => StatsStep::Done(

@@ -12,6 +12,7 @@ pub mod preflight;
 pub mod robots;
 pub mod shlink;
 pub mod stats_sum;
+pub mod tags;
 
 use crate::api::idempotency::{request_hash, scope_string, IdemScope};
 use crate::api::problem::{Problem, PROBLEM_CONTENT_TYPE};
@@ -83,6 +84,12 @@ pub enum ApiOp {
     /// Shlink's `GET` or `POST /rest/v3/short-urls/{code}/redirect-rules`: the read or
     /// PATCH inside, answered with the link's rules in Shlink's shape.
     ShlinkRules(Box<ApiOp>),
+    /// Shlink's `GET /rest/v3/tags` or `/tags/stats`: the walk over the tagged links, then
+    /// (stats) their totals (`tags::TagsWalk`).
+    ShlinkTags(Box<tags::TagsWalk>),
+    /// Shlink's `PUT` or `DELETE /rest/v3/tags`: the walk over the links carrying the tags,
+    /// then each one changed in turn (`tags::TagEdit`).
+    ShlinkTagEdit(Box<tags::TagEdit>),
     /// `/robots.txt` of domain `domain`: the walk over its crawlable links (`robots.rs`).
     Robots {
         domain: u32,
@@ -93,7 +100,10 @@ pub enum ApiOp {
 impl ApiOp {
     /// Whether it came through Shlink's API (its answers in Shlink's shape).
     pub fn is_shlink(&self) -> bool {
-        matches!(self, ApiOp::Shlink(..))
+        matches!(
+            self,
+            ApiOp::Shlink(..) | ApiOp::ShlinkTags(_) | ApiOp::ShlinkTagEdit(_)
+        )
     }
 
     /// The native operation (under a Shlink envelope, if any).
@@ -801,6 +811,12 @@ impl ApiFront {
                     return Step::Answered;
                 }
             }
+            tags @ (ApiOp::ShlinkTags(_) | ApiOp::ShlinkTagEdit(_)) => {
+                if let Err(p) = self.continue_tags(reply, tags, mesh) {
+                    self.encode_shlink_problem(out, &p, f);
+                    return Step::Answered;
+                }
+            }
             _ => {
                 debug_assert!(false, "only creates, lists and stats continue");
                 encode_problem(out, &Problem::unavailable(1), &[], f);
@@ -891,9 +907,14 @@ impl ApiFront {
         };
         let link =
             |out: &mut Vec<u8>, status, info: &LinkInfo| json_answer(out, status, &json(info));
-        if let ApiOp::Shlink(inner, page, per_page) = op {
-            let (page, per_page) = (*page, *per_page);
-            return self.answer_shlink(inner, page, per_page, outcome, out, f);
+        match op {
+            ApiOp::Shlink(inner, page, per_page) => {
+                let (page, per_page) = (*page, *per_page);
+                return self.answer_shlink(inner, page, per_page, outcome, out, f);
+            }
+            ApiOp::ShlinkTags(t) => return self.tags_replied(t, outcome, out, f),
+            ApiOp::ShlinkTagEdit(e) => return self.tag_edit_replied(e, outcome, out, f),
+            _ => {}
         }
         match (op, outcome) {
             // The link exists: its aggregator answers next (`Conns::on_api_answer`).

@@ -39,6 +39,9 @@ const REDIRECT_RULES: &[u8] = b"/redirect-rules";
 const DOMAINS: &[u8] = b"/rest/v3/domains";
 /// A domain's not-found redirects, changed by an admin key (`keywatch` writes the book).
 const DOMAIN_REDIRECTS: &[u8] = b"/rest/v3/domains/redirects";
+/// Every tag the key's links carry (`api_front::tags`), and the same with links and visits.
+const TAGS: &[u8] = b"/rest/v3/tags";
+const TAG_STATS: &[u8] = b"/rest/v3/tags/stats";
 /// The visits overview: the server-wide figures of `GET /api/v1/stats`.
 const VISITS: &[u8] = b"/rest/v3/visits";
 const HEALTH: &[&[u8]] = &[b"/rest/v3/health", b"/rest/health"];
@@ -81,6 +84,9 @@ const NOT_FOUND: &str = "https://shlink.io/api/error/not-found";
 const MERCURE_NOT_CONFIGURED: &str = "https://shlink.io/api/error/mercure-not-configured";
 /// The endpoints that list individual visits, which ricochet does not keep.
 const VISIT_LOG_OFF: &str = "https://ricochet.dev/problems/visit-log-off";
+const TAG_NOT_FOUND: &str = "https://shlink.io/api/error/tag-not-found";
+const TAG_CONFLICT: &str = "https://shlink.io/api/error/tag-conflict";
+const FORBIDDEN_TAG_OPERATION: &str = "https://shlink.io/api/error/forbidden-tag-operation";
 
 /// A Shlink-shaped answer to encode.
 struct ShlinkError {
@@ -116,6 +122,50 @@ impl ShlinkError {
                 None => "No URL found with this short code".into(),
             },
             extra: code.map(|c| ("shortCode", json!(c))),
+            retry_after_s: None,
+        }
+    }
+
+    /// A tag edit refused: the old name on no link (404 `tag-not-found`), or the new name
+    /// on one already (409 `tag-conflict`).
+    fn tag(status: u16, type_: &'static str) -> ShlinkError {
+        let (title, detail) = match status {
+            404 => ("Tag not found", "No link carries the tag to rename"),
+            _ => ("Tag conflict", "A link carries the new tag name already"),
+        };
+        ShlinkError {
+            status,
+            type_,
+            title,
+            detail: detail.into(),
+            extra: None,
+            retry_after_s: None,
+        }
+    }
+
+    /// A tag rename or removal by a key that is not an admin's (Shlink's 403).
+    fn forbidden_tag_operation() -> ShlinkError {
+        ShlinkError {
+            status: 403,
+            type_: FORBIDDEN_TAG_OPERATION,
+            title: "Forbidden tag operation",
+            detail: "You are not allowed to rename or delete tags".into(),
+            extra: None,
+            retry_after_s: None,
+        }
+    }
+
+    /// A tag list or edit over more tagged links than it walks.
+    fn too_many_tagged() -> ShlinkError {
+        ShlinkError {
+            status: 422,
+            type_: TOO_MANY_LINKS,
+            title: "Too many links",
+            detail: format!(
+                "more than {} links carry these tags, more than a tag list or edit walks",
+                super::tags::MAX_TAGGED_LINKS
+            ),
+            extra: None,
             retry_after_s: None,
         }
     }
@@ -331,7 +381,9 @@ pub fn methods_of(path: &[u8]) -> &'static [u8] {
         b"GET, HEAD, PATCH, DELETE, OPTIONS"
     } else if path == DOMAIN_REDIRECTS {
         b"PATCH, OPTIONS"
-    } else if path == DOMAINS || path == VISITS || HEALTH.contains(&path) {
+    } else if path == TAGS {
+        b"GET, HEAD, PUT, DELETE, OPTIONS"
+    } else if path == DOMAINS || path == VISITS || path == TAG_STATS || HEALTH.contains(&path) {
         b"GET, HEAD, OPTIONS"
     } else {
         crate::api::cors::CORS_ALLOW_METHODS
@@ -376,6 +428,12 @@ impl ApiFront {
         }
         if path == VISITS || path == DOMAINS {
             return self.shlink_overview(out, defer, req, (persist, clock), mesh);
+        }
+        if path == TAGS && matches!(req.method, Method::Put | Method::Delete) {
+            return self.shlink_tag_edit(out, defer, (req, body), f, mesh);
+        }
+        if path == TAGS || path == TAG_STATS {
+            return self.shlink_tags(out, defer, req, f, mesh);
         }
         if let Some(e) = self.shlink_side_path(req) {
             return fail(out, e);
@@ -498,6 +556,176 @@ impl ApiFront {
             }
             Err(e) => e.encode(out, f),
         }
+    }
+
+    /// `GET /rest/v3/tags` and `/tags/stats`: a walk of every shard for the tagged links the
+    /// key reaches, answered by `tags_replied` (and, for the stats, the links' totals).
+    fn shlink_tags(
+        &mut self,
+        out: &mut Vec<u8>,
+        defer: &mut Defer<'_>,
+        req: &Request<'_>,
+        f: Framing<'_>,
+        mesh: &mut Mesh,
+    ) {
+        if !matches!(req.method, Method::Get | Method::Head) {
+            return method_not_allowed(out, b"GET, HEAD", f);
+        }
+        let stats = req.path == TAG_STATS;
+        let started = self.shlink_admit(req).and_then(|caller| {
+            let params = super::tags::TagParams::parse(req.query, stats)
+                .map_err(|p| ShlinkError::from_native(&p))?;
+            Ok((caller, params))
+        });
+        let (caller, params) = match started {
+            Ok(s) => s,
+            Err(e) => return e.encode(out, f),
+        };
+        let reach = caller.role.reach(caller.author(), &self.domains);
+        let mut walk = super::overview_walk(&reach);
+        std::sync::Arc::make_mut(&mut walk.filter).tagged = true;
+        let first = walk.clone_empty();
+        let op = ApiOp::ShlinkTags(Box::new(super::tags::TagsWalk::new(walk, stats, params)));
+        let reply = defer(out, op);
+        self.ask_walk(reply, &first, mesh);
+    }
+
+    /// `PUT /rest/v3/tags` (`{"oldName", "newName"}`: a rename) or `DELETE /rest/v3/tags`
+    /// (`?tags[]=...`: removal), admin keys only (Shlink's `forbidden-tag-operation`
+    /// otherwise): a walk for the links carrying the tags, then each one changed in turn.
+    fn shlink_tag_edit(
+        &mut self,
+        out: &mut Vec<u8>,
+        defer: &mut Defer<'_>,
+        (req, body): (&Request<'_>, &[u8]),
+        f: Framing<'_>,
+        mesh: &mut Mesh,
+    ) {
+        let started = self.shlink_admit(req).and_then(|caller| {
+            if !caller.role.is_admin() {
+                return Err(ShlinkError::forbidden_tag_operation());
+            }
+            let retag = match req.method {
+                Method::Put => rename_of(body)?,
+                _ => removal_of(req.query)?,
+            };
+            Ok((caller, retag))
+        });
+        let (caller, retag) = match started {
+            Ok(r) => r,
+            Err(e) => return e.encode(out, f),
+        };
+        if retag.from.is_empty() {
+            return encode_no_content(out, f);
+        }
+        let reach = caller.role.reach(caller.author(), &self.domains);
+        let mut walk = super::overview_walk(&reach);
+        let mut wanted: Vec<Box<str>> = retag.from.iter().map(|t| t.as_str().into()).collect();
+        wanted.extend(retag.to.as_deref().map(Box::from));
+        std::sync::Arc::make_mut(&mut walk.filter).tags = Some(crate::mesh::TagFilter {
+            tags: wanted,
+            all: false,
+        });
+        let first = walk.clone_empty();
+        let op = ApiOp::ShlinkTagEdit(Box::new(super::tags::TagEdit::new(walk, retag)));
+        let reply = defer(out, op);
+        self.ask_walk(reply, &first, mesh);
+    }
+
+    /// The next step of a tag list or edit after a reply that did not answer it: the walk's
+    /// next shard, the next link's totals, or the next link's change.
+    pub(super) fn continue_tags(
+        &mut self,
+        reply: crate::mesh::ReplyTo,
+        op: &ApiOp,
+        mesh: &mut Mesh,
+    ) -> Result<(), Problem> {
+        match op {
+            ApiOp::ShlinkTags(t) if t.is_walking() => self.ask_walk(reply, &t.walk, mesh),
+            ApiOp::ShlinkTags(t) => self.query_stats(reply, t.next_query())?,
+            ApiOp::ShlinkTagEdit(e) if e.is_walking() => self.ask_walk(reply, &e.walk, mesh),
+            ApiOp::ShlinkTagEdit(e) => {
+                let req = e.next_change();
+                let owner = self.router.owner(req.key().as_bytes()).core;
+                mesh.deliver(owner, crate::mesh::ApiMsg::Write { reply, req });
+            }
+            _ => unreachable!("called for a tag list or edit"),
+        }
+        Ok(())
+    }
+
+    /// A tag edit's owner reply: the walk's next shard or the next link's change (`None`),
+    /// or the answer (204, or why not).
+    pub(super) fn tag_edit_replied(
+        &self,
+        e: &mut super::tags::TagEdit,
+        outcome: WriteOutcome,
+        out: &mut Vec<u8>,
+        f: Framing<'_>,
+    ) -> Option<()> {
+        use super::tags::EditRefusal;
+        let walking = e.is_walking();
+        match outcome {
+            WriteOutcome::Listed(page) if walking => {
+                let shards = self.router.shard_count();
+                let done = e
+                    .walk
+                    .take(page.items, (page.complete, page.resume), shards);
+                if e.too_many() {
+                    ShlinkError::too_many_tagged().encode(out, f);
+                    return Some(());
+                }
+                done?;
+                match e.walked() {
+                    Ok(true) => return None,
+                    Ok(false) => encode_no_content(out, f),
+                    Err(EditRefusal::NotFound) => {
+                        ShlinkError::tag(404, TAG_NOT_FOUND).encode(out, f)
+                    }
+                    Err(EditRefusal::Conflict) => {
+                        ShlinkError::tag(409, TAG_CONFLICT).encode(out, f)
+                    }
+                }
+            }
+            // A link deleted meanwhile has no tags to change.
+            WriteOutcome::Updated(_) | WriteOutcome::NotFound if !walking => {
+                if !e.changed() {
+                    return None;
+                }
+                encode_no_content(out, f);
+            }
+            failed => ShlinkError::from_native(&self.problem_of(failed)).encode(out, f),
+        }
+        Some(())
+    }
+
+    /// A tag list's owner reply: the walk's next shard (`None`), the links' totals asked next
+    /// (`None`, stats with analytics on), or the answer.
+    pub(super) fn tags_replied(
+        &self,
+        t: &mut super::tags::TagsWalk,
+        outcome: WriteOutcome,
+        out: &mut Vec<u8>,
+        f: Framing<'_>,
+    ) -> Option<()> {
+        let WriteOutcome::Listed(page) = outcome else {
+            ShlinkError::from_native(&Problem::unavailable(1)).encode(out, f);
+            return Some(());
+        };
+        let shards = self.router.shard_count();
+        let done = t
+            .walk
+            .take(page.items, (page.complete, page.resume), shards);
+        if t.too_many() {
+            ShlinkError::too_many_tagged().encode(out, f);
+            return Some(());
+        }
+        done?;
+        if t.walked(self.clicks.is_some()) {
+            return None;
+        }
+        encode_json(out, &serde_json::to_vec(&t.body()).expect("json"), f);
+        Some(())
     }
 
     /// `GET /rest/v3/visits` for a key with a role: the visits of the links it reaches, summed
@@ -1280,6 +1508,48 @@ fn items_per_page(v: &str) -> Result<u32, ShlinkError> {
                 Some("itemsPerPage"),
             )
         })
+}
+
+/// `PUT /rest/v3/tags`'s body, `{"oldName", "newName"}`, as a retag.
+fn rename_of(body: &[u8]) -> Result<crate::api::request::Retag, ShlinkError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ShlinkError::invalid(format!("the body is not JSON: {e}"), None))?;
+    let name = |field: &str| {
+        let raw = v[field].as_str().ok_or_else(|| {
+            ShlinkError::invalid(format!("{field} must be a string"), Some(field))
+        })?;
+        shards::labels::normalize_tag(raw).map_err(|e| ShlinkError::invalid(e.0, Some(field)))
+    };
+    Ok(crate::api::request::Retag {
+        from: vec![name("oldName")?],
+        to: Some(name("newName")?),
+    })
+}
+
+/// `DELETE /rest/v3/tags`'s `tags[]` parameters, as a retag that removes them.
+fn removal_of(query: Option<&[u8]>) -> Result<crate::api::request::Retag, ShlinkError> {
+    let mut from = Vec::new();
+    for (k, v) in url::form_urlencoded::parse(query.unwrap_or_default()) {
+        if k == "tags[]" {
+            let tag = shards::labels::normalize_tag(&v)
+                .map_err(|e| ShlinkError::invalid(e.0, Some("tags")))?;
+            from.push(tag);
+        }
+    }
+    from.sort();
+    from.dedup();
+    Ok(crate::api::request::Retag { from, to: None })
+}
+
+/// A 204 with no body.
+fn encode_no_content(out: &mut Vec<u8>, f: Framing<'_>) {
+    let r = Response {
+        status: Status::NoContent,
+        headers: &[],
+        content_type: None,
+        body: b"",
+    };
+    encode::encode_response(out, &r, f);
 }
 
 /// `tags[]` (one more tag, normalized) or `tagsMode` (`any` or `all`) into `tags`.

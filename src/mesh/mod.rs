@@ -457,6 +457,8 @@ pub struct ListFilter {
     /// Only links with these tags (normalized): any of them, or all (Shlink's `tags[]` and
     /// `tagsMode`).
     pub tags: Option<TagFilter>,
+    /// Only links with at least one tag (the tag lists, `api_front::tags`).
+    pub tagged: bool,
     /// Only links created within these seconds, both included (Shlink's `startDate`,
     /// `endDate`).
     pub created: Option<(u64, u64)>,
@@ -487,6 +489,7 @@ impl ListFilter {
         self.created
             .is_none_or(|(from, to)| (from..=to).contains(&created_at_s))
             && self.tags.as_ref().is_none_or(|t| t.admits(labels))
+            && (!self.tagged || labels.tags().next().is_some())
             && self.search.as_deref().is_none_or(|needle| {
                 let needle = needle.as_bytes();
                 contains_ignore_ascii_case(key, needle)
@@ -503,7 +506,7 @@ impl ListFilter {
     /// Whether a walk with this filter must see every link (content filters can leave a
     /// page empty for a long stretch).
     pub fn scans(&self) -> bool {
-        self.search.is_some() || self.created.is_some() || self.tags.is_some()
+        self.search.is_some() || self.created.is_some() || self.tags.is_some() || self.tagged
     }
 }
 

@@ -799,7 +799,16 @@ fn behaviour_patch(u: &crate::api::request::BehaviourUpdate) -> fleet::links::Be
         obj.remove("visits");
         serde_json::Value::Object(obj).to_string()
     });
-    fleet::links::BehaviourPatch { set, unset }
+    let (retag_from, retag_to) = match &u.retag {
+        Some(r) => (r.from.clone(), r.to.clone()),
+        None => (Vec::new(), None),
+    };
+    fleet::links::BehaviourPatch {
+        set,
+        unset,
+        retag_from,
+        retag_to,
+    }
 }
 
 fn link_fields(info: &LinkInfo, id: u64) -> LinkFields<&str> {
