@@ -102,6 +102,21 @@ fn check_lists(c: &mut Client, model: &Model, fillers: usize) {
         listed(c, "tag=even&tag=group-2&tags_mode=all"),
         expected(model, |_, t| has(t, "even") && has(t, "group-2"))
     );
+    // Exclusions (the fillers carry no tag, so they stay).
+    let mut not_even = expected(model, |_, t| !has(t, "even"));
+    not_even.extend(listed(c, "search=filler.example"));
+    not_even.sort();
+    assert_eq!(listed(c, "exclude_tag=even"), not_even);
+    let mut not_both = expected(model, |_, t| !(has(t, "odd") && has(t, "imported")));
+    not_both.extend(listed(c, "search=filler.example"));
+    not_both.sort();
+    assert_eq!(
+        listed(
+            c,
+            "exclude_tag=odd&exclude_tag=imported&exclude_tags_mode=all"
+        ),
+        not_both
+    );
     // The search reaches titles and tags, ASCII case ignored (and keys and targets: the
     // labelled links' targets and keys hold neither word).
     assert_eq!(
@@ -480,6 +495,46 @@ fn shlinks_tag_endpoints_list_count_rename_and_delete_tags() {
     assert_eq!(tags_of(&mut c, "t-c"), json!([]));
     let (_, v) = shlink(&mut c, admin, "GET", "/rest/v3/tags", b"");
     assert_eq!(v["tags"]["data"], json!(["alpha", "delta"]));
+    // Shlink's exclusions on its list: excludeTags[], and excludeMaxVisitsReached (a link
+    // whose one visit is used).
+    let r = c.create(
+        &json!({"long_url": "https://tags.example/", "custom_alias": "t-once",
+                             "max_visits": 1, "tags": ["alpha"]}),
+    );
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(
+        c.send("GET", "/t-once", false, &[], b"").unwrap().status,
+        302
+    );
+    let codes = |c: &mut Client, q: &str| -> Vec<String> {
+        let (st, v) = shlink(c, admin, "GET", &format!("/rest/v3/short-urls?{q}"), b"");
+        assert_eq!(st, 200, "{v}");
+        let mut k: Vec<String> = v["shortUrls"]["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["shortCode"].as_str().unwrap().to_owned())
+            .collect();
+        k.sort();
+        k
+    };
+    assert_eq!(codes(&mut c, "tags[]=alpha"), ["t-a", "t-once"]);
+    assert_eq!(
+        codes(&mut c, "tags[]=alpha&excludeMaxVisitsReached=true"),
+        ["t-a"]
+    );
+    assert_eq!(
+        codes(&mut c, "excludeTags[]=alpha&excludeTags[]=delta"),
+        ["t-b", "t-c", "t-d"]
+    );
+    let r = c.send(
+        "GET",
+        "/api/v1/urls?exclude_max_visits_reached=true&tag=alpha",
+        true,
+        &[],
+        b"",
+    );
+    assert_eq!(r.unwrap().json()["items"][0]["key"], "t-a");
     // Kept across kill -9.
     s.kill9();
     let s = start(&dir, &flags());

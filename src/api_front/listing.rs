@@ -245,7 +245,14 @@ pub fn parse_query(
                 walk.shard = shard;
                 walk.after = Some(InlineKey::new(key.as_bytes()).ok_or_else(bad)?);
             }
-            "search" | "created_from" | "created_to" | "tag" | "tags_mode" => {
+            "search"
+            | "created_from"
+            | "created_to"
+            | "tag"
+            | "tags_mode"
+            | "exclude_tag"
+            | "exclude_tags_mode"
+            | "exclude_max_visits_reached" => {
                 content_filter(&mut walk, pair)?;
             }
             "domain" => {
@@ -266,15 +273,19 @@ pub fn parse_query(
                     None,
                     format!(
                         "unknown query parameter {other:?} (limit, cursor, domain, search, \
-                         created_from, created_to, tag, tags_mode)"
+                         created_from, created_to, tag, tags_mode, exclude_tag, \
+                         exclude_tags_mode, exclude_max_visits_reached)"
                     ),
                 ))
             }
         }
     }
-    if walk.filter.tags.as_ref().is_some_and(|t| t.tags.is_empty()) {
-        // `tags_mode` alone filters nothing.
-        std::sync::Arc::make_mut(&mut walk.filter).tags = None;
+    // A mode alone filters nothing.
+    let f = std::sync::Arc::make_mut(&mut walk.filter);
+    for t in [&mut f.tags, &mut f.exclude_tags] {
+        if t.as_ref().is_some_and(|t| t.tags.is_empty()) {
+            *t = None;
+        }
     }
     Ok(walk)
 }
@@ -294,15 +305,29 @@ fn content_filter(walk: &mut ListWalk, pair: &str) -> Result<(), Problem> {
         "created_from" => "created_from",
         "tag" => "tag",
         "tags_mode" => "tags_mode",
+        "exclude_tag" => "exclude_tag",
+        "exclude_tags_mode" => "exclude_tags_mode",
+        "exclude_max_visits_reached" => "exclude_max_visits_reached",
         _ => "created_to",
     };
     let f = std::sync::Arc::make_mut(&mut walk.filter);
-    if name == "tag" || name == "tags_mode" {
-        let t = f.tags.get_or_insert_with(Default::default);
+    if name == "exclude_max_visits_reached" {
+        f.exclude_used_up = match &*v {
+            "true" => true,
+            "false" => false,
+            _ => return Err(Problem::invalid_field(Some(name), "true or false")),
+        };
+        return Ok(());
+    }
+    if name.contains("tag") {
+        let t = match name.starts_with("exclude") {
+            true => f.exclude_tags.get_or_insert_with(Default::default),
+            false => f.tags.get_or_insert_with(Default::default),
+        };
         match name {
-            "tag" => t.tags.push(
+            "tag" | "exclude_tag" => t.tags.push(
                 shards::labels::normalize_tag(&v)
-                    .map_err(|e| Problem::invalid_field(Some("tag"), e.0))?
+                    .map_err(|e| Problem::invalid_field(Some(name), e.0))?
                     .into(),
             ),
             _ => {

@@ -495,7 +495,7 @@ impl ApiFront {
         let asked = walk.filter.clone();
         let mut filter = list_filter(asked.domains.as_deref(), reach);
         let f = Arc::make_mut(&mut filter);
-        (f.search, f.created, f.tags) = (asked.search.clone(), asked.created, asked.tags.clone());
+        f.take_content(&asked);
         walk.filter = filter;
         let first = walk.clone_empty();
         let reply = defer(out, ApiOp::List(walk));

@@ -881,7 +881,8 @@ impl ApiFront {
         let scan = params.scans().then(|| {
             let f = std::sync::Arc::make_mut(&mut filter);
             (f.search, f.created) = (params.search.map(String::into_boxed_str), params.created);
-            f.tags = params.tags;
+            (f.tags, f.exclude_tags) = (params.tags, params.exclude_tags);
+            f.exclude_used_up = params.exclude_used_up;
             Scan {
                 order: params.order,
                 matched: 0,
@@ -1421,6 +1422,10 @@ struct ListParams {
     created: Option<(u64, u64)>,
     /// `tags[]` with `tagsMode` (`any`, the default, or `all`).
     tags: Option<crate::mesh::TagFilter>,
+    /// `excludeTags[]` with `excludeTagsMode`.
+    exclude_tags: Option<crate::mesh::TagFilter>,
+    /// `excludeMaxVisitsReached=true`.
+    exclude_used_up: bool,
 }
 
 impl ListParams {
@@ -1430,6 +1435,8 @@ impl ListParams {
             || self.search.is_some()
             || self.created.is_some()
             || self.tags.is_some()
+            || self.exclude_tags.is_some()
+            || self.exclude_used_up
     }
 }
 
@@ -1441,9 +1448,11 @@ fn shlink_page(query: Option<&[u8]>) -> Result<ListParams, ShlinkError> {
         search: None,
         created: None,
         tags: None,
+        exclude_tags: None,
+        exclude_used_up: false,
     };
     let (mut from, mut to) = (None, None);
-    let mut tags = crate::mesh::TagFilter::default();
+    let (mut tags, mut excluded) = Default::default();
     for (k, v) in url::form_urlencoded::parse(query.unwrap_or_default()) {
         match &*k {
             "page" => {
@@ -1466,13 +1475,11 @@ fn shlink_page(query: Option<&[u8]>) -> Result<ListParams, ShlinkError> {
             // Expired links are never listed (docs/shlink.md), so both values list the same.
             "excludePastValidUntil" if matches!(&*v, "true" | "false") => {}
             "tags[]" | "tagsMode" => tag_param(&k, &v, &mut tags)?,
+            "excludeTags[]" | "excludeTagsMode" => tag_param(&k, &v, &mut excluded)?,
+            "excludeMaxVisitsReached" => p.exclude_used_up = shlink_bool(&v, &k)?,
             // Filters Shlink offers that need what ricochet does not keep yet are refused,
             // never silently ignored.
-            "excludeMaxVisitsReached"
-            | "excludePastValidUntil"
-            | "excludeTags[]"
-            | "excludeTagsMode"
-            | "apiKeyName" => {
+            "excludePastValidUntil" | "apiKeyName" => {
                 return Err(ShlinkError::invalid(
                     format!("{k}: this filter is not supported by this server"),
                     Some(&k),
@@ -1484,9 +1491,8 @@ fn shlink_page(query: Option<&[u8]>) -> Result<ListParams, ShlinkError> {
     if from.is_some() || to.is_some() {
         p.created = Some((from.unwrap_or(0), to.unwrap_or(u64::MAX)));
     }
-    if !tags.tags.is_empty() {
-        p.tags = Some(tags);
-    }
+    let some = |t: crate::mesh::TagFilter| (!t.tags.is_empty()).then_some(t);
+    (p.tags, p.exclude_tags) = (some(tags), some(excluded));
     if p.page.saturating_mul(p.per_page) > MAX_SHLINK_WINDOW {
         return Err(ShlinkError::invalid(
             format!("page * itemsPerPage may reach item {MAX_SHLINK_WINDOW} at most; walk further with GET /api/v1/urls?cursor="),
@@ -1553,10 +1559,11 @@ fn encode_no_content(out: &mut Vec<u8>, f: Framing<'_>) {
 }
 
 /// `tags[]` (one more tag, normalized) or `tagsMode` (`any` or `all`) into `tags`.
+/// (`excludeTags[]` and `excludeTagsMode` likewise.)
 fn tag_param(k: &str, v: &str, tags: &mut crate::mesh::TagFilter) -> Result<(), ShlinkError> {
-    if k == "tags[]" {
-        let tag = shards::labels::normalize_tag(v)
-            .map_err(|e| ShlinkError::invalid(e.0, Some("tags")))?;
+    if k.ends_with("[]") {
+        let tag =
+            shards::labels::normalize_tag(v).map_err(|e| ShlinkError::invalid(e.0, Some(k)))?;
         tags.tags.push(tag.into());
         return Ok(());
     }
@@ -1565,12 +1572,24 @@ fn tag_param(k: &str, v: &str, tags: &mut crate::mesh::TagFilter) -> Result<(), 
         "all" => true,
         _ => {
             return Err(ShlinkError::invalid(
-                "tagsMode must be any or all",
-                Some("tagsMode"),
+                format!("{k} must be any or all"),
+                Some(k),
             ))
         }
     };
     Ok(())
+}
+
+/// A Shlink boolean parameter: `true` or `false`.
+fn shlink_bool(v: &str, k: &str) -> Result<bool, ShlinkError> {
+    match v {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(ShlinkError::invalid(
+            format!("{k} must be true or false"),
+            Some(k),
+        )),
+    }
 }
 
 pub use super::listing::MAX_SEARCH_TERM_BYTES;

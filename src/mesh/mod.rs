@@ -459,6 +459,11 @@ pub struct ListFilter {
     pub tags: Option<TagFilter>,
     /// Only links with at least one tag (the tag lists, `api_front::tags`).
     pub tagged: bool,
+    /// Not the links with these tags (any or all of them: Shlink's `excludeTags[]` and
+    /// `excludeTagsMode`).
+    pub exclude_tags: Option<TagFilter>,
+    /// Not the links whose visit limit is used up (Shlink's `excludeMaxVisitsReached`).
+    pub exclude_used_up: bool,
     /// Only links created within these seconds, both included (Shlink's `startDate`,
     /// `endDate`).
     pub created: Option<(u64, u64)>,
@@ -470,6 +475,7 @@ impl ListFilter {
     pub fn admits(&self, stored: &[u8], author: shards::link::Author, b: &Behaviour) -> bool {
         let domain = shards::link::split_stored_key(stored).0;
         (b.crawlable || !self.crawlable_only)
+            && !(self.exclude_used_up && b.max_visits != 0 && b.visits >= b.max_visits)
             && self
                 .domains
                 .as_ref()
@@ -490,6 +496,7 @@ impl ListFilter {
             .is_none_or(|(from, to)| (from..=to).contains(&created_at_s))
             && self.tags.as_ref().is_none_or(|t| t.admits(labels))
             && (!self.tagged || labels.tags().next().is_some())
+            && self.exclude_tags.as_ref().is_none_or(|t| !t.admits(labels))
             && self.search.as_deref().is_none_or(|needle| {
                 let needle = needle.as_bytes();
                 contains_ignore_ascii_case(key, needle)
@@ -503,10 +510,24 @@ impl ListFilter {
             })
     }
 
+    /// The content filters of `asked` (a list request's), over this filter's reach.
+    pub fn take_content(&mut self, asked: &ListFilter) {
+        self.search.clone_from(&asked.search);
+        self.created = asked.created;
+        self.tags.clone_from(&asked.tags);
+        self.exclude_tags.clone_from(&asked.exclude_tags);
+        self.exclude_used_up = asked.exclude_used_up;
+    }
+
     /// Whether a walk with this filter must see every link (content filters can leave a
     /// page empty for a long stretch).
     pub fn scans(&self) -> bool {
-        self.search.is_some() || self.created.is_some() || self.tags.is_some() || self.tagged
+        self.search.is_some()
+            || self.created.is_some()
+            || self.tags.is_some()
+            || self.tagged
+            || self.exclude_tags.is_some()
+            || self.exclude_used_up
     }
 }
 
