@@ -220,18 +220,7 @@ pub fn parse_query(
     for pair in text.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         match name {
-            "limit" => {
-                walk.limit = value
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| (1..=u32::from(MAX_LIST_LIMIT)).contains(n))
-                    .ok_or_else(|| {
-                        Problem::invalid_field(
-                            Some("limit"),
-                            format!("limit must be a whole number from 1 to {MAX_LIST_LIMIT}"),
-                        )
-                    })?;
-            }
+            "limit" => walk.limit = parse_limit(value)?,
             "cursor" => {
                 let bad =
                     || Problem::invalid_field(Some("cursor"), "not a cursor this server issued");
@@ -280,14 +269,32 @@ pub fn parse_query(
             }
         }
     }
-    // A mode alone filters nothing.
+    drop_lone_modes(&mut walk);
+    Ok(walk)
+}
+
+/// `limit`: 1 to [`MAX_LIST_LIMIT`].
+fn parse_limit(value: &str) -> Result<u32, Problem> {
+    value
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=u32::from(MAX_LIST_LIMIT)).contains(n))
+        .ok_or_else(|| {
+            Problem::invalid_field(
+                Some("limit"),
+                format!("limit must be a whole number from 1 to {MAX_LIST_LIMIT}"),
+            )
+        })
+}
+
+/// A tags mode without tags filters nothing: no filter.
+fn drop_lone_modes(walk: &mut ListWalk) {
     let f = std::sync::Arc::make_mut(&mut walk.filter);
     for t in [&mut f.tags, &mut f.exclude_tags] {
         if t.as_ref().is_some_and(|t| t.tags.is_empty()) {
             *t = None;
         }
     }
-    Ok(walk)
 }
 
 /// Bytes of a list's search term (`?search=`, Shlink's `searchTerm`).
