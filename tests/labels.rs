@@ -462,6 +462,25 @@ fn shlinks_tag_endpoints_list_count_rename_and_delete_tags() {
         "https://shlink.io/api/error/forbidden-tag-operation"
     );
 
+    // Shlink's list ordered by visits (bots included) and by non-bot visits: each link's
+    // totals asked, then sorted; ties by key.
+    let order = |c: &mut Client, by: &str| -> Vec<String> {
+        let q = format!("/rest/v3/short-urls?orderBy={by}&itemsPerPage=3&page=1");
+        let (st, v) = shlink(c, admin, "GET", &q, b"");
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(v["shortUrls"]["pagination"]["totalItems"], 5, "{v}");
+        v["shortUrls"]["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["shortCode"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(order(&mut c, "visits-DESC"), ["t-a", "t-d", "t-b"]);
+    assert_eq!(order(&mut c, "visits-ASC"), ["t-c", "t-w", "t-b"]);
+    // The test client sends no User-Agent: every click is a bot's, so no non-bot visits.
+    assert_eq!(order(&mut c, "nonBotVisits-DESC"), ["t-a", "t-b", "t-c"]);
+
     // Renamed on every link that carries it; Shlink's refusals.
     let rename = |c: &mut Client, old: &str, new: &str| {
         let body = json!({"oldName": old, "newName": new}).to_string();

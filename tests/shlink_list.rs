@@ -209,11 +209,11 @@ fn the_list_orders_searches_and_pages_exactly_across_cores() {
 
     // Refused, naming the parameter: what ricochet cannot apply yet, and nonsense.
     for (query, field) in [
-        ("orderBy=visits-DESC", "orderBy"),
         ("orderBy=dateCreated-UP", "orderBy"),
         ("orderBy=color", "orderBy"),
-        ("tags[]=news", "tags[]"),
-        ("excludeMaxVisitsReached=true", "excludeMaxVisitsReached"),
+        ("tagsMode=some", "tagsMode"),
+        ("excludeMaxVisitsReached=yes", "excludeMaxVisitsReached"),
+        ("apiKeyName=x", "apiKeyName"),
         ("startDate=yesterday", "startDate"),
         (&format!("searchTerm={}", "x".repeat(300)), "searchTerm"),
     ] {

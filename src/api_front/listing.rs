@@ -30,6 +30,10 @@ pub enum OrderField {
     Target,
     /// The title; links without one first.
     Title,
+    /// Visits over the click window, bots included (`non_bots`: without them). Not known
+    /// while the walk goes on: the walk keeps every match in key order, and the page is
+    /// sorted once each link's totals are in (`shlink::on_list_visits`).
+    Visits { non_bots: bool },
 }
 
 /// An order: a field and a direction. Ties are broken by the stored key, ascending, so an
@@ -49,6 +53,7 @@ impl ListOrder {
             OrderField::Key => short_code(a).cmp(short_code(b)),
             OrderField::Target => a.target.cmp(&b.target),
             OrderField::Title => a.labels.title().cmp(&b.labels.title()),
+            OrderField::Visits { .. } => std::cmp::Ordering::Equal,
         };
         let primary = if self.descending {
             primary.reverse()
@@ -73,6 +78,19 @@ pub struct Scan {
     pub order: Option<ListOrder>,
     /// Links the filter admitted in all: a page's exact `totalItems`.
     pub matched: u64,
+}
+
+impl Scan {
+    /// Whether (and how: without bots, descending) the walk is ordered by visits.
+    pub fn by_visits(&self) -> Option<(bool, bool)> {
+        match self.order {
+            Some(ListOrder {
+                field: OrderField::Visits { non_bots },
+                descending,
+            }) => Some((non_bots, descending)),
+            _ => None,
+        }
+    }
 }
 
 /// A list request in progress: the shard being asked, where the walk stands, what was found.

@@ -127,6 +127,31 @@ pub struct ListVisits {
 }
 
 impl ListVisits {
+    /// If the list is ordered by visits: its links and their totals sorted by them (ties by
+    /// stored key, ascending), then `true`. Called once every link's totals are in.
+    pub fn sort_by_visits(&mut self) -> bool {
+        let Some((non_bots, descending)) =
+            self.walk.scan.as_ref().and_then(listing::Scan::by_visits)
+        else {
+            return false;
+        };
+        let figure = |(clicks, bots): (u64, u64)| match non_bots {
+            true => clicks.saturating_sub(bots),
+            false => clicks,
+        };
+        let mut pairs: Vec<(LinkInfo, (u64, u64))> = std::mem::take(&mut self.walk.items)
+            .into_iter()
+            .zip(self.totals.drain(..))
+            .collect();
+        pairs.sort_by(|a, b| {
+            let o = figure(a.1).cmp(&figure(b.1));
+            let o = if descending { o.reverse() } else { o };
+            o.then_with(|| a.0.key.as_bytes().cmp(b.0.key.as_bytes()))
+        });
+        (self.walk.items, self.totals) = pairs.into_iter().unzip();
+        true
+    }
+
     /// The whole-window stats query of the next link without totals.
     pub fn next_query(&self) -> crate::analytics::stats::StatsQuery {
         let info = &self.walk.items[self.start + self.totals.len()];

@@ -888,12 +888,19 @@ impl ApiFront {
                 matched: 0,
             }
         });
+        // By visits every match is kept (and counted, at most MAX_OVERVIEW_LINKS): the order
+        // is known only once their totals are in.
+        let by_visits = scan.as_ref().is_some_and(|s| s.by_visits().is_some());
         let walk = ListWalk {
             shard: 0,
             after: None,
             // A scan keeps the window and counts every match; a walk takes one more than the
             // window: whether another page follows.
-            limit: if scan.is_some() { window } else { window + 1 },
+            limit: match (by_visits, scan.is_some()) {
+                (true, _) => MAX_OVERVIEW_LINKS + 1,
+                (false, true) => window,
+                (false, false) => window + 1,
+            },
             items: Vec::new(),
             filter,
             scan,
@@ -1120,7 +1127,30 @@ impl ApiFront {
         let ApiOp::List(walk) = op else {
             unreachable!("called for a list walk");
         };
+        let by_visits = walk.scan.as_ref().and_then(Scan::by_visits).is_some();
         let (start, end) = match page {
+            _ if by_visits
+                && walk
+                    .scan
+                    .as_ref()
+                    .is_some_and(|s| s.matched > u64::from(MAX_OVERVIEW_LINKS)) =>
+            {
+                let e = ShlinkError {
+                    status: 422,
+                    type_: TOO_MANY_LINKS,
+                    title: "Too many links",
+                    detail: format!(
+                        "more than {MAX_OVERVIEW_LINKS} links match: a list ordered by visits \
+                         asks each one's totals; narrow it (domain, tags, dates, searchTerm) \
+                         or order by another field"
+                    ),
+                    extra: None,
+                    retry_after_s: None,
+                };
+                e.encode(out, f);
+                return Some(());
+            }
+            _ if by_visits => (0, walk.items.len()),
             OVERVIEW_PAGE if walk.items.len() > MAX_OVERVIEW_LINKS as usize => {
                 let e = ShlinkError {
                     status: 422,
@@ -1188,6 +1218,10 @@ impl ApiFront {
         }
         let body = match *page {
             OVERVIEW_PAGE => Self::reach_overview_json(&lv.totals),
+            _ if lv.sort_by_visits() => {
+                let (start, _, _) = page_bounds(&lv.walk, *page, *per_page);
+                self.list_json(&lv.walk, *page, *per_page, &lv.totals[start..])
+            }
             _ => self.list_json(&lv.walk, *page, *per_page, &lv.totals),
         };
         Some(StatsStep::Done(serde_json::to_vec(&body).expect("json")))
@@ -1600,7 +1634,7 @@ fn parse_order(v: &str) -> Result<Option<ListOrder>, ShlinkError> {
     let (field, dir) = v.rsplit_once('-').unwrap_or((v, "ASC"));
     let bad = || {
         ShlinkError::invalid(
-            format!("orderBy {v:?}: expected dateCreated, shortCode, longUrl or title, then -ASC or -DESC"),
+            format!("orderBy {v:?}: expected dateCreated, shortCode, longUrl, title, visits or nonBotVisits, then -ASC or -DESC"),
             Some("orderBy"),
         )
     };
@@ -1614,12 +1648,8 @@ fn parse_order(v: &str) -> Result<Option<ListOrder>, ShlinkError> {
         "shortCode" => OrderField::Key,
         "title" => OrderField::Title,
         "longUrl" => OrderField::Target,
-        "visits" | "nonBotVisits" => {
-            return Err(ShlinkError::invalid(
-                "orderBy visits: ordering by visits is not supported by this server",
-                Some("orderBy"),
-            ))
-        }
+        "visits" => OrderField::Visits { non_bots: false },
+        "nonBotVisits" => OrderField::Visits { non_bots: true },
         _ => return Err(bad()),
     };
     Ok(Some(ListOrder { field, descending }))

@@ -134,7 +134,25 @@ for (const [name, makeClient] of [['fetch', () => new FetchHttpClient()], ['node
   assert.ok(first.pagination.pagesCount >= 2);
 
   await rejectsWith(api.createShortUrl({ longUrl: 'https://example.com/sdk/c', customSlug: slug }), 'non-unique-slug');
-  await rejectsWith(api.createShortUrl({ longUrl: 'https://example.com/sdk/d', tags: ['x'] }), 'invalid-data');
+  await rejectsWith(api.createShortUrl({ longUrl: 'https://example.com/sdk/d', tags: ['x'.repeat(65)] }), 'invalid-data');
+
+  // Titles and tags, and the tag endpoints.
+  const tagged = await api.createShortUrl({ longUrl: 'https://example.com/sdk/t', title: ' SDK title ', tags: [`Tag ${name}`, 'b'] });
+  assert.equal(tagged.title, 'SDK title');
+  assert.deepEqual(tagged.tags, ['b', `tag-${name}`]);
+  const retagged = await api.updateShortUrl({ shortCode: tagged.shortCode }, { tags: [`tag-${name}`] });
+  assert.deepEqual([retagged.title, retagged.tags], ["SDK title", [`tag-${name}`]]);
+  assert.ok((await api.listTags()).data.includes(`tag-${name}`));
+  const stat = (await api.tagsStats()).data.find((t) => t.tag === `tag-${name}`);
+  assert.deepEqual([stat.shortUrlsCount, stat.visitsSummary.total], [1, 0]);
+  await api.editTag({ oldName: `tag-${name}`, newName: `renamed-${name}` });
+  assert.deepEqual((await api.getShortUrl({ shortCode: tagged.shortCode })).tags, [`renamed-${name}`]);
+  const byTag = await api.listShortUrls({ tags: [`renamed-${name}`] });
+  assert.deepEqual(byTag.data.map((s) => s.shortCode), [tagged.shortCode]);
+  await api.deleteTags([`renamed-${name}`]);
+  assert.deepEqual((await api.getShortUrl({ shortCode: tagged.shortCode })).tags, []);
+  await rejectsWith(api.editTag({ oldName: 'never-a-tag', newName: 'x' }), 'tag-not-found');
+  await api.deleteShortUrl({ shortCode: tagged.shortCode });
   await rejectsWith(api.createShortUrl({ longUrl: 'not a url' }), 'invalid-data');
 
   await api.deleteShortUrl({ shortCode: generated.shortCode });
