@@ -202,6 +202,8 @@ fn shlinks_web_ui_manages_links_on_ricochet_from_another_origin() {
         .collect();
     assert_eq!(visits, ["0", "3", "0"]);
     assert_eq!(codes(&v["sorted"]), ["alpha", "bravo", "charlie"]);
+    // By visits, most first (bravo's 3), ties by short code.
+    assert_eq!(codes(&v["byVisits"]), ["bravo", "alpha", "charlie"]);
     assert_eq!(codes(&v["searched"]), ["bravo"]);
 
     // Created through the form, with the component's defaults (forwardQuery on).

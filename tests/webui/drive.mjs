@@ -99,6 +99,13 @@ try {
   request = answered('GET', '/rest/v3/short-urls?page=1&orderBy=shortCode-ASC');
   await page.click('th:has-text("Short URL")');
   out.sorted = await listed(request);
+  // Sorted by visits: the first click on the column ascends, the second descends.
+  request = answered('GET', '/rest/v3/short-urls?page=1&orderBy=visits-ASC');
+  await page.click('th:has-text("Visits")');
+  await request;
+  request = answered('GET', '/rest/v3/short-urls?page=1&orderBy=visits-DESC');
+  await page.click('th:has-text("Visits")');
+  out.byVisits = await listed(request);
   request = answered('GET', '/rest/v3/short-urls?page=1&searchTerm=bravo');
   await page.fill('input[placeholder="Search..."]', 'bravo');
   await request;
