@@ -23,30 +23,9 @@ use std::time::{Duration, Instant};
 const CHROME: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/120.0.0.0 Safari/537.36";
 const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0";
 
-fn available() -> bool {
-    let ok = Path::new("/usr/bin/chromium").exists()
-        && Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/browser/node_modules/playwright-core"
-        ))
-        .exists()
-        && Command::new("node")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("RICOCHET_REQUIRE_BROWSER").is_none(),
-            "RICOCHET_REQUIRE_BROWSER is set but chromium, node or tests/browser/node_modules is missing"
-        );
-        eprintln!("SKIPPED: needs /usr/bin/chromium, node and `npm ci --prefix tests/browser`");
-    }
-    ok
-}
-
 #[test]
 fn the_stats_page_shows_a_links_clicks_in_chromium() {
-    if !available() {
+    if !common::browser_ready("browser", &["playwright-core"]) {
         return;
     }
     let (_t, dir) = data_dir();

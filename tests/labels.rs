@@ -166,24 +166,14 @@ fn titles_and_tags_are_kept_filtered_and_searched_on_every_core() {
         model.insert(r.key(), (title.map(|t| t.trim().to_owned()), want));
     }
     // Through Shlink's API too.
-    let shlink = [
-        ("X-Api-Key", api::API_KEY),
-        ("Content-Type", "application/json"),
-    ];
+    let admin = api::API_KEY;
     let body = json!({"longUrl": "https://labelled.example/shlink", "customSlug": "from-shlink",
                       "title": "Shlink Link 1", "tags": ["Imported", "odd"]});
-    let r = c
-        .send(
-            "POST",
-            "/rest/v3/short-urls",
-            false,
-            &shlink,
-            body.to_string().as_bytes(),
-        )
-        .unwrap();
-    assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.json()["tags"], json!(["imported", "odd"]));
-    assert_eq!(r.json()["title"], "Shlink Link 1");
+    let path = "/rest/v3/short-urls";
+    let (st, v) = shlink(&mut c, admin, "POST", path, body.to_string().as_bytes());
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["tags"], json!(["imported", "odd"]));
+    assert_eq!(v["title"], "Shlink Link 1");
     model.insert(
         "from-shlink".into(),
         (
@@ -204,33 +194,25 @@ fn titles_and_tags_are_kept_filtered_and_searched_on_every_core() {
     let r = c.patch(d, &json!({"title": null, "tags": []}));
     assert_eq!(r.status, 200, "{}", r.text());
     *model.get_mut(d).unwrap() = (None, vec![]);
-    let r = c
-        .send(
-            "PATCH",
-            "/rest/v3/short-urls/from-shlink",
-            false,
-            &shlink,
-            br#"{"tags": ["odd"]}"#,
-        )
-        .unwrap();
-    assert_eq!(r.status, 200, "{}", r.text());
+    let path = "/rest/v3/short-urls/from-shlink";
+    let (st, v) = shlink(&mut c, admin, "PATCH", path, br#"{"tags": ["odd"]}"#);
+    assert_eq!(st, 200, "{v}");
     model.get_mut("from-shlink").unwrap().1 = vec!["odd".into()];
 
     let all: Vec<&String> = model.keys().collect();
     assert_eq!(labels_of(&mut c, &all), model);
     check_lists(&mut c, &model, 0);
     // Shlink's list: tags[] with tagsMode, and orderBy=title (links without one first).
-    let r = c
-        .send(
-            "GET",
-            "/rest/v3/short-urls?tags[]=odd&tags[]=new&tagsMode=any&itemsPerPage=500&orderBy=title-ASC",
-            false,
-            &shlink,
-            b"",
-        )
-        .unwrap();
-    assert_eq!(r.status, 200, "{}", r.text());
-    let data = r.json()["shortUrls"]["data"].clone();
+    let q = "tags[]=odd&tags[]=new&tagsMode=any&itemsPerPage=500&orderBy=title-ASC";
+    let (st, v) = shlink(
+        &mut c,
+        admin,
+        "GET",
+        &format!("/rest/v3/short-urls?{q}"),
+        b"",
+    );
+    assert_eq!(st, 200, "{v}");
+    let data = v["shortUrls"]["data"].clone();
     let got: Vec<String> = data
         .as_array()
         .unwrap()
@@ -318,22 +300,11 @@ fn bad_titles_and_tags_are_refused_naming_the_field() {
     let r = c.create(&json!({"long_url": "https://e.example/", "tags": ["x".repeat(64)]}));
     assert_eq!(r.status, 201, "{}", r.text());
     // Shlink's API: invalid-data naming the field.
-    let shlink = [
-        ("X-Api-Key", api::API_KEY),
-        ("Content-Type", "application/json"),
-    ];
-    let r = c
-        .send(
-            "POST",
-            "/rest/v3/short-urls",
-            false,
-            &shlink,
-            br#"{"longUrl": "https://e.example/", "tags": ["ok", ""]}"#,
-        )
-        .unwrap();
-    assert_eq!(r.status, 400, "{}", r.text());
-    assert_eq!(r.json()["type"], "https://shlink.io/api/error/invalid-data");
-    assert_eq!(r.json()["invalidElements"], json!(["tags"]), "{}", r.text());
+    let body = br#"{"longUrl": "https://e.example/", "tags": ["ok", ""]}"#;
+    let (st, v) = shlink(&mut c, api::API_KEY, "POST", "/rest/v3/short-urls", body);
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(v["type"], "https://shlink.io/api/error/invalid-data");
+    assert_eq!(v["invalidElements"], json!(["tags"]), "{v}");
     let r = c
         .send("GET", "/api/v1/urls?tags_mode=some", true, &[], b"")
         .unwrap();

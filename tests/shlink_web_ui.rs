@@ -28,25 +28,6 @@ use std::time::{Duration, Instant};
 /// `visit-log-off`).
 const NOT_YET_BUILT: &[(&str, &str, u64)] = &[];
 
-fn available() -> bool {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/webui/node_modules");
-    let ok = Path::new("/usr/bin/chromium").exists()
-        && dir.join("@shlinkio/shlink-web-component").exists()
-        && dir.join("playwright-core").exists()
-        && Command::new("node")
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("RICOCHET_REQUIRE_BROWSER").is_none(),
-            "RICOCHET_REQUIRE_BROWSER is set but chromium, node or tests/webui/node_modules is missing"
-        );
-        eprintln!("SKIPPED: needs /usr/bin/chromium, node and `npm ci --prefix tests/webui`");
-    }
-    ok
-}
-
 /// The short codes of a step's table rows, in their order.
 fn codes(rows: &Value) -> Vec<String> {
     rows.as_array()
@@ -175,7 +156,10 @@ fn check_tags(v: &Value, c: &mut Client) {
 
 #[test]
 fn shlinks_web_ui_manages_links_on_ricochet_from_another_origin() {
-    if !available() {
+    if !common::browser_ready(
+        "webui",
+        &["@shlinkio/shlink-web-component", "playwright-core"],
+    ) {
         return;
     }
     let (_t, dir) = data_dir();

@@ -166,32 +166,22 @@ impl Labels {
         Labels::new(self.title(), tags)
     }
 
-    /// These labels with tag `from` renamed `to` (both normalized), if it carries `from`;
-    /// `None` if it does not.
-    pub fn renamed(&self, from: &str, to: &str) -> Option<Labels> {
-        if !self.has_tag(from) {
+    /// These labels with tags `from` taken off and `to` put on in their place (all
+    /// normalized), if they carry any of `from`; `None` if they carry none (a tag rename is
+    /// one `from` and a `to`, a removal no `to`).
+    pub fn retagged<S: AsRef<str>>(&self, from: &[S], to: Option<&str>) -> Option<Labels> {
+        let taken = |t: &str| from.iter().any(|f| f.as_ref() == t);
+        if !self.tags().any(taken) {
             return None;
         }
         let mut tags: Vec<String> = self
             .tags()
-            .map(|t| if t == from { to } else { t })
+            .filter(|t| !taken(t))
+            .chain(to)
             .map(str::to_owned)
             .collect();
         tags.sort_unstable();
         tags.dedup();
-        Some(Labels::of_normal(self.title(), &tags))
-    }
-
-    /// These labels without tag `tag`, if it carries it; `None` if it does not.
-    pub fn without_tag(&self, tag: &str) -> Option<Labels> {
-        if !self.has_tag(tag) {
-            return None;
-        }
-        let tags: Vec<String> = self
-            .tags()
-            .filter(|t| *t != tag)
-            .map(str::to_owned)
-            .collect();
         Some(Labels::of_normal(self.title(), &tags))
     }
 
@@ -389,16 +379,24 @@ mod tests {
     #[test]
     fn rename_and_removal_keep_the_canonical_form() {
         let l = Labels::new(Some("t"), &["a", "c"]).unwrap();
-        let r = l.renamed("a", "d").unwrap();
+        let r = l.retagged(&["a"], Some("d")).unwrap();
         assert_eq!(r.tags().collect::<Vec<_>>(), ["c", "d"]);
         assert_eq!(
-            l.renamed("a", "c").unwrap().tags().collect::<Vec<_>>(),
+            l.retagged(&["a"], Some("c"))
+                .unwrap()
+                .tags()
+                .collect::<Vec<_>>(),
             ["c"]
         );
-        assert!(l.renamed("x", "y").is_none());
+        assert!(l.retagged(&["x"], Some("y")).is_none());
         let only = Labels::new::<&str>(None, &["a"]).unwrap();
-        assert_eq!(only.without_tag("a").unwrap(), Labels::NONE);
-        for x in [r, l.without_tag("c").unwrap()] {
+        assert_eq!(only.retagged::<&str>(&["a"], None).unwrap(), Labels::NONE);
+        // Several taken off at once, one of them not carried.
+        assert_eq!(
+            l.retagged(&["a", "c", "z"], None).unwrap().title(),
+            Some("t")
+        );
+        for x in [r, l.retagged::<&str>(&["c"], None).unwrap()] {
             let mut b = Vec::new();
             x.encode_block(&mut b);
             assert_eq!(decode_block(&b).unwrap(), (x.clone(), b.len()));

@@ -139,18 +139,7 @@ pub struct Retag {
 impl Retag {
     /// `labels` retagged, or `None` if it carries none of `from`.
     pub fn apply(&self, labels: &shards::labels::Labels) -> Option<shards::labels::Labels> {
-        if !self.from.iter().any(|t| labels.has_tag(t)) {
-            return None;
-        }
-        let mut tags: Vec<&str> = labels
-            .tags()
-            .filter(|t| !self.from.iter().any(|f| f == t))
-            .collect();
-        tags.extend(self.to.as_deref());
-        Some(
-            shards::labels::Labels::new(labels.title(), &tags)
-                .expect("a retag never adds more tags than it takes off"),
-        )
+        labels.retagged(&self.from, self.to.as_deref())
     }
 }
 

@@ -668,23 +668,19 @@ impl ApiFront {
         match outcome {
             WriteOutcome::Listed(page) if walking => {
                 let shards = self.router.shard_count();
-                let done = e
-                    .walk
-                    .take(page.items, (page.complete, page.resume), shards);
-                if e.too_many() {
-                    ShlinkError::too_many_tagged().encode(out, f);
-                    return Some(());
-                }
-                done?;
-                match e.walked() {
-                    Ok(true) => return None,
-                    Ok(false) => encode_no_content(out, f),
-                    Err(EditRefusal::NotFound) => {
-                        ShlinkError::tag(404, TAG_NOT_FOUND).encode(out, f)
-                    }
-                    Err(EditRefusal::Conflict) => {
-                        ShlinkError::tag(409, TAG_CONFLICT).encode(out, f)
-                    }
+                match super::tags::take_tagged(&mut e.walk, *page, shards) {
+                    None => ShlinkError::too_many_tagged().encode(out, f),
+                    Some(false) => return None,
+                    Some(true) => match e.walked() {
+                        Ok(true) => return None,
+                        Ok(false) => encode_no_content(out, f),
+                        Err(EditRefusal::NotFound) => {
+                            ShlinkError::tag(404, TAG_NOT_FOUND).encode(out, f)
+                        }
+                        Err(EditRefusal::Conflict) => {
+                            ShlinkError::tag(409, TAG_CONFLICT).encode(out, f)
+                        }
+                    },
                 }
             }
             // A link deleted meanwhile has no tags to change.
@@ -713,14 +709,14 @@ impl ApiFront {
             return Some(());
         };
         let shards = self.router.shard_count();
-        let done = t
-            .walk
-            .take(page.items, (page.complete, page.resume), shards);
-        if t.too_many() {
-            ShlinkError::too_many_tagged().encode(out, f);
-            return Some(());
+        match super::tags::take_tagged(&mut t.walk, *page, shards) {
+            None => {
+                ShlinkError::too_many_tagged().encode(out, f);
+                return Some(());
+            }
+            Some(false) => return None,
+            Some(true) => {}
         }
-        done?;
         if t.walked(self.clicks.is_some()) {
             return None;
         }

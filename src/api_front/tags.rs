@@ -128,11 +128,6 @@ impl TagsWalk {
         self.totals.is_none()
     }
 
-    /// Whether the walk reached more than [`MAX_TAGGED_LINKS`].
-    pub fn too_many(&self) -> bool {
-        self.walk.items.len() > MAX_TAGGED_LINKS as usize
-    }
-
     /// The walk is over: with `counting` (stats, analytics on, some links), the links'
     /// totals are asked next (`true`); else the answer is ready (`false`).
     pub fn walked(&mut self, counting: bool) -> bool {
@@ -222,7 +217,7 @@ impl TagsWalk {
                 .as_ref()
                 .and_then(|t| t.get(i).copied())
                 .unwrap_or((0, 0));
-            for tag in tags_of(info) {
+            for tag in info.labels.tags() {
                 let f = out.entry(tag.to_owned()).or_default();
                 *f = (f.0 + 1, f.1 + clicks, f.2 + bots);
             }
@@ -231,8 +226,15 @@ impl TagsWalk {
     }
 }
 
-fn tags_of(info: &LinkInfo) -> shards::labels::Tags<'_> {
-    info.labels.tags()
+/// A tag walk's owner reply taken in: `Some(true)` once the walk is over, `Some(false)`
+/// while it goes on, `None` once it holds more than [`MAX_TAGGED_LINKS`] links (refused).
+pub fn take_tagged(
+    walk: &mut ListWalk,
+    page: crate::mesh::ListedShard,
+    shards: u32,
+) -> Option<bool> {
+    let done = walk.take(page.items, (page.complete, page.resume), shards);
+    (walk.items.len() <= MAX_TAGGED_LINKS as usize).then_some(done.is_some())
 }
 
 /// Shlink's `PUT /rest/v3/tags` (rename) or `DELETE /rest/v3/tags` (removal) in progress:
@@ -268,11 +270,6 @@ impl TagEdit {
     /// Whether the walk over the links goes on.
     pub fn is_walking(&self) -> bool {
         self.next.is_none()
-    }
-
-    /// Whether the walk reached more than [`MAX_TAGGED_LINKS`].
-    pub fn too_many(&self) -> bool {
-        self.walk.items.len() > MAX_TAGGED_LINKS as usize
     }
 
     /// The walk is over: the links carrying the old tags are changed next (`Ok(true)`),

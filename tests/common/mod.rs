@@ -402,3 +402,27 @@ impl Reader {
 pub fn get(key: &str) -> Vec<u8> {
     format!("GET /{key} HTTP/1.1\r\nHost: t\r\n\r\n").into_bytes()
 }
+
+/// Whether a browser test can run: Debian's chromium, node, and `tests/{dir}/node_modules`
+/// holding each of `packages`. If not, the test skips saying so, unless
+/// `RICOCHET_REQUIRE_BROWSER` is set (`.ci/run` sets it): then it fails.
+pub fn browser_ready(dir: &str, packages: &[&str]) -> bool {
+    let modules = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(dir)
+        .join("node_modules");
+    let ok = Path::new("/usr/bin/chromium").exists()
+        && packages.iter().all(|p| modules.join(p).exists())
+        && std::process::Command::new("node")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("RICOCHET_REQUIRE_BROWSER").is_none(),
+            "RICOCHET_REQUIRE_BROWSER is set but chromium, node or tests/{dir}/node_modules is missing"
+        );
+        eprintln!("SKIPPED: needs /usr/bin/chromium, node and `npm ci --prefix tests/{dir}`");
+    }
+    ok
+}
