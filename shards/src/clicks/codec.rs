@@ -65,7 +65,7 @@ fn put_facets(out: &mut Vec<u8>, facets: &[FacetCount]) {
 }
 
 /// Fills in the header of the frame that starts at `start`.
-fn seal(out: &mut [u8], start: usize) {
+pub(super) fn seal(out: &mut [u8], start: usize) {
     let len = out.len() - start - FRAME_HEADER_BYTES;
     assert!(
         len <= MAX_CLICK_RECORD_BYTES,
@@ -139,20 +139,9 @@ fn truncate_value(v: &str) -> &str {
 /// Decodes the frame at the start of `buf`: `Ok(None)` if `buf` ends before it does (a torn
 /// tail, or more bytes to come), else the record and the bytes it took.
 pub fn decode(buf: &[u8]) -> Result<Option<(Record, usize)>, DecodeError> {
-    if buf.len() < FRAME_HEADER_BYTES {
-        return Ok(None);
-    }
-    let len = u32::from_le_bytes(buf[0..4].try_into().expect("4 bytes")) as usize;
-    if len > MAX_CLICK_RECORD_BYTES {
-        return Err(DecodeError::TooLong(len));
-    }
-    let crc = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes"));
-    let Some(payload) = buf.get(FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + len) else {
+    let Some((payload, len)) = frame(buf)? else {
         return Ok(None);
     };
-    if crc32c::crc32c(payload) != crc {
-        return Err(DecodeError::Checksum);
-    }
     let mut r = Reader { b: payload };
     let rec = match r.u8()? {
         1 => {
@@ -207,15 +196,35 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Record, usize)>, DecodeError> {
     if !r.b.is_empty() {
         return Err(DecodeError::Malformed("bytes after the record"));
     }
-    Ok(Some((rec, FRAME_HEADER_BYTES + len)))
+    Ok(Some((rec, len)))
 }
 
-struct Reader<'a> {
-    b: &'a [u8],
+/// The payload of the frame `buf` starts with and the frame's length; `None` if `buf` holds
+/// only part of it. The checksum is checked; the payload's bytes are the caller's to read.
+pub(super) fn frame(buf: &[u8]) -> Result<Option<(&[u8], usize)>, DecodeError> {
+    if buf.len() < FRAME_HEADER_BYTES {
+        return Ok(None);
+    }
+    let len = u32::from_le_bytes(buf[0..4].try_into().expect("4 bytes")) as usize;
+    if len > MAX_CLICK_RECORD_BYTES {
+        return Err(DecodeError::TooLong(len));
+    }
+    let crc = u32::from_le_bytes(buf[4..8].try_into().expect("4 bytes"));
+    let Some(payload) = buf.get(FRAME_HEADER_BYTES..FRAME_HEADER_BYTES + len) else {
+        return Ok(None);
+    };
+    if crc32c::crc32c(payload) != crc {
+        return Err(DecodeError::Checksum);
+    }
+    Ok(Some((payload, FRAME_HEADER_BYTES + len)))
+}
+
+pub(super) struct Reader<'a> {
+    pub(super) b: &'a [u8],
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         if self.b.len() < n {
             return Err(DecodeError::Malformed("record ends early"));
         }
@@ -223,19 +232,19 @@ impl<'a> Reader<'a> {
         self.b = t;
         Ok(h)
     }
-    fn u8(&mut self) -> Result<u8, DecodeError> {
+    pub(super) fn u8(&mut self) -> Result<u8, DecodeError> {
         Ok(self.take(1)?[0])
     }
-    fn u16(&mut self) -> Result<u16, DecodeError> {
+    pub(super) fn u16(&mut self) -> Result<u16, DecodeError> {
         Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2")))
     }
-    fn u32(&mut self) -> Result<u32, DecodeError> {
+    pub(super) fn u32(&mut self) -> Result<u32, DecodeError> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
     }
-    fn u64(&mut self) -> Result<u64, DecodeError> {
+    pub(super) fn u64(&mut self) -> Result<u64, DecodeError> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
     }
-    fn key(&mut self) -> Result<super::ShortKey, DecodeError> {
+    pub(super) fn key(&mut self) -> Result<super::ShortKey, DecodeError> {
         let n = self.u8()? as usize;
         if n == 0 || n > MAX_STORED_KEY_BYTES {
             return Err(DecodeError::Malformed("key length"));

@@ -4,7 +4,8 @@
 //!
 //! What is stored is already aggregated and classified: counts, HyperLogLog registers and
 //! low-cardinality facet values (referrer host, country code, browser, OS, device class).
-//! No IP address, user agent, full referrer URL or query string reaches this module.
+//! No IP address, user agent, full referrer URL or query string reaches this module, except
+//! the opt-in visit log (`visits`): user agents and addresses cut to their network.
 
 pub mod codec;
 pub mod files;
@@ -13,6 +14,7 @@ pub mod hll;
 pub mod key;
 mod store;
 mod table;
+pub mod visits;
 
 pub use hll::{Hll, RegUpdate};
 pub use key::ShortKey;

@@ -1,0 +1,606 @@
+//! The opt-in visit log (`--visit-log-days`): one record per combined click, kept for
+//! Shlink's visit pages. Off by default; the aggregates (`ClickStore`) never depend on it.
+//!
+//! ```text
+//! clicks/visits/core-<c>.log   frame*          (codec's frame: len:u32le crc:u32le payload)
+//! payload := 1 klen:u8 key[klen] at_ms:u64 count:u32 flags:u8 country:[u8;2]
+//!            ipkind:u8 ip[0|3|6] rlen:u8 referrer[rlen] ualen:u16 ua[ualen]
+//! flags   := bit 0 bot
+//! ipkind  := 0 none | 4 IPv4 /24 (3 bytes) | 6 IPv6 /48 (6 bytes)
+//! ```
+//!
+//! One owner core's book ([`VisitBook`]) holds its keys' visits in memory, in arrival order,
+//! and appends each one's frame to its file; the aggregator makes the appended frames durable
+//! at each click sync (the same ~1.1 s window as clicks). Bounds: at most
+//! [`MAX_LOGGED_VISITS_PER_LINK_DAY`] visits of one link on one day are logged (the rest are
+//! counted, not logged), and at most `max_records` records per core (the oldest go first).
+//!
+//! The file is only appended to, except that it is rewritten whole from memory (temp file,
+//! fsync, rename) when a purge removed a link's visits (so they are gone from the disk too,
+//! not only from answers), when retention dropped a day, and when evicted records make up
+//! most of it. A core-count change, or a file of a core that no longer exists, rewrites every
+//! core's file at start with the records sorted to their new owners.
+//!
+//! Privacy: the address is cut to its network (IPv4 /24, IPv6 /48, as Shlink anonymizes) or
+//! dropped before it reaches this module; the referrer is a host, never a URL.
+
+use super::codec::{self, DecodeError, Reader, FRAME_HEADER_BYTES};
+use super::{Day, ShortKey};
+use crate::durable::{create_dir_durable, sync_dir, write_atomic_paced};
+use crate::error::Error;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Visits of one link on one UTC day that are logged; later ones are counted in the
+/// aggregates only (one busy link cannot push every other link's visits out).
+pub const MAX_LOGGED_VISITS_PER_LINK_DAY: u32 = 10_000;
+/// Records one owner core's visit log holds by default; past it the oldest are dropped
+/// (about 100 bytes of memory and disk each, strings shared).
+pub const MAX_LOGGED_VISITS_PER_CORE: usize = 1_000_000;
+/// Longest user agent logged (the combiner cuts them there already).
+pub const MAX_VISIT_UA_BYTES: usize = 512;
+/// Longest referrer host logged.
+pub const MAX_VISIT_REFERRER_BYTES: usize = 255;
+/// Bytes of dead records (evicted) a log may carry beyond its live ones before it is
+/// rewritten.
+pub const VISIT_LOG_SLACK_BYTES: u64 = 16 << 20;
+/// The most one `write` of a rewrite copies (a pause point between two).
+const WRITE_CHUNK_BYTES: usize = super::files::CLICK_WRITE_CHUNK_BYTES;
+
+/// The visit log's directory under the data dir.
+pub fn dir_of(data_dir: &Path) -> PathBuf {
+    data_dir.join("clicks").join("visits")
+}
+
+/// A visitor's address as logged: its network only, or nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AnonIp {
+    None,
+    /// The first three bytes of an IPv4 address (a /24).
+    V4([u8; 3]),
+    /// The first six bytes of an IPv6 address (a /48).
+    V6([u8; 6]),
+}
+
+impl AnonIp {
+    /// `ip` (IPv6, or IPv4-mapped) cut to its network; [`AnonIp::None`] when `keep` is false.
+    pub fn of(ip: &[u8; 16], keep: bool) -> AnonIp {
+        if !keep {
+            return AnonIp::None;
+        }
+        let v6 = std::net::Ipv6Addr::from(*ip);
+        match v6.to_ipv4_mapped() {
+            Some(v4) => {
+                let o = v4.octets();
+                AnonIp::V4([o[0], o[1], o[2]])
+            }
+            None => {
+                let mut n = [0; 6];
+                n.copy_from_slice(&ip[..6]);
+                AnonIp::V6(n)
+            }
+        }
+    }
+
+    /// The network written as an address with its host part zero (`203.0.113.0`,
+    /// `2001:db8:1::`); `None` when no address is kept.
+    pub fn text(&self) -> Option<String> {
+        match self {
+            AnonIp::None => None,
+            AnonIp::V4(o) => Some(std::net::Ipv4Addr::new(o[0], o[1], o[2], 0).to_string()),
+            AnonIp::V6(n) => {
+                let mut b = [0u8; 16];
+                b[..6].copy_from_slice(n);
+                Some(std::net::Ipv6Addr::from(b).to_string())
+            }
+        }
+    }
+}
+
+/// One logged visit (or `count` identical ones: same visitor, user agent and referrer in one
+/// click batch).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Visit {
+    pub key: ShortKey,
+    /// When its click batch was sealed (unix ms): within a sweep (~0.1 s) of the redirect.
+    pub at_ms: u64,
+    pub count: u32,
+    pub bot: bool,
+    /// ISO 3166 alpha-2, `ZZ` unknown.
+    pub country: [u8; 2],
+    pub ip: AnonIp,
+    /// The `Referer`'s host; empty for none.
+    pub referrer: Arc<str>,
+    /// The `User-Agent`, cut at [`MAX_VISIT_UA_BYTES`]; empty for none.
+    pub user_agent: Arc<str>,
+}
+
+impl Visit {
+    pub fn day(&self) -> Day {
+        super::day_of(self.at_ms / 1000)
+    }
+
+    /// Appends the visit's frame.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(&[0; FRAME_HEADER_BYTES]);
+        out.push(1);
+        let key = self.key.as_bytes();
+        out.push(key.len() as u8);
+        out.extend_from_slice(key);
+        out.extend_from_slice(&self.at_ms.to_le_bytes());
+        out.extend_from_slice(&self.count.to_le_bytes());
+        out.push(u8::from(self.bot));
+        out.extend_from_slice(&self.country);
+        match self.ip {
+            AnonIp::None => out.push(0),
+            AnonIp::V4(o) => {
+                out.push(4);
+                out.extend_from_slice(&o);
+            }
+            AnonIp::V6(n) => {
+                out.push(6);
+                out.extend_from_slice(&n);
+            }
+        }
+        let r = cut(&self.referrer, MAX_VISIT_REFERRER_BYTES);
+        out.push(r.len() as u8);
+        out.extend_from_slice(r.as_bytes());
+        let ua = cut(&self.user_agent, MAX_VISIT_UA_BYTES);
+        out.extend_from_slice(&(ua.len() as u16).to_le_bytes());
+        out.extend_from_slice(ua.as_bytes());
+        codec::seal(out, start);
+    }
+
+    /// The bytes of the visit's frame.
+    pub fn encoded_len(&self) -> usize {
+        let ip = match self.ip {
+            AnonIp::None => 0,
+            AnonIp::V4(_) => 3,
+            AnonIp::V6(_) => 6,
+        };
+        FRAME_HEADER_BYTES
+            + 1
+            + 1
+            + self.key.as_bytes().len()
+            + 8
+            + 4
+            + 1
+            + 2
+            + 1
+            + ip
+            + 1
+            + cut(&self.referrer, MAX_VISIT_REFERRER_BYTES).len()
+            + 2
+            + cut(&self.user_agent, MAX_VISIT_UA_BYTES).len()
+    }
+
+    /// The visit the frame at the start of `buf` holds, and the frame's length; `None` if
+    /// `buf` holds only part of a frame. Strings are shared through `interned`.
+    pub fn decode(
+        buf: &[u8],
+        interned: &mut HashSet<Arc<str>>,
+    ) -> Result<Option<(Visit, usize)>, DecodeError> {
+        let Some((payload, len)) = codec::frame(buf)? else {
+            return Ok(None);
+        };
+        let mut r = Reader { b: payload };
+        if r.u8()? != 1 {
+            return Err(DecodeError::Malformed("visit record type"));
+        }
+        let key = r.key()?;
+        let at_ms = r.u64()?;
+        let count = r.u32()?;
+        let flags = r.u8()?;
+        if count == 0 || flags > 1 {
+            return Err(DecodeError::Malformed("visit count or flags"));
+        }
+        let country: [u8; 2] = r.take(2)?.try_into().expect("2");
+        let ip = match r.u8()? {
+            0 => AnonIp::None,
+            4 => AnonIp::V4(r.take(3)?.try_into().expect("3")),
+            6 => AnonIp::V6(r.take(6)?.try_into().expect("6")),
+            _ => return Err(DecodeError::Malformed("visit address kind")),
+        };
+        let rlen = usize::from(r.u8()?);
+        let referrer = text(r.take(rlen)?, interned)?;
+        let ualen = usize::from(r.u16()?);
+        if ualen > MAX_VISIT_UA_BYTES {
+            return Err(DecodeError::Malformed("user agent length"));
+        }
+        let user_agent = text(r.take(ualen)?, interned)?;
+        if !r.b.is_empty() {
+            return Err(DecodeError::Malformed("bytes after the visit"));
+        }
+        let v = Visit {
+            key,
+            at_ms,
+            count,
+            bot: flags & 1 == 1,
+            country,
+            ip,
+            referrer,
+            user_agent,
+        };
+        Ok(Some((v, len)))
+    }
+}
+
+fn text(b: &[u8], interned: &mut HashSet<Arc<str>>) -> Result<Arc<str>, DecodeError> {
+    let s = std::str::from_utf8(b).map_err(|_| DecodeError::Malformed("text not UTF-8"))?;
+    if let Some(a) = interned.get(s) {
+        return Ok(a.clone());
+    }
+    let a: Arc<str> = s.into();
+    interned.insert(a.clone());
+    Ok(a)
+}
+
+/// `s` cut to at most `max` bytes at a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Which visits a query lists.
+pub struct VisitQuery<'a> {
+    /// Whether a stored key is asked for.
+    pub keys: &'a dyn Fn(&[u8]) -> bool,
+    /// Visits at `from_ms..=to_ms` (unix ms).
+    pub from_ms: u64,
+    pub to_ms: u64,
+    pub exclude_bots: bool,
+    /// Visits (not records) skipped from the newest, and the most listed after them.
+    pub skip: u64,
+    pub take: usize,
+}
+
+/// A query's answer: how many visits match, and the page of them, newest first (one entry
+/// per visit: a record of `count` visits is listed `count` times).
+#[derive(Debug, Default)]
+pub struct VisitPage {
+    pub total: u64,
+    pub visits: Vec<Visit>,
+}
+
+/// One owner core's visit log.
+pub struct VisitBook {
+    path: PathBuf,
+    file: File,
+    /// Bytes of the file, and of its frames still in memory.
+    file_len: u64,
+    live_bytes: u64,
+    ring: VecDeque<Visit>,
+    max_records: usize,
+    /// Visits logged per link per day (the days not yet closed).
+    per_link_day: HashMap<(ShortKey, Day), u32>,
+    newest_day: Day,
+    /// Frames not yet written, and the file's length before them (a failed write is cut back
+    /// to it).
+    pending: Vec<u8>,
+    /// Visits not logged: their link's day was full, or a record did not fit.
+    pub capped: u64,
+}
+
+impl VisitBook {
+    /// Logs `v` (unless its link's day is full). Written at the next [`VisitBook::sync`].
+    pub fn add(&mut self, v: Visit) -> bool {
+        let day = v.day();
+        if day > self.newest_day {
+            self.newest_day = day;
+            let keep_from = day.saturating_sub(1);
+            self.per_link_day.retain(|(_, d), _| *d >= keep_from);
+        }
+        let n = self.per_link_day.entry((v.key.clone(), day)).or_default();
+        let room = MAX_LOGGED_VISITS_PER_LINK_DAY.saturating_sub(*n);
+        if room == 0 {
+            self.capped += u64::from(v.count);
+            return false;
+        }
+        let v = match v.count > room {
+            true => {
+                self.capped += u64::from(v.count - room);
+                Visit { count: room, ..v }
+            }
+            false => v,
+        };
+        *n += v.count;
+        v.encode(&mut self.pending);
+        self.push(v);
+        true
+    }
+
+    fn push(&mut self, v: Visit) {
+        self.live_bytes += v.encoded_len() as u64;
+        self.ring.push_back(v);
+        while self.ring.len() > self.max_records {
+            let old = self.ring.pop_front().expect("over the bound");
+            self.live_bytes -= old.encoded_len() as u64;
+        }
+    }
+
+    /// Records held.
+    pub fn len(&self) -> usize {
+        self.ring.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ring.is_empty()
+    }
+
+    /// Whether frames wait for [`VisitBook::sync`].
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Writes the frames added since the last sync and fdatasyncs them (`pause` between
+    /// writes of [`WRITE_CHUNK_BYTES`]). On failure the file is cut back and the frames are
+    /// kept for the next try. A log mostly made of evicted records is rewritten instead.
+    pub fn sync(&mut self, pause: &mut dyn FnMut()) -> io::Result<()> {
+        if self.file_len + self.pending.len() as u64 > 2 * self.live_bytes + VISIT_LOG_SLACK_BYTES {
+            return self.rewrite(pause);
+        }
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let r = crate::durable::write_all_paced(
+            &mut self.file,
+            &self.pending,
+            WRITE_CHUNK_BYTES,
+            pause,
+        )
+        .and_then(|_| self.file.sync_data());
+        match r {
+            Ok(()) => {
+                self.file_len += self.pending.len() as u64;
+                self.pending.clear();
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.file.set_len(self.file_len);
+                Err(e)
+            }
+        }
+    }
+
+    /// Forgets every visit of `key`, in memory and on disk (the file is rewritten).
+    pub fn purge(&mut self, key: &[u8], pause: &mut dyn FnMut()) -> io::Result<()> {
+        let before = self.ring.len();
+        self.ring.retain(|v| v.key.as_bytes() != key);
+        self.per_link_day.retain(|(k, _), _| k.as_bytes() != key);
+        if self.ring.len() == before && self.pending.is_empty() {
+            return Ok(());
+        }
+        self.recount();
+        self.rewrite(pause)
+    }
+
+    /// Forgets the visits of days before `first_day` (retention); rewrites the file if any
+    /// were held.
+    pub fn retain_from(&mut self, first_day: Day, pause: &mut dyn FnMut()) -> io::Result<()> {
+        let before = self.ring.len();
+        self.ring.retain(|v| v.day() >= first_day);
+        if self.ring.len() == before {
+            return Ok(());
+        }
+        self.recount();
+        self.rewrite(pause)
+    }
+
+    fn recount(&mut self) {
+        self.live_bytes = self.ring.iter().map(|v| v.encoded_len() as u64).sum();
+    }
+
+    /// Replaces the file with the records in memory, atomically and durably.
+    fn rewrite(&mut self, pause: &mut dyn FnMut()) -> io::Result<()> {
+        let mut bytes = Vec::with_capacity(self.live_bytes as usize);
+        for v in &self.ring {
+            v.encode(&mut bytes);
+        }
+        let dir = self.path.parent().expect("in the visits dir");
+        let name = self
+            .path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("utf-8 name");
+        write_atomic_paced(dir, name, &bytes, 0o600, WRITE_CHUNK_BYTES, pause)?;
+        self.file = OpenOptions::new().append(true).open(&self.path)?;
+        self.file_len = bytes.len() as u64;
+        self.live_bytes = self.file_len;
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// The visits `q` asks for, newest first.
+    pub fn query(&self, q: &VisitQuery<'_>) -> VisitPage {
+        let mut hits: Vec<&Visit> = self
+            .ring
+            .iter()
+            .filter(|v| {
+                v.at_ms >= q.from_ms
+                    && v.at_ms <= q.to_ms
+                    && !(q.exclude_bots && v.bot)
+                    && (q.keys)(v.key.as_bytes())
+            })
+            .collect();
+        // Arrival order is nearly time order (sources seal at different moments): sort, the
+        // later arrival first among equal times.
+        hits.reverse();
+        hits.sort_by_key(|v| std::cmp::Reverse(v.at_ms));
+        let total = hits.iter().map(|v| u64::from(v.count)).sum();
+        let mut skip = q.skip;
+        let mut visits = Vec::with_capacity(q.take.min(hits.len()));
+        for v in hits {
+            if visits.len() >= q.take {
+                break;
+            }
+            let n = u64::from(v.count);
+            if skip >= n {
+                skip -= n;
+                continue;
+            }
+            let here = (n - skip).min((q.take - visits.len()) as u64);
+            skip = 0;
+            for _ in 0..here {
+                visits.push(Visit {
+                    count: 1,
+                    ..v.clone()
+                });
+            }
+        }
+        VisitPage { total, visits }
+    }
+}
+
+/// Opens every core's visit log under `data_dir`, its records sorted to their owners by
+/// `owner`, days before `first_day` dropped, at most `max_records` per core. A torn tail (a
+/// crash mid-write) is cut off; damage anywhere else refuses the start, naming the file.
+pub fn open_all(
+    data_dir: &Path,
+    cores: usize,
+    owner: impl Fn(&[u8]) -> usize,
+    first_day: Day,
+    max_records: usize,
+) -> Result<Vec<VisitBook>, Error> {
+    let dir = dir_of(data_dir);
+    create_dir_durable(&dir).map_err(|e| Error::io(&dir, "create", e))?;
+    let found = log_files(&dir)?;
+    let mut interned = HashSet::new();
+    let mut rings: Vec<VecDeque<Visit>> = (0..cores).map(|_| VecDeque::new()).collect();
+    let mut moved = found.iter().any(|(c, _)| *c >= cores);
+    let mut lens = vec![0u64; cores];
+    for (core, path) in &found {
+        let (visits, len) = read_log(path, &mut interned)?;
+        if let Some(l) = lens.get_mut(*core) {
+            *l = len;
+        }
+        for v in visits {
+            let o = owner(v.key.as_bytes());
+            moved |= o != *core;
+            if v.day() >= first_day {
+                rings[o].push_back(v);
+            } else {
+                moved = true;
+            }
+        }
+    }
+    let mut books = Vec::with_capacity(cores);
+    for (core, mut ring) in rings.into_iter().enumerate() {
+        if ring.len() > max_records {
+            ring.drain(..ring.len() - max_records);
+            moved = true;
+        }
+        let path = dir.join(format!("core-{core}.log"));
+        if !path.exists() {
+            File::create(&path).map_err(|e| Error::io(&path, "create", e))?;
+            sync_dir(&dir).map_err(|e| Error::io(&dir, "fsync", e))?;
+        }
+        let file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|e| Error::io(&path, "open", e))?;
+        let mut book = VisitBook {
+            path,
+            file,
+            file_len: lens[core],
+            live_bytes: 0,
+            newest_day: ring.back().map_or(0, Visit::day),
+            per_link_day: HashMap::new(),
+            ring,
+            max_records,
+            pending: Vec::new(),
+            capped: 0,
+        };
+        book.recount();
+        for v in &book.ring {
+            *book
+                .per_link_day
+                .entry((v.key.clone(), v.day()))
+                .or_default() += v.count;
+        }
+        books.push(book);
+    }
+    if moved {
+        for b in &mut books {
+            b.rewrite(&mut || {})
+                .map_err(|e| Error::io(&b.path, "rewrite", e))?;
+        }
+        for (core, path) in &found {
+            if *core >= cores {
+                fs::remove_file(path).map_err(|e| Error::io(path, "remove", e))?;
+            }
+        }
+        sync_dir(&dir).map_err(|e| Error::io(&dir, "fsync", e))?;
+    }
+    Ok(books)
+}
+
+/// Every `core-<c>.log` in `dir`, by core.
+fn log_files(dir: &Path) -> Result<Vec<(usize, PathBuf)>, Error> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).map_err(|e| Error::io(dir, "list", e))? {
+        let e = e.map_err(|e| Error::io(dir, "list", e))?;
+        let name = e.file_name();
+        let Some(n) = name.to_str() else { continue };
+        if let Some(core) = n
+            .strip_prefix("core-")
+            .and_then(|r| r.strip_suffix(".log"))
+            .and_then(|c| c.parse::<usize>().ok())
+        {
+            out.push((core, e.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The visits of one log; a torn tail is cut off the file (its length after is returned).
+fn read_log(path: &Path, interned: &mut HashSet<Arc<str>>) -> Result<(Vec<Visit>, u64), Error> {
+    let b = fs::read(path).map_err(|e| Error::io(path, "read", e))?;
+    let mut pos = 0;
+    let mut out = Vec::new();
+    while pos < b.len() {
+        match Visit::decode(&b[pos..], interned) {
+            Ok(Some((v, n))) => {
+                out.push(v);
+                pos += n;
+            }
+            Ok(None) => break,
+            Err(e) => {
+                let later = (pos + 1..b.len())
+                    .any(|p| matches!(Visit::decode(&b[p..], &mut HashSet::new()), Ok(Some(_))));
+                if later {
+                    return Err(Error::Corrupt {
+                        path: path.to_path_buf(),
+                        detail: format!(
+                            "at byte {pos}: {e} (damage in the middle of the visit log, not a torn tail)"
+                        ),
+                    });
+                }
+                break;
+            }
+        }
+    }
+    if pos < b.len() {
+        let f = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| Error::io(path, "open", e))?;
+        f.set_len(pos as u64)
+            .and_then(|_| f.sync_all())
+            .map_err(|e| Error::io(path, "cut the torn tail", e))?;
+    }
+    Ok((out, pos as u64))
+}
+
+#[cfg(test)]
+mod tests;
