@@ -245,6 +245,17 @@ struct ServeArgs {
     #[arg(long, default_value_t = ricochet::analytics::DEFAULT_RETENTION_DAYS,
           value_parser = clap::value_parser!(u32).range(1..=ricochet::analytics::MAX_RETENTION_DAYS as i64))]
     click_retention_days: u32,
+    /// Keep a log of individual visits for this many days (Shlink's visit pages): time,
+    /// referrer host, user agent, bot flag, country and the address's network. Off without
+    /// it. Needs `--analytics full`; not in fleet mode (the log is a node's own).
+    #[arg(long, conflicts_with = "fleet_pg",
+          value_parser = clap::value_parser!(u32).range(1..=ricochet::analytics::MAX_RETENTION_DAYS as i64))]
+    visit_log_days: Option<u32>,
+    /// What the visit log keeps of a visitor's address: its `network` (IPv4 /24, IPv6 /48,
+    /// as Shlink anonymizes) or `none`.
+    #[arg(long, value_enum, requires = "visit_log_days",
+          default_value_t = ricochet::analytics::VisitLogIp::Network)]
+    visit_log_ip: ricochet::analytics::VisitLogIp,
     /// File of extra bot user-agent patterns (one regular expression per line, `#` comments),
     /// added to the built-in list.
     #[arg(long)]
@@ -460,6 +471,11 @@ fn serve_options(a: ServeArgs) -> ServeOptions {
             snapshot_bytes: a.test_click_snapshot_bytes,
             service_cpus: a.service_cpus.map(|l| l.0),
             clicks_on_cores: a.clicks_on_cores,
+            visit_log: a.visit_log_days.map(|days| ricochet::analytics::VisitLogConfig {
+                days,
+                ip: a.visit_log_ip,
+                max_records_per_core: shards::clicks::visits::MAX_LOGGED_VISITS_PER_CORE,
+            }),
         },
         mode: match a.fleet_pg {
             None => ricochet::node::mode::Mode::Single,

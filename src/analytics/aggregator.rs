@@ -26,6 +26,7 @@ use crate::mesh::service::Outlets;
 use crossbeam::channel::{Receiver, Sender, TrySendError};
 use shards::clicks::codec;
 use shards::clicks::files::ClickLog;
+use shards::clicks::visits::Visit;
 use shards::clicks::{hll, Delta, FacetCount, FacetKind, Record};
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hasher;
@@ -52,6 +53,8 @@ pub enum PeerMsg {
         seq: u64,
         sealed_ms: u64,
         deltas: Vec<Delta>,
+        /// The visit log's records of these clicks (empty with the log off).
+        visits: Vec<Visit>,
     },
     /// The source's core stopped: nothing more comes from it.
     Closed { from: u16 },
@@ -92,6 +95,8 @@ pub struct AggregatorSetup {
     pub on_cores: bool,
     /// The click log's size past which a snapshot replaces it.
     pub snapshot_bytes: u64,
+    /// `--visit-log-days`: this core's visit log.
+    pub visits: Option<super::visit_log::VisitLog>,
 }
 
 /// What filters a purged key: per source core, the last message number holding clicks of
@@ -117,6 +122,8 @@ pub struct Aggregator {
     direct: Arc<str>,
     unknown_referrer: Arc<str>,
     country: Arc<str>,
+    /// The visit log's text of an absent user agent or referrer.
+    no_text: Arc<str>,
     next_sync: Instant,
     today: shards::clicks::Day,
     own_closed: bool,
@@ -184,6 +191,8 @@ struct BatchJob {
     classified: usize,
     salt: Option<[u8; 16]>,
     out: Vec<Vec<Delta>>,
+    /// Per owner, the visit log's records (no owner's with the log off).
+    visits: Vec<Vec<Visit>>,
 }
 
 /// Deltas for this owner, merged from the back (merges of one message commute).
@@ -192,6 +201,7 @@ struct MergeJob {
     seq: u64,
     sealed_ms: u64,
     deltas: Vec<Delta>,
+    visits: Vec<Visit>,
 }
 
 /// What a slice of work on a core came to.
@@ -312,6 +322,7 @@ impl Aggregator {
             direct: Arc::from(shards::clicks::DIRECT_REFERRER),
             unknown_referrer: Arc::from("(unknown)"),
             country: Arc::from(super::NO_COUNTRY),
+            no_text: Arc::from(""),
             next_sync: Instant::now() + Duration::from_millis(CLICK_SYNC_INTERVAL_MS),
             today: shards::clicks::day_of(shards::timefmt::now_s()),
             own_closed: false,
@@ -483,12 +494,14 @@ impl Aggregator {
                 seq,
                 sealed_ms,
                 deltas,
+                visits,
             }) => {
                 return Next::Job(Job::Merge(MergeJob {
                     from,
                     seq,
                     sealed_ms,
                     deltas,
+                    visits,
                 }))
             }
             Ok(PeerMsg::Closed { .. }) => {
@@ -504,12 +517,14 @@ impl Aggregator {
             Ok(CoreMsg::Batch(b)) => {
                 self.begin_batch(&b);
                 let out = self.owner_lists();
+                let visits = self.owner_visit_lists();
                 Next::Job(Job::Batch(BatchJob {
                     b,
                     learned: 0,
                     classified: 0,
                     salt: None,
                     out,
+                    visits,
                 }))
             }
             Ok(CoreMsg::Tick { seq, sealed_ms }) => {
@@ -576,11 +591,15 @@ impl Aggregator {
             }
         }
         while j.classified < j.b.len() {
-            let (owner, d) = {
+            let (owner, d, v) = {
                 let (key, ctx, count) = j.b.entries_from(j.classified).next().expect("in range");
-                self.classify_click(j.b.day, key, ctx, count, j.salt)
+                let at = (j.b.day, j.b.sealed_ms);
+                self.classify_click(at, key, ctx, count, j.salt)
             };
             j.out[owner].push(d);
+            if let Some(v) = v {
+                j.visits[owner].push(v);
+            }
             j.classified += 1;
             n += 1;
             if late(n) && j.classified < j.b.len() {
@@ -588,7 +607,7 @@ impl Aggregator {
                 return Progress::Paused;
             }
         }
-        self.end_batch(j.b, j.out);
+        self.end_batch(j.b, j.out, j.visits);
         Progress::Done
     }
 
@@ -602,6 +621,7 @@ impl Aggregator {
                 return Progress::Paused;
             }
         }
+        self.log_visits(j.from, j.seq, j.visits);
         self.merged(j.from, j.seq, j.sealed_ms, j.deltas);
         Progress::Done
     }
@@ -684,12 +704,14 @@ impl Aggregator {
             .full
             .then(|| self.s.salts.lock().expect("salt book").salt(b.day));
         let out = self.owner_lists();
+        let visits = self.owner_visit_lists();
         let j = BatchJob {
             b,
             learned: 0,
             classified: 0,
             salt,
             out,
+            visits,
         };
         let done = self.continue_batch(j, |_| false);
         debug_assert!(matches!(done, Progress::Done), "a salt and no deadline");
@@ -717,16 +739,26 @@ impl Aggregator {
             .collect()
     }
 
+    /// Every owner's empty list of visits for a batch (none with the visit log off).
+    fn owner_visit_lists(&self) -> Vec<Vec<Visit>> {
+        match self.s.visits {
+            Some(_) => (0..self.s.router.cores()).map(|_| Vec::new()).collect(),
+            None => Vec::new(),
+        }
+    }
+
     /// A batch is classified: its unknown-key count, the batch back to its core, the deltas
-    /// to their owners.
-    fn end_batch(&mut self, b: Box<Batch>, out: Vec<Vec<Delta>>) {
+    /// (and visits) to their owners.
+    fn end_batch(&mut self, b: Box<Batch>, out: Vec<Vec<Delta>>, visits: Vec<Vec<Visit>>) {
         if b.not_found > 0 {
             self.s.store.add_not_found(b.day, b.not_found);
         }
         let (seq, sealed) = (b.seq, b.sealed_ms);
         self.give_back(b);
+        let mut visits = visits.into_iter();
         for (o, deltas) in out.into_iter().enumerate() {
-            self.send_to(o, seq, sealed, deltas);
+            let v = visits.next().unwrap_or_default();
+            self.send_to(o, seq, sealed, (deltas, v));
         }
     }
 
@@ -745,6 +777,10 @@ impl Aggregator {
             StrKind::UserAgent => {
                 let class = self.s.classifier.classify(bytes, &mut self.values);
                 self.cache.uas.insert(c.hash, class);
+                if self.s.visits.is_some() {
+                    let text: Arc<str> = String::from_utf8_lossy(bytes).into();
+                    self.cache.ua_texts.insert(c.hash, text);
+                }
             }
             StrKind::Referrer => {
                 let v = self.values.get(&classify::normalize_referrer(bytes));
@@ -798,15 +834,16 @@ impl Aggregator {
         }
     }
 
-    /// One combined entry of a batch as a delta, and the core that owns its key.
+    /// One combined entry of a batch (of `day`, sealed at `sealed_ms`) as a delta, the core
+    /// that owns its key, and with the visit log on its visit.
     fn classify_click(
         &mut self,
-        day: shards::clicks::Day,
+        (day, sealed_ms): (shards::clicks::Day, u64),
         key: &crate::base::key::InlineKey,
         ctx: &super::combiner::ClickCtx,
         count: u32,
         salt: Option<[u8; 16]>,
-    ) -> (usize, Delta) {
+    ) -> (usize, Delta, Option<Visit>) {
         self.s.store.pause_point();
         let owner = self.s.router.owner(key.as_bytes()).core;
         let count = u64::from(count);
@@ -814,6 +851,7 @@ impl Aggregator {
         d.key = key.as_bytes().into();
         d.day = day;
         d.clicks = count;
+        let mut visit = None;
         if let Some(salt) = salt {
             let class = if ctx.ua == 0 {
                 &self.no_ua
@@ -865,18 +903,35 @@ impl Aggregator {
                     count,
                 });
             }
+            if let Some(log) = &self.s.visits {
+                let referrer = match ctx.referrer {
+                    0 => self.no_text.clone(),
+                    _ => referrer,
+                };
+                let ua = self.cache.ua_texts.get(&ctx.ua).unwrap_or(&self.no_text);
+                let texts = (&*country, referrer, ua.clone());
+                let at = sealed_ms;
+                let n = u32::try_from(count).unwrap_or(u32::MAX);
+                visit = Some(log.visit_of(key.as_bytes(), at, n, bot, &ctx.ip, texts));
+            }
         }
-        (owner, d)
+        (owner, d, visit)
     }
 
     /// A tick: every owner hears how far this core's clicks have come.
     fn send_all(&mut self, seq: u64, sealed_ms: u64) {
         for o in 0..self.s.router.cores() {
-            self.send_to(o, seq, sealed_ms, Vec::new());
+            self.send_to(o, seq, sealed_ms, (Vec::new(), Vec::new()));
         }
     }
 
-    fn send_to(&mut self, owner: usize, seq: u64, sealed_ms: u64, deltas: Vec<Delta>) {
+    fn send_to(
+        &mut self,
+        owner: usize,
+        seq: u64,
+        sealed_ms: u64,
+        (deltas, visits): (Vec<Delta>, Vec<Visit>),
+    ) {
         let from = self.s.me as u16;
         if owner == self.s.me {
             if self.s.on_cores && self.job.is_none() {
@@ -886,10 +941,11 @@ impl Aggregator {
                     seq,
                     sealed_ms,
                     deltas,
+                    visits,
                 }));
                 return;
             }
-            return self.merge(from, seq, sealed_ms, deltas);
+            return self.merge(from, seq, sealed_ms, (deltas, visits));
         }
         self.send_peer(
             owner,
@@ -898,6 +954,7 @@ impl Aggregator {
                 seq,
                 sealed_ms,
                 deltas,
+                visits,
             },
         );
     }
@@ -944,16 +1001,41 @@ impl Aggregator {
                 seq,
                 sealed_ms,
                 deltas,
-            } => self.merge(from, seq, sealed_ms, deltas),
+                visits,
+            } => self.merge(from, seq, sealed_ms, (deltas, visits)),
             PeerMsg::Closed { .. } => self.peers_closed += 1,
         }
     }
 
-    fn merge(&mut self, from: u16, seq: u64, sealed_ms: u64, mut deltas: Vec<Delta>) {
+    fn merge(
+        &mut self,
+        from: u16,
+        seq: u64,
+        sealed_ms: u64,
+        (mut deltas, visits): (Vec<Delta>, Vec<Visit>),
+    ) {
         for d in deltas.drain(..) {
             self.merge_delta(from, seq, d);
         }
+        self.log_visits(from, seq, visits);
         self.merged(from, seq, sealed_ms, deltas);
+    }
+
+    /// The visits of message `seq` from `from` into the visit log (unless a purge filters
+    /// their link, as it filters the link's deltas).
+    fn log_visits(&mut self, from: u16, seq: u64, visits: Vec<Visit>) {
+        let Some(log) = &mut self.s.visits else {
+            return;
+        };
+        for v in visits {
+            let filtered = self
+                .filters
+                .get(&v.key)
+                .is_some_and(|f| seq <= f.cutoffs[from as usize]);
+            if !filtered {
+                log.add(v);
+            }
+        }
     }
 
     /// One delta of message `seq` from source `from` into the store (unless a purge filters
@@ -1000,6 +1082,7 @@ impl Aggregator {
                 let k = shards::clicks::ShortKey::new(key.as_bytes());
                 let r = Record::Purge { key: k.clone() };
                 self.s.store.purge(&k);
+                self.purge_visits(key.as_bytes());
                 // Logged at once (after anything a failed write left): the 204 waits for
                 // this fsync. States of other keys not logged yet are logged later; states
                 // replace, so their order after the purge does not matter.
@@ -1050,6 +1133,14 @@ impl Aggregator {
                     .replies
                     .offer(reply.core(), ToCore::GlobalPart { reply, part });
             }
+            Control::Visits { reply, query } => {
+                let through = self.through_ms.iter().copied().min().unwrap_or(0);
+                let body = self.s.visits.as_ref().map(|l| l.answer(&query, through));
+                let _ = self
+                    .s
+                    .replies
+                    .offer(reply.core(), ToCore::Stats { reply, body });
+            }
             Control::Stats { reply, query } => {
                 let body = self.answer(&query);
                 let _ = self.s.replies.offer(
@@ -1060,6 +1151,32 @@ impl Aggregator {
                     },
                 );
             }
+        }
+    }
+
+    /// The link's visits go from the visit log, in memory and on disk.
+    fn purge_visits(&mut self, key: &[u8]) {
+        let (Some(log), store) = (&mut self.s.visits, &self.s.store) else {
+            return;
+        };
+        if let Err(e) = log.purge(key, &mut || store.pause_point()) {
+            eprintln!(
+                "clicks core {}: could not rewrite the visit log without a purged link's visits ({e}); they stay on disk until the next rewrite",
+                self.s.me
+            );
+        }
+    }
+
+    /// The visits logged since the last sync are made durable (after the clicks').
+    fn sync_visits(&mut self) {
+        let (Some(log), store) = (&mut self.s.visits, &self.s.store) else {
+            return;
+        };
+        if let Err(e) = log.sync(&mut || store.pause_point()) {
+            eprintln!(
+                "clicks core {}: visit log write failed ({e}); its visits are kept in memory and written by the next sync",
+                self.s.me
+            );
         }
     }
 
@@ -1154,6 +1271,7 @@ impl Aggregator {
             }
             self.export(&lines, n, now);
         }
+        self.sync_visits();
         self.hand_to_flusher();
     }
 
@@ -1328,6 +1446,15 @@ impl Aggregator {
         }
         if self.s.me == 0 {
             self.s.salts.lock().expect("salt book").forget_before(today);
+        }
+        let (visits, store) = (&mut self.s.visits, &self.s.store);
+        if let Some(log) = visits {
+            if let Err(e) = log.retain(today, &mut || store.pause_point()) {
+                eprintln!(
+                    "clicks core {}: the visit log's retention could not rewrite it ({e}); retried tomorrow",
+                    self.s.me
+                );
+            }
         }
     }
 

@@ -236,6 +236,8 @@ pub fn referrer_value(raw: Option<&[u8]>) -> String {
 pub struct StringCache {
     pub uas: HashMap<u64, UaClass>,
     pub referrers: HashMap<u64, Arc<str>>,
+    /// With the visit log on: each user agent's text (the log lists it).
+    pub ua_texts: HashMap<u64, Arc<str>>,
 }
 
 impl StringCache {

@@ -433,8 +433,9 @@ fn answer_queries(mut db: fleet::Db, queries: Receiver<Control>, replies: Arc<Ou
         let (reply, body) = match q {
             Control::Stats { reply, query } => (reply, link_stats(&mut db, &query)),
             Control::Global { reply, from, to } => (reply, global_stats(&mut db, from, to)),
-            Control::Purge { .. } => {
-                debug_assert!(false, "purges go to the aggregators");
+            // The visit log is a single node's (`--visit-log-days` refuses fleet mode).
+            Control::Purge { .. } | Control::Visits { .. } => {
+                debug_assert!(false, "purges and visit queries go to the aggregators");
                 continue;
             }
         };

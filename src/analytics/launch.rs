@@ -61,11 +61,17 @@ pub fn start(
     (fleet, geoip): (Option<FleetClicksSetup>, Option<GeoIp>),
 ) -> anyhow::Result<Option<(Vec<CoreClicks>, Aggregators)>> {
     use anyhow::Context;
+    if cfg.visit_log.is_none()
+        && shards::clicks::visits::remove_all(data_dir).context("removing the visit log")?
+    {
+        eprintln!("clicks: the visit log is off (no --visit-log-days): deleted the one kept when it was on");
+    }
     if cfg.mode == Mode::Off {
         return Ok(None);
     }
     let cores = router.cores();
     let (dir, rec) = recover(data_dir, &router)?;
+    let mut visit_logs = open_visit_logs(cfg, data_dir, &router)?.into_iter();
     let (classifier, salts) = open_common(cfg, data_dir)?;
     let (outlets, inboxes) = Outlets::new(cores, REPLY_QUEUE_CAPACITY, bells.clone());
     let replies = Arc::new(outlets);
@@ -114,6 +120,7 @@ pub fn start(
             cpus: cfg.service_cpus.clone(),
             on_cores,
             snapshot_bytes: cfg.snapshot_bytes,
+            visits: visit_logs.next(),
         };
         let agg = aggregator::Aggregator::new(setup, exporter(cfg, core)?);
         let (slices, handle) = spawn(agg, core, on_cores, &bells)?;
@@ -188,6 +195,38 @@ fn recover(
         );
     }
     Ok((dir, rec))
+}
+
+/// Every core's visit log when `--visit-log-days` is on (none otherwise): recovered, sorted
+/// to the router's owners, days past the window dropped.
+fn open_visit_logs(
+    cfg: &AnalyticsConfig,
+    data_dir: &Path,
+    router: &Router,
+) -> anyhow::Result<Vec<super::visit_log::VisitLog>> {
+    use anyhow::Context;
+    let Some(v) = cfg.visit_log else {
+        return Ok(Vec::new());
+    };
+    anyhow::ensure!(
+        cfg.mode == Mode::Full,
+        "--visit-log-days needs --analytics full (a visit's user agent, referrer and address)"
+    );
+    let today = shards::clicks::day_of(shards::timefmt::now_s());
+    let first_day = today.saturating_sub(v.days - 1);
+    let owner = |k: &[u8]| router.owner(k).core;
+    let books = shards::clicks::visits::open_all(
+        data_dir,
+        router.cores(),
+        owner,
+        first_day,
+        v.max_records_per_core,
+    )
+    .context("recovering the visit log")?;
+    Ok(books
+        .into_iter()
+        .map(|b| super::visit_log::VisitLog::new(b, v))
+        .collect())
 }
 
 /// A `--geoip` database, shared by every thread that reads it.

@@ -19,6 +19,7 @@ pub mod page;
 pub mod salts;
 pub mod stats;
 pub mod step_aside;
+pub mod visit_log;
 
 pub use combiner::{client_ip, referrer_host};
 pub use launch::{open_geoip, start, Aggregators, CoreClicks, GeoIp};
@@ -81,6 +82,26 @@ pub enum ClientIp {
     XForwardedFor,
 }
 
+/// `--visit-log-ip`: what the visit log keeps of a visitor's address.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum VisitLogIp {
+    /// Its network: IPv4 /24, IPv6 /48 (Shlink's anonymization).
+    #[default]
+    Network,
+    /// Nothing.
+    None,
+}
+
+/// `--visit-log-days` and what goes with it: the opt-in log of individual visits
+/// (`shards::clicks::visits`).
+#[derive(Clone, Copy, Debug)]
+pub struct VisitLogConfig {
+    pub days: u32,
+    pub ip: VisitLogIp,
+    /// Records one owner core keeps at most (the oldest go first).
+    pub max_records_per_core: usize,
+}
+
 /// Analytics settings of `serve`.
 #[derive(Clone, Debug)]
 pub struct AnalyticsConfig {
@@ -104,6 +125,8 @@ pub struct AnalyticsConfig {
     /// The click log's size past which it is replaced by a snapshot
     /// ([`CLICK_LOG_SNAPSHOT_BYTES`]; smaller in tests).
     pub snapshot_bytes: u64,
+    /// `--visit-log-days`: the log of individual visits, when on.
+    pub visit_log: Option<VisitLogConfig>,
 }
 
 impl AnalyticsConfig {
@@ -173,6 +196,7 @@ impl Default for AnalyticsConfig {
             service_cpus: None,
             clicks_on_cores: false,
             snapshot_bytes: CLICK_LOG_SNAPSHOT_BYTES,
+            visit_log: None,
         }
     }
 }
@@ -192,6 +216,11 @@ pub enum Control {
     Stats {
         reply: ReplyTo,
         query: stats::StatsQuery,
+    },
+    /// Visits from the visit log (`visit_log`), answered as JSON to the asking core.
+    Visits {
+        reply: ReplyTo,
+        query: Box<visit_log::VisitLogQuery>,
     },
     /// This aggregator's part of the server-wide stats.
     Global {

@@ -226,6 +226,7 @@ impl ApiFront {
                     Err(p) => StatsStep::Failed(p),
                 }
             }
+            ApiOp::ShlinkVisitLog(w) => self.on_visits_body(w, body, again),
             ApiOp::Shlink(..) => match self.on_list_visits(op, body, again) {
                 Some(step) => step,
                 None => StatsStep::Done(

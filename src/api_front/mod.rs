@@ -13,6 +13,7 @@ pub mod robots;
 pub mod shlink;
 pub mod stats_sum;
 pub mod tags;
+pub mod visits;
 
 use crate::api::idempotency::{request_hash, scope_string, IdemScope};
 use crate::api::problem::{Problem, PROBLEM_CONTENT_TYPE};
@@ -90,6 +91,10 @@ pub enum ApiOp {
     /// Shlink's `PUT` or `DELETE /rest/v3/tags`: the walk over the links carrying the tags,
     /// then each one changed in turn (`tags::TagEdit`).
     ShlinkTagEdit(Box<tags::TagEdit>),
+    /// Shlink's visit lists from the visit log (`visits::VisitWalk`): for one link, the
+    /// link's lookup at its owner, then its aggregator's page; otherwise every aggregator's
+    /// newest visits in turn, merged.
+    ShlinkVisitLog(Box<visits::VisitWalk>),
     /// `/robots.txt` of domain `domain`: the walk over its crawlable links (`robots.rs`).
     Robots {
         domain: u32,
@@ -102,7 +107,10 @@ impl ApiOp {
     pub fn is_shlink(&self) -> bool {
         matches!(
             self,
-            ApiOp::Shlink(..) | ApiOp::ShlinkTags(_) | ApiOp::ShlinkTagEdit(_)
+            ApiOp::Shlink(..)
+                | ApiOp::ShlinkTags(_)
+                | ApiOp::ShlinkTagEdit(_)
+                | ApiOp::ShlinkVisitLog(_)
         )
     }
 
@@ -207,6 +215,8 @@ pub struct ApiFront {
     robots: robots::RobotsCache,
     /// Which origins' pages may read the answers (`--cors-origins`).
     cors: crate::api::cors::CorsOrigins,
+    /// `--visit-log-days` is on: Shlink's visit lists are answered (`visits.rs`).
+    visit_log: bool,
 }
 
 impl ApiFront {
@@ -237,7 +247,13 @@ impl ApiFront {
             gathering: Default::default(),
             robots: Default::default(),
             cors: Default::default(),
+            visit_log: false,
         }
+    }
+
+    /// `--visit-log-days` is on.
+    pub fn set_visit_log(&mut self, on: bool) {
+        self.visit_log = on;
     }
 
     /// `--cors-origins` (`api::cors`).
@@ -371,7 +387,12 @@ impl ApiFront {
     /// or not) at --public-url, as before domains; a removed domain's links keep the public
     /// URL's (they have no other to give).
     fn short_url_parts<'a>(&'a self, info: &'a LinkInfo) -> (Option<&'a str>, String, &'a str) {
-        let (number, key) = shards::link::split_stored_key(info.key.as_bytes());
+        self.stored_key_parts(info.key.as_bytes())
+    }
+
+    /// [`ApiFront::short_url_parts`] of a stored key.
+    fn stored_key_parts<'a>(&'a self, stored: &'a [u8]) -> (Option<&'a str>, String, &'a str) {
+        let (number, key) = shards::link::split_stored_key(stored);
         let key = std::str::from_utf8(key).unwrap_or("");
         let named = self.domains.get(number);
         let base = match named {
@@ -836,6 +857,12 @@ impl ApiFront {
                     return Step::Answered;
                 }
             }
+            ApiOp::ShlinkVisitLog(w) => {
+                if let Err(p) = self.query_visits(reply, w) {
+                    self.encode_shlink_problem(out, &p, f);
+                    return Step::Answered;
+                }
+            }
             tags @ (ApiOp::ShlinkTags(_) | ApiOp::ShlinkTagEdit(_)) => {
                 if let Err(p) = self.continue_tags(reply, tags, mesh) {
                     self.encode_shlink_problem(out, &p, f);
@@ -939,6 +966,7 @@ impl ApiFront {
             }
             ApiOp::ShlinkTags(t) => return self.tags_replied(t, outcome, out, f),
             ApiOp::ShlinkTagEdit(e) => return self.tag_edit_replied(e, outcome, out, f),
+            ApiOp::ShlinkVisitLog(w) => return self.visit_lookup_replied(w, outcome, out, f),
             _ => {}
         }
         match (op, outcome) {

@@ -435,6 +435,9 @@ impl ApiFront {
         if path == TAGS || path == TAG_STATS {
             return self.shlink_tags(out, defer, req, f, mesh);
         }
+        if self.visit_log && super::visits::is_visit_list(path) {
+            return self.shlink_visit_list(out, defer, req, f, mesh);
+        }
         if let Some(e) = self.shlink_side_path(req) {
             return fail(out, e);
         }
@@ -523,6 +526,57 @@ impl ApiFront {
                 retry_after_s: None,
             }
         })
+    }
+
+    /// One of Shlink's visit lists, from the visit log (`visits.rs`).
+    fn shlink_visit_list(
+        &mut self,
+        out: &mut Vec<u8>,
+        defer: &mut Defer<'_>,
+        req: &Request<'_>,
+        f: Framing<'_>,
+        mesh: &mut Mesh,
+    ) {
+        if !matches!(req.method, Method::Get | Method::Head) {
+            return method_not_allowed(out, b"GET", f);
+        }
+        let caller = match self.shlink_admit(req) {
+            Ok(c) => c,
+            Err(e) => return e.encode(out, f),
+        };
+        let reach = caller.role.reach(caller.author(), &self.domains);
+        let code = req
+            .path
+            .strip_prefix(SHORT_URLS)
+            .and_then(|r| r.strip_prefix(b"/"))
+            .and_then(|r| r.strip_suffix(VISITS_SUFFIX));
+        if let Err(p) = self.start_visit_log(out, defer, req, &reach, mesh) {
+            let e = match code {
+                Some(c) if p.status == 404 => {
+                    ShlinkError::not_found(Some(&String::from_utf8_lossy(c)))
+                }
+                _ => ShlinkError::from_native(&p),
+            };
+            e.encode(out, f);
+        }
+    }
+
+    /// The owner's answer to a link's lookup before its visits: found (its aggregator is
+    /// asked next, `None`), or the problem.
+    pub(super) fn visit_lookup_replied(
+        &self,
+        w: &super::visits::VisitWalk,
+        outcome: WriteOutcome,
+        out: &mut Vec<u8>,
+        f: Framing<'_>,
+    ) -> Option<()> {
+        let e = match outcome {
+            WriteOutcome::Found(_) => return None,
+            WriteOutcome::NotFound => ShlinkError::not_found(w.code().as_deref()),
+            other => ShlinkError::from_native(&self.problem_of(other)),
+        };
+        e.encode(out, f);
+        Some(())
     }
 
     /// `GET /rest/v3/visits` (server-wide for admin keys, the reached links' for others) or

@@ -622,6 +622,7 @@ impl CoreParts<'_> {
         conns.set_visitor_source(self.visitors.clone());
         api.set_forward_query_default(opts.visit_rules.forward_query);
         api.set_cors(opts.cors_origins);
+        api.set_visit_log(opts.analytics.visit_log.is_some());
         let mut fleet_inbox = None;
         if let Some((links, inbox)) = fleet {
             owner.set_fleet(links);

@@ -544,6 +544,20 @@ pub fn open_all(
     Ok(books)
 }
 
+/// The visit log is off: any log left from when it was on is deleted (a visitor's address
+/// network and user agent are kept only while the operator asks for them). Returns whether
+/// there was one.
+pub fn remove_all(data_dir: &Path) -> Result<bool, Error> {
+    let dir = dir_of(data_dir);
+    if !dir.exists() {
+        return Ok(false);
+    }
+    fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, "remove", e))?;
+    let parent = dir.parent().expect("under clicks/");
+    sync_dir(parent).map_err(|e| Error::io(parent, "fsync", e))?;
+    Ok(true)
+}
+
 /// Every `core-<c>.log` in `dir`, by core.
 fn log_files(dir: &Path) -> Result<Vec<(usize, PathBuf)>, Error> {
     let mut out = Vec::new();
