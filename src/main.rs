@@ -425,6 +425,18 @@ fn main() -> ExitCode {
 }
 
 /// What `ricochet serve`'s flags ask of the server.
+/// `--visit-log-days` and `--visit-log-ip`.
+fn visit_log_config(
+    days: Option<u32>,
+    ip: ricochet::analytics::VisitLogIp,
+) -> Option<ricochet::analytics::VisitLogConfig> {
+    days.map(|days| ricochet::analytics::VisitLogConfig {
+        days,
+        ip,
+        max_records_per_core: shards::clicks::visits::MAX_LOGGED_VISITS_PER_CORE,
+    })
+}
+
 fn serve_options(a: ServeArgs) -> ServeOptions {
     ServeOptions {
         data_dir: a.data_dir,
@@ -471,11 +483,7 @@ fn serve_options(a: ServeArgs) -> ServeOptions {
             snapshot_bytes: a.test_click_snapshot_bytes,
             service_cpus: a.service_cpus.map(|l| l.0),
             clicks_on_cores: a.clicks_on_cores,
-            visit_log: a.visit_log_days.map(|days| ricochet::analytics::VisitLogConfig {
-                days,
-                ip: a.visit_log_ip,
-                max_records_per_core: shards::clicks::visits::MAX_LOGGED_VISITS_PER_CORE,
-            }),
+            visit_log: visit_log_config(a.visit_log_days, a.visit_log_ip),
         },
         mode: match a.fleet_pg {
             None => ricochet::node::mode::Mode::Single,

@@ -903,19 +903,28 @@ impl Aggregator {
                     count,
                 });
             }
-            if let Some(log) = &self.s.visits {
-                let referrer = match ctx.referrer {
-                    0 => self.no_text.clone(),
-                    _ => referrer,
-                };
-                let ua = self.cache.ua_texts.get(&ctx.ua).unwrap_or(&self.no_text);
-                let texts = (&*country, referrer, ua.clone());
-                let at = sealed_ms;
-                let n = u32::try_from(count).unwrap_or(u32::MAX);
-                visit = Some(log.visit_of(key.as_bytes(), at, n, bot, &ctx.ip, texts));
-            }
+            visit = self.visit_of((key, ctx), (sealed_ms, count, bot), &country, referrer);
         }
         (owner, d, visit)
+    }
+
+    /// With the visit log on, the visit of a classified click.
+    fn visit_of(
+        &self,
+        (key, ctx): (&crate::base::key::InlineKey, &super::combiner::ClickCtx),
+        (at_ms, count, bot): (u64, u64, bool),
+        country: &str,
+        referrer: Arc<str>,
+    ) -> Option<Visit> {
+        let log = self.s.visits.as_ref()?;
+        let referrer = match ctx.referrer {
+            0 => self.no_text.clone(),
+            _ => referrer,
+        };
+        let ua = self.cache.ua_texts.get(&ctx.ua).unwrap_or(&self.no_text);
+        let texts = (country, referrer, ua.clone());
+        let n = u32::try_from(count).unwrap_or(u32::MAX);
+        Some(log.visit_of(key.as_bytes(), at_ms, n, bot, &ctx.ip, texts))
     }
 
     /// A tick: every owner hears how far this core's clicks have come.
@@ -1133,14 +1142,7 @@ impl Aggregator {
                     .replies
                     .offer(reply.core(), ToCore::GlobalPart { reply, part });
             }
-            Control::Visits { reply, query } => {
-                let through = self.through_ms.iter().copied().min().unwrap_or(0);
-                let body = self.s.visits.as_ref().map(|l| l.answer(&query, through));
-                let _ = self
-                    .s
-                    .replies
-                    .offer(reply.core(), ToCore::Stats { reply, body });
-            }
+            Control::Visits { reply, query } => self.answer_visits(reply, &query),
             Control::Stats { reply, query } => {
                 let body = self.answer(&query);
                 let _ = self.s.replies.offer(
@@ -1152,6 +1154,16 @@ impl Aggregator {
                 );
             }
         }
+    }
+
+    /// A page of the visit log (`None` with the log off: the asker answers 503).
+    fn answer_visits(&self, reply: crate::mesh::ReplyTo, q: &super::visit_log::VisitLogQuery) {
+        let through = self.through_ms.iter().copied().min().unwrap_or(0);
+        let body = self.s.visits.as_ref().map(|l| l.answer(q, through));
+        let _ = self
+            .s
+            .replies
+            .offer(reply.core(), ToCore::Stats { reply, body });
     }
 
     /// The link's visits go from the visit log, in memory and on disk.

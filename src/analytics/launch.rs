@@ -61,11 +61,7 @@ pub fn start(
     (fleet, geoip): (Option<FleetClicksSetup>, Option<GeoIp>),
 ) -> anyhow::Result<Option<(Vec<CoreClicks>, Aggregators)>> {
     use anyhow::Context;
-    if cfg.visit_log.is_none()
-        && shards::clicks::visits::remove_all(data_dir).context("removing the visit log")?
-    {
-        eprintln!("clicks: the visit log is off (no --visit-log-days): deleted the one kept when it was on");
-    }
+    forget_visit_log(cfg, data_dir)?;
     if cfg.mode == Mode::Off {
         return Ok(None);
     }
@@ -79,16 +75,12 @@ pub fn start(
         .map(|f| FleetClicks::start(f, replies.clone(), salts.clone()))
         .transpose()?;
     let on_cores = cfg.on_cores();
-    let (control_tx, control_rx): (Vec<_>, Vec<_>) =
-        (0..cores).map(|_| bounded(CONTROL_QUEUE_CAPACITY)).unzip();
+    let (control_tx, mut control_rx) = queues(cores, CONTROL_QUEUE_CAPACITY);
     let control_tx = control_senders(control_tx, on_cores, &bells);
-    let (peers_tx, peers_rx): (Vec<_>, Vec<_>) =
-        (0..cores).map(|_| bounded(PEER_QUEUE_CAPACITY)).unzip();
+    let (peers_tx, mut peers_rx) = queues(cores, PEER_QUEUE_CAPACITY);
     let mut per_core = Vec::with_capacity(cores);
     let mut handles = Vec::with_capacity(cores);
     let mut inboxes = inboxes.into_iter();
-    let mut control_rx = control_rx.into_iter();
-    let mut peers_rx = peers_rx.into_iter();
     for (core, store) in rec.stores.into_iter().enumerate() {
         let (clean_tx, clean_rx) = clean_batches();
         let (to_agg, from_core) = bounded(2 * combiner::BATCHES_PER_CORE);
@@ -137,6 +129,12 @@ pub fn start(
         });
     }
     Ok(Some((per_core, Aggregators { handles, fleet })))
+}
+
+/// One bounded queue per core: the senders, and the receivers in core order.
+fn queues<T>(cores: usize, capacity: usize) -> (Vec<Sender<T>>, std::vec::IntoIter<Receiver<T>>) {
+    let (tx, rx): (Vec<_>, Vec<_>) = (0..cores).map(|_| bounded(capacity)).unzip();
+    (tx, rx.into_iter())
 }
 
 /// The control queues' senders, ringing the owner core when it runs its aggregator.
@@ -195,6 +193,18 @@ fn recover(
         );
     }
     Ok((dir, rec))
+}
+
+/// With the visit log off, a log kept when it was on is deleted: visitors' user agents and
+/// networks are kept only while the operator asks for them.
+fn forget_visit_log(cfg: &AnalyticsConfig, data_dir: &Path) -> anyhow::Result<()> {
+    use anyhow::Context;
+    if cfg.visit_log.is_none()
+        && shards::clicks::visits::remove_all(data_dir).context("removing the visit log")?
+    {
+        eprintln!("clicks: the visit log is off (no --visit-log-days): deleted the one kept when it was on");
+    }
+    Ok(())
 }
 
 /// Every core's visit log when `--visit-log-days` is on (none otherwise): recovered, sorted

@@ -837,16 +837,8 @@ impl ApiFront {
                     return Step::Answered;
                 }
             }
-            ApiOp::ShlinkVisits(info) => {
-                let today = shards::clicks::day_of(shards::timefmt::now_s());
-                let q = crate::analytics::stats::StatsQuery::whole_window(info.key, today);
-                if let Err(p) = self.query_stats(reply, q) {
-                    self.encode_shlink_problem(out, &p, f);
-                    return Step::Answered;
-                }
-            }
-            ApiOp::ShlinkListVisits(lv) => {
-                if let Err(p) = self.query_stats(reply, lv.next_query()) {
+            op @ (ApiOp::ShlinkVisits(_) | ApiOp::ShlinkListVisits(_)) => {
+                if let Err(p) = self.query_shlink_totals(reply, op) {
                     self.encode_shlink_problem(out, &p, f);
                     return Step::Answered;
                 }
@@ -857,14 +849,12 @@ impl ApiFront {
                     return Step::Answered;
                 }
             }
-            ApiOp::ShlinkVisitLog(w) => {
-                if let Err(p) = self.query_visits(reply, w) {
-                    self.encode_shlink_problem(out, &p, f);
-                    return Step::Answered;
-                }
-            }
-            tags @ (ApiOp::ShlinkTags(_) | ApiOp::ShlinkTagEdit(_)) => {
-                if let Err(p) = self.continue_tags(reply, tags, mesh) {
+            more @ (ApiOp::ShlinkTags(_) | ApiOp::ShlinkTagEdit(_) | ApiOp::ShlinkVisitLog(_)) => {
+                let next = match more {
+                    ApiOp::ShlinkVisitLog(w) => self.query_visits(reply, w),
+                    tags => self.continue_tags(reply, tags, mesh),
+                };
+                if let Err(p) = next {
                     self.encode_shlink_problem(out, &p, f);
                     return Step::Answered;
                 }
@@ -876,6 +866,19 @@ impl ApiFront {
             }
         }
         Step::Continues
+    }
+
+    /// A Shlink short URL's visit totals (its read), or a list page's next link's.
+    fn query_shlink_totals(&mut self, reply: ReplyTo, op: &ApiOp) -> Result<(), Problem> {
+        let q = match op {
+            ApiOp::ShlinkListVisits(lv) => lv.next_query(),
+            ApiOp::ShlinkVisits(info) => {
+                let today = shards::clicks::day_of(shards::timefmt::now_s());
+                crate::analytics::stats::StatsQuery::whole_window(info.key, today)
+            }
+            _ => unreachable!("called for a Shlink read or list page"),
+        };
+        self.query_stats(reply, q)
     }
 
     /// The problem answering a write that failed (or a create that found no free key).
@@ -946,6 +949,26 @@ impl ApiFront {
         out: &mut Vec<u8>,
         f: Framing<'_>,
     ) -> Option<()> {
+        match op {
+            ApiOp::Shlink(inner, page, per_page) => {
+                let (page, per_page) = (*page, *per_page);
+                self.answer_shlink(inner, page, per_page, outcome, out, f)
+            }
+            ApiOp::ShlinkTags(t) => self.tags_replied(t, outcome, out, f),
+            ApiOp::ShlinkTagEdit(e) => self.tag_edit_replied(e, outcome, out, f),
+            ApiOp::ShlinkVisitLog(w) => self.visit_lookup_replied(w, outcome, out, f),
+            op => self.answer_native(op, outcome, out, f),
+        }
+    }
+
+    /// [`ApiFront::answer`] of a native request.
+    fn answer_native(
+        &self,
+        op: &mut ApiOp,
+        outcome: WriteOutcome,
+        out: &mut Vec<u8>,
+        f: Framing<'_>,
+    ) -> Option<()> {
         let json = |info: &LinkInfo| self.link_json(info);
         let problem = |out: &mut Vec<u8>, p: Problem| encode_problem(out, &p, &[], f);
         let json_answer = |out: &mut Vec<u8>, status, body: &[u8]| {
@@ -959,16 +982,6 @@ impl ApiFront {
         };
         let link =
             |out: &mut Vec<u8>, status, info: &LinkInfo| json_answer(out, status, &json(info));
-        match op {
-            ApiOp::Shlink(inner, page, per_page) => {
-                let (page, per_page) = (*page, *per_page);
-                return self.answer_shlink(inner, page, per_page, outcome, out, f);
-            }
-            ApiOp::ShlinkTags(t) => return self.tags_replied(t, outcome, out, f),
-            ApiOp::ShlinkTagEdit(e) => return self.tag_edit_replied(e, outcome, out, f),
-            ApiOp::ShlinkVisitLog(w) => return self.visit_lookup_replied(w, outcome, out, f),
-            _ => {}
-        }
         match (op, outcome) {
             // The link exists: its aggregator answers next (`Conns::on_api_answer`).
             (ApiOp::Stats(_), WriteOutcome::Found(_)) => return None,

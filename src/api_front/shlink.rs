@@ -286,6 +286,11 @@ fn shlink_field(native: &str) -> &'static str {
         "expires_at" | "ttl_days" => "validUntil",
         "title" => "title",
         "tags" => "tags",
+        // A visit list's query parameters are Shlink's names already.
+        "page" => "page",
+        "itemsPerPage" => "itemsPerPage",
+        "startDate" => "startDate",
+        "endDate" => "endDate",
         _ => "body",
     }
 }

@@ -165,7 +165,9 @@ fn date_ms(v: &str, field: &'static str) -> Result<u64, Problem> {
     };
     crate::api::timefmt::parse_rfc3339_s(&full)
         .map(|s| s * 1000)
-        .map_err(|e| Problem::invalid_field(Some(field), format!("{field} {v:?} is not a date: {e}")))
+        .map_err(|e| {
+            Problem::invalid_field(Some(field), format!("{field} {v:?} is not a date: {e}"))
+        })
 }
 
 /// Whether `path` is one of Shlink's visit lists.
@@ -193,12 +195,8 @@ impl ApiFront {
                 shards::link::validate_key(code).map_err(|_| Problem::not_found())?;
                 let ikey = self.item_key(req.query, code, reach)?;
                 let walk = self.walk(VisitKeys::One(ikey), &p, vec![self.owner_of(&ikey)]);
-                let (_, ask) = super::item_ask(
-                    Method::Get,
-                    (ikey, reach),
-                    &[],
-                    (0, &self.blocklist),
-                )?;
+                let (_, ask) =
+                    super::item_ask(Method::Get, (ikey, reach), &[], (0, &self.blocklist))?;
                 let reply = defer(out, ApiOp::ShlinkVisitLog(Box::new(walk)));
                 let owner = self.owner_of(&ikey);
                 mesh.deliver(owner, ask.message(reply));
@@ -216,11 +214,15 @@ impl ApiFront {
                 let name = std::str::from_utf8(name).unwrap_or_default();
                 let number = match name {
                     "DEFAULT" => shards::link::DEFAULT_DOMAIN,
-                    _ => self.domains.by_name(name).map(|d| d.number).ok_or_else(|| {
-                        let mut e = Problem::not_found();
-                        e.detail = format!("no domain {name:?} is declared");
-                        e
-                    })?,
+                    _ => self
+                        .domains
+                        .by_name(name)
+                        .map(|d| d.number)
+                        .ok_or_else(|| {
+                            let mut e = Problem::not_found();
+                            e.detail = format!("no domain {name:?} is declared");
+                            e
+                        })?,
                 };
                 self.reach_keys(reach, Some(number))?
             }
@@ -269,7 +271,11 @@ impl ApiFront {
         }
         match (domain, &reach.domains) {
             (Some(d), _) if !reach.domain_ok(d) => {
-                let name = self.domains.get(d).map(|d| d.name.clone()).unwrap_or_default();
+                let name = self
+                    .domains
+                    .get(d)
+                    .map(|d| d.name.clone())
+                    .unwrap_or_default();
                 Err(Problem::domain_not_allowed(&name))
             }
             (Some(d), _) => Ok(VisitKeys::Domains(vec![d].into())),
@@ -283,7 +289,12 @@ impl ApiFront {
         self.send_visits(reply, w.next_core(), w.ask())
     }
 
-    fn send_visits(&mut self, reply: ReplyTo, core: usize, q: VisitLogQuery) -> Result<(), Problem> {
+    fn send_visits(
+        &mut self,
+        reply: ReplyTo,
+        core: usize,
+        q: VisitLogQuery,
+    ) -> Result<(), Problem> {
         let Some(control) = &self.clicks else {
             return Err(Problem::not_found());
         };

@@ -292,6 +292,45 @@ pub struct VisitBook {
 }
 
 impl VisitBook {
+    /// The book of the log at `path` (created if missing), holding `ring`, its file
+    /// `file_len` bytes long.
+    fn open(
+        path: PathBuf,
+        ring: VecDeque<Visit>,
+        file_len: u64,
+        max_records: usize,
+    ) -> Result<VisitBook, Error> {
+        if !path.exists() {
+            File::create(&path).map_err(|e| Error::io(&path, "create", e))?;
+            let dir = path.parent().expect("in the visits dir");
+            sync_dir(dir).map_err(|e| Error::io(dir, "fsync", e))?;
+        }
+        let file = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .map_err(|e| Error::io(&path, "open", e))?;
+        let mut book = VisitBook {
+            path,
+            file,
+            file_len,
+            live_bytes: 0,
+            newest_day: ring.back().map_or(0, Visit::day),
+            per_link_day: HashMap::new(),
+            ring,
+            max_records,
+            pending: Vec::new(),
+            capped: 0,
+        };
+        book.recount();
+        for v in &book.ring {
+            *book
+                .per_link_day
+                .entry((v.key.clone(), v.day()))
+                .or_default() += v.count;
+        }
+        Ok(book)
+    }
+
     /// Logs `v` (unless its link's day is full). Written at the next [`VisitBook::sync`].
     pub fn add(&mut self, v: Visit) -> bool {
         let day = v.day();
@@ -500,33 +539,7 @@ pub fn open_all(
             moved = true;
         }
         let path = dir.join(format!("core-{core}.log"));
-        if !path.exists() {
-            File::create(&path).map_err(|e| Error::io(&path, "create", e))?;
-            sync_dir(&dir).map_err(|e| Error::io(&dir, "fsync", e))?;
-        }
-        let file = OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .map_err(|e| Error::io(&path, "open", e))?;
-        let mut book = VisitBook {
-            path,
-            file,
-            file_len: lens[core],
-            live_bytes: 0,
-            newest_day: ring.back().map_or(0, Visit::day),
-            per_link_day: HashMap::new(),
-            ring,
-            max_records,
-            pending: Vec::new(),
-            capped: 0,
-        };
-        book.recount();
-        for v in &book.ring {
-            *book
-                .per_link_day
-                .entry((v.key.clone(), v.day()))
-                .or_default() += v.count;
-        }
+        let book = VisitBook::open(path, ring, lens[core], max_records)?;
         books.push(book);
     }
     if moved {
