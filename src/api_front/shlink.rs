@@ -15,9 +15,9 @@
 //! `visitsSummary` and the `/visits` overview come from the click aggregators
 //! ([`ApiFront::shlink_stats_body`]), and so do a list page's, one link at a time
 //! ([`ApiFront::on_list_visits`]); the `/visits`
-//! endpoints that list individual visits, which ricochet never stores, answer 501
-//! `visit-log-off`, `mercure-info` 501 as an unconfigured Shlink, and any other endpoint
-//! `not-found`.
+//! endpoints that list individual visits come from the opt-in visit log (`visits.rs`) and
+//! answer 501 `visit-log-off` without it; `mercure-info` answers 501 as an unconfigured
+//! Shlink, and any other endpoint `not-found`.
 
 use serde_json::{json, Map, Value};
 
