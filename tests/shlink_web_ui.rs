@@ -53,6 +53,9 @@ fn excused(call: &Value) -> bool {
             .any(|&(m, p, s)| m == method && path.starts_with(p) && s == status)
 }
 
+const FIREFOX: &str = "Mozilla/5.0 (X11; Linux x86_64; rv:121.0) Gecko/20100101 Firefox/121.0";
+const CRAWLER: &str = "Googlebot/2.1 (+http://www.google.com/bot.html)";
+
 /// `alpha`, `bravo` and `charlie`, created in that order a second apart (the list's default
 /// order is by creation time, to the second), and three clicks on `bravo`, counted.
 fn three_links(c: &mut Client) {
@@ -71,8 +74,16 @@ fn three_links(c: &mut Client) {
         );
         assert_eq!(r.status, 201, "{}", r.text());
     }
-    for _ in 0..3 {
-        let r = c.send("GET", "/bravo", false, &[], b"").unwrap();
+    // Two visits by a person from a news site, one by a crawler: the visit pages' charts
+    // have browsers, systems and referrers to show.
+    for (ua, referer) in [
+        (FIREFOX, Some("https://news.example/story")),
+        (FIREFOX, Some("https://news.example/story")),
+        (CRAWLER, None),
+    ] {
+        let mut h = vec![("User-Agent", ua)];
+        h.extend(referer.map(|r| ("Referer", r)));
+        let r = c.send("GET", "/bravo", false, &h, b"").unwrap();
         assert_eq!(r.status, 302);
     }
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -163,7 +174,16 @@ fn shlinks_web_ui_manages_links_on_ricochet_from_another_origin() {
         return;
     }
     let (_t, dir) = data_dir();
-    let s = start(&dir, &["--cores", "3", "--test-oversubscribe"]);
+    let s = start(
+        &dir,
+        &[
+            "--cores",
+            "3",
+            "--test-oversubscribe",
+            "--visit-log-days",
+            "30",
+        ],
+    );
     let base = format!("http://{}", s.addr);
     let mut c = Client::new(&s);
     three_links(&mut c);
@@ -236,4 +256,34 @@ fn shlinks_web_ui_manages_links_on_ricochet_from_another_origin() {
 
     // The redirect rules page loads the link's rules.
     assert_eq!(v["rules"]["status"], 200);
+
+    // bravo's visits from the visit log: charts drawn, and the list's rows are the visits
+    // the native stats count (3, one of them a bot), with their referrer's host.
+    assert_eq!(v["visits"]["status"], 200, "{v:#}");
+    assert!(v["visits"]["charts"].as_u64().unwrap() > 0, "{v:#}");
+    let by_context = v["visits"]["byContext"].as_str().unwrap();
+    for part in ["Firefox", "Linux", "news.example"] {
+        assert!(by_context.contains(part), "{part}: {by_context}");
+    }
+    let list: Vec<String> = serde_json::from_value(v["visits"]["list"].clone()).unwrap();
+    let stats = c
+        .send(
+            "GET",
+            "/api/v1/urls/bravo/stats?bots=include",
+            true,
+            &[],
+            b"",
+        )
+        .unwrap()
+        .json();
+    assert_eq!(
+        list.len() as u64,
+        stats["summary"]["clicks"].as_u64().unwrap(),
+        "{list:?}"
+    );
+    assert_eq!(
+        list.iter().filter(|r| r.contains("news.example")).count(),
+        2,
+        "{list:?}"
+    );
 }

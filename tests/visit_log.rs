@@ -3,7 +3,7 @@
 //! by Shlink's visit endpoints with its user agent, referrer host, bot flag and the address's
 //! network only; pages, date and bot filters exact; totals equal to the native stats; kept
 //! across `kill -9` (past the click sync window) and a restart on another number of cores;
-//! gone with a stats reset; and deleted from the data dir when the log is turned off (then
+//! gone with Shlink's delete of a link's visits (which resets its figures); and deleted from the data dir when the log is turned off (then
 //! Shlink's `visit-log-off`).
 #![expect(
     clippy::too_many_lines,
@@ -223,11 +223,28 @@ fn the_visit_log_lists_each_visit_and_keeps_only_what_it_should() {
         "user agents outside the visit log: {holding:?}"
     );
 
-    // A stats reset deletes the link's visits, from memory and disk.
+    // Shlink's delete of a link's visits says how many went, and resets the link's
+    // figures with them, from memory and disk.
+    let h = [("X-Api-Key", api::API_KEY)];
     let r = c
-        .send("DELETE", "/api/v1/urls/vl-b/stats", true, &[], b"")
+        .send("DELETE", "/rest/v3/short-urls/vl-b/visits", false, &h, b"")
         .unwrap();
-    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!((r.status, r.json()), (200, json!({"deletedVisits": 3})));
+    let stats = c
+        .send(
+            "GET",
+            "/api/v1/urls/vl-b/stats?bots=include",
+            true,
+            &[],
+            b"",
+        )
+        .unwrap()
+        .json();
+    assert_eq!(stats["summary"]["clicks"], 0, "{stats}");
+    let r = c
+        .send("DELETE", "/rest/v3/short-urls/nope/visits", false, &h, b"")
+        .unwrap();
+    assert_eq!(r.status, 404, "{}", r.text());
     let (_, v) = shlink(&mut c, "/rest/v3/short-urls/vl-b/visits");
     assert_eq!(v["visits"]["pagination"]["totalItems"], 0, "{v}");
     assert!(files_holding(&dir.join("clicks/visits"), b"vl-b").is_empty());

@@ -201,7 +201,13 @@ impl ApiFront {
     /// A stats answer for a deferred request: a role's sum asks its next link (through
     /// `again`) or is done; a Shlink list page likewise (`shlink::on_list_visits`); any other
     /// answer is sent as it is, in Shlink's shape for a Shlink request.
-    pub fn on_stats_body(&mut self, op: &mut ApiOp, body: &[u8], again: ReplyTo) -> StatsStep {
+    pub fn on_stats_body(
+        &mut self,
+        op: &mut ApiOp,
+        body: &[u8],
+        again: ReplyTo,
+        mesh: &mut Mesh,
+    ) -> StatsStep {
         match op {
             ApiOp::ReachStats(rs) => {
                 if !rs.fold(body) {
@@ -226,7 +232,7 @@ impl ApiFront {
                     Err(p) => StatsStep::Failed(p),
                 }
             }
-            ApiOp::ShlinkVisitLog(w) => self.on_visits_body(w, body, again),
+            ApiOp::ShlinkVisitLog(w) => self.on_visits_body(w, body, again, mesh),
             ApiOp::Shlink(..) => match self.on_list_visits(op, body, again) {
                 Some(step) => step,
                 None => StatsStep::Done(

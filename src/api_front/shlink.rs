@@ -542,14 +542,17 @@ impl ApiFront {
         f: Framing<'_>,
         mesh: &mut Mesh,
     ) {
-        if !matches!(req.method, Method::Get | Method::Head) {
-            return method_not_allowed(out, b"GET", f);
+        if !matches!(req.method, Method::Get | Method::Head | Method::Delete) {
+            return method_not_allowed(out, b"GET, DELETE", f);
         }
         let caller = match self.shlink_admit(req) {
             Ok(c) => c,
             Err(e) => return e.encode(out, f),
         };
         let reach = caller.role.reach(caller.author(), &self.domains);
+        if reach.read_only && req.method == Method::Delete {
+            return ShlinkError::from_native(&Problem::read_only_key()).encode(out, f);
+        }
         let code = req
             .path
             .strip_prefix(SHORT_URLS)
@@ -576,6 +579,11 @@ impl ApiFront {
         f: Framing<'_>,
     ) -> Option<()> {
         let e = match outcome {
+            WriteOutcome::Deleted if w.deleted().is_some() => {
+                let body = json!({"deletedVisits": w.deleted()});
+                encode_json(out, &serde_json::to_vec(&body).expect("json"), f);
+                return Some(());
+            }
             WriteOutcome::Found(_) => return None,
             WriteOutcome::NotFound => ShlinkError::not_found(w.code().as_deref()),
             other => ShlinkError::from_native(&self.problem_of(other)),

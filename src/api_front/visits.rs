@@ -6,7 +6,9 @@
 //! A short URL's visits are its owner's aggregator's: the link is looked up first (404 and
 //! the key's reach as for a read), then that aggregator answers the page. The other lists
 //! ask every aggregator in turn for its newest `page * itemsPerPage` visits and merge them
-//! here ([`VisitWalk`]); pages reach at most [`MAX_VISIT_WINDOW`] visits deep.
+//! here ([`VisitWalk`]); pages reach at most [`MAX_VISIT_WINDOW`] visits deep. A
+//! `DELETE` of a short URL's visits counts them, then resets the link's figures at its
+//! owner (the aggregates and the logged visits) and answers the count.
 
 use super::{ApiFront, ApiOp, Defer};
 use crate::analytics::visit_log::{VisitKeys, VisitLogQuery};
@@ -35,9 +37,18 @@ pub struct VisitWalk {
     answered: usize,
     total: u64,
     visits: Vec<Value>,
+    /// Shlink's `DELETE /short-urls/{code}/visits`: the key's reach, for the stats reset
+    /// that follows the count, and whether it was sent.
+    delete: Option<crate::api::roles::AuthorReach>,
+    reset_sent: bool,
 }
 
 impl VisitWalk {
+    /// A delete's reset was answered: the visits it deleted (`None`: not a delete).
+    pub fn deleted(&self) -> Option<u64> {
+        (self.delete.is_some() && self.reset_sent).then_some(self.total)
+    }
+
     /// The short code of a link's visits (`None`: a list over many links).
     pub fn code(&self) -> Option<String> {
         match &self.query.keys {
@@ -185,16 +196,21 @@ impl ApiFront {
         reach: &Reach,
         mesh: &mut Mesh,
     ) -> Result<(), Problem> {
-        if req.method != Method::Get && req.method != Method::Head {
-            return Err(Problem::method_not_allowed());
-        }
         let p = parse_params(req.query)?;
         let list = list_of(req.path).ok_or_else(Problem::not_found)?;
+        let delete = req.method == Method::Delete;
+        if delete && !matches!(list, ListOf::Link(_)) {
+            return Err(Problem::method_not_allowed());
+        }
         let keys = match list {
             ListOf::Link(code) => {
                 shards::link::validate_key(code).map_err(|_| Problem::not_found())?;
                 let ikey = self.item_key(req.query, code, reach)?;
-                let walk = self.walk(VisitKeys::One(ikey), &p, vec![self.owner_of(&ikey)]);
+                let mut walk = self.walk(VisitKeys::One(ikey), &p, vec![self.owner_of(&ikey)]);
+                if delete {
+                    walk.delete = Some(reach.author);
+                    walk.per_page = 0;
+                }
                 let (_, ask) =
                     super::item_ask(Method::Get, (ikey, reach), &[], (0, &self.blocklist))?;
                 let reply = defer(out, ApiOp::ShlinkVisitLog(Box::new(walk)));
@@ -253,6 +269,8 @@ impl ApiFront {
             answered: 0,
             total: 0,
             visits: Vec::new(),
+            delete: None,
+            reset_sent: false,
         }
     }
 
@@ -318,6 +336,7 @@ impl ApiFront {
         w: &mut VisitWalk,
         body: &[u8],
         again: ReplyTo,
+        mesh: &mut Mesh,
     ) -> super::stats_sum::StatsStep {
         use super::stats_sum::StatsStep;
         if !w.fold(body) {
@@ -325,6 +344,17 @@ impl ApiFront {
                 Ok(()) => StatsStep::Asked,
                 Err(p) => StatsStep::Failed(p),
             };
+        }
+        if let (Some(reach), VisitKeys::One(key)) = (w.delete, &w.query.keys) {
+            // Counted: now the link's figures and logged visits are reset at its owner
+            // (`visit_lookup_replied` answers once it is done).
+            let reset = crate::mesh::WriteReq::ResetStats { key: *key, reach };
+            w.reset_sent = true;
+            mesh.deliver(
+                self.owner_of(key),
+                crate::mesh::OwnerAsk::Write(reset).message(again),
+            );
+            return StatsStep::Asked;
         }
         let (page, per_page) = (w.page, w.per_page);
         let (total, visits) = w.page();

@@ -277,8 +277,12 @@ impl Core {
             any = true;
             self.api.stats_done();
             if let Some(place) = reply.place() {
-                self.conns
-                    .on_stats_answer(place, None, &self.clock, &mut self.api);
+                self.conns.on_stats_answer(
+                    place,
+                    None,
+                    &self.clock,
+                    (&mut self.api, &mut self.mesh),
+                );
             }
         }
         while let Ok(m) = inbox.try_recv() {
@@ -294,7 +298,7 @@ impl Core {
                             place,
                             body.as_deref(),
                             &self.clock,
-                            &mut self.api,
+                            (&mut self.api, &mut self.mesh),
                         )
                     }
                 }
@@ -302,8 +306,12 @@ impl Core {
                     let dropped = self.shared.clicks.as_ref().map_or(0, |c| c.dropped_total());
                     let body = self.api.gather(reply, *part, dropped);
                     if let (Some(body), Some(place)) = (body, reply.place()) {
-                        self.conns
-                            .on_stats_answer(place, Some(&body), &self.clock, &mut self.api)
+                        self.conns.on_stats_answer(
+                            place,
+                            Some(&body),
+                            &self.clock,
+                            (&mut self.api, &mut self.mesh),
+                        )
                     }
                 }
             }

@@ -194,6 +194,20 @@ try {
   out.rules = { status: (await request).status() };
   await page.waitForSelector('text=https://example.com/bravo');
   await shot('rules');
+
+  // A link's visits (bravo's 3, from the visit log): the charts by context, then the list.
+  request = answered('GET', '/rest/v3/short-urls/bravo/visits');
+  await page.goto(`${origin}/short-code/bravo/visits/by-context`);
+  out.visits = { status: (await request).status() };
+  await page.waitForSelector('text=Operating systems');
+  await page.waitForFunction(() => document.querySelectorAll('main canvas, main svg.recharts-surface, #root canvas, #root svg.recharts-surface').length > 0);
+  out.visits.charts = await page.$$eval('canvas, svg.recharts-surface', (cs) => cs.length);
+  out.visits.byContext = (await page.innerText('#root')).replace(/\s+/g, ' ');
+  await shot('visits-charts');
+  await page.goto(`${origin}/short-code/bravo/visits/list`);
+  await page.waitForFunction(() => document.querySelectorAll('tbody tr').length >= 3);
+  out.visits.list = await page.$$eval('tbody tr', (trs) => trs.map((tr) => tr.innerText.replace(/\s+/g, ' ').trim()));
+  await shot('visits-list');
 } catch (e) {
   // What the steps saw so far goes out with the error: the test prints it.
   out.error = String(e.stack ?? e);

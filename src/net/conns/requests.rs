@@ -762,7 +762,7 @@ impl Conns {
         reply: RequestPlace,
         body: Option<&[u8]>,
         clock: &Clock,
-        api: &mut ApiFront,
+        (api, mesh): (&mut ApiFront, &mut crate::mesh::Mesh),
     ) {
         let me = self.me as u16;
         let Some(p) = self.waiting(reply) else {
@@ -772,7 +772,7 @@ impl Conns {
         let step = match (&mut p.kind, body) {
             (PendingKind::Api(op), Some(b)) => {
                 let again = ReplyTo::request(me, reply.slot, reply.gen, reply.seq);
-                Some((api.on_stats_body(op, b, again), op.is_shlink()))
+                Some((api.on_stats_body(op, b, again, mesh), op.is_shlink()))
             }
             (_, Some(b)) => Some((StatsStep::Done(b.to_vec()), false)),
             (_, None) => None,
