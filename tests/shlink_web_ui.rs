@@ -4,8 +4,10 @@
 //! cross-origin, as from Shlink's hosted client) and drives it in Debian's chromium through
 //! `playwright-core`: the overview, the list in its default order, sorted by a column and
 //! searched, a create through the form with the component's defaults, an edit, a delete from
-//! a row's menu, the domains page (which checks each domain's `/rest/health`) and a link's
-//! redirect rules page. This test then checks every effect through the native API.
+//! a row's menu, the domains page (which checks each domain's `/rest/health`), a link's
+//! redirect rules page, and its visits from the visit log (the charts by context, the list).
+//! This test then checks every effect through the native API. A second server, without the
+//! visit log, shows its visits page's message (`visit-log-off`'s detail).
 //!
 //! Every API call the UI makes must succeed, except those of features ricochet does not
 //! have yet, listed in [`NOT_YET_BUILT`] (each removed as it is built), and Mercure's
@@ -14,6 +16,10 @@
 //! `.ci/run` installs chromium and `npm ci --prefix tests/webui` and sets
 //! `RICOCHET_REQUIRE_BROWSER=1`, so there this test cannot skip; elsewhere it skips (with a
 //! line saying so) when either is missing.
+#![expect(
+    clippy::too_many_lines,
+    reason = "an end-to-end test is one scenario against real processes, read top to bottom"
+)]
 
 mod common;
 
@@ -40,14 +46,16 @@ fn codes(rows: &Value) -> Vec<String> {
         .collect()
 }
 
-/// Whether an API call the UI made is one it may make without success.
+/// Whether an API call the UI made is one it may make without success: Mercure's, and with
+/// the visit log off a visit list's (`visit-log-off`, what the page then shows).
 fn excused(call: &Value) -> bool {
     let (method, path, status) = (
         call["method"].as_str().unwrap(),
         call["path"].as_str().unwrap(),
         call["status"].as_u64().unwrap(),
     );
-    (method == "GET" && path == "/rest/v3/mercure-info" && status == 501)
+    let visit_log_off = path.starts_with("/rest/v3/short-urls/bravo/visits");
+    (method == "GET" && status == 501 && (path == "/rest/v3/mercure-info" || visit_log_off))
         || NOT_YET_BUILT
             .iter()
             .any(|&(m, p, s)| m == method && path.starts_with(p) && s == status)
@@ -106,7 +114,7 @@ fn three_links(c: &mut Client) {
 
 /// What `drive.mjs` saw, after checking that no step failed, no page error or failed request
 /// happened, and every API call succeeded or is excused ([`excused`]).
-fn drive(base: &str) -> Value {
+fn drive(base: &str, mode: &[&str]) -> Value {
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let out = Command::new("node")
         .arg(concat!(
@@ -115,6 +123,7 @@ fn drive(base: &str) -> Value {
         ))
         .args([base, API_KEY])
         .arg(shots)
+        .args(mode)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -165,6 +174,38 @@ fn check_tags(v: &Value, c: &mut Client) {
     );
 }
 
+/// bravo's visits from the visit log: charts drawn, and the list's rows are the visits the
+/// native stats count (3, one of them a bot), with their referrer's host.
+fn check_visits(v: &Value, c: &mut Client) {
+    assert_eq!(v["visits"]["status"], 200, "{v:#}");
+    assert!(v["visits"]["charts"].as_u64().unwrap() > 0, "{v:#}");
+    let by_context = v["visits"]["byContext"].as_str().unwrap();
+    for part in ["Firefox", "Linux", "news.example"] {
+        assert!(by_context.contains(part), "{part}: {by_context}");
+    }
+    let list: Vec<String> = serde_json::from_value(v["visits"]["list"].clone()).unwrap();
+    let stats = c
+        .send(
+            "GET",
+            "/api/v1/urls/bravo/stats?bots=include",
+            true,
+            &[],
+            b"",
+        )
+        .unwrap()
+        .json();
+    assert_eq!(
+        list.len() as u64,
+        stats["summary"]["clicks"].as_u64().unwrap(),
+        "{list:?}"
+    );
+    assert_eq!(
+        list.iter().filter(|r| r.contains("news.example")).count(),
+        2,
+        "{list:?}"
+    );
+}
+
 #[test]
 fn shlinks_web_ui_manages_links_on_ricochet_from_another_origin() {
     if !common::browser_ready(
@@ -187,7 +228,7 @@ fn shlinks_web_ui_manages_links_on_ricochet_from_another_origin() {
     let base = format!("http://{}", s.addr);
     let mut c = Client::new(&s);
     three_links(&mut c);
-    let v = drive(&base);
+    let v = drive(&base, &[]);
 
     // The overview's cards: 3 visits, no orphan visits, 3 short URLs.
     let overview = v["overview"]["text"].as_str().unwrap().to_lowercase();
@@ -247,43 +288,40 @@ fn shlinks_web_ui_manages_links_on_ricochet_from_another_origin() {
     c.get_link("charlie").assert_problem(404);
 
     // The domains page lists the default domain by the authority short URLs carry, and its
-    // check of that domain's `/rest/v3/health` (cross-origin too) passed.
+    // check of that domain's `/rest/v3/health` (cross-origin too) passed; the redirect
+    // rules page loads the link's rules.
+    let domains = serde_json::json!([{"domain": s.addr.to_string(), "status": "check"}]);
     assert_eq!(
-        v["domains"],
-        serde_json::json!([{"domain": s.addr.to_string(), "status": "check"}]),
+        (&v["domains"], &v["rules"]["status"]),
+        (&domains, &serde_json::json!(200)),
         "{v:#}"
     );
 
-    // The redirect rules page loads the link's rules.
-    assert_eq!(v["rules"]["status"], 200);
+    check_visits(&v, &mut c);
+}
 
-    // bravo's visits from the visit log: charts drawn, and the list's rows are the visits
-    // the native stats count (3, one of them a bot), with their referrer's host.
-    assert_eq!(v["visits"]["status"], 200, "{v:#}");
-    assert!(v["visits"]["charts"].as_u64().unwrap() > 0, "{v:#}");
-    let by_context = v["visits"]["byContext"].as_str().unwrap();
-    for part in ["Firefox", "Linux", "news.example"] {
-        assert!(by_context.contains(part), "{part}: {by_context}");
+/// Without the visit log, a link's visits page shows why there is no list: the problem's
+/// detail, as Shlink's web client shows an error.
+#[test]
+fn shlinks_visits_page_says_the_visit_log_is_off() {
+    if !common::browser_ready(
+        "webui",
+        &["@shlinkio/shlink-web-component", "playwright-core"],
+    ) {
+        return;
     }
-    let list: Vec<String> = serde_json::from_value(v["visits"]["list"].clone()).unwrap();
-    let stats = c
-        .send(
-            "GET",
-            "/api/v1/urls/bravo/stats?bots=include",
-            true,
-            &[],
-            b"",
-        )
-        .unwrap()
-        .json();
-    assert_eq!(
-        list.len() as u64,
-        stats["summary"]["clicks"].as_u64().unwrap(),
-        "{list:?}"
+    let (_t, dir) = data_dir();
+    let s = start(&dir, &["--cores", "2", "--test-oversubscribe"]);
+    let mut c = Client::new(&s);
+    let r = c.create(
+        &serde_json::json!({"long_url": "https://example.com/bravo", "custom_alias": "bravo"}),
     );
-    assert_eq!(
-        list.iter().filter(|r| r.contains("news.example")).count(),
-        2,
-        "{list:?}"
+    assert_eq!(r.status, 201, "{}", r.text());
+    let v = drive(&format!("http://{}", s.addr), &["visits-off"]);
+    assert_eq!(v["visitsOff"]["status"], 501, "{v:#}");
+    let text = v["visitsOff"]["text"].as_str().unwrap();
+    assert!(
+        text.contains("This server's visit log is off") && text.contains("--visit-log-days"),
+        "{text}"
     );
 }

@@ -524,8 +524,9 @@ impl ApiFront {
                 status: 501,
                 type_: VISIT_LOG_OFF,
                 title: "Visit log is off",
-                detail: "This server keeps visit counts, not individual visits: see each short \
-                         URL's visitsSummary and /rest/v3/visits."
+                detail: "This server's visit log is off: it keeps visit counts, not individual \
+                         visits (each short URL's visitsSummary, /rest/v3/visits). Its operator \
+                         turns the log on with --visit-log-days."
                     .into(),
                 extra: None,
                 retry_after_s: None,

@@ -4,7 +4,10 @@
 // would. Prints what each step saw as one JSON object, with every API call made (method,
 // path, status), every page error and failed request. tests/shlink_web_ui.rs asserts on it.
 //
-//   node drive.mjs BASE_URL API_KEY SCREENSHOT_DIR
+//   node drive.mjs BASE_URL API_KEY SCREENSHOT_DIR [visits-off]
+//
+// With `visits-off` it only opens `bravo`'s visits page of a server without the visit log
+// and says what the page shows.
 //
 // The links it expects (made by the test through the API first): `alpha`, `bravo` (clicked)
 // and `charlie`, created in that order.
@@ -15,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 import * as esbuild from 'esbuild';
 import { chromium } from 'playwright-core';
 
-const [baseUrl, apiKey, shots] = process.argv.slice(2);
+const [baseUrl, apiKey, shots, mode] = process.argv.slice(2);
 const here = path.dirname(fileURLToPath(import.meta.url));
 
 const bundle = await esbuild.build({
@@ -85,6 +88,17 @@ try {
     await page.waitForSelector('tbody tr td[data-column="Short URL:"]');
     return rows();
   };
+
+  if (mode === 'visits-off') {
+    // The visit log is off: the visits page says so (Shlink's problem's detail).
+    const request = answered('GET', '/rest/v3/short-urls/bravo/visits');
+    await page.goto(`${origin}/short-code/bravo/visits`);
+    out.visitsOff = { status: (await request).status() };
+    await page.waitForSelector('text=visit log is off');
+    out.visitsOff.text = (await page.innerText('#root')).replace(/\s+/g, ' ');
+    await shot('visits-off');
+    throw 'done';
+  }
 
   // The overview: its cards and the recently created links.
   await page.goto(`${origin}/overview`);
@@ -210,7 +224,7 @@ try {
   await shot('visits-list');
 } catch (e) {
   // What the steps saw so far goes out with the error: the test prints it.
-  out.error = String(e.stack ?? e);
+  if (e !== 'done') out.error = String(e.stack ?? e);
   await browser.contexts()[0]?.pages()[0]?.screenshot({ path: path.join(shots, 'webui-failed.png'), fullPage: true });
 } finally {
   await browser.close();
