@@ -94,6 +94,11 @@ fn three_links(c: &mut Client) {
         let r = c.send("GET", "/bravo", false, &h, b"").unwrap();
         assert_eq!(r.status, 302);
     }
+    // A visit to a short code no link has: an orphan visit.
+    let r = c
+        .send("GET", "/nope", false, &[("User-Agent", FIREFOX)], b"")
+        .unwrap();
+    assert_eq!(r.status, 404);
     let deadline = Instant::now() + Duration::from_secs(10);
     while c
         .send(
@@ -199,6 +204,12 @@ fn check_visits(v: &Value, c: &mut Client) {
         stats["summary"]["clicks"].as_u64().unwrap(),
         "{list:?}"
     );
+    let orphans: Vec<String> = serde_json::from_value(v["orphans"]["list"].clone()).unwrap();
+    assert_eq!(orphans.len(), 1, "{orphans:?}");
+    assert!(
+        orphans[0].contains("/nope") && orphans[0].contains("Firefox"),
+        "{orphans:?}"
+    );
     assert_eq!(
         list.iter().filter(|r| r.contains("news.example")).count(),
         2,
@@ -230,9 +241,9 @@ fn shlinks_web_ui_manages_links_on_ricochet_from_another_origin() {
     three_links(&mut c);
     let v = drive(&base, &[]);
 
-    // The overview's cards: 3 visits, no orphan visits, 3 short URLs.
+    // The overview's cards: 3 visits, 1 orphan visit, 3 short URLs.
     let overview = v["overview"]["text"].as_str().unwrap().to_lowercase();
-    for card in ["visits 3", "orphan visits 0", "short urls 3"] {
+    for card in ["visits 3", "orphan visits 1", "short urls 3"] {
         assert!(overview.contains(card), "{card}: {overview}");
     }
     assert_eq!(codes(&v["overview"]["rows"]), ["charlie", "bravo", "alpha"]);

@@ -180,6 +180,36 @@ fn the_visit_log_lists_each_visit_and_keeps_only_what_it_should() {
     let v = wait_total(&mut c, "/rest/v3/visits/non-orphan?itemsPerPage=4", 10);
     assert_eq!(v["visits"]["data"].as_array().unwrap().len(), 4);
     wait_total(&mut c, "/rest/v3/domains/DEFAULT/visits", 10);
+    wait_total(&mut c, "/rest/v3/visits/non-orphan?domain=DEFAULT", 10);
+
+    // Visits to short codes no link has are orphan visits, listed apart, as many as the
+    // overview counts.
+    for code in ["no-such-1", "no-such-2", "no-such-1"] {
+        let h = [("User-Agent", UA_HUMAN), ("X-Forwarded-For", VISITOR)];
+        let r = c.send("GET", &format!("/{code}"), false, &h, b"").unwrap();
+        assert_eq!(r.status, 404);
+    }
+    let v = wait_total(&mut c, "/rest/v3/visits/orphan", 3);
+    for d in v["visits"]["data"].as_array().unwrap() {
+        assert_eq!(d["type"], "invalid_short_url", "{d}");
+        assert!(
+            d["visitedUrl"].as_str().unwrap().contains("/no-such-"),
+            "{d}"
+        );
+        assert_eq!(d["userAgent"], UA_HUMAN);
+    }
+    let (_, o) = shlink(&mut c, "/rest/v3/visits");
+    assert_eq!(o["visits"]["orphanVisits"]["total"], 3, "{o}");
+    wait_total(&mut c, "/rest/v3/visits/orphan?type=invalid_short_url", 3);
+    wait_total(&mut c, "/rest/v3/visits/orphan?type=base_url", 0);
+    let (st, _) = shlink(&mut c, "/rest/v3/visits/orphan?type=bogus");
+    assert_eq!(st, 400);
+    wait_total(&mut c, "/rest/v3/visits/non-orphan", 10);
+    let (_, v) = shlink(&mut c, "/rest/v3/short-urls/vl-a/visits");
+    assert_eq!(
+        v["visits"]["pagination"]["totalItems"], 7,
+        "orphans are not a link's: {v}"
+    );
 
     // Refusals in Shlink's words.
     let (st, v) = shlink(&mut c, "/rest/v3/short-urls/nope/visits");
@@ -210,6 +240,7 @@ fn the_visit_log_lists_each_visit_and_keeps_only_what_it_should() {
     wait_total(&mut c, "/rest/v3/short-urls/vl-a/visits", 7);
     wait_total(&mut c, "/rest/v3/short-urls/vl-b/visits", 3);
     wait_total(&mut c, "/rest/v3/visits/non-orphan", 10);
+    wait_total(&mut c, "/rest/v3/visits/orphan", 3);
 
     // Privacy: the network is kept, never the address; user agents only in the visit log.
     assert_eq!(

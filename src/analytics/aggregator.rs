@@ -596,7 +596,12 @@ impl Aggregator {
                 let at = (j.b.day, j.b.sealed_ms);
                 self.classify_click(at, key, ctx, count, j.salt)
             };
-            j.out[owner].push(d);
+            let orphan = v.as_ref().is_some_and(|v| v.orphan);
+            match orphan {
+                // Not a click: the visit log's only (`ClickRule::ORPHAN`).
+                true => self.spare.keep(d),
+                false => j.out[owner].push(d),
+            }
             if let Some(v) = v {
                 j.visits[owner].push(v);
             }
@@ -924,7 +929,9 @@ impl Aggregator {
         let ua = self.cache.ua_texts.get(&ctx.ua).unwrap_or(&self.no_text);
         let texts = (country, referrer, ua.clone());
         let n = u32::try_from(count).unwrap_or(u32::MAX);
-        Some(log.visit_of(key.as_bytes(), at_ms, n, bot, &ctx.ip, texts))
+        let mut v = log.visit_of(key.as_bytes(), at_ms, n, bot, &ctx.ip, texts);
+        v.orphan = ctx.rule == super::combiner::ClickRule::ORPHAN;
+        Some(v)
     }
 
     /// A tick: every owner hears how far this core's clicks have come.

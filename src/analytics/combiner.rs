@@ -55,6 +55,9 @@ pub struct ClickRule(pub u8);
 impl ClickRule {
     pub const NONE: ClickRule = ClickRule(0);
     pub const DEFAULT: ClickRule = ClickRule(u8::MAX);
+    /// Not a click: a GET of a short code no link has, carried for the visit log only (an
+    /// orphan visit; never counted as a click).
+    pub const ORPHAN: ClickRule = ClickRule(u8::MAX - 1);
 
     /// The rule at 0-based `index` of the link's list.
     pub fn matched(index: u8) -> ClickRule {
@@ -63,7 +66,7 @@ impl ClickRule {
     }
 }
 
-const _: () = assert!(shards::rules::MAX_RULES_PER_LINK < u8::MAX as usize);
+const _: () = assert!(shards::rules::MAX_RULES_PER_LINK < u8::MAX as usize - 1);
 
 /// A GET's click, taken when its request is read and counted if it is answered with a
 /// redirect.
@@ -266,6 +269,8 @@ pub struct Combiner {
     /// string when its table fills, and bumps the epoch).
     seen_epoch: u64,
     agg_epoch: Arc<AtomicU64>,
+    /// The visit log is on: GETs of unknown short codes are carried as orphan visits.
+    log_orphans: bool,
     pub tally: CombinerTally,
 }
 
@@ -288,8 +293,14 @@ impl Combiner {
             seen: vec![0; SEEN_SLOTS].into_boxed_slice(),
             seen_epoch: 0,
             agg_epoch,
+            log_orphans: false,
             tally: CombinerTally::default(),
         }
+    }
+
+    /// With the visit log on, GETs of unknown short codes are carried for it (`not_found`).
+    pub fn log_orphans(&mut self, on: bool) {
+        self.log_orphans = on && self.full;
     }
 
     /// Whether a batch handed off waits for the aggregator.
@@ -435,10 +446,23 @@ impl Combiner {
         self.tally.clicks += 1;
     }
 
-    /// Counts a GET for an unknown key (server-wide only).
-    pub fn not_found(&mut self, now_s: u64) {
+    /// Counts a GET for an unknown key (server-wide only); with the visit log on, carries it
+    /// as an orphan visit of `key` too (its context taken like a click's, [`Self::take`]).
+    pub fn not_found(&mut self, key: &[u8], click: Option<&Click>, now_s: u64) {
         if let Some(b) = self.batch_for(shards::clicks::day_of(now_s)) {
             b.not_found += 1;
+        }
+        if let (true, Some(Click::Take(ctx))) = (self.log_orphans, click) {
+            let ctx = &ClickCtx {
+                rule: ClickRule::ORPHAN,
+                ..*ctx
+            };
+            let hash = self.entry_hash(key, ctx);
+            let day = shards::clicks::day_of(now_s);
+            if let Some(b) = self.batch_for(day) {
+                // A full batch: the orphan visit is not logged (the 404 is counted above).
+                let _ = b.add(key, ctx, hash);
+            }
         }
     }
 

@@ -118,7 +118,7 @@ pub fn start(
         let (slices, handle) = spawn(agg, core, on_cores, &bells)?;
         handles.push(handle);
         per_core.push(CoreClicks {
-            combiner: combiner::Combiner::new(cfg.mode == Mode::Full, clean_rx, to_agg, epoch),
+            combiner: combiner_for(cfg, clean_rx, to_agg, epoch),
             control: control_tx.clone(),
             inbox: inboxes.next().expect("one per core"),
             client_ip: cfg.client_ip,
@@ -129,6 +129,18 @@ pub fn start(
         });
     }
     Ok(Some((per_core, Aggregators { handles, fleet })))
+}
+
+/// A core's combiner: `full` context kept or not, orphan visits carried with the visit log.
+fn combiner_for(
+    cfg: &AnalyticsConfig,
+    clean: Receiver<Box<combiner::Batch>>,
+    to_agg: Sender<combiner::CoreMsg>,
+    epoch: Arc<AtomicU64>,
+) -> combiner::Combiner {
+    let mut c = combiner::Combiner::new(cfg.mode == Mode::Full, clean, to_agg, epoch);
+    c.log_orphans(cfg.visit_log.is_some());
+    c
 }
 
 /// One bounded queue per core: the senders, and the receivers in core order.

@@ -49,6 +49,8 @@ pub struct VisitLogQuery {
     pub from_ms: u64,
     pub to_ms: u64,
     pub exclude_bots: bool,
+    /// Orphan visits (GETs of unknown short codes) only, or links' visits only.
+    pub orphans: bool,
     /// Visits skipped from the newest, then the most sent. A merged list asks each
     /// aggregator for every visit down to the page's end (`skip` 0): one cannot know the
     /// others' share of a page.
@@ -84,6 +86,7 @@ impl VisitLog {
             at_ms,
             count,
             bot,
+            orphan: false,
             country: [
                 c.first().copied().unwrap_or(b'Z'),
                 c.get(1).copied().unwrap_or(b'Z'),
@@ -130,6 +133,7 @@ impl VisitLog {
             from_ms: q.from_ms,
             to_ms: q.to_ms,
             exclude_bots: q.exclude_bots,
+            orphans: q.orphans,
             skip: q.skip,
             take: q.take,
         });
@@ -152,6 +156,7 @@ pub fn visit_json(v: &Visit) -> serde_json::Value {
         "referrer": &*v.referrer,
         "user_agent": &*v.user_agent,
         "bot": v.bot,
+        "orphan": v.orphan,
         "country": String::from_utf8_lossy(&v.country),
         "ip": v.ip.text(),
     })

@@ -3,6 +3,10 @@
 //! link's (`/visits/non-orphan`) and a domain's (`/domains/{domain}/visits`), with Shlink's
 //! `page`, `itemsPerPage`, `startDate`, `endDate` and `excludeBots`.
 //!
+//! Orphan visits (`/visits/orphan`, with `type` and `domain`) are GETs of short codes no
+//! link has (Shlink's `invalid_short_url` kind; the log has no other), kept apart from the
+//! links' visits in the same books.
+//!
 //! A short URL's visits are its owner's aggregator's: the link is looked up first (404 and
 //! the key's reach as for a read), then that aggregator answers the page. The other lists
 //! ask every aggregator in turn for its newest `page * itemsPerPage` visits and merge them
@@ -168,6 +172,48 @@ fn parse_params(query: Option<&[u8]>) -> Result<VisitParams, Problem> {
     Ok(p)
 }
 
+/// `?domain=` of a list over many links: `DEFAULT` or a declared domain's name (404 for
+/// another).
+fn domain_param(
+    query: Option<&[u8]>,
+    domains: &crate::api::domains::Domains,
+) -> Result<Option<u32>, Problem> {
+    let Some((_, name)) =
+        url::form_urlencoded::parse(query.unwrap_or_default()).find(|(k, _)| k == "domain")
+    else {
+        return Ok(None);
+    };
+    domain_number(&name, domains).map(Some)
+}
+
+/// The number of the domain `name` names (`DEFAULT`: the default domain's).
+fn domain_number(name: &str, domains: &crate::api::domains::Domains) -> Result<u32, Problem> {
+    match name {
+        "DEFAULT" => Ok(shards::link::DEFAULT_DOMAIN),
+        _ => domains.by_name(name).map(|d| d.number).ok_or_else(|| {
+            let mut e = Problem::not_found();
+            e.detail = format!("no domain {name:?} is declared");
+            e
+        }),
+    }
+}
+
+/// Shlink's orphan `type` filter: whether it admits the log's kind (`invalid_short_url`);
+/// another of Shlink's kinds (`base_url`, `regular_404`) lists nothing.
+fn orphan_type(query: Option<&[u8]>) -> Result<bool, Problem> {
+    match url::form_urlencoded::parse(query.unwrap_or_default()).find(|(k, _)| k == "type") {
+        None => Ok(true),
+        Some((_, t)) => match &*t {
+            "invalid_short_url" => Ok(true),
+            "base_url" | "regular_404" => Ok(false),
+            other => Err(Problem::invalid_field(
+                Some("type"),
+                format!("type {other:?}: base_url, invalid_short_url or regular_404"),
+            )),
+        },
+    }
+}
+
 /// A date filter (RFC 3339, or a bare date's midnight UTC) in unix ms.
 fn date_ms(v: &str, field: &'static str) -> Result<u64, Problem> {
     let full = match v.len() {
@@ -218,33 +264,29 @@ impl ApiFront {
                 mesh.deliver(owner, ask.message(reply));
                 return Ok(());
             }
-            ListOf::Orphan | ListOf::Tag => {
+            ListOf::Tag => {
                 let mut e = Problem::not_found();
-                e.detail = "the visit log keeps visits of links; orphan visits (unknown keys, \
-                            the base URL) and a tag's visits are not listed yet (docs/shlink.md)"
-                    .into();
+                e.detail = "the visit log does not list a tag's visits yet (docs/shlink.md)".into();
                 return Err(e);
             }
-            ListOf::NonOrphan => self.reach_keys(reach, None)?,
+            ListOf::NonOrphan => self.reach_keys(reach, domain_param(req.query, &self.domains)?)?,
+            ListOf::Orphan => {
+                let keys = self.reach_keys(reach, domain_param(req.query, &self.domains)?)?;
+                // The log's orphans are Shlink's `invalid_short_url` kind only.
+                match orphan_type(req.query)? {
+                    true => keys,
+                    false => VisitKeys::Set(Default::default()),
+                }
+            }
             ListOf::Domain(name) => {
                 let name = std::str::from_utf8(name).unwrap_or_default();
-                let number = match name {
-                    "DEFAULT" => shards::link::DEFAULT_DOMAIN,
-                    _ => self
-                        .domains
-                        .by_name(name)
-                        .map(|d| d.number)
-                        .ok_or_else(|| {
-                            let mut e = Problem::not_found();
-                            e.detail = format!("no domain {name:?} is declared");
-                            e
-                        })?,
-                };
-                self.reach_keys(reach, Some(number))?
+                self.reach_keys(reach, Some(domain_number(name, &self.domains)?))?
             }
         };
         let cores = (0..self.router.cores()).collect();
-        let walk = self.walk(keys, &p, cores);
+        let orphans = matches!(list, ListOf::Orphan);
+        let mut walk = self.walk(keys, &p, cores);
+        walk.query.orphans = orphans;
         let (core, query) = (walk.next_core(), walk.ask());
         let reply = defer(out, ApiOp::ShlinkVisitLog(Box::new(walk)));
         self.send_visits(reply, core, query)
@@ -259,6 +301,7 @@ impl ApiFront {
                 from_ms: p.from_ms,
                 to_ms: p.to_ms,
                 exclude_bots: p.exclude_bots,
+                orphans: false,
                 skip: 0,
                 take: 0,
             },
@@ -385,7 +428,7 @@ impl ApiFront {
                    "isEmpty": false})
         });
         let at_s = v["at_ms"].as_u64().unwrap_or(0) / 1000;
-        json!({
+        let mut visit = json!({
             "referer": v["referrer"],
             "date": crate::api::timefmt::format_rfc3339_utc(at_s),
             "userAgent": v["user_agent"],
@@ -393,7 +436,11 @@ impl ApiFront {
             "potentialBot": v["bot"],
             "visitedUrl": format!("{}/{key}", base.trim_end_matches('/')),
             "redirectUrl": null,
-        })
+        });
+        if v["orphan"] == true {
+            visit["type"] = "invalid_short_url".into();
+        }
+        visit
     }
 }
 

@@ -215,6 +215,7 @@ try {
   out.visits = { status: (await request).status() };
   await page.waitForSelector('text=Operating systems');
   await page.waitForFunction(() => document.querySelectorAll('main canvas, main svg.recharts-surface, #root canvas, #root svg.recharts-surface').length > 0);
+  await page.waitForTimeout(1000); // The pies' drawing animation, for the screenshot.
   out.visits.charts = await page.$$eval('canvas, svg.recharts-surface', (cs) => cs.length);
   out.visits.byContext = (await page.innerText('#root')).replace(/\s+/g, ' ');
   await shot('visits-charts');
@@ -222,6 +223,14 @@ try {
   await page.waitForFunction(() => document.querySelectorAll('tbody tr').length >= 3);
   out.visits.list = await page.$$eval('tbody tr', (trs) => trs.map((tr) => tr.innerText.replace(/\s+/g, ' ').trim()));
   await shot('visits-list');
+
+  // The orphan visits (a GET of a short code no link has), listed.
+  request = answered('GET', '/rest/v3/visits/orphan');
+  await page.goto(`${origin}/orphan-visits/list`);
+  out.orphans = { status: (await request).status() };
+  await page.waitForFunction(() => document.querySelectorAll('tbody tr').length >= 1 && document.querySelector('tbody').innerText.includes('/nope'));
+  out.orphans.list = await page.$$eval('tbody tr', (trs) => trs.map((tr) => tr.innerText.replace(/\s+/g, ' ').trim()));
+  await shot('orphan-visits');
 } catch (e) {
   // What the steps saw so far goes out with the error: the test prints it.
   if (e !== 'done') out.error = String(e.stack ?? e);

@@ -5,7 +5,7 @@
 //! clicks/visits/core-<c>.log   frame*          (codec's frame: len:u32le crc:u32le payload)
 //! payload := 1 klen:u8 key[klen] at_ms:u64 count:u32 flags:u8 country:[u8;2]
 //!            ipkind:u8 ip[0|3|6] rlen:u8 referrer[rlen] ualen:u16 ua[ualen]
-//! flags   := bit 0 bot
+//! flags   := bit 0 bot, bit 1 orphan (a visit to an unknown short code)
 //! ipkind  := 0 none | 4 IPv4 /24 (3 bytes) | 6 IPv6 /48 (6 bytes)
 //! ```
 //!
@@ -40,6 +40,9 @@ pub const MAX_LOGGED_VISITS_PER_LINK_DAY: u32 = 10_000;
 /// Records one owner core's visit log holds by default; past it the oldest are dropped
 /// (about 100 bytes of memory and disk each, strings shared).
 pub const MAX_LOGGED_VISITS_PER_CORE: usize = 1_000_000;
+/// Orphan visits (unknown short codes) one owner core logs per day: a scan of random codes
+/// cannot push the links' visits out of the log.
+pub const MAX_LOGGED_ORPHANS_PER_CORE_DAY: u32 = 100_000;
 /// Longest user agent logged (the combiner cuts them there already).
 pub const MAX_VISIT_UA_BYTES: usize = 512;
 /// Longest referrer host logged.
@@ -109,6 +112,8 @@ pub struct Visit {
     pub at_ms: u64,
     pub count: u32,
     pub bot: bool,
+    /// A visit to a short code no link has (Shlink's `invalid_short_url` orphan visit).
+    pub orphan: bool,
     /// ISO 3166 alpha-2, `ZZ` unknown.
     pub country: [u8; 2],
     pub ip: AnonIp,
@@ -133,7 +138,7 @@ impl Visit {
         out.extend_from_slice(key);
         out.extend_from_slice(&self.at_ms.to_le_bytes());
         out.extend_from_slice(&self.count.to_le_bytes());
-        out.push(u8::from(self.bot));
+        out.push(u8::from(self.bot) | u8::from(self.orphan) << 1);
         out.extend_from_slice(&self.country);
         match self.ip {
             AnonIp::None => out.push(0),
@@ -195,7 +200,7 @@ impl Visit {
         let at_ms = r.u64()?;
         let count = r.u32()?;
         let flags = r.u8()?;
-        if count == 0 || flags > 1 {
+        if count == 0 || flags > 3 {
             return Err(DecodeError::Malformed("visit count or flags"));
         }
         let country: [u8; 2] = r.take(2)?.try_into().expect("2");
@@ -220,6 +225,7 @@ impl Visit {
             at_ms,
             count,
             bot: flags & 1 == 1,
+            orphan: flags & 2 == 2,
             country,
             ip,
             referrer,
@@ -259,6 +265,8 @@ pub struct VisitQuery<'a> {
     pub from_ms: u64,
     pub to_ms: u64,
     pub exclude_bots: bool,
+    /// Orphan visits only, or links' visits only.
+    pub orphans: bool,
     /// Visits (not records) skipped from the newest, and the most listed after them.
     pub skip: u64,
     pub take: usize,
@@ -284,6 +292,8 @@ pub struct VisitBook {
     /// Visits logged per link per day (the days not yet closed).
     per_link_day: HashMap<(ShortKey, Day), u32>,
     newest_day: Day,
+    /// Orphan visits logged on `newest_day`.
+    orphans_today: u32,
     /// Frames not yet written, and the file's length before them (a failed write is cut back
     /// to it).
     pending: Vec<u8>,
@@ -315,6 +325,7 @@ impl VisitBook {
             file_len,
             live_bytes: 0,
             newest_day: ring.back().map_or(0, Visit::day),
+            orphans_today: 0,
             per_link_day: HashMap::new(),
             ring,
             max_records,
@@ -336,11 +347,18 @@ impl VisitBook {
         let day = v.day();
         if day > self.newest_day {
             self.newest_day = day;
+            self.orphans_today = 0;
             let keep_from = day.saturating_sub(1);
             self.per_link_day.retain(|(_, d), _| *d >= keep_from);
         }
+        let orphan_room = match v.orphan && day == self.newest_day {
+            true => MAX_LOGGED_ORPHANS_PER_CORE_DAY.saturating_sub(self.orphans_today),
+            false => u32::MAX,
+        };
         let n = self.per_link_day.entry((v.key.clone(), day)).or_default();
-        let room = MAX_LOGGED_VISITS_PER_LINK_DAY.saturating_sub(*n);
+        let room = MAX_LOGGED_VISITS_PER_LINK_DAY
+            .saturating_sub(*n)
+            .min(orphan_room);
         if room == 0 {
             self.capped += u64::from(v.count);
             return false;
@@ -353,6 +371,9 @@ impl VisitBook {
             false => v,
         };
         *n += v.count;
+        if v.orphan && day == self.newest_day {
+            self.orphans_today += v.count;
+        }
         v.encode(&mut self.pending);
         self.push(v);
         true
@@ -468,6 +489,7 @@ impl VisitBook {
                 v.at_ms >= q.from_ms
                     && v.at_ms <= q.to_ms
                     && !(q.exclude_bots && v.bot)
+                    && v.orphan == q.orphans
                     && (q.keys)(v.key.as_bytes())
             })
             .collect();

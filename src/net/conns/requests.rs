@@ -944,7 +944,7 @@ impl Counted<'_> {
                     None => encode::encode_not_found(out, f),
                 }
                 if let (Some(k), false) = (self.clicks.as_mut(), head) {
-                    k.not_found(clock.now_s);
+                    k.not_found(key, ctx.as_ref(), clock.now_s);
                 }
             }
         }

@@ -15,6 +15,7 @@ fn visit(key: &str, at_ms: u64, count: u32, bot: bool, ua: &str) -> Visit {
         at_ms,
         count,
         bot,
+        orphan: false,
         country: *b"DE",
         ip: AnonIp::V4([203, 0, 113]),
         referrer: "news.example".into(),
@@ -34,6 +35,7 @@ fn all(book: &VisitBook, key: &str) -> VisitPage {
         from_ms: 0,
         to_ms: u64::MAX,
         exclude_bots: false,
+        orphans: false,
         skip: 0,
         take: usize::MAX,
     })
@@ -42,7 +44,7 @@ fn all(book: &VisitBook, key: &str) -> VisitPage {
 #[test]
 fn a_visit_round_trips_and_addresses_lose_their_host_part() {
     let mut interned = HashSet::new();
-    for ip in [
+    for (orphan, ip) in [false, true, false].into_iter().zip([
         AnonIp::None,
         AnonIp::of(
             &std::net::Ipv4Addr::new(198, 51, 100, 77)
@@ -57,9 +59,10 @@ fn a_visit_round_trips_and_addresses_lose_their_host_part() {
                 .octets(),
             true,
         ),
-    ] {
+    ]) {
         let v = Visit {
             ip,
+            orphan,
             ..visit("abc", T0 + 5, 3, true, "Mozilla/5.0 é")
         };
         let mut b = Vec::new();
@@ -101,6 +104,7 @@ fn a_page_lists_visits_newest_first_with_counts_expanded() {
             from_ms: 0,
             to_ms: u64::MAX,
             exclude_bots,
+            orphans: false,
             skip,
             take,
         });
@@ -115,6 +119,7 @@ fn a_page_lists_visits_newest_first_with_counts_expanded() {
         from_ms: T0 + 1_500,
         to_ms: T0 + 2_500,
         exclude_bots: false,
+        orphans: false,
         skip: 0,
         take: 10,
     });
@@ -297,4 +302,45 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn orphans_are_listed_apart_and_capped_per_day() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut book = open_all(dir.path(), 1, |_| 0, 0, 1_000).unwrap().remove(0);
+    book.add(Visit {
+        orphan: true,
+        ..visit("k", T0, 1, false, "o")
+    });
+    book.add(visit("k", T0 + 1, 2, false, "l"));
+    let any = |_: &[u8]| true;
+    let q = |orphans| VisitQuery {
+        keys: &any,
+        from_ms: 0,
+        to_ms: u64::MAX,
+        exclude_bots: false,
+        orphans,
+        skip: 0,
+        take: 10,
+    };
+    assert_eq!(book.query(&q(true)).total, 1);
+    assert_eq!(book.query(&q(false)).total, 2);
+    // A day's orphans stop at their bound, whatever their codes; links' visits go on.
+    let per_key = MAX_LOGGED_VISITS_PER_LINK_DAY;
+    let keys = MAX_LOGGED_ORPHANS_PER_CORE_DAY / per_key + 1;
+    for i in 0..keys {
+        book.add(Visit {
+            orphan: true,
+            ..visit(&format!("scan{i}"), T0 + 2, per_key, false, "o")
+        });
+    }
+    assert_eq!(
+        book.query(&q(true)).total,
+        u64::from(MAX_LOGGED_ORPHANS_PER_CORE_DAY)
+    );
+    assert!(book.add(visit("k", T0 + 3, 1, false, "l")));
+    assert!(book.add(Visit {
+        orphan: true,
+        ..visit("next", T0 + DAY_MS, 1, false, "o")
+    }));
 }
