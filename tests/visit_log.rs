@@ -182,6 +182,19 @@ fn the_visit_log_lists_each_visit_and_keeps_only_what_it_should() {
     wait_total(&mut c, "/rest/v3/domains/DEFAULT/visits", 10);
     wait_total(&mut c, "/rest/v3/visits/non-orphan?domain=DEFAULT", 10);
 
+    // A tag's visits: its links' (a walk for them first).
+    let r = c.patch("vl-a", &json!({"tags": ["Spring Sale"]}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    wait_total(&mut c, "/rest/v3/tags/spring-sale/visits", 7);
+    wait_total(
+        &mut c,
+        "/rest/v3/tags/Spring%20Sale/visits?excludeBots=true",
+        5,
+    );
+    let (st, v) = shlink(&mut c, "/rest/v3/tags/no-such-tag/visits");
+    assert_eq!(st, 404, "{v}");
+    assert_eq!(v["type"], "https://shlink.io/api/error/tag-not-found");
+
     // Visits to short codes no link has are orphan visits, listed apart, as many as the
     // overview counts.
     for code in ["no-such-1", "no-such-2", "no-such-1"] {

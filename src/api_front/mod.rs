@@ -851,7 +851,7 @@ impl ApiFront {
             }
             more @ (ApiOp::ShlinkTags(_) | ApiOp::ShlinkTagEdit(_) | ApiOp::ShlinkVisitLog(_)) => {
                 let next = match more {
-                    ApiOp::ShlinkVisitLog(w) => self.query_visits(reply, w),
+                    ApiOp::ShlinkVisitLog(w) => self.query_visits(reply, w, mesh),
                     tags => self.continue_tags(reply, tags, mesh),
                 };
                 if let Err(p) = next {

@@ -574,12 +574,25 @@ impl ApiFront {
     /// asked next, `None`), or the problem.
     pub(super) fn visit_lookup_replied(
         &self,
-        w: &super::visits::VisitWalk,
+        w: &mut super::visits::VisitWalk,
         outcome: WriteOutcome,
         out: &mut Vec<u8>,
         f: Framing<'_>,
     ) -> Option<()> {
         let e = match outcome {
+            // A tag's walk: its next shard, or its links' visits (`on_reply` asks).
+            WriteOutcome::Listed(page) => match self.visit_tag_walked(w, *page) {
+                Ok(true) if w.no_tagged_links() => ShlinkError {
+                    status: 404,
+                    type_: TAG_NOT_FOUND,
+                    title: "Tag not found",
+                    detail: "No link the key reaches carries this tag".into(),
+                    extra: None,
+                    retry_after_s: None,
+                },
+                Ok(_) => return None,
+                Err(p) => ShlinkError::from_native(&p),
+            },
             WriteOutcome::Deleted if w.deleted().is_some() => {
                 let body = json!({"deletedVisits": w.deleted()});
                 encode_json(out, &serde_json::to_vec(&body).expect("json"), f);

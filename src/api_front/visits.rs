@@ -1,6 +1,7 @@
 //! Shlink's visit lists, from the opt-in visit log (`--visit-log-days`,
 //! `analytics::visit_log`): a short URL's visits (`/short-urls/{code}/visits`), every
-//! link's (`/visits/non-orphan`) and a domain's (`/domains/{domain}/visits`), with Shlink's
+//! link's (`/visits/non-orphan`), a domain's (`/domains/{domain}/visits`), a tag's
+//! (`/tags/{tag}/visits`: a walk for its links first) and the orphan visits, with Shlink's
 //! `page`, `itemsPerPage`, `startDate`, `endDate` and `excludeBots`.
 //!
 //! Orphan visits (`/visits/orphan`, with `type` and `domain`) are GETs of short codes no
@@ -45,6 +46,8 @@ pub struct VisitWalk {
     /// that follows the count, and whether it was sent.
     delete: Option<crate::api::roles::AuthorReach>,
     reset_sent: bool,
+    /// A tag's visits: the walk for the links carrying it, until it is over.
+    tagged: Option<super::listing::ListWalk>,
 }
 
 impl VisitWalk {
@@ -62,6 +65,11 @@ impl VisitWalk {
             }
             _ => None,
         }
+    }
+
+    /// A tag's walk found no link carrying it.
+    pub fn no_tagged_links(&self) -> bool {
+        matches!(&self.query.keys, VisitKeys::Set(keys) if keys.is_empty())
     }
 
     /// The aggregator to ask next.
@@ -100,7 +108,7 @@ enum ListOf<'a> {
     NonOrphan,
     Orphan,
     Domain(&'a [u8]),
-    Tag,
+    Tag(&'a [u8]),
 }
 
 fn list_of(path: &[u8]) -> Option<ListOf<'_>> {
@@ -118,7 +126,7 @@ fn list_of(path: &[u8]) -> Option<ListOf<'_>> {
     if let Some(d) = inner.strip_prefix(b"/rest/v3/domains/") {
         return Some(ListOf::Domain(d));
     }
-    inner.strip_prefix(b"/rest/v3/tags/").map(|_| ListOf::Tag)
+    inner.strip_prefix(b"/rest/v3/tags/").map(ListOf::Tag)
 }
 
 /// The query's paging and filters: page, items per page, the window and bots.
@@ -214,6 +222,17 @@ fn orphan_type(query: Option<&[u8]>) -> Result<bool, Problem> {
     }
 }
 
+/// A path segment with its `%XX` escapes decoded (a tag may hold any character; a `+`
+/// reads as a space, which a tag turns into `-` anyway).
+fn percent_decoded(segment: &[u8]) -> String {
+    let mut query = b"t=".to_vec();
+    query.extend_from_slice(segment);
+    url::form_urlencoded::parse(&query)
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_default()
+}
+
 /// A date filter (RFC 3339, or a bare date's midnight UTC) in unix ms.
 fn date_ms(v: &str, field: &'static str) -> Result<u64, Problem> {
     let full = match v.len() {
@@ -264,10 +283,27 @@ impl ApiFront {
                 mesh.deliver(owner, ask.message(reply));
                 return Ok(());
             }
-            ListOf::Tag => {
-                let mut e = Problem::not_found();
-                e.detail = "the visit log does not list a tag's visits yet (docs/shlink.md)".into();
-                return Err(e);
+            ListOf::Tag(tag) => {
+                // The links carrying the tag first (a walk, as a tag list's), then their
+                // visits from every aggregator.
+                let tag = percent_decoded(tag);
+                let tag = shards::labels::normalize_tag(&tag).map_err(|e| {
+                    let mut p = Problem::not_found();
+                    p.detail = format!("no link carries such a tag: {e}");
+                    p
+                })?;
+                let mut walk = super::overview_walk(reach);
+                std::sync::Arc::make_mut(&mut walk.filter).tags = Some(crate::mesh::TagFilter {
+                    tags: vec![tag.into()],
+                    all: false,
+                });
+                let first = walk.clone_empty();
+                let cores = (0..self.router.cores()).collect();
+                let mut visits = self.walk(VisitKeys::Set(Default::default()), &p, cores);
+                visits.tagged = Some(walk);
+                let reply = defer(out, ApiOp::ShlinkVisitLog(Box::new(visits)));
+                self.ask_walk(reply, &first, mesh);
+                return Ok(());
             }
             ListOf::NonOrphan => self.reach_keys(reach, domain_param(req.query, &self.domains)?)?,
             ListOf::Orphan => {
@@ -314,6 +350,7 @@ impl ApiFront {
             visits: Vec::new(),
             delete: None,
             reset_sent: false,
+            tagged: None,
         }
     }
 
@@ -345,9 +382,42 @@ impl ApiFront {
         }
     }
 
-    /// Asks the walk's next aggregator (after an owner's lookup, or an aggregator's answer).
-    pub(super) fn query_visits(&mut self, reply: ReplyTo, w: &VisitWalk) -> Result<(), Problem> {
+    /// The walk's next step after an owner's reply or an aggregator's answer: a tag's walk
+    /// goes on, or the next aggregator is asked.
+    pub(super) fn query_visits(
+        &mut self,
+        reply: ReplyTo,
+        w: &VisitWalk,
+        mesh: &mut Mesh,
+    ) -> Result<(), Problem> {
+        if let Some(walk) = &w.tagged {
+            self.ask_walk(reply, walk, mesh);
+            return Ok(());
+        }
         self.send_visits(reply, w.next_core(), w.ask())
+    }
+
+    /// A tag walk's page (`Listed`): `Ok(true)` once the walk is over (its links' visits
+    /// are asked next), `Ok(false)` while it goes on; past [`super::tags::MAX_TAGGED_LINKS`]
+    /// links refused.
+    pub(super) fn visit_tag_walked(
+        &self,
+        w: &mut VisitWalk,
+        page: crate::mesh::ListedShard,
+    ) -> Result<bool, Problem> {
+        let Some(walk) = &mut w.tagged else {
+            return Err(Problem::unavailable(1));
+        };
+        match super::tags::take_tagged(walk, page, self.router.shard_count()) {
+            None => Err(Problem::too_many_links(super::tags::MAX_TAGGED_LINKS)),
+            Some(false) => Ok(false),
+            Some(true) => {
+                let keys: Vec<InlineKey> = walk.items.iter().map(|i| i.key).collect();
+                w.query.keys = VisitKeys::Set(std::sync::Arc::new(keys));
+                w.tagged = None;
+                Ok(true)
+            }
+        }
     }
 
     fn send_visits(
@@ -383,7 +453,7 @@ impl ApiFront {
     ) -> super::stats_sum::StatsStep {
         use super::stats_sum::StatsStep;
         if !w.fold(body) {
-            return match self.query_visits(again, w) {
+            return match self.query_visits(again, w, mesh) {
                 Ok(()) => StatsStep::Asked,
                 Err(p) => StatsStep::Failed(p),
             };
