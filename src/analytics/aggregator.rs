@@ -1040,16 +1040,22 @@ impl Aggregator {
     /// The visits of message `seq` from `from` into the visit log (unless a purge filters
     /// their link, as it filters the link's deltas).
     fn log_visits(&mut self, from: u16, seq: u64, visits: Vec<Visit>) {
-        let Some(log) = &mut self.s.visits else {
+        let (Some(log), store) = (&mut self.s.visits, &self.s.store) else {
             return;
         };
+        let no_filters = self.filters.is_empty();
         for v in visits {
-            let filtered = self
-                .filters
-                .get(&v.key)
-                .is_some_and(|f| seq <= f.cutoffs[from as usize]);
+            let filtered = !no_filters
+                && self
+                    .filters
+                    .get(&v.key)
+                    .is_some_and(|f| seq <= f.cutoffs[from as usize]);
             if !filtered {
-                log.add(v);
+                let day_clicks = match v.orphan {
+                    true => 0,
+                    false => store.open_day_clicks(v.key.as_bytes(), v.day()),
+                };
+                log.add(v, day_clicks);
             }
         }
     }

@@ -97,9 +97,10 @@ impl VisitLog {
         }
     }
 
-    /// A visit for this owner (not filtered by a purge).
-    pub fn add(&mut self, v: Visit) {
-        self.book.add(v);
+    /// A visit for this owner (not filtered by a purge), its link having `day_clicks` clicks
+    /// that day in the click store once its message is merged (the per-link-day bound).
+    pub fn add(&mut self, v: Visit, day_clicks: u64) {
+        self.book.add(v, day_clicks);
     }
 
     /// Makes the visits added since the last sync durable (with the click sync).

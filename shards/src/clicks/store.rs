@@ -99,6 +99,19 @@ impl ClickStore {
         }
     }
 
+    /// Clicks of `key` on `day` while the day is open in memory (0 when none): the visit
+    /// log's per-link-day bound reads it right after the day's merge (its entry is still in
+    /// cache then).
+    pub fn open_day_clicks(&self, key: &[u8], day: Day) -> u64 {
+        self.links
+            .get(key)
+            .and_then(|rec| {
+                let i = rec.days.binary_search_by_key(&day, |h| h.day).ok()?;
+                Some(rec.days[i].clicks())
+            })
+            .unwrap_or(0)
+    }
+
     /// Adds 404s on `day`.
     pub fn add_not_found(&mut self, day: Day, count: u64) {
         *self.not_found.entry(day).or_default() += count;

@@ -431,6 +431,11 @@ pub(crate) struct Held {
 }
 
 impl Held {
+    /// Every click of the link-day, bots included.
+    pub fn clicks(&self) -> u64 {
+        self.clicks
+    }
+
     pub fn new(day: Day) -> Held {
         Held {
             day,

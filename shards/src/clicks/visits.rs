@@ -28,14 +28,16 @@ use super::codec::{self, DecodeError, Reader, FRAME_HEADER_BYTES};
 use super::{Day, ShortKey};
 use crate::durable::{create_dir_durable, sync_dir, write_atomic_paced};
 use crate::error::Error;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Visits of one link on one UTC day that are logged; later ones are counted in the
-/// aggregates only (one busy link cannot push every other link's visits out).
+/// Visits of one link on one UTC day that are logged: a link's visits are logged while its
+/// clicks that day (the click store's count, after the message they came in) are at most
+/// this many; later ones are counted in the aggregates only (one busy link cannot push every
+/// other link's visits out).
 pub const MAX_LOGGED_VISITS_PER_LINK_DAY: u32 = 10_000;
 /// Records one owner core's visit log holds by default; past it the oldest are dropped
 /// (about 100 bytes of memory and disk each, strings shared).
@@ -289,8 +291,6 @@ pub struct VisitBook {
     live_bytes: u64,
     ring: VecDeque<Visit>,
     max_records: usize,
-    /// Visits logged per link per day (the days not yet closed).
-    per_link_day: HashMap<(ShortKey, Day), u32>,
     newest_day: Day,
     /// Orphan visits logged on `newest_day`.
     orphans_today: u32,
@@ -326,39 +326,41 @@ impl VisitBook {
             live_bytes: 0,
             newest_day: ring.back().map_or(0, Visit::day),
             orphans_today: 0,
-            per_link_day: HashMap::new(),
             ring,
             max_records,
             pending: Vec::new(),
             capped: 0,
         };
         book.recount();
+        // Room for every record now: a ring doubling later copies up to the bound's worth
+        // of records in one go, on a thread that shares the cores' CPUs.
+        book.ring.reserve(max_records.saturating_sub(book.ring.len()));
         for v in &book.ring {
-            *book
-                .per_link_day
-                .entry((v.key.clone(), v.day()))
-                .or_default() += v.count;
+            if v.orphan && v.day() == book.newest_day {
+                book.orphans_today += v.count;
+            }
         }
         Ok(book)
     }
 
-    /// Logs `v` (unless its link's day is full). Written at the next [`VisitBook::sync`].
-    pub fn add(&mut self, v: Visit) -> bool {
+    /// Logs `v` (written at the next [`VisitBook::sync`]) unless its link's day is full:
+    /// `day_clicks` is the link's clicks that day, as the click store counts them after the
+    /// message `v` came in ([`MAX_LOGGED_VISITS_PER_LINK_DAY`]). Orphan visits have no such
+    /// count; they are bounded per day instead ([`MAX_LOGGED_ORPHANS_PER_CORE_DAY`]).
+    pub fn add(&mut self, v: Visit, day_clicks: u64) -> bool {
         let day = v.day();
         if day > self.newest_day {
             self.newest_day = day;
             self.orphans_today = 0;
-            let keep_from = day.saturating_sub(1);
-            self.per_link_day.retain(|(_, d), _| *d >= keep_from);
         }
-        let orphan_room = match v.orphan && day == self.newest_day {
-            true => MAX_LOGGED_ORPHANS_PER_CORE_DAY.saturating_sub(self.orphans_today),
+        let room = match v.orphan {
+            true if day == self.newest_day => {
+                MAX_LOGGED_ORPHANS_PER_CORE_DAY.saturating_sub(self.orphans_today)
+            }
+            true => u32::MAX,
+            false if day_clicks > u64::from(MAX_LOGGED_VISITS_PER_LINK_DAY) => 0,
             false => u32::MAX,
         };
-        let n = self.per_link_day.entry((v.key.clone(), day)).or_default();
-        let room = MAX_LOGGED_VISITS_PER_LINK_DAY
-            .saturating_sub(*n)
-            .min(orphan_room);
         if room == 0 {
             self.capped += u64::from(v.count);
             return false;
@@ -370,7 +372,6 @@ impl VisitBook {
             }
             false => v,
         };
-        *n += v.count;
         if v.orphan && day == self.newest_day {
             self.orphans_today += v.count;
         }
@@ -436,7 +437,6 @@ impl VisitBook {
     pub fn purge(&mut self, key: &[u8], pause: &mut dyn FnMut()) -> io::Result<()> {
         let before = self.ring.len();
         self.ring.retain(|v| v.key.as_bytes() != key);
-        self.per_link_day.retain(|(k, _), _| k.as_bytes() != key);
         if self.ring.len() == before && self.pending.is_empty() {
             return Ok(());
         }

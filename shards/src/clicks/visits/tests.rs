@@ -93,10 +93,10 @@ fn a_visit_round_trips_and_addresses_lose_their_host_part() {
 fn a_page_lists_visits_newest_first_with_counts_expanded() {
     let dir = tempfile::tempdir().unwrap();
     let mut book = open_all(dir.path(), 1, |_| 0, 0, 100).unwrap().remove(0);
-    book.add(visit("k", T0 + 1_000, 3, false, "a"));
-    book.add(visit("k", T0 + 3_000, 1, true, "b"));
-    book.add(visit("k", T0 + 2_000, 2, false, "c"));
-    book.add(visit("other", T0 + 4_000, 1, false, "d"));
+    book.add(visit("k", T0 + 1_000, 3, false, "a"), 0);
+    book.add(visit("k", T0 + 3_000, 1, true, "b"), 0);
+    book.add(visit("k", T0 + 2_000, 2, false, "c"), 0);
+    book.add(visit("other", T0 + 4_000, 1, false, "d"), 0);
     let k = |s: &[u8]| s == b"k";
     let page = |skip, take, exclude_bots| {
         let p = book.query(&VisitQuery {
@@ -130,24 +130,14 @@ fn a_page_lists_visits_newest_first_with_counts_expanded() {
 fn a_link_day_is_capped_and_the_core_keeps_its_newest_records() {
     let dir = tempfile::tempdir().unwrap();
     let mut book = open_all(dir.path(), 1, |_| 0, 0, 3).unwrap().remove(0);
-    assert!(book.add(visit(
-        "busy",
-        T0,
-        MAX_LOGGED_VISITS_PER_LINK_DAY - 1,
-        false,
-        "a"
-    )));
-    assert!(book.add(visit("busy", T0 + 1, 5, false, "b")));
-    assert!(!book.add(visit("busy", T0 + 2, 1, false, "c")));
-    assert_eq!(book.capped, 5);
-    assert_eq!(
-        all(&book, "busy").total,
-        u64::from(MAX_LOGGED_VISITS_PER_LINK_DAY)
-    );
-    // The next day has room again.
-    assert!(book.add(visit("busy", T0 + DAY_MS, 1, false, "d")));
+    let bound = u64::from(MAX_LOGGED_VISITS_PER_LINK_DAY);
+    // Logged while the link's clicks that day (the store's count) stay within the bound.
+    assert!(book.add(visit("busy", T0, 2, false, "a"), bound));
+    assert!(!book.add(visit("busy", T0 + 1, 1, false, "b"), bound + 1));
+    assert_eq!(book.capped, 1);
+    assert_eq!(all(&book, "busy").total, 2);
     for i in 0..3 {
-        book.add(visit("x", T0 + DAY_MS + i, 1, false, "e"));
+        book.add(visit("x", T0 + DAY_MS + i, 1, false, "e"), 1);
     }
     assert_eq!(book.len(), 3);
     assert_eq!(all(&book, "busy").total, 0);
@@ -161,8 +151,8 @@ fn a_link_day_is_capped_and_the_core_keeps_its_newest_records() {
 fn a_purge_leaves_no_byte_of_the_links_visits_on_disk() {
     let dir = tempfile::tempdir().unwrap();
     let mut book = open_all(dir.path(), 1, |_| 0, 0, 100).unwrap().remove(0);
-    book.add(visit("gone", T0, 1, false, "SecretAgent/1.0"));
-    book.add(visit("kept", T0, 1, false, "Mozilla/5.0"));
+    book.add(visit("gone", T0, 1, false, "SecretAgent/1.0"), 0);
+    book.add(visit("kept", T0, 1, false, "Mozilla/5.0"), 0);
     book.sync(&mut || {}).unwrap();
     let path = dir_of(dir.path()).join("core-0.log");
     let has = |needle: &[u8]| {
@@ -183,7 +173,7 @@ fn a_torn_tail_is_cut_and_damage_inside_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let mut book = open_all(dir.path(), 1, |_| 0, 0, 100).unwrap().remove(0);
     for i in 0..5 {
-        book.add(visit("k", T0 + i, 1, false, "ua"));
+        book.add(visit("k", T0 + i, 1, false, "ua"), 0);
     }
     book.sync(&mut || {}).unwrap();
     drop(book);
@@ -256,7 +246,7 @@ proptest! {
                     let k = format!("key{key}");
                     let v = visit(&k, T0 + u64::from(day) * DAY_MS + t, count, bot, "ua");
                     oracle.push(v.clone());
-                    books[owner_of(cores)(k.as_bytes())].add(v);
+                    books[owner_of(cores)(k.as_bytes())].add(v, 0);
                 }
                 Op::Purge(key) => {
                     let k = format!("key{key}");
@@ -311,8 +301,8 @@ fn orphans_are_listed_apart_and_capped_per_day() {
     book.add(Visit {
         orphan: true,
         ..visit("k", T0, 1, false, "o")
-    });
-    book.add(visit("k", T0 + 1, 2, false, "l"));
+    }, 0);
+    book.add(visit("k", T0 + 1, 2, false, "l"), 0);
     let any = |_: &[u8]| true;
     let q = |orphans| VisitQuery {
         keys: &any,
@@ -332,15 +322,15 @@ fn orphans_are_listed_apart_and_capped_per_day() {
         book.add(Visit {
             orphan: true,
             ..visit(&format!("scan{i}"), T0 + 2, per_key, false, "o")
-        });
+        }, 0);
     }
     assert_eq!(
         book.query(&q(true)).total,
         u64::from(MAX_LOGGED_ORPHANS_PER_CORE_DAY)
     );
-    assert!(book.add(visit("k", T0 + 3, 1, false, "l")));
+    assert!(book.add(visit("k", T0 + 3, 1, false, "l"), 0));
     assert!(book.add(Visit {
         orphan: true,
         ..visit("next", T0 + DAY_MS, 1, false, "o")
-    }));
+    }, 0));
 }
