@@ -334,7 +334,8 @@ impl VisitBook {
         book.recount();
         // Room for every record now: a ring doubling later copies up to the bound's worth
         // of records in one go, on a thread that shares the cores' CPUs.
-        book.ring.reserve(max_records.saturating_sub(book.ring.len()));
+        book.ring
+            .reserve(max_records.saturating_sub(book.ring.len()));
         for v in &book.ring {
             if v.orphan && v.day() == book.newest_day {
                 book.orphans_today += v.count;

@@ -298,10 +298,13 @@ proptest! {
 fn orphans_are_listed_apart_and_capped_per_day() {
     let dir = tempfile::tempdir().unwrap();
     let mut book = open_all(dir.path(), 1, |_| 0, 0, 1_000).unwrap().remove(0);
-    book.add(Visit {
-        orphan: true,
-        ..visit("k", T0, 1, false, "o")
-    }, 0);
+    book.add(
+        Visit {
+            orphan: true,
+            ..visit("k", T0, 1, false, "o")
+        },
+        0,
+    );
     book.add(visit("k", T0 + 1, 2, false, "l"), 0);
     let any = |_: &[u8]| true;
     let q = |orphans| VisitQuery {
@@ -319,18 +322,24 @@ fn orphans_are_listed_apart_and_capped_per_day() {
     let per_key = MAX_LOGGED_VISITS_PER_LINK_DAY;
     let keys = MAX_LOGGED_ORPHANS_PER_CORE_DAY / per_key + 1;
     for i in 0..keys {
-        book.add(Visit {
-            orphan: true,
-            ..visit(&format!("scan{i}"), T0 + 2, per_key, false, "o")
-        }, 0);
+        book.add(
+            Visit {
+                orphan: true,
+                ..visit(&format!("scan{i}"), T0 + 2, per_key, false, "o")
+            },
+            0,
+        );
     }
     assert_eq!(
         book.query(&q(true)).total,
         u64::from(MAX_LOGGED_ORPHANS_PER_CORE_DAY)
     );
     assert!(book.add(visit("k", T0 + 3, 1, false, "l"), 0));
-    assert!(book.add(Visit {
-        orphan: true,
-        ..visit("next", T0 + DAY_MS, 1, false, "o")
-    }, 0));
+    assert!(book.add(
+        Visit {
+            orphan: true,
+            ..visit("next", T0 + DAY_MS, 1, false, "o")
+        },
+        0
+    ));
 }
