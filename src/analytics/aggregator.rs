@@ -1186,7 +1186,7 @@ impl Aggregator {
         };
         if let Err(e) = log.purge(key, &mut || store.pause_point()) {
             eprintln!(
-                "clicks core {}: could not rewrite the visit log without a purged link's visits ({e}); they stay on disk until the next rewrite",
+                "clicks core {}: could not make the purge of a link's visits durable in the visit log ({e}); they may reappear after a restart",
                 self.s.me
             );
         }
@@ -1472,14 +1472,8 @@ impl Aggregator {
         if self.s.me == 0 {
             self.s.salts.lock().expect("salt book").forget_before(today);
         }
-        let (visits, store) = (&mut self.s.visits, &self.s.store);
-        if let Some(log) = visits {
-            if let Err(e) = log.retain(today, &mut || store.pause_point()) {
-                eprintln!(
-                    "clicks core {}: the visit log's retention could not rewrite it ({e}); retried tomorrow",
-                    self.s.me
-                );
-            }
+        if let Some(log) = &mut self.s.visits {
+            log.retain(today);
         }
     }
 

@@ -113,10 +113,10 @@ impl VisitLog {
         self.book.purge(key, pause)
     }
 
-    /// Visits of days before the log's window go.
-    pub fn retain(&mut self, today: Day, pause: &mut dyn FnMut()) -> std::io::Result<()> {
+    /// Visits of days before the log's window go (from the file at its next rewrite).
+    pub fn retain(&mut self, today: Day) {
         self.book
-            .retain_from(today.saturating_sub(self.cfg.days - 1), pause)
+            .retain_from(today.saturating_sub(self.cfg.days - 1));
     }
 
     /// Visits not logged (their link's day was full).

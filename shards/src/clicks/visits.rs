@@ -7,19 +7,24 @@
 //!            ipkind:u8 ip[0|3|6] rlen:u8 referrer[rlen] ualen:u16 ua[ualen]
 //! flags   := bit 0 bot, bit 1 orphan (a visit to an unknown short code)
 //! ipkind  := 0 none | 4 IPv4 /24 (3 bytes) | 6 IPv6 /48 (6 bytes)
+//! payload := 2 klen:u8 key[klen]      (a purge: the key's earlier visits are gone)
 //! ```
 //!
 //! One owner core's book ([`VisitBook`]) holds its keys' visits in memory, in arrival order,
 //! and appends each one's frame to its file; the aggregator makes the appended frames durable
 //! at each click sync (the same ~1.1 s window as clicks). Bounds: at most
-//! [`MAX_LOGGED_VISITS_PER_LINK_DAY`] visits of one link on one day are logged (the rest are
-//! counted, not logged), and at most `max_records` records per core (the oldest go first).
+//! [`MAX_LOGGED_VISITS_PER_LINK_DAY`] visits of one link on one day are logged, and at most
+//! `max_records` records per core: past either, visits are counted (`capped`), not logged,
+//! until retention frees room. (Evicting the oldest instead would rewrite the whole file
+//! every few tens of seconds once it is full.)
 //!
-//! The file is only appended to, except that it is rewritten whole from memory (temp file,
-//! fsync, rename) when a purge removed a link's visits (so they are gone from the disk too,
-//! not only from answers), when retention dropped a day, and when evicted records make up
-//! most of it. A core-count change, or a file of a core that no longer exists, rewrites every
-//! core's file at start with the records sorted to their new owners.
+//! The file is only appended to. A purge appends its frame, made durable before it returns,
+//! so the link's visits never come back; retention drops days in memory. The bytes of both
+//! leave the disk when the file is rewritten whole from memory (temp file, fsync, rename): at
+//! the first sync [`VISIT_LOG_REWRITE_DELAY`] after the first of them, so a burst of deletes
+//! costs one rewrite. A core-count change, a file of a core that no longer exists, or purge
+//! frames found at start rewrite every core's file then, with the records sorted to their
+//! owners.
 //!
 //! Privacy: the address is cut to its network (IPv4 /24, IPv6 /48, as Shlink anonymizes) or
 //! dropped before it reaches this module; the referrer is a host, never a URL.
@@ -49,9 +54,9 @@ pub const MAX_LOGGED_ORPHANS_PER_CORE_DAY: u32 = 100_000;
 pub const MAX_VISIT_UA_BYTES: usize = 512;
 /// Longest referrer host logged.
 pub const MAX_VISIT_REFERRER_BYTES: usize = 255;
-/// Bytes of dead records (evicted) a log may carry beyond its live ones before it is
-/// rewritten.
-pub const VISIT_LOG_SLACK_BYTES: u64 = 16 << 20;
+/// How long after a purge or a retention drop the file is rewritten without the records
+/// they removed (one rewrite for every purge in between).
+pub const VISIT_LOG_REWRITE_DELAY: std::time::Duration = std::time::Duration::from_secs(60);
 /// The most one `write` of a rewrite copies (a pause point between two).
 const WRITE_CHUNK_BYTES: usize = super::files::CLICK_WRITE_CHUNK_BYTES;
 
@@ -198,6 +203,11 @@ impl Visit {
         if r.u8()? != 1 {
             return Err(DecodeError::Malformed("visit record type"));
         }
+        Ok(Some((Visit::read(r, interned)?, len)))
+    }
+
+    /// A visit's payload after its type byte.
+    fn read(mut r: Reader<'_>, interned: &mut HashSet<Arc<str>>) -> Result<Visit, DecodeError> {
         let key = r.key()?;
         let at_ms = r.u64()?;
         let count = r.u32()?;
@@ -222,7 +232,7 @@ impl Visit {
         if !r.b.is_empty() {
             return Err(DecodeError::Malformed("bytes after the visit"));
         }
-        let v = Visit {
+        Ok(Visit {
             key,
             at_ms,
             count,
@@ -232,9 +242,48 @@ impl Visit {
             ip,
             referrer,
             user_agent,
-        };
-        Ok(Some((v, len)))
+        })
     }
+}
+
+/// Appends the frame of a purge of `key`.
+fn encode_purge(key: &[u8], out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; FRAME_HEADER_BYTES]);
+    out.push(2);
+    out.push(key.len() as u8);
+    out.extend_from_slice(key);
+    codec::seal(out, start);
+}
+
+/// What a frame of the log holds.
+enum Entry {
+    Visit(Visit),
+    Purge(ShortKey),
+}
+
+/// The entry of the frame at the start of `buf`, and the frame's length; `None` if `buf`
+/// holds only part of a frame.
+fn decode_entry(
+    buf: &[u8],
+    interned: &mut HashSet<Arc<str>>,
+) -> Result<Option<(Entry, usize)>, DecodeError> {
+    let Some((payload, len)) = codec::frame(buf)? else {
+        return Ok(None);
+    };
+    let mut r = Reader { b: payload };
+    let entry = match r.u8()? {
+        1 => Entry::Visit(Visit::read(r, interned)?),
+        2 => {
+            let key = r.key()?;
+            if !r.b.is_empty() {
+                return Err(DecodeError::Malformed("bytes after the purge"));
+            }
+            Entry::Purge(key)
+        }
+        _ => return Err(DecodeError::Malformed("visit log record type")),
+    };
+    Ok(Some((entry, len)))
 }
 
 fn text(b: &[u8], interned: &mut HashSet<Arc<str>>) -> Result<Arc<str>, DecodeError> {
@@ -297,7 +346,11 @@ pub struct VisitBook {
     /// Frames not yet written, and the file's length before them (a failed write is cut back
     /// to it).
     pending: Vec<u8>,
-    /// Visits not logged: their link's day was full, or a record did not fit.
+    /// Since when the file holds records no longer in memory (purged, past retention): it
+    /// is rewritten [`VISIT_LOG_REWRITE_DELAY`] later.
+    stale_since: Option<std::time::Instant>,
+    rewrite_delay: std::time::Duration,
+    /// Visits not logged: their link's day or the core's log was full.
     pub capped: u64,
 }
 
@@ -329,6 +382,8 @@ impl VisitBook {
             ring,
             max_records,
             pending: Vec::new(),
+            stale_since: None,
+            rewrite_delay: VISIT_LOG_REWRITE_DELAY,
             capped: 0,
         };
         book.recount();
@@ -362,7 +417,7 @@ impl VisitBook {
             false if day_clicks > u64::from(MAX_LOGGED_VISITS_PER_LINK_DAY) => 0,
             false => u32::MAX,
         };
-        if room == 0 {
+        if room == 0 || self.ring.len() >= self.max_records {
             self.capped += u64::from(v.count);
             return false;
         }
@@ -384,10 +439,11 @@ impl VisitBook {
     fn push(&mut self, v: Visit) {
         self.live_bytes += v.encoded_len() as u64;
         self.ring.push_back(v);
-        while self.ring.len() > self.max_records {
-            let old = self.ring.pop_front().expect("over the bound");
-            self.live_bytes -= old.encoded_len() as u64;
-        }
+    }
+
+    /// Tests: how long after a purge the file is rewritten.
+    pub fn set_rewrite_delay(&mut self, d: std::time::Duration) {
+        self.rewrite_delay = d;
     }
 
     /// Records held.
@@ -406,11 +462,20 @@ impl VisitBook {
 
     /// Writes the frames added since the last sync and fdatasyncs them (`pause` between
     /// writes of [`WRITE_CHUNK_BYTES`]). On failure the file is cut back and the frames are
-    /// kept for the next try. A log mostly made of evicted records is rewritten instead.
+    /// kept for the next try. A file holding purged or expired records since
+    /// [`VISIT_LOG_REWRITE_DELAY`] is rewritten instead.
     pub fn sync(&mut self, pause: &mut dyn FnMut()) -> io::Result<()> {
-        if self.file_len + self.pending.len() as u64 > 2 * self.live_bytes + VISIT_LOG_SLACK_BYTES {
+        if self
+            .stale_since
+            .is_some_and(|t| t.elapsed() >= self.rewrite_delay)
+        {
             return self.rewrite(pause);
         }
+        self.append(pause)
+    }
+
+    /// Writes and fdatasyncs the pending frames.
+    fn append(&mut self, pause: &mut dyn FnMut()) -> io::Result<()> {
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -434,27 +499,29 @@ impl VisitBook {
         }
     }
 
-    /// Forgets every visit of `key`, in memory and on disk (the file is rewritten).
+    /// Forgets every visit of `key`: at once in memory, durably by a purge frame written
+    /// and synced before this returns, and from the file's bytes at a later rewrite.
     pub fn purge(&mut self, key: &[u8], pause: &mut dyn FnMut()) -> io::Result<()> {
         let before = self.ring.len();
         self.ring.retain(|v| v.key.as_bytes() != key);
-        if self.ring.len() == before && self.pending.is_empty() {
-            return Ok(());
-        }
-        self.recount();
-        self.rewrite(pause)
-    }
-
-    /// Forgets the visits of days before `first_day` (retention); rewrites the file if any
-    /// were held.
-    pub fn retain_from(&mut self, first_day: Day, pause: &mut dyn FnMut()) -> io::Result<()> {
-        let before = self.ring.len();
-        self.ring.retain(|v| v.day() >= first_day);
         if self.ring.len() == before {
             return Ok(());
         }
         self.recount();
-        self.rewrite(pause)
+        self.stale_since.get_or_insert_with(std::time::Instant::now);
+        encode_purge(key, &mut self.pending);
+        self.append(pause)
+    }
+
+    /// Forgets the visits of days before `first_day` (retention); their bytes leave the file
+    /// at a later rewrite (a restart drops them too).
+    pub fn retain_from(&mut self, first_day: Day) {
+        let before = self.ring.len();
+        self.ring.retain(|v| v.day() >= first_day);
+        if self.ring.len() != before {
+            self.recount();
+            self.stale_since.get_or_insert_with(std::time::Instant::now);
+        }
     }
 
     fn recount(&mut self) {
@@ -478,6 +545,7 @@ impl VisitBook {
         self.file_len = bytes.len() as u64;
         self.live_bytes = self.file_len;
         self.pending.clear();
+        self.stale_since = None;
         Ok(())
     }
 
@@ -541,7 +609,8 @@ pub fn open_all(
     let mut moved = found.iter().any(|(c, _)| *c >= cores);
     let mut lens = vec![0u64; cores];
     for (core, path) in &found {
-        let (visits, len) = read_log(path, &mut interned)?;
+        let (visits, purged, len) = read_log(path, &mut interned)?;
+        moved |= purged;
         if let Some(l) = lens.get_mut(*core) {
             *l = len;
         }
@@ -613,21 +682,31 @@ fn log_files(dir: &Path) -> Result<Vec<(usize, PathBuf)>, Error> {
     Ok(out)
 }
 
-/// The visits of one log; a torn tail is cut off the file (its length after is returned).
-fn read_log(path: &Path, interned: &mut HashSet<Arc<str>>) -> Result<(Vec<Visit>, u64), Error> {
+/// The visits of one log, its purges applied, whether it held any purge, and its length
+/// after a torn tail is cut off.
+fn read_log(
+    path: &Path,
+    interned: &mut HashSet<Arc<str>>,
+) -> Result<(Vec<Visit>, bool, u64), Error> {
     let b = fs::read(path).map_err(|e| Error::io(path, "read", e))?;
     let mut pos = 0;
-    let mut out = Vec::new();
+    let mut out: Vec<Visit> = Vec::new();
+    let mut purged = false;
     while pos < b.len() {
-        match Visit::decode(&b[pos..], interned) {
-            Ok(Some((v, n))) => {
+        match decode_entry(&b[pos..], interned) {
+            Ok(Some((Entry::Visit(v), n))) => {
                 out.push(v);
+                pos += n;
+            }
+            Ok(Some((Entry::Purge(key), n))) => {
+                out.retain(|v| v.key.as_bytes() != key.as_bytes());
+                purged = true;
                 pos += n;
             }
             Ok(None) => break,
             Err(e) => {
                 let later = (pos + 1..b.len())
-                    .any(|p| matches!(Visit::decode(&b[p..], &mut HashSet::new()), Ok(Some(_))));
+                    .any(|p| matches!(decode_entry(&b[p..], &mut HashSet::new()), Ok(Some(_))));
                 if later {
                     return Err(Error::Corrupt {
                         path: path.to_path_buf(),
@@ -649,7 +728,7 @@ fn read_log(path: &Path, interned: &mut HashSet<Arc<str>>) -> Result<(Vec<Visit>
             .and_then(|_| f.sync_all())
             .map_err(|e| Error::io(path, "cut the torn tail", e))?;
     }
-    Ok((out, pos as u64))
+    Ok((out, purged, pos as u64))
 }
 
 #[cfg(test)]
