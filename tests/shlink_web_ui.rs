@@ -2,10 +2,12 @@
 //! `@shlinkio/shlink-web-component` with Shlink's JS SDK as its client (esbuild, styled by
 //! Tailwind with Shlink's presets), serves it from an origin of its own (so every API call is
 //! cross-origin, as from Shlink's hosted client) and drives it in Debian's chromium through
-//! `playwright-core`: the overview, the list in its default order, sorted by a column and
-//! searched, a create through the form with the component's defaults, an edit, a delete from
-//! a row's menu, the domains page (which checks each domain's `/rest/health`), a link's
-//! redirect rules page, and its visits from the visit log (the charts by context, the list).
+//! `playwright-core`: the overview, the list in its default order, sorted by every column and
+//! searched, a create through the form with the component's defaults (and a title, tags and
+//! maximum visits), the tags page (rename, delete), an edit, a delete from a row's menu, a
+//! row's QR code, the domains page (which checks each domain's `/rest/health`), a link's
+//! redirect rules page (a rule added, saved, shown after a reload, and in force), its visits
+//! from the visit log (the charts by context, the list) and the orphan visits.
 //! This test then checks every effect through the native API. A second server, without the
 //! visit log, shows its visits page's message (`visit-log-off`'s detail).
 //!
@@ -169,9 +171,12 @@ fn check_tags(v: &Value, c: &mut Client) {
         rows("tagsAfterRename"),
         [row("go-live", "2", "3"), row("web-ui", "1", "0")]
     );
+    // `web-ui` deleted from its menu: off the link that carried it.
+    assert_eq!(v["deleteTag"]["status"], 204);
+    assert_eq!(rows("tagsAfterDelete"), [row("go-live", "2", "3")]);
     assert_eq!(
         c.get_link("from-ui").json()["tags"],
-        serde_json::json!(["go-live", "web-ui"])
+        serde_json::json!(["go-live"])
     );
     assert_eq!(
         c.get_link("bravo").json()["tags"],
@@ -261,6 +266,10 @@ fn shlinks_web_ui_manages_links_on_ricochet_from_another_origin() {
     // By visits, most first (bravo's 3), ties by short code.
     assert_eq!(codes(&v["byVisits"]), ["bravo", "alpha", "charlie"]);
     assert_eq!(codes(&v["searched"]), ["bravo"]);
+    // The other columns: created (oldest first), long URL; by title (none has one yet).
+    assert_eq!(codes(&v["byCreated"]), ["alpha", "bravo", "charlie"]);
+    assert_eq!(codes(&v["byLongUrl"]), ["alpha", "bravo", "charlie"]);
+    assert_eq!(codes(&v["byTitle"]).len(), 3, "{v:#}");
 
     // Created through the form, with the component's defaults (forwardQuery on).
     assert_eq!(v["create"]["status"], 200, "{v:#}");
@@ -271,6 +280,7 @@ fn shlinks_web_ui_manages_links_on_ricochet_from_another_origin() {
     let link = c.get_link("from-ui").json();
     assert_eq!(link["long_url"], "https://example.org/from-ui");
     assert_eq!(link["forward_query"], true, "{link}");
+    assert_eq!(link["max_visits"], 5, "the form's maximum visits: {link}");
 
     // Its title and tags typed in the form (the tag box sends them as Shlink normalizes
     // them), shown in its list row.
@@ -302,6 +312,24 @@ fn shlinks_web_ui_manages_links_on_ricochet_from_another_origin() {
     // check of that domain's `/rest/v3/health` (cross-origin too) passed; the redirect
     // rules page loads the link's rules.
     let domains = serde_json::json!([{"domain": s.addr.to_string(), "status": "check"}]);
+    // A rule added in the rules page, saved, shown again after a reload, and in force.
+    assert_eq!(v["rules"]["saved"], 200, "{v:#}");
+    let rules = c.get_link("bravo").json()["redirect_rules"].clone();
+    assert_eq!(
+        rules[0]["target"], "https://example.com/bravo-android",
+        "{rules}"
+    );
+    let android = [(
+        "User-Agent",
+        "Mozilla/5.0 (Linux; Android 14; Pixel 8) Mobile",
+    )];
+    let r = c.send("GET", "/bravo", false, &android, b"").unwrap();
+    assert_eq!(r.location(), Some("https://example.com/bravo-android"));
+    // The QR code dialog of bravo's row.
+    assert!(
+        v["qr"]["dialog"].as_str().unwrap().contains("/bravo"),
+        "{v:#}"
+    );
     assert_eq!(
         (&v["domains"], &v["rules"]["status"]),
         (&domains, &serde_json::json!(200)),

@@ -120,7 +120,17 @@ try {
   request = answered('GET', '/rest/v3/short-urls?page=1&orderBy=visits-DESC');
   await page.click('th:has-text("Visits")');
   out.byVisits = await listed(request);
-  request = answered('GET', '/rest/v3/short-urls?page=1&searchTerm=bravo');
+  // The other columns: created (oldest first), long URL, title.
+  request = answered('GET', '/rest/v3/short-urls?page=1&orderBy=dateCreated-ASC');
+  await page.click('th:has-text("Created at")');
+  out.byCreated = await listed(request);
+  request = answered('GET', '/rest/v3/short-urls?page=1&orderBy=longUrl-ASC');
+  await page.getByText('Long URL', { exact: true }).click();
+  out.byLongUrl = await listed(request);
+  request = answered('GET', '/rest/v3/short-urls?page=1&orderBy=title-ASC');
+  await page.locator('th').getByText('Title', { exact: true }).click();
+  out.byTitle = await listed(request);
+  request = page.waitForResponse((r) => apiPath(r.url()).startsWith('/rest/v3/short-urls?') && r.url().includes('searchTerm=bravo'));
   await page.fill('input[placeholder="Search..."]', 'bravo');
   await request;
   await page.waitForFunction(() => document.querySelectorAll('tbody tr').length === 1);
@@ -133,6 +143,7 @@ try {
   await page.fill('input[placeholder="URL to be shortened"]', 'https://example.org/from-ui');
   await page.fill('input[placeholder="Custom slug"]', 'from-ui');
   await page.fill('input[placeholder="Title"]', 'Made in the UI');
+  await page.fill('input[placeholder="25..."]', '5');
   for (const tag of ['Web UI', 'launch']) {
     await page.fill('input[placeholder="Add tags to the URL"]', tag);
     await page.keyboard.press('Enter');
@@ -167,6 +178,14 @@ try {
   await page.waitForFunction(() => [...document.querySelectorAll('tbody tr')].some((tr) => tr.innerText.includes('go-live')));
   out.tagsAfterRename = await tagRows();
   await shot('tags');
+  // `web-ui` deleted from its menu, confirmed in the dialog.
+  await page.locator('tbody tr', { hasText: 'web-ui' }).locator('button[aria-label=Options]').click();
+  await page.click('text=Delete');
+  request = answered('DELETE', '/rest/v3/tags');
+  await page.click('dialog[open] button[type=submit]');
+  out.deleteTag = { status: (await request).status() };
+  await page.waitForFunction(() => ![...document.querySelectorAll('tbody tr')].some((tr) => tr.innerText.includes('web-ui')));
+  out.tagsAfterDelete = await tagRows();
 
   // Edit `alpha`'s long URL.
   await page.goto(`${origin}/short-code/alpha/edit`);
@@ -192,6 +211,15 @@ try {
   await page.waitForFunction(() => ![...document.querySelectorAll('tbody tr')].some((tr) => tr.innerText.includes('/charlie')));
   out.afterDelete = await rows();
 
+  // bravo's QR code, from its row's menu.
+  await page.locator('tbody tr', { hasText: '/bravo' }).locator('button[aria-label=Options]').click();
+  await page.click('text=QR code');
+  await page.waitForSelector('dialog[open] canvas, dialog[open] svg image, dialog[open] img, dialog[open] svg rect');
+  out.qr = { dialog: (await page.innerText('dialog[open]')).replace(/\s+/g, ' ').trim() };
+  await page.waitForTimeout(500); // The dialog's fade-in, for the screenshot.
+  await shot('qr-code');
+  await page.keyboard.press('Escape');
+
   // The domains, and the page's check of each (the domain's own `/rest/v3/health`): its
   // status icon turns from a spinner to a check mark (or a cross).
   await page.goto(`${origin}/manage-domains`);
@@ -207,6 +235,20 @@ try {
   await page.goto(`${origin}/short-code/bravo/redirect-rules`);
   out.rules = { status: (await request).status() };
   await page.waitForSelector('text=https://example.com/bravo');
+  // A rule added (Android visitors to another URL), saved, and there after a reload.
+  await page.click('text=Add rule');
+  await page.fill('dialog[open] input[placeholder="https://www.example.com"]', 'https://example.com/bravo-android');
+  await page.click('dialog[open] button[aria-label="Add condition"]');
+  await page.locator('dialog[open] select').nth(1).selectOption('android');
+  await page.click('dialog[open] button:has-text("Confirm")');
+  request = answered('POST', '/rest/v3/short-urls/bravo/redirect-rules');
+  await page.click('[data-testid=save-button]');
+  out.rules.saved = (await request).status();
+  request = answered('GET', '/rest/v3/short-urls/bravo/redirect-rules');
+  await page.reload();
+  await request;
+  await page.waitForSelector('text=https://example.com/bravo-android');
+  out.rules.reloaded = (await page.innerText('#root')).replace(/\s+/g, ' ');
   await shot('rules');
 
   // A link's visits (bravo's 3, from the visit log): the charts by context, then the list.
