@@ -23,6 +23,7 @@ pub mod visit_log;
 
 pub use combiner::{client_ip, referrer_host};
 pub use launch::{open_geoip, start, Aggregators, CoreClicks, GeoIp};
+pub use visit_log::{VisitLogConfig, VisitLogIp};
 
 use crate::base::key::InlineKey;
 
@@ -80,26 +81,6 @@ pub enum ClientIp {
     /// The rightmost `X-Forwarded-For` address (the one the fleet's own load balancer added),
     /// the peer without one.
     XForwardedFor,
-}
-
-/// `--visit-log-ip`: what the visit log keeps of a visitor's address.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum VisitLogIp {
-    /// Its network: IPv4 /24, IPv6 /48 (Shlink's anonymization).
-    #[default]
-    Network,
-    /// Nothing.
-    None,
-}
-
-/// `--visit-log-days` and what goes with it: the opt-in log of individual visits
-/// (`shards::clicks::visits`).
-#[derive(Clone, Copy, Debug)]
-pub struct VisitLogConfig {
-    pub days: u32,
-    pub ip: VisitLogIp,
-    /// Records one owner core keeps at most (the oldest go first).
-    pub max_records_per_core: usize,
 }
 
 /// Analytics settings of `serve`.

@@ -9,14 +9,30 @@
 //! log on as off, and the aggregator keeps a user agent's text (once per distinct string)
 //! only when the log is on.
 
-use super::VisitLogConfig;
 use crate::base::key::InlineKey;
 use shards::clicks::visits::{AnonIp, Visit, VisitBook, VisitQuery};
 use shards::clicks::Day;
 use std::sync::Arc;
 
-/// Most visits one page of a visit query lists (Shlink's `itemsPerPage` bound).
-pub const MAX_VISITS_PER_PAGE: u32 = 5_000;
+/// `--visit-log-ip`: what the visit log keeps of a visitor's address.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum VisitLogIp {
+    /// Its network: IPv4 /24, IPv6 /48 (Shlink's anonymization).
+    #[default]
+    Network,
+    /// Nothing.
+    None,
+}
+
+/// `--visit-log-days` and what goes with it: the opt-in log of individual visits
+/// (`shards::clicks::visits`).
+#[derive(Clone, Copy, Debug)]
+pub struct VisitLogConfig {
+    pub days: u32,
+    pub ip: VisitLogIp,
+    /// Records one owner core keeps at most (the oldest go first).
+    pub max_records_per_core: usize,
+}
 
 /// Which links a visit query lists.
 #[derive(Clone, Debug)]
@@ -91,7 +107,7 @@ impl VisitLog {
                 c.first().copied().unwrap_or(b'Z'),
                 c.get(1).copied().unwrap_or(b'Z'),
             ],
-            ip: AnonIp::of(ip, self.cfg.ip == super::VisitLogIp::Network),
+            ip: AnonIp::of(ip, self.cfg.ip == VisitLogIp::Network),
             referrer,
             user_agent,
         }

@@ -13,6 +13,7 @@ pub mod robots;
 pub mod shlink;
 pub mod stats_sum;
 pub mod tags;
+pub mod visit_walk;
 pub mod visits;
 
 use crate::api::idempotency::{request_hash, scope_string, IdemScope};
@@ -91,10 +92,10 @@ pub enum ApiOp {
     /// Shlink's `PUT` or `DELETE /rest/v3/tags`: the walk over the links carrying the tags,
     /// then each one changed in turn (`tags::TagEdit`).
     ShlinkTagEdit(Box<tags::TagEdit>),
-    /// Shlink's visit lists from the visit log (`visits::VisitWalk`): for one link, the
+    /// Shlink's visit lists from the visit log (`visit_walk::VisitWalk`): for one link, the
     /// link's lookup at its owner, then its aggregator's page; otherwise every aggregator's
     /// newest visits in turn, merged.
-    ShlinkVisitLog(Box<visits::VisitWalk>),
+    ShlinkVisitLog(Box<visit_walk::VisitWalk>),
     /// `/robots.txt` of domain `domain`: the walk over its crawlable links (`robots.rs`).
     Robots {
         domain: u32,

@@ -440,7 +440,7 @@ impl ApiFront {
         if path == TAGS || path == TAG_STATS {
             return self.shlink_tags(out, defer, req, f, mesh);
         }
-        if self.visit_log && super::visits::is_visit_list(path) {
+        if self.visit_log && super::visit_walk::is_visit_list(path) {
             return self.shlink_visit_list(out, defer, req, f, mesh);
         }
         if let Some(e) = self.shlink_side_path(req) {
@@ -574,7 +574,7 @@ impl ApiFront {
     /// asked next, `None`), or the problem.
     pub(super) fn visit_lookup_replied(
         &self,
-        w: &mut super::visits::VisitWalk,
+        w: &mut super::visit_walk::VisitWalk,
         outcome: WriteOutcome,
         out: &mut Vec<u8>,
         f: Framing<'_>,

@@ -15,6 +15,10 @@
 //! `DELETE` of a short URL's visits counts them, then resets the link's figures at its
 //! owner (the aggregates and the logged visits) and answers the count.
 
+use super::visit_walk::{
+    domain_number, domain_param, list_of, orphan_type, parse_params, percent_decoded, ListOf,
+    VisitWalk,
+};
 use super::{ApiFront, ApiOp, Defer};
 use crate::analytics::visit_log::{VisitKeys, VisitLogQuery};
 use crate::api::problem::Problem;
@@ -23,233 +27,6 @@ use crate::base::key::InlineKey;
 use crate::http::{Method, Request};
 use crate::mesh::{Mesh, ReplyTo};
 use serde_json::{json, Value};
-
-/// The deepest visit a page reaches (`page * itemsPerPage`): each aggregator sends that many
-/// for a merged list, so this bounds an answer's work and size (about 300 bytes a visit).
-pub const MAX_VISIT_WINDOW: u64 = 50_000;
-
-/// A visit list being gathered.
-#[derive(Debug)]
-pub struct VisitWalk {
-    query: VisitLogQuery,
-    /// Visits skipped from the newest (page), by the one aggregator asked for a link, or
-    /// here for a merged list.
-    skip: u64,
-    page: u32,
-    per_page: u32,
-    /// The aggregators to ask, in order, and how many have answered.
-    cores: Vec<usize>,
-    answered: usize,
-    total: u64,
-    visits: Vec<Value>,
-    /// Shlink's `DELETE /short-urls/{code}/visits`: the key's reach, for the stats reset
-    /// that follows the count, and whether it was sent.
-    delete: Option<crate::api::roles::AuthorReach>,
-    reset_sent: bool,
-    /// A tag's visits: the walk for the links carrying it, until it is over.
-    tagged: Option<super::listing::ListWalk>,
-}
-
-impl VisitWalk {
-    /// A delete's reset was answered: the visits it deleted (`None`: not a delete).
-    pub fn deleted(&self) -> Option<u64> {
-        (self.delete.is_some() && self.reset_sent).then_some(self.total)
-    }
-
-    /// The short code of a link's visits (`None`: a list over many links).
-    pub fn code(&self) -> Option<String> {
-        match &self.query.keys {
-            VisitKeys::One(k) => {
-                let (_, key) = shards::link::split_stored_key(k.as_bytes());
-                Some(String::from_utf8_lossy(key).into_owned())
-            }
-            _ => None,
-        }
-    }
-
-    /// A tag's walk found no link carrying it.
-    pub fn no_tagged_links(&self) -> bool {
-        matches!(&self.query.keys, VisitKeys::Set(keys) if keys.is_empty())
-    }
-
-    /// The aggregator to ask next.
-    fn next_core(&self) -> usize {
-        self.cores[self.answered]
-    }
-
-    /// One aggregator's answer folded in; `true` once every one has answered.
-    pub fn fold(&mut self, body: &[u8]) -> bool {
-        let mut v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-        self.total += v["total"].as_u64().unwrap_or(0);
-        if let Value::Array(list) = v["visits"].take() {
-            self.visits.extend(list);
-        }
-        self.answered += 1;
-        self.answered == self.cores.len()
-    }
-
-    /// The page, newest first: `(total, visits)`.
-    fn page(&mut self) -> (u64, Vec<Value>) {
-        let mut all = std::mem::take(&mut self.visits);
-        if self.cores.len() > 1 {
-            let at = |v: &Value| v["at_ms"].as_u64().unwrap_or(0);
-            all.sort_by_key(|v| std::cmp::Reverse(at(v)));
-            let skip = usize::try_from(self.skip).unwrap_or(usize::MAX);
-            all = all.into_iter().skip(skip).collect();
-        }
-        all.truncate(self.per_page as usize);
-        (self.total, all)
-    }
-}
-
-/// Which visit list a path names.
-enum ListOf<'a> {
-    Link(&'a [u8]),
-    NonOrphan,
-    Orphan,
-    Domain(&'a [u8]),
-    Tag(&'a [u8]),
-}
-
-fn list_of(path: &[u8]) -> Option<ListOf<'_>> {
-    const SUFFIX: &[u8] = b"/visits";
-    if path == b"/rest/v3/visits/non-orphan" {
-        return Some(ListOf::NonOrphan);
-    }
-    if path == b"/rest/v3/visits/orphan" {
-        return Some(ListOf::Orphan);
-    }
-    let inner = path.strip_suffix(SUFFIX)?;
-    if let Some(code) = inner.strip_prefix(b"/rest/v3/short-urls/") {
-        return Some(ListOf::Link(code));
-    }
-    if let Some(d) = inner.strip_prefix(b"/rest/v3/domains/") {
-        return Some(ListOf::Domain(d));
-    }
-    inner.strip_prefix(b"/rest/v3/tags/").map(ListOf::Tag)
-}
-
-/// The query's paging and filters: page, items per page, the window and bots.
-struct VisitParams {
-    page: u32,
-    per_page: u32,
-    from_ms: u64,
-    to_ms: u64,
-    exclude_bots: bool,
-}
-
-fn parse_params(query: Option<&[u8]>) -> Result<VisitParams, Problem> {
-    let mut p = VisitParams {
-        page: 1,
-        per_page: MAX_VISIT_WINDOW as u32,
-        from_ms: 0,
-        to_ms: u64::MAX,
-        exclude_bots: false,
-    };
-    for (k, v) in url::form_urlencoded::parse(query.unwrap_or_default()) {
-        match &*k {
-            "page" => {
-                p.page = v.parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
-                    Problem::invalid_field(Some("page"), format!("page {v:?}: a number from 1"))
-                })?;
-            }
-            "itemsPerPage" => {
-                p.per_page = match v.parse::<i64>() {
-                    Ok(-1) => MAX_VISIT_WINDOW as u32,
-                    Ok(n) if n >= 1 => n.min(MAX_VISIT_WINDOW as i64) as u32,
-                    _ => {
-                        let why = format!("itemsPerPage {v:?}: a number from 1, or -1 for all");
-                        return Err(Problem::invalid_field(Some("itemsPerPage"), why));
-                    }
-                };
-            }
-            "startDate" => p.from_ms = date_ms(&v, "startDate")?,
-            "endDate" => p.to_ms = date_ms(&v, "endDate")?.saturating_add(999),
-            "excludeBots" => p.exclude_bots = v == "true" || v == "1",
-            _ => {}
-        }
-    }
-    let deepest = u64::from(p.page) * u64::from(p.per_page);
-    if deepest > MAX_VISIT_WINDOW {
-        let why = format!(
-            "page {} of {} visits reaches past the newest {MAX_VISIT_WINDOW}: narrow the dates",
-            p.page, p.per_page
-        );
-        return Err(Problem::invalid_field(Some("page"), why));
-    }
-    Ok(p)
-}
-
-/// `?domain=` of a list over many links: `DEFAULT` or a declared domain's name (404 for
-/// another).
-fn domain_param(
-    query: Option<&[u8]>,
-    domains: &crate::api::domains::Domains,
-) -> Result<Option<u32>, Problem> {
-    let Some((_, name)) =
-        url::form_urlencoded::parse(query.unwrap_or_default()).find(|(k, _)| k == "domain")
-    else {
-        return Ok(None);
-    };
-    domain_number(&name, domains).map(Some)
-}
-
-/// The number of the domain `name` names (`DEFAULT`: the default domain's).
-fn domain_number(name: &str, domains: &crate::api::domains::Domains) -> Result<u32, Problem> {
-    match name {
-        "DEFAULT" => Ok(shards::link::DEFAULT_DOMAIN),
-        _ => domains.by_name(name).map(|d| d.number).ok_or_else(|| {
-            let mut e = Problem::not_found();
-            e.detail = format!("no domain {name:?} is declared");
-            e
-        }),
-    }
-}
-
-/// Shlink's orphan `type` filter: whether it admits the log's kind (`invalid_short_url`);
-/// another of Shlink's kinds (`base_url`, `regular_404`) lists nothing.
-fn orphan_type(query: Option<&[u8]>) -> Result<bool, Problem> {
-    match url::form_urlencoded::parse(query.unwrap_or_default()).find(|(k, _)| k == "type") {
-        None => Ok(true),
-        Some((_, t)) => match &*t {
-            "invalid_short_url" => Ok(true),
-            "base_url" | "regular_404" => Ok(false),
-            other => Err(Problem::invalid_field(
-                Some("type"),
-                format!("type {other:?}: base_url, invalid_short_url or regular_404"),
-            )),
-        },
-    }
-}
-
-/// A path segment with its `%XX` escapes decoded (a tag may hold any character; a `+`
-/// reads as a space, which a tag turns into `-` anyway).
-fn percent_decoded(segment: &[u8]) -> String {
-    let mut query = b"t=".to_vec();
-    query.extend_from_slice(segment);
-    url::form_urlencoded::parse(&query)
-        .next()
-        .map(|(_, v)| v.into_owned())
-        .unwrap_or_default()
-}
-
-/// A date filter (RFC 3339, or a bare date's midnight UTC) in unix ms.
-fn date_ms(v: &str, field: &'static str) -> Result<u64, Problem> {
-    let full = match v.len() {
-        10 => format!("{v}T00:00:00Z"),
-        _ => v.to_string(),
-    };
-    crate::api::timefmt::parse_rfc3339_s(&full)
-        .map(|s| s * 1000)
-        .map_err(|e| {
-            Problem::invalid_field(Some(field), format!("{field} {v:?} is not a date: {e}"))
-        })
-}
-
-/// Whether `path` is one of Shlink's visit lists.
-pub fn is_visit_list(path: &[u8]) -> bool {
-    list_of(path).is_some()
-}
 
 impl ApiFront {
     /// Starts a visit list (the visit log is on; the key is admitted with `reach`).
@@ -271,7 +48,7 @@ impl ApiFront {
             ListOf::Link(code) => {
                 shards::link::validate_key(code).map_err(|_| Problem::not_found())?;
                 let ikey = self.item_key(req.query, code, reach)?;
-                let mut walk = self.walk(VisitKeys::One(ikey), &p, vec![self.owner_of(&ikey)]);
+                let mut walk = VisitWalk::new(VisitKeys::One(ikey), &p, vec![self.owner_of(&ikey)]);
                 if delete {
                     walk.delete = Some(reach.author);
                     walk.per_page = 0;
@@ -299,7 +76,7 @@ impl ApiFront {
                 });
                 let first = walk.clone_empty();
                 let cores = (0..self.router.cores()).collect();
-                let mut visits = self.walk(VisitKeys::Set(Default::default()), &p, cores);
+                let mut visits = VisitWalk::new(VisitKeys::Set(Default::default()), &p, cores);
                 visits.tagged = Some(walk);
                 let reply = defer(out, ApiOp::ShlinkVisitLog(Box::new(visits)));
                 self.ask_walk(reply, &first, mesh);
@@ -321,37 +98,11 @@ impl ApiFront {
         };
         let cores = (0..self.router.cores()).collect();
         let orphans = matches!(list, ListOf::Orphan);
-        let mut walk = self.walk(keys, &p, cores);
+        let mut walk = VisitWalk::new(keys, &p, cores);
         walk.query.orphans = orphans;
         let (core, query) = (walk.next_core(), walk.ask());
         let reply = defer(out, ApiOp::ShlinkVisitLog(Box::new(walk)));
         self.send_visits(reply, core, query)
-    }
-
-    /// A walk over `cores` for `keys` with the request's paging.
-    fn walk(&self, keys: VisitKeys, p: &VisitParams, cores: Vec<usize>) -> VisitWalk {
-        let skip = u64::from(p.page - 1) * u64::from(p.per_page);
-        VisitWalk {
-            query: VisitLogQuery {
-                keys,
-                from_ms: p.from_ms,
-                to_ms: p.to_ms,
-                exclude_bots: p.exclude_bots,
-                orphans: false,
-                skip: 0,
-                take: 0,
-            },
-            skip,
-            page: p.page,
-            per_page: p.per_page,
-            cores,
-            answered: 0,
-            total: 0,
-            visits: Vec::new(),
-            delete: None,
-            reset_sent: false,
-            tagged: None,
-        }
     }
 
     fn owner_of(&self, key: &InlineKey) -> usize {
@@ -511,21 +262,5 @@ impl ApiFront {
             visit["type"] = "invalid_short_url".into();
         }
         visit
-    }
-}
-
-impl VisitWalk {
-    /// The query the next aggregator is sent: for one link (one aggregator) the page
-    /// itself; for a merged list every visit down to the page's end.
-    fn ask(&self) -> VisitLogQuery {
-        let mut q = self.query.clone();
-        match self.cores.len() {
-            1 => {
-                q.skip = self.skip;
-                q.take = self.per_page as usize;
-            }
-            _ => q.take = (self.skip + u64::from(self.per_page)) as usize,
-        }
-        q
     }
 }
