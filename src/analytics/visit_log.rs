@@ -135,11 +135,6 @@ impl VisitLog {
             .retain_from(today.saturating_sub(self.cfg.days - 1));
     }
 
-    /// Visits not logged (their link's day was full).
-    pub fn capped(&self) -> u64 {
-        self.book.capped
-    }
-
     /// The answer to `q`: `{"total": N, "complete_until": ..., "visits": [...]}`, the
     /// newest `q.take` visits, each with `at` (RFC 3339, ms), `referrer` (a host, `""` for
     /// none), `user_agent`, `bot`, `country` and `ip` (the network, or null).

@@ -314,18 +314,31 @@ impl ApiFront {
         reply: ReplyTo,
         query: crate::analytics::stats::StatsQuery,
     ) -> Result<(), Problem> {
+        let owner = self.router.owner(query.key.as_bytes()).core;
+        let msg = crate::analytics::Control::Stats { reply, query };
+        self.ask_aggregator(owner, msg, true)
+    }
+
+    /// Sends `msg` to core `core`'s aggregator (or, `fleet` and in fleet mode, to the fleet
+    /// stats thread), counted among the core's queries in flight. `Err`: the answer to give
+    /// now instead (analytics off, too many in flight, a full queue).
+    pub(crate) fn ask_aggregator(
+        &mut self,
+        core: usize,
+        msg: crate::analytics::Control,
+        fleet: bool,
+    ) -> Result<(), Problem> {
         let Some(control) = &self.clicks else {
             return Err(Problem::not_found());
         };
         if self.stats_in_flight >= crate::analytics::MAX_STATS_IN_FLIGHT_PER_CORE {
             return Err(Problem::unavailable(1));
         }
-        let to = match &self.fleet_stats {
-            Some(fleet) => fleet,
-            None => &control[self.router.owner(query.key.as_bytes()).core],
+        let to = match (&self.fleet_stats, fleet) {
+            (Some(stats), true) => stats,
+            _ => &control[core],
         };
-        to.try_send(crate::analytics::Control::Stats { reply, query })
-            .map_err(|_| Problem::unavailable(1))?;
+        to.try_send(msg).map_err(|_| Problem::unavailable(1))?;
         self.stats_in_flight += 1;
         Ok(())
     }

@@ -177,21 +177,11 @@ impl ApiFront {
         core: usize,
         q: VisitLogQuery,
     ) -> Result<(), Problem> {
-        let Some(control) = &self.clicks else {
-            return Err(Problem::not_found());
-        };
-        if self.stats_in_flight >= crate::analytics::MAX_STATS_IN_FLIGHT_PER_CORE {
-            return Err(Problem::unavailable(1));
-        }
         let msg = crate::analytics::Control::Visits {
             reply,
             query: Box::new(q),
         };
-        control[core]
-            .try_send(msg)
-            .map_err(|_| Problem::unavailable(1))?;
-        self.stats_in_flight += 1;
-        Ok(())
+        self.ask_aggregator(core, msg, false)
     }
 
     /// An aggregator's answer: the next one asked, or the page in Shlink's shape.

@@ -190,22 +190,6 @@ impl Visit {
             + cut(&self.user_agent, MAX_VISIT_UA_BYTES).len()
     }
 
-    /// The visit the frame at the start of `buf` holds, and the frame's length; `None` if
-    /// `buf` holds only part of a frame. Strings are shared through `interned`.
-    pub fn decode(
-        buf: &[u8],
-        interned: &mut HashSet<Arc<str>>,
-    ) -> Result<Option<(Visit, usize)>, DecodeError> {
-        let Some((payload, len)) = codec::frame(buf)? else {
-            return Ok(None);
-        };
-        let mut r = Reader { b: payload };
-        if r.u8()? != 1 {
-            return Err(DecodeError::Malformed("visit record type"));
-        }
-        Ok(Some((Visit::read(r, interned)?, len)))
-    }
-
     /// A visit's payload after its type byte.
     fn read(mut r: Reader<'_>, interned: &mut HashSet<Arc<str>>) -> Result<Visit, DecodeError> {
         let key = r.key()?;
@@ -453,11 +437,6 @@ impl VisitBook {
 
     pub fn is_empty(&self) -> bool {
         self.ring.is_empty()
-    }
-
-    /// Whether frames wait for [`VisitBook::sync`].
-    pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
     }
 
     /// Writes the frames added since the last sync and fdatasyncs them (`pause` between
@@ -803,7 +782,9 @@ mod tests {
             let mut b = Vec::new();
             v.encode(&mut b);
             assert_eq!(b.len(), v.encoded_len());
-            let (back, n) = Visit::decode(&b, &mut interned).unwrap().unwrap();
+            let Some((Entry::Visit(back), n)) = decode_entry(&b, &mut interned).unwrap() else {
+                panic!("a visit frame");
+            };
             assert_eq!((back, n), (v, b.len()));
         }
         let v4 = AnonIp::of(
