@@ -195,26 +195,51 @@ fn the_visit_log_lists_each_visit_and_keeps_only_what_it_should() {
     assert_eq!(st, 404, "{v}");
     assert_eq!(v["type"], "https://shlink.io/api/error/tag-not-found");
 
-    // Visits to short codes no link has are orphan visits, listed apart, as many as the
-    // overview counts.
-    for code in ["no-such-1", "no-such-2", "no-such-1"] {
+    // Visits that reach no link are orphan visits, listed apart, as many as the overview
+    // counts, of Shlink's three kinds: short codes no link has, the base URL, other paths.
+    // A HEAD is no visit.
+    for path in [
+        "/no-such-1",
+        "/no-such-2",
+        "/no-such-1",
+        "/",
+        "/",
+        "/no/such/path.html",
+    ] {
         let h = [("User-Agent", UA_HUMAN), ("X-Forwarded-For", VISITOR)];
-        let r = c.send("GET", &format!("/{code}"), false, &h, b"").unwrap();
+        let r = c.send("GET", path, false, &h, b"").unwrap();
         assert_eq!(r.status, 404);
     }
-    let v = wait_total(&mut c, "/rest/v3/visits/orphan", 3);
+    let r = c.send("HEAD", "/", false, &[], b"").unwrap();
+    assert_eq!(r.status, 404);
+    let v = wait_total(&mut c, "/rest/v3/visits/orphan", 6);
     for d in v["visits"]["data"].as_array().unwrap() {
-        assert_eq!(d["type"], "invalid_short_url", "{d}");
-        assert!(
-            d["visitedUrl"].as_str().unwrap().contains("/no-such-"),
-            "{d}"
-        );
         assert_eq!(d["userAgent"], UA_HUMAN);
     }
     let (_, o) = shlink(&mut c, "/rest/v3/visits");
-    assert_eq!(o["visits"]["orphanVisits"]["total"], 3, "{o}");
-    wait_total(&mut c, "/rest/v3/visits/orphan?type=invalid_short_url", 3);
-    wait_total(&mut c, "/rest/v3/visits/orphan?type=base_url", 0);
+    assert_eq!(o["visits"]["orphanVisits"]["total"], 6, "{o}");
+    let v = wait_total(&mut c, "/rest/v3/visits/orphan?type=invalid_short_url", 3);
+    let first = v["visits"]["data"][0]["visitedUrl"].as_str().unwrap();
+    let base = first
+        .rsplit_once("/no-such-")
+        .expect("a code's URL")
+        .0
+        .to_string();
+    for (kind, n, url) in [
+        ("invalid_short_url", 3, "/no-such-"),
+        ("base_url", 2, "/"),
+        ("regular_404", 1, "/no/such/path.html"),
+    ] {
+        let v = wait_total(&mut c, &format!("/rest/v3/visits/orphan?type={kind}"), n);
+        for d in v["visits"]["data"].as_array().unwrap() {
+            assert_eq!(d["type"], kind, "{d}");
+            let visited = d["visitedUrl"].as_str().unwrap();
+            assert!(visited.starts_with(&format!("{base}{url}")), "{d}");
+            if kind == "base_url" {
+                assert_eq!(visited, format!("{base}/"), "{d}");
+            }
+        }
+    }
     let (st, _) = shlink(&mut c, "/rest/v3/visits/orphan?type=bogus");
     assert_eq!(st, 400);
     wait_total(&mut c, "/rest/v3/visits/non-orphan", 10);
@@ -253,7 +278,7 @@ fn the_visit_log_lists_each_visit_and_keeps_only_what_it_should() {
     wait_total(&mut c, "/rest/v3/short-urls/vl-a/visits", 7);
     wait_total(&mut c, "/rest/v3/short-urls/vl-b/visits", 3);
     wait_total(&mut c, "/rest/v3/visits/non-orphan", 10);
-    wait_total(&mut c, "/rest/v3/visits/orphan", 3);
+    wait_total(&mut c, "/rest/v3/visits/orphan", 6);
 
     // Privacy: the network is kept, never the address; user agents only in the visit log.
     assert_eq!(

@@ -596,7 +596,7 @@ impl Aggregator {
                 let at = (j.b.day, j.b.sealed_ms);
                 self.classify_click(at, key, ctx, count, j.salt)
             };
-            let orphan = v.as_ref().is_some_and(|v| v.orphan);
+            let orphan = v.as_ref().is_some_and(|v| v.orphan.is_some());
             match orphan {
                 // Not a click: the visit log's only (`ClickRule::ORPHAN`).
                 true => self.spare.keep(d),
@@ -930,7 +930,7 @@ impl Aggregator {
         let texts = (country, referrer, ua.clone());
         let n = u32::try_from(count).unwrap_or(u32::MAX);
         let mut v = log.visit_of(key.as_bytes(), at_ms, n, bot, &ctx.ip, texts);
-        v.orphan = ctx.rule == super::combiner::ClickRule::ORPHAN;
+        v.orphan = ctx.rule.orphan();
         Some(v)
     }
 
@@ -1051,7 +1051,7 @@ impl Aggregator {
                     .get(&v.key)
                     .is_some_and(|f| seq <= f.cutoffs[from as usize]);
             if !filtered {
-                let day_clicks = match v.orphan {
+                let day_clicks = match v.orphan.is_some() {
                     true => 0,
                     false => store.open_day_clicks(v.key.as_bytes(), v.day()),
                 };

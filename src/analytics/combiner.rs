@@ -58,6 +58,31 @@ impl ClickRule {
     /// Not a click: a GET of a short code no link has, carried for the visit log only (an
     /// orphan visit; never counted as a click).
     pub const ORPHAN: ClickRule = ClickRule(u8::MAX - 1);
+    /// Not a click: a GET of a domain's base URL (`/`), an orphan visit like [`Self::ORPHAN`].
+    pub const ORPHAN_BASE_URL: ClickRule = ClickRule(u8::MAX - 2);
+    /// Not a click: a GET of any other path that matched nothing, an orphan visit.
+    pub const ORPHAN_REGULAR_404: ClickRule = ClickRule(u8::MAX - 3);
+
+    /// The orphan visit's kind this rule marks, if it marks one.
+    pub fn orphan(self) -> Option<shards::clicks::visits::Orphan> {
+        use shards::clicks::visits::Orphan;
+        match self {
+            ClickRule::ORPHAN => Some(Orphan::InvalidShortUrl),
+            ClickRule::ORPHAN_BASE_URL => Some(Orphan::BaseUrl),
+            ClickRule::ORPHAN_REGULAR_404 => Some(Orphan::Regular404),
+            _ => None,
+        }
+    }
+
+    /// The rule marking an orphan visit of `kind`.
+    fn of_orphan(kind: shards::clicks::visits::Orphan) -> ClickRule {
+        use shards::clicks::visits::Orphan;
+        match kind {
+            Orphan::InvalidShortUrl => ClickRule::ORPHAN,
+            Orphan::BaseUrl => ClickRule::ORPHAN_BASE_URL,
+            Orphan::Regular404 => ClickRule::ORPHAN_REGULAR_404,
+        }
+    }
 
     /// The rule at 0-based `index` of the link's list.
     pub fn matched(index: u8) -> ClickRule {
@@ -66,7 +91,7 @@ impl ClickRule {
     }
 }
 
-const _: () = assert!(shards::rules::MAX_RULES_PER_LINK < u8::MAX as usize - 1);
+const _: () = assert!(shards::rules::MAX_RULES_PER_LINK < u8::MAX as usize - 3);
 
 /// A GET's click, taken when its request is read and counted if it is answered with a
 /// redirect.
@@ -449,12 +474,30 @@ impl Combiner {
     /// Counts a GET for an unknown key (server-wide only); with the visit log on, carries it
     /// as an orphan visit of `key` too (its context taken like a click's, [`Self::take`]).
     pub fn not_found(&mut self, key: &[u8], click: Option<&Click>, now_s: u64) {
+        self.orphan(
+            shards::clicks::visits::Orphan::InvalidShortUrl,
+            key,
+            click,
+            now_s,
+        );
+    }
+
+    /// Counts a GET that reached no link (server-wide only, with the 404s: Shlink's orphan
+    /// visits) and, with the visit log on, carries it as an orphan visit of `kind` and `key`
+    /// (the code asked for; the domain's empty key for its base URL; a path's stored key).
+    pub fn orphan(
+        &mut self,
+        kind: shards::clicks::visits::Orphan,
+        key: &[u8],
+        click: Option<&Click>,
+        now_s: u64,
+    ) {
         if let Some(b) = self.batch_for(shards::clicks::day_of(now_s)) {
             b.not_found += 1;
         }
         if let (true, Some(Click::Take(ctx))) = (self.log_orphans, click) {
             let ctx = &ClickCtx {
-                rule: ClickRule::ORPHAN,
+                rule: ClickRule::of_orphan(kind),
                 ..*ctx
             };
             let hash = self.entry_hash(key, ctx);

@@ -65,8 +65,10 @@ pub struct VisitLogQuery {
     pub from_ms: u64,
     pub to_ms: u64,
     pub exclude_bots: bool,
-    /// Orphan visits (GETs of unknown short codes) only, or links' visits only.
+    /// Orphan visits (GETs that reached no link) only, or links' visits only.
     pub orphans: bool,
+    /// Of orphan visits, only those of this kind (Shlink's `type`).
+    pub orphan_kind: Option<shards::clicks::visits::Orphan>,
     /// Visits skipped from the newest, then the most sent. A merged list asks each
     /// aggregator for every visit down to the page's end (`skip` 0): one cannot know the
     /// others' share of a page.
@@ -102,7 +104,7 @@ impl VisitLog {
             at_ms,
             count,
             bot,
-            orphan: false,
+            orphan: None,
             country: [
                 c.first().copied().unwrap_or(b'Z'),
                 c.get(1).copied().unwrap_or(b'Z'),
@@ -137,7 +139,8 @@ impl VisitLog {
 
     /// The answer to `q`: `{"total": N, "complete_until": ..., "visits": [...]}`, the
     /// newest `q.take` visits, each with `at` (RFC 3339, ms), `referrer` (a host, `""` for
-    /// none), `user_agent`, `bot`, `country` and `ip` (the network, or null).
+    /// none), `user_agent`, `bot`, `country`, `ip` (the network, or null) and `orphan` (null,
+    /// or the orphan visit's kind: `invalid_short_url`, `base_url`, `regular_404`).
     pub fn answer(&self, q: &VisitLogQuery, complete_until_ms: u64) -> Vec<u8> {
         let keys = |k: &[u8]| q.keys.admits(k);
         let page = self.book.query(&VisitQuery {
@@ -146,6 +149,7 @@ impl VisitLog {
             to_ms: q.to_ms,
             exclude_bots: q.exclude_bots,
             orphans: q.orphans,
+            orphan_kind: q.orphan_kind,
             skip: q.skip,
             take: q.take,
         });
@@ -168,7 +172,7 @@ pub fn visit_json(v: &Visit) -> serde_json::Value {
         "referrer": &*v.referrer,
         "user_agent": &*v.user_agent,
         "bot": v.bot,
-        "orphan": v.orphan,
+        "orphan": v.orphan.map(shards::clicks::visits::Orphan::as_str),
         "country": String::from_utf8_lossy(&v.country),
         "ip": v.ip.text(),
     })

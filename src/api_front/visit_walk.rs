@@ -6,6 +6,7 @@
 use crate::analytics::visit_log::{VisitKeys, VisitLogQuery};
 use crate::api::problem::Problem;
 use serde_json::Value;
+use shards::clicks::visits::Orphan;
 
 /// The deepest visit a page reaches (`page * itemsPerPage`): each aggregator sends that many
 /// for a merged list, so this bounds an answer's work and size (about 300 bytes a visit).
@@ -192,19 +193,16 @@ pub(super) fn domain_number(
     }
 }
 
-/// Shlink's orphan `type` filter: whether it admits the log's kind (`invalid_short_url`);
-/// another of Shlink's kinds (`base_url`, `regular_404`) lists nothing.
-pub(super) fn orphan_type(query: Option<&[u8]>) -> Result<bool, Problem> {
+/// Shlink's orphan `type` filter: the kind it lists (`None`: every kind).
+pub(super) fn orphan_type(query: Option<&[u8]>) -> Result<Option<Orphan>, Problem> {
     match url::form_urlencoded::parse(query.unwrap_or_default()).find(|(k, _)| k == "type") {
-        None => Ok(true),
-        Some((_, t)) => match &*t {
-            "invalid_short_url" => Ok(true),
-            "base_url" | "regular_404" => Ok(false),
-            other => Err(Problem::invalid_field(
+        None => Ok(None),
+        Some((_, t)) => Orphan::parse(&t).map(Some).ok_or_else(|| {
+            Problem::invalid_field(
                 Some("type"),
-                format!("type {other:?}: base_url, invalid_short_url or regular_404"),
-            )),
-        },
+                format!("type {t:?}: base_url, invalid_short_url or regular_404"),
+            )
+        }),
     }
 }
 
@@ -247,6 +245,7 @@ impl VisitWalk {
                 to_ms: p.to_ms,
                 exclude_bots: p.exclude_bots,
                 orphans: false,
+                orphan_kind: None,
                 skip: 0,
                 take: 0,
             },

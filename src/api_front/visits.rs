@@ -82,14 +82,8 @@ impl ApiFront {
                 self.ask_walk(reply, &first, mesh);
                 return Ok(());
             }
-            ListOf::NonOrphan => self.reach_keys(reach, domain_param(req.query, &self.domains)?)?,
-            ListOf::Orphan => {
-                let keys = self.reach_keys(reach, domain_param(req.query, &self.domains)?)?;
-                // The log's orphans are Shlink's `invalid_short_url` kind only.
-                match orphan_type(req.query)? {
-                    true => keys,
-                    false => VisitKeys::Set(Default::default()),
-                }
+            ListOf::NonOrphan | ListOf::Orphan => {
+                self.reach_keys(reach, domain_param(req.query, &self.domains)?)?
             }
             ListOf::Domain(name) => {
                 let name = std::str::from_utf8(name).unwrap_or_default();
@@ -97,9 +91,11 @@ impl ApiFront {
             }
         };
         let cores = (0..self.router.cores()).collect();
-        let orphans = matches!(list, ListOf::Orphan);
         let mut walk = VisitWalk::new(keys, &p, cores);
-        walk.query.orphans = orphans;
+        if matches!(list, ListOf::Orphan) {
+            walk.query.orphans = true;
+            walk.query.orphan_kind = orphan_type(req.query)?;
+        }
         let (core, query) = (walk.next_core(), walk.ask());
         let reply = defer(out, ApiOp::ShlinkVisitLog(Box::new(walk)));
         self.send_visits(reply, core, query)
@@ -248,8 +244,17 @@ impl ApiFront {
             "visitedUrl": format!("{}/{key}", base.trim_end_matches('/')),
             "redirectUrl": null,
         });
-        if v["orphan"] == true {
-            visit["type"] = "invalid_short_url".into();
+        if let Some(kind) = v["orphan"].as_str() {
+            visit["type"] = kind.into();
+            // The URL asked for: the code's, the base URL, or the path (its key).
+            let url = match kind {
+                "base_url" => Some(format!("{}/", base.trim_end_matches('/'))),
+                "regular_404" => Some(format!("{}{key}", base.trim_end_matches('/'))),
+                _ => None,
+            };
+            if let Some(url) = url {
+                visit["visitedUrl"] = url.into();
+            }
         }
         visit
     }

@@ -244,6 +244,15 @@ impl<'a> Reader<'a> {
     pub(super) fn u64(&mut self) -> Result<u64, DecodeError> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
     }
+    /// A visit's key: a link's, or an orphan visit's, which may be empty (a domain's base
+    /// URL on the default domain).
+    pub(super) fn visit_key(&mut self) -> Result<super::ShortKey, DecodeError> {
+        let n = self.u8()? as usize;
+        if n > MAX_STORED_KEY_BYTES {
+            return Err(DecodeError::Malformed("key length"));
+        }
+        Ok(super::ShortKey::new(self.take(n)?))
+    }
     pub(super) fn key(&mut self) -> Result<super::ShortKey, DecodeError> {
         let n = self.u8()? as usize;
         if n == 0 || n > MAX_STORED_KEY_BYTES {

@@ -5,7 +5,8 @@
 //! clicks/visits/core-<c>.log   frame*          (codec's frame: len:u32le crc:u32le payload)
 //! payload := 1 klen:u8 key[klen] at_ms:u64 count:u32 flags:u8 country:[u8;2]
 //!            ipkind:u8 ip[0|3|6] rlen:u8 referrer[rlen] ualen:u16 ua[ualen]
-//! flags   := bit 0 bot, bit 1 orphan (a visit to an unknown short code)
+//! flags   := bit 0 bot, bit 1 orphan (a visit that reached no link), bits 2-3 the orphan's
+//!            kind: 0 an unknown short code, 1 the base URL, 2 any other path (key: `/path`)
 //! ipkind  := 0 none | 4 IPv4 /24 (3 bytes) | 6 IPv6 /48 (6 bytes)
 //! payload := 2 klen:u8 key[klen]      (a purge: the key's earlier visits are gone)
 //! ```
@@ -110,6 +111,61 @@ impl AnonIp {
     }
 }
 
+/// What an orphan visit (one that reached no link) asked for, as Shlink names the kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Orphan {
+    /// `/{code}` of a short code no link has (`invalid_short_url`); the key is the code's.
+    InvalidShortUrl,
+    /// `/`, the domain's base URL (`base_url`); the key is the domain's empty key.
+    BaseUrl,
+    /// Any other path that matched nothing (`regular_404`); the key is the path, from its
+    /// `/`, cut at [`MAX_ORPHAN_PATH_BYTES`], after the domain's prefix.
+    Regular404,
+}
+
+impl Orphan {
+    /// Shlink's name of the kind.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Orphan::InvalidShortUrl => "invalid_short_url",
+            Orphan::BaseUrl => "base_url",
+            Orphan::Regular404 => "regular_404",
+        }
+    }
+
+    /// From Shlink's name.
+    pub fn parse(s: &str) -> Option<Orphan> {
+        [Orphan::InvalidShortUrl, Orphan::BaseUrl, Orphan::Regular404]
+            .into_iter()
+            .find(|o| o.as_str() == s)
+    }
+
+    /// The flags bits of `o` (bits 1 to 3).
+    fn flags(o: Option<Orphan>) -> u8 {
+        match o {
+            None => 0,
+            Some(Orphan::InvalidShortUrl) => 2,
+            Some(Orphan::BaseUrl) => 2 | 1 << 2,
+            Some(Orphan::Regular404) => 2 | 2 << 2,
+        }
+    }
+
+    /// The kind flags bits 1 to 3 name; `Err` for bits no kind has.
+    fn of_flags(flags: u8) -> Result<Option<Orphan>, DecodeError> {
+        match (flags & 2 == 2, flags >> 2) {
+            (false, 0) => Ok(None),
+            (true, 0) => Ok(Some(Orphan::InvalidShortUrl)),
+            (true, 1) => Ok(Some(Orphan::BaseUrl)),
+            (true, 2) => Ok(Some(Orphan::Regular404)),
+            _ => Err(DecodeError::Malformed("visit flags")),
+        }
+    }
+}
+
+/// Bytes of a [`Orphan::Regular404`] visit's path that are logged (its key's bound, with the
+/// domain's prefix).
+pub const MAX_ORPHAN_PATH_BYTES: usize = crate::link::MAX_KEY_BYTES;
+
 /// One logged visit (or `count` identical ones: same visitor, user agent and referrer in one
 /// click batch).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,8 +175,8 @@ pub struct Visit {
     pub at_ms: u64,
     pub count: u32,
     pub bot: bool,
-    /// A visit to a short code no link has (Shlink's `invalid_short_url` orphan visit).
-    pub orphan: bool,
+    /// A visit that reached no link (an orphan visit), and what it asked for.
+    pub orphan: Option<Orphan>,
     /// ISO 3166 alpha-2, `ZZ` unknown.
     pub country: [u8; 2],
     pub ip: AnonIp,
@@ -145,7 +201,7 @@ impl Visit {
         out.extend_from_slice(key);
         out.extend_from_slice(&self.at_ms.to_le_bytes());
         out.extend_from_slice(&self.count.to_le_bytes());
-        out.push(u8::from(self.bot) | u8::from(self.orphan) << 1);
+        out.push(u8::from(self.bot) | Orphan::flags(self.orphan));
         out.extend_from_slice(&self.country);
         match self.ip {
             AnonIp::None => out.push(0),
@@ -192,12 +248,16 @@ impl Visit {
 
     /// A visit's payload after its type byte.
     fn read(mut r: Reader<'_>, interned: &mut HashSet<Arc<str>>) -> Result<Visit, DecodeError> {
-        let key = r.key()?;
+        let key = r.visit_key()?;
         let at_ms = r.u64()?;
         let count = r.u32()?;
         let flags = r.u8()?;
-        if count == 0 || flags > 3 {
-            return Err(DecodeError::Malformed("visit count or flags"));
+        if count == 0 {
+            return Err(DecodeError::Malformed("visit count"));
+        }
+        let orphan = Orphan::of_flags(flags & !1)?;
+        if key.as_bytes().is_empty() && orphan != Some(Orphan::BaseUrl) {
+            return Err(DecodeError::Malformed("a visit without a key"));
         }
         let country: [u8; 2] = r.take(2)?.try_into().expect("2");
         let ip = match r.u8()? {
@@ -221,7 +281,7 @@ impl Visit {
             at_ms,
             count,
             bot: flags & 1 == 1,
-            orphan: flags & 2 == 2,
+            orphan,
             country,
             ip,
             referrer,
@@ -302,6 +362,8 @@ pub struct VisitQuery<'a> {
     pub exclude_bots: bool,
     /// Orphan visits only, or links' visits only.
     pub orphans: bool,
+    /// Of orphan visits, only those of this kind.
+    pub orphan_kind: Option<Orphan>,
     /// Visits (not records) skipped from the newest, and the most listed after them.
     pub skip: u64,
     pub take: usize,
@@ -376,7 +438,7 @@ impl VisitBook {
         book.ring
             .reserve(max_records.saturating_sub(book.ring.len()));
         for v in &book.ring {
-            if v.orphan && v.day() == book.newest_day {
+            if v.orphan.is_some() && v.day() == book.newest_day {
                 book.orphans_today += v.count;
             }
         }
@@ -393,7 +455,7 @@ impl VisitBook {
             self.newest_day = day;
             self.orphans_today = 0;
         }
-        let room = match v.orphan {
+        let room = match v.orphan.is_some() {
             true if day == self.newest_day => {
                 MAX_LOGGED_ORPHANS_PER_CORE_DAY.saturating_sub(self.orphans_today)
             }
@@ -412,7 +474,7 @@ impl VisitBook {
             }
             false => v,
         };
-        if v.orphan && day == self.newest_day {
+        if v.orphan.is_some() && day == self.newest_day {
             self.orphans_today += v.count;
         }
         v.encode(&mut self.pending);
@@ -537,7 +599,8 @@ impl VisitBook {
                 v.at_ms >= q.from_ms
                     && v.at_ms <= q.to_ms
                     && !(q.exclude_bots && v.bot)
-                    && v.orphan == q.orphans
+                    && v.orphan.is_some() == q.orphans
+                    && q.orphan_kind.is_none_or(|k| v.orphan == Some(k))
                     && (q.keys)(v.key.as_bytes())
             })
             .collect();
@@ -729,7 +792,7 @@ mod tests {
             at_ms,
             count,
             bot,
-            orphan: false,
+            orphan: None,
             country: *b"DE",
             ip: AnonIp::V4([203, 0, 113]),
             referrer: "news.example".into(),
@@ -750,6 +813,7 @@ mod tests {
             to_ms: u64::MAX,
             exclude_bots: false,
             orphans: false,
+            orphan_kind: None,
             skip: 0,
             take: usize::MAX,
         })
@@ -758,7 +822,14 @@ mod tests {
     #[test]
     fn a_visit_round_trips_and_addresses_lose_their_host_part() {
         let mut interned = HashSet::new();
-        for (orphan, ip) in [false, true, false].into_iter().zip([
+        let kinds = [
+            None,
+            Some(Orphan::InvalidShortUrl),
+            Some(Orphan::BaseUrl),
+            Some(Orphan::Regular404),
+        ];
+        for (orphan, ip) in kinds.into_iter().zip([
+            AnonIp::None,
             AnonIp::None,
             AnonIp::of(
                 &std::net::Ipv4Addr::new(198, 51, 100, 77)
@@ -787,6 +858,20 @@ mod tests {
             };
             assert_eq!((back, n), (v, b.len()));
         }
+        // The default domain's base URL has the empty key; only its visits may.
+        let base = Visit {
+            orphan: Some(Orphan::BaseUrl),
+            ..visit("", T0, 1, false, "ua")
+        };
+        let mut b = Vec::new();
+        base.encode(&mut b);
+        let Some((Entry::Visit(back), _)) = decode_entry(&b, &mut interned).unwrap() else {
+            panic!("a visit frame");
+        };
+        assert_eq!(back, base);
+        let mut b = Vec::new();
+        visit("", T0, 1, false, "ua").encode(&mut b);
+        assert!(decode_entry(&b, &mut interned).is_err());
         let v4 = AnonIp::of(
             &std::net::Ipv4Addr::new(198, 51, 100, 77)
                 .to_ipv6_mapped()
@@ -821,6 +906,7 @@ mod tests {
                 to_ms: u64::MAX,
                 exclude_bots,
                 orphans: false,
+                orphan_kind: None,
                 skip,
                 take,
             });
@@ -836,6 +922,7 @@ mod tests {
             to_ms: T0 + 2_500,
             exclude_bots: false,
             orphans: false,
+            orphan_kind: None,
             skip: 0,
             take: 10,
         });
@@ -1037,7 +1124,7 @@ mod tests {
         let mut book = open_all(dir.path(), 1, |_| 0, 0, 1_000).unwrap().remove(0);
         book.add(
             Visit {
-                orphan: true,
+                orphan: Some(Orphan::InvalidShortUrl),
                 ..visit("k", T0, 1, false, "o")
             },
             0,
@@ -1050,18 +1137,26 @@ mod tests {
             to_ms: u64::MAX,
             exclude_bots: false,
             orphans,
+            orphan_kind: None,
             skip: 0,
             take: 10,
         };
         assert_eq!(book.query(&q(true)).total, 1);
         assert_eq!(book.query(&q(false)).total, 2);
+        // Of one kind only.
+        let of = |kind| VisitQuery {
+            orphan_kind: Some(kind),
+            ..q(true)
+        };
+        assert_eq!(book.query(&of(Orphan::InvalidShortUrl)).total, 1);
+        assert_eq!(book.query(&of(Orphan::BaseUrl)).total, 0);
         // A day's orphans stop at their bound, whatever their codes; links' visits go on.
         let per_key = MAX_LOGGED_VISITS_PER_LINK_DAY;
         let keys = MAX_LOGGED_ORPHANS_PER_CORE_DAY / per_key + 1;
         for i in 0..keys {
             book.add(
                 Visit {
-                    orphan: true,
+                    orphan: Some(Orphan::Regular404),
                     ..visit(&format!("scan{i}"), T0 + 2, per_key, false, "o")
                 },
                 0,
@@ -1074,7 +1169,7 @@ mod tests {
         assert!(book.add(visit("k", T0 + 3, 1, false, "l"), 0));
         assert!(book.add(
             Visit {
-                orphan: true,
+                orphan: Some(Orphan::BaseUrl),
                 ..visit("next", T0 + DAY_MS, 1, false, "o")
             },
             0

@@ -362,7 +362,10 @@ impl Conns {
             }
             Route::Preflight => env.api.preflight(out, req, f),
             Route::MethodNotAllowed(allow) => encode::encode_method_not_allowed(out, allow, f),
-            Route::NotFound => not_found(&self.domains, req, out, f),
+            Route::NotFound => {
+                self.orphan_visit(slot, req, env.clock.now_s);
+                not_found(&self.domains, req, &mut self.slots[slot as usize].out, f);
+            }
             Route::Metrics => self.answer_metrics(slot, f),
             Route::Probe | Route::OpenApi | Route::StatsPage => {
                 answer_read_only((&self.shared, &self.blocklist), route, req, out, f)
@@ -441,10 +444,49 @@ impl Conns {
                 self.redirect(slot, req, (key, extra), found, persist, env);
             }
             None => {
+                self.orphan_visit(slot, req, env.clock.now_s);
                 let f = Framing::plain(req.method == Method::Head, persist, &env.clock.date);
                 not_found(&self.domains, req, &mut self.slots[slot as usize].out, f);
             }
         }
+    }
+
+    /// A GET that reached no link but a short code's (the base URL `/`, or a path that
+    /// matched nothing): counted with the 404s and, with the visit log on, carried as an
+    /// orphan visit (Shlink's `base_url` or `regular_404`) keyed by the domain's empty key or
+    /// the path. Not the redirect path: a 404's.
+    fn orphan_visit(&mut self, slot: u32, req: &Request<'_>, now_s: u64) {
+        use shards::clicks::visits::{Orphan, MAX_ORPHAN_PATH_BYTES};
+        let Some(k) = self.clicks.as_mut().filter(|_| req.method == Method::Get) else {
+            return;
+        };
+        let Some(domain) = self.domains.domain_of(req.host) else {
+            return;
+        };
+        let (kind, path) = match req.path {
+            b"/" => (Orphan::BaseUrl, &b""[..]),
+            p => {
+                // Request targets are visible ASCII (RFC 9112); the key keeps at most a
+                // bounded prefix of them.
+                let n = p
+                    .iter()
+                    .take(MAX_ORPHAN_PATH_BYTES)
+                    .take_while(|b| b.is_ascii_graphic())
+                    .count();
+                (Orphan::Regular404, &p[..n])
+            }
+        };
+        let mut stored = [0u8; shards::link::MAX_STORED_KEY_BYTES];
+        let key = shards::link::stored_key_in(domain, path, &mut stored);
+        let c = &self.slots[slot as usize];
+        let fields = ClickFields {
+            peer: c.peer,
+            forwarded_for: req.forwarded_for,
+            user_agent: req.user_agent,
+            referer: req.referer,
+        };
+        let click = k.take(self.client_ip, &fields, now_s);
+        k.orphan(kind, key, Some(&click), now_s);
     }
 
     /// `/robots.txt` of the `Host`'s domain (`api_front::robots`): kept text, or a deferred
