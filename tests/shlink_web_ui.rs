@@ -4,7 +4,7 @@
 //! cross-origin, as from Shlink's hosted client) and drives it in Debian's chromium through
 //! `playwright-core`: the overview, the list in its default order, sorted by every column and
 //! searched, a create through the form with the component's defaults (and a title, tags and
-//! maximum visits), the tags page (rename, delete), an edit, a delete from a row's menu, a
+//! maximum visits and an "enabled since" date-time), the tags page (rename, delete), an edit, a delete from a row's menu, a
 //! row's QR code, the domains page (which checks each domain's `/rest/health`), a link's
 //! redirect rules page (a rule added, saved, shown after a reload, and in force), its visits
 //! from the visit log (the charts by context, the list) and the orphan visits.
@@ -281,6 +281,10 @@ fn shlinks_web_ui_manages_links_on_ricochet_from_another_origin() {
     assert_eq!(link["long_url"], "https://example.org/from-ui");
     assert_eq!(link["forward_query"], true, "{link}");
     assert_eq!(link["max_visits"], 5, "the form's maximum visits: {link}");
+    assert_eq!(
+        link["valid_since"], "2025-01-02T03:04:00Z",
+        "the form's enabled-since: {link}"
+    );
 
     // Its title and tags typed in the form (the tag box sends them as Shlink normalizes
     // them), shown in its list row.

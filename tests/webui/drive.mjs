@@ -60,7 +60,8 @@ const browser = await chromium.launch({
 const out = { origin, api: [], pageErrors: [], failedRequests: [] };
 const apiPath = (url) => url.slice(baseUrl.length);
 try {
-  const page = await browser.newPage({ viewport: { width: 1300, height: 1000 } });
+  // UTC, so that the form's local date-times are the instants the test asserts.
+  const page = await browser.newPage({ viewport: { width: 1300, height: 1000 }, timezoneId: 'UTC' });
   page.setDefaultTimeout(10000);
   page.on('pageerror', (e) => out.pageErrors.push(e.message));
   // A request still in flight when a step navigates away is aborted by the browser
@@ -137,13 +138,15 @@ try {
   out.searched = await rows();
   await shot('list');
 
-  // Create through the form, with the component's defaults (forwardQuery on), a title and
-  // two tags typed into the tag box.
+  // Create through the form, with the component's defaults (forwardQuery on), a title, two
+  // tags typed into the tag box, maximum visits and an "enabled since" date-time (past, so
+  // the link redirects).
   await page.goto(`${origin}/create-short-url`);
   await page.fill('input[placeholder="URL to be shortened"]', 'https://example.org/from-ui');
   await page.fill('input[placeholder="Custom slug"]', 'from-ui');
   await page.fill('input[placeholder="Title"]', 'Made in the UI');
   await page.fill('input[placeholder="25..."]', '5');
+  await page.getByLabel('Enabled since:').fill('2025-01-02T03:04');
   for (const tag of ['Web UI', 'launch']) {
     await page.fill('input[placeholder="Add tags to the URL"]', tag);
     await page.keyboard.press('Enter');
