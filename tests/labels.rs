@@ -533,3 +533,136 @@ fn shlinks_tag_endpoints_list_count_rename_and_delete_tags() {
     let (_, v) = shlink(&mut c, admin, "GET", "/rest/v3/tags", b"");
     assert_eq!(v["tags"]["data"], json!(["alpha", "delta"]));
 }
+
+/// A native API call with `key`'s bearer token.
+fn native(c: &mut Client, key: &str, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
+    let auth = format!("Bearer {key}");
+    let h = [
+        ("Authorization", auth.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    let r = c.send(method, path, false, &h, body).unwrap();
+    let v = match r.text().is_empty() {
+        true => Value::Null,
+        false => r.json(),
+    };
+    (r.status, v)
+}
+
+/// The native tag endpoints on 3 cores: every tag the key's links carry with their links and
+/// clicks, searched; renamed and removed on every link (admin keys only), with the native
+/// API's problems; an author-only key sees its own links' tags.
+#[test]
+fn native_tag_endpoints_list_rename_and_delete_tags() {
+    let (_t, dir) = data_dir();
+    let writer = api::make_key(&dir, "writer", &["--author-only"]);
+    let s = start(&dir, &flags());
+    let mut c = Client::new(&s);
+    let admin = api::API_KEY;
+    let links: &[(&str, &[&str], usize)] = &[
+        ("n-a", &["alpha", "beta"], 2),
+        ("n-b", &["beta"], 1),
+        ("n-c", &[], 1),
+    ];
+    for (key, tags, clicks) in links {
+        let r = c.create(
+            &json!({"long_url": "https://tags.example/", "custom_alias": key,
+                                 "tags": tags}),
+        );
+        assert_eq!(r.status, 201, "{}", r.text());
+        for _ in 0..*clicks {
+            let r = c.send("GET", &format!("/{key}"), false, &[], b"").unwrap();
+            assert_eq!(r.status, 302);
+        }
+    }
+    let body =
+        br#"{"long_url": "https://tags.example/w", "custom_alias": "n-w", "tags": ["delta"]}"#;
+    assert_eq!(native(&mut c, &writer, "POST", "/api/v1/urls", body).0, 201);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    for (key, _, clicks) in links {
+        loop {
+            let path = format!("/api/v1/urls/{key}/stats?bots=include");
+            let v = c.send("GET", &path, true, &[], b"").unwrap().json();
+            if v["summary"]["clicks"] == *clicks {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{key}: {v}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    // Every tag by name; the test client sends no User-Agent, so every click is a bot's.
+    let tag = |t: &str, links: u64, clicks: u64| {
+        json!({"tag": t, "links": links, "clicks": clicks, "human_clicks": 0,
+               "bot_clicks": clicks})
+    };
+    let (st, v) = native(&mut c, admin, "GET", "/api/v1/tags", b"");
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        v["items"],
+        json!([tag("alpha", 1, 2), tag("beta", 2, 3), tag("delta", 1, 0)])
+    );
+    let (_, v) = native(&mut c, admin, "GET", "/api/v1/tags?search=ET", b"");
+    assert_eq!(v["items"], json!([tag("beta", 2, 3)]), "{v}");
+    let (st, v) = native(&mut c, admin, "GET", "/api/v1/tags?searchTerm=x", b"");
+    assert_eq!(st, 422, "a parameter of another API: {v}");
+    let (st, v) = native(&mut c, admin, "POST", "/api/v1/tags", b"{}");
+    assert_eq!(st, 405, "{v}");
+    // An author-only key: its own links' tags, and no edits.
+    let (_, v) = native(&mut c, &writer, "GET", "/api/v1/tags", b"");
+    assert_eq!(v["items"], json!([tag("delta", 1, 0)]), "{v}");
+    let (st, v) = native(&mut c, &writer, "DELETE", "/api/v1/tags/delta", b"");
+    assert_eq!(
+        (st, &v["type"]),
+        (403, &json!("https://ricochet.dev/problems/admin-only"))
+    );
+
+    // Renamed on every link carrying it (the new name normalized); the refusals.
+    let rename = |c: &mut Client, old: &str, new: &str| {
+        let body = json!({ "name": new }).to_string();
+        native(
+            c,
+            admin,
+            "PATCH",
+            &format!("/api/v1/tags/{old}"),
+            body.as_bytes(),
+        )
+    };
+    assert_eq!(rename(&mut c, "beta", "Bravo Two").0, 204);
+    let tags_of = |c: &mut Client, key: &str| c.get_link(key).json()["tags"].clone();
+    assert_eq!(tags_of(&mut c, "n-a"), json!(["alpha", "bravo-two"]));
+    assert_eq!(tags_of(&mut c, "n-b"), json!(["bravo-two"]));
+    let (st, v) = rename(&mut c, "nope", "x");
+    assert_eq!(
+        (st, &v["type"]),
+        (404, &json!("https://ricochet.dev/problems/not-found"))
+    );
+    let (st, v) = rename(&mut c, "alpha", "bravo-two");
+    assert_eq!(
+        (st, &v["type"]),
+        (409, &json!("https://ricochet.dev/problems/tag-conflict"))
+    );
+    let (st, v) = native(
+        &mut c,
+        admin,
+        "PATCH",
+        "/api/v1/tags/alpha",
+        b"{\"name\": 7}",
+    );
+    assert_eq!((st, &v["field"]), (422, &json!("name")));
+    let (st, _) = native(&mut c, admin, "PATCH", "/api/v1/tags/alpha", b"not json");
+    assert_eq!(st, 400);
+    // A tag in the path is percent-decoded and normalized.
+    assert_eq!(rename(&mut c, "Bravo%20Two", "beta").0, 204);
+    assert_eq!(tags_of(&mut c, "n-b"), json!(["beta"]));
+
+    // Removed from every link; removing a tag no link has is done already.
+    let (st, _) = native(&mut c, admin, "DELETE", "/api/v1/tags/beta", b"");
+    assert_eq!(st, 204);
+    assert_eq!(tags_of(&mut c, "n-a"), json!(["alpha"]));
+    assert_eq!(tags_of(&mut c, "n-b"), json!([]));
+    let (st, _) = native(&mut c, admin, "DELETE", "/api/v1/tags/beta", b"");
+    assert_eq!(st, 204);
+    let (_, v) = native(&mut c, admin, "GET", "/api/v1/tags", b"");
+    assert_eq!(v["items"], json!([tag("alpha", 1, 2), tag("delta", 1, 0)]));
+}

@@ -191,6 +191,18 @@ impl Problem {
         p
     }
 
+    /// 409: a tag rename's new name is on a link already (merging two tags is not a rename).
+    pub fn tag_conflict() -> Problem {
+        let mut p = Problem::new(
+            409,
+            problem_type!("tag-conflict"),
+            "Tag already exists",
+            "a link already carries the new tag name".to_owned(),
+        );
+        p.field = Some("name");
+        p
+    }
+
     /// 413: the body is larger than `limit_bytes`.
     pub fn payload_too_large(limit_bytes: usize) -> Problem {
         Problem::new(

@@ -223,7 +223,7 @@ impl ApiFront {
                 let v = serde_json::from_slice(body).unwrap_or(Value::Null);
                 StatsStep::Done(self.name_top_links(v))
             }
-            ApiOp::ShlinkTags(t) => {
+            ApiOp::Tags(t) => {
                 if t.fold(body) {
                     return StatsStep::Done(serde_json::to_vec(&t.body()).expect("json"));
                 }

@@ -12,6 +12,7 @@ pub mod preflight;
 pub mod robots;
 pub mod shlink;
 pub mod stats_sum;
+pub mod tag_api;
 pub mod tags;
 pub mod visit_walk;
 pub mod visits;
@@ -86,12 +87,13 @@ pub enum ApiOp {
     /// Shlink's `GET` or `POST /rest/v3/short-urls/{code}/redirect-rules`: the read or
     /// PATCH inside, answered with the link's rules in Shlink's shape.
     ShlinkRules(Box<ApiOp>),
-    /// Shlink's `GET /rest/v3/tags` or `/tags/stats`: the walk over the tagged links, then
-    /// (stats) their totals (`tags::TagsWalk`).
-    ShlinkTags(Box<tags::TagsWalk>),
-    /// Shlink's `PUT` or `DELETE /rest/v3/tags`: the walk over the links carrying the tags,
-    /// then each one changed in turn (`tags::TagEdit`).
-    ShlinkTagEdit(Box<tags::TagEdit>),
+    /// `GET /api/v1/tags`, Shlink's `GET /rest/v3/tags` or `/tags/stats`: the walk over the
+    /// tagged links, then (stats) their totals (`tags::TagsWalk`).
+    Tags(Box<tags::TagsWalk>),
+    /// `PATCH` or `DELETE /api/v1/tags/{tag}`, Shlink's `PUT` or `DELETE /rest/v3/tags`: the
+    /// walk over the links carrying the tags, then each one changed in turn
+    /// (`tags::TagEdit`).
+    TagEdit(Box<tags::TagEdit>),
     /// Shlink's visit lists from the visit log (`visit_walk::VisitWalk`): for one link, the
     /// link's lookup at its owner, then its aggregator's page; otherwise every aggregator's
     /// newest visits in turn, merged.
@@ -106,13 +108,9 @@ pub enum ApiOp {
 impl ApiOp {
     /// Whether it came through Shlink's API (its answers in Shlink's shape).
     pub fn is_shlink(&self) -> bool {
-        matches!(
-            self,
-            ApiOp::Shlink(..)
-                | ApiOp::ShlinkTags(_)
-                | ApiOp::ShlinkTagEdit(_)
-                | ApiOp::ShlinkVisitLog(_)
-        )
+        matches!(self, ApiOp::Shlink(..) | ApiOp::ShlinkVisitLog(_))
+            || matches!(self, ApiOp::Tags(t) if !t.native)
+            || matches!(self, ApiOp::TagEdit(e) if !e.native)
     }
 
     /// The native operation (under a Shlink envelope, if any).
@@ -483,6 +481,7 @@ impl ApiFront {
             key,
             caller,
             stats,
+            tags,
         } = match self.check_head(req) {
             Ok(ok) => ok,
             Err(refusal) => return refusal.encode(out, f),
@@ -504,6 +503,13 @@ impl ApiFront {
         // `check_head` refused a declared body over the limit; `body` is exactly that long.
         debug_assert!(body.len() <= MAX_REQUEST_BODY_BYTES);
         let now_s = clock.now_s;
+        if let Some(path) = tags {
+            let admitted = (path, reach.admin, &reach);
+            if let Err(p) = self.start_tags(out, defer, (req, body), admitted, mesh) {
+                encode_problem(out, &p, &[], f);
+            }
+            return;
+        }
         let started = match (collection, key) {
             (true, _) if req.method == Method::Get => {
                 self.start_list(out, defer, req, &reach, mesh)
@@ -741,10 +747,19 @@ impl ApiFront {
                 header: Some(("Allow", b"GET")),
             }));
         }
+        let tags = tags::TagsPath::of(path);
+        if let Some(Err(allow)) = tags.map(|t| t.allows(req.method)) {
+            return Err(Box::new(Refusal {
+                problem: Problem::method_not_allowed(),
+                header: Some(("Allow", allow)),
+            }));
+        }
         let (collection, mut key) = if path == URLS || path == GLOBAL_STATS {
             (true, None)
         } else if let Some(k) = path.strip_prefix(URLS).and_then(|r| r.strip_prefix(b"/")) {
             (false, Some(k))
+        } else if tags.is_some() {
+            (false, None)
         } else {
             return Err(Refusal::plain(Problem::not_found()));
         };
@@ -756,6 +771,7 @@ impl ApiFront {
             None => false,
         };
         let method_ok = match req.method {
+            _ if tags.is_some() => true,
             Method::Post => collection,
             Method::Get => true,
             Method::Patch => !collection && !stats,
@@ -775,23 +791,7 @@ impl ApiFront {
                 header: Some(("Allow", allow)),
             }));
         }
-        // The auth scheme is case-insensitive (RFC 9110 section 11.1).
-        let Some(caller) = req
-            .authorization
-            .filter(|a| a.len() > 7 && a[..7].eq_ignore_ascii_case(b"bearer "))
-            .and_then(|a| self.keys.verify(a[7..].trim_ascii()))
-        else {
-            if self.keys.fleet_keys_unread() {
-                // It may be a fleet key: "try again", never a wrong "not allowed".
-                return Err(Refusal::plain(Problem::unavailable(
-                    FLEET_KEYS_RETRY_AFTER_S,
-                )));
-            }
-            return Err(Box::new(Refusal {
-                problem: Problem::unauthorized(),
-                header: Some(("WWW-Authenticate", b"Bearer")),
-            }));
-        };
+        let caller = self.bearer(req)?;
         if req.content_length > MAX_REQUEST_BODY_BYTES {
             let p = Problem::payload_too_large(MAX_REQUEST_BODY_BYTES);
             return Err(Refusal::plain(p));
@@ -801,7 +801,28 @@ impl ApiFront {
             key,
             caller,
             stats,
+            tags,
         })
+    }
+
+    /// The caller its `Authorization: Bearer` key names.
+    fn bearer(&self, req: &Request<'_>) -> Result<crate::api::keys::Caller, Box<Refusal>> {
+        // The auth scheme is case-insensitive (RFC 9110 section 11.1).
+        let caller = req
+            .authorization
+            .filter(|a| a.len() > 7 && a[..7].eq_ignore_ascii_case(b"bearer "))
+            .and_then(|a| self.keys.verify(a[7..].trim_ascii()));
+        match caller {
+            Some(c) => Ok(c),
+            // It may be a fleet key: "try again", never a wrong "not allowed".
+            None if self.keys.fleet_keys_unread() => Err(Refusal::plain(Problem::unavailable(
+                FLEET_KEYS_RETRY_AFTER_S,
+            ))),
+            None => Err(Box::new(Refusal {
+                problem: Problem::unauthorized(),
+                header: Some(("WWW-Authenticate", b"Bearer")),
+            })),
+        }
     }
 
     /// An owner replied to a deferred API request: its answer encoded into `out`, or its next
@@ -863,15 +884,18 @@ impl ApiFront {
                     return Step::Answered;
                 }
             }
-            more @ (ApiOp::ShlinkTags(_) | ApiOp::ShlinkTagEdit(_) | ApiOp::ShlinkVisitLog(_)) => {
+            more @ (ApiOp::Tags(_) | ApiOp::TagEdit(_) | ApiOp::ShlinkVisitLog(_)) => {
+                let shlink = more.is_shlink();
                 let next = match more {
                     ApiOp::ShlinkVisitLog(w) => self.query_visits(reply, w, mesh),
                     tags => self.continue_tags(reply, tags, mesh),
                 };
-                if let Err(p) = next {
-                    self.encode_shlink_problem(out, &p, f);
-                    return Step::Answered;
+                match next {
+                    Err(p) if shlink => self.encode_shlink_problem(out, &p, f),
+                    Err(p) => encode_problem(out, &p, &[], f),
+                    Ok(()) => return Step::Continues,
                 }
+                return Step::Answered;
             }
             _ => {
                 debug_assert!(false, "only creates, lists and stats continue");
@@ -968,8 +992,8 @@ impl ApiFront {
                 let (page, per_page) = (*page, *per_page);
                 self.answer_shlink(inner, page, per_page, outcome, out, f)
             }
-            ApiOp::ShlinkTags(t) => self.tags_replied(t, outcome, out, f),
-            ApiOp::ShlinkTagEdit(e) => self.tag_edit_replied(e, outcome, out, f),
+            ApiOp::Tags(t) => self.tags_replied(t, outcome, out, f),
+            ApiOp::TagEdit(e) => self.tag_edit_replied(e, outcome, out, f),
             ApiOp::ShlinkVisitLog(w) => self.visit_lookup_replied(w, outcome, out, f),
             op => self.answer_native(op, outcome, out, f),
         }
@@ -1056,6 +1080,8 @@ pub struct Admitted<'r> {
     pub caller: crate::api::keys::Caller,
     /// `/api/v1/urls/{key}/stats`.
     pub stats: bool,
+    /// `/api/v1/tags` or `/api/v1/tags/{tag}` (`tag_api.rs`).
+    pub tags: Option<tags::TagsPath<'r>>,
 }
 
 /// A request refused from its head: the problem and the one header it needs, if any.

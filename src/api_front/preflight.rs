@@ -35,6 +35,11 @@ fn native_methods_of(path: &[u8]) -> &'static [u8] {
         b"GET, HEAD, DELETE, OPTIONS"
     } else if item.is_some() {
         b"GET, HEAD, PATCH, DELETE, OPTIONS"
+    } else if let Some(tags) = super::tags::TagsPath::of(path) {
+        match tags {
+            super::tags::TagsPath::List => b"GET, OPTIONS",
+            super::tags::TagsPath::One(_) => b"PATCH, DELETE, OPTIONS",
+        }
     } else {
         crate::api::cors::CORS_ALLOW_METHODS
     }

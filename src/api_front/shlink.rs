@@ -663,12 +663,9 @@ impl ApiFront {
             Err(e) => return e.encode(out, f),
         };
         let reach = caller.role.reach(caller.author(), &self.domains);
-        let mut walk = super::overview_walk(&reach);
-        std::sync::Arc::make_mut(&mut walk.filter).tagged = true;
-        let first = walk.clone_empty();
-        let op = ApiOp::ShlinkTags(Box::new(super::tags::TagsWalk::new(walk, stats, params)));
-        let reply = defer(out, op);
-        self.ask_walk(reply, &first, mesh);
+        let walk = super::overview_walk(&reach);
+        let list = super::tags::TagsWalk::new(walk, stats, params);
+        self.start_tag_list(out, defer, list, mesh);
     }
 
     /// `PUT /rest/v3/tags` (`{"oldName", "newName"}`: a rename) or `DELETE /rest/v3/tags`
@@ -700,17 +697,9 @@ impl ApiFront {
             return encode_no_content(out, f);
         }
         let reach = caller.role.reach(caller.author(), &self.domains);
-        let mut walk = super::overview_walk(&reach);
-        let mut wanted: Vec<Box<str>> = retag.from.iter().map(|t| t.as_str().into()).collect();
-        wanted.extend(retag.to.as_deref().map(Box::from));
-        std::sync::Arc::make_mut(&mut walk.filter).tags = Some(crate::mesh::TagFilter {
-            tags: wanted,
-            all: false,
-        });
-        let first = walk.clone_empty();
-        let op = ApiOp::ShlinkTagEdit(Box::new(super::tags::TagEdit::new(walk, retag)));
-        let reply = defer(out, op);
-        self.ask_walk(reply, &first, mesh);
+        let walk = super::overview_walk(&reach);
+        let edit = super::tags::TagEdit::new(walk, retag);
+        self.start_tag_edit(out, defer, edit, mesh);
     }
 
     /// The next step of a tag list or edit after a reply that did not answer it: the walk's
@@ -722,10 +711,10 @@ impl ApiFront {
         mesh: &mut Mesh,
     ) -> Result<(), Problem> {
         match op {
-            ApiOp::ShlinkTags(t) if t.is_walking() => self.ask_walk(reply, &t.walk, mesh),
-            ApiOp::ShlinkTags(t) => self.query_stats(reply, t.next_query())?,
-            ApiOp::ShlinkTagEdit(e) if e.is_walking() => self.ask_walk(reply, &e.walk, mesh),
-            ApiOp::ShlinkTagEdit(e) => {
+            ApiOp::Tags(t) if t.is_walking() => self.ask_walk(reply, &t.walk, mesh),
+            ApiOp::Tags(t) => self.query_stats(reply, t.next_query())?,
+            ApiOp::TagEdit(e) if e.is_walking() => self.ask_walk(reply, &e.walk, mesh),
+            ApiOp::TagEdit(e) => {
                 let req = e.next_change();
                 let owner = self.router.owner(req.key().as_bytes()).core;
                 mesh.deliver(owner, crate::mesh::ApiMsg::Write { reply, req });
@@ -746,21 +735,19 @@ impl ApiFront {
     ) -> Option<()> {
         use super::tags::EditRefusal;
         let walking = e.is_walking();
+        let native = e.native;
+        let refuse = |r, out: &mut Vec<u8>| encode_tag_refusal(native, r, out, f);
         match outcome {
             WriteOutcome::Listed(page) if walking => {
                 let shards = self.router.shard_count();
                 match super::tags::take_tagged(&mut e.walk, *page, shards) {
-                    None => ShlinkError::too_many_tagged().encode(out, f),
+                    None => refuse(TagRefusal::TooMany, out),
                     Some(false) => return None,
                     Some(true) => match e.walked() {
                         Ok(true) => return None,
                         Ok(false) => encode_no_content(out, f),
-                        Err(EditRefusal::NotFound) => {
-                            ShlinkError::tag(404, TAG_NOT_FOUND).encode(out, f)
-                        }
-                        Err(EditRefusal::Conflict) => {
-                            ShlinkError::tag(409, TAG_CONFLICT).encode(out, f)
-                        }
+                        Err(EditRefusal::NotFound) => refuse(TagRefusal::NotFound, out),
+                        Err(EditRefusal::Conflict) => refuse(TagRefusal::Conflict, out),
                     },
                 }
             }
@@ -771,7 +758,7 @@ impl ApiFront {
                 }
                 encode_no_content(out, f);
             }
-            failed => ShlinkError::from_native(&self.problem_of(failed)).encode(out, f),
+            failed => refuse(TagRefusal::Problem(self.problem_of(failed)), out),
         }
         Some(())
     }
@@ -786,13 +773,14 @@ impl ApiFront {
         f: Framing<'_>,
     ) -> Option<()> {
         let WriteOutcome::Listed(page) = outcome else {
-            ShlinkError::from_native(&Problem::unavailable(1)).encode(out, f);
+            let p = TagRefusal::Problem(Problem::unavailable(1));
+            encode_tag_refusal(t.native, p, out, f);
             return Some(());
         };
         let shards = self.router.shard_count();
         match super::tags::take_tagged(&mut t.walk, *page, shards) {
             None => {
-                ShlinkError::too_many_tagged().encode(out, f);
+                encode_tag_refusal(t.native, TagRefusal::TooMany, out, f);
                 return Some(());
             }
             Some(false) => return None,
@@ -1658,8 +1646,49 @@ fn removal_of(query: Option<&[u8]>) -> Result<crate::api::request::Retag, Shlink
     Ok(crate::api::request::Retag { from, to: None })
 }
 
+/// Why a tag list or edit is refused, answered in the shape of the API it came through.
+pub(super) enum TagRefusal {
+    /// More links carry the tags than a walk holds ([`super::tags::MAX_TAGGED_LINKS`]).
+    TooMany,
+    /// A rename's old tag is on no link the key reaches.
+    NotFound,
+    /// A rename's new tag is on a link already.
+    Conflict,
+    Problem(Problem),
+}
+
+pub(super) fn encode_tag_refusal(native: bool, r: TagRefusal, out: &mut Vec<u8>, f: Framing<'_>) {
+    if !native {
+        let e = match r {
+            TagRefusal::TooMany => ShlinkError::too_many_tagged(),
+            TagRefusal::NotFound => ShlinkError::tag(404, TAG_NOT_FOUND),
+            TagRefusal::Conflict => ShlinkError::tag(409, TAG_CONFLICT),
+            TagRefusal::Problem(p) => ShlinkError::from_native(&p),
+        };
+        return e.encode(out, f);
+    }
+    let p = match r {
+        TagRefusal::TooMany => {
+            let mut p = Problem::too_many_links(super::tags::MAX_TAGGED_LINKS);
+            p.detail = format!(
+                "more than {} links carry these tags, more than a tag list or edit walks",
+                super::tags::MAX_TAGGED_LINKS
+            );
+            p
+        }
+        TagRefusal::NotFound => {
+            let mut p = Problem::not_found();
+            p.detail = "no link this key reaches carries the tag".into();
+            p
+        }
+        TagRefusal::Conflict => Problem::tag_conflict(),
+        TagRefusal::Problem(p) => p,
+    };
+    super::encode_problem(out, &p, &[], f);
+}
+
 /// A 204 with no body.
-fn encode_no_content(out: &mut Vec<u8>, f: Framing<'_>) {
+pub(super) fn encode_no_content(out: &mut Vec<u8>, f: Framing<'_>) {
     let r = Response {
         status: Status::NoContent,
         headers: &[],

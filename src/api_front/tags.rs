@@ -1,14 +1,17 @@
-//! Shlink's tag lists, `GET /rest/v3/tags` and `GET /rest/v3/tags/stats`: every tag the
-//! key's links carry, and for each the links carrying it and their visits. There is no tag
+//! Tag lists (`GET /api/v1/tags`; Shlink's `GET /rest/v3/tags` and `GET /rest/v3/tags/stats`):
+//! every tag the key's links carry, and for each the links carrying it and their visits; and
+//! tag edits (rename, removal) over every link carrying the tag. There is no tag
 //! index: the answer is a walk of every shard for the tagged links the key reaches (bounded
 //! by [`MAX_TAGGED_LINKS`]), then, for the stats, each link's visit totals asked of its
 //! aggregator in turn (as the visits overview does), folded per tag.
 //!
-//! This module holds the request's state and builds its answer; `shlink.rs` parses the
-//! request and starts the walk, `mod.rs` carries it from reply to reply.
+//! This module holds the request's state and builds its answer in the API's shape (native or
+//! Shlink's); `shlink.rs` and `tag_api.rs` parse the requests and start the walks, `mod.rs`
+//! carries them from reply to reply.
 
 use super::listing::ListWalk;
 use crate::api::problem::Problem;
+use crate::http::parse::Method;
 use crate::mesh::LinkInfo;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -17,6 +20,39 @@ use std::collections::BTreeMap;
 /// `too-many-links`): each is held while the walk goes on, and the stats ask each one's
 /// totals in turn. As many as the visits overview sums (`MAX_OVERVIEW_LINKS`).
 pub const MAX_TAGGED_LINKS: u32 = super::stats_sum::MAX_OVERVIEW_LINKS;
+
+/// The native tag endpoints' root.
+pub const TAGS: &[u8] = b"/api/v1/tags";
+
+/// Which of the native tag endpoints a path names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TagsPath<'r> {
+    /// `/api/v1/tags`.
+    List,
+    /// `/api/v1/tags/{tag}`, the tag as sent (percent-encoded).
+    One(&'r [u8]),
+}
+
+impl<'r> TagsPath<'r> {
+    /// The endpoint `path` names, if it is one of these.
+    pub fn of(path: &'r [u8]) -> Option<TagsPath<'r>> {
+        if path == TAGS {
+            return Some(TagsPath::List);
+        }
+        let one = path.strip_prefix(TAGS)?.strip_prefix(b"/")?;
+        (!one.is_empty() && !one.contains(&b'/')).then_some(TagsPath::One(one))
+    }
+
+    /// Whether `method` is served here, and else the `Allow` value.
+    pub fn allows(self, method: Method) -> Result<(), &'static [u8]> {
+        match (self, method) {
+            (TagsPath::List, Method::Get) => Ok(()),
+            (TagsPath::One(_), Method::Patch | Method::Delete) => Ok(()),
+            (TagsPath::List, _) => Err(b"GET"),
+            (TagsPath::One(_), _) => Err(b"PATCH, DELETE"),
+        }
+    }
+}
 
 /// How the tags are ordered (Shlink's `orderBy`): by name, by links, by visits, by
 /// non-bot visits; ties by name.
@@ -70,6 +106,37 @@ impl TagParams {
         }
         Ok(p)
     }
+
+    /// The native list's query: `search` (tags containing it, case ignored); every tag on
+    /// one page, by name. Another parameter is refused (a typo is not another list).
+    pub fn native(query: Option<&[u8]>) -> Result<TagParams, Problem> {
+        let mut p = TagParams {
+            page: 1,
+            per_page: None,
+            search: None,
+            order: TagOrder::Tag,
+            descending: false,
+        };
+        for (k, v) in url::form_urlencoded::parse(query.unwrap_or_default()) {
+            match &*k {
+                "search" if v.len() > super::listing::MAX_SEARCH_TERM_BYTES => {
+                    let why = format!(
+                        "search is longer than {} bytes",
+                        super::listing::MAX_SEARCH_TERM_BYTES
+                    );
+                    return Err(Problem::invalid_field(Some("search"), why));
+                }
+                "search" => p.search = (!v.trim().is_empty()).then(|| v.trim().to_lowercase()),
+                other => {
+                    return Err(Problem::invalid_field(
+                        None,
+                        format!("unknown query parameter {other:?} (search)"),
+                    ))
+                }
+            }
+        }
+        Ok(p)
+    }
 }
 
 /// `field-ASC` or `field-DESC` (a bare field is ascending).
@@ -102,8 +169,10 @@ fn parse_order(v: &str, stats: bool) -> Result<(TagOrder, bool), Problem> {
 #[derive(Debug)]
 pub struct TagsWalk {
     pub walk: ListWalk,
-    /// `/tags/stats`: links and visits per tag.
+    /// `/tags/stats` or the native list: links and visits per tag.
     pub stats: bool,
+    /// The native API's list (its shape, its problems), not Shlink's.
+    pub native: bool,
     params: TagParams,
     /// `Some` once the walk is over and totals are wanted: each walked link's clicks and bot
     /// clicks so far, in walk order.
@@ -118,6 +187,7 @@ impl TagsWalk {
         TagsWalk {
             walk,
             stats,
+            native: false,
             params,
             totals: None,
         }
@@ -155,10 +225,31 @@ impl TagsWalk {
         totals.len() == self.walk.items.len()
     }
 
-    /// The answer: `{"tags": {"data": [...], "pagination": {...}}}`, names for `/tags`,
-    /// `{"tag", "shortUrlsCount", "visitsSummary"}` objects for `/tags/stats`.
+    /// The native list: every tag, walked as Shlink's `/tags/stats`.
+    pub fn native(walk: ListWalk, params: TagParams) -> TagsWalk {
+        TagsWalk {
+            native: true,
+            ..TagsWalk::new(walk, true, params)
+        }
+    }
+
+    /// The answer: natively `{"items": [{"tag", "links", "clicks", "human_clicks",
+    /// "bot_clicks"}, ...]}` by name; for Shlink `{"tags": {"data": [...], "pagination":
+    /// {...}}}`, names for `/tags`, `{"tag", "shortUrlsCount", "visitsSummary"}` objects for
+    /// `/tags/stats`.
     pub fn body(&self) -> Value {
         let figures = self.figures();
+        if self.native {
+            let items: Vec<Value> = figures
+                .iter()
+                .filter(|(t, _)| self.params.search.as_deref().is_none_or(|s| t.contains(s)))
+                .map(|(t, (links, clicks, bots))| {
+                    json!({"tag": t, "links": links, "clicks": clicks,
+                           "human_clicks": clicks.saturating_sub(*bots), "bot_clicks": bots})
+                })
+                .collect();
+            return json!({ "items": items });
+        }
         let mut tags: Vec<(&str, TagFigures)> = figures
             .iter()
             .map(|(t, f)| (t.as_str(), *f))
@@ -244,6 +335,8 @@ pub fn take_tagged(
 #[derive(Debug)]
 pub struct TagEdit {
     pub walk: ListWalk,
+    /// The native API's edit (its problems), not Shlink's.
+    pub native: bool,
     retag: crate::api::request::Retag,
     /// `None` while the walk goes on; then the next walked link to change.
     next: Option<usize>,
@@ -262,6 +355,7 @@ impl TagEdit {
     pub fn new(walk: ListWalk, retag: crate::api::request::Retag) -> TagEdit {
         TagEdit {
             walk,
+            native: false,
             retag,
             next: None,
         }
@@ -270,6 +364,11 @@ impl TagEdit {
     /// Whether the walk over the links goes on.
     pub fn is_walking(&self) -> bool {
         self.next.is_none()
+    }
+
+    /// The change it makes to each link.
+    pub fn retag(&self) -> &crate::api::request::Retag {
+        &self.retag
     }
 
     /// The walk is over: the links carrying the old tags are changed next (`Ok(true)`),
@@ -316,5 +415,29 @@ impl TagEdit {
         let next = self.next.map_or(0, |n| n + 1);
         self.next = Some(next);
         next >= self.walk.items.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_and_methods() {
+        assert_eq!(TagsPath::of(b"/api/v1/tags"), Some(TagsPath::List));
+        assert_eq!(
+            TagsPath::of(b"/api/v1/tags/summer-sale"),
+            Some(TagsPath::One(b"summer-sale"))
+        );
+        for other in [&b"/api/v1/tags/"[..], b"/api/v1/tags/a/b", b"/api/v1/tagsx"] {
+            assert_eq!(TagsPath::of(other), None);
+        }
+        assert!(TagsPath::List.allows(Method::Get).is_ok());
+        assert_eq!(TagsPath::List.allows(Method::Post), Err(&b"GET"[..]));
+        assert!(TagsPath::One(b"t").allows(Method::Delete).is_ok());
+        assert_eq!(
+            TagsPath::One(b"t").allows(Method::Get),
+            Err(&b"PATCH, DELETE"[..])
+        );
     }
 }
