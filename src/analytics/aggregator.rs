@@ -1155,6 +1155,9 @@ impl Aggregator {
                     .replies
                     .offer(reply.core(), ToCore::GlobalPart { reply, part });
             }
+            Control::Visits { reply, query } if query.delete_orphans => {
+                self.delete_orphans(reply);
+            }
             Control::Visits { reply, query } => self.answer_visits(reply, &query),
             Control::Stats { reply, query } => {
                 let body = self.answer(&query);
@@ -1173,6 +1176,34 @@ impl Aggregator {
     fn answer_visits(&self, reply: crate::mesh::ReplyTo, q: &super::visit_log::VisitLogQuery) {
         let through = self.through_ms.iter().copied().min().unwrap_or(0);
         let body = self.s.visits.as_ref().map(|l| l.answer(q, through));
+        let _ = self
+            .s
+            .replies
+            .offer(reply.core(), ToCore::Stats { reply, body });
+    }
+
+    /// Shlink's delete of orphan visits, this aggregator's part: its 404 counts (the orphan
+    /// visits its core counted) set to 0 and its logged orphan visits purged, both durable
+    /// before the answer, which is the counts reset (`None`, so 503, if a write failed).
+    fn delete_orphans(&mut self, reply: crate::mesh::ReplyTo) {
+        let (reset, days) = self.s.store.reset_not_found();
+        let mut bytes = std::mem::take(&mut self.retry);
+        for day in days {
+            codec::encode(&Record::NotFound { day, count: 0 }, &mut bytes);
+        }
+        let mut ok = self.write(bytes);
+        if let (Some(log), store) = (&mut self.s.visits, &self.s.store) {
+            if let Err(e) = log.purge_orphans(&mut || store.pause_point()) {
+                eprintln!(
+                    "clicks core {}: could not make the purge of orphan visits durable in the visit log ({e}); they may reappear after a restart",
+                    self.s.me
+                );
+                ok = false;
+            }
+        }
+        let body = ok.then(|| {
+            serde_json::to_vec(&serde_json::json!({"total": reset, "visits": []})).expect("json")
+        });
         let _ = self
             .s
             .replies

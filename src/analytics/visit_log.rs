@@ -69,6 +69,10 @@ pub struct VisitLogQuery {
     pub orphans: bool,
     /// Of orphan visits, only those of this kind (Shlink's `type`).
     pub orphan_kind: Option<shards::clicks::visits::Orphan>,
+    /// Not a page: Shlink's delete of every orphan visit. The aggregator resets its 404
+    /// counts and purges its logged orphan visits, durably, and answers the counts it reset
+    /// as `total`.
+    pub delete_orphans: bool,
     /// Visits skipped from the newest, then the most sent. A merged list asks each
     /// aggregator for every visit down to the page's end (`skip` 0): one cannot know the
     /// others' share of a page.
@@ -124,6 +128,11 @@ impl VisitLog {
     /// Makes the visits added since the last sync durable (with the click sync).
     pub fn sync(&mut self, pause: &mut dyn FnMut()) -> std::io::Result<()> {
         self.book.sync(pause)
+    }
+
+    /// Every orphan visit goes, from memory and (durably, at once) disk.
+    pub fn purge_orphans(&mut self, pause: &mut dyn FnMut()) -> std::io::Result<u64> {
+        self.book.purge_orphans(pause)
     }
 
     /// The link's visits go, from memory and disk.

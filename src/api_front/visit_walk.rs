@@ -246,6 +246,7 @@ impl VisitWalk {
                 exclude_bots: p.exclude_bots,
                 orphans: false,
                 orphan_kind: None,
+                delete_orphans: false,
                 skip: 0,
                 take: 0,
             },

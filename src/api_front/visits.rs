@@ -4,9 +4,10 @@
 //! (`/tags/{tag}/visits`: a walk for its links first) and the orphan visits, with Shlink's
 //! `page`, `itemsPerPage`, `startDate`, `endDate` and `excludeBots`.
 //!
-//! Orphan visits (`/visits/orphan`, with `type` and `domain`) are GETs of short codes no
-//! link has (Shlink's `invalid_short_url` kind; the log has no other), kept apart from the
-//! links' visits in the same books.
+//! Orphan visits (`/visits/orphan`, with `type` and `domain`) are GETs that reached no link
+//! (Shlink's three kinds: `invalid_short_url`, `base_url`, `regular_404`), kept apart from
+//! the links' visits in the same books; `DELETE /visits/orphan` resets every aggregator's
+//! 404 counts and purges its logged orphans.
 //!
 //! A short URL's visits are its owner's aggregator's: the link is looked up first (404 and
 //! the key's reach as for a read), then that aggregator answers the page. The other lists
@@ -41,6 +42,9 @@ impl ApiFront {
         let p = parse_params(req.query)?;
         let list = list_of(req.path).ok_or_else(Problem::not_found)?;
         let delete = req.method == Method::Delete;
+        if delete && matches!(list, ListOf::Orphan) {
+            return self.delete_orphans(out, defer, reach);
+        }
         if delete && !matches!(list, ListOf::Link(_)) {
             return Err(Problem::method_not_allowed());
         }
@@ -96,6 +100,29 @@ impl ApiFront {
             walk.query.orphans = true;
             walk.query.orphan_kind = orphan_type(req.query)?;
         }
+        let (core, query) = (walk.next_core(), walk.ask());
+        let reply = defer(out, ApiOp::ShlinkVisitLog(Box::new(walk)));
+        self.send_visits(reply, core, query)
+    }
+
+    /// Shlink's `DELETE /visits/orphan` (admin keys): every aggregator in turn resets its
+    /// 404 counts and purges its logged orphan visits; the answer is how many they counted.
+    fn delete_orphans(
+        &mut self,
+        out: &[u8],
+        defer: &mut Defer<'_>,
+        reach: &Reach,
+    ) -> Result<(), Problem> {
+        if !reach.admin {
+            let mut p = Problem::admin_only();
+            p.detail = "orphan visits are deleted by admin keys only".into();
+            return Err(p);
+        }
+        let cores = (0..self.router.cores()).collect();
+        let p = parse_params(None)?;
+        let mut walk = VisitWalk::new(VisitKeys::All, &p, cores);
+        walk.query.orphans = true;
+        walk.query.delete_orphans = true;
         let (core, query) = (walk.next_core(), walk.ask());
         let reply = defer(out, ApiOp::ShlinkVisitLog(Box::new(walk)));
         self.send_visits(reply, core, query)
@@ -205,6 +232,10 @@ impl ApiFront {
                 crate::mesh::OwnerAsk::Write(reset).message(again),
             );
             return StatsStep::Asked;
+        }
+        if w.query.delete_orphans {
+            let body = json!({ "deletedVisits": w.total });
+            return StatsStep::Done(serde_json::to_vec(&body).expect("json"));
         }
         let (page, per_page) = (w.page, w.per_page);
         let (total, visits) = w.page();

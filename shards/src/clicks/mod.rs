@@ -1123,4 +1123,32 @@ mod tests {
         let (_, l) = store.days(b"old", 10, 10).next().unwrap();
         assert_eq!(l.facets.len(), 2, "the frozen day answers from its file");
     }
+
+    #[test]
+    fn a_reset_of_404s_logs_zeros_that_replace_every_earlier_count() {
+        let mut store = ClickStore::default();
+        let before = [
+            Record::NotFound { day: 5, count: 3 },
+            Record::NotFound { day: 6, count: 2 },
+            Record::NotFound { day: 7, count: 0 },
+        ];
+        before.iter().for_each(|r| store.apply(r));
+        let (sum, days) = store.reset_not_found();
+        assert_eq!((sum, days.as_slice()), (5, &[5, 6][..]));
+        assert_eq!((store.not_found(5), store.not_found(6)), (0, 0));
+        // The log read back: the earlier counts, then the zeros the reset wrote.
+        let mut replayed = ClickStore::default();
+        let zeros = days.iter().map(|&day| Record::NotFound { day, count: 0 });
+        before
+            .into_iter()
+            .chain(zeros)
+            .for_each(|r| replayed.apply(&r));
+        assert_eq!((replayed.not_found(5), replayed.not_found(6)), (0, 0));
+        store.add_not_found(6, 1);
+        assert_eq!(
+            store.not_found(6),
+            1,
+            "404s after the reset count from zero"
+        );
+    }
 }

@@ -120,6 +120,20 @@ impl ClickStore {
         }
     }
 
+    /// Every day's 404 count set to 0 (Shlink's delete of orphan visits): the counts there
+    /// were, summed, and the days whose count the caller must log as 0 (`Record::NotFound`
+    /// replaces a day's count, so those frames undo every earlier one).
+    pub fn reset_not_found(&mut self) -> (u64, Vec<Day>) {
+        let mut sum = 0;
+        let mut days = Vec::new();
+        for (day, n) in self.not_found.iter_mut().filter(|(_, n)| **n > 0) {
+            sum += *n;
+            *n = 0;
+            days.push(*day);
+        }
+        (sum, days)
+    }
+
     /// Applies one record read back from a file. Replaying the same records in the same
     /// order gives the same store; replaying one twice changes nothing.
     pub fn apply(&mut self, r: &Record) {

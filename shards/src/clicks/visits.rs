@@ -9,6 +9,7 @@
 //!            kind: 0 an unknown short code, 1 the base URL, 2 any other path (key: `/path`)
 //! ipkind  := 0 none | 4 IPv4 /24 (3 bytes) | 6 IPv6 /48 (6 bytes)
 //! payload := 2 klen:u8 key[klen]      (a purge: the key's earlier visits are gone)
+//! payload := 3                        (every earlier orphan visit is gone)
 //! ```
 //!
 //! One owner core's book ([`VisitBook`]) holds its keys' visits in memory, in arrival order,
@@ -300,10 +301,18 @@ fn encode_purge(key: &[u8], out: &mut Vec<u8>) {
     codec::seal(out, start);
 }
 
+fn encode_purge_orphans(out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; FRAME_HEADER_BYTES]);
+    out.push(3);
+    codec::seal(out, start);
+}
+
 /// What a frame of the log holds.
 enum Entry {
     Visit(Visit),
     Purge(ShortKey),
+    PurgeOrphans,
 }
 
 /// The entry of the frame at the start of `buf`, and the frame's length; `None` if `buf`
@@ -325,6 +334,8 @@ fn decode_entry(
             }
             Entry::Purge(key)
         }
+        3 if r.b.is_empty() => Entry::PurgeOrphans,
+        3 => return Err(DecodeError::Malformed("bytes after the orphans' purge")),
         _ => return Err(DecodeError::Malformed("visit log record type")),
     };
     Ok(Some((entry, len)))
@@ -554,6 +565,27 @@ impl VisitBook {
         self.append(pause)
     }
 
+    /// Every orphan visit goes, as [`VisitBook::purge`] removes a link's: the purge frame is
+    /// durable when this returns. The visits removed.
+    pub fn purge_orphans(&mut self, pause: &mut dyn FnMut()) -> io::Result<u64> {
+        let gone: u64 = self
+            .ring
+            .iter()
+            .filter(|v| v.orphan.is_some())
+            .map(|v| u64::from(v.count))
+            .sum();
+        if gone == 0 {
+            return Ok(0);
+        }
+        self.ring.retain(|v| v.orphan.is_none());
+        self.orphans_today = 0;
+        self.recount();
+        self.stale_since.get_or_insert_with(std::time::Instant::now);
+        encode_purge_orphans(&mut self.pending);
+        self.append(pause)?;
+        Ok(gone)
+    }
+
     /// Forgets the visits of days before `first_day` (retention); their bytes leave the file
     /// at a later rewrite (a restart drops them too).
     pub fn retain_from(&mut self, first_day: Day) {
@@ -742,6 +774,11 @@ fn read_log(
             }
             Ok(Some((Entry::Purge(key), n))) => {
                 out.retain(|v| v.key.as_bytes() != key.as_bytes());
+                purged = true;
+                pos += n;
+            }
+            Ok(Some((Entry::PurgeOrphans, n))) => {
+                out.retain(|v| v.orphan.is_none());
                 purged = true;
                 pos += n;
             }
@@ -1174,5 +1211,41 @@ mod tests {
             },
             0
         ));
+    }
+
+    #[test]
+    fn a_purge_of_orphans_is_durable_and_keeps_the_links_visits() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut book = open_all(dir.path(), 1, |_| 0, 0, 1_000).unwrap().remove(0);
+        let orphan = |kind, key: &str, count| Visit {
+            orphan: Some(kind),
+            ..visit(key, T0, count, false, "o")
+        };
+        book.add(orphan(Orphan::InvalidShortUrl, "nope", 2), 0);
+        book.add(orphan(Orphan::BaseUrl, "", 1), 0);
+        book.add(visit("k", T0 + 1, 3, false, "l"), 0);
+        book.sync(&mut || {}).unwrap();
+        let any = |_: &[u8]| true;
+        let q = |orphans| VisitQuery {
+            keys: &any,
+            from_ms: 0,
+            to_ms: u64::MAX,
+            exclude_bots: false,
+            orphans,
+            orphan_kind: None,
+            skip: 0,
+            take: 10,
+        };
+        assert_eq!(book.purge_orphans(&mut || {}).unwrap(), 3);
+        assert_eq!(book.query(&q(true)).total, 0);
+        assert_eq!(book.query(&q(false)).total, 3);
+        assert_eq!(book.purge_orphans(&mut || {}).unwrap(), 0);
+        // Orphans after the purge stay; so does the purge across a reopen (no rewrite yet).
+        book.add(orphan(Orphan::Regular404, "/x", 1), 0);
+        book.sync(&mut || {}).unwrap();
+        drop(book);
+        let book = open_all(dir.path(), 1, |_| 0, 0, 1_000).unwrap().remove(0);
+        assert_eq!(book.query(&q(true)).total, 1);
+        assert_eq!(book.query(&q(false)).total, 3);
     }
 }
