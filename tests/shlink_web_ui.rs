@@ -7,7 +7,8 @@
 //! maximum visits and an "enabled since" date-time), the tags page (rename, delete), an edit, a delete from a row's menu, a
 //! row's QR code, the domains page (which checks each domain's `/rest/health`), a link's
 //! redirect rules page (a rule added, saved, shown after a reload, and in force), its visits
-//! from the visit log (the charts by context, the list) and the orphan visits.
+//! from the visit log (the charts by context, the list) and the orphan visits (listed, then
+//! deleted from their page's options).
 //! This test then checks every effect through the native API. A second server, without the
 //! visit log, shows its visits page's message (`visit-log-off`'s detail).
 //!
@@ -215,6 +216,19 @@ fn check_visits(v: &Value, c: &mut Client) {
         orphans[0].contains("/nope") && orphans[0].contains("Firefox"),
         "{orphans:?}"
     );
+    // Deleted from the orphan page's options: the list is empty, and so is the server's
+    // 404 count.
+    assert_eq!(v["orphans"]["deleted"]["status"], 200, "{v:#}");
+    let after = v["orphans"]["after"].as_str().unwrap();
+    assert!(
+        after.contains("There are no visits") && !after.contains("/nope"),
+        "{after}"
+    );
+    let overall = c
+        .send("GET", "/api/v1/stats", true, &[], b"")
+        .unwrap()
+        .json();
+    assert_eq!(overall["summary"]["not_found"], 0, "{overall}");
     assert_eq!(
         list.iter().filter(|r| r.contains("news.example")).count(),
         2,
