@@ -56,6 +56,15 @@ fn visit(c: &mut Client, key: &str, ua: &str, referer: Option<&str>) {
     assert_eq!(r.status, 302, "{}", r.text());
 }
 
+/// The sum over every core of the series whose lines start with `prefix` in `/metrics`.
+fn metric_sum(c: &mut Client, prefix: &str) -> u64 {
+    let text = c.send("GET", "/metrics", false, &[], b"").unwrap().text();
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// `path`'s `totalItems` once it reaches `want` (visits arrive within a sweep and a merge).
 fn wait_total(c: &mut Client, path: &str, want: u64) -> Value {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -116,6 +125,16 @@ fn the_visit_log_lists_each_visit_and_keeps_only_what_it_should() {
 
     // A link's visits, newest first, each as Shlink shows it.
     let v = wait_total(&mut c, "/rest/v3/short-urls/vl-a/visits", 7);
+    // `/metrics` counts the records every core's log holds (at its last sync; identical
+    // visits of one batch are one record).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric_sum(&mut c, "ricochet_visit_log_records{") == 0 {
+        let text = c.send("GET", "/metrics", false, &[], b"").unwrap().text();
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains("visit")).collect();
+        assert!(Instant::now() < deadline, "{lines:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(metric_sum(&mut c, "ricochet_visits_not_logged_total{"), 0);
     let data = v["visits"]["data"].as_array().unwrap();
     assert_eq!(data.len(), 7, "{v}");
     let bots = data.iter().filter(|d| d["potentialBot"] == true).count();

@@ -1234,6 +1234,10 @@ impl Aggregator {
                 self.s.me
             );
         }
+        let (records, not_logged) = log.counts();
+        let st = &self.s.stats.per_core[self.s.me];
+        st.visit_records.store(records, Ordering::Relaxed);
+        st.visits_not_logged.store(not_logged, Ordering::Relaxed);
     }
 
     fn answer(&self, q: &StatsQuery) -> Vec<u8> {

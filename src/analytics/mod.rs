@@ -245,6 +245,10 @@ pub struct AggCounters {
     pub sync_failures: AtomicU64,
     /// Milliseconds between the last batch's hand-off and its classification.
     pub lag_ms: AtomicU64,
+    /// Records in this owner's visit log (`--visit-log-days`), at its last sync.
+    pub visit_records: AtomicU64,
+    /// Visits this owner counted but did not log (past a link's day or the core's bound).
+    pub visits_not_logged: AtomicU64,
 }
 
 /// Every core's analytics counters.

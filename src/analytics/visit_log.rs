@@ -130,6 +130,11 @@ impl VisitLog {
         self.book.sync(pause)
     }
 
+    /// Records held, and visits counted but not logged (past a bound), so far.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.book.len() as u64, self.book.capped)
+    }
+
     /// Every orphan visit goes, from memory and (durably, at once) disk.
     pub fn purge_orphans(&mut self, pause: &mut dyn FnMut()) -> std::io::Result<u64> {
         self.book.purge_orphans(pause)

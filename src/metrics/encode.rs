@@ -415,6 +415,18 @@ const CLICK_SERIES: &[(&str, &str, MetricType, ClickGet)] = &[
         MetricType::Gauge,
         |c| &c.lag_ms,
     ),
+    (
+        "ricochet_visit_log_records",
+        "Records in the core's visit log (--visit-log-days; 0 when off), at its last sync",
+        MetricType::Gauge,
+        |c| &c.visit_records,
+    ),
+    (
+        "ricochet_visits_not_logged",
+        "Visits counted but not logged: past a link's daily or the core's visit log bound",
+        MetricType::Counter,
+        |c| &c.visits_not_logged,
+    ),
 ];
 
 fn encode_clicks(enc: &mut DescriptorEncoder, c: &crate::analytics::ClickStats) -> fmt::Result {
