@@ -16,8 +16,12 @@ pub const MAX_LIST_LIMIT: u16 = 500;
 
 /// Links an owner core examines for one step of a scan (an ordered or searched list, which
 /// must see every link) before it answers and the walk asks again: one step is a bounded
-/// stretch of the owner's loop (about a millisecond), never a whole shard.
-pub const SCAN_STEP_LINKS: u32 = 4096;
+/// stretch of the owner's loop (a fraction of a millisecond), never a whole shard, and the
+/// next step is taken at the owner's next loop turn at the earliest (`Mesh::begin_turn`),
+/// after the redirects that arrived meanwhile. 4,096 held redirects about 2 ms behind a
+/// scan on one core, 256 about 1.3 ms, at the same scan time
+/// (perf/reports/2026-12-07-session20-scan-p99.md).
+pub const SCAN_STEP_LINKS: u32 = 256;
 
 /// What an ordered list is sorted by (Shlink's `orderBy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

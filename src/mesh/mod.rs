@@ -821,6 +821,11 @@ pub struct Mesh {
     /// Messages this core sends itself (an API request whose owner is this core), popped
     /// before the peers' queues.
     local: VecDeque<MeshMsg>,
+    /// How many of `local` this turn's drain may still pop: those queued before it began
+    /// ([`Mesh::begin_turn`]). A chain of messages to itself (a list scan's owner step, the
+    /// front's next ask, the next step...) so takes one link per loop turn, with the ring's
+    /// completions (redirects) served between links, instead of running to its end.
+    local_this_turn: usize,
     /// Messages that found their peer's queue full and waited in `outbox` (a gauge of mesh
     /// congestion for `/metrics`).
     pub deferred_sends: u64,
@@ -837,8 +842,16 @@ impl Mesh {
             doorbells,
             next_peer: 0,
             local: VecDeque::new(),
+            local_this_turn: 0,
             deferred_sends: 0,
         }
+    }
+
+    /// A loop turn's drain begins: [`Mesh::pop`] takes the local messages queued so far and
+    /// none sent during the drain (they wait for the next turn).
+    #[inline]
+    pub fn begin_turn(&mut self) {
+        self.local_this_turn = self.local.len();
     }
 
     /// Sends `msg` to `core`, which may be this one (it is then popped by this core's next
@@ -904,8 +917,9 @@ impl Mesh {
     /// Takes the next received message, visiting peers round-robin.
     #[inline]
     pub fn pop(&mut self) -> Option<MeshMsg> {
-        if let Some(m) = self.local.pop_front() {
-            return Some(m);
+        if self.local_this_turn > 0 {
+            self.local_this_turn -= 1;
+            return self.local.pop_front();
         }
         let cores = self.queues.cores;
         for i in 0..cores {
@@ -989,14 +1003,22 @@ mod tests {
         b.send(0, lookup(1));
         a.deliver(0, lookup(0));
         assert!(!a.inbox_is_empty());
-        for want in [0, 1] {
-            match a.pop() {
-                Some(MeshMsg::Redirect(RedirectMsg::Lookup { reply, .. })) => {
-                    assert_eq!(reply.place().unwrap().seq, want)
-                }
-                other => panic!("{other:?}"),
+        a.begin_turn();
+        let seq = |m: Option<MeshMsg>| match m {
+            Some(MeshMsg::Redirect(RedirectMsg::Lookup { reply, .. })) => {
+                reply.place().unwrap().seq
             }
-        }
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(seq(a.pop()), 0);
+        // Sent to itself during the drain: not this turn's (a chain of local messages
+        // yields to the ring between links), the peer's still is.
+        a.deliver(0, lookup(2));
+        assert_eq!(seq(a.pop()), 1);
+        assert!(a.pop().is_none());
+        assert!(!a.inbox_is_empty());
+        a.begin_turn();
+        assert_eq!(seq(a.pop()), 2);
         assert!(a.inbox_is_empty());
     }
 }

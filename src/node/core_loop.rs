@@ -168,10 +168,13 @@ impl Core {
             for cqe in &cqes {
                 self.on_cqe(cqe);
             }
+            // Local messages sent while draining wait for the next turn (`Mesh::begin_turn`).
+            self.mesh.begin_turn();
             while let Some(msg) = self.mesh.pop() {
                 work = true;
                 self.on_mesh(msg);
             }
+            work |= !self.mesh.inbox_is_empty();
             if self
                 .accept_again_ms
                 .is_some_and(|t| self.clock.now_ms >= t && self.accepting)

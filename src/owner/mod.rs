@@ -384,6 +384,7 @@ mod tests {
         fn pump(&mut self) {
             loop {
                 let mut moved = false;
+                self.mesh.begin_turn();
                 while let Some(m) = self.mesh.pop() {
                     moved = true;
                     match m {
@@ -409,6 +410,7 @@ mod tests {
                         other => panic!("the owner got {other:?}"),
                     }
                 }
+                self.asker.begin_turn();
                 while let Some(m) = self.asker.pop() {
                     moved = true;
                     match m {
