@@ -10,7 +10,9 @@
 # Needs perf/run.sh's data (PERF_WORK, default /tmp/ricochet-perf) and the release loadgen.
 # Settings: SCAN_ROUNDS=5, SCAN_RATE=20000, SCAN_DURATION_S=10, SCAN_PAUSE_S=1 (between one
 #   page's answer and the next ask; 0: back to back, a client saturating the core with scans),
-#   SCAN_PATH='/rest/v3/short-urls?orderBy=dateCreated-DESC&itemsPerPage=10'.
+#   SCAN_PATH='/rest/v3/short-urls?orderBy=dateCreated-DESC&itemsPerPage=10',
+#   SCAN_CORES=1 (more: every core still on CPU 0, with --test-oversubscribe, so that a walk's
+#   owner steps run on other cores than its front, as on a many-CPU server).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -20,6 +22,8 @@ rounds="${SCAN_ROUNDS:-5}"
 rate="${SCAN_RATE:-20000}"
 duration="${SCAN_DURATION_S:-10}"
 pause="${SCAN_PAUSE_S:-1}"
+cores="${SCAN_CORES:-1}"
+over=""; ((cores > 1)) && over="--test-oversubscribe"
 path="${SCAN_PATH:-/rest/v3/short-urls?orderBy=dateCreated-DESC&itemsPerPage=10}"
 data="$work/data-1000000"
 links="$work/links-1000000.tsv"
@@ -62,7 +66,7 @@ for round in $(seq 1 "$rounds"); do
     port="$(free_port)"
     rm -rf "$scratch/data"; cp -a "$data" "$scratch/data"; rm -rf "$scratch/data/clicks"; sync
     RICOCHET_API_KEY="$key" taskset -c 0 "$bin" serve --data-dir "$scratch/data" \
-        --listen "127.0.0.1:$port" --cores 1 >"$scratch/server.log" 2>&1 &
+        --listen "127.0.0.1:$port" --cores "$cores" $over >"$scratch/server.log" 2>&1 &
     pid=$!
     for _ in $(seq 1 400); do curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.05; done
     order="alone scans"; ((round % 2 == 0)) && order="scans alone"

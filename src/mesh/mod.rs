@@ -594,6 +594,11 @@ pub enum WriteOutcome {
 /// payload; the build fails otherwise.
 pub const MAX_MESH_MSG_BYTES: usize = 152;
 
+/// List steps (`ApiMsg::List`: one owner step of a list walk, at most
+/// `api_front::listing::SCAN_STEP_LINKS` links) a core takes per loop turn; more wait for
+/// the next turn, after the ring's completions (redirects).
+pub const MAX_LIST_STEPS_PER_TURN: u32 = 1;
+
 const _: () = assert!(std::mem::size_of::<MeshMsg>() <= MAX_MESH_MSG_BYTES);
 
 /// A message between cores, in three families: the redirect path, the API, and the LRU
@@ -826,6 +831,10 @@ pub struct Mesh {
     /// front's next ask, the next step...) so takes one link per loop turn, with the ring's
     /// completions (redirects) served between links, instead of running to its end.
     local_this_turn: usize,
+    /// List steps ([`ApiMsg::List`]) popped this turn: past [`MAX_LIST_STEPS_PER_TURN`] a
+    /// step waits in `local` for the next turn, so a walk whose owner is another core (its
+    /// next ask arriving while this core still drains) takes one step per turn here too.
+    list_steps_this_turn: u32,
     /// Messages that found their peer's queue full and waited in `outbox` (a gauge of mesh
     /// congestion for `/metrics`).
     pub deferred_sends: u64,
@@ -843,6 +852,7 @@ impl Mesh {
             next_peer: 0,
             local: VecDeque::new(),
             local_this_turn: 0,
+            list_steps_this_turn: 0,
             deferred_sends: 0,
         }
     }
@@ -852,6 +862,7 @@ impl Mesh {
     #[inline]
     pub fn begin_turn(&mut self) {
         self.local_this_turn = self.local.len();
+        self.list_steps_this_turn = 0;
     }
 
     /// Sends `msg` to `core`, which may be this one (it is then popped by this core's next
@@ -914,9 +925,25 @@ impl Mesh {
         self.outbox.iter().any(|q| q.len() >= MAX_OUTBOX_MSGS)
     }
 
-    /// Takes the next received message, visiting peers round-robin.
+    /// Takes the next received message, visiting peers round-robin; a list step past this
+    /// turn's [`MAX_LIST_STEPS_PER_TURN`] is kept for the next turn instead.
     #[inline]
     pub fn pop(&mut self) -> Option<MeshMsg> {
+        loop {
+            let m = self.pop_any()?;
+            if matches!(m, MeshMsg::Api(ApiMsg::List { .. })) {
+                if self.list_steps_this_turn >= MAX_LIST_STEPS_PER_TURN {
+                    self.local.push_back(m);
+                    continue;
+                }
+                self.list_steps_this_turn += 1;
+            }
+            return Some(m);
+        }
+    }
+
+    #[inline]
+    fn pop_any(&mut self) -> Option<MeshMsg> {
         if self.local_this_turn > 0 {
             self.local_this_turn -= 1;
             return self.local.pop_front();
@@ -992,6 +1019,42 @@ mod tests {
             a.flush_outbox();
         }
         assert!(!a.congested());
+    }
+
+    #[test]
+    fn a_core_takes_one_list_step_per_turn() {
+        let queues = Arc::new(MeshQueues::new(2));
+        let bells = Arc::new(Doorbells::new(2).unwrap());
+        let mut a = Mesh::new(0, queues.clone(), bells.clone());
+        let mut b = Mesh::new(1, queues, bells);
+        let step = |seq| ApiMsg::List {
+            reply: ReplyTo::request(1, 0, 0, seq),
+            shard: 0,
+            after: None,
+            limit: 10,
+            filter: Default::default(),
+            budget: Some(256),
+        };
+        b.send(0, step(0));
+        b.send(0, step(1));
+        b.send(0, lookup(7));
+        let seq_of = |m: Option<MeshMsg>| match m {
+            Some(MeshMsg::Api(ApiMsg::List { reply, .. })) => reply.place().unwrap().seq,
+            Some(MeshMsg::Redirect(RedirectMsg::Lookup { reply, .. })) => {
+                100 + reply.place().unwrap().seq
+            }
+            other => panic!("{other:?}"),
+        };
+        a.begin_turn();
+        // The first step, then the lookup behind the second step: the second waits.
+        assert_eq!(seq_of(a.pop()), 0);
+        assert_eq!(seq_of(a.pop()), 107);
+        assert!(a.pop().is_none());
+        assert!(!a.inbox_is_empty());
+        a.begin_turn();
+        assert_eq!(seq_of(a.pop()), 1);
+        assert!(a.pop().is_none());
+        assert!(a.inbox_is_empty());
     }
 
     #[test]
