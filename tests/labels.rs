@@ -315,7 +315,12 @@ fn bad_titles_and_tags_are_refused_naming_the_field() {
 
 /// `method path` through Shlink's API with key `key`: (status, JSON body or null).
 fn shlink(c: &mut Client, key: &str, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
-    let h = [("X-Api-Key", key), ("Content-Type", "application/json")];
+    call(c, ("X-Api-Key", key), method, path, body)
+}
+
+/// A JSON call with one authentication header: the status and the body (null when empty).
+fn call(c: &mut Client, auth: (&str, &str), method: &str, path: &str, body: &[u8]) -> (u16, Value) {
+    let h = [auth, ("Content-Type", "application/json")];
     let r = c.send(method, path, false, &h, body).unwrap();
     let v = match r.text().is_empty() {
         true => Value::Null,
@@ -537,16 +542,7 @@ fn shlinks_tag_endpoints_list_count_rename_and_delete_tags() {
 /// A native API call with `key`'s bearer token.
 fn native(c: &mut Client, key: &str, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
     let auth = format!("Bearer {key}");
-    let h = [
-        ("Authorization", auth.as_str()),
-        ("Content-Type", "application/json"),
-    ];
-    let r = c.send(method, path, false, &h, body).unwrap();
-    let v = match r.text().is_empty() {
-        true => Value::Null,
-        false => r.json(),
-    };
-    (r.status, v)
+    call(c, ("Authorization", &auth), method, path, body)
 }
 
 /// The native tag endpoints on 3 cores: every tag the key's links carry with their links and

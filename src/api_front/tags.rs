@@ -76,15 +76,18 @@ pub struct TagParams {
 }
 
 impl TagParams {
+    /// Every tag on one page, by name: a list's parameters before its query is read.
+    const ALL_BY_NAME: TagParams = TagParams {
+        page: 1,
+        per_page: None,
+        search: None,
+        order: TagOrder::Tag,
+        descending: false,
+    };
+
     /// Reads a tag list's query (`stats`: `/tags/stats`, which may order by visits).
     pub fn parse(query: Option<&[u8]>, stats: bool) -> Result<TagParams, Problem> {
-        let mut p = TagParams {
-            page: 1,
-            per_page: None,
-            search: None,
-            order: TagOrder::Tag,
-            descending: false,
-        };
+        let mut p = TagParams::ALL_BY_NAME;
         let number = |v: &str, field: &'static str| {
             v.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
                 Problem::invalid_field(
@@ -110,13 +113,7 @@ impl TagParams {
     /// The native list's query: `search` (tags containing it, case ignored); every tag on
     /// one page, by name. Another parameter is refused (a typo is not another list).
     pub fn native(query: Option<&[u8]>) -> Result<TagParams, Problem> {
-        let mut p = TagParams {
-            page: 1,
-            per_page: None,
-            search: None,
-            order: TagOrder::Tag,
-            descending: false,
-        };
+        let mut p = TagParams::ALL_BY_NAME;
         for (k, v) in url::form_urlencoded::parse(query.unwrap_or_default()) {
             match &*k {
                 "search" if v.len() > super::listing::MAX_SEARCH_TERM_BYTES => {
