@@ -266,8 +266,9 @@ fn mum(a: u64, b: u64) -> u64 {
 /// A hash of the bytes ASCII-lowercased as they are read (a name's hash whatever the case it
 /// arrives in, with no copy). Up to 32 bytes it is two independent multiply-folds of four
 /// words, with no loop to mispredict: a `Host` mix of random lengths costs the same as one.
+/// The blocklist's coarse filter hashes its keys with it too (`api::blocklist`).
 #[inline]
-fn hash_lowercase(bytes: &[u8]) -> u64 {
+pub(crate) fn hash_lowercase(bytes: &[u8]) -> u64 {
     let len = bytes.len() as u64;
     let w = match bytes.len() {
         0 => return S[0],
