@@ -289,12 +289,16 @@ fn valid_language(l: &[u8]) -> bool {
 
 /// `addr` with the bits past `prefix` cleared.
 fn masked(addr: &[u8; 16], prefix: u8) -> [u8; 16] {
-    let bits = u128::from_be_bytes(*addr);
-    let mask = match prefix {
+    (u128::from_be_bytes(*addr) & prefix_mask(prefix)).to_be_bytes()
+}
+
+/// The mask of a network's first `prefix` bits (at most 128).
+#[inline(always)]
+fn prefix_mask(prefix: u8) -> u128 {
+    match prefix {
         0 => 0,
         p => u128::MAX << (128 - u32::from(p.min(128))),
-    };
-    (bits & mask).to_be_bytes()
+    }
 }
 
 /// Whether `ip` is in the network `net` (16 bytes, masked) of `prefix` bits, compared as
@@ -304,11 +308,7 @@ fn in_network(ip: &[u8; 16], net: &[u8], prefix: u8) -> bool {
     let Ok(net) = <[u8; 16]>::try_from(net) else {
         return false;
     };
-    let mask = match prefix {
-        0 => 0,
-        p => u128::MAX << (128 - u32::from(p.min(128))),
-    };
-    u128::from_be_bytes(*ip) & mask == u128::from_be_bytes(net)
+    u128::from_be_bytes(*ip) & prefix_mask(prefix) == u128::from_be_bytes(net)
 }
 
 /// An address as rules keep it (16 bytes) as a `std::net` address: IPv4 if v4-mapped.

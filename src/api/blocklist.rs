@@ -798,7 +798,9 @@ fn scheme_len(t: &[u8]) -> Option<usize> {
     (seven | HTTP_LETTERS == u64::from_le_bytes(*b"http://\0")).then_some(7)
 }
 
-/// Bit masks over the first [`FAST_AUTHORITY_BYTES`] bytes after a scheme, a bit per byte.
+/// Bit masks over the first [`FAST_AUTHORITY_BYTES`] bytes after a scheme, a bit per byte
+/// (for one block, [`classify16`]'s, the low 16 bits).
+#[derive(Default)]
 struct AuthorityMasks {
     /// `/`, `?`, `#`, or the end of the bytes.
     end: u64,
@@ -815,59 +817,60 @@ impl AuthorityMasks {
     /// [`FAST_AUTHORITY_BYTES`] bytes ends the authority.
     #[inline(always)]
     fn of(rest: &[u8]) -> Option<AuthorityMasks> {
-        let mut m = AuthorityMasks {
-            end: 0,
-            colon: 0,
-            dot: 0,
-            ok: 0,
-            letter: 0,
-            digit: 0,
-        };
-        for b in 0..FAST_AUTHORITY_BYTES / 16 {
-            let from = b * 16;
+        let mut m = AuthorityMasks::default();
+        for from in (0..FAST_AUTHORITY_BYTES).step_by(16) {
             let have = rest.len().saturating_sub(from).min(16);
             // A whole block is read in place; only the last, short one is copied (a copy
             // read back as one word stalls on store forwarding).
-            let c = match rest.get(from..from + 16) {
+            let mut block = match rest.get(from..from + 16) {
                 Some(whole) => classify16(whole.try_into().expect("16 bytes")),
                 None => {
-                    let mut block = [0u8; 16];
-                    block[..have].copy_from_slice(&rest[from..from + have]);
-                    classify16(&block)
+                    let mut short = [0u8; 16];
+                    short[..have].copy_from_slice(&rest[from..from + have]);
+                    let mut c = classify16(&short);
+                    c.end |= 1 << have;
+                    c
                 }
             };
-            let shift = from as u32;
-            let mut end = c.end;
-            if have < 16 {
-                end |= 1 << have;
-            }
-            m.end |= u64::from(end) << shift;
-            m.colon |= u64::from(c.colon) << shift;
-            m.dot |= u64::from(c.dot) << shift;
-            m.ok |= u64::from(c.ok) << shift;
-            m.letter |= u64::from(c.letter) << shift;
-            m.digit |= u64::from(c.digit) << shift;
-            if end != 0 {
+            let ended = block.end != 0;
+            block.shift(from as u32);
+            m.add(&block);
+            if ended {
                 return Some(m);
             }
         }
         None
     }
+
+    #[inline(always)]
+    fn shift(&mut self, by: u32) {
+        for x in [
+            &mut self.end,
+            &mut self.colon,
+            &mut self.dot,
+            &mut self.ok,
+            &mut self.letter,
+            &mut self.digit,
+        ] {
+            *x <<= by;
+        }
+    }
+
+    #[inline(always)]
+    fn add(&mut self, o: &AuthorityMasks) {
+        self.end |= o.end;
+        self.colon |= o.colon;
+        self.dot |= o.dot;
+        self.ok |= o.ok;
+        self.letter |= o.letter;
+        self.digit |= o.digit;
+    }
 }
 
-/// One block's masks (16 bits each).
-struct Classes16 {
-    end: u32,
-    colon: u32,
-    dot: u32,
-    ok: u32,
-    letter: u32,
-    digit: u32,
-}
-
+/// One block's masks, in the low 16 bits.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn classify16(block: &[u8; 16]) -> Classes16 {
+fn classify16(block: &[u8; 16]) -> AuthorityMasks {
     use std::arch::x86_64::{
         __m128i, _mm_and_si128, _mm_cmpeq_epi8, _mm_cmpgt_epi8, _mm_loadu_si128, _mm_movemask_epi8,
         _mm_or_si128, _mm_set1_epi8,
@@ -890,8 +893,8 @@ fn classify16(block: &[u8; 16]) -> Classes16 {
         let dot = eq(b'.');
         let ok = _mm_or_si128(_mm_or_si128(letter, digit), _mm_or_si128(dot, eq(b'-')));
         let end = _mm_or_si128(_mm_or_si128(eq(b'/'), eq(b'?')), eq(b'#'));
-        let mask = |x: __m128i| _mm_movemask_epi8(x) as u32;
-        Classes16 {
+        let mask = |x: __m128i| u64::from(_mm_movemask_epi8(x) as u32);
+        AuthorityMasks {
             end: mask(end),
             colon: mask(eq(b':')),
             dot: mask(dot),
@@ -902,27 +905,21 @@ fn classify16(block: &[u8; 16]) -> Classes16 {
     }
 }
 
+/// One block's masks, in the low 16 bits.
 #[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
-fn classify16(block: &[u8; 16]) -> Classes16 {
-    let mut c = Classes16 {
-        end: 0,
-        colon: 0,
-        dot: 0,
-        ok: 0,
-        letter: 0,
-        digit: 0,
-    };
+fn classify16(block: &[u8; 16]) -> AuthorityMasks {
+    let mut c = AuthorityMasks::default();
     for (i, &b) in block.iter().enumerate() {
-        let bit = 1 << i;
+        let bit = 1u64 << i;
         let letter = b.is_ascii_alphabetic();
         let digit = b.is_ascii_digit();
-        c.end |= u32::from(matches!(b, b'/' | b'?' | b'#')) * bit;
-        c.colon |= u32::from(b == b':') * bit;
-        c.dot |= u32::from(b == b'.') * bit;
-        c.ok |= u32::from(letter || digit || b == b'-' || b == b'.') * bit;
-        c.letter |= u32::from(letter) * bit;
-        c.digit |= u32::from(digit) * bit;
+        c.end |= u64::from(matches!(b, b'/' | b'?' | b'#')) * bit;
+        c.colon |= u64::from(b == b':') * bit;
+        c.dot |= u64::from(b == b'.') * bit;
+        c.ok |= u64::from(letter || digit || b == b'-' || b == b'.') * bit;
+        c.letter |= u64::from(letter) * bit;
+        c.digit |= u64::from(digit) * bit;
     }
     c
 }
