@@ -1659,6 +1659,43 @@ mod tests {
             prop_assert_eq!(accepts_language(h.as_bytes(), want.as_bytes()), oracle_accepts_language(h.as_bytes(), want.as_bytes()));
         }
 
+        /// The same, on values built from ranges that name the languages asked or nearly
+        /// (case, every whitespace `trim_ascii` trims, subtags at and past 8 bytes, odd bytes,
+        /// qualities at the floor): random letters, as above, rarely name the language asked.
+        #[test]
+        fn languages_agree_with_the_oracle_on_near_misses(
+            ranges in proptest::collection::vec((
+                proptest::sample::select(vec![
+                    "ab", "AB", "aB", " ab", "ab ", "\tab\r", "ab\x0c", "a b", "ab-a", "ab-A",
+                    "AB-a ", "ab-ab", "ab-a-b", "ab--a", "-a", "a", "abbbbbbb", "ABBBBBBB",
+                    "abbbbbb", "abbbbbb-a", "abbbbbbbb", "ab-aaaaaaaa", "ab-aaaaaaaaa", "*",
+                    "\x00b", "ab\u{ff}", "",
+                ]),
+                proptest::sample::select(vec![
+                    "", ";q=0.9", ";q=0.8", " ; q=1", ";q=0", ";x=1;q=0.95", ";q=1.5", ";q=", ";x",
+                ]),
+                proptest::sample::select(vec![",", ", ", ",\t", " ,"]),
+            ), 0..6),
+            want in proptest::sample::select(vec![
+                "ab", "ab-a", "ab-ab", "abbbbbb", "abbbbbbb", "abbbbbbbb", "ab-aaaaaaaa", "ba",
+            ]),
+            trailing_comma in any::<bool>(),
+        ) {
+            let mut h = String::new();
+            for (i, (range, params, comma)) in ranges.iter().enumerate() {
+                if i > 0 {
+                    h.push_str(comma);
+                }
+                h.push_str(range);
+                h.push_str(params);
+            }
+            if trailing_comma {
+                h.push(',');
+            }
+            let (h, want) = (h.as_bytes(), want.as_bytes());
+            prop_assert_eq!(accepts_language(h, want), oracle_accepts_language(h, want));
+        }
+
         /// The query split once per evaluation finds what a scan of the raw query finds.
         #[test]
         fn split_parameters_agree_with_a_scan(q in "([a-c%+2=&]{0,6}){0,24}", key in "[a-c% +]{0,3}") {
