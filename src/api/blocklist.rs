@@ -256,11 +256,16 @@ impl HostIndex {
 
     /// Room for `n` hosts without growing.
     fn reserve(&mut self, n: usize) {
-        let slots = (n.max(8) * 2).next_power_of_two();
+        let slots = HostIndex::slots_for(n);
         if slots > self.slots.len() {
             self.rehash(slots);
         }
         self.recs.reserve(n);
+    }
+
+    /// Slots for `n` hosts: a power of two, at most half full.
+    fn slots_for(n: usize) -> usize {
+        (n.max(8) * 2).next_power_of_two()
     }
 
     /// Hints the cache with the slot a host of hash `h` is looked for at first.
@@ -305,6 +310,11 @@ impl HostIndex {
         }
         self.bytes.shrink_to_fit();
         self.recs.shrink_to_fit();
+        // Reserved by lines, some of which were comments or bad: down to the hosts' size.
+        let slots = HostIndex::slots_for(self.recs.len());
+        if slots < self.slots.len() {
+            self.rehash(slots);
+        }
     }
 
     /// `r`'s path rules: (prefix or exact, path).
@@ -1324,6 +1334,18 @@ http://
             entries_of_line("0.0.0.0 a.example b/c").map_err(|_| ()),
             Err(())
         );
+    }
+
+    #[test]
+    fn an_index_reserved_by_lines_ends_sized_by_its_hosts() {
+        let mut text = "# a comment\n".repeat(100_000);
+        text.push_str("evil.example\nphish.example/login\n");
+        let b = Blocklist::parse(&text).unwrap();
+        assert_eq!(b.len(), 2);
+        assert_eq!(b.index.slots.len(), 16);
+        assert!(blocked(&b, "https://a.evil.example/"));
+        assert!(blocked(&b, "https://phish.example/login?x"));
+        assert!(!blocked(&b, "https://phish.example/"));
     }
 
     #[test]
