@@ -882,7 +882,7 @@ fn each_token_start(hay: &[u8], mut f: impl FnMut(usize)) {
     }
 }
 
-/// The same, a byte at a time: [`each_of`]'s oracle.
+/// The same, a byte at a time at every first letter: [`each_token_start`]'s oracle.
 #[cfg(test)]
 fn ua_tokens_scalar(ua: &[u8]) -> u16 {
     let mut seen = 0;

@@ -275,7 +275,7 @@ impl HostIndex {
             .slots
             .get((h as usize) & self.slots.len().wrapping_sub(1))
         {
-            prefetch_line(std::ptr::from_ref(s).cast());
+            shards::table::prefetch(s);
         }
     }
 
@@ -492,18 +492,17 @@ impl Blocklist {
 
     /// Adds `e`, of host hash `h` and coarse key hash `coarse` (`None`: a single label).
     fn add(&mut self, e: &Entry, h: u64, coarse: Option<u64>) {
-        let (host, kind) = match e {
-            Entry::Host(h) => (h, None),
-            Entry::Prefix { host, path } => (host, Some((true, path))),
-            Entry::Url { host, path } => (host, Some((false, path))),
+        let rule = match e {
+            Entry::Host(_) => None,
+            Entry::Prefix { path, .. } => Some((true, path.as_bytes())),
+            Entry::Url { path, .. } => Some((false, path.as_bytes())),
         };
         self.bloom.insert(h);
         match coarse {
             Some(c) => self.coarse.insert(c),
             None => self.single_label = true,
         }
-        let rule = kind.as_ref().map(|(prefix, p)| (*prefix, p.as_bytes()));
-        self.index.insert(host.as_bytes(), h, rule);
+        self.index.insert(e.host().as_bytes(), h, rule);
         self.entries += 1;
     }
 
@@ -1215,19 +1214,6 @@ impl VerdictMemo {
     }
 }
 
-/// Hints the cache with the line at `p`.
-#[inline]
-fn prefetch_line(p: *const i8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `_mm_prefetch` only hints the cache; it never faults or reads into a register,
-    // whatever the address (callers pass one inside their own vectors anyway).
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
 /// The Bloom filter: 512-bit blocks, each key's probes in one block (one cache line).
 #[derive(Debug, Default)]
 struct Bloom {
@@ -1268,7 +1254,7 @@ impl Bloom {
             return;
         }
         let (block, _) = self.probes(h);
-        prefetch_line(self.blocks[block].as_ptr().cast());
+        shards::table::prefetch(&self.blocks[block]);
     }
 
     #[inline]

@@ -9,7 +9,9 @@ mod writer;
 
 pub use header::{HEADER_BYTES, TABLE_FORMAT_VERSION, TABLE_MAGIC};
 pub use layout::INDEX_LOAD_PERCENT;
-pub use reader::{Iter, LinkRef, SlotHint, Table, HUGE_PAGE_MIN_TABLE_BYTES, PREFETCH_PROBE_SLOTS};
+pub use reader::{
+    prefetch, Iter, LinkRef, SlotHint, Table, HUGE_PAGE_MIN_TABLE_BYTES, PREFETCH_PROBE_SLOTS,
+};
 pub use writer::{write_table, OwnedLink, TableStats, TABLE_WRITE_BUFFER_BYTES};
 
 pub(crate) use writer::write_table_file;

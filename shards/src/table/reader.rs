@@ -330,15 +330,16 @@ pub struct SlotHint {
 /// Bytes per index slot word.
 const SLOT_BYTES: usize = 8;
 
-/// A cache-prefetch hint for the line holding `p`.
+/// A cache-prefetch hint for the line holding (the start of) `p`. Also the blocklist's
+/// (`api::blocklist`), for its filters' lines and index slots.
 #[inline(always)]
-fn prefetch(p: &u8) {
+pub fn prefetch<T>(p: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `_mm_prefetch` only hints the cache; it never faults or reads into a register,
     // and `p` is a valid reference anyway.
     unsafe {
         std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            (p as *const u8).cast(),
+            std::ptr::from_ref(p).cast(),
         );
     }
     #[cfg(not(target_arch = "x86_64"))]
