@@ -350,10 +350,12 @@ fn an_open_transaction_holds_the_feed_back_and_nothing_is_skipped() {
         "b's feed delivered a row above an open transaction"
     );
     // An honest lag: b is not caught up meanwhile, and names the backend that holds it.
+    // (This test's database only: other tests' `psql` sessions share the cluster.)
     let holder = common::pg::psql(
         &db.url,
         "SELECT pid FROM pg_stat_activity WHERE backend_xid IS NOT NULL \
-           AND application_name = 'psql' AND pid <> pg_backend_pid()",
+           AND application_name = 'psql' AND datname = current_database() \
+           AND pid <> pg_backend_pid()",
     );
     let holder = holder.trim();
     let caught_up = metric(&b, "ricochet_fleet_feed_caught_up_unix_ms");
