@@ -74,13 +74,20 @@ fn get_with(key: &str, fields: bool, n: usize, host: &str) -> Vec<u8> {
 }
 
 /// A GET of `path`, as [`get_with`].
+/// Every fourth request names its target in absolute form (`GET http://HOST/key`), as a
+/// proxy sends it.
 fn get_shaped(path: &str, fields: bool, n: usize, host: &str) -> Vec<u8> {
     let key = path.trim_start_matches('/');
+    let authority = if n % 4 == 0 {
+        format!("http://{host}")
+    } else {
+        String::new()
+    };
     if !fields {
-        return format!("GET /{key} HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes();
+        return format!("GET {authority}/{key} HTTP/1.1\r\nHost: {host}\r\n\r\n").into_bytes();
     }
     format!(
-        "GET /{key} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64) Gecko/20100101 Firefox/{}.0\r\nReferer: https://www.site{}.example/page/{n}?q=secret\r\nX-Forwarded-For: 198.51.100.7, 10.{}.{}.{}\r\n\r\n",
+        "GET {authority}/{key} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64) Gecko/20100101 Firefox/{}.0\r\nReferer: https://www.site{}.example/page/{n}?q=secret\r\nX-Forwarded-For: 198.51.100.7, 10.{}.{}.{}\r\n\r\n",
         80 + n % 40,
         n % 300,
         (n >> 16) & 255,

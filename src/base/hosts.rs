@@ -157,8 +157,22 @@ impl HostTable {
         if name.is_empty() || name.len() > MAX_DOMAIN_BYTES || self.names.is_empty() {
             return None;
         }
-        let hash = hash_lowercase(name);
-        let want = slot_word(0, name.len(), hash);
+        if (8..=FOUR_WORDS).contains(&name.len()) {
+            // Most names: their four words read and lowercased once, for the hash and for
+            // every comparison.
+            let words = words4(name).map(lower8);
+            let hash = hash_words4(words, name.len());
+            return self.probe(name.len(), hash, |stored| same_words(words4(stored), words));
+        }
+        self.probe(name.len(), hash_lowercase(name), |stored| {
+            eq_lowercase(stored, name)
+        })
+    }
+
+    /// The domain whose slot matches `len` and `hash` and whose name `same` accepts.
+    #[inline(always)]
+    fn probe(&self, len: usize, hash: u64, same: impl Fn(&[u8]) -> bool) -> Option<DomainId> {
+        let want = slot_word(0, len, hash);
         let mask = self.slots.len() - 1;
         let mut i = hash as usize & mask;
         loop {
@@ -168,8 +182,7 @@ impl HostTable {
             }
             if slot >> 32 == want >> 32 {
                 let record = slot as u32 as usize;
-                let stored = &self.bytes[record + 4..record + 4 + name.len()];
-                if eq_lowercase(stored, name) {
+                if same(&self.bytes[record + 4..record + 4 + len]) {
                     let id = &self.bytes[record..record + 4];
                     return Some(DomainId(u32::from_le_bytes(
                         id.try_into().expect("4 bytes"),
@@ -269,19 +282,32 @@ fn mum(a: u64, b: u64) -> u64 {
 /// The blocklist's coarse filter hashes its keys with it too (`api::blocklist`).
 #[inline]
 pub(crate) fn hash_lowercase(bytes: &[u8]) -> u64 {
-    let len = bytes.len() as u64;
     let w = match bytes.len() {
         0 => return S[0],
         1..=7 => [short_word(bytes); 4],
         8..=FOUR_WORDS => words4(bytes),
         _ => {
-            let mut h = S[0] ^ len;
+            let mut h = S[0] ^ bytes.len() as u64;
             for_each_word(bytes, |w| h = mum(h ^ lower8(w), S[1]));
             return mum(h, S[2]);
         }
     };
-    let w = w.map(lower8);
+    hash_words4(w.map(lower8), bytes.len())
+}
+
+/// [`hash_lowercase`] of a name of `len` bytes up to 32 from its four words, lowercased.
+#[inline]
+fn hash_words4(w: [u64; 4], len: usize) -> u64 {
+    let len = len as u64;
     mum(w[0] ^ S[0], w[1] ^ S[1]) ^ mum(w[2] ^ S[2], w[3] ^ S[3] ^ len)
+}
+
+/// Whether two names' words are equal: folded with `|` rather than compared as arrays (an
+/// array compare reads the words back as 16-byte vectors from where they were stored as 8-byte
+/// ones, a store-forwarding stall per lookup).
+#[inline(always)]
+fn same_words(a: [u64; 4], b: [u64; 4]) -> bool {
+    (a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) == 0
 }
 
 /// `host` equals the lowercase `name` without regard to ASCII case, compared a word at a time
@@ -294,10 +320,7 @@ fn eq_lowercase(name: &[u8], host: &[u8]) -> bool {
     match name.len() {
         0 => true,
         1..=7 => short_word(name) == lower8(short_word(host)),
-        8..=FOUR_WORDS => {
-            let (a, b) = (words4(name), words4(host));
-            (0..4).fold(0, |d, i| d | (a[i] ^ lower8(b[i]))) == 0
-        }
+        8..=FOUR_WORDS => same_words(words4(name), words4(host).map(lower8)),
         len => {
             let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
             let whole = (name.chunks_exact(8).zip(host.chunks_exact(8)))
