@@ -15,8 +15,9 @@
 #
 # Needs perf/run.sh's fixture (PERF_WORK, default /tmp/ricochet-perf: data-1000000,
 # links-1000000.tsv, keys-1000000.txt) and wrk. Builds the three-domain data dir beside it once
-# ($PERF_WORK/dom3). Settings: AB_ROUNDS=3, AB_DURATION_S=10, AB_CONNECTIONS=64. Prints one line
-# per run and the medians; nothing is written elsewhere.
+# ($PERF_WORK/dom3). Settings: AB_ROUNDS=3, AB_DURATION_S=10, AB_CONNECTIONS=64, AB_DEPTHS="1 16".
+# Prints one line per run, the medians, and each round's B/A with their median; nothing is
+# written elsewhere.
 set -euo pipefail
 
 bin="${1:?usage: perf/domains_ab.sh BINARY}"
@@ -50,6 +51,13 @@ if [[ ! -e "$dom3/done" ]]; then
     touch "$dom3/done"
 fi
 
+# The same requests for loadgen (perf/latency_ab.sh, for the open-loop p99 of the two sides):
+# key, URL, status and the Host of the line's request, as keys.txt names it.
+if [[ ! -e "$dom3/lg-links.tsv" ]]; then
+    awk -F'\t' -v OFS='\t' 'NR == FNR {host[$1] = $2; next} {print $1, $2, $3, host[$1]}' \
+        "$dom3/keys.txt" "$work/links-1000000.tsv" >"$dom3/lg-links.tsv"
+fi
+
 lua="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/random.lua"
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -74,26 +82,30 @@ for round in $(seq 1 "$rounds"); do
             curl -fs "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
             sleep 0.05
         done
-        for depth in 1 16; do
+        for depth in ${AB_DEPTHS:-1 16}; do
             json="$(mktemp)"
             WRK_DEPTH=$depth WRK_KEYS="$keys" WRK_JSON="$json" taskset -c 1 \
                 wrk -t1 -c"$conns" -d"${duration}s" -s "$lua" "http://127.0.0.1:$port/" >/dev/null
             read -r rps bad p50 p99 < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); l=d["latency_us"]; print(d["rps"], d["errors"]["status"], l["p50"], l["p99"])' "$json")
             rm -f "$json"
             echo "round $round $side depth $depth: $rps req/s, p50 $p50 us, p99 $p99 us, non-3xx $bad"
-            echo "$side $depth $rps $p99" >>"$results"
+            echo "$side $depth $rps $p99 $round" >>"$results"
         done
         kill "$pid"; wait "$pid" 2>/dev/null || true
     done
 done
 median() { sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 echo "medians (A = one domain, B = three domains, Host mix; AB_SAME_REQUESTS=${AB_SAME_REQUESTS:-0}; binary $bin):"
-for depth in 1 16; do
+for depth in ${AB_DEPTHS:-1 16}; do
     a="$(awk -v d=$depth '$1=="A" && $2==d {print $3}' "$results" | median)"
     b="$(awk -v d=$depth '$1=="B" && $2==d {print $3}' "$results" | median)"
     ap="$(awk -v d=$depth '$1=="A" && $2==d {print $4}' "$results" | median)"
     bp="$(awk -v d=$depth '$1=="B" && $2==d {print $4}' "$results" | median)"
     awk -v d=$depth -v a="$a" -v b="$b" -v ap="$ap" -v bp="$bp" \
         'BEGIN {printf "depth %d: A %.0f req/s p99 %d us, B %.0f req/s p99 %d us, B/A %.3f\n", d, a, ap, b, bp, b/a}'
+    # Each round's B/A (its two servers ran minutes apart at most): the median of these
+    # is less moved by the VM's slow and fast phases than the ratio of the medians.
+    per_round="$(awk -v d=$depth '$2==d {r[$5 "," $1]=$3; n[$5]=1} END {for (k in n) printf "%.3f\n", r[k ",B"]/r[k ",A"]}' "$results" | sort -n)"
+    echo "depth $depth: B/A per round $(echo $per_round), median $(echo "$per_round" | median)"
 done
 rm -f "$results"

@@ -26,6 +26,10 @@
 #   LAB_MAX=1               also search the rate held at p99 <= LAB_SLO (uniform keys)
 #   LAB_SLO=1ms
 #   LAB_LABEL=latency-ab    report name suffix
+#   LAB_DATA_<LABEL>, LAB_LINKS_<LABEL>   a variant's own data dir and loadgen links file
+#                           (default: perf/run.sh's 1M links): e.g. a server with several
+#                           domains, its links file naming each link's Host (perf/domains_ab.sh
+#                           builds both in $PERF_WORK/dom3)
 #   LAB_PAUSE_DAMON=0       1: pause the kernel's DAMON monitor (kdamond) for the run and
 #                           start it again at the end (needs root). This VM runs DAMON with a
 #                           `pageout` scheme that preempts whatever runs for up to 12 ms every
@@ -60,6 +64,7 @@ labels=(); cmds=()
 for v in "$@"; do
     [[ "$v" == *=* ]] || { echo "latency_ab.sh: '$v' is not LABEL=BINARY [FLAGS...]" >&2; exit 2; }
     l="${v%%=*}"; c="${v#*=}"
+    [[ "$l" =~ ^[A-Za-z0-9_]+$ ]] || { echo "latency_ab.sh: label '$l': letters, digits and _ only" >&2; exit 2; }
     read -r b _ <<<"$c"
     [[ -x "$b" ]] || { echo "latency_ab.sh: variant '$l': $b is not an executable" >&2; exit 2; }
     labels+=("$l"); cmds+=("$c")
@@ -88,7 +93,7 @@ start_server() {
     port="$(free_port)"
     # A copy of the links' data dir per server: its click store starts empty each time, as a
     # fresh server's would, and no variant reads another's clicks.
-    rm -rf "$scratch/data"; cp -a "$data" "$scratch/data"; rm -rf "$scratch/data/clicks"
+    rm -rf "$scratch/data"; cp -a "$2" "$scratch/data"; rm -rf "$scratch/data/clicks"
     # Written back now, not by the kernel's flusher 30 s later (dirty_expire_centisecs) in the
     # middle of a point: 150 MB of writeback on the server's CPU stalled whichever point ran
     # then, every variant alike (2026-12-05-5a69e272a5-issue23-one-visitor-damon-paused.md).
@@ -109,16 +114,22 @@ start_server() {
 stop_server() { kill "$pid"; wait "$pid" 2>/dev/null || true; }
 
 n=${#labels[@]}
+for l in "${labels[@]}"; do
+    own_data="LAB_DATA_$l"; own_links="LAB_LINKS_$l"
+    echo "data $l ${!own_data:-$data} ${!own_links:-$links}" >>"$raw"
+done
 for round in $(seq 1 "$rounds"); do
     for k in $(seq 0 $((n - 1))); do
         i=$(( (k + round - 1) % n ))
         l="${labels[$i]}"
-        start_server "${cmds[$i]}"
+        own_data="LAB_DATA_$l"; own_links="LAB_LINKS_$l"
+        v_links="${!own_links:-$links}"
+        start_server "${cmds[$i]}" "${!own_data:-$data}"
         for dist in $dists; do
             for rate in $rates; do
                 d0="$(metric ricochet_clicks_dropped_total)"
                 "$loadgen" --target "127.0.0.1:$port" --rate "$rate" --duration "${duration}s" \
-                    --warmup "${warmup}s" --connections "$conns" --links "$links" --dist "$dist" \
+                    --warmup "${warmup}s" --connections "$conns" --links "$v_links" --dist "$dist" \
                     --click-headers --cpu "$load_cpu" --json "$scratch/lg.json" >/dev/null 2>&1 || true
                 d1="$(metric ricochet_clicks_dropped_total)"
                 read -r p50 p99 p999 ach errs < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); l=d["latency_us"]; print(l["p50"], l["p99"], l["p999"], d["achieved_rps"], d["error_total"])' "$scratch/lg.json")
@@ -128,7 +139,7 @@ for round in $(seq 1 "$rounds"); do
         done
         if [[ "$do_max" == 1 ]]; then
             "$loadgen" --target "127.0.0.1:$port" --max --slo-p99 "$slo" --rate 20000 \
-                --duration "${duration}s" --warmup "${warmup}s" --connections "$conns" --links "$links" \
+                --duration "${duration}s" --warmup "${warmup}s" --connections "$conns" --links "$v_links" \
                 --click-headers --cpu "$load_cpu" --json "$scratch/max.json" >/dev/null 2>&1 || true
             held="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["held_rps"] or 0)' "$scratch/max.json")"
             echo "round $round $l held at p99 <= $slo: $held req/s"
@@ -158,6 +169,9 @@ o.append(f"- server `--cores {cores}` under `taskset -c {scpus}` (its aggregator
 o.append(f"- {rounds} rounds, variants alternating (order rotated per round), each server started afresh with an empty click store")
 if damon != "0":
     o.append("- the kernel's DAMON monitor (kdamond, a `pageout` scheme of this VM) paused for the run (`LAB_PAUSE_DAMON=1`)")
+for r in rows:
+    if r[0] == "data":
+        o.append(f"- `{r[1]}`: data dir `{r[2]}`, loadgen links `{r[3]}`")
 o.append("- command: `perf/latency_ab.sh " + " ".join(f"'{l}={c}'" for l, c in zip(labels, cmds)) + "`\n")
 pts = [r for r in rows if r[0] == "pt"]
 keys = []

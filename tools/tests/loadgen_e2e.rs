@@ -32,6 +32,9 @@ struct Faults {
     stall_at: Option<(u64, Duration)>,
     /// Write responses in 7-byte pieces with pauses, so they arrive split across reads.
     split_writes: bool,
+    /// Links are keyed by `HOST KEY` (a server with several domains): a GET finds its link
+    /// only under the `Host` it names.
+    by_host: bool,
 }
 
 struct Responder {
@@ -143,8 +146,18 @@ fn serve(
                     );
                 }
             } else {
-                let key = &path[1..];
-                match links.get(key) {
+                let key = match faults.by_host {
+                    true => {
+                        let host = req
+                            .headers
+                            .iter()
+                            .find(|h| h.name.eq_ignore_ascii_case("host"));
+                        let host = std::str::from_utf8(host.unwrap().value).unwrap();
+                        format!("{host} {}", &path[1..])
+                    }
+                    false => path[1..].to_string(),
+                };
+                match links.get(&key) {
                     Some((url, status)) => {
                         let url = if faults.wrong_location && n % 5 == 0 {
                             format!("{url}x")
@@ -200,6 +213,22 @@ fn dataset(n: usize) -> (Dataset, HashMap<String, (String, u16)>) {
     (Dataset::parse(tsv).unwrap(), map)
 }
 
+/// [`dataset`] with a fourth column naming each link's `Host` (one of three), and the
+/// responder's map keyed by `HOST KEY`.
+fn dataset_with_hosts(n: usize) -> (Dataset, HashMap<String, (String, u16)>) {
+    let (plain, map) = dataset(n);
+    let mut tsv = String::new();
+    let mut by_host = HashMap::new();
+    for i in 0..plain.len() {
+        let key = std::str::from_utf8(plain.key(i)).unwrap();
+        let host = format!("d{}.example", i % 3);
+        let (url, status) = &map[key];
+        tsv.push_str(&format!("{key}\t{url}\t{status}\t{host}\n"));
+        by_host.insert(format!("{host} {key}"), (url.clone(), *status));
+    }
+    (Dataset::parse(tsv.into_bytes()).unwrap(), by_host)
+}
+
 fn config(addr: SocketAddr, rate: u64, duration_ms: u64) -> LoadConfig {
     let mut cfg = LoadConfig::new(addr);
     cfg.rate = rate;
@@ -244,6 +273,28 @@ fn clean_run_has_no_errors_and_hits_the_rate() {
     assert_eq!(r.percentiles.len(), 103);
     let json = serde_json::to_value(&r).unwrap();
     assert!(json["latency_us"]["p99"].as_f64().unwrap() > 0.0);
+}
+
+/// A links file's fourth column is the `Host` each request for that link names: against a
+/// server that finds a link only under its own host, every answer is right; the same links
+/// without the column all miss.
+#[test]
+fn each_request_names_its_links_host() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (data, map) = dataset_with_hosts(300);
+    let faults = Faults {
+        by_host: true,
+        ..Faults::default()
+    };
+    let server = start_responder(map, faults);
+    let cfg = config(server.addr, 1000, 500);
+    let r = run(&cfg, &data).unwrap();
+    assert_eq!(r.error_total, 0, "{:?} {:?}", r.errors, r.error_samples);
+    assert_eq!(r.ok, r.scheduled);
+    let (plain, _) = dataset(300);
+    let r = run(&cfg, &plain).unwrap();
+    assert_eq!(r.ok, 0, "{:?}", r.errors);
+    assert_eq!(r.error_total, r.scheduled);
 }
 
 #[test]

@@ -1,5 +1,7 @@
-//! The dataset the load generator asks for and checks against: a TSV of `key<TAB>url[<TAB>status]`
-//! (the format `ricochet import` reads), held as one byte buffer plus a compact index.
+//! The dataset the load generator asks for and checks against: a TSV of
+//! `key<TAB>url[<TAB>status[<TAB>host]]` (the first three columns are the format `ricochet
+//! import` reads; `host`, if given, is the `Host` a request for that link names, for servers
+//! with several domains), held as one byte buffer plus a compact index.
 
 use std::path::Path;
 
@@ -13,8 +15,10 @@ pub enum LinksError {
         path: String,
         source: std::io::Error,
     },
-    #[error("line {line}: expected key<TAB>url[<TAB>status]")]
+    #[error("line {line}: expected key<TAB>url[<TAB>status[<TAB>host]]")]
     Columns { line: u64 },
+    #[error("line {line}: bad host {text:?}: 1 to {MAX_HOST_BYTES} visible ASCII bytes")]
+    Host { line: u64, text: String },
     #[error("line {line}: bad key: {err}")]
     Key {
         line: u64,
@@ -33,6 +37,9 @@ pub enum LinksError {
     Empty,
 }
 
+/// Longest `Host` a links file may give a link.
+pub const MAX_HOST_BYTES: usize = 255;
+
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     key_off: u64,
@@ -47,6 +54,9 @@ pub struct Dataset {
     buf: Vec<u8>,
     entries: Vec<Entry>,
     max_key_len: usize,
+    /// Per link, where its `Host` starts in `buf` and its length (0: none); empty when no
+    /// line gives one, so a file without hosts costs nothing more.
+    hosts: Vec<(u64, u8)>,
 }
 
 impl Dataset {
@@ -63,6 +73,7 @@ impl Dataset {
     /// a missing status means 302.
     pub fn parse(buf: Vec<u8>) -> Result<Dataset, LinksError> {
         let mut entries = Vec::new();
+        let mut hosts: Vec<(u64, u8)> = Vec::new();
         let mut max_key_len = 0;
         let mut pos = 0usize;
         let mut line_no = 0u64;
@@ -82,6 +93,7 @@ impl Dataset {
             let key = cols.next().unwrap_or_default();
             let url = cols.next().ok_or(LinksError::Columns { line: line_no })?;
             let status = cols.next();
+            let host = cols.next();
             if cols.next().is_some() {
                 return Err(LinksError::Columns { line: line_no });
             }
@@ -104,6 +116,18 @@ impl Dataset {
                     })?
                     .code(),
             };
+            if let Some(h) = host {
+                let visible = h.iter().all(|b| b.is_ascii_graphic());
+                if h.is_empty() || h.len() > MAX_HOST_BYTES || !visible {
+                    return Err(LinksError::Host {
+                        line: line_no,
+                        text: String::from_utf8_lossy(h).into_owned(),
+                    });
+                }
+                hosts.resize(entries.len(), (0, 0));
+                let at = h.as_ptr() as usize - buf.as_ptr() as usize;
+                hosts.push((at as u64, h.len() as u8));
+            }
             debug_assert!(key.len() <= MAX_KEY_BYTES);
             max_key_len = max_key_len.max(key.len());
             entries.push(Entry {
@@ -116,10 +140,14 @@ impl Dataset {
         if entries.is_empty() {
             return Err(LinksError::Empty);
         }
+        if !hosts.is_empty() {
+            hosts.resize(entries.len(), (0, 0));
+        }
         Ok(Dataset {
             buf,
             entries,
             max_key_len,
+            hosts,
         })
     }
 
@@ -154,6 +182,13 @@ impl Dataset {
         self.entries[i].status
     }
 
+    /// The `Host` a request for link `i` names, if its line gives one.
+    #[inline]
+    pub fn host(&self, i: usize) -> Option<&[u8]> {
+        let &(at, len) = self.hosts.get(i)?;
+        (len > 0).then(|| &self.buf[at as usize..at as usize + usize::from(len)])
+    }
+
     /// Length of the longest key: keys longer than this cannot be in the dataset.
     pub fn max_key_len(&self) -> usize {
         self.max_key_len
@@ -179,6 +214,21 @@ mod tests {
         assert_eq!(d.url(1), b"http://b.org");
         assert_eq!(d.status(1), 302);
         assert_eq!(d.max_key_len(), 6);
+        assert_eq!(d.host(0), None);
+    }
+
+    #[test]
+    fn a_fourth_column_is_the_links_host() {
+        let d = Dataset::parse(
+            b"a\thttps://a.com/\t\nb\thttps://b.com/\t301\tGo.Brand.com:443\nc\thttps://c.com/\t\tsho.rt\n"
+                .to_vec(),
+        )
+        .unwrap();
+        assert_eq!(d.host(0), None);
+        assert_eq!(d.host(1), Some(&b"Go.Brand.com:443"[..]));
+        assert_eq!(d.status(1), 301);
+        assert_eq!(d.host(2), Some(&b"sho.rt"[..]));
+        assert_eq!(d.url(2), b"https://c.com/");
     }
 
     #[test]
@@ -188,7 +238,9 @@ mod tests {
             (b"a/b\thttps://a.com\n", "line 1: bad key"),
             (b"ok\thttps://a.com\nok2\tftp://x\n", "line 2: bad url"),
             (b"ok\thttps://a.com\t303\n", "line 1: bad status"),
-            (b"ok\thttps://a.com\t302\textra\n", "line 1: expected"),
+            (b"ok\thttps://a.com\t302\th\textra\n", "line 1: expected"),
+            (b"ok\thttps://a.com\t302\ta b\n", "line 1: bad host"),
+            (b"ok\thttps://a.com\t302\t\n", "line 1: bad host"),
             (b"\n# only comments\n", "no links"),
         ];
         for (text, want) in bad {

@@ -172,11 +172,14 @@ impl RequestWriter {
     /// Appends the request for `expect` to `out`.
     pub fn write(&mut self, out: &mut Vec<u8>, expect: Expect, data: &Dataset) {
         match expect {
-            Expect::Link(i) => self.write_get(out, data.key(i as usize)),
+            Expect::Link(i) => {
+                let i = i as usize;
+                self.write_get(out, data.key(i), data.host(i));
+            }
             Expect::Unknown(seed) => {
                 let mut buf = [0u8; MAX_KEY_BYTES];
                 let n = unknown_key(seed, data, &mut buf);
-                self.write_get(out, &buf[..n]);
+                self.write_get(out, &buf[..n], None);
             }
             Expect::Create(seed) => {
                 gen_url(&mut Rng::new(seed), &mut self.url);
@@ -199,11 +202,13 @@ impl RequestWriter {
         }
     }
 
-    fn write_get(&mut self, out: &mut Vec<u8>, key: &[u8]) {
+    /// A GET of `key`, naming `host` (the link's own, from its links file line) or else the
+    /// writer's.
+    fn write_get(&mut self, out: &mut Vec<u8>, key: &[u8], host: Option<&[u8]>) {
         out.extend_from_slice(b"GET /");
         out.extend_from_slice(key);
         out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
-        out.extend_from_slice(&self.host);
+        out.extend_from_slice(host.unwrap_or(&self.host));
         if let Some(n) = self.clicks.as_mut() {
             *n += 1;
             let n = *n;
