@@ -40,6 +40,34 @@ pub enum LinksError {
 /// Longest `Host` a links file may give a link.
 pub const MAX_HOST_BYTES: usize = 255;
 
+/// A line's status column (none or empty: 302).
+fn status_column(status: Option<&[u8]>, line: u64) -> Result<u16, LinksError> {
+    let Some(s) = status.filter(|s| !s.is_empty()) else {
+        return Ok(RedirectStatus::Found.code());
+    };
+    std::str::from_utf8(s)
+        .ok()
+        .and_then(|t| t.parse::<u16>().ok())
+        .and_then(RedirectStatus::from_code)
+        .map(RedirectStatus::code)
+        .ok_or_else(|| LinksError::Status {
+            line,
+            text: String::from_utf8_lossy(s).into_owned(),
+        })
+}
+
+/// A line's host column: 1 to [`MAX_HOST_BYTES`] visible ASCII bytes.
+fn check_host(h: &[u8], line: u64) -> Result<(), LinksError> {
+    let visible = h.iter().all(u8::is_ascii_graphic);
+    if h.is_empty() || h.len() > MAX_HOST_BYTES || !visible {
+        return Err(LinksError::Host {
+            line,
+            text: String::from_utf8_lossy(h).into_owned(),
+        });
+    }
+    Ok(())
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     key_off: u64,
@@ -104,26 +132,9 @@ impl Dataset {
             let url_str =
                 std::str::from_utf8(url).map_err(|_| LinksError::Utf8 { line: line_no })?;
             validate_url(url_str).map_err(|err| LinksError::Url { line: line_no, err })?;
-            let status = match status {
-                None | Some(b"") => RedirectStatus::Found.code(),
-                Some(s) => std::str::from_utf8(s)
-                    .ok()
-                    .and_then(|t| t.parse::<u16>().ok())
-                    .and_then(RedirectStatus::from_code)
-                    .ok_or_else(|| LinksError::Status {
-                        line: line_no,
-                        text: String::from_utf8_lossy(s).into_owned(),
-                    })?
-                    .code(),
-            };
+            let status = status_column(status, line_no)?;
             if let Some(h) = host {
-                let visible = h.iter().all(|b| b.is_ascii_graphic());
-                if h.is_empty() || h.len() > MAX_HOST_BYTES || !visible {
-                    return Err(LinksError::Host {
-                        line: line_no,
-                        text: String::from_utf8_lossy(h).into_owned(),
-                    });
-                }
+                check_host(h, line_no)?;
                 hosts.resize(entries.len(), (0, 0));
                 let at = h.as_ptr() as usize - buf.as_ptr() as usize;
                 hosts.push((at as u64, h.len() as u8));
