@@ -409,8 +409,7 @@ const REG_NAME_BYTE: [bool; 256] = {
     let mut t = [false; 256];
     let mut b = 0;
     while b < 256 {
-        let c = b as u8;
-        t[b] = c.is_ascii_alphanumeric();
+        t[b] = (b as u8).is_ascii_alphanumeric();
         b += 1;
     }
     let punct = b"-._~%!$&'()*+,;=";
@@ -1157,6 +1156,14 @@ mod tests {
                 "{:?}",
                 String::from_utf8_lossy(evil)
             );
+        }
+    }
+
+    #[test]
+    fn reg_name_bytes_are_rfc_3986s() {
+        for b in 0..=255u8 {
+            let rfc = b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=".contains(&b);
+            assert_eq!(REG_NAME_BYTE[usize::from(b)], rfc, "byte {b:#04x}");
         }
     }
 
