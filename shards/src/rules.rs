@@ -862,6 +862,8 @@ fn each_token_start_with(hay: &[u8], wide: bool, mut f: impl FnMut(usize)) {
         }
         from = token_starts_sse2(hay, from, &mut f);
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = wide;
     for i in from..hay.len().saturating_sub(1) {
         if starts_token(hay[i], hay[i + 1]) {
             f(i);
