@@ -567,7 +567,6 @@ impl<'v> Facts<'v, '_> {
         })
     }
 
-    #[inline(always)]
     fn device(&mut self, d: u8) -> bool {
         let ua = self.v.user_agent;
         let classes = *self.devices.get_or_insert_with(|| device_classes(ua));
@@ -581,9 +580,6 @@ impl<'v> Facts<'v, '_> {
     }
 
     /// The last value of parameter `key` in the visit's query (see [`last_param`]).
-    /// Inlined into the walk, as are [`Params::last`] and the device and language checks:
-    /// their calls were about a tenth of a 5x3 evaluation; the split, once a visit, is not.
-    #[inline(always)]
     fn param(&mut self, key: &[u8]) -> Option<Option<&'v [u8]>> {
         let q = self.v.query;
         self.params
@@ -609,7 +605,6 @@ struct Params<'q> {
 impl<'q> Params<'q> {
     /// One pass over the `&`s and `=`s ([`each_of`]): a `memchr` per separator cost more in
     /// calls, and a byte loop in mispredicted branches, than the split's work.
-    #[inline(never)]
     fn split(raw: &'q [u8]) -> Params<'q> {
         let mut p = Params {
             raw,
@@ -647,7 +642,6 @@ impl<'q> Params<'q> {
         self.n += 1;
     }
 
-    #[inline(always)]
     fn last(&self, key: &[u8]) -> Option<Option<&'q [u8]>> {
         if self.overflow {
             return last_param(self.raw, key);
@@ -1050,7 +1044,6 @@ fn token_at(ua: &[u8], i: usize) -> u16 {
 /// Whether `Accept-Language` asks for `lang` (lowercase `ll` or `ll-rr`): a range of the same
 /// language, and region if `lang` names one, with quality at least [`LANGUAGE_MIN_QUALITY`].
 /// `*` asks for no language in particular.
-#[inline(always)]
 pub fn accepts_language(header: &[u8], lang: &[u8]) -> bool {
     let (want_lang, want_region) = split_tag(lang);
     // By hand, one item at a time, the quality read only for a range that names the language:
