@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Redirect rules' evaluation (issue 27), two versions side by side in ONE binary: criterion's
 # `benches/rules.rs` swings by 10-40% between runs on a shared VM, more than the changes it
-# should judge. This builds a scratch crate (outside the workspace) holding `shards/src/rules.rs`
-# of two revisions as two modules, and times the bench's cases for each, alternating, in rounds:
-# per case, 300 batches of 2,000 evaluations, the fastest batch printed (the least disturbed).
+# should judge. This builds a scratch crate (outside the workspace) holding the rules module
+# (`shards/src/rules.rs`, or `shards/src/rules/` since 2026-12-08) of two revisions as two
+# modules, and times the bench's cases for each, alternating, in rounds: per case, 300 batches
+# of 2,000 evaluations, the fastest batch printed (the least disturbed).
 #
 #   perf/rules_ab.sh OLD_REV [NEW_REV]     NEW_REV defaults to the working tree
 #
 # Cases (the bench's programs and visitor: a desktop Chrome, `en-US,en;q=0.9,de;q=0.8`, a
 # 4-parameter UTM query): 5x3 with no rule matching (all 15 conditions evaluated), the last
-# matching, each rule's first condition (a device) failing; 15 date conditions (the walk alone);
-# `device_classes` alone. Prints every round's lines, then per case the fastest of each side
+# matching, each rule's first condition (a device) failing; every rule failing at its language
+# with dates, addresses, devices and query parameters named too (every condition evaluated, in
+# either form); 15 date conditions (the walk alone); `device_classes` alone. Prints every round's lines, then per case the fastest of each side
 # and the median of the per-round new/old ratios.
 #
 # Settings: ROUNDS=8, CPU=1 (taskset), WORK=${TMPDIR:-/tmp}/ricochet-rules-ab.
@@ -24,25 +26,34 @@ repo="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
 work="${WORK:-${TMPDIR:-/tmp}/ricochet-rules-ab}"
 mkdir -p "$work/src"
 
-# A revision's rules.rs as a module: its `crate::` paths point at the shards crate.
+# A revision's rules as a module named OUT: `shards/src/rules.rs` (one file, before
+# 2026-12-08) or `shards/src/rules/*.rs` (a directory); their `crate::` paths point at the
+# shards crate.
 module() { # REV|"" OUT
-    local src
-    if [[ -n "$1" ]]; then
-        src="$(git -C "$repo" show "$1:shards/src/rules.rs")" || {
-            echo "rules_ab.sh: no shards/src/rules.rs at revision $1" >&2; exit 1; }
+    local rev="$1" out="$2" files f src other
+    rm -rf "$work/src/$out" "$work/src/$out.rs"
+    if [[ -n "$rev" ]]; then
+        files="$(git -C "$repo" ls-tree -r --name-only "$rev" -- shards/src/rules.rs shards/src/rules/)"
     else
-        src="$(cat "$repo/shards/src/rules.rs")"
+        files="$(cd "$repo" && ls shards/src/rules.rs shards/src/rules/*.rs 2>/dev/null || true)"
     fi
-    local other
-    other="$(grep -o 'crate::[a-z_]*' <<<"$src" | sort -u | grep -v -e '^crate::link$' -e '^crate::timefmt$' || true)"
-    if [[ -n "$other" ]]; then
-        echo "rules_ab.sh: rules.rs at ${1:-the working tree} uses $other; teach this script to map it" >&2
-        exit 1
-    fi
-    sed 's/crate::link::/shards::link::/g; s/crate::timefmt::/shards::timefmt::/g' <<<"$src" >"$2"
+    [[ -n "$files" ]] || { echo "rules_ab.sh: no shards/src/rules at ${rev:-the working tree}" >&2; exit 1; }
+    for f in $files; do
+        if [[ -n "$rev" ]]; then src="$(git -C "$repo" show "$rev:$f")"; else src="$(cat "$repo/$f")"; fi
+        other="$(grep -o 'crate::[a-z_]*' <<<"$src" | sort -u | grep -v -e '^crate::link$' -e '^crate::timefmt$' || true)"
+        if [[ -n "$other" ]]; then
+            echo "rules_ab.sh: $f at ${rev:-the working tree} uses $other; teach this script to map it" >&2
+            exit 1
+        fi
+        case "$f" in
+            shards/src/rules.rs) dest="$work/src/$out.rs" ;;
+            *) mkdir -p "$work/src/$out"; dest="$work/src/$out/${f#shards/src/rules/}" ;;
+        esac
+        sed 's/crate::link::/shards::link::/g; s/crate::timefmt::/shards::timefmt::/g' <<<"$src" >"$dest"
+    done
 }
-module "$old" "$work/src/rules_old.rs"
-module "$new" "$work/src/rules_new.rs"
+module "$old" rules_old
+module "$new" rules_new
 
 cat >"$work/Cargo.toml" <<EOF
 [package]
@@ -136,6 +147,23 @@ macro_rules! side {
                 conditions: vec![c("device", None, d), c("language", None, "de"), c("query-param", Some("k"), "v")],
             })
             .collect();
+        // Every rule fails at its language (the dearest kind of fact), the five naming dates,
+        // addresses, devices and query parameters besides: every condition is evaluated.
+        let kinds = [
+            (c("after-date", None, "2001-01-01T00:00:00Z"), c("ip-address", None, "192.0.2.0/24"), "fr"),
+            (c("device", None, "desktop"), c("query-param", Some("utm_campaign"), "winter"), "es"),
+            (c("device", None, "windows"), c("any-value-query-param", Some("ref"), ""), "it"),
+            (c("before-date", None, "9000-01-01T00:00:00Z"), c("ip-address", None, "192.0.2.7"), "pt"),
+            (c("device", None, "desktop"), c("query-param", Some("utm_source"), "newsletter"), "nl"),
+        ];
+        let kinds: Vec<r::Rule> = kinds
+            .into_iter()
+            .enumerate()
+            .map(|(i, (a, b, l))| r::Rule {
+                target: format!("https://k{i}.example/"),
+                conditions: vec![a, b, c("language", None, l)],
+            })
+            .collect();
         let dates: Vec<r::Rule> = (0..5)
             .map(|i| r::Rule {
                 target: format!("https://d{i}.example/"),
@@ -151,9 +179,11 @@ macro_rules! side {
         };
         let (none, last) = (program(false), program(true));
         let (mobile, dates) = (r::encode(&mobile).unwrap(), r::encode(&dates).unwrap());
+        let kinds = r::encode(&kinds).unwrap();
+        assert!(r::RuleSet::parse(&kinds).unwrap().first_match(&v, &mut |_| None).is_none());
         assert!(r::RuleSet::parse(&none).unwrap().first_match(&v, &mut |_| None).is_none());
         assert_eq!(r::RuleSet::parse(&last).unwrap().first_match(&v, &mut |_| None).map(|m| m.index), Some(4));
-        for (name, p) in [("5x3_none_match", &none), ("5x3_last_matches", &last), ("5x3_device_fails", &mobile), ("15_dates_walk_only", &dates)] {
+        for (name, p) in [("5x3_none_match", &none), ("5x3_last_matches", &last), ("5x3_device_fails", &mobile), ("5x3_every_kind", &kinds), ("15_dates_walk_only", &dates)] {
             let set = r::RuleSet::parse(p).unwrap();
             time(&format!("{} {name}", $label), || {
                 black_box($evaluate(black_box(set), black_box(&v)));

@@ -4,7 +4,9 @@ use proptest::prelude::*;
 use shards::behaviour::{Behaviour, Disabled, DisabledReason};
 use shards::link::{Author, RedirectStatus};
 use shards::placement::shard_of;
-use shards::table::{write_table, OwnedLink, Table, HEADER_BYTES, INDEX_LOAD_PERCENT};
+use shards::table::{
+    write_table, OwnedLink, Table, HEADER_BYTES, INDEX_LOAD_PERCENT, TABLE_FORMAT_VERSION,
+};
 use shards::Error;
 use std::collections::HashMap;
 use std::path::Path;
@@ -321,7 +323,7 @@ fn format_1_tables_read_unchanged_and_a_future_format_is_refused() {
         .collect();
     write_table(&p, 0, 1, 0, links.clone()).unwrap();
     let mut bytes = std::fs::read(&p).unwrap();
-    assert_eq!(bytes[8..12], 5u32.to_le_bytes());
+    assert_eq!(bytes[8..12], TABLE_FORMAT_VERSION.to_le_bytes());
     bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
     reseal(&mut bytes);
     std::fs::write(&p, &bytes).unwrap();
@@ -332,11 +334,66 @@ fn format_1_tables_read_unchanged_and_a_future_format_is_refused() {
     assert_eq!(read, want);
     assert_eq!(t.get(b"key7").unwrap().target, "https://e.com/7");
     drop(t);
-    bytes[8..12].copy_from_slice(&6u32.to_le_bytes());
+    let future = TABLE_FORMAT_VERSION + 1;
+    bytes[8..12].copy_from_slice(&future.to_le_bytes());
     reseal(&mut bytes);
     std::fs::write(&p, &bytes).unwrap();
     let e = Table::open(&p).unwrap_err().to_string();
-    assert!(e.contains("version 6") && e.contains("1 to 5"), "{e}");
+    let range = format!("1 to {TABLE_FORMAT_VERSION}");
+    assert!(
+        e.contains(&format!("version {future}")) && e.contains(&range),
+        "{e}"
+    );
+}
+
+/// Rules written by a format-4 or -5 build (the first program form: conditions in order)
+/// read back from a table this build writes around them, and evaluate.
+#[test]
+fn first_form_rules_read_back_and_evaluate() {
+    use shards::rules::{Condition, Device, Rule, RuleSet, Rules, Visitor};
+    let target = b"https://e.com/android";
+    // count 1; target; 1 condition: kind 1 (device), Android (1).
+    let mut program = vec![1, target.len() as u8, 0];
+    program.extend_from_slice(target);
+    program.extend_from_slice(&[1, 1, 1]);
+    let set = RuleSet::parse(&program).expect("a first-form program parses");
+    assert_eq!(
+        set.decode().unwrap(),
+        [Rule {
+            target: "https://e.com/android".into(),
+            conditions: vec![Condition::Device(Device::Android)],
+        }]
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("00000.tbl");
+    let l = OwnedLink {
+        rules: Rules::new(set),
+        ..link("k", "https://e.com/", RedirectStatus::Found, 1)
+    };
+    write_table(&p, 0, 1, 0, vec![l.clone()]).unwrap();
+    let t = Table::open(&p).unwrap();
+    let read = OwnedLink::from(("k", t.get(b"k").unwrap()));
+    assert_eq!(read, l);
+    assert_eq!(
+        read.rules.set().bytes(),
+        &program[..],
+        "kept in its own form"
+    );
+    let android = Visitor {
+        user_agent: b"Mozilla/5.0 (Linux; Android 14; Pixel 8) Mobile",
+        ..Visitor::default()
+    };
+    let m = read
+        .rules
+        .set()
+        .first_match(&android, &mut |_| None)
+        .unwrap();
+    assert_eq!((m.index, m.target), (0, &target[..]));
+    assert!(read
+        .rules
+        .set()
+        .first_match(&Visitor::default(), &mut |_| None)
+        .is_none());
 }
 
 #[test]

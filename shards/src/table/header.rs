@@ -29,7 +29,10 @@ pub const TABLE_MAGIC: [u8; 8] = *b"RICOTBL\0";
 ///   format 4 without any.
 /// - 5: a record may carry its link's title and tags (`labels::LABELS_FLAG`); older formats
 ///   are format 5 without any.
-pub const TABLE_FORMAT_VERSION: u32 = 5;
+/// - 6: a record's rules may be a compiled program (`rules/compiled.rs`), which a format-5
+///   build would evaluate as the first form without parsing it; format-5 programs (the first
+///   form, `rules/walked.rs`) are still read and evaluated.
+pub const TABLE_FORMAT_VERSION: u32 = 6;
 
 /// The oldest table format this build reads.
 pub const OLDEST_TABLE_FORMAT_VERSION: u32 = 1;
