@@ -256,7 +256,7 @@ impl LinkInfo {
             expires_at_s: l.expires_at_s,
             author: l.author,
             behaviour: l.behaviour,
-            rules: shards::rules::Rules::new(l.rules),
+            rules: shards::rules::Rules::current(l.rules),
             labels: shards::labels::Labels::from_body(l.labels),
         }
     }

@@ -394,7 +394,7 @@ fn decode_link(r: &mut Reader<'_>) -> Result<LinkFields, String> {
     };
     let rules = if flags & RULES_FLAG != 0 {
         let (set, len) = crate::rules::decode_block(&r.p[r.at..])?;
-        let rules = crate::rules::Rules::new(set);
+        let rules = crate::rules::Rules::current(set);
         r.bytes(len)?;
         rules
     } else {
@@ -563,6 +563,45 @@ mod tests {
             }
             assert!(frame_at(&buf[..buf.len() - 1], 0).is_none());
         }
+    }
+
+    /// A record an older build logged with first-form rules replays with them compiled
+    /// (the same rules), so the next table written from it holds the compiled form.
+    #[test]
+    fn first_form_rules_replay_compiled() {
+        let rules = [crate::rules::Rule {
+            target: "https://example.com/a".into(),
+            conditions: vec![crate::rules::Condition::Device(
+                crate::rules::Device::Android,
+            )],
+        }];
+        // count 1; target; 1 condition: kind 1 (device), Android (1).
+        let mut first_form = vec![1, rules[0].target.len() as u8, 0];
+        first_form.extend_from_slice(rules[0].target.as_bytes());
+        first_form.extend_from_slice(&[1, 1, 1]);
+        let set = crate::rules::RuleSet::parse(&first_form).unwrap();
+        let op = LogOp::Put(LinkFields {
+            key: "k".into(),
+            target: "https://example.com/".into(),
+            status: RedirectStatus::Found,
+            expires_at_s: 0,
+            created_at_s: 1,
+            flags: 0,
+            id: 1,
+            author: Author::NONE,
+            behaviour: crate::behaviour::Behaviour::NONE,
+            rules: crate::rules::Rules::new(set),
+            labels: crate::labels::Labels::NONE,
+        });
+        let mut buf = Vec::new();
+        encode_frame(&mut buf, 1, 1, 0, &op.as_ref());
+        let f = frame_at(&buf, 0).expect("valid frame");
+        let LogOp::Put(l) = decode_payload(f.payload).unwrap().record.op else {
+            panic!("a put")
+        };
+        let want = crate::rules::encode(&rules).unwrap();
+        assert_eq!(l.rules.set().bytes(), &want[..]);
+        assert_eq!(l.rules.set().decode().unwrap(), rules);
     }
 
     #[test]

@@ -37,7 +37,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::facts::{decoded_eq, device_classes, in_network, range_quality, split_tag, Params};
+use super::facts::{
+    decoded_eq, device_classes, each_range, in_network, range_quality, split_tag, Params,
+};
 use super::model::{
     Condition, Device, Match, Rule, Visitor, LANGUAGE_MIN_QUALITY, MAX_CONDITIONS_PER_RULE,
     MAX_RULES_PER_LINK,
@@ -463,26 +465,26 @@ fn query(mut f: Walk<'_>, first: u32, raw: &[u8]) -> Option<u128> {
 /// with every language asked, and its quality read only if one matches (as
 /// [`super::accepts_language`] does for one language).
 fn languages(facts: Walk<'_>, first: u32, header: &[u8]) -> Option<u128> {
-    let mut bits = 0u128;
-    let mut rest = header;
-    while !rest.is_empty() {
-        let end = rest.iter().position(|b| *b == b',').unwrap_or(rest.len());
-        let item = &rest[..end];
-        rest = rest.get(end + 1..).unwrap_or_default();
-        let semi = item.iter().position(|b| *b == b';').unwrap_or(item.len());
-        let (l, region) = split_tag(item[..semi].trim_ascii());
+    let mut bits = Some(0u128);
+    each_range(header, |l, region, params| {
         let named = each(facts, first, |f| {
             let (want_lang, want_region) = split_tag(f.short_bytes()?);
             Some(
                 l.eq_ignore_ascii_case(want_lang)
                     && (want_region.is_empty() || region.eq_ignore_ascii_case(want_region)),
             )
-        })? & !bits;
-        if named != 0 && range_quality(&item[semi..]) >= Some(LANGUAGE_MIN_QUALITY) {
-            bits |= named;
-        }
-    }
-    Some(bits)
+        });
+        bits = match (bits, named) {
+            (Some(b), Some(n)) if n & !b == 0 => Some(b),
+            (Some(b), Some(n)) => match range_quality(params) >= Some(LANGUAGE_MIN_QUALITY) {
+                true => Some(b | n),
+                false => Some(b),
+            },
+            _ => None,
+        };
+        bits.is_none()
+    });
+    bits
 }
 
 #[cfg(test)]

@@ -387,8 +387,23 @@ fn token_at(ua: &[u8], i: usize) -> u16 {
 /// `*` asks for no language in particular.
 pub fn accepts_language(header: &[u8], lang: &[u8]) -> bool {
     let (want_lang, want_region) = split_tag(lang);
-    // By hand, one item at a time, the quality read only for a range that names the language:
-    // the iterator chain this replaced took about 25 ns for a match in the first item.
+    let mut found = false;
+    each_range(header, |l, region, params| {
+        // The quality is read only for a range that names the language.
+        found = l.eq_ignore_ascii_case(want_lang)
+            && (want_region.is_empty() || region.eq_ignore_ascii_case(want_region))
+            && range_quality(params) >= Some(LANGUAGE_MIN_QUALITY);
+        found
+    });
+    found
+}
+
+/// Calls `f(language, region, parameters)` for each range of an `Accept-Language` value, in
+/// order, until it returns `true`: the range's first two subtags (its tag trimmed of
+/// whitespace) and what follows its `;`. By hand, one range at a time: the iterator chain
+/// this replaced took about 25 ns for a match in the first range.
+#[inline(always)]
+pub(super) fn each_range(header: &[u8], mut f: impl FnMut(&[u8], &[u8], &[u8]) -> bool) {
     let mut rest = header;
     while !rest.is_empty() {
         let end = rest.iter().position(|b| *b == b',').unwrap_or(rest.len());
@@ -396,16 +411,10 @@ pub fn accepts_language(header: &[u8], lang: &[u8]) -> bool {
         rest = rest.get(end + 1..).unwrap_or_default();
         let semi = item.iter().position(|b| *b == b';').unwrap_or(item.len());
         let (l, region) = split_tag(item[..semi].trim_ascii());
-        if !l.eq_ignore_ascii_case(want_lang)
-            || !(want_region.is_empty() || region.eq_ignore_ascii_case(want_region))
-        {
-            continue;
-        }
-        if range_quality(&item[semi..]) >= Some(LANGUAGE_MIN_QUALITY) {
-            return true;
+        if f(l, region, &item[semi..]) {
+            return;
         }
     }
-    false
 }
 
 /// The quality of a language range from its parameters (`;q=0.8`; none: 1), in thousandths;

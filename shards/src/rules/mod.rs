@@ -321,6 +321,21 @@ impl Rules {
         }
     }
 
+    /// Rules from a validated program in the form this build writes: a first-form program
+    /// (an older build's table or log record) is compiled, so that rewriting its record
+    /// (replay, compaction) leaves the compiled form behind. A program that cannot be (its
+    /// compiled form past `MAX_RULES_BYTES`) is kept as it is. Allocates: never on the redirect
+    /// path.
+    pub fn current(set: RuleSet<'_>) -> Rules {
+        match set.bytes().first() {
+            None | Some(&compiled::MARK) => Rules::new(set),
+            Some(_) => match set.decode().ok().and_then(|r| encode(&r).ok()) {
+                Some(program) => Rules::new(RuleSet::trusted(&program)),
+                None => Rules::new(set),
+            },
+        }
+    }
+
     /// Rules from a list (validated and encoded).
     pub fn from_rules(rules: &[Rule]) -> Result<Rules, RulesError> {
         let program = encode(rules)?;

@@ -1,8 +1,9 @@
 //! The first form of a program (written by builds before the compiled form,
 //! [`super::compiled`]): rules in order, each condition with its kind byte, walked condition by
-//! condition. Still read, evaluated and re-encoded (to check a stored program is canonical),
-//! never written for new rules: a data dir's tables and logs keep such programs until the
-//! link's rules change.
+//! condition. Still read, evaluated in place (an older table's records) and re-encoded (to
+//! check a stored program is canonical), never written: a record read out of a table or
+//! replayed from a log takes its rules compiled (`Rules::current`), so the next table written
+//! holds the compiled form.
 //!
 //! ```text
 //! program   := count:u8 rule{count}                      count in 1..=MAX_RULES_PER_LINK

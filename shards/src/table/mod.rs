@@ -27,7 +27,7 @@ impl From<(&str, LinkRef<'_>)> for OwnedLink {
             flags: l.flags,
             author: l.author,
             behaviour: l.behaviour,
-            rules: crate::rules::Rules::new(l.rules),
+            rules: crate::rules::Rules::current(l.rules),
             labels: crate::labels::Labels::from_body(l.labels),
         }
     }
