@@ -26,8 +26,8 @@
 //! (the groups' bits are in cost order). A rule fails as soon as one fact it needs is known
 //! false, so a rule of a device and a language costs only the `User-Agent` for a visitor on
 //! another device, whatever order the conditions were given in. Each group is worked out in
-//! one pass: the `User-Agent` classified once, the query split once and each distinct name
-//! looked up once (equal names sort next to each other), `Accept-Language` read once for
+//! one pass: the `User-Agent` classified once, the query split once and each name looked up
+//! once for all its tests (a name's facts are kept together), `Accept-Language` read once for
 //! every language asked, the country asked once.
 //!
 //! Why not walk the conditions as written (the first form, [`super::walked`]): reading each
@@ -275,7 +275,7 @@ fn decode_fact(group: usize, r: &mut Cursor<'_>) -> Result<Condition, String> {
 }
 
 /// The first rule of a compiled `program` that `v` matches. Reads the program in place, no
-/// allocation; malformed bytes end in `None`, never a panic or a loop.
+/// allocation; malformed bytes give no match or some rule's bytes, never a panic or a loop.
 pub(super) fn first_match<'a>(
     program: &'a [u8],
     v: &Visitor<'_>,
